@@ -1,0 +1,48 @@
+# Thin wrapper over meson, as QEMU does. The real build is meson.build.
+#   make demo   install what is missing, build, run the demo
+#   make check  install what is missing, build, run every test (plain build, then unit and
+#               conformance tests again under ASan+UBSan, then the real-guest interop run)
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+MESON_TEST_ARGS ?=
+
+.PHONY: all deps build build-asan check check-plain check-asan demo bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh build test
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) --werror
+
+build: deps $(BUILD)/build.ninja
+	meson compile -C $(BUILD)
+
+$(ASAN_BUILD)/build.ninja:
+	meson setup $(ASAN_BUILD) -Db_sanitize=address,undefined -Dinterop=false
+
+build-asan: deps $(ASAN_BUILD)/build.ninja
+	meson compile -C $(ASAN_BUILD)
+
+check-plain: build
+	meson test -C $(BUILD) --print-errorlogs $(MESON_TEST_ARGS)
+
+check-asan: build-asan
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
+	meson test -C $(ASAN_BUILD) --print-errorlogs --suite unit --suite conformance \
+		--suite fuzz $(MESON_TEST_ARGS)
+
+# Both halves always run, so one failure does not hide the other; the exit code is the worst.
+check: deps
+	@rc=0; $(MAKE) --no-print-directory check-plain || rc=1; \
+	$(MAKE) --no-print-directory check-asan || rc=1; exit $$rc
+
+demo: build
+	@scripts/demo.sh $(BUILD)
+
+bench: build
+	meson test -C $(BUILD) --benchmark --verbose
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

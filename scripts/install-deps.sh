@@ -1,0 +1,28 @@
+#!/bin/sh
+# Installs the Debian 12 packages the build and the tests need, only those that are missing.
+# Usage: scripts/install-deps.sh [build|test|interop]...   (default: build test)
+set -eu
+want="meson ninja-build gcc pkg-config"
+for k in "${@:-build test}"; do
+	case "$k" in
+	build) ;;
+	test) want="$want clang libclang-rt-14-dev socat" ;;
+	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils" ;;
+	capture) want="$want tshark" ;;
+	*) echo "install-deps: unknown set '$k'" >&2; exit 2 ;;
+	esac
+done
+missing=""
+for p in $want; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+		echo "install-deps: missing packages:$missing (run as root or install them)" >&2; exit 1
+	fi
+else SUDO=""; fi
+echo "install-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/* Logging to stderr with a level and per-call-site rate limiting. */
+#include "util/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define RL_BURST 10
+#define RL_INTERVAL_MS 5000
+
+static enum log_level cur_level = LOG_LVL_INFO;
+static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *const level_names[_LOG_LVL_MAX] = {
+	[LOG_LVL_ERROR] = "error",
+	[LOG_LVL_WARN] = "warn",
+	[LOG_LVL_INFO] = "info",
+	[LOG_LVL_DEBUG] = "debug",
+};
+
+void log_set_level(enum log_level lvl)
+{
+	__atomic_store_n(&cur_level, lvl, __ATOMIC_RELAXED);
+}
+
+enum log_level log_get_level(void)
+{
+	return __atomic_load_n(&cur_level, __ATOMIC_RELAXED);
+}
+
+int log_level_from_string(const char *s)
+{
+	for (int i = 0; i < _LOG_LVL_MAX; i++)
+		if (strcmp(s, level_names[i]) == 0)
+			return i;
+	return -EINVAL;
+}
+
+static void vlog(enum log_level lvl, const char *fmt, va_list ap)
+{
+	char buf[1024];
+	int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+
+	if (n < 0)
+		return;
+	/* One write per message keeps lines from different threads whole. */
+	fprintf(stderr, "uvsock %s: %s\n", level_names[lvl], buf);
+}
+
+void log_msg(enum log_level lvl, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (lvl > log_get_level())
+		return;
+	va_start(ap, fmt);
+	vlog(lvl, fmt, ap);
+	va_end(ap);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void log_ratelimited(struct log_ratelimit *rl, enum log_level lvl, const char *fmt, ...)
+{
+	uint64_t now = now_ms();
+	uint32_t suppressed = 0;
+	int print;
+	va_list ap;
+
+	if (lvl > log_get_level())
+		return;
+	pthread_mutex_lock(&rl_lock);
+	if (now - rl->window_start_ms >= RL_INTERVAL_MS) {
+		suppressed = rl->suppressed;
+		rl->window_start_ms = now;
+		rl->printed = 0;
+		rl->suppressed = 0;
+	}
+	print = rl->printed < RL_BURST;
+	if (print)
+		rl->printed++;
+	else
+		rl->suppressed++;
+	pthread_mutex_unlock(&rl_lock);
+
+	if (suppressed)
+		log_msg(lvl, "%u similar messages suppressed", suppressed);
+	if (!print)
+		return;
+	va_start(ap, fmt);
+	vlog(lvl, fmt, ap);
+	va_end(ap);
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Logging for the programs (uvsockd, tools). Library code stays silent except at debug level.
+ * Messages a guest can trigger go through log_ratelimited() so that a hostile guest cannot flood
+ * the log: each call site allows a burst, then counts what it suppressed and says so once.
+ */
+#ifndef UVSOCK_UTIL_LOG_H
+#define UVSOCK_UTIL_LOG_H
+
+#include <stdarg.h>
+#include <stdint.h>
+
+enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG, _LOG_LVL_MAX };
+
+void log_set_level(enum log_level lvl);
+enum log_level log_get_level(void);
+/* Returns the level for "error", "warn", "info" or "debug", or -EINVAL. */
+int log_level_from_string(const char *s);
+void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Per call site state for rate-limited messages: `burst` messages per `interval_ms`. */
+struct log_ratelimit {
+	uint64_t window_start_ms;
+	uint32_t printed;
+	uint32_t suppressed;
+};
+void log_ratelimited(struct log_ratelimit *rl, enum log_level lvl, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_LVL_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_LVL_INFO, __VA_ARGS__)
+#define log_debug(...)                                                                             \
+	do {                                                                                       \
+		if (log_get_level() >= LOG_LVL_DEBUG)                                              \
+			log_msg(LOG_LVL_DEBUG, __VA_ARGS__);                                       \
+	} while (0)
+
+/* Guest-triggered message, rate-limited per call site (10 per 5 s). */
+#define log_guest(lvl, ...)                                                                        \
+	do {                                                                                       \
+		static struct log_ratelimit rl_;                                                   \
+		log_ratelimited(&rl_, lvl, __VA_ARGS__);                                           \
+	} while (0)
+
+#endif

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Guest memory map: the regions a vhost-user front-end hands us with SET_MEM_TABLE (or that a
+ * C VMM hands the device API), mmapped here, and translation of guest-physical addresses (ring
+ * descriptors) and front-end virtual addresses (SET_VRING_ADDR) to host pointers.
+ *
+ * Security model: every address and length comes from the guest or the front-end. Translation
+ * clamps the length to the end of the region that holds the address; a buffer that spans regions
+ * becomes several iovecs; an address outside every region is an error, never a crash.
+ * Lifetime: pointers obtained from a map are valid until guest_mem_free() of that map; a new
+ * SET_MEM_TABLE builds a new map, so no guest pointer is kept across it.
+ */
+#ifndef UVSOCK_VRING_GUEST_MEM_H
+#define UVSOCK_VRING_GUEST_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define GUEST_MEM_MAX_REGIONS 8
+
+struct guest_mem_region_desc {
+	uint64_t guest_phys_addr;
+	uint64_t memory_size;
+	uint64_t userspace_addr; /* front-end VA of the region (for ring addresses) */
+	uint64_t mmap_offset;    /* offset of the region in fd */
+	int fd;                  /* borrowed; guest_mem_new() dups nothing and does not close it */
+};
+
+struct guest_mem;
+
+/*
+ * Maps n regions (MAP_SHARED, from file offset 0 as libvhost-user does, since mmap_offset need not
+ * be page aligned). Regions with overlapping guest-physical ranges, zero size or sizes that
+ * overflow are refused. The fds are borrowed: the caller closes them (mapping keeps the memory).
+ * Returns 0, -EINVAL, -E2BIG (n > GUEST_MEM_MAX_REGIONS), -ENOMEM or the mmap errno.
+ */
+int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struct guest_mem **ret);
+
+/*
+ * A map over memory the caller already has (the guest role and unit tests: the guest's own RAM).
+ * host_base[i] is the host pointer of region i; userspace_addr is ignored unless used for VA
+ * translation. Nothing is unmapped on free.
+ */
+int guest_mem_new_local(const struct guest_mem_region_desc *regions, void *const *host_base,
+			unsigned n, struct guest_mem **ret);
+
+/* Unmaps (if it mapped) and frees. Safe on NULL. */
+void guest_mem_free(struct guest_mem *m);
+
+/*
+ * Guest-physical → host pointer. *len is clamped to what is contiguous in the region holding gpa.
+ * Returns NULL if gpa is in no region.
+ */
+void *guest_mem_gpa_to_hva(const struct guest_mem *m, uint64_t gpa, uint64_t *len);
+
+/* Front-end virtual (SET_VRING_ADDR) → host pointer, same contract. */
+void *guest_mem_uva_to_hva(const struct guest_mem *m, uint64_t uva, uint64_t *len);
+
+/*
+ * Maps [gpa, gpa+len) into at most iovmax iovecs (one per region crossed) appended at iov.
+ * Returns the number of iovecs used, -EFAULT if any byte is outside guest memory, -ENOBUFS if more
+ * than iovmax would be needed.
+ */
+int guest_mem_map_iov(const struct guest_mem *m, uint64_t gpa, uint64_t len, struct iovec *iov,
+		      int iovmax);
+
+#endif

@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The vsock protocol engine, sans-I/O: the part Linux calls virtio_transport_common.c plus the
+ * socket-level semantics of af_vsock.c. It never touches a file descriptor or a ring.
+ *
+ *   packets in:   vsock_engine_feed() / vsock_engine_feed_batch()  (always consume the packet)
+ *   packets out:  vsock_engine_pull()  (only when the caller has room; -EAGAIN when nothing)
+ *   time:         ops->now() supplies monotonic ns; vsock_engine_run_timers() fires what is due,
+ *                 vsock_engine_next_deadline() says when to call it next
+ *   sockets:      vsock_sock_*(): non-blocking socket calls with Linux AF_VSOCK semantics and errno;
+ *                 blocking is built on top of them by the API layer (src/lib)
+ *
+ * One engine is one CID's socket namespace: the device role has one per VM (local CID 2, the
+ * host side), the guest role one per guest (local CID = guest CID), the loopback transport one with
+ * CID 1 whose pulled packets are fed straight back.
+ *
+ * Threads. Every function here may be called from any thread. Each socket has one lock; the
+ * connection table uses per-bucket locks and socket reference counts, so lookups on the data path
+ * take no engine-wide lock. Pulling takes a short engine-wide lock on the send list only.
+ * Callbacks in ops are invoked with no engine lock held, except sock_event, which is called with
+ * that socket's lock held and must not call back into the engine (wake a waiter, set a flag,
+ * write an eventfd: nothing more).
+ *
+ * Security model: every fed packet is untrusted. Headers are checked (vsock_hdr_check), counted by
+ * reason when rejected, and answered as the spec says (RST, or drop). Nothing a peer sends can make
+ * the engine allocate without bound: received bytes are bounded by the buf_alloc we advertised
+ * (credit; a peer that exceeds it gets its connection reset), receive memory including per-chunk
+ * overhead is bounded by a small constant times buf_alloc, pending control replies are bounded by
+ * reply_limit, and connections by max_socks.
+ */
+#ifndef UVSOCK_VSOCK_ENGINE_H
+#define UVSOCK_VSOCK_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "vsock/hdr.h"
+
+struct vsock_engine;
+struct vsock_sock;
+
+/* Poll mask returned by vsock_sock_poll() and passed to ops->sock_event (values as poll.h). */
+#define VSOCK_POLLIN 0x001u     /* readable: data, EOF, a message, or a pending accept */
+#define VSOCK_POLLOUT 0x004u    /* writable: connected and peer credit available */
+#define VSOCK_POLLERR 0x008u    /* an error is pending (vsock_sock_take_error) */
+#define VSOCK_POLLHUP 0x010u    /* both directions shut down / closed */
+#define VSOCK_POLLRDHUP 0x2000u /* peer will send no more */
+
+/* Flags for send and recv (values as Linux's socket.h, so the API layer passes them through). */
+#define VSOCK_MSG_PEEK 0x02
+#define VSOCK_MSG_TRUNC 0x20
+#define VSOCK_MSG_DONTWAIT 0x40
+#define VSOCK_MSG_EOR 0x80
+#define VSOCK_MSG_WAITALL 0x100
+#define VSOCK_MSG_NOSIGNAL 0x4000
+
+enum vsock_state {
+	VSOCK_SS_FREE = 0,    /* created, not connected (TCP_CLOSE before connect) */
+	VSOCK_SS_LISTEN,
+	VSOCK_SS_CONNECTING,  /* REQUEST sent, waiting for RESPONSE (SYN_SENT) */
+	VSOCK_SS_PENDING,     /* REQUEST received on a deferred listener, not yet accepted/rejected */
+	VSOCK_SS_CONNECTED,   /* ESTABLISHED */
+	VSOCK_SS_CLOSING,     /* close() called, waiting for the peer's RST (8 s linger) */
+	VSOCK_SS_CLOSED,      /* done: reset, refused, timed out or fully closed */
+	_VSOCK_SS_MAX,
+};
+const char *vsock_state_to_string(enum vsock_state s);
+
+struct vsock_engine_ops {
+	/* Monotonic time in ns. Required. */
+	uint64_t (*now)(void *opaque);
+	/*
+	 * The engine has a packet to pull (the send list went from empty to non-empty), or a timer
+	 * deadline moved earlier. The transport should call vsock_engine_pull() /
+	 * vsock_engine_run_timers() soon. Optional.
+	 */
+	void (*tx_ready)(void *opaque);
+	/*
+	 * A socket's poll mask may have changed (readable, writable, connected, reset, new child to
+	 * accept...). Called with that socket's lock held; see the threads rule above. `user` is the
+	 * value set with vsock_sock_set_user(). Optional.
+	 */
+	void (*sock_event)(void *opaque, struct vsock_sock *s, void *user, unsigned mask);
+};
+
+struct vsock_engine_config {
+	uint32_t local_cid;            /* our CID as the peer sees it */
+	uint32_t buf_size;             /* default SO_VM_SOCKETS_BUFFER_SIZE, 256 KiB */
+	uint32_t buf_min;              /* default SO_VM_SOCKETS_BUFFER_MIN_SIZE, 128 */
+	uint32_t buf_max;              /* default SO_VM_SOCKETS_BUFFER_MAX_SIZE, 256 KiB */
+	uint32_t max_pkt;              /* largest RW payload we send, <= 64 KiB */
+	uint64_t connect_timeout_ns;   /* default 2 s */
+	uint64_t close_timeout_ns;     /* default 8 s (VSOCK_CLOSE_TIMEOUT) */
+	uint32_t max_socks;            /* cap on live sockets of this engine (children included) */
+	uint32_t reply_limit;          /* cap on queued control replies (vhost: TX ring size) */
+	uint32_t port_lo, port_hi;     /* auto-bind range, inclusive; 0/0 = Linux ([1024, 2^32-2]) */
+	bool seqpacket;                /* the peer may use SEQPACKET (feature bit negotiated) */
+	const struct vsock_engine_ops *ops;
+	void *opaque;                  /* passed to every ops callback */
+};
+
+/* Fills *cfg with the Linux defaults listed above (ops and opaque left NULL). */
+void vsock_engine_config_default(struct vsock_engine_config *cfg);
+
+/*
+ * Creates an engine. Borrows cfg->ops (must outlive the engine).
+ * Returns 0, -EINVAL (bad config), -ENOMEM.
+ */
+int vsock_engine_new(const struct vsock_engine_config *cfg, struct vsock_engine **ret);
+/* Frees the engine and every socket still in it, without sending anything. Safe on NULL. */
+void vsock_engine_free(struct vsock_engine *e);
+
+/*
+ * Feeds one received packet. `h` is the decoded header; the payload is `iov`/`iovcnt` holding
+ * exactly h->len bytes (the payload may be split anywhere). The engine copies what it keeps;
+ * it borrows iov only for the call. Always consumes the packet: replies (RST, RESPONSE,
+ * CREDIT_UPDATE) are queued for pull. Returns 0 when the packet was delivered, or a negative
+ * errno saying why it was dropped (-EPROTO malformed, -ECONNRESET answered with an RST, ...);
+ * callers need not act on it, the engine has counted it.
+ */
+int vsock_engine_feed(struct vsock_engine *e, const struct vsock_hdr *h, const struct iovec *iov,
+		      int iovcnt);
+
+struct vsock_pkt_ref {
+	struct vsock_hdr hdr;
+	const struct iovec *iov;
+	int iovcnt;
+};
+/*
+ * Feeds n packets as one batch (seed 001): one table lookup and one socket-lock hold per run of
+ * consecutive packets of the same flow; write-space events are coalesced and readable events are
+ * delivered once per socket at the end of the batch. Same semantics as n calls to feed.
+ */
+void vsock_engine_feed_batch(struct vsock_engine *e, const struct vsock_pkt_ref *pkts, size_t n);
+
+/*
+ * True while the number of queued control replies is below reply_limit. A transport stops
+ * taking packets from its peer (e.g. stops draining a TX ring) while this is false, and resumes
+ * after pulling (the spec's bounded-side-storage rule, reference 5.5).
+ */
+bool vsock_engine_can_feed(const struct vsock_engine *e);
+
+/*
+ * Produces the next outgoing packet, if any: fills *h and writes the payload (h->len bytes, at
+ * most `max_payload`, never more than the peer's credit) into iov. Sockets with something to send
+ * are served round-robin; within one socket replies go first in a fixed order (RST, RESPONSE,
+ * REQUEST, SHUTDOWN, RW), a bare CREDIT_UPDATE only when nothing else is pending.
+ * For SEQPACKET, a message larger than max_payload goes out as several RW packets with EOM (and
+ * EOR) on the last one only.
+ * Returns the payload length (>= 0) or -EAGAIN when nothing is pending.
+ */
+ssize_t vsock_engine_pull(struct vsock_engine *e, struct vsock_hdr *h, const struct iovec *iov,
+			  int iovcnt, size_t max_payload);
+
+/* True if vsock_engine_pull() would return a packet now. */
+bool vsock_engine_has_pending(struct vsock_engine *e);
+
+/* Fires due timers (connect timeout, close linger). Call when next_deadline has passed. */
+void vsock_engine_run_timers(struct vsock_engine *e);
+/* Earliest pending timer deadline in ops->now() ns, or UINT64_MAX if none. */
+uint64_t vsock_engine_next_deadline(struct vsock_engine *e);
+
+/*
+ * The transport was reset (guest role: TRANSPORT_RESET event, reference 1.8; device role: the
+ * VMM went away). Every connected or connecting socket becomes CLOSED with error ECONNRESET and
+ * no RST is sent; listeners survive. new_cid (if not VMADDR_CID_ANY) becomes the local CID.
+ */
+void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid);
+
+uint32_t vsock_engine_local_cid(const struct vsock_engine *e);
+
+/* Counters; each is monotonic. Read with vsock_engine_get_stats (a consistent-enough snapshot). */
+struct vsock_engine_stats {
+	uint64_t rx_pkts, rx_bytes;           /* packets fed / payload bytes delivered */
+	uint64_t tx_pkts, tx_bytes;           /* packets pulled / payload bytes pulled */
+	uint64_t rx_dropped[_VSOCK_HDR_ERROR_MAX]; /* malformed, by vsock_hdr_error */
+	uint64_t rx_no_socket;                /* no matching socket: answered with RST */
+	uint64_t rx_type_mismatch;            /* socket type differs: RST */
+	uint64_t rx_unexpected;               /* op not valid in the socket's state */
+	uint64_t rst_sent, rst_received;
+	uint64_t credit_violations;           /* peer sent beyond our credit: reset */
+	uint64_t rx_mem_resets;               /* receive memory bound hit (tiny-packet flood): reset */
+	uint64_t credit_stalls;               /* a send found zero peer credit */
+	uint64_t credit_updates_sent, credit_requests_sent;
+	uint64_t backlog_refused;             /* REQUEST refused: accept queue full or listener gone */
+	uint64_t socks_open, socks_total;     /* live sockets now / ever created */
+	uint64_t connects_timed_out, close_timeouts;
+};
+void vsock_engine_get_stats(struct vsock_engine *e, struct vsock_engine_stats *ret);
+
+/* ---- Sockets ---------------------------------------------------------------------------- */
+
+/*
+ * Creates a socket of `type` (VSOCK_TYPE_STREAM or VSOCK_TYPE_SEQPACKET). The caller holds one
+ * reference, released by vsock_sock_close().
+ * Returns 0, -ESOCKTNOSUPPORT (other type), -EMFILE (max_socks reached), -ENOMEM.
+ * (SEQPACKET without the negotiated feature fails later, at connect/listen, as on Linux.)
+ */
+int vsock_sock_new(struct vsock_engine *e, enum vsock_type type, struct vsock_sock **ret);
+
+/* Opaque pointer handed back in ops->sock_event. */
+void vsock_sock_set_user(struct vsock_sock *s, void *user);
+void *vsock_sock_get_user(const struct vsock_sock *s);
+
+/*
+ * bind(2). cid: VMADDR_CID_ANY or the local CID; port: VMADDR_PORT_ANY for auto-assignment.
+ * Returns 0, -EINVAL (already bound), -EADDRNOTAVAIL (foreign CID, or no free port after 24
+ * tries), -EADDRINUSE, -EACCES (port <= 1023 and !privileged: the engine is always privileged;
+ * the API layer decides).
+ */
+int vsock_sock_bind(struct vsock_sock *s, uint32_t cid, uint32_t port);
+
+/*
+ * listen(2). Auto-binds if unbound. backlog is clamped to [0, 4096]; REQUESTs beyond backlog+1
+ * pending children get an RST.
+ * Returns 0, -EINVAL (connected or connecting), -EPROTONOSUPPORT (SEQPACKET not negotiated).
+ */
+int vsock_sock_listen(struct vsock_sock *s, int backlog);
+
+/*
+ * Makes a listener "deferred": REQUESTs create children in VSOCK_SS_PENDING without answering;
+ * the owner confirms each with vsock_sock_accept_pending() (RESPONSE) or rejects it with
+ * vsock_sock_reject() (RST). Used by the device role, which must first connect the host socket.
+ * With `wildcard`, the listener also receives REQUESTs for every local port that has no
+ * listener of its own.
+ */
+int vsock_sock_listen_deferred(struct vsock_sock *s, int backlog, bool wildcard);
+int vsock_sock_accept_pending(struct vsock_sock *child);
+void vsock_sock_reject(struct vsock_sock *child);
+
+/*
+ * accept(2), non-blocking. On success *ret is a new socket reference owned by the caller.
+ * Returns 0, -EAGAIN (none pending), -EINVAL (not listening).
+ */
+int vsock_sock_accept(struct vsock_sock *s, struct vsock_sock **ret);
+
+/*
+ * connect(2), non-blocking: sends REQUEST, returns -EINPROGRESS. Completion is signalled through
+ * sock_event; then vsock_sock_take_error() gives 0 or the error (ECONNRESET refused, ETIMEDOUT,
+ * ENETUNREACH...). Auto-binds. Returns -EINPROGRESS, -EISCONN, -EALREADY, -EINVAL (listening),
+ * -ENETUNREACH (CID not reachable), -EPROTONOSUPPORT (SEQPACKET not negotiated), -EADDRNOTAVAIL.
+ */
+int vsock_sock_connect(struct vsock_sock *s, uint32_t cid, uint32_t port);
+
+/*
+ * send(2), non-blocking. STREAM: copies as much as peer credit allows and returns the count, or
+ * -EAGAIN if none. SEQPACKET: all or nothing: -EMSGSIZE if the message exceeds the maximum
+ * message size (min(peer buf_alloc, our buf_alloc)), -EAGAIN if credit is short now.
+ * flags: VSOCK_MSG_EOR (SEQPACKET). Returns -ENOTCONN, -EPIPE (shut down for sending, peer
+ * receive-shutdown, or reset).
+ */
+ssize_t vsock_sock_send(struct vsock_sock *s, const struct iovec *iov, int iovcnt, int flags);
+
+/*
+ * recv(2), non-blocking. STREAM: up to the iov size; honours rcvlowat (returns -EAGAIN below it
+ * unless EOF) and MSG_PEEK, MSG_WAITALL is the caller's loop. SEQPACKET: one whole message;
+ * *ret_msg_flags gets MSG_TRUNC if it was longer than iov and MSG_EOR if the sender set EOR; with
+ * MSG_TRUNC in flags the full length is returned. Returns bytes, 0 at EOF, -EAGAIN, -ENOTCONN,
+ * -EINVAL (listening). ret_msg_flags may be NULL.
+ */
+ssize_t vsock_sock_recv(struct vsock_sock *s, const struct iovec *iov, int iovcnt, int flags,
+			int *ret_msg_flags);
+
+/*
+ * Zero-copy receive for transports that forward bytes (device role → host Unix socket): fills
+ * up to iovcnt iovecs pointing at queued STREAM bytes without consuming them; returns the number
+ * of bytes described. vsock_sock_rx_consume() then consumes n of them (moves fwd_cnt, may queue a
+ * credit update). Both under the socket lock; the iovecs are valid until the next call on s.
+ */
+ssize_t vsock_sock_rx_peek_iov(struct vsock_sock *s, struct iovec *iov, int iovcnt);
+void vsock_sock_rx_consume(struct vsock_sock *s, size_t n);
+
+/* Bytes that vsock_sock_send() would accept now (peer credit), for STREAM. */
+size_t vsock_sock_send_space(struct vsock_sock *s);
+
+/*
+ * shutdown(2): how = VSOCK_SHUTDOWN_RCV, _SEND or both. Sends SHUTDOWN (sticky flags).
+ * Returns 0, -ENOTCONN, -EINVAL.
+ */
+int vsock_sock_shutdown(struct vsock_sock *s, unsigned how);
+
+/*
+ * close(2): releases the caller's reference. A connected socket sends SHUTDOWN(3) and lingers
+ * in CLOSING until the peer's RST or close_timeout (then RST); if the peer already shut both
+ * ways, RST at once. A listener resets its pending children. Never fails.
+ */
+void vsock_sock_close(struct vsock_sock *s);
+
+/* Current poll mask (VSOCK_POLL*). */
+unsigned vsock_sock_poll(struct vsock_sock *s);
+/* SO_ERROR: returns and clears the pending error as a positive errno, 0 if none. */
+int vsock_sock_take_error(struct vsock_sock *s);
+enum vsock_state vsock_sock_state(struct vsock_sock *s);
+enum vsock_type vsock_sock_type(const struct vsock_sock *s);
+
+/* getsockname/getpeername. Returns 0 or -ENOTCONN (peer) / fills VMADDR_*_ANY when unbound. */
+int vsock_sock_local_addr(struct vsock_sock *s, uint32_t *ret_cid, uint32_t *ret_port);
+int vsock_sock_peer_addr(struct vsock_sock *s, uint32_t *ret_cid, uint32_t *ret_port);
+
+/* Options (level AF_VSOCK / SOL_SOCKET as Linux). */
+enum vsock_sockopt {
+	VSOCK_OPT_BUFFER_SIZE,     /* u64; clamped into [min, max]; a change is announced at once */
+	VSOCK_OPT_BUFFER_MIN_SIZE, /* u64 */
+	VSOCK_OPT_BUFFER_MAX_SIZE, /* u64 */
+	VSOCK_OPT_CONNECT_TIMEOUT, /* ns; 0 resets to the default */
+	VSOCK_OPT_RCVLOWAT,        /* bytes; 0 becomes 1; > buffer size: -EINVAL */
+	_VSOCK_OPT_MAX,
+};
+int vsock_sock_setopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t val);
+int vsock_sock_getopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t *ret);
+
+/* Per-socket snapshot for listings (uvsock-stat) and tests. */
+struct vsock_sock_info {
+	enum vsock_type type;
+	enum vsock_state state;
+	uint32_t local_cid, local_port, peer_cid, peer_port;
+	uint32_t buf_alloc, fwd_cnt, last_fwd_cnt, rx_bytes, rx_mem;
+	uint32_t peer_buf_alloc, peer_fwd_cnt, tx_cnt, tx_queued;
+	uint64_t bytes_in, bytes_out;
+	unsigned shutdown, peer_shutdown;
+};
+void vsock_sock_get_info(struct vsock_sock *s, struct vsock_sock_info *ret);
+/* Calls fn for every live socket of the engine (listing). fn must not call into the engine. */
+void vsock_engine_foreach_sock(struct vsock_engine *e,
+			       void (*fn)(void *arg, const struct vsock_sock_info *info), void *arg);
+
+#endif
