@@ -58,6 +58,13 @@ void *guest_mem_gpa_to_hva(const struct guest_mem *m, uint64_t gpa, uint64_t *le
 void *guest_mem_uva_to_hva(const struct guest_mem *m, uint64_t uva, uint64_t *len);
 
 /*
+ * Whole-range variants for ring parts (desc table, avail, used) that must be contiguous in host
+ * memory: return the host pointer only if all of [addr, addr+len) lies in one region, else NULL.
+ */
+void *guest_mem_gpa_range(const struct guest_mem *m, uint64_t gpa, uint64_t len);
+void *guest_mem_uva_range(const struct guest_mem *m, uint64_t uva, uint64_t len);
+
+/*
  * Maps [gpa, gpa+len) into at most iovmax iovecs (one per region crossed) appended at iov.
  * Returns the number of iovecs used, -EFAULT if any byte is outside guest memory, -ENOBUFS if more
  * than iovmax would be needed.

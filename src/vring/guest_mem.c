@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Guest memory map: a small table (at most GUEST_MEM_MAX_REGIONS) of guest regions, each with its
+ * guest-physical range, front-end virtual range and host pointer, and the translations the rings
+ * need (gpa → hva, uva → hva, gpa range → iovecs).
+ *
+ * Security model: the front-end (SET_MEM_TABLE) and the guest (descriptor addresses) are
+ * untrusted. Region tables are validated once when the map is built (no zero size, no wrap of
+ * gpa+size, uva+size or mmap_offset+size, no overlapping guest-physical ranges, a regular file
+ * must be large enough to back the mapping so that touching it cannot SIGBUS). Every translation
+ * clamps the length to the region that holds the address; an address outside every region is a
+ * NULL / -EFAULT result, never a crash.
+ */
+#include "vring/guest_mem.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+struct gm_region {
+	uint64_t gpa;         /* first guest-physical address */
+	uint64_t size;        /* bytes; > 0, gpa + size and uva + size do not wrap */
+	uint64_t uva;         /* front-end virtual address of the first byte */
+	uint8_t *host;        /* host pointer of the first byte */
+	void *mmap_base;      /* what mmap returned (NULL for local maps) */
+	size_t mmap_len;      /* size + mmap_offset when mapped here */
+};
+
+struct guest_mem {
+	unsigned n;
+	struct gm_region r[GUEST_MEM_MAX_REGIONS];
+};
+
+/* Checks one descriptor in isolation: non-zero size, no arithmetic wrap. */
+static bool region_desc_valid(const struct guest_mem_region_desc *d)
+{
+	if (d->memory_size == 0)
+		return false;
+	if (d->guest_phys_addr + d->memory_size < d->guest_phys_addr ||
+	    d->guest_phys_addr + d->memory_size == 0)
+		return false; /* wraps past 2^64 (a range ending exactly at 2^64 is refused too) */
+	if (d->userspace_addr + d->memory_size < d->userspace_addr)
+		return false;
+	return true;
+}
+
+/* Checks the whole table: every region valid, guest-physical ranges pairwise disjoint. */
+static int table_valid(const struct guest_mem_region_desc *regions, unsigned n)
+{
+	if (n > GUEST_MEM_MAX_REGIONS)
+		return -E2BIG;
+	if (n > 0 && !regions)
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		if (!region_desc_valid(&regions[i]))
+			return -EINVAL;
+		for (unsigned j = 0; j < i; j++) {
+			uint64_t a0 = regions[i].guest_phys_addr, a1 = a0 + regions[i].memory_size;
+			uint64_t b0 = regions[j].guest_phys_addr, b1 = b0 + regions[j].memory_size;
+
+			if (a0 < b1 && b0 < a1)
+				return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static void unmap_all(struct guest_mem *m)
+{
+	for (unsigned i = 0; i < m->n; i++)
+		if (m->r[i].mmap_base)
+			(void)munmap(m->r[i].mmap_base, m->r[i].mmap_len);
+}
+
+int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struct guest_mem **ret)
+{
+	struct guest_mem *m;
+	int r;
+
+	if (!ret)
+		return -EINVAL;
+	r = table_valid(regions, n);
+	if (r < 0)
+		return r;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+
+	for (unsigned i = 0; i < n; i++) {
+		const struct guest_mem_region_desc *d = &regions[i];
+		uint64_t total = d->memory_size + d->mmap_offset;
+		struct stat st;
+		void *base;
+
+		if (total < d->memory_size || total > SIZE_MAX || d->fd < 0) {
+			r = -EINVAL;
+			goto out_unmap;
+		}
+		/* A file shorter than the mapping would turn guest accesses into SIGBUS. */
+		if (fstat(d->fd, &st) < 0) {
+			r = -errno;
+			goto out_unmap;
+		}
+		if (S_ISREG(st.st_mode) && (uint64_t)st.st_size < total) {
+			r = -EINVAL;
+			goto out_unmap;
+		}
+		/* From offset 0: mmap_offset need not be page (or hugepage) aligned. */
+		base = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+			    d->fd, 0);
+		if (base == MAP_FAILED) {
+			r = -errno;
+			goto out_unmap;
+		}
+		m->r[i] = (struct gm_region){
+			.gpa = d->guest_phys_addr,
+			.size = d->memory_size,
+			.uva = d->userspace_addr,
+			.host = (uint8_t *)base + d->mmap_offset,
+			.mmap_base = base,
+			.mmap_len = (size_t)total,
+		};
+		m->n = i + 1;
+	}
+	*ret = m;
+	return 0;
+
+out_unmap:
+	unmap_all(m);
+	free(m);
+	return r;
+}
+
+int guest_mem_new_local(const struct guest_mem_region_desc *regions, void *const *host_base,
+			unsigned n, struct guest_mem **ret)
+{
+	struct guest_mem *m;
+	int r;
+
+	if (!ret || (n > 0 && !host_base))
+		return -EINVAL;
+	r = table_valid(regions, n);
+	if (r < 0)
+		return r;
+	for (unsigned i = 0; i < n; i++)
+		if (!host_base[i] || regions[i].memory_size > SIZE_MAX ||
+		    (uintptr_t)host_base[i] + regions[i].memory_size < (uintptr_t)host_base[i])
+			return -EINVAL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++)
+		m->r[i] = (struct gm_region){
+			.gpa = regions[i].guest_phys_addr,
+			.size = regions[i].memory_size,
+			.uva = regions[i].userspace_addr,
+			.host = host_base[i],
+		};
+	m->n = n;
+	*ret = m;
+	return 0;
+}
+
+void guest_mem_free(struct guest_mem *m)
+{
+	if (!m)
+		return;
+	unmap_all(m);
+	free(m);
+}
+
+void *guest_mem_gpa_to_hva(const struct guest_mem *m, uint64_t gpa, uint64_t *len)
+{
+	if (!m)
+		return NULL;
+	for (unsigned i = 0; i < m->n; i++) {
+		const struct gm_region *g = &m->r[i];
+
+		if (gpa - g->gpa < g->size) { /* unsigned: also false for gpa < g->gpa */
+			uint64_t off = gpa - g->gpa;
+
+			if (len && *len > g->size - off)
+				*len = g->size - off;
+			return g->host + off;
+		}
+	}
+	return NULL;
+}
+
+void *guest_mem_uva_to_hva(const struct guest_mem *m, uint64_t uva, uint64_t *len)
+{
+	if (!m)
+		return NULL;
+	for (unsigned i = 0; i < m->n; i++) {
+		const struct gm_region *g = &m->r[i];
+
+		if (uva - g->uva < g->size) {
+			uint64_t off = uva - g->uva;
+
+			if (len && *len > g->size - off)
+				*len = g->size - off;
+			return g->host + off;
+		}
+	}
+	return NULL;
+}
+
+void *guest_mem_gpa_range(const struct guest_mem *m, uint64_t gpa, uint64_t len)
+{
+	uint64_t l = len;
+	void *p = guest_mem_gpa_to_hva(m, gpa, &l);
+
+	return p && l == len ? p : NULL;
+}
+
+void *guest_mem_uva_range(const struct guest_mem *m, uint64_t uva, uint64_t len)
+{
+	uint64_t l = len;
+	void *p = guest_mem_uva_to_hva(m, uva, &l);
+
+	return p && l == len ? p : NULL;
+}
+
+int guest_mem_map_iov(const struct guest_mem *m, uint64_t gpa, uint64_t len, struct iovec *iov,
+		      int iovmax)
+{
+	int n = 0;
+
+	if (gpa + len < gpa)
+		return -EFAULT; /* the range wraps past 2^64: no region can hold it */
+	while (len > 0) {
+		uint64_t l = len;
+		void *p = guest_mem_gpa_to_hva(m, gpa, &l);
+
+		if (!p)
+			return -EFAULT;
+		if (n >= iovmax)
+			return -ENOBUFS;
+		iov[n].iov_base = p;
+		iov[n].iov_len = (size_t)l;
+		n++;
+		gpa += l;
+		len -= l;
+	}
+	return n;
+}
