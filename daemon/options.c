@@ -1,0 +1,580 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uvsockd option parsing (see options.h). A small hand-written parser rather than getopt_long,
+ * so that it keeps no global state (unit tests call it many times) and accepts both
+ * `--opt=value` and `--opt value`, as clap (vhost-device-vsock) does.
+ */
+#include "options.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/macros.h"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* Parses a decimal unsigned integer that fills the whole string. */
+static int parse_u64(const char *s, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!*s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return -ERANGE;
+	if (*end)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+static int set_cid(struct uvsockd_vm_config *vm, const char *v, char *err, size_t errlen)
+{
+	uint64_t cid;
+	int r = parse_u64(v, &cid);
+
+	if (r == -ERANGE || (r == 0 && cid > UINT32_MAX))
+		return fail(err, errlen, "guest-cid %s is out of range (CIDs are 32-bit)", v);
+	if (r < 0)
+		return fail(err, errlen, "guest-cid '%s' is not a number", v);
+	if (cid <= 2 || cid == UINT32_MAX)
+		return fail(err, errlen,
+			    "guest-cid %s is reserved (0, 1, 2 and 4294967295 cannot be a guest CID)",
+			    v);
+	vm->guest_cid = (uint32_t)cid;
+	return 0;
+}
+
+static int set_size(uint32_t *dst, const char *name, const char *v, uint64_t lo, uint64_t hi,
+		    bool pow2, char *err, size_t errlen)
+{
+	uint64_t n;
+
+	if (parse_u64(v, &n) < 0 || n < lo || n > hi)
+		return fail(err, errlen, "%s '%s' must be a number in [%llu, %llu]", name, v,
+			    (unsigned long long)lo, (unsigned long long)hi);
+	if (pow2 && (n & (n - 1)))
+		return fail(err, errlen, "%s %s must be a power of two", name, v);
+	*dst = (uint32_t)n;
+	return 0;
+}
+
+static int set_path(char *dst, const char *name, const char *v, size_t max, char *err,
+		    size_t errlen)
+{
+	size_t n = strlen(v);
+
+	if (n == 0)
+		return fail(err, errlen, "%s must not be empty", name);
+	if (n > max)
+		return fail(err, errlen,
+			    "%s '%s' is too long: %zu bytes, the limit is %zu (Unix socket paths "
+			    "have 108 bytes%s)",
+			    name, v, n, max,
+			    max < UVSOCKD_SUN_PATH_MAX ? ", and `<uds-path>_<port>` must fit" : "");
+	memcpy(dst, v, n + 1);
+	return 0;
+}
+
+static int set_groups(struct uvsockd_vm_config *vm, const char *v, char *err, size_t errlen)
+{
+	const char *p = v;
+
+	vm->n_groups = 0;
+	for (;;) {
+		const char *e = strchr(p, '+');
+		size_t n = e ? (size_t)(e - p) : strlen(p);
+
+		if (n == 0)
+			return fail(err, errlen, "groups '%s': empty group name", v);
+		if (n > UVSOCKD_GROUP_NAME_MAX)
+			return fail(err, errlen, "groups '%s': a name is longer than %d bytes", v,
+				    UVSOCKD_GROUP_NAME_MAX);
+		for (size_t i = 0; i < n; i++) {
+			char c = p[i];
+
+			if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			      (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
+				return fail(err, errlen,
+					    "groups '%s': names use letters, digits, '-', '_', '.'",
+					    v);
+		}
+		if (vm->n_groups == UVSOCKD_MAX_GROUPS)
+			return fail(err, errlen, "groups '%s': more than %d groups", v,
+				    UVSOCKD_MAX_GROUPS);
+		memcpy(vm->groups[vm->n_groups], p, n);
+		vm->groups[vm->n_groups][n] = '\0';
+		vm->n_groups++;
+		if (!e)
+			return 0;
+		p = e + 1;
+	}
+}
+
+/* Which keys were given for one VM (to reject repeats and find missing ones). */
+enum vm_key {
+	KEY_CID,
+	KEY_SOCKET,
+	KEY_UDS,
+	KEY_TXBUF,
+	KEY_QSIZE,
+	KEY_GROUPS,
+	_KEY_MAX,
+};
+
+static const char *const key_names[_KEY_MAX] = {
+	[KEY_CID] = "guest-cid",
+	[KEY_SOCKET] = "socket",
+	[KEY_UDS] = "uds-path",
+	[KEY_TXBUF] = "tx-buffer-size",
+	[KEY_QSIZE] = "queue-size",
+	[KEY_GROUPS] = "groups",
+};
+
+/* Key names compare with '_' and '-' equal (vhost-device-vsock accepts both). */
+static bool key_eq(const char *a, size_t alen, const char *b)
+{
+	size_t i;
+
+	for (i = 0; i < alen && b[i]; i++) {
+		char x = a[i] == '_' ? '-' : a[i];
+
+		if (x != b[i])
+			return false;
+	}
+	return i == alen && b[i] == '\0';
+}
+
+static int key_lookup(const char *k, size_t n)
+{
+	for (int i = 0; i < _KEY_MAX; i++)
+		if (key_eq(k, n, key_names[i]))
+			return i;
+	if (key_eq(k, n, "socket-path"))
+		return KEY_SOCKET;
+	return -1;
+}
+
+static int set_key(struct uvsockd_vm_config *vm, int key, const char *v, char *err, size_t errlen)
+{
+	switch (key) {
+	case KEY_CID:
+		return set_cid(vm, v, err, errlen);
+	case KEY_SOCKET:
+		return set_path(vm->socket_path, "socket", v, UVSOCKD_SUN_PATH_MAX, err, errlen);
+	case KEY_UDS:
+		return set_path(vm->uds_path, "uds-path", v,
+				UVSOCKD_SUN_PATH_MAX - UVSOCKD_UDS_SUFFIX_MAX, err, errlen);
+	case KEY_TXBUF:
+		return set_size(&vm->tx_buffer_size, "tx-buffer-size", v,
+				UVSOCKD_MIN_TX_BUFFER_SIZE, UVSOCKD_MAX_TX_BUFFER_SIZE, false, err,
+				errlen);
+	case KEY_QSIZE:
+		return set_size(&vm->queue_size, "queue-size", v, 1, UVSOCKD_MAX_QUEUE_SIZE, true,
+				err, errlen);
+	case KEY_GROUPS:
+		return set_groups(vm, v, err, errlen);
+	}
+	return -EINVAL;
+}
+
+static void vm_defaults(struct uvsockd_vm_config *vm)
+{
+	memset(vm, 0, sizeof(*vm));
+	vm->guest_cid = UVSOCKD_DEFAULT_GUEST_CID;
+	vm->tx_buffer_size = UVSOCKD_DEFAULT_TX_BUFFER_SIZE;
+	vm->queue_size = UVSOCKD_DEFAULT_QUEUE_SIZE;
+	vm->n_groups = 1;
+	strcpy(vm->groups[0], "default");
+}
+
+static int check_required(const struct uvsockd_vm_config *vm, const bool *seen, const char *what,
+			  char *err, size_t errlen)
+{
+	if (!seen[KEY_SOCKET])
+		return fail(err, errlen, "%s: socket is required (the vhost-user socket path)",
+			    what);
+	if (!seen[KEY_UDS])
+		return fail(err, errlen, "%s: uds-path is required (the host-side socket path)",
+			    what);
+	(void)vm;
+	return 0;
+}
+
+/* Parses the value of one --vm: comma-separated key=value pairs. */
+static int parse_vm(struct uvsockd_vm_config *vm, const char *spec, char *err, size_t errlen)
+{
+	bool seen[_KEY_MAX] = { 0 };
+	char val[4096];
+	const char *p = spec;
+
+	vm_defaults(vm);
+	if (!*spec)
+		return fail(err, errlen, "--vm needs key=value pairs");
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+		const char *eq = memchr(p, '=', n);
+		size_t vlen;
+		int key, r;
+
+		if (!eq)
+			return fail(err, errlen, "--vm '%s': expected key=value, got '%.*s'", spec,
+				    (int)n, p);
+		key = key_lookup(p, (size_t)(eq - p));
+		if (key < 0) {
+			if (key_eq(p, (size_t)(eq - p), "forward-cid") ||
+			    key_eq(p, (size_t)(eq - p), "forward-listen"))
+				return fail(err, errlen,
+					    "--vm: %.*s is not supported by uvsockd (no host "
+					    "AF_VSOCK forwarding; use uds-path)",
+					    (int)(eq - p), p);
+			return fail(err, errlen, "--vm: unknown key '%.*s'", (int)(eq - p), p);
+		}
+		if (seen[key])
+			return fail(err, errlen, "--vm: %s given twice", key_names[key]);
+		seen[key] = true;
+		vlen = n - (size_t)(eq + 1 - p);
+		if (vlen >= sizeof(val))
+			return fail(err, errlen, "--vm: value of %s is too long", key_names[key]);
+		memcpy(val, eq + 1, vlen);
+		val[vlen] = '\0';
+		r = set_key(vm, key, val, err, errlen);
+		if (r < 0)
+			return r;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	return check_required(vm, seen, "--vm", err, errlen);
+}
+
+/* Single-VM options, in key order. */
+static const char *const single_opts[_KEY_MAX] = {
+	[KEY_CID] = "--guest-cid",
+	[KEY_SOCKET] = "--socket",
+	[KEY_UDS] = "--uds-path",
+	[KEY_TXBUF] = "--tx-buffer-size",
+	[KEY_QSIZE] = "--queue-size",
+	[KEY_GROUPS] = "--groups",
+};
+
+/*
+ * Matches argv[*i] against `--name` / `--name=value`; on a match stores the value (from the
+ * same word or the next one) in *val and advances *i past a separate value word.
+ */
+static int match_opt(int argc, char *const *argv, int *i, const char *name, const char **val,
+		     char *err, size_t errlen)
+{
+	const char *a = argv[*i];
+	size_t n = strlen(name);
+
+	if (strncmp(a, name, n) != 0)
+		return 0;
+	if (a[n] == '=') {
+		*val = a + n + 1;
+		return 1;
+	}
+	if (a[n] != '\0')
+		return 0;
+	if (*i + 1 >= argc)
+		return fail(err, errlen, "%s needs a value", name);
+	*val = argv[++*i];
+	return 1;
+}
+
+static int add_vm(struct uvsockd_config *c, const struct uvsockd_vm_config *vm, char *err,
+		  size_t errlen)
+{
+	struct uvsockd_vm_config *v;
+
+	if (c->n_vms == UVSOCKD_MAX_VMS)
+		return fail(err, errlen, "too many --vm (at most %d)", UVSOCKD_MAX_VMS);
+	v = realloc(c->vms, (c->n_vms + 1) * sizeof(*v));
+	if (!v) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	c->vms = v;
+	c->vms[c->n_vms++] = *vm;
+	return 0;
+}
+
+static int check_unique(const struct uvsockd_config *c, char *err, size_t errlen)
+{
+	for (unsigned i = 0; i < c->n_vms; i++) {
+		const struct uvsockd_vm_config *a = &c->vms[i];
+
+		if (strcmp(a->socket_path, a->uds_path) == 0)
+			return fail(err, errlen, "socket and uds-path are the same path '%s'",
+				    a->socket_path);
+		for (unsigned j = i + 1; j < c->n_vms; j++) {
+			const struct uvsockd_vm_config *b = &c->vms[j];
+
+			if (a->guest_cid == b->guest_cid)
+				return fail(err, errlen, "guest-cid %u is used by two VMs",
+					    a->guest_cid);
+			if (strcmp(a->socket_path, b->socket_path) == 0 ||
+			    strcmp(a->socket_path, b->uds_path) == 0)
+				return fail(err, errlen, "socket path '%s' is used twice",
+					    a->socket_path);
+			if (strcmp(a->uds_path, b->uds_path) == 0 ||
+			    strcmp(a->uds_path, b->socket_path) == 0)
+				return fail(err, errlen, "uds-path '%s' is used twice", a->uds_path);
+		}
+	}
+	return 0;
+}
+
+int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, char *err,
+		       size_t errlen)
+{
+	struct uvsockd_config c = { .action = UVSOCKD_RUN, .log_level = LOG_LVL_INFO };
+	struct uvsockd_vm_config single;
+	bool single_seen[_KEY_MAX] = { 0 };
+	bool any_single = false;
+	int r = 0;
+
+	if (errlen)
+		err[0] = '\0';
+	vm_defaults(&single);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = NULL;
+		int key = -1, m;
+
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			c.action = UVSOCKD_HELP;
+			continue;
+		}
+		if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
+			if (c.action == UVSOCKD_RUN)
+				c.action = UVSOCKD_VERSION;
+			continue;
+		}
+		if (strcmp(a, "--print-capabilities") == 0) {
+			if (c.action == UVSOCKD_RUN)
+				c.action = UVSOCKD_PRINT_CAPABILITIES;
+			continue;
+		}
+		m = match_opt(argc, argv, &i, "--vm", &v, err, errlen);
+		if (m < 0)
+			goto out_fail;
+		if (m) {
+			struct uvsockd_vm_config vm;
+
+			r = parse_vm(&vm, v, err, errlen);
+			if (r < 0)
+				goto out_fail;
+			r = add_vm(&c, &vm, err, errlen);
+			if (r < 0)
+				goto out_fail;
+			continue;
+		}
+		m = match_opt(argc, argv, &i, "--log-level", &v, err, errlen);
+		if (m < 0)
+			goto out_fail;
+		if (m) {
+			int lvl = log_level_from_string(v);
+
+			if (lvl < 0) {
+				r = fail(err, errlen,
+					 "--log-level '%s': expected error, warn, info or debug", v);
+				goto out_fail;
+			}
+			c.log_level = (enum log_level)lvl;
+			continue;
+		}
+		for (int k = 0; k < _KEY_MAX && key < 0; k++) {
+			m = match_opt(argc, argv, &i, single_opts[k], &v, err, errlen);
+			if (m < 0)
+				goto out_fail;
+			if (m)
+				key = k;
+		}
+		if (key < 0) {
+			m = match_opt(argc, argv, &i, "--socket-path", &v, err, errlen);
+			if (m < 0)
+				goto out_fail;
+			if (m)
+				key = KEY_SOCKET;
+		}
+		if (key >= 0) {
+			if (single_seen[key]) {
+				r = fail(err, errlen, "%s given twice", single_opts[key]);
+				goto out_fail;
+			}
+			single_seen[key] = true;
+			any_single = true;
+			r = set_key(&single, key, v, err, errlen);
+			if (r < 0)
+				goto out_fail;
+			continue;
+		}
+		if (strncmp(a, "--forward-cid", 13) == 0 || strncmp(a, "--forward-listen", 16) == 0 ||
+		    strncmp(a, "--config", 8) == 0) {
+			r = fail(err, errlen,
+				 "%s is not supported by uvsockd (see uvsockd --help)", a);
+			goto out_fail;
+		}
+		r = fail(err, errlen, "unknown argument '%s' (see uvsockd --help)", a);
+		goto out_fail;
+	}
+	if (c.action != UVSOCKD_RUN) {
+		*ret = c;
+		return 0;
+	}
+	if (any_single && c.n_vms) {
+		r = fail(err, errlen,
+			 "--vm cannot be combined with --guest-cid/--socket/--uds-path/...");
+		goto out_fail;
+	}
+	if (any_single) {
+		r = check_required(&single, single_seen, "single-VM options", err, errlen);
+		if (r < 0) {
+			/* Say it with the option names the user typed. */
+			r = fail(err, errlen, "%s is required (or use --vm)",
+				 single_seen[KEY_SOCKET] ? "--uds-path" : "--socket");
+			goto out_fail;
+		}
+		r = add_vm(&c, &single, err, errlen);
+		if (r < 0)
+			goto out_fail;
+	}
+	if (c.n_vms == 0) {
+		r = fail(err, errlen,
+			 "no VM given: use --vm guest-cid=N,socket=PATH,uds-path=PATH "
+			 "(see uvsockd --help)");
+		goto out_fail;
+	}
+	r = check_unique(&c, err, errlen);
+	if (r < 0)
+		goto out_fail;
+	*ret = c;
+	return 0;
+
+out_fail:
+	uvsockd_config_clear(&c);
+	return r < 0 ? r : -EINVAL;
+}
+
+static int check_dir_of(const char *path, const char *what, char *err, size_t errlen)
+{
+	char copy[UVSOCKD_SUN_PATH_MAX + 1];
+	struct stat st;
+	const char *dir;
+
+	snprintf(copy, sizeof(copy), "%s", path);
+	dir = dirname(copy);
+	if (stat(dir, &st) < 0) {
+		int e = errno;
+
+		snprintf(err, errlen, "%s '%s': directory '%s': %s", what, path, dir, strerror(e));
+		return -e;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "%s '%s': '%s' is not a directory", what, path, dir);
+		return -ENOTDIR;
+	}
+	if (access(dir, W_OK | X_OK) < 0) {
+		int e = errno;
+
+		snprintf(err, errlen, "%s '%s': cannot create sockets in '%s': %s", what, path, dir,
+			 strerror(e));
+		return -e;
+	}
+	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "%s '%s' exists and is not a socket", what, path);
+		return -EEXIST;
+	}
+	return 0;
+}
+
+int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen)
+{
+	for (unsigned i = 0; i < c->n_vms; i++) {
+		int r = check_dir_of(c->vms[i].socket_path, "socket", err, errlen);
+
+		if (r < 0)
+			return r;
+		r = check_dir_of(c->vms[i].uds_path, "uds-path", err, errlen);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+void uvsockd_config_clear(struct uvsockd_config *c)
+{
+	free(c->vms);
+	c->vms = NULL;
+	c->n_vms = 0;
+}
+
+bool uvsockd_vms_share_group(const struct uvsockd_vm_config *a, const struct uvsockd_vm_config *b)
+{
+	for (unsigned i = 0; i < a->n_groups; i++)
+		for (unsigned j = 0; j < b->n_groups; j++)
+			if (strcmp(a->groups[i], b->groups[j]) == 0)
+				return true;
+	return false;
+}
+
+void uvsockd_print_usage(FILE *f, const char *prog)
+{
+	fprintf(f,
+		"Usage: %s --vm guest-cid=N,socket=PATH,uds-path=PATH[,KEY=VALUE...] [--vm ...]\n"
+		"       %s --guest-cid N --socket PATH --uds-path PATH [OPTIONS]\n"
+		"\n"
+		"vhost-user-vsock backend: serves virtio-vsock to one or more VMs; guest<->host\n"
+		"traffic goes to Unix sockets (Firecracker hybrid convention), guest<->guest\n"
+		"traffic is routed between VMs that share a group.\n"
+		"\n"
+		"Options:\n"
+		"  --vm KEY=VALUE[,KEY=VALUE...]\n"
+		"                          one VM (repeatable); keys: guest-cid, socket,\n"
+		"                          uds-path, tx-buffer-size, queue-size, groups\n"
+		"                          ('_' may replace '-' in keys)\n"
+		"  --guest-cid N           guest CID (3..4294967294, default 3)\n"
+		"  --socket PATH           vhost-user socket the VMM connects to\n"
+		"                          (alias: --socket-path)\n"
+		"  --uds-path PATH         host-side Unix socket: host programs connect here and\n"
+		"                          send \"CONNECT <port>\\n\"; guest connections to host\n"
+		"                          port P go to PATH_P\n"
+		"  --tx-buffer-size BYTES  receive buffer per connection advertised to the guest\n"
+		"                          (buf_alloc; 4096..67108864, default 262144)\n"
+		"  --queue-size N          largest virtqueue size accepted (power of two,\n"
+		"                          up to 32768, default 1024)\n"
+		"  --groups NAME[+NAME...] sibling groups: VMs sharing a group may connect to\n"
+		"                          each other by CID (default: default)\n"
+		"  --log-level LEVEL       error, warn, info (default) or debug\n"
+		"  --print-capabilities    print the vhost-user backend capabilities as JSON\n"
+		"  -h, --help              print this help\n"
+		"  -V, --version           print the version\n",
+		prog, prog);
+}
+
+void uvsockd_print_capabilities(FILE *f)
+{
+	fprintf(f, "{\n  \"type\": \"vsock\",\n  \"features\": [\n    \"seqpacket\",\n"
+		   "    \"siblings\"\n  ]\n}\n");
+}

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uvsockd's command line: rust-vmm vhost-device-vsock compatible options (`--vm key=value,...`
+ * repeatable, or the single-VM `--guest-cid/--socket/--uds-path...`), the vhost-user backend
+ * program conventions (`--print-capabilities`, `--socket-path` alias) and our own
+ * `--log-level`. Parsing is pure (no file system access) so it is unit-testable;
+ * uvsockd_check_paths() does the start-up checks that need the file system.
+ *
+ * Security model: argv comes from the operator, who is trusted, but every value is checked
+ * (ranges, reserved CIDs, the 108-byte sun_path limit) so that mistakes give one clear line on
+ * stderr instead of a daemon that half works.
+ */
+#ifndef UVSOCK_DAEMON_OPTIONS_H
+#define UVSOCK_DAEMON_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/log.h"
+
+#define UVSOCKD_MAX_VMS 1024
+#define UVSOCKD_MAX_GROUPS 16
+#define UVSOCKD_GROUP_NAME_MAX 63
+/* sizeof(sockaddr_un.sun_path) is 108, including the terminating NUL. */
+#define UVSOCKD_SUN_PATH_MAX 107
+/* uds-path also names `<uds-path>_<port>` (port up to 10 digits) and `<uds-path>_seqpacket`. */
+#define UVSOCKD_UDS_SUFFIX_MAX 11
+
+#define UVSOCKD_DEFAULT_GUEST_CID 3u
+#define UVSOCKD_DEFAULT_TX_BUFFER_SIZE (256u * 1024)
+#define UVSOCKD_DEFAULT_QUEUE_SIZE 1024u
+#define UVSOCKD_MIN_TX_BUFFER_SIZE 4096u
+#define UVSOCKD_MAX_TX_BUFFER_SIZE (64u * 1024 * 1024)
+#define UVSOCKD_MAX_QUEUE_SIZE 32768u
+
+struct uvsockd_vm_config {
+	uint32_t guest_cid;
+	char socket_path[UVSOCKD_SUN_PATH_MAX + 1]; /* vhost-user socket the VMM connects to */
+	char uds_path[UVSOCKD_SUN_PATH_MAX + 1];    /* host side: listener and `_<port>` prefix */
+	uint32_t tx_buffer_size; /* advertised buf_alloc per connection, bytes */
+	uint32_t queue_size;     /* largest virtqueue size accepted from the VMM */
+	unsigned n_groups;
+	char groups[UVSOCKD_MAX_GROUPS][UVSOCKD_GROUP_NAME_MAX + 1];
+};
+
+enum uvsockd_action {
+	UVSOCKD_RUN,
+	UVSOCKD_HELP,
+	UVSOCKD_VERSION,
+	UVSOCKD_PRINT_CAPABILITIES,
+	_UVSOCKD_ACTION_MAX,
+};
+
+struct uvsockd_config {
+	enum uvsockd_action action;
+	enum log_level log_level;
+	unsigned n_vms;
+	struct uvsockd_vm_config *vms; /* n_vms entries, owned */
+};
+
+/*
+ * Parses argv (argv[0] is the program name). On success *ret is filled (free with
+ * uvsockd_config_clear) and, for UVSOCKD_RUN, has at least one VM with every value checked:
+ * CIDs in [3, 0xfffffffe] and unique, paths non-empty, unique and within the sun_path limit
+ * (uds-path leaves room for `_<10 digits>`), sizes in range, group names valid.
+ * On failure a one-line message (no trailing newline) is written to err.
+ * Returns 0, -EINVAL (bad usage or value), -ENOMEM.
+ */
+int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, char *err,
+		       size_t errlen);
+
+/*
+ * Start-up checks that need the file system: the directory of every socket path and uds-path
+ * exists and is writable (we create sockets there), and no such path exists as a non-socket.
+ * Returns 0 or a negative errno with a one-line message in err.
+ */
+int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen);
+
+/* Frees what uvsockd_parse_args allocated. Safe on a zeroed config. */
+void uvsockd_config_clear(struct uvsockd_config *c);
+
+/* True if the two VMs share at least one group (may route to each other). */
+bool uvsockd_vms_share_group(const struct uvsockd_vm_config *a, const struct uvsockd_vm_config *b);
+
+/* The --help text (also the source of the man page's option list). */
+void uvsockd_print_usage(FILE *f, const char *prog);
+/* The --print-capabilities JSON, one object and a newline. */
+void uvsockd_print_capabilities(FILE *f);
+
+#endif

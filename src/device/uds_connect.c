@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/* CONNECT line reader and parser for the hybrid Unix-socket handshake (see uds_connect.h). */
+#include "device/uds_connect.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+static bool is_blank(char c)
+{
+	return c == ' ' || c == '\t';
+}
+
+int uds_connect_parse(const char *line, size_t len, uint32_t *ret_port)
+{
+	static const char kw[] = "connect";
+	size_t i = 0, digits = 0;
+	uint64_t port = 0;
+
+	if (len == 0 || len > UDS_CONNECT_LINE_MAX || line[len - 1] != '\n')
+		return -EPROTO;
+	len--;
+	for (; i < sizeof(kw) - 1; i++) {
+		char c = i < len ? line[i] : '\0';
+
+		if (c >= 'A' && c <= 'Z')
+			c = (char)(c - 'A' + 'a');
+		if (c != kw[i])
+			return -EPROTO;
+	}
+	if (i >= len || !is_blank(line[i]))
+		return -EPROTO;
+	while (i < len && is_blank(line[i]))
+		i++;
+	while (i < len && line[i] >= '0' && line[i] <= '9') {
+		if (++digits > 10)
+			return -EPROTO;
+		port = port * 10 + (uint64_t)(line[i] - '0');
+		i++;
+	}
+	if (digits == 0 || port >= UINT32_MAX)
+		return -EPROTO;
+	while (i < len && (is_blank(line[i]) || line[i] == '\r'))
+		i++;
+	if (i != len)
+		return -EPROTO;
+	*ret_port = (uint32_t)port;
+	return 0;
+}
+
+static int read_seqpacket(struct uds_connect_reader *r, int fd, uint32_t *ret_port)
+{
+	ssize_t n;
+
+	n = recv(fd, r->buf, sizeof(r->buf), MSG_DONTWAIT | MSG_TRUNC);
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	if (n == 0)
+		return -ECONNRESET;
+	if ((size_t)n > sizeof(r->buf))
+		return -EMSGSIZE;
+	if (r->buf[n - 1] != '\n')
+		return -EPROTO;
+	return uds_connect_parse(r->buf, (size_t)n, ret_port);
+}
+
+int uds_connect_read(struct uds_connect_reader *r, int fd, bool seqpacket, uint32_t *ret_port)
+{
+	if (seqpacket)
+		return read_seqpacket(r, fd, ret_port);
+	for (;;) {
+		size_t room = sizeof(r->buf) - r->len;
+		char *nl;
+		ssize_t n;
+		size_t take;
+
+		if (room == 0)
+			return -EMSGSIZE;
+		/* Peek first, then consume only up to the newline: what follows is stream data. */
+		n = recv(fd, r->buf + r->len, room, MSG_DONTWAIT | MSG_PEEK);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		nl = memchr(r->buf + r->len, '\n', (size_t)n);
+		take = nl ? (size_t)(nl - (r->buf + r->len)) + 1 : (size_t)n;
+		n = recv(fd, r->buf + r->len, take, MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+		}
+		/* A stream socket hands out peeked bytes in order, so n == take here. */
+		r->len += (size_t)n;
+		if (nl && (size_t)n == take)
+			return uds_connect_parse(r->buf, r->len, ret_port);
+		if (r->len == sizeof(r->buf))
+			return -EMSGSIZE;
+		/* Everything pending is consumed; wait for more. */
+		if ((size_t)n == take)
+			return -EAGAIN;
+	}
+}
+
+size_t uds_connect_format_ok(char *buf, uint32_t port)
+{
+	return (size_t)snprintf(buf, 16, "OK %u\n", port);
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The host side of the Firecracker "hybrid vsock" handshake: a host program connects to
+ * `<uds-path>` and writes `CONNECT <port>\n`; we answer `OK <host-port>\n` once the guest accepted.
+ * This file reads and parses that line without blocking and without consuming a single byte past
+ * the newline (bytes after it are stream data for the guest).
+ *
+ * Accepted line: the keyword CONNECT in any letter case, one or more spaces or tabs, a decimal
+ * port in [0, 4294967294] (no sign, at most 10 digits), optional trailing spaces, tabs or '\r',
+ * then '\n'; at most UDS_CONNECT_LINE_MAX bytes including the newline (Firecracker reads at most
+ * 32). On a SOCK_SEQPACKET socket the line is one message.
+ *
+ * Security model: the host program is not trusted to be well-behaved: a partial line, garbage, an
+ * overlong line or an early close gives an error and the caller closes the socket; nothing here
+ * allocates, blocks, or reads past the line.
+ */
+#ifndef UVSOCK_DEVICE_UDS_CONNECT_H
+#define UVSOCK_DEVICE_UDS_CONNECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define UDS_CONNECT_LINE_MAX 32
+
+/*
+ * Parses one complete line (len bytes, the last of which is '\n').
+ * Returns 0 and *ret_port, or -EPROTO (not a CONNECT line, bad or out-of-range port).
+ */
+int uds_connect_parse(const char *line, size_t len, uint32_t *ret_port);
+
+/* Per-connection reader state; zero-initialise. */
+struct uds_connect_reader {
+	char buf[UDS_CONNECT_LINE_MAX];
+	size_t len;
+};
+
+/*
+ * Reads what is available on the non-blocking socket fd (stream: never past the newline;
+ * seqpacket: one message) and parses the line once complete.
+ * Returns 0 and *ret_port when the line is complete and valid; -EAGAIN when more bytes are needed
+ * (call again when fd is readable); -EPROTO garbage; -EMSGSIZE overlong line (or a SEQPACKET
+ * message that is not exactly the line); -ECONNRESET the peer closed before the newline; other
+ * -errno from recv.
+ */
+int uds_connect_read(struct uds_connect_reader *r, int fd, bool seqpacket, uint32_t *ret_port);
+
+/* Formats "OK <port>\n" into buf (at least 16 bytes). Returns the length. */
+size_t uds_connect_format_ok(char *buf, uint32_t port);
+
+#endif

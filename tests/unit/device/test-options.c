@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests for uvsockd's option parser (daemon/options.c): --vm and single-VM forms, key
+ * spellings, defaults, every rejected value (reserved, duplicate and oversized CIDs, path
+ * limits, sizes, groups), actions, and the file-system checks on a temporary directory.
+ */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "options.h"
+#include "test.h"
+
+static char err[512];
+
+/* Parses a NULL-terminated list of arguments (argv[0] added). */
+static int parse_v(struct uvsockd_config *c, va_list ap)
+{
+	char *argv[32] = { "uvsockd" };
+	int argc = 1;
+	const char *a;
+
+	while ((a = va_arg(ap, const char *)) && argc < 31)
+		argv[argc++] = (char *)a;
+	argv[argc] = NULL;
+	return uvsockd_parse_args(argc, argv, c, err, sizeof(err));
+}
+
+static int parse(struct uvsockd_config *c, ...)
+{
+	va_list ap;
+	int r;
+
+	memset(c, 0, sizeof(*c));
+	va_start(ap, c);
+	r = parse_v(c, ap);
+	va_end(ap);
+	return r;
+}
+
+/* Asserts that parsing fails with -EINVAL and the message contains `needle`. */
+#define ASSERT_REJECTS(needle, ...)                                                                \
+	do {                                                                                       \
+		struct uvsockd_config c_;                                                          \
+		int r_ = parse(&c_, __VA_ARGS__, NULL);                                            \
+		if (r_ != -EINVAL || !strstr(err, needle))                                         \
+			test_fail(__FILE__, __LINE__, "r=%d err='%s' (wanted '%s')", r_, err,       \
+				  needle);                                                         \
+		ASSERT_TRUE(c_.vms == NULL);                                                       \
+	} while (0)
+
+TEST(vm_full_spec)
+{
+	struct uvsockd_config c;
+
+	ASSERT_OK(parse(&c, "--vm",
+			"guest-cid=4,socket=/tmp/a.sock,uds-path=/tmp/a.vsock,tx-buffer-size=65536,"
+			"queue-size=256,groups=g1+g2",
+			"--vm=guest_cid=5,socket=/tmp/b.sock,uds_path=/tmp/b.vsock", "--log-level",
+			"debug", NULL));
+	ASSERT_EQ(c.action, UVSOCKD_RUN);
+	ASSERT_EQ(c.log_level, LOG_LVL_DEBUG);
+	ASSERT_EQ(c.n_vms, 2);
+	ASSERT_EQ(c.vms[0].guest_cid, 4);
+	ASSERT_STREQ(c.vms[0].socket_path, "/tmp/a.sock");
+	ASSERT_STREQ(c.vms[0].uds_path, "/tmp/a.vsock");
+	ASSERT_EQ(c.vms[0].tx_buffer_size, 65536);
+	ASSERT_EQ(c.vms[0].queue_size, 256);
+	ASSERT_EQ(c.vms[0].n_groups, 2);
+	ASSERT_STREQ(c.vms[0].groups[0], "g1");
+	ASSERT_STREQ(c.vms[0].groups[1], "g2");
+	ASSERT_EQ(c.vms[1].guest_cid, 5);
+	ASSERT_EQ(c.vms[1].tx_buffer_size, UVSOCKD_DEFAULT_TX_BUFFER_SIZE);
+	ASSERT_EQ(c.vms[1].queue_size, UVSOCKD_DEFAULT_QUEUE_SIZE);
+	ASSERT_EQ(c.vms[1].n_groups, 1);
+	ASSERT_STREQ(c.vms[1].groups[0], "default");
+	ASSERT_FALSE(uvsockd_vms_share_group(&c.vms[0], &c.vms[1]));
+	uvsockd_config_clear(&c);
+	uvsockd_config_clear(&c);
+}
+
+TEST(single_vm_options)
+{
+	struct uvsockd_config c;
+
+	ASSERT_OK(parse(&c, "--socket", "/tmp/s", "--uds-path=/tmp/u", "--groups", "x+default",
+			"--tx-buffer-size", "8192", "--queue-size=128", NULL));
+	ASSERT_EQ(c.n_vms, 1);
+	ASSERT_EQ(c.vms[0].guest_cid, UVSOCKD_DEFAULT_GUEST_CID);
+	ASSERT_EQ(c.vms[0].tx_buffer_size, 8192);
+	ASSERT_EQ(c.vms[0].queue_size, 128);
+	ASSERT_EQ(c.vms[0].n_groups, 2);
+	uvsockd_config_clear(&c);
+
+	ASSERT_OK(parse(&c, "--guest-cid", "4294967294", "--socket-path", "/tmp/s", "--uds-path",
+			"/tmp/u", NULL));
+	ASSERT_EQ_U64(c.vms[0].guest_cid, 4294967294u);
+	uvsockd_config_clear(&c);
+}
+
+TEST(groups_sharing)
+{
+	struct uvsockd_config c;
+
+	ASSERT_OK(parse(&c, "--vm", "guest-cid=3,socket=/t/a,uds-path=/t/b,groups=red+blue",
+			"--vm", "guest-cid=4,socket=/t/c,uds-path=/t/d,groups=green+blue", "--vm",
+			"guest-cid=5,socket=/t/e,uds-path=/t/f,groups=green", NULL));
+	ASSERT_TRUE(uvsockd_vms_share_group(&c.vms[0], &c.vms[1]));
+	ASSERT_TRUE(uvsockd_vms_share_group(&c.vms[1], &c.vms[2]));
+	ASSERT_FALSE(uvsockd_vms_share_group(&c.vms[0], &c.vms[2]));
+	uvsockd_config_clear(&c);
+}
+
+TEST(actions)
+{
+	struct uvsockd_config c;
+
+	ASSERT_OK(parse(&c, "--help", NULL));
+	ASSERT_EQ(c.action, UVSOCKD_HELP);
+	ASSERT_OK(parse(&c, "-V", NULL));
+	ASSERT_EQ(c.action, UVSOCKD_VERSION);
+	ASSERT_OK(parse(&c, "--print-capabilities", NULL));
+	ASSERT_EQ(c.action, UVSOCKD_PRINT_CAPABILITIES);
+	/* --help wins over anything else and needs no VM. */
+	ASSERT_OK(parse(&c, "--version", "-h", NULL));
+	ASSERT_EQ(c.action, UVSOCKD_HELP);
+}
+
+TEST(rejects_cids)
+{
+	ASSERT_REJECTS("reserved", "--vm", "guest-cid=0,socket=/a,uds-path=/b");
+	ASSERT_REJECTS("reserved", "--vm", "guest-cid=1,socket=/a,uds-path=/b");
+	ASSERT_REJECTS("reserved", "--vm", "guest-cid=2,socket=/a,uds-path=/b");
+	ASSERT_REJECTS("reserved", "--guest-cid", "4294967295", "--socket", "/a", "--uds-path",
+		       "/b");
+	ASSERT_REJECTS("out of range", "--guest-cid", "4294967296", "--socket", "/a",
+		       "--uds-path", "/b");
+	ASSERT_REJECTS("out of range", "--guest-cid", "99999999999999999999999", "--socket", "/a",
+		       "--uds-path", "/b");
+	ASSERT_REJECTS("not a number", "--guest-cid", "-3", "--socket", "/a", "--uds-path", "/b");
+	ASSERT_REJECTS("not a number", "--guest-cid", "3x", "--socket", "/a", "--uds-path", "/b");
+	ASSERT_REJECTS("not a number", "--guest-cid", "", "--socket", "/a", "--uds-path", "/b");
+	ASSERT_REJECTS("used by two VMs", "--vm", "guest-cid=3,socket=/a,uds-path=/b", "--vm",
+		       "guest-cid=3,socket=/c,uds-path=/d");
+}
+
+TEST(rejects_paths)
+{
+	char longp[200], opt[300];
+
+	ASSERT_REJECTS("socket is required", "--vm", "guest-cid=3,uds-path=/b");
+	ASSERT_REJECTS("uds-path is required", "--vm", "guest-cid=3,socket=/b");
+	ASSERT_REJECTS("--uds-path is required", "--socket", "/a");
+	ASSERT_REJECTS("--socket is required", "--uds-path", "/a");
+	ASSERT_REJECTS("must not be empty", "--vm", "socket=,uds-path=/b");
+	ASSERT_REJECTS("used twice", "--vm", "guest-cid=3,socket=/a,uds-path=/b", "--vm",
+		       "guest-cid=4,socket=/a,uds-path=/c");
+	ASSERT_REJECTS("used twice", "--vm", "guest-cid=3,socket=/a,uds-path=/b", "--vm",
+		       "guest-cid=4,socket=/c,uds-path=/b");
+	ASSERT_REJECTS("same path", "--socket", "/a", "--uds-path", "/a");
+
+	/* socket: 107 bytes fit, 108 do not. */
+	memset(longp, 'a', sizeof(longp));
+	longp[0] = '/';
+	longp[107] = '\0';
+	snprintf(opt, sizeof(opt), "socket=%s,uds-path=/u", longp);
+	{
+		struct uvsockd_config c;
+
+		ASSERT_OK(parse(&c, "--vm", opt, NULL));
+		uvsockd_config_clear(&c);
+	}
+	longp[107] = 'a';
+	longp[108] = '\0';
+	snprintf(opt, sizeof(opt), "socket=%s,uds-path=/u", longp);
+	ASSERT_REJECTS("too long", "--vm", opt);
+
+	/* uds-path: 96 bytes fit (96 + "_4294967295" = 107), 97 do not. */
+	longp[96] = '\0';
+	snprintf(opt, sizeof(opt), "socket=/s,uds-path=%s", longp);
+	{
+		struct uvsockd_config c;
+
+		ASSERT_OK(parse(&c, "--vm", opt, NULL));
+		ASSERT_EQ(strlen(c.vms[0].uds_path) + strlen("_4294967295"),
+			  sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+		uvsockd_config_clear(&c);
+	}
+	longp[96] = 'a';
+	longp[97] = '\0';
+	snprintf(opt, sizeof(opt), "socket=/s,uds-path=%s", longp);
+	ASSERT_REJECTS("_<port>` must fit", "--vm", opt);
+}
+
+TEST(rejects_sizes_groups_and_syntax)
+{
+	ASSERT_REJECTS("tx-buffer-size", "--vm", "socket=/a,uds-path=/b,tx-buffer-size=100");
+	ASSERT_REJECTS("tx-buffer-size", "--vm", "socket=/a,uds-path=/b,tx-buffer-size=1g");
+	ASSERT_REJECTS("queue-size", "--vm", "socket=/a,uds-path=/b,queue-size=0");
+	ASSERT_REJECTS("power of two", "--vm", "socket=/a,uds-path=/b,queue-size=100");
+	ASSERT_REJECTS("queue-size", "--vm", "socket=/a,uds-path=/b,queue-size=65536");
+	ASSERT_REJECTS("empty group", "--vm", "socket=/a,uds-path=/b,groups=a++b");
+	ASSERT_REJECTS("empty group", "--vm", "socket=/a,uds-path=/b,groups=");
+	ASSERT_REJECTS("names use", "--vm", "socket=/a,uds-path=/b,groups=a b");
+	ASSERT_REJECTS("unknown key", "--vm", "socket=/a,uds-path=/b,colour=red");
+	ASSERT_REJECTS("not supported", "--vm", "socket=/a,forward-cid=1");
+	ASSERT_REJECTS("not supported", "--forward-cid", "1");
+	ASSERT_REJECTS("expected key=value", "--vm", "socket=/a,uds-path");
+	ASSERT_REJECTS("given twice", "--vm", "socket=/a,uds-path=/b,socket=/c");
+	ASSERT_REJECTS("given twice", "--socket", "/a", "--socket", "/b");
+	ASSERT_REJECTS("cannot be combined", "--vm", "socket=/a,uds-path=/b", "--guest-cid", "4");
+	ASSERT_REJECTS("needs a value", "--socket");
+	ASSERT_REJECTS("unknown argument", "--bogus");
+	ASSERT_REJECTS("unknown argument", "--sockets=/a");
+	ASSERT_REJECTS("no VM given", "--log-level=info");
+	ASSERT_REJECTS("--log-level", "--log-level", "loud", "--socket", "/a", "--uds-path", "/b");
+}
+
+TEST(check_paths_on_filesystem)
+{
+	char dir[] = "/tmp/uvsockd-opt-XXXXXX";
+	char sock[128], uds[128], file[128], spec[400];
+	struct uvsockd_config c;
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(sock, sizeof(sock), "%s/vm.sock", dir);
+	snprintf(uds, sizeof(uds), "%s/vm.vsock", dir);
+	snprintf(file, sizeof(file), "%s/plain", dir);
+	snprintf(spec, sizeof(spec), "socket=%s,uds-path=%s", sock, uds);
+	ASSERT_OK(parse(&c, "--vm", spec, NULL));
+	ASSERT_OK(uvsockd_check_paths(&c, err, sizeof(err)));
+	uvsockd_config_clear(&c);
+
+	/* Missing directory. */
+	snprintf(spec, sizeof(spec), "socket=%s/nope/vm.sock,uds-path=%s", dir, uds);
+	ASSERT_OK(parse(&c, "--vm", spec, NULL));
+	ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), ENOENT);
+	ASSERT_TRUE(strstr(err, "nope") != NULL);
+	uvsockd_config_clear(&c);
+
+	/* An existing regular file where a socket should go. */
+	ASSERT_OK(close(creat(file, 0600)));
+	snprintf(spec, sizeof(spec), "socket=%s,uds-path=%s", sock, file);
+	ASSERT_OK(parse(&c, "--vm", spec, NULL));
+	ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), EEXIST);
+	uvsockd_config_clear(&c);
+	unlink(file);
+
+	/* Unwritable directory (root bypasses permissions: then only the message is unchecked). */
+	ASSERT_OK(chmod(dir, 0500));
+	snprintf(spec, sizeof(spec), "socket=%s,uds-path=%s", sock, uds);
+	ASSERT_OK(parse(&c, "--vm", spec, NULL));
+	if (geteuid() != 0) {
+		ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), EACCES);
+		ASSERT_TRUE(strstr(err, "cannot create sockets") != NULL);
+	}
+	uvsockd_config_clear(&c);
+	chmod(dir, 0700);
+	ASSERT_OK(rmdir(dir));
+}
+
+TEST(usage_mentions_every_option)
+{
+	static const char *const opts[] = { "--vm", "--guest-cid", "--socket", "--uds-path",
+					    "--tx-buffer-size", "--queue-size", "--groups",
+					    "--log-level", "--print-capabilities", "--help",
+					    "--version" };
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	uvsockd_print_usage(f, "uvsockd");
+	uvsockd_print_capabilities(f);
+	fclose(f);
+	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+		ASSERT_TRUE(strstr(buf, opts[i]) != NULL);
+	ASSERT_TRUE(strstr(buf, "\"type\": \"vsock\"") != NULL);
+	free(buf);
+}
+
+TEST_MAIN()
