@@ -7,7 +7,7 @@ for k in "${@:-build test}"; do
 	case "$k" in
 	build) ;;
 	test) want="$want clang libclang-rt-14-dev socat" ;;
-	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils" ;;
+	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod" ;;
 	capture) want="$want tshark" ;;
 	*) echo "install-deps: unknown set '$k'" >&2; exit 2 ;;
 	esac

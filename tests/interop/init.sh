@@ -1,0 +1,50 @@
+#!/bin/busybox sh
+# SPDX-License-Identifier: MIT
+# /init of the interop guest's initramfs. Mounts the pseudo file systems, loads the vsock modules
+# in the order computed on the host from modules.dep (/etc/uvsock/load-order), then either runs
+# the in-guest test program (uvsock.mode=test, the default), which reads its case list from the
+# kernel command line and prints UVSOCK-CASE lines, or gives an interactive shell on the serial
+# console (uvsock.mode=shell). Either way the VM powers off at the end; the last line on the
+# console is "UVSOCK-DONE rc=N".
+/bin/busybox mkdir -p /proc /sys /dev /tmp /sbin /usr/bin /usr/sbin /root
+/bin/busybox --install -s
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+exec 0</dev/console 1>/dev/console 2>&1
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+echo "UVSOCK-INIT kernel=$(uname -r) uptime=$(cut -d' ' -f1 /proc/uptime)"
+
+mode=test
+for w in $(cat /proc/cmdline); do
+	case $w in
+	uvsock.mode=*) mode=${w#uvsock.mode=} ;;
+	esac
+done
+
+for m in $(cat /etc/uvsock/load-order); do
+	insmod "/lib/modules/$m" || echo "UVSOCK-MODFAIL $m"
+done
+echo "UVSOCK-MODULES $(cut -d' ' -f1 /proc/modules | tr '\n' ' ')"
+
+finish() {
+	echo "UVSOCK-DONE rc=$1"
+	poweroff -f
+	echo o >/proc/sysrq-trigger
+	sleep 5
+}
+
+if [ "$mode" = shell ]; then
+	cid=$(cat /sys/bus/virtio/devices/*/features >/dev/null 2>&1 && /bin/uvsock-guest --cid 2>/dev/null)
+	cat <<BANNER
+
+  uvsock guest shell (kernel $(uname -r), guest CID ${cid:-unknown}).
+  Try:  uvsock-guest --help         nc-like tools: uvsock-guest connect|listen ...
+  'poweroff -f' (or exit this shell) stops the VM.
+
+BANNER
+	setsid cttyhack sh -l
+	finish 0
+fi
+
+/bin/uvsock-guest run
+finish $?
