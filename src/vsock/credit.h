@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Credit-based flow control (virtio spec 5.10.6.3, reference section 3) as pure functions.
+ *
+ * All counters are free-running uint32_t that wrap modulo 2^32: tx_cnt (bytes we handed to the
+ * transport), fwd_cnt (bytes our application consumed), and the peer's copies of its own. The
+ * differences are taken modulo 2^32 and then widened to 64 bits before any comparison, so a wrap
+ * at UINT32_MAX is harmless and a peer that shrinks buf_alloc below the bytes in flight (or
+ * reports a nonsensical fwd_cnt) yields zero credit, never a huge one. These are the Linux fixes
+ * "cap TX credit to local buffer size" (6.1.162) and the s64 clamp.
+ */
+#ifndef UVSOCK_VSOCK_CREDIT_H
+#define UVSOCK_VSOCK_CREDIT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vsock/hdr.h"
+
+/* Bytes we have sent that the peer's application has not consumed yet (modulo 2^32). */
+static inline uint32_t vsock_credit_in_flight(uint32_t tx_cnt, uint32_t peer_fwd_cnt)
+{
+	return tx_cnt - peer_fwd_cnt;
+}
+
+/* The peer's buffer as we honour it: capped at our own buf_alloc (CVE-2026-23086). */
+static inline uint32_t vsock_credit_peer_cap(uint32_t peer_buf_alloc, uint32_t own_buf_alloc)
+{
+	return peer_buf_alloc < own_buf_alloc ? peer_buf_alloc : own_buf_alloc;
+}
+
+/*
+ * Bytes we may still send: min(peer_buf_alloc, own_buf_alloc) - (tx_cnt - peer_fwd_cnt),
+ * computed in 64 bits and clamped at 0.
+ */
+static inline uint32_t vsock_credit_avail(uint32_t peer_buf_alloc, uint32_t own_buf_alloc,
+					  uint32_t tx_cnt, uint32_t peer_fwd_cnt)
+{
+	int64_t avail = (int64_t)vsock_credit_peer_cap(peer_buf_alloc, own_buf_alloc) -
+			(int64_t)vsock_credit_in_flight(tx_cnt, peer_fwd_cnt);
+
+	return avail < 0 ? 0 : (uint32_t)avail;
+}
+
+/* Largest SEQPACKET message we accept for sending: min(peer buf_alloc, own buf_alloc). */
+static inline uint32_t vsock_credit_max_msg(uint32_t peer_buf_alloc, uint32_t own_buf_alloc)
+{
+	return vsock_credit_peer_cap(peer_buf_alloc, own_buf_alloc);
+}
+
+/*
+ * Receiver side: may a packet of `len` bytes be queued when `rx_bytes` are queued already and
+ * the peer was promised `limit` bytes? False means the peer exceeded its credit.
+ */
+static inline bool vsock_credit_rx_fits(uint32_t rx_bytes, uint32_t len, uint32_t limit)
+{
+	return (uint64_t)rx_bytes + len <= limit;
+}
+
+/*
+ * Whether a STREAM receiver should send a CREDIT_UPDATE after its application consumed bytes
+ * (Linux 6.1.76+, reference 3.4): something unannounced was consumed, and either the free space
+ * the peer believes in is below one maximum packet (64 KiB) or the queue fell below rcvlowat.
+ * The free space is computed in 64 bits so a buf_alloc smaller than the unannounced count (the
+ * buffer was shrunk) counts as "low" instead of wrapping to a huge value.
+ */
+static inline bool vsock_credit_need_update(uint32_t buf_alloc, uint32_t fwd_cnt,
+					    uint32_t last_fwd_cnt, uint32_t rx_bytes,
+					    uint32_t rcvlowat)
+{
+	uint32_t unannounced = fwd_cnt - last_fwd_cnt;
+	int64_t free_space = (int64_t)buf_alloc - (int64_t)unannounced;
+
+	if (unannounced == 0)
+		return false;
+	return free_space < (int64_t)VSOCK_MAX_PKT_PAYLOAD || rx_bytes < rcvlowat;
+}
+
+#endif
