@@ -1,0 +1,766 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * vhost-user back-end for vsock (see backend.h): a table-driven dispatcher over the requests
+ * QEMU 7.2's vhost-user-vsock-pci sends, the device state (features, guest memory, two rings)
+ * and the ring start/stop decisions handed to the device role.
+ *
+ * Security model: the front-end is one step removed from a possibly malicious guest and is not
+ * trusted either. Do not assume any received field holds a sensible value: the dispatcher
+ * checks each message against its table line (fd count, payload size, SET_OWNER first, the
+ * protocol feature it needs) and every handler validates every field before it changes state.
+ * Any violation ends the connection (a -errno from vhu_backend_process(), with a reason in
+ * vhu_backend_error()); it never reaches an assert.
+ *
+ * Fd ownership: fds received with a message belong to it until a handler claims one with
+ * vhu_msg_take_fd(); vhu_backend_process() closes the rest on every path.
+ */
+#include "vhost_user/backend.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/log.h"
+#include "util/macros.h"
+#include "vhost_user/msg.h"
+
+/* Handler result besides 0 and -errno: refused (REPLY_ACK says failure), connection stays. */
+#define VHU_REFUSED 1
+
+struct vhu_ring {
+	unsigned num;            /* 0 until SET_VRING_NUM */
+	uint16_t last_avail_idx; /* SET_VRING_BASE, or what queue_stop returned */
+	bool addr_set;
+	struct vhu_vring_addr addr; /* front-end virtual addresses */
+	int kick_fd, call_fd, err_fd;
+	bool started;  /* SET_VRING_KICK seen, no GET_VRING_BASE since */
+	bool enabled;  /* see backend.h "Ring lifecycle" */
+	bool running;  /* the device was told queue_start and not yet queue_stop */
+	struct vhu_vring_info info; /* what queue_start got; stable while running */
+};
+
+struct vhu_reply {
+	uint32_t size;
+	union {
+		uint64_t u64;
+		struct vhu_vring_state state;
+		struct vhu_config config;
+	} p;
+};
+
+struct vhu_backend {
+	int sock;
+	struct vhu_backend_config cfg;
+	const struct vhu_backend_ops *ops;
+	void *opaque;
+
+	uint64_t offered_features; /* GET_FEATURES answer */
+	uint64_t offered_proto;    /* GET_PROTOCOL_FEATURES answer */
+	uint64_t features;         /* acked by SET_FEATURES */
+	uint64_t proto_features;   /* acked by SET_PROTOCOL_FEATURES */
+	bool owner;
+
+	struct guest_mem *mem;
+	struct vhu_ring rings[VHU_NUM_QUEUES];
+
+	int error; /* sticky -errno once the connection failed */
+	char errbuf[256];
+	struct vhu_msg msg; /* the message being handled (4 KiB payload; kept off the stack) */
+};
+
+/* Policy flags of a table line. */
+#define P_REPLY 0x1 /* has its own reply (payload in struct vhu_reply) */
+#define P_OWNER 0x2 /* only after SET_OWNER */
+#define NO_PROTO (-1)
+
+typedef int (*vhu_handler)(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r);
+
+/*
+ * The requests we serve: name, handler, fd count [min, max], payload size [min, max], policy,
+ * protocol feature that must have been acked (or NO_PROTO). Handlers narrow the ranges further
+ * where the exact value depends on the payload (SET_MEM_TABLE, the "no fd" bit, GET_CONFIG).
+ * Everything else (logging, inflight, slave channel, status, memory slots...) is not offered
+ * and therefore a protocol violation.
+ */
+#define VHU_HANDLED_REQUESTS(X)                                                                    \
+	X(GET_FEATURES, h_get_features, 0, 0, 0, 0, P_REPLY, NO_PROTO)                             \
+	X(SET_FEATURES, h_set_features, 0, 0, 8, 8, 0, NO_PROTO)                                   \
+	X(SET_OWNER, h_set_owner, 0, 0, 0, 0, 0, NO_PROTO)                                         \
+	X(RESET_OWNER, h_reset_owner, 0, 0, 0, 0, 0, NO_PROTO)                                     \
+	X(SET_MEM_TABLE, h_set_mem_table, 1, VHU_MAX_FDS, 8 + 32, 8 + 32 * VHU_MAX_FDS, P_OWNER,  \
+	  NO_PROTO)                                                                                \
+	X(SET_VRING_NUM, h_set_vring_num, 0, 0, 8, 8, P_OWNER, NO_PROTO)                           \
+	X(SET_VRING_ADDR, h_set_vring_addr, 0, 0, 40, 40, P_OWNER, NO_PROTO)                       \
+	X(SET_VRING_BASE, h_set_vring_base, 0, 0, 8, 8, P_OWNER, NO_PROTO)                         \
+	X(GET_VRING_BASE, h_get_vring_base, 0, 0, 8, 8, P_OWNER | P_REPLY, NO_PROTO)               \
+	X(SET_VRING_KICK, h_set_vring_kick, 0, 1, 8, 8, P_OWNER, NO_PROTO)                         \
+	X(SET_VRING_CALL, h_set_vring_call, 0, 1, 8, 8, P_OWNER, NO_PROTO)                         \
+	X(SET_VRING_ERR, h_set_vring_err, 0, 1, 8, 8, P_OWNER, NO_PROTO)                           \
+	X(GET_PROTOCOL_FEATURES, h_get_protocol_features, 0, 0, 0, 0, P_REPLY, NO_PROTO)           \
+	X(SET_PROTOCOL_FEATURES, h_set_protocol_features, 0, 0, 8, 8, 0, NO_PROTO)                 \
+	X(GET_QUEUE_NUM, h_get_queue_num, 0, 0, 0, 0, P_REPLY, VHU_PROTO_F_MQ)                     \
+	X(SET_VRING_ENABLE, h_set_vring_enable, 0, 0, 8, 8, P_OWNER, NO_PROTO)                     \
+	X(GET_CONFIG, h_get_config, 0, 0, VHU_CONFIG_HDR_SIZE,                                     \
+	  VHU_CONFIG_HDR_SIZE + VHU_CONFIG_MAX, P_REPLY, VHU_PROTO_F_CONFIG)                       \
+	X(SET_CONFIG, h_set_config, 0, 0, VHU_CONFIG_HDR_SIZE,                                     \
+	  VHU_CONFIG_HDR_SIZE + VHU_CONFIG_MAX, 0, VHU_PROTO_F_CONFIG)
+
+/* Every request id we can name (for logs), handled or not. */
+#define VHU_ALL_REQUESTS(N)                                                                        \
+	N(GET_FEATURES) N(SET_FEATURES) N(SET_OWNER) N(RESET_OWNER) N(SET_MEM_TABLE)               \
+	N(SET_LOG_BASE) N(SET_LOG_FD) N(SET_VRING_NUM) N(SET_VRING_ADDR) N(SET_VRING_BASE)         \
+	N(GET_VRING_BASE) N(SET_VRING_KICK) N(SET_VRING_CALL) N(SET_VRING_ERR)                     \
+	N(GET_PROTOCOL_FEATURES) N(SET_PROTOCOL_FEATURES) N(GET_QUEUE_NUM) N(SET_VRING_ENABLE)     \
+	N(SEND_RARP) N(NET_SET_MTU) N(SET_SLAVE_REQ_FD) N(IOTLB_MSG) N(SET_VRING_ENDIAN)           \
+	N(GET_CONFIG) N(SET_CONFIG) N(CREATE_CRYPTO_SESSION) N(CLOSE_CRYPTO_SESSION)               \
+	N(POSTCOPY_ADVISE) N(POSTCOPY_LISTEN) N(POSTCOPY_END) N(GET_INFLIGHT_FD)                   \
+	N(SET_INFLIGHT_FD) N(GPU_SET_SOCKET) N(RESET_DEVICE) N(VRING_KICK) N(GET_MAX_MEM_SLOTS)    \
+	N(ADD_MEM_REG) N(REM_MEM_REG) N(SET_STATUS) N(GET_STATUS)
+
+#define X_DECL(name, handler, ...)                                                                 \
+	static int handler(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r);
+VHU_HANDLED_REQUESTS(X_DECL)
+#undef X_DECL
+
+struct vhu_policy {
+	vhu_handler handler;
+	uint8_t fds_min, fds_max;
+	uint16_t size_min, size_max;
+	uint8_t flags;
+	int8_t proto; /* protocol feature bit required, NO_PROTO for none */
+};
+
+static const struct vhu_policy policies[_VHU_REQ_MAX] = {
+#define X_POLICY(name, handler_, fmin, fmax, smin, smax, flags_, proto_)                           \
+	[VHU_REQ_##name] = { .handler = handler_, .fds_min = fmin, .fds_max = fmax,               \
+			     .size_min = smin, .size_max = smax, .flags = flags_, .proto = proto_ },
+	VHU_HANDLED_REQUESTS(X_POLICY)
+#undef X_POLICY
+};
+
+static const char *const request_names[_VHU_REQ_MAX] = {
+#define N_NAME(name) [VHU_REQ_##name] = #name,
+	VHU_ALL_REQUESTS(N_NAME)
+#undef N_NAME
+};
+
+const char *vhu_request_to_string(uint32_t request)
+{
+	if (request < ARRAY_SIZE(request_names) && request_names[request])
+		return request_names[request];
+	return "UNKNOWN";
+}
+
+/* Records why the connection fails and returns err (a -errno). */
+__attribute__((format(printf, 3, 4))) static int fail(struct vhu_backend *b, int err,
+						      const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	n = snprintf(b->errbuf, sizeof(b->errbuf), "%s: ",
+		     vhu_request_to_string(b->msg.request));
+	if (n < 0 || (size_t)n >= sizeof(b->errbuf))
+		n = 0;
+	va_start(ap, fmt);
+	vsnprintf(b->errbuf + n, sizeof(b->errbuf) - (size_t)n, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* ---- ring state ------------------------------------------------------------------------- */
+
+static void ring_stop(struct vhu_backend *b, unsigned q)
+{
+	struct vhu_ring *ring = &b->rings[q];
+
+	if (!ring->running)
+		return;
+	if (b->ops && b->ops->queue_stop)
+		ring->last_avail_idx = b->ops->queue_stop(b->opaque, q);
+	ring->running = false;
+	memset(&ring->info, 0, sizeof(ring->info));
+}
+
+static void stop_all(struct vhu_backend *b)
+{
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++)
+		ring_stop(b, q);
+}
+
+/*
+ * Translates the ring's front-end addresses through the memory table (userspace_addr, not the
+ * guest-physical address: QEMU sends its own virtual addresses). Each part must lie in one
+ * region and be aligned as VIRTIO 1.x 2.7 requires, in front-end and host address alike.
+ */
+static int ring_translate(struct vhu_backend *b, unsigned q, struct vhu_vring_info *info)
+{
+	struct vhu_ring *ring = &b->rings[q];
+	const struct vhu_vring_addr *a = &ring->addr;
+	uint64_t dsz = 16ull * ring->num, asz = 6 + 2ull * ring->num, usz = 6 + 8ull * ring->num;
+
+	info->desc = guest_mem_uva_range(b->mem, a->desc_user_addr, dsz);
+	info->avail = guest_mem_uva_range(b->mem, a->avail_user_addr, asz);
+	info->used = guest_mem_uva_range(b->mem, a->used_user_addr, usz);
+	if (!info->desc || !info->avail || !info->used)
+		return fail(b, -EFAULT,
+			    "queue %u (size %u): ring desc 0x%llx avail 0x%llx used 0x%llx not "
+			    "inside guest memory",
+			    q, ring->num, (unsigned long long)a->desc_user_addr,
+			    (unsigned long long)a->avail_user_addr,
+			    (unsigned long long)a->used_user_addr);
+	if (((uintptr_t)info->desc & 15) || ((uintptr_t)info->avail & 1) ||
+	    ((uintptr_t)info->used & 3))
+		return fail(b, -EINVAL, "queue %u: ring parts misaligned in host memory", q);
+	return 0;
+}
+
+/* Starts or stops ring q so that "running" matches what its state allows. */
+static int ring_reconcile(struct vhu_backend *b, unsigned q)
+{
+	struct vhu_ring *ring = &b->rings[q];
+	bool should = ring->started && ring->enabled && ring->num && ring->addr_set && b->mem;
+	struct vhu_vring_info info = { 0 };
+	int r;
+
+	if (ring->running && !should)
+		ring_stop(b, q);
+	if (ring->running || !should)
+		return 0;
+	r = ring_translate(b, q, &info);
+	if (r < 0)
+		return r;
+	info.num = ring->num;
+	info.last_avail_idx = ring->last_avail_idx;
+	info.kick_fd = ring->kick_fd;
+	info.call_fd = ring->call_fd;
+	info.features = b->features;
+	info.mem = b->mem;
+	if (b->ops && b->ops->queue_start) {
+		r = b->ops->queue_start(b->opaque, q, &info);
+		if (r < 0)
+			return fail(b, r, "queue %u: device refused to start: %s", q, strerror(-r));
+	}
+	ring->info = info;
+	ring->running = true;
+	return 0;
+}
+
+static int reconcile_all(struct vhu_backend *b)
+{
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
+		int r = ring_reconcile(b, q);
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int check_index(struct vhu_backend *b, uint64_t idx)
+{
+	if (idx >= VHU_NUM_QUEUES)
+		return fail(b, -EINVAL, "queue index %llu (only 0 rx and 1 tx go to the back-end)",
+			    (unsigned long long)idx);
+	return 0;
+}
+
+/* ---- handlers --------------------------------------------------------------------------- */
+
+static int h_get_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	r->p.u64 = b->offered_features;
+	r->size = 8;
+	return 0;
+}
+
+static int h_set_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	uint64_t f = m->payload.u64;
+
+	if (f & ~b->offered_features)
+		return fail(b, -EINVAL, "features 0x%llx include bits not offered (0x%llx)",
+			    (unsigned long long)f, (unsigned long long)(f & ~b->offered_features));
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++)
+		if (b->rings[q].started)
+			return fail(b, -EBUSY, "queue %u is started", q);
+	b->features = f;
+	/* vhost-user.rst: with PROTOCOL_FEATURES negotiated, rings start disabled (decided by
+	 * what was acked here, not by what was offered). */
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++)
+		b->rings[q].enabled = !(f & VHU_BIT(VHU_F_PROTOCOL_FEATURES));
+	if (b->ops && b->ops->features_set)
+		b->ops->features_set(b->opaque, f);
+	return 0;
+}
+
+static int h_set_owner(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	b->owner = true;
+	return 0;
+}
+
+static int h_reset_owner(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	stop_all(b);
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
+		b->rings[q].started = false;
+		b->rings[q].enabled = true;
+		close_fd(&b->rings[q].kick_fd);
+	}
+	b->features = 0;
+	b->owner = false;
+	return 0;
+}
+
+static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	const struct vhu_mem_table *t = &m->payload.mem;
+	struct guest_mem_region_desc d[VHU_MAX_FDS];
+	struct guest_mem *nm = NULL, *old;
+	int ret;
+
+	if (t->nregions == 0 || t->nregions > VHU_MAX_FDS)
+		return fail(b, -EINVAL, "%u regions (1 to %u allowed)", t->nregions, VHU_MAX_FDS);
+	if (m->size != 8 + 32 * t->nregions)
+		return fail(b, -EPROTO, "payload %u bytes for %u regions", m->size, t->nregions);
+	if (m->nfds != t->nregions)
+		return fail(b, -EPROTO, "%u fds for %u regions", m->nfds, t->nregions);
+	for (unsigned i = 0; i < t->nregions; i++) {
+		d[i] = (struct guest_mem_region_desc){
+			.guest_phys_addr = t->regions[i].guest_phys_addr,
+			.memory_size = t->regions[i].memory_size,
+			.userspace_addr = t->regions[i].userspace_addr,
+			.mmap_offset = t->regions[i].mmap_offset,
+			.fd = m->fds[i], /* borrowed; the dispatcher closes it (the map stays) */
+		};
+	}
+	ret = guest_mem_new(d, t->nregions, &nm);
+	if (ret < 0)
+		return fail(b, ret, "cannot map %u regions: %s", t->nregions, strerror(-ret));
+
+	/* The device must drop every guest pointer before the old map goes away. */
+	stop_all(b);
+	if (b->mem && b->ops && b->ops->mem_table_changing)
+		b->ops->mem_table_changing(b->opaque);
+	old = b->mem;
+	b->mem = nm;
+	guest_mem_free(old);
+	if (b->ops && b->ops->mem_table_changed)
+		b->ops->mem_table_changed(b->opaque, b->mem);
+	return reconcile_all(b);
+}
+
+static int h_set_vring_num(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	const struct vhu_vring_state *s = &m->payload.state;
+	int ret = check_index(b, s->index);
+
+	if (ret < 0)
+		return ret;
+	if (b->rings[s->index].started)
+		return fail(b, -EBUSY, "queue %u is started", s->index);
+	/* VIRTIO 1.x 2.7: Queue Size value is always a power of 2, at most 32768. */
+	if (s->num == 0 || (s->num & (s->num - 1)) || s->num > b->cfg.queue_size_max)
+		return fail(b, -EINVAL, "queue %u size %u is not a power of 2 in [1, %u]", s->index,
+			    s->num, b->cfg.queue_size_max);
+	b->rings[s->index].num = s->num;
+	return 0;
+}
+
+static int h_set_vring_addr(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	const struct vhu_vring_addr *a = &m->payload.addr;
+	struct vhu_ring *ring;
+	int ret = check_index(b, a->index);
+
+	if (ret < 0)
+		return ret;
+	ring = &b->rings[a->index];
+	if (a->flags != 0)
+		return fail(b, -EINVAL, "queue %u: flags 0x%x (dirty logging is not offered)",
+			    a->index, a->flags);
+	if ((a->desc_user_addr & 15) || (a->avail_user_addr & 1) || (a->used_user_addr & 3))
+		return fail(b, -EINVAL, "queue %u: misaligned ring addresses", a->index);
+	ring_stop(b, a->index);
+	ring->addr = *a;
+	ring->addr_set = true;
+	if (b->mem && ring->num) {
+		struct vhu_vring_info info;
+
+		ret = ring_translate(b, a->index, &info);
+		if (ret < 0) {
+			ring->addr_set = false;
+			return ret;
+		}
+	}
+	return ring_reconcile(b, a->index);
+}
+
+static int h_set_vring_base(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	const struct vhu_vring_state *s = &m->payload.state;
+	int ret = check_index(b, s->index);
+
+	if (ret < 0)
+		return ret;
+	if (b->rings[s->index].started)
+		return fail(b, -EBUSY, "queue %u is started", s->index);
+	if (s->num > UINT16_MAX)
+		return fail(b, -EINVAL, "queue %u base %u is not a 16-bit index", s->index, s->num);
+	b->rings[s->index].last_avail_idx = (uint16_t)s->num;
+	return 0;
+}
+
+static int h_get_vring_base(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	const struct vhu_vring_state *s = &m->payload.state;
+	struct vhu_ring *ring;
+	int ret = check_index(b, s->index);
+
+	if (ret < 0)
+		return ret;
+	ring = &b->rings[s->index];
+	/* vhost-user.rst: stops the ring; the reply is the next avail index to process. */
+	ring_stop(b, s->index);
+	ring->started = false;
+	close_fd(&ring->kick_fd);
+	r->p.state.index = s->index;
+	r->p.state.num = ring->last_avail_idx;
+	r->size = sizeof(r->p.state);
+	return 0;
+}
+
+/* Common part of SET_VRING_KICK/CALL/ERR: validates the u64 and claims the fd (-1 for "none"). */
+static int vring_file(struct vhu_backend *b, struct vhu_msg *m, unsigned *ret_q, int *ret_fd)
+{
+	uint64_t v = m->payload.u64;
+	bool nofd = v & VHU_VRING_NOFD_MASK;
+	int ret;
+
+	if (v & ~(VHU_VRING_IDX_MASK | VHU_VRING_NOFD_MASK))
+		return fail(b, -EINVAL, "reserved bits set in 0x%llx", (unsigned long long)v);
+	ret = check_index(b, v & VHU_VRING_IDX_MASK);
+	if (ret < 0)
+		return ret;
+	if (m->nfds != (nofd ? 0u : 1u))
+		return fail(b, -EPROTO, "%u fds with the no-fd bit %s", m->nfds,
+			    nofd ? "set" : "clear");
+	*ret_q = v & VHU_VRING_IDX_MASK;
+	*ret_fd = nofd ? -1 : vhu_msg_take_fd(m, 0);
+	return 0;
+}
+
+static int h_set_vring_kick(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	unsigned q;
+	int fd, ret = vring_file(b, m, &q, &fd);
+
+	if (ret < 0)
+		return ret;
+	ring_stop(b, q);
+	close_fd(&b->rings[q].kick_fd);
+	b->rings[q].kick_fd = fd;
+	/* vhost-user.rst: the back-end starts a ring when it receives its kick fd. */
+	b->rings[q].started = true;
+	return ring_reconcile(b, q);
+}
+
+static int h_set_vring_call(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	struct vhu_ring *ring;
+	unsigned q;
+	int old, fd, ret = vring_file(b, m, &q, &fd);
+
+	if (ret < 0)
+		return ret;
+	/* QEMU re-sends this (masked notifier, then irqfd) and may do so while the ring runs. */
+	ring = &b->rings[q];
+	old = ring->call_fd;
+	ring->call_fd = fd;
+	if (ring->running) {
+		ring->info.call_fd = fd;
+		if (b->ops && b->ops->call_fd_changed)
+			b->ops->call_fd_changed(b->opaque, q, fd);
+	}
+	close_fd(&old);
+	return 0;
+}
+
+static int h_set_vring_err(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	unsigned q;
+	int fd, ret = vring_file(b, m, &q, &fd);
+
+	if (ret < 0)
+		return ret;
+	close_fd(&b->rings[q].err_fd);
+	b->rings[q].err_fd = fd;
+	return 0;
+}
+
+static int h_get_protocol_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	r->p.u64 = b->offered_proto;
+	r->size = 8;
+	return 0;
+}
+
+static int h_set_protocol_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	uint64_t f = m->payload.u64;
+
+	if (f & ~b->offered_proto)
+		return fail(b, -EINVAL, "protocol features 0x%llx include bits not offered (0x%llx)",
+			    (unsigned long long)f, (unsigned long long)(f & ~b->offered_proto));
+	b->proto_features = f;
+	return 0;
+}
+
+static int h_get_queue_num(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	r->p.u64 = VHU_NUM_QUEUES;
+	r->size = 8;
+	return 0;
+}
+
+static int h_set_vring_enable(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	const struct vhu_vring_state *s = &m->payload.state;
+	int ret = check_index(b, s->index);
+
+	if (ret < 0)
+		return ret;
+	if (s->num > 1)
+		return fail(b, -EINVAL, "queue %u enable value %u", s->index, s->num);
+	b->rings[s->index].enabled = s->num;
+	return ring_reconcile(b, s->index);
+}
+
+/* GET/SET_CONFIG: the size field must match the payload (vhost-user.rst "device config"). */
+static int config_check(struct vhu_backend *b, const struct vhu_msg *m)
+{
+	const struct vhu_config *c = &m->payload.config;
+
+	if (c->size > VHU_CONFIG_MAX || m->size != VHU_CONFIG_HDR_SIZE + c->size)
+		return fail(b, -EPROTO, "config size %u in a %u-byte payload", c->size, m->size);
+	return 0;
+}
+
+static int h_get_config(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	const struct vhu_config *c = &m->payload.config;
+	uint8_t space[VHU_VSOCK_CONFIG_SIZE];
+	uint64_t cid = b->cfg.guest_cid;
+	int ret = config_check(b, m);
+
+	if (ret < 0)
+		return ret;
+	if ((uint64_t)c->offset + c->size > VHU_VSOCK_CONFIG_SIZE)
+		return fail(b, -EINVAL, "config range [%u, +%u) outside the %u-byte vsock config",
+			    c->offset, c->size, VHU_VSOCK_CONFIG_SIZE);
+	/* struct virtio_vsock_config { le64 guest_cid; } */
+	for (unsigned i = 0; i < sizeof(space); i++)
+		space[i] = (uint8_t)(cid >> (8 * i));
+	r->p.config.offset = c->offset;
+	r->p.config.size = c->size;
+	r->p.config.flags = c->flags;
+	memcpy(r->p.config.region, space + c->offset, c->size);
+	r->size = VHU_CONFIG_HDR_SIZE + c->size;
+	return 0;
+}
+
+static int h_set_config(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	int ret = config_check(b, m);
+
+	if (ret < 0)
+		return ret;
+	/* The vsock config space is read-only: refuse, but keep the connection. */
+	return VHU_REFUSED;
+}
+
+/* ---- dispatcher ------------------------------------------------------------------------- */
+
+static int send_reply(struct vhu_backend *b, uint32_t request, const void *p, uint32_t size)
+{
+	int ret = vhu_msg_send(b->sock, request, VHU_REPLY_FLAGS, p, size, NULL, 0,
+			       b->cfg.msg_timeout_ms);
+
+	if (ret < 0)
+		return fail(b, ret, "cannot send reply: %s", strerror(-ret));
+	return 0;
+}
+
+static int dispatch(struct vhu_backend *b, struct vhu_msg *m)
+{
+	const struct vhu_policy *p;
+	struct vhu_reply reply = { 0 };
+	int ret;
+
+	if ((m->flags & VHU_FLAG_VERSION_MASK) != VHU_FLAG_VERSION ||
+	    (m->flags & ~(VHU_FLAG_VERSION_MASK | VHU_FLAG_NEED_REPLY)))
+		return fail(b, -EPROTO, "bad header flags 0x%x", m->flags);
+	p = m->request < ARRAY_SIZE(policies) ? &policies[m->request] : NULL;
+	if (!p || !p->handler)
+		return fail(b, -EOPNOTSUPP, "request %u not supported", m->request);
+
+	if (m->nfds < p->fds_min || m->nfds > p->fds_max)
+		ret = fail(b, -EPROTO, "%u fds (expected %u to %u)", m->nfds, p->fds_min,
+			   p->fds_max);
+	else if (m->size < p->size_min || m->size > p->size_max)
+		ret = fail(b, -EPROTO, "payload %u bytes (expected %u to %u)", m->size, p->size_min,
+			   p->size_max);
+	else if ((p->flags & P_OWNER) && !b->owner)
+		ret = fail(b, -EPERM, "before SET_OWNER");
+	else if (p->proto != NO_PROTO && !(b->proto_features & VHU_BIT(p->proto)))
+		ret = fail(b, -EPERM, "protocol feature %d not negotiated", p->proto);
+	else
+		ret = p->handler(b, m, &reply);
+
+	if (p->flags & P_REPLY) {
+		if (ret < 0)
+			return ret;
+		return send_reply(b, m->request, &reply.p, reply.size);
+	}
+	/* REPLY_ACK: a request without a reply of its own gets u64 0 (success) or non-zero. */
+	if ((m->flags & VHU_FLAG_NEED_REPLY) && (b->proto_features & VHU_BIT(VHU_PROTO_F_REPLY_ACK))) {
+		uint64_t v = ret == 0 ? 0 : 1;
+		int sret = vhu_msg_send(b->sock, m->request, VHU_REPLY_FLAGS, &v, sizeof(v), NULL, 0,
+					b->cfg.msg_timeout_ms);
+
+		if (ret >= 0 && sret < 0)
+			return fail(b, sret, "cannot send reply: %s", strerror(-sret));
+	}
+	return ret < 0 ? ret : 0;
+}
+
+int vhu_backend_process(struct vhu_backend *b)
+{
+	int ret;
+
+	if (b->error)
+		return b->error;
+	ret = vhu_msg_recv(b->sock, &b->msg, b->cfg.msg_timeout_ms);
+	if (ret < 0) {
+		b->msg.request = 0;
+		if (ret == -ECONNRESET)
+			snprintf(b->errbuf, sizeof(b->errbuf), "front-end closed the connection");
+		else
+			snprintf(b->errbuf, sizeof(b->errbuf), "cannot read message: %s",
+				 strerror(-ret));
+		b->error = ret;
+		return ret;
+	}
+	log_debug("vhost-user %s: %s (%u) flags 0x%x size %u fds %u",
+		  b->cfg.name ? b->cfg.name : "-", vhu_request_to_string(b->msg.request),
+		  b->msg.request, b->msg.flags, b->msg.size, b->msg.nfds);
+	ret = dispatch(b, &b->msg);
+	vhu_msg_close_fds(&b->msg);
+	if (ret < 0)
+		b->error = ret;
+	return ret;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------- */
+
+void vhu_backend_config_init(struct vhu_backend_config *cfg)
+{
+	*cfg = (struct vhu_backend_config){
+		.guest_cid = 3,
+		.features = VHU_BACKEND_DEFAULT_FEATURES,
+		.queue_size_max = VHU_QUEUE_SIZE_MAX,
+		.msg_timeout_ms = VHU_MSG_TIMEOUT_MS,
+	};
+}
+
+int vhu_backend_new(int sock, const struct vhu_backend_config *cfg,
+		    const struct vhu_backend_ops *ops, void *opaque, struct vhu_backend **ret)
+{
+	struct vhu_backend *b;
+	uint32_t qmax = cfg ? cfg->queue_size_max : 0;
+
+	if (sock < 0 || !cfg || !ret || cfg->guest_cid < 3 || cfg->guest_cid >= UINT32_MAX ||
+	    (cfg->features & ~VHU_BACKEND_OPTIONAL_FEATURES) || qmax == 0 ||
+	    (qmax & (qmax - 1)) || qmax > VHU_QUEUE_SIZE_MAX)
+		return -EINVAL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->sock = sock;
+	b->cfg = *cfg;
+	if (b->cfg.msg_timeout_ms <= 0)
+		b->cfg.msg_timeout_ms = VHU_MSG_TIMEOUT_MS;
+	b->ops = ops;
+	b->opaque = opaque;
+	b->offered_features = VHU_BIT(VHU_F_VERSION_1) | VHU_BIT(VHU_F_PROTOCOL_FEATURES) |
+			      cfg->features;
+	b->offered_proto = VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK) |
+			   (cfg->offer_mq ? VHU_BIT(VHU_PROTO_F_MQ) : 0);
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
+		b->rings[q].kick_fd = b->rings[q].call_fd = b->rings[q].err_fd = -1;
+		b->rings[q].enabled = true; /* nothing acked yet: see h_set_features */
+	}
+	for (unsigned i = 0; i < VHU_MAX_FDS; i++)
+		b->msg.fds[i] = -1;
+	*ret = b;
+	return 0;
+}
+
+void vhu_backend_free(struct vhu_backend *b)
+{
+	if (!b)
+		return;
+	stop_all(b);
+	if (b->mem && b->ops && b->ops->mem_table_changing)
+		b->ops->mem_table_changing(b->opaque);
+	guest_mem_free(b->mem);
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
+		close_fd(&b->rings[q].kick_fd);
+		close_fd(&b->rings[q].call_fd);
+		close_fd(&b->rings[q].err_fd);
+	}
+	vhu_msg_close_fds(&b->msg);
+	close_fd(&b->sock);
+	free(b);
+}
+
+int vhu_backend_fd(const struct vhu_backend *b)
+{
+	return b->sock;
+}
+
+const char *vhu_backend_error(const struct vhu_backend *b)
+{
+	return b->error ? b->errbuf : "";
+}
+
+uint64_t vhu_backend_features(const struct vhu_backend *b)
+{
+	return b->features;
+}
+
+uint64_t vhu_backend_protocol_features(const struct vhu_backend *b)
+{
+	return b->proto_features;
+}
+
+const struct guest_mem *vhu_backend_mem(const struct vhu_backend *b)
+{
+	return b->mem;
+}
+
+bool vhu_backend_queue_running(const struct vhu_backend *b, unsigned qidx)
+{
+	return qidx < VHU_NUM_QUEUES && b->rings[qidx].running;
+}
