@@ -87,10 +87,14 @@ __attribute__((format(printf, 3, 4))) static int set_broken(struct vring_dev_que
 	va_list ap;
 
 	if (q->err == VRING_ERR_NONE) {
+		int n = snprintf(q->errmsg, sizeof(q->errmsg), "%s: ", vring_err_to_string(e));
+
 		q->err = e;
-		va_start(ap, fmt);
-		(void)vsnprintf(q->errmsg, sizeof(q->errmsg), fmt, ap);
-		va_end(ap);
+		if (n > 0 && (size_t)n < sizeof(q->errmsg)) {
+			va_start(ap, fmt);
+			(void)vsnprintf(q->errmsg + n, sizeof(q->errmsg) - (size_t)n, fmt, ap);
+			va_end(ap);
+		}
 	}
 	return -EIO;
 }

@@ -175,7 +175,7 @@ struct vring_dev_queue {
 	uint16_t used_flags;      /* shadow of used->flags (device-written) */
 	uint32_t inflight;        /* chains popped and not yet pushed */
 	enum vring_err err;       /* VRING_ERR_NONE unless broken */
-	char errmsg[96];          /* human-readable detail of err, for logs */
+	char errmsg[160];          /* human-readable detail of err, for logs */
 };
 
 /*
