@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The device role: what Linux vhost-vsock does, in userspace, for one VM served over vhost-user.
+ * A struct vsock_dev owns one event loop, the vhost-user listening socket and the connection
+ * of the VMM (src/vhost_user), the TX and RX virtqueues (src/vring), one protocol engine with
+ * local CID 2 (src/vsock), and the host side: Unix sockets in the Firecracker "hybrid vsock"
+ * convention (host_uds.c). Several devices in one process may route guest-to-guest packets to each
+ * other ("siblings", as vhost-device-vsock's groups) through a struct vsock_router.
+ *
+ * Threads: vsock_dev_run() runs the device's loop on the calling thread, which then owns
+ * everything of that device; vsock_dev_stop() may be called from any thread (and from a signal
+ * handler). Sibling packets cross threads through bounded per-device hand-off queues, each with
+ * an eventfd wakeup; nothing else is shared.
+ *
+ * Security model: the VMM and the guest are untrusted. Ring errors mark the device broken (logged,
+ * rate-limited) until the VMM restarts the rings or reconnects; malformed or spoofed packets are
+ * dropped and counted; every guest-driven resource (connections, queued replies, buffered bytes,
+ * sibling hand-off) has a bound. Host programs are untrusted too: a bad CONNECT line closes their
+ * socket.
+ */
+#ifndef UVSOCK_DEVICE_DEVICE_H
+#define UVSOCK_DEVICE_DEVICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct vsock_dev;
+struct vsock_router;
+
+struct vsock_dev_config {
+	uint32_t guest_cid;       /* 3 .. 0xfffffffe */
+	const char *socket_path;  /* vhost-user socket (we listen); copied */
+	const char *uds_path;     /* host side (we listen on it, connect to it + "_<port>"); copied */
+	uint32_t buf_alloc;       /* receive buffer we advertise per connection */
+	uint32_t queue_size_max;  /* largest ring size accepted from the VMM */
+	uint32_t max_conns;       /* host-side connections per VM (0: 1024) */
+	const char *name;         /* for logs ("vm3"); copied; NULL: "cid<N>" */
+};
+
+/*
+ * Creates the router that lets devices reach each other (one per process).
+ * Returns 0 or -ENOMEM.
+ */
+int vsock_router_new(struct vsock_router **ret);
+/* Frees the router; every device attached to it must be freed first. Safe on NULL. */
+void vsock_router_free(struct vsock_router *r);
+
+/*
+ * Creates a device: binds and listens on socket_path, uds_path and uds_path + "_seqpacket"
+ * (stale socket files there are replaced; other files are an error), and attaches it to r (may be
+ * NULL: no siblings). Context: any thread; before any vsock_dev_run() of the router's devices.
+ * Returns 0, -EINVAL (bad config, path too long), -ENOMEM, or the errno of socket/bind/listen.
+ */
+int vsock_dev_new(struct vsock_router *r, const struct vsock_dev_config *cfg,
+		  struct vsock_dev **ret);
+
+/*
+ * Allows a and b to route packets to each other (they share a group). Both directions.
+ * Context: before any vsock_dev_run() of either. Returns 0, -EINVAL (same device, different
+ * routers or same CID), -ENOMEM.
+ */
+int vsock_dev_link_sibling(struct vsock_dev *a, struct vsock_dev *b);
+
+/*
+ * Runs the device on the calling thread until vsock_dev_stop(): accepts one VMM at a time, serves
+ * it, and after it disconnects resets every connection of the VM and accepts the next one.
+ * Returns 0 or a -errno if the event loop failed.
+ */
+int vsock_dev_run(struct vsock_dev *d);
+
+/* Makes vsock_dev_run() return. Any thread, async-signal-safe. */
+void vsock_dev_stop(struct vsock_dev *d);
+
+/*
+ * Closes everything, removes the socket files it created. The device must not be running.
+ * Safe on NULL.
+ */
+void vsock_dev_free(struct vsock_dev *d);
+
+/* Device counters (monotonic). Read from any thread: values are individually atomic. */
+struct vsock_dev_stats {
+	uint64_t tx_pkts, tx_bytes;        /* guest TX packets accepted (to host or sibling) */
+	uint64_t rx_pkts, rx_bytes;        /* packets / payload bytes put in guest RX buffers */
+	uint64_t tx_bad_chain;             /* TX chain dropped: short, writable, len mismatch, big */
+	uint64_t tx_bad_src_cid;           /* TX packet whose src_cid is not the VM's CID */
+	uint64_t tx_bad_dst_cid;           /* TX packet to a CID that is neither 2 nor a sibling */
+	uint64_t sibling_fwd_pkts;         /* packets handed to a sibling VM */
+	uint64_t sibling_dropped;          /* sibling packets dropped (target not running) */
+	uint64_t ring_errors;              /* times the device was marked broken */
+	uint64_t interrupts;               /* call eventfd writes */
+	uint64_t host_conns_accepted;      /* host programs that connected to uds-path */
+	uint64_t host_connect_bad_line;    /* CONNECT lines rejected (garbage, overlong, early close) */
+	uint64_t host_connect_timeouts;    /* CONNECT line or guest answer not within 2 s */
+	uint64_t guest_conns_refused;      /* guest connects with no host listener: RST */
+	uint64_t vmm_connects;             /* VMM sessions */
+};
+void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret);
+
+uint32_t vsock_dev_guest_cid(const struct vsock_dev *d);
+
+#endif

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private state of a device (device.c: vhost-user, rings, routing; host_uds.c: host sockets).
+ * Everything here is owned by the device's thread except the sibling inbox (its own lock) and
+ * the counters (single writer, read with relaxed atomics).
+ */
+#ifndef UVSOCK_DEVICE_DEVICE_INTERNAL_H
+#define UVSOCK_DEVICE_DEVICE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "device/device.h"
+#include "device/uds_connect.h"
+#include "util/loop.h"
+#include "vhost_user/backend.h"
+#include "vring/vring.h"
+#include "vsock/engine.h"
+
+/* Work per pass, as vhost (VHOST_VSOCK_PKT_WEIGHT / VHOST_VSOCK_WEIGHT). */
+#define DEV_PASS_PKTS 256u
+#define DEV_PASS_BYTES (512u * 1024)
+/* TX chains fed to the engine as one batch, and iovecs per chain. */
+#define DEV_TX_BATCH 64u
+#define DEV_TX_IOV_MAX 64u
+/* RX chain iovecs (Linux posts one or two elements per RX buffer). */
+#define DEV_RX_IOV_MAX 64u
+/* Sibling hand-off queue per target device. */
+#define DEV_INBOX_PKTS 512u
+#define DEV_INBOX_BYTES (4u * 1024 * 1024)
+/* Host side: the CONNECT line and the guest's answer must both come within this. */
+#define DEV_HOST_CONNECT_TIMEOUT_NS (2ull * 1000000000ull)
+/* Host-initiated connections get local ports in [2^30, 2^31), as Firecracker. */
+#define DEV_HOST_PORT_LO (1u << 30)
+#define DEV_HOST_PORT_HI ((1u << 31) - 1)
+
+#define DEV_STAT_ADD(d, field, n)                                                                  \
+	__atomic_store_n(&(d)->stats.field, (d)->stats.field + (uint64_t)(n), __ATOMIC_RELAXED)
+
+/* A guest packet on its way to a sibling (header in host order, payload copied). */
+struct sib_pkt {
+	struct vsock_hdr hdr;
+	uint32_t off; /* payload bytes already delivered (RX splitting) */
+	uint8_t data[];
+};
+
+/* Bounded multi-producer queue of packets for one device. Protected by lock. */
+struct sib_inbox {
+	pthread_mutex_t lock;
+	struct sib_pkt *ring[DEV_INBOX_PKTS];
+	unsigned head, count;
+	size_t bytes;
+	bool want_room; /* a sender found it full and waits for room_async */
+};
+
+enum hconn_state {
+	HC_READ_CONNECT,   /* host-initiated: reading "CONNECT <port>\n" */
+	HC_GUEST_CONNECT,  /* host-initiated: REQUEST sent, waiting for the guest */
+	HC_HOST_CONNECT,   /* guest-initiated: connect(<uds>_<port>) in progress */
+	HC_OPEN,           /* data flows */
+};
+
+/* One host Unix socket paired with one engine socket. */
+struct hconn {
+	struct vsock_dev *dev;
+	struct hconn *prev, *next;   /* dev->conns */
+	struct hconn *next_dirty;    /* dev->dirty while dirty */
+	bool dirty;
+	enum hconn_state state;
+	bool seqpacket;
+	int fd;
+	struct loop_watch *w;
+	struct vsock_sock *s;         /* NULL until created (host-initiated) */
+	struct loop_timer *timer;     /* HC_READ_CONNECT / HC_GUEST_CONNECT deadline */
+	struct uds_connect_reader rd;
+	uint32_t local_port;          /* our port (host side) */
+	bool host_rd_eof;             /* read 0 from the host: SHUTDOWN(SEND) sent to the guest */
+	bool host_wr_shut;            /* shutdown(SHUT_WR) done on the host socket */
+	bool host_wr_blocked;         /* the host socket would block: EPOLLOUT wanted */
+	bool guest_blocked;           /* no guest credit: EPOLLIN off until POLLOUT */
+	bool host_hup;                /* epoll said EPOLLHUP/EPOLLERR: the host hung up */
+};
+
+/* One of the two rings (0 rx, 1 tx). */
+struct dev_queue {
+	struct vsock_dev *dev;
+	unsigned idx;                  /* 0 rx, 1 tx */
+	struct vring_dev_queue q;
+	bool running;
+	unsigned num;
+	int kick_fd, call_fd;          /* borrowed from the vhost-user back-end */
+	struct loop_watch *kick_w;
+};
+
+struct vsock_dev {
+	char name[32];
+	uint32_t cid;
+	char socket_path[108], uds_path[108], uds_seq_path[108];
+	uint32_t buf_alloc, queue_size_max, max_conns;
+	struct vsock_router *router;
+	struct loop *loop;
+
+	/* vhost-user */
+	int vhu_listen_fd;
+	struct loop_watch *vhu_listen_w;
+	struct vhu_backend *vhu;
+	struct loop_watch *vhu_w;
+	struct dev_queue rxq, txq;
+	uint64_t features;
+	bool broken;      /* ring error: no processing until the rings restart */
+
+	/* engine: exists while the device runs (TX ring started since the last reset) */
+	struct vsock_engine *eng;
+	struct vsock_sock *lst[2];     /* deferred wildcard listeners: STREAM, SEQPACKET */
+	bool accept_pending;           /* a listener has children to confirm */
+	struct loop_timer *eng_timer;
+	struct loop_timer *cont_timer; /* zero-delay continuation when a pass hit its budget */
+	bool rx_more, tx_more;         /* work left over for the continuation */
+	bool tx_throttled;             /* stopped draining TX: !can_feed or sibling full */
+
+	/* host side */
+	int uds_fd, uds_seq_fd;
+	struct loop_watch *uds_w, *uds_seq_w;
+	struct hconn *conns;
+	struct hconn *dirty;
+	unsigned n_conns;
+	uint8_t *scratch;              /* bounce buffer: host reads, seqpacket messages */
+	size_t scratch_len;
+
+	/* siblings */
+	struct sib_inbox inbox;
+	struct loop_async *inbox_async; /* packets arrived in inbox */
+	struct loop_async *room_async;  /* a sibling's inbox has room again */
+	struct vsock_dev **sibs;        /* sorted by cid */
+	unsigned n_sibs;
+	struct sib_pkt *rx_cur;         /* taken from the inbox, partly delivered */
+	struct sib_pkt *tx_staged;      /* could not be handed over yet (target full) */
+	struct vsock_dev *tx_staged_to;
+	bool rx_sib_turn;               /* alternate engine / siblings on RX */
+	struct vsock_dev **wake;        /* targets to wake at the end of a TX batch */
+	unsigned n_wake;
+
+	/* TX batch storage (allocated once) */
+	struct iovec (*tx_iov)[DEV_TX_IOV_MAX];
+	struct vsock_pkt_ref *tx_refs;
+	uint16_t *tx_heads;
+
+	struct vsock_dev_stats stats;
+	struct vsock_dev *router_next;
+};
+
+/* host_uds.c */
+int host_open_listeners(struct vsock_dev *d);
+void host_close_listeners(struct vsock_dev *d);
+/* Closes every host connection (their engine sockets are released without sending). */
+void host_close_all(struct vsock_dev *d);
+/* Confirms or rejects the pending children of the wildcard listeners (guest-initiated). */
+void host_accept_guest_conns(struct vsock_dev *d);
+/* Services every connection whose engine socket changed state. */
+void host_service_dirty(struct vsock_dev *d);
+void host_mark_dirty(struct hconn *c);
+
+/* device.c */
+void dev_settle(struct vsock_dev *d);
+/* Binds and listens on a Unix socket (type SOCK_STREAM/SOCK_SEQPACKET), replacing a stale
+ * socket file; another kind of file there is -EEXIST. */
+int dev_listen_unix(const char *path, int type, int *ret_fd);
+
+#endif

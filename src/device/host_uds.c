@@ -1,0 +1,641 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Host side of the device: Unix sockets in the Firecracker / vhost-device-vsock "hybrid vsock"
+ * convention (docs/uvsockd.md).
+ *
+ *   host -> guest: a host program connects to <uds-path> (SOCK_STREAM) or <uds-path>_seqpacket
+ *     (SOCK_SEQPACKET) and sends "CONNECT <port>\n"; we connect an engine socket (local port
+ *     auto-assigned in [2^30, 2^31)) to the guest's port and answer "OK <local-port>\n" when the
+ *     guest accepts. A bad line, an early close, a refusal or DEV_HOST_CONNECT_TIMEOUT_NS without
+ *     line + answer: the Unix socket is closed.
+ *   guest -> host port P: the engine's deferred wildcard listeners hold the REQUEST; we connect
+ *     a non-blocking Unix socket of the same type to <uds-path>_<P> and confirm (RESPONSE) once it
+ *     is connected, or reject (RST) at once if nobody listens.
+ *
+ * Data: guest bytes wait in the engine socket (bounded by the buf_alloc we advertised) until the
+ * host socket takes them: vsock_sock_rx_peek_iov + sendmsg + vsock_sock_rx_consume, so fwd_cnt
+ * (the guest's credit) moves only when the host program has the bytes. Host bytes are read only
+ * up to the guest's credit; with no credit the Unix socket is not polled for reading.
+ * Half-close: guest SHUTDOWN(SEND) -> shutdown(SHUT_WR) once everything is flushed; host EOF ->
+ * SHUTDOWN(SEND). The engine never answers an RST with an RST.
+ *
+ * Security model: host programs and the guest are untrusted; connections per VM are capped
+ * (max_conns), every wait has the 2 s limit or is bounded by credit.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "device/device_internal.h"
+#include "util/log.h"
+#include "util/macros.h"
+
+#define HOST_IOV_MAX 32
+/* Host bytes moved to the guest per readiness event of one connection (fairness). */
+#define HOST_READ_BUDGET (256u * 1024)
+
+static void hconn_update_events(struct hconn *c);
+
+void host_mark_dirty(struct hconn *c)
+{
+	struct vsock_dev *d = c->dev;
+
+	if (c->dirty)
+		return;
+	c->dirty = true;
+	c->next_dirty = d->dirty;
+	d->dirty = c;
+}
+
+static void hconn_free(struct hconn *c, bool close_sock)
+{
+	struct vsock_dev *d = c->dev;
+
+	if (c->dirty) {
+		struct hconn **pp;
+
+		for (pp = &d->dirty; *pp; pp = &(*pp)->next_dirty)
+			if (*pp == c) {
+				*pp = c->next_dirty;
+				break;
+			}
+	}
+	if (c->s) {
+		vsock_sock_set_user(c->s, NULL);
+		if (close_sock)
+			vsock_sock_close(c->s);
+	}
+	loop_watch_del(c->w);
+	if (c->fd >= 0)
+		close(c->fd);
+	loop_timer_free(c->timer);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	d->n_conns--;
+	free(c);
+}
+
+static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque);
+static void hconn_io_cb(struct loop *l, int fd, uint32_t events, void *opaque);
+
+static int hconn_new(struct vsock_dev *d, int fd, bool seqpacket, enum hconn_state st,
+		     uint32_t events, struct hconn **ret)
+{
+	struct hconn *c = calloc(1, sizeof(*c));
+	int r;
+
+	if (!c)
+		return -ENOMEM;
+	c->dev = d;
+	c->fd = fd;
+	c->seqpacket = seqpacket;
+	c->state = st;
+	r = loop_timer_new(d->loop, hconn_timer_cb, c, &c->timer);
+	if (r < 0)
+		goto out_free;
+	r = loop_watch_add(d->loop, fd, events, hconn_io_cb, c, &c->w);
+	if (r < 0)
+		goto out_free;
+	c->next = d->conns;
+	if (d->conns)
+		d->conns->prev = c;
+	d->conns = c;
+	d->n_conns++;
+	*ret = c;
+	return 0;
+
+out_free:
+	loop_timer_free(c->timer);
+	free(c);
+	return r;
+}
+
+void host_close_all(struct vsock_dev *d)
+{
+	while (d->conns)
+		hconn_free(d->conns, false);
+	d->dirty = NULL;
+}
+
+/* Ends the connection: the engine socket is closed (SHUTDOWN, then RST after the linger). */
+static void hconn_close(struct hconn *c)
+{
+	hconn_free(c, true);
+}
+
+/* ---- host -> guest connections ------------------------------------------------------------ */
+
+static void uds_accept(struct vsock_dev *d, int lfd, bool seqpacket)
+{
+	for (int i = 0; i < 16; i++) {
+		struct hconn *c;
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			return;
+		DEV_STAT_ADD(d, host_conns_accepted, 1);
+		if (!d->eng || d->n_conns >= d->max_conns) {
+			log_debug("%s: host connection refused (%s)", d->name,
+				  d->eng ? "connection limit" : "guest not running");
+			close(fd);
+			continue;
+		}
+		if (hconn_new(d, fd, seqpacket, HC_READ_CONNECT, EPOLLIN, &c) < 0) {
+			close(fd);
+			continue;
+		}
+		loop_timer_arm(c->timer, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
+	}
+}
+
+static void uds_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
+{
+	struct vsock_dev *d = opaque;
+
+	(void)l;
+	(void)events;
+	uds_accept(d, fd, fd == d->uds_seq_fd);
+	dev_settle(d);
+}
+
+int host_open_listeners(struct vsock_dev *d)
+{
+	int r;
+
+	r = dev_listen_unix(d->uds_path, SOCK_STREAM, &d->uds_fd);
+	if (r < 0) {
+		log_error("%s: cannot listen on %s: %s", d->name, d->uds_path, strerror(-r));
+		return r;
+	}
+	r = loop_watch_add(d->loop, d->uds_fd, EPOLLIN, uds_listen_cb, d, &d->uds_w);
+	if (r < 0)
+		return r;
+	r = dev_listen_unix(d->uds_seq_path, SOCK_SEQPACKET, &d->uds_seq_fd);
+	if (r < 0) {
+		log_error("%s: cannot listen on %s: %s", d->name, d->uds_seq_path, strerror(-r));
+		return r;
+	}
+	return loop_watch_add(d->loop, d->uds_seq_fd, EPOLLIN, uds_listen_cb, d, &d->uds_seq_w);
+}
+
+void host_close_listeners(struct vsock_dev *d)
+{
+	if (d->uds_fd >= 0) {
+		loop_watch_del(d->uds_w);
+		close(d->uds_fd);
+		unlink(d->uds_path);
+		d->uds_fd = -1;
+	}
+	if (d->uds_seq_fd >= 0) {
+		loop_watch_del(d->uds_seq_w);
+		close(d->uds_seq_fd);
+		unlink(d->uds_seq_path);
+		d->uds_seq_fd = -1;
+	}
+}
+
+/* The CONNECT line is complete: connect to the guest's port. */
+static void start_guest_connect(struct hconn *c, uint32_t port)
+{
+	struct vsock_dev *d = c->dev;
+	uint32_t cid;
+	int r;
+
+	r = vsock_sock_new(d->eng, c->seqpacket ? VSOCK_TYPE_SEQPACKET : VSOCK_TYPE_STREAM, &c->s);
+	if (r < 0) {
+		c->s = NULL;
+		goto out_close;
+	}
+	vsock_sock_set_user(c->s, c);
+	r = vsock_sock_connect(c->s, d->cid, port);
+	if (r != -EINPROGRESS && r != 0)
+		goto out_close;
+	if (vsock_sock_local_addr(c->s, &cid, &c->local_port) < 0)
+		goto out_close;
+	c->state = HC_GUEST_CONNECT;
+	/* Nothing is read until the guest answers; EPOLLHUP/ERR still tell us if the host leaves. */
+	(void)loop_watch_mod(c->w, 0);
+	host_mark_dirty(c);
+	return;
+
+out_close:
+	log_debug("%s: host connect to guest port %u failed: %s", d->name, port, strerror(-r));
+	hconn_close(c);
+}
+
+static void read_connect_line(struct hconn *c)
+{
+	uint32_t port;
+	int r = uds_connect_read(&c->rd, c->fd, c->seqpacket, &port);
+
+	if (r == -EAGAIN)
+		return;
+	if (r < 0) {
+		DEV_STAT_ADD(c->dev, host_connect_bad_line, 1);
+		log_debug("%s: CONNECT line rejected: %s", c->dev->name, strerror(-r));
+		hconn_close(c);
+		return;
+	}
+	start_guest_connect(c, port);
+}
+
+/* The guest accepted a host-initiated connection: tell the host program. */
+static int send_ok(struct hconn *c)
+{
+	char line[16];
+	size_t n = uds_connect_format_ok(line, c->local_port);
+	ssize_t w = send(c->fd, line, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	/* A fresh socket's send buffer always takes 15 bytes; anything else means it is gone. */
+	return w == (ssize_t)n ? 0 : -EPIPE;
+}
+
+/* ---- guest -> host connections ------------------------------------------------------------ */
+
+static void guest_conn_refuse(struct vsock_dev *d, struct vsock_sock *child, const char *why,
+			      uint32_t port)
+{
+	DEV_STAT_ADD(d, guest_conns_refused, 1);
+	log_debug("%s: guest connection to host port %u refused: %s", d->name, port, why);
+	vsock_sock_reject(child);
+	vsock_sock_close(child);
+}
+
+static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	bool seq = vsock_sock_type(child) == VSOCK_TYPE_SEQPACKET;
+	uint32_t cid, port;
+	struct hconn *c;
+	int fd, r;
+
+	if (vsock_sock_local_addr(child, &cid, &port) < 0) {
+		guest_conn_refuse(d, child, "no address", 0);
+		return;
+	}
+	if (d->n_conns >= d->max_conns) {
+		guest_conn_refuse(d, child, "connection limit", port);
+		return;
+	}
+	/* vsock_dev_new checked that uds_path leaves room for "_<10 digits>". */
+	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%.96s_%u", d->uds_path, port) >=
+	    (int)sizeof(sa.sun_path)) {
+		guest_conn_refuse(d, child, "path too long", port);
+		return;
+	}
+	fd = socket(AF_UNIX, (seq ? SOCK_SEQPACKET : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		guest_conn_refuse(d, child, strerror(errno), port);
+		return;
+	}
+	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	if (r < 0 && r != -EINPROGRESS) {
+		/* ENOENT / ECONNREFUSED: nobody listens; EAGAIN: backlog full. RST at once. */
+		close(fd);
+		guest_conn_refuse(d, child, strerror(-r), port);
+		return;
+	}
+	if (hconn_new(d, fd, seq, r == 0 ? HC_OPEN : HC_HOST_CONNECT, r == 0 ? EPOLLIN : EPOLLOUT,
+		      &c) < 0) {
+		close(fd);
+		guest_conn_refuse(d, child, "out of memory", port);
+		return;
+	}
+	c->s = child;
+	c->local_port = port;
+	vsock_sock_set_user(child, c);
+	if (r == 0) {
+		if (vsock_sock_accept_pending(child) < 0) {
+			hconn_close(c);
+			return;
+		}
+		host_mark_dirty(c);
+	}
+}
+
+void host_accept_guest_conns(struct vsock_dev *d)
+{
+	d->accept_pending = false;
+	for (int i = 0; i < 2; i++) {
+		struct vsock_sock *child;
+
+		if (!d->lst[i])
+			continue;
+		while (vsock_sock_accept(d->lst[i], &child) == 0)
+			guest_conn_start(d, child);
+	}
+}
+
+static void host_connect_done(struct hconn *c)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	if (err) {
+		struct vsock_dev *d = c->dev;
+		struct vsock_sock *child = c->s;
+		uint32_t port = c->local_port;
+
+		c->s = NULL;
+		vsock_sock_set_user(child, NULL);
+		hconn_free(c, false);
+		guest_conn_refuse(d, child, strerror(err), port);
+		return;
+	}
+	if (vsock_sock_accept_pending(c->s) < 0) {
+		hconn_close(c);
+		return;
+	}
+	c->state = HC_OPEN;
+	hconn_update_events(c);
+	host_mark_dirty(c);
+}
+
+/* ---- data --------------------------------------------------------------------------------- */
+
+static void hconn_update_events(struct hconn *c)
+{
+	uint32_t ev = 0;
+
+	if (c->state != HC_OPEN)
+		return;
+	if (!c->host_rd_eof && !c->guest_blocked)
+		ev |= EPOLLIN;
+	if (c->host_wr_blocked)
+		ev |= EPOLLOUT;
+	/*
+	 * epoll reports EPOLLHUP whatever the mask: once the host has hung up, a connection that
+	 * waits for guest credit must leave epoll altogether, or the loop would spin.
+	 */
+	if (c->host_hup && ev == 0) {
+		loop_watch_del(c->w);
+		c->w = NULL;
+		return;
+	}
+	if (!c->w) {
+		if (loop_watch_add(c->dev->loop, c->fd, ev, hconn_io_cb, c, &c->w) < 0)
+			c->w = NULL;
+		return;
+	}
+	(void)loop_watch_mod(c->w, ev);
+}
+
+/*
+ * Guest -> host: moves queued guest bytes into the host socket. Returns 0, or -EPIPE if the host
+ * socket is gone for writing (the connection must end).
+ */
+static int flush_to_host(struct hconn *c)
+{
+	struct vsock_dev *d = c->dev;
+
+	c->host_wr_blocked = false;
+	if (c->host_wr_shut)
+		return 0;
+	for (int rounds = 0; rounds < 64; rounds++) {
+		if (!c->seqpacket) {
+			struct iovec iov[HOST_IOV_MAX];
+			struct msghdr mh = { .msg_iov = iov };
+			ssize_t n = vsock_sock_rx_peek_iov(c->s, iov, HOST_IOV_MAX), w;
+			size_t cnt = 0, tot = 0;
+
+			if (n <= 0)
+				return 0;
+			while (tot < (size_t)n && cnt < HOST_IOV_MAX)
+				tot += iov[cnt++].iov_len;
+			mh.msg_iovlen = cnt;
+			w = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (w < 0) {
+				if (errno == EAGAIN || errno == EINTR) {
+					c->host_wr_blocked = errno == EAGAIN;
+					return 0;
+				}
+				return -EPIPE;
+			}
+			vsock_sock_rx_consume(c->s, (size_t)w);
+			if (w < n) {
+				c->host_wr_blocked = true;
+				return 0;
+			}
+		} else {
+			struct iovec iov = { d->scratch, d->scratch_len };
+			struct iovec none = { NULL, 0 };
+			ssize_t n = vsock_sock_recv(c->s, &iov, 1, VSOCK_MSG_PEEK, NULL), w;
+
+			if (n < 0 || (n == 0 && !(vsock_sock_poll(c->s) & VSOCK_POLLIN)))
+				return 0;
+			w = send(c->fd, d->scratch, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (w < 0) {
+				if (errno == EAGAIN || errno == ENOBUFS) {
+					c->host_wr_blocked = true;
+					return 0;
+				}
+				return -EPIPE;
+			}
+			(void)vsock_sock_recv(c->s, &none, 1, VSOCK_MSG_TRUNC, NULL);
+		}
+	}
+	/* More than a pass's worth: come back through the continuation. */
+	host_mark_dirty(c);
+	return 0;
+}
+
+/* Host -> guest. Returns 0, or -EPIPE if the connection must end. */
+static int read_from_host(struct hconn *c)
+{
+	struct vsock_dev *d = c->dev;
+	size_t moved = 0;
+
+	while (!c->host_rd_eof && moved < HOST_READ_BUDGET) {
+		struct iovec iov;
+		ssize_t n, s;
+
+		if (!c->seqpacket) {
+			size_t space = vsock_sock_send_space(c->s);
+
+			if (space == 0) {
+				c->guest_blocked = true;
+				break;
+			}
+			n = recv(c->fd, d->scratch, MIN(space, d->scratch_len), MSG_DONTWAIT);
+		} else {
+			n = recv(c->fd, d->scratch, d->scratch_len, MSG_DONTWAIT | MSG_PEEK | MSG_TRUNC);
+			if (n > (ssize_t)d->scratch_len) {
+				log_debug("%s: host seqpacket message of %zd bytes is too big", d->name,
+					  n);
+				return -EPIPE;
+			}
+		}
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				break;
+			return -EPIPE;
+		}
+		if (n == 0) {
+			/* Host EOF: the guest gets SHUTDOWN with SEND only (half-close). */
+			c->host_rd_eof = true;
+			(void)vsock_sock_shutdown(c->s, VSOCK_SHUTDOWN_SEND);
+			break;
+		}
+		iov.iov_base = d->scratch;
+		iov.iov_len = (size_t)n;
+		s = vsock_sock_send(c->s, &iov, 1, 0);
+		if (c->seqpacket) {
+			if (s == -EAGAIN) {
+				c->guest_blocked = true;
+				break;
+			}
+			if (s < 0)
+				return -EPIPE;
+			(void)recv(c->fd, d->scratch, 0, MSG_DONTWAIT); /* drops the peeked message */
+		} else if (s != n) {
+			/* send_space promised room: a short send means the socket is no longer usable. */
+			return -EPIPE;
+		}
+		moved += (size_t)n;
+	}
+	if (moved >= HOST_READ_BUDGET)
+		host_mark_dirty(c);
+	return 0;
+}
+
+/* Drives an open connection after any event; may free c. */
+static void hconn_service_open(struct hconn *c)
+{
+	unsigned mask = vsock_sock_poll(c->s);
+	enum vsock_state st = vsock_sock_state(c->s);
+
+	if (flush_to_host(c) < 0) {
+		hconn_close(c);
+		return;
+	}
+	/* Guest half-close: pass it on once every byte it sent has been handed over. */
+	if ((mask & VSOCK_POLLRDHUP) && !c->host_wr_shut && !c->host_wr_blocked &&
+	    !(vsock_sock_poll(c->s) & VSOCK_POLLIN)) {
+		shutdown(c->fd, SHUT_WR);
+		c->host_wr_shut = true;
+	}
+	if (st == VSOCK_SS_CLOSED && !c->host_wr_blocked) {
+		/* Reset or fully closed by the guest, and everything delivered. */
+		hconn_close(c);
+		return;
+	}
+	/* Both directions finished, or the host program closed its socket entirely. */
+	if (c->host_rd_eof && (c->host_wr_shut || c->host_hup)) {
+		hconn_close(c);
+		return;
+	}
+	if (c->guest_blocked && (c->seqpacket || vsock_sock_send_space(c->s) > 0)) {
+		c->guest_blocked = false;
+		if (read_from_host(c) < 0) {
+			hconn_close(c);
+			return;
+		}
+	}
+	hconn_update_events(c);
+}
+
+static void hconn_service(struct hconn *c)
+{
+	switch (c->state) {
+	case HC_READ_CONNECT:
+		return;
+	case HC_HOST_CONNECT:
+		if (vsock_sock_state(c->s) == VSOCK_SS_CLOSED)
+			hconn_close(c);
+		return;
+	case HC_GUEST_CONNECT: {
+		enum vsock_state st = vsock_sock_state(c->s);
+
+		if (st == VSOCK_SS_CONNECTED) {
+			loop_timer_disarm(c->timer);
+			if (send_ok(c) < 0) {
+				hconn_close(c);
+				return;
+			}
+			c->state = HC_OPEN;
+			break;
+		}
+		if (st == VSOCK_SS_CLOSED) {
+			log_debug("%s: guest refused host connection (error %d)", c->dev->name,
+				  vsock_sock_take_error(c->s));
+			hconn_close(c);
+		}
+		return;
+	}
+	case HC_OPEN:
+		break;
+	}
+	hconn_service_open(c);
+}
+
+void host_service_dirty(struct vsock_dev *d)
+{
+	struct hconn *snap = d->dirty;
+
+	d->dirty = NULL;
+	while (snap) {
+		struct hconn *c = snap;
+
+		snap = c->next_dirty;
+		c->dirty = false;
+		hconn_service(c);
+	}
+}
+
+static void hconn_io_cb(struct loop *l, int fd, uint32_t events, void *opaque)
+{
+	struct hconn *c = opaque;
+	struct vsock_dev *d = c->dev;
+
+	(void)l;
+	(void)fd;
+	switch (c->state) {
+	case HC_READ_CONNECT:
+		read_connect_line(c);
+		break;
+	case HC_GUEST_CONNECT:
+		/* Only EPOLLHUP/ERR are watched: the host program left before the guest answered. */
+		hconn_close(c);
+		break;
+	case HC_HOST_CONNECT:
+		host_connect_done(c);
+		break;
+	case HC_OPEN:
+		if (events & (EPOLLHUP | EPOLLERR))
+			c->host_hup = true;
+		if (events & EPOLLOUT)
+			c->host_wr_blocked = false;
+		if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c->guest_blocked &&
+		    read_from_host(c) < 0) {
+			hconn_close(c);
+			break;
+		}
+		hconn_service_open(c);
+		break;
+	}
+	dev_settle(d);
+}
+
+static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
+{
+	struct hconn *c = opaque;
+	struct vsock_dev *d = c->dev;
+
+	(void)l;
+	(void)t;
+	DEV_STAT_ADD(d, host_connect_timeouts, 1);
+	log_debug("%s: host connection timed out waiting for %s", d->name,
+		  c->state == HC_READ_CONNECT ? "the CONNECT line" : "the guest");
+	hconn_close(c);
+	dev_settle(d);
+}
