@@ -19,7 +19,7 @@ struct ct_bucket {
 };
 
 struct vsock_conn_table {
-	void (*ref)(struct vsock_ct_node *n);
+	void (*ref)(struct vsock_ct_node *n, bool connected);
 	uint32_t mask; /* buckets - 1, power of two */
 	struct ct_bucket *conn;
 	struct ct_bucket *bound;
@@ -70,7 +70,7 @@ static void buckets_free(struct ct_bucket *b, uint32_t n)
 	free(b);
 }
 
-int vsock_conn_table_new(uint32_t capacity, void (*ref)(struct vsock_ct_node *n),
+int vsock_conn_table_new(uint32_t capacity, void (*ref)(struct vsock_ct_node *n, bool connected),
 			 struct vsock_conn_table **ret)
 {
 	struct vsock_conn_table *t;
@@ -151,7 +151,7 @@ bool vsock_ct_remove_connected(struct vsock_conn_table *t, struct vsock_ct_node 
 	struct ct_bucket *b;
 	bool was;
 
-	/* The key of a linked node only changes under its bucket lock, which we take here. */
+	/* The owner serialises insert/remove of its node, so the key read here is stable. */
 	b = conn_bucket(t, n->cid, n->port, n->lport);
 	pthread_mutex_lock(&b->lock);
 	was = n->linked;
@@ -171,7 +171,7 @@ struct vsock_ct_node *vsock_ct_lookup_connected(struct vsock_conn_table *t, uint
 	for (struct vsock_ct_node *it = b->head; it; it = it->next) {
 		if (it->cid == peer_cid && it->port == peer_port && it->lport == local_port) {
 			found = it;
-			t->ref(it);
+			t->ref(it, true);
 			break;
 		}
 	}
@@ -301,7 +301,7 @@ struct vsock_ct_node *vsock_ct_lookup_bound(struct vsock_conn_table *t, uint32_t
 	if (!exact)
 		exact = any;
 	if (exact)
-		t->ref(exact);
+		t->ref(exact, false);
 	pthread_mutex_unlock(&b->lock);
 	return exact;
 }

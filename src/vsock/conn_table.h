@@ -33,10 +33,11 @@ struct vsock_conn_table;
 
 /*
  * Creates a table sized for about `capacity` entries per kind. `ref` is called on a node found
- * by a lookup, with its bucket lock held, to take a reference for the caller.
+ * by a lookup, with its bucket lock held, to take a reference for the caller; `connected` says
+ * which table the node is linked in.
  * Returns 0, -ENOMEM.
  */
-int vsock_conn_table_new(uint32_t capacity, void (*ref)(struct vsock_ct_node *n),
+int vsock_conn_table_new(uint32_t capacity, void (*ref)(struct vsock_ct_node *n, bool connected),
 			 struct vsock_conn_table **ret);
 /* Frees the table (not the nodes still linked). Safe on NULL. */
 void vsock_conn_table_free(struct vsock_conn_table *t);
@@ -65,7 +66,7 @@ int vsock_ct_insert_bound(struct vsock_conn_table *t, struct vsock_ct_node *n, u
  * Binds n to (cid, an automatically chosen port) as Linux does: a cursor seeded at random in
  * [lo, hi] is post-incremented per attempt, wrapping to lo past hi; never VMADDR_PORT_ANY;
  * at most 24 attempts. lo/hi = 0/0 means [1024, 0xfffffffe].
- * Returns the chosen port (as a non-negative value in *ret_port) with 0, -EADDRNOTAVAIL, -EINVAL.
+ * Returns 0 and the port in *ret_port, -EADDRNOTAVAIL (24 ports in use), -EINVAL (lo > hi).
  */
 int vsock_ct_bind_auto(struct vsock_conn_table *t, struct vsock_ct_node *n, uint32_t cid,
 		       uint32_t lo, uint32_t hi, uint32_t *ret_port);

@@ -188,6 +188,7 @@ struct vsock_engine_stats {
 	uint64_t backlog_refused;             /* REQUEST refused: accept queue full or listener gone */
 	uint64_t socks_open, socks_total;     /* live sockets now / ever created */
 	uint64_t connects_timed_out, close_timeouts;
+	uint64_t rst_dropped;                 /* no-socket RST not queued: reply ring full */
 };
 void vsock_engine_get_stats(struct vsock_engine *e, struct vsock_engine_stats *ret);
 

@@ -11,9 +11,10 @@
 #include "vsock/hdr.h"
 
 static int refs;
-static void ref_cb(struct vsock_ct_node *n)
+static void ref_cb(struct vsock_ct_node *n, bool connected)
 {
 	(void)n;
+	(void)connected;
 	__atomic_fetch_add(&refs, 1, __ATOMIC_RELAXED);
 }
 

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private structures of the vsock engine, shared by engine.c (dispatch, state machine, pull,
+ * timers) and sock.c (the socket calls). Nothing outside src/vsock includes this.
+ *
+ * Locks, in the only order they may nest:
+ *   listener socket lock  ->  child socket lock  ->  { tx_lock, timer_lock, all_lock,
+ *                                                      conn table bucket locks }
+ * The four on the right are leaves: nothing is taken while holding one of them. Code that holds
+ * a leaf lock and needs a socket lock drops the leaf first (taking a reference).
+ */
+#ifndef UVSOCK_VSOCK_ENGINE_INTERNAL_H
+#define UVSOCK_VSOCK_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "vsock/conn_table.h"
+#include "vsock/engine.h"
+
+/* Pending-reply bits, in the order pull hands them out (RW data sits between SHUTDOWN and
+ * CREDIT_UPDATE and is not a bit: it is "tx_len > 0"). */
+enum {
+	PEND_RST = 1u << 0,
+	PEND_RESPONSE = 1u << 1,
+	PEND_REQUEST = 1u << 2,
+	PEND_SHUTDOWN = 1u << 3,
+	PEND_CREDIT_UPDATE = 1u << 4,
+	PEND_CREDIT_REQUEST = 1u << 5,
+};
+/* Bits counted against reply_limit (packets generated in answer to a received packet). */
+#define PEND_REPLY_MASK (PEND_RST | PEND_RESPONSE | PEND_CREDIT_UPDATE)
+
+enum sock_timer { TIMER_NONE, TIMER_CONNECT, TIMER_CLOSE };
+
+/* A received payload buffer. Small payloads are merged into the tail chunk (seed 003). */
+struct rx_chunk {
+	struct rx_chunk *next;
+	uint32_t cap;   /* bytes allocated in data[] */
+	uint32_t start; /* first unread byte */
+	uint32_t end;   /* one past the last written byte */
+	uint8_t eom;    /* SEQPACKET: this chunk ends a message */
+	uint8_t eor;    /* SEQPACKET: that message carried EOR */
+	uint8_t data[];
+};
+/* What one chunk costs besides its payload room: the struct and a malloc header. */
+#define RX_CHUNK_OVERHEAD ((uint32_t)sizeof(struct rx_chunk) + 16u)
+/* Room given to a new chunk started by a small payload, so later small ones merge into it. */
+#define RX_SMALL_CHUNK 4096u
+
+/* A queued outgoing SEQPACKET message boundary. */
+struct tx_msg {
+	uint32_t len;
+	uint32_t eor;
+};
+
+struct vsock_sock {
+	struct vsock_engine *e;
+	atomic_uint refs;
+	pthread_mutex_t lock;
+	enum vsock_type type; /* set at creation, then read-only */
+
+	/* Protected by e->all_lock */
+	struct vsock_sock *all_prev, *all_next;
+
+	/* Protected by e->tx_lock */
+	struct vsock_sock *tx_next;
+	bool on_txlist;
+
+	/* Protected by e->timer_lock */
+	uint64_t deadline;
+	int heap_idx; /* -1 when not armed */
+
+	/* Table nodes; their links are protected by the bucket locks, the decision to
+	 * insert/remove by this socket's lock. */
+	struct vsock_ct_node bnode; /* bound table */
+	struct vsock_ct_node cnode; /* connected table */
+
+	/* Everything below is protected by lock. */
+	void *user;
+	enum vsock_state state;
+	enum sock_timer timer;
+	bool bound, in_conn, app_closed, deferred, wildcard, was_connected, done;
+	bool request_sent;   /* the REQUEST left through pull (connect cancel then needs RST) */
+	bool ev_deferred;    /* a batch holds a deferred event for this socket */
+	bool kick;           /* call ops->tx_ready after unlocking */
+	uint32_t bound_cid, local_port, peer_cid, peer_port;
+	int err;             /* pending SO_ERROR, positive errno */
+	unsigned shutdown;   /* our sticky SHUTDOWN flags */
+	unsigned shutdown_sent;
+	unsigned peer_shutdown;
+	unsigned pend;       /* PEND_* */
+
+	/* options */
+	uint64_t buf_size, buf_min, buf_max, connect_timeout_ns;
+	uint32_t rcvlowat;
+
+	/* receive side (credit we grant) */
+	uint32_t buf_alloc;     /* what we advertise */
+	uint32_t rx_limit;      /* largest buf_alloc ever advertised on this connection */
+	uint32_t fwd_cnt, last_fwd_cnt, rx_bytes, rx_msgs;
+	uint64_t rx_mem;
+	struct rx_chunk *rxq_head, *rxq_tail;
+
+	/* send side (credit the peer grants) */
+	uint32_t peer_buf_alloc, peer_fwd_cnt, tx_cnt;
+	uint8_t *txbuf;      /* ring, capacity tx_cap (power of two) */
+	uint32_t tx_cap, tx_head, tx_len;
+	struct tx_msg *msgs; /* SEQPACKET boundaries, ring of msg_cap (power of two) */
+	uint32_t msg_cap, msg_head, msg_n, msg_sent;
+
+	/* listener */
+	int backlog;
+	uint32_t acc_len;
+	struct vsock_sock *acc_head, *acc_tail, *acc_next;
+
+	uint64_t bytes_in, bytes_out;
+};
+
+struct vsock_engine {
+	struct vsock_engine_config cfg;
+	const struct vsock_engine_ops *ops;
+	void *opaque;
+	_Atomic uint32_t local_cid;
+	struct vsock_conn_table *ct;
+
+	pthread_mutex_t tx_lock;
+	struct vsock_sock *tx_head, *tx_tail; /* Protected by tx_lock */
+	uint32_t tx_n;                        /* Protected by tx_lock */
+	struct vsock_hdr *nosock;             /* ring of no-socket RSTs, Protected by tx_lock */
+	uint32_t nosock_cap, nosock_head, nosock_n;
+	atomic_uint replies;                  /* queued reply packets (reply_limit) */
+
+	pthread_mutex_t timer_lock;
+	struct vsock_sock **heap; /* Protected by timer_lock */
+	uint32_t heap_n, heap_cap;
+
+	pthread_mutex_t all_lock;
+	struct vsock_sock *all; /* Protected by all_lock */
+	struct vsock_sock *wildcard[3]; /* by type; Protected by all_lock */
+
+	atomic_uint socks_open;
+	struct vsock_engine_stats st; /* updated with relaxed atomics */
+};
+
+#define STAT_ADD(e, field, n) __atomic_fetch_add(&(e)->st.field, (n), __ATOMIC_RELAXED)
+#define STAT_INC(e, field) STAT_ADD(e, field, 1)
+
+#endif
