@@ -120,7 +120,7 @@ int vring_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *cfg
 
 	if (!q || !cfg || !vring_size_valid(cfg->num) || (unsigned)cfg->addr_kind >= _VRING_ADDR_MAX)
 		return -EINVAL;
-	if (cfg->addr_kind != VRING_ADDR_HOST && !cfg->mem)
+	if (!cfg->mem) /* buffers are always translated through it */
 		return -EINVAL;
 	if (cfg->desc_addr % VRING_DESC_ALIGN || cfg->avail_addr % VRING_AVAIL_ALIGN ||
 	    cfg->used_addr % VRING_USED_ALIGN)

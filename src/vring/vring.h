@@ -135,7 +135,7 @@ enum vring_addr_kind {
 };
 
 struct vring_dev_config {
-	const struct guest_mem *mem; /* borrowed; must outlive the queue's use */
+	const struct guest_mem *mem; /* borrowed, required; must outlive the queue's use */
 	unsigned num;                /* queue size: power of two, <= 32768 */
 	enum vring_addr_kind addr_kind;
 	uint64_t desc_addr, avail_addr, used_addr;

@@ -674,6 +674,17 @@ TEST(init_validation)
 	ASSERT_TRUE((void *)q.used == (void *)f.used);
 	c.used_addr = RA + f.lay.used_off; /* a gpa is not a uva */
 	ASSERT_ERR(vring_dev_init(&q, &c), EFAULT);
+	/* Host pointers (the guest role's own memory); guest memory is still required. */
+	c.addr_kind = VRING_ADDR_HOST;
+	c.desc_addr = (uintptr_t)f.desc;
+	c.avail_addr = (uintptr_t)f.avail;
+	c.used_addr = (uintptr_t)f.used;
+	ASSERT_OK(vring_dev_init(&q, &c));
+	c.used_addr = (uintptr_t)f.used + 2;
+	ASSERT_ERR(vring_dev_init(&q, &c), EINVAL);
+	c.used_addr = (uintptr_t)f.used;
+	c.mem = NULL;
+	ASSERT_ERR(vring_dev_init(&q, &c), EINVAL);
 	fx_fini(&f);
 }
 
