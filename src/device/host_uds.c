@@ -431,8 +431,13 @@ static int flush_to_host(struct hconn *c)
 			struct iovec none = { NULL, 0 };
 			ssize_t n = vsock_sock_recv(c->s, &iov, 1, VSOCK_MSG_PEEK, NULL), w;
 
-			if (n < 0 || (n == 0 && !(vsock_sock_poll(c->s) & VSOCK_POLLIN)))
+			if (n < 0)
 				return 0;
+			if (n == 0) {
+				/* EOF, or an empty message: not forwarded (consumed if it was one). */
+				(void)vsock_sock_recv(c->s, &none, 1, VSOCK_MSG_TRUNC, NULL);
+				return 0;
+			}
 			w = send(c->fd, d->scratch, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 			if (w < 0) {
 				if (errno == EAGAIN || errno == ENOBUFS) {
@@ -508,6 +513,14 @@ static int read_from_host(struct hconn *c)
 	return 0;
 }
 
+static bool rx_empty(struct hconn *c)
+{
+	struct vsock_sock_info info;
+
+	vsock_sock_get_info(c->s, &info);
+	return info.rx_bytes == 0;
+}
+
 /* Drives an open connection after any event; may free c. */
 static void hconn_service_open(struct hconn *c)
 {
@@ -520,7 +533,7 @@ static void hconn_service_open(struct hconn *c)
 	}
 	/* Guest half-close: pass it on once every byte it sent has been handed over. */
 	if ((mask & VSOCK_POLLRDHUP) && !c->host_wr_shut && !c->host_wr_blocked &&
-	    !(vsock_sock_poll(c->s) & VSOCK_POLLIN)) {
+	    rx_empty(c)) {
 		shutdown(c->fd, SHUT_WR);
 		c->host_wr_shut = true;
 	}

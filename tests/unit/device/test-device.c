@@ -1,0 +1,607 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Device-role tests: a struct vsock_dev runs on its own thread; the test plays both the VMM
+ * (the vhost-user front-end of src/vhost_user/frontend.c, memfd guest memory) and a hand-written
+ * guest driver (vring_drv rings, packets built byte by byte), and the host programs (plain Unix
+ * sockets). Covers: RST at once when no host listener, guest->host and host->guest streams with
+ * the CONNECT/OK handshake, half-close both ways, bad CONNECT lines, the CONNECT timeout, spoofed
+ * source CIDs, VMM reconnect, sibling routing with RX splitting, and unknown destination CIDs.
+ */
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "device/device.h"
+#include "test.h"
+#include "util/loop.h"
+#include "vhost_user/frontend.h"
+#include "vring/vring.h"
+#include "vring/vring_drv.h"
+#include "vsock/hdr.h"
+
+#define NRX 64
+#define RXBUF 4096
+#define NTX 32
+#define TXBUF (44 + 65536)
+#define WAIT_MS 3000
+
+struct tdev {
+	struct vsock_dev *d;
+	pthread_t th;
+	char dir[64];
+	char sock[128], uds[128];
+};
+
+struct tguest {
+	struct vhu_front *f;
+	struct vring_drv *rx, *tx;
+	uint32_t cid;
+	uint8_t *rxb[NRX];
+	uint64_t rxg[NRX];
+	uint8_t *txb[NTX];
+	uint64_t txg[NTX];
+	bool txbusy[NTX];
+};
+
+static void *dev_thread(void *arg)
+{
+	struct tdev *t = arg;
+
+	vsock_dev_run(t->d);
+	return NULL;
+}
+
+static void tdev_start(struct tdev *t, struct vsock_router *r, uint32_t cid)
+{
+	struct vsock_dev_config cfg = {
+		.guest_cid = cid,
+		.buf_alloc = 256 * 1024,
+		.queue_size_max = 1024,
+	};
+
+	snprintf(t->dir, sizeof(t->dir), "/tmp/uvsock-dev-XXXXXX");
+	ASSERT_TRUE(mkdtemp(t->dir) != NULL);
+	snprintf(t->sock, sizeof(t->sock), "%s/vm.sock", t->dir);
+	snprintf(t->uds, sizeof(t->uds), "%s/vm.vsock", t->dir);
+	cfg.socket_path = t->sock;
+	cfg.uds_path = t->uds;
+	ASSERT_OK(vsock_dev_new(r, &cfg, &t->d));
+}
+
+static void tdev_run(struct tdev *t)
+{
+	ASSERT_EQ(pthread_create(&t->th, NULL, dev_thread, t), 0);
+}
+
+static void tdev_stop(struct tdev *t)
+{
+	vsock_dev_stop(t->d);
+	pthread_join(t->th, NULL);
+	vsock_dev_free(t->d);
+	/* The device removed its socket files: the directory must be empty now. */
+	ASSERT_OK(rmdir(t->dir));
+}
+
+static void tg_post_rx(struct tguest *g, int i)
+{
+	struct vring_drv_buf b = { .addr = g->rxg[i], .len = RXBUF, .write = true };
+
+	ASSERT_GE(vring_drv_add(g->rx, &b, 1, (void *)(uintptr_t)(i + 1)), 0);
+}
+
+static void tg_kick(struct tguest *g, unsigned q)
+{
+	uint64_t one = 1;
+	struct vring_drv *r = q == 0 ? g->rx : g->tx;
+
+	if (vring_drv_kick_prepare(r))
+		ASSERT_EQ(write(vhu_front_ring(g->f, q)->kick_fd, &one, 8), 8);
+}
+
+static void tg_connect(struct tguest *g, struct tdev *t)
+{
+	struct vhu_front_config cfg;
+	const struct vhu_front_ring *rr, *tr;
+
+	memset(g, 0, sizeof(*g));
+	vhu_front_config_init(&cfg);
+	cfg.mem_size = 8u << 20;
+	ASSERT_OK(vhu_front_connect(t->sock, &cfg, &g->f));
+	ASSERT_OK(vhu_front_init(g->f));
+	g->cid = (uint32_t)vhu_front_guest_cid(g->f);
+	for (int i = 0; i < NRX; i++)
+		ASSERT_OK(vhu_front_alloc(g->f, RXBUF, 64, (void **)&g->rxb[i], &g->rxg[i]));
+	for (int i = 0; i < NTX; i++)
+		ASSERT_OK(vhu_front_alloc(g->f, TXBUF, 64, (void **)&g->txb[i], &g->txg[i]));
+	ASSERT_OK(vhu_front_start(g->f));
+	rr = vhu_front_ring(g->f, 0);
+	tr = vhu_front_ring(g->f, 1);
+	/* The rings are zeroed and unused: the driver state starts at index 0 as the device's. */
+	ASSERT_OK(vring_drv_new(rr->num, rr->desc, rr->avail, rr->used, vhu_front_features(g->f),
+				&g->rx));
+	ASSERT_OK(vring_drv_new(tr->num, tr->desc, tr->avail, tr->used, vhu_front_features(g->f),
+				&g->tx));
+	for (int i = 0; i < NRX; i++)
+		tg_post_rx(g, i);
+	tg_kick(g, 0);
+}
+
+static void tg_disconnect(struct tguest *g)
+{
+	vring_drv_free(g->rx);
+	vring_drv_free(g->tx);
+	vhu_front_free(g->f);
+	memset(g, 0, sizeof(*g));
+}
+
+static void tg_reclaim_tx(struct tguest *g)
+{
+	uint32_t len;
+	void *cookie;
+
+	while (vring_drv_get_used(g->tx, &len, &cookie) == 0)
+		g->txbusy[(uintptr_t)cookie - 1] = false;
+}
+
+/* Sends one packet (payload copied into a TX buffer after the header). */
+static void tg_send(struct tguest *g, const struct vsock_hdr *h, const void *payload)
+{
+	struct vring_drv_buf b;
+	uint64_t deadline = loop_now_ns() + WAIT_MS * 1000000ull;
+	int i;
+
+	for (;;) {
+		tg_reclaim_tx(g);
+		for (i = 0; i < NTX && g->txbusy[i]; i++)
+			;
+		if (i < NTX)
+			break;
+		ASSERT_LT(loop_now_ns(), deadline);
+		usleep(1000);
+	}
+	vsock_hdr_encode(h, g->txb[i]);
+	if (h->len)
+		memcpy(g->txb[i] + 44, payload, h->len);
+	b = (struct vring_drv_buf){ .addr = g->txg[i], .len = 44 + h->len, .write = false };
+	g->txbusy[i] = true;
+	ASSERT_GE(vring_drv_add(g->tx, &b, 1, (void *)(uintptr_t)(i + 1)), 0);
+	tg_kick(g, 1);
+}
+
+static struct vsock_hdr mkhdr(struct tguest *g, uint64_t dst_cid, uint32_t sport, uint32_t dport,
+			      uint16_t type, uint16_t op, uint32_t len)
+{
+	return (struct vsock_hdr){
+		.src_cid = g->cid,
+		.dst_cid = dst_cid,
+		.src_port = sport,
+		.dst_port = dport,
+		.len = len,
+		.type = type,
+		.op = op,
+		.buf_alloc = 256 * 1024,
+	};
+}
+
+/*
+ * Receives the next packet within timeout_ms (skipping bare CREDIT_UPDATEs if skip_credit).
+ * Returns 0, or -ETIMEDOUT.
+ */
+static int tg_recv(struct tguest *g, struct vsock_hdr *h, void *buf, size_t cap, int timeout_ms,
+		   bool skip_credit)
+{
+	uint64_t deadline = loop_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	int call = vhu_front_ring(g->f, 0)->call_fd;
+
+	for (;;) {
+		uint32_t len;
+		void *cookie;
+
+		if (vring_drv_get_used(g->rx, &len, &cookie) == 0) {
+			int i = (int)(uintptr_t)cookie - 1;
+
+			ASSERT_GE(len, 44);
+			vsock_hdr_decode(g->rxb[i], h);
+			ASSERT_EQ(len, 44 + h->len);
+			ASSERT_LE(h->len, cap);
+			if (h->len)
+				memcpy(buf, g->rxb[i] + 44, h->len);
+			tg_post_rx(g, i);
+			tg_kick(g, 0);
+			if (skip_credit && h->op == VSOCK_OP_CREDIT_UPDATE)
+				continue;
+			return 0;
+		}
+		{
+			uint64_t now = loop_now_ns(), v;
+			struct pollfd p = { .fd = call, .events = POLLIN };
+
+			if (now >= deadline)
+				return -ETIMEDOUT;
+			/* Short slices: the interrupt may be suppressed by event idx. */
+			if (poll(&p, 1, 10) > 0)
+				(void)!read(call, &v, 8);
+		}
+	}
+}
+
+static int unix_listen(const char *path, int type)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+
+	ASSERT_GE(fd, 0);
+	ASSERT_LT(strlen(path), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	ASSERT_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
+	ASSERT_OK(listen(fd, 8));
+	return fd;
+}
+
+static int unix_connect(const char *path, int type)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+
+	ASSERT_GE(fd, 0);
+	ASSERT_LT(strlen(path), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	ASSERT_OK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)));
+	return fd;
+}
+
+/* Reads up to cap bytes with a deadline; returns the count (0 at EOF) or -ETIMEDOUT. */
+static ssize_t read_wait(int fd, void *buf, size_t cap, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	if (poll(&p, 1, timeout_ms) <= 0)
+		return -ETIMEDOUT;
+	return read(fd, buf, cap);
+}
+
+static int accept_wait(int lfd, int timeout_ms)
+{
+	struct pollfd p = { .fd = lfd, .events = POLLIN };
+
+	if (poll(&p, 1, timeout_ms) <= 0)
+		return -ETIMEDOUT;
+	return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+TEST(guest_connect_without_host_listener_gets_rst_at_once)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr h = { 0 }, r;
+	uint8_t buf[64];
+	uint64_t t0;
+
+	tdev_start(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	ASSERT_EQ(g.cid, 3);
+	h = mkhdr(&g, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	t0 = loop_now_ns();
+	tg_send(&g, &h, NULL);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RST);
+	ASSERT_EQ(r.src_cid, 2);
+	ASSERT_EQ(r.dst_cid, 3);
+	ASSERT_EQ(r.src_port, 1234);
+	ASSERT_EQ(r.dst_port, 40000);
+	/* Not the 2 s connect timeout: the refusal is immediate. */
+	ASSERT_LT(loop_now_ns() - t0, 1500000000ull);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+}
+
+TEST(guest_to_host_stream_with_half_close)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr h, r;
+	char path[160], buf[256];
+	int lfd, hfd;
+
+	tdev_start(&t, NULL, 3);
+	snprintf(path, sizeof(path), "%s_1234", t.uds);
+	lfd = unix_listen(path, SOCK_STREAM);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+
+	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&g, &h, NULL);
+	hfd = accept_wait(lfd, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
+	ASSERT_EQ(r.dst_port, 40001);
+	ASSERT_EQ(r.src_port, 1234);
+	ASSERT_GT(r.buf_alloc, 0);
+
+	/* guest -> host */
+	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 5);
+	tg_send(&g, &h, "hello");
+	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 5);
+	ASSERT_MEMEQ(buf, "hello", 5);
+
+	/* host -> guest */
+	ASSERT_EQ(write(hfd, "world", 5), 5);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RW);
+	ASSERT_EQ(r.len, 5);
+	ASSERT_MEMEQ(buf, "world", 5);
+
+	/* guest SHUTDOWN(SEND): the host sees EOF but can still write. */
+	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_SHUTDOWN, 0);
+	h.flags = VSOCK_SHUTDOWN_SEND;
+	tg_send(&g, &h, NULL);
+	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 0);
+	ASSERT_EQ(write(hfd, "bye", 3), 3);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RW);
+	ASSERT_MEMEQ(buf, "bye", 3);
+
+	/* host EOF: SHUTDOWN with the SEND bit reaches the guest. */
+	ASSERT_OK(shutdown(hfd, SHUT_WR));
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_SHUTDOWN);
+	ASSERT_TRUE(r.flags & VSOCK_SHUTDOWN_SEND);
+	close(hfd);
+	close(lfd);
+	unlink(path);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+}
+
+static void host_initiated(struct tdev *t, struct tguest *g, int type, int *ret_fd,
+			   struct vsock_hdr *ret_req)
+{
+	char line[32], buf[64], path[160];
+	struct vsock_hdr h, r;
+	int fd, n;
+
+	snprintf(path, sizeof(path), "%.100s%s", t->uds, type == SOCK_STREAM ? "" : "_seqpacket");
+	fd = unix_connect(path, type);
+
+	ASSERT_EQ(write(fd, "CONNECT 5000\n", 13), 13);
+	ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+	ASSERT_EQ(r.dst_port, 5000);
+	ASSERT_EQ(r.type, type == SOCK_STREAM ? VSOCK_TYPE_STREAM : VSOCK_TYPE_SEQPACKET);
+	ASSERT_GE(r.src_port, 1u << 30);
+	ASSERT_LT(r.src_port, 1u << 31);
+	h = mkhdr(g, 2, 5000, r.src_port, r.type, VSOCK_OP_RESPONSE, 0);
+	tg_send(g, &h, NULL);
+	n = (int)read_wait(fd, line, sizeof(line) - 1, WAIT_MS);
+	ASSERT_GT(n, 0);
+	line[n] = '\0';
+	snprintf(buf, sizeof(buf), "OK %u\n", r.src_port);
+	ASSERT_STREQ(line, buf);
+	*ret_fd = fd;
+	*ret_req = r;
+}
+
+TEST(host_to_guest_stream_connect_ok)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr req, h, r;
+	char buf[64];
+	int fd;
+
+	tdev_start(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
+	ASSERT_EQ(write(fd, "ping", 4), 4);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RW);
+	ASSERT_EQ(r.src_port, req.src_port);
+	ASSERT_MEMEQ(buf, "ping", 4);
+	h = mkhdr(&g, 2, 5000, req.src_port, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 4);
+	tg_send(&g, &h, "pong");
+	ASSERT_EQ(read_wait(fd, buf, sizeof(buf), WAIT_MS), 4);
+	ASSERT_MEMEQ(buf, "pong", 4);
+	/* Guest RST: the host socket is closed. */
+	h = mkhdr(&g, 2, 5000, req.src_port, VSOCK_TYPE_STREAM, VSOCK_OP_RST, 0);
+	tg_send(&g, &h, NULL);
+	ASSERT_EQ(read_wait(fd, buf, sizeof(buf), WAIT_MS), 0);
+	close(fd);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+}
+
+TEST(host_to_guest_seqpacket_keeps_boundaries)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr req, h, r;
+	char buf[64];
+	int fd;
+
+	tdev_start(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	ASSERT_TRUE(vhu_front_features(g.f) & (1ull << VIRTIO_VSOCK_F_SEQPACKET));
+	host_initiated(&t, &g, SOCK_SEQPACKET, &fd, &req);
+	ASSERT_EQ(write(fd, "one", 3), 3);
+	ASSERT_EQ(write(fd, "three", 5), 5);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RW);
+	ASSERT_EQ(r.len, 3);
+	ASSERT_TRUE(r.flags & VSOCK_SEQ_EOM);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.len, 5);
+	ASSERT_TRUE(r.flags & VSOCK_SEQ_EOM);
+	/* Guest message -> one host message. */
+	h = mkhdr(&g, 2, 5000, req.src_port, VSOCK_TYPE_SEQPACKET, VSOCK_OP_RW, 2);
+	h.flags = VSOCK_SEQ_EOM;
+	tg_send(&g, &h, "ab");
+	h.len = 3;
+	tg_send(&g, &h, "cde");
+	ASSERT_EQ(read_wait(fd, buf, sizeof(buf), WAIT_MS), 2);
+	ASSERT_EQ(read_wait(fd, buf, sizeof(buf), WAIT_MS), 3);
+	ASSERT_MEMEQ(buf, "cde", 3);
+	close(fd);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+}
+
+TEST(bad_connect_lines_and_timeout_close_the_socket)
+{
+	static const char *const bad[] = { "HELLO\n", "CONNECT x\n", "CONNECT 99999999999\n" };
+	struct tdev t;
+	struct tguest g;
+	struct vsock_dev_stats st;
+	char buf[64];
+	uint64_t t0;
+	int fd;
+
+	tdev_start(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		fd = unix_connect(t.uds, SOCK_STREAM);
+		ASSERT_EQ(write(fd, bad[i], strlen(bad[i])), (ssize_t)strlen(bad[i]));
+		ASSERT_EQ(read_wait(fd, buf, sizeof(buf), WAIT_MS), 0);
+		close(fd);
+	}
+	/* A partial line followed by an early close. */
+	fd = unix_connect(t.uds, SOCK_STREAM);
+	ASSERT_EQ(write(fd, "CONN", 4), 4);
+	close(fd);
+	/* Silence: closed after the 2 s limit, not before. */
+	fd = unix_connect(t.uds, SOCK_STREAM);
+	t0 = loop_now_ns();
+	ASSERT_EQ(read_wait(fd, buf, sizeof(buf), 5000), 0);
+	ASSERT_GE(loop_now_ns() - t0, 1500000000ull);
+	close(fd);
+	vsock_dev_get_stats(t.d, &st);
+	ASSERT_EQ(st.host_connect_bad_line, 4);
+	ASSERT_EQ(st.host_connect_timeouts, 1);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+}
+
+TEST(spoofed_source_cid_is_dropped_and_counted)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr h, r;
+	struct vsock_dev_stats st;
+	char buf[64];
+
+	tdev_start(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	h = mkhdr(&g, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	h.src_cid = 7;
+	tg_send(&g, &h, NULL);
+	h = mkhdr(&g, 9, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&g, &h, NULL);
+	ASSERT_ERR(tg_recv(&g, &r, buf, sizeof(buf), 300, true), ETIMEDOUT);
+	vsock_dev_get_stats(t.d, &st);
+	ASSERT_EQ(st.tx_bad_src_cid, 1);
+	ASSERT_EQ(st.tx_bad_dst_cid, 1);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+}
+
+TEST(vmm_disconnect_resets_and_reconnect_works)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr req, h, r;
+	char buf[64];
+	int fd;
+
+	tdev_start(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
+	tg_disconnect(&g);
+	/* The VM is gone: its host connection is closed. */
+	ASSERT_EQ(read_wait(fd, buf, sizeof(buf), WAIT_MS), 0);
+	close(fd);
+	/* Same socket path, a new VMM session. */
+	tg_connect(&g, &t);
+	h = mkhdr(&g, 2, 40000, 4321, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&g, &h, NULL);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RST);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+}
+
+TEST(siblings_route_and_split_large_packets)
+{
+	struct vsock_router *router;
+	struct tdev ta, tb;
+	struct tguest ga, gb;
+	struct vsock_hdr h, r;
+	struct vsock_dev_stats st;
+	static uint8_t big[10000], got[10000];
+	uint8_t buf[RXBUF];
+	size_t have = 0;
+	int pieces = 0;
+
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 7 + 1);
+	ASSERT_OK(vsock_router_new(&router));
+	tdev_start(&ta, router, 3);
+	tdev_start(&tb, router, 4);
+	ASSERT_OK(vsock_dev_link_sibling(ta.d, tb.d));
+	tdev_run(&ta);
+	tdev_run(&tb);
+	tg_connect(&ga, &ta);
+	tg_connect(&gb, &tb);
+
+	h = mkhdr(&ga, 4, 1111, 77, VSOCK_TYPE_SEQPACKET, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, false));
+	ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+	ASSERT_EQ(r.src_cid, 3);
+	ASSERT_EQ(r.dst_cid, 4);
+	h = mkhdr(&gb, 3, 77, 1111, VSOCK_TYPE_SEQPACKET, VSOCK_OP_RESPONSE, 0);
+	tg_send(&gb, &h, NULL);
+	ASSERT_OK(tg_recv(&ga, &r, buf, sizeof(buf), WAIT_MS, false));
+	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
+	ASSERT_EQ(r.src_cid, 4);
+
+	/* 10000 bytes into 4096-byte buffers: 4052 + 4052 + 1896, EOM|EOR on the last only. */
+	h = mkhdr(&ga, 4, 1111, 77, VSOCK_TYPE_SEQPACKET, VSOCK_OP_RW, sizeof(big));
+	h.flags = VSOCK_SEQ_EOM | VSOCK_SEQ_EOR;
+	tg_send(&ga, &h, big);
+	while (have < sizeof(big)) {
+		ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, false));
+		ASSERT_EQ(r.op, VSOCK_OP_RW);
+		ASSERT_LE(r.len, RXBUF - 44);
+		ASSERT_LE(have + r.len, sizeof(big));
+		memcpy(got + have, buf, r.len);
+		have += r.len;
+		pieces++;
+		if (have < sizeof(big))
+			ASSERT_EQ(r.flags, 0);
+		else
+			ASSERT_EQ(r.flags, VSOCK_SEQ_EOM | VSOCK_SEQ_EOR);
+	}
+	ASSERT_EQ(pieces, 3);
+	ASSERT_MEMEQ(got, big, sizeof(big));
+	vsock_dev_get_stats(ta.d, &st);
+	ASSERT_EQ(st.sibling_fwd_pkts, 2);
+
+	tg_disconnect(&ga);
+	tg_disconnect(&gb);
+	tdev_stop(&ta);
+	tdev_stop(&tb);
+	vsock_router_free(router);
+}
+
+TEST_MAIN()
