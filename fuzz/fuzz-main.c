@@ -34,7 +34,8 @@ static int read_file(const char *path, uint8_t **ret, size_t *ret_len)
 	f = fopen(path, "rb");
 	if (!f)
 		return -errno;
-	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > FUZZ_MAX_INPUT) {
+	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size > FUZZ_MAX_INPUT) {
 		fclose(f);
 		return -EINVAL;
 	}
@@ -74,11 +75,13 @@ int main(int argc, char **argv)
 			if (de->d_name[0] == '.')
 				continue;
 			if (count == cap) {
-				char **nn = realloc(names, (cap = cap ? cap * 2 : 64) * sizeof(*names));
+				size_t ncap = cap ? cap * 2 : 64;
+				char **nn = realloc(names, ncap * sizeof(*names));
 
 				if (!nn)
 					return 1;
 				names = nn;
+				cap = ncap;
 			}
 			if (asprintf(&p, "%s/%s", argv[a], de->d_name) < 0)
 				return 1;

@@ -118,7 +118,8 @@ int vring_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *cfg
 {
 	struct vring_dev_queue n = { 0 };
 
-	if (!q || !cfg || !vring_size_valid(cfg->num) || (unsigned)cfg->addr_kind >= _VRING_ADDR_MAX)
+	if (!q || !cfg || !vring_size_valid(cfg->num) ||
+	    (unsigned)cfg->addr_kind >= _VRING_ADDR_MAX)
 		return -EINVAL;
 	if (!cfg->mem) /* buffers are always translated through it */
 		return -EINVAL;
@@ -244,8 +245,8 @@ static int walk_chain(struct vring_dev_queue *q, uint16_t head, struct iovec *ou
 				return set_broken(q, VRING_ERR_INDIRECT_NESTED, "head %u entry %u",
 						  head, i);
 			if (unlikely(d.flags & VRING_DESC_F_NEXT))
-				return set_broken(q, VRING_ERR_INDIRECT_NEXT, "head %u desc %u", head,
-						  i);
+				return set_broken(q, VRING_ERR_INDIRECT_NEXT, "head %u desc %u",
+						  head, i);
 			if (unlikely(d.len == 0 || d.len % 16))
 				return set_broken(q, VRING_ERR_INDIRECT_LEN, "head %u len %u", head,
 						  d.len);
@@ -284,8 +285,9 @@ static int walk_chain(struct vring_dev_queue *q, uint16_t head, struct iovec *ou
 			}
 		}
 		if (unlikely(r == -EFAULT))
-			return set_broken(q, VRING_ERR_ADDR, "head %u: 0x%llx+%u not in guest memory",
-					  head, (unsigned long long)d.addr, d.len);
+			return set_broken(q, VRING_ERR_ADDR,
+					  "head %u: 0x%llx+%u not in guest memory", head,
+					  (unsigned long long)d.addr, d.len);
 		if (unlikely(r < 0))
 			return r; /* -ENOBUFS: the caller's arrays are too small */
 
@@ -293,8 +295,8 @@ static int walk_chain(struct vring_dev_queue *q, uint16_t head, struct iovec *ou
 			break;
 		i = d.next;
 		if (unlikely(i >= t.n))
-			return set_broken(q, VRING_ERR_NEXT, "head %u: next %u >= %u%s", head, i, t.n,
-					  in_indirect ? " (indirect)" : "");
+			return set_broken(q, VRING_ERR_NEXT, "head %u: next %u >= %u%s", head, i,
+					  t.n, in_indirect ? " (indirect)" : "");
 	}
 	c->head = head;
 	c->out_num = out_n;

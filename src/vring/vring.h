@@ -88,7 +88,7 @@ struct vring_layout {
 	size_t desc_off, avail_off, used_off, total;
 };
 
-/* Fills *l for a queue of num entries. Returns 0 or -EINVAL (num not a power of two in 1..32768). */
+/* Fills *l for a queue of num entries. Returns 0 or -EINVAL (num not a power of two <= 32768). */
 int vring_layout(unsigned num, struct vring_layout *l);
 
 /* True if num is a valid split-queue size: a power of two, 1..VRING_MAX_SIZE. */

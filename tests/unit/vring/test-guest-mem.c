@@ -17,8 +17,10 @@ static uint8_t ram0[4096], ram1[8192];
 static struct guest_mem *two_regions(void)
 {
 	struct guest_mem_region_desc d[2] = {
-		{ .guest_phys_addr = 0x1000, .memory_size = sizeof(ram0), .userspace_addr = 0x7f0000 },
-		{ .guest_phys_addr = 0x2000, .memory_size = sizeof(ram1), .userspace_addr = 0x900000 },
+		{ .guest_phys_addr = 0x1000, .memory_size = sizeof(ram0),
+		  .userspace_addr = 0x7f0000 },
+		{ .guest_phys_addr = 0x2000, .memory_size = sizeof(ram1),
+		  .userspace_addr = 0x900000 },
 	};
 	void *hb[2] = { ram0, ram1 };
 	struct guest_mem *m = NULL;
@@ -128,7 +130,8 @@ TEST(table_validation)
 	d[1] = (struct guest_mem_region_desc){ .guest_phys_addr = 0x8000, .memory_size = 0 };
 	ASSERT_ERR(guest_mem_new_local(d, hb, 2, &m), EINVAL);
 	/* gpa + size wraps. */
-	d[1] = (struct guest_mem_region_desc){ .guest_phys_addr = UINT64_MAX - 10, .memory_size = 64 };
+	d[1] = (struct guest_mem_region_desc){ .guest_phys_addr = UINT64_MAX - 10,
+					      .memory_size = 64 };
 	ASSERT_ERR(guest_mem_new_local(d, hb, 2, &m), EINVAL);
 	/* uva + size wraps. */
 	d[1] = (struct guest_mem_region_desc){ .guest_phys_addr = 0x8000, .memory_size = 64,

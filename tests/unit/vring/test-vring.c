@@ -65,7 +65,8 @@ static void fx_start(struct fx *f, uint64_t features, uint16_t last_avail)
 	struct vring_dev_config c = {
 		.mem = f->gm, .num = f->num, .addr_kind = VRING_ADDR_GPA,
 		.desc_addr = RA + f->lay.desc_off, .avail_addr = RA + f->lay.avail_off,
-		.used_addr = RA + f->lay.used_off, .features = features, .last_avail_idx = last_avail,
+		.used_addr = RA + f->lay.used_off, .features = features,
+		.last_avail_idx = last_avail,
 	};
 
 	f->avail_idx = last_avail;
@@ -195,7 +196,8 @@ TEST(many_descriptors_readable_then_writable)
 	/* 4 readable then 12 writable, the whole table, in reverse index order. */
 	for (unsigned i = 0; i < 16; i++) {
 		unsigned idx = 15 - i;
-		uint16_t flags = (i >= 4 ? VRING_DESC_F_WRITE : 0) | (i < 15 ? VRING_DESC_F_NEXT : 0);
+		uint16_t flags = (uint16_t)((i >= 4 ? VRING_DESC_F_WRITE : 0) |
+					    (i < 15 ? VRING_DESC_F_NEXT : 0));
 
 		set_desc(&f, idx, BUF + i * 0x100, 0x80, flags, (uint16_t)(idx - 1));
 	}
@@ -329,7 +331,7 @@ TEST(indirect_table_across_regions)
 	struct vring_chain c;
 
 	fx_init(&f, 8, F_IND);
-	/* 4 entries: 2 at the end of region A, 2 at the start of region B (separate host memory). */
+	/* 4 entries: 2 at the end of region A, 2 at the start of region B (other host memory). */
 	set_desc_in(host(&f, RB - 32), 0, BUF, 10, VRING_DESC_F_NEXT, 1);
 	set_desc_in(host(&f, RB - 32), 1, BUF + 10, 10, VRING_DESC_F_NEXT, 2);
 	set_desc_in(host(&f, RB), 0, BUF + 20, 10, VRING_DESC_F_NEXT, 3);
