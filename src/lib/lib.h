@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internals of the socket API (include/uvsock/uvsock.h): the context, the transport vtable a
+ * role plugs in, and the per-socket object behind each descriptor.
+ *
+ * A context owns one protocol engine. The transport (loopback here; the guest role later) moves
+ * the engine's packets: it is told through tx_ready() that the engine has something to pull (or
+ * that a timer deadline moved earlier), and it feeds what it receives. The API layer owns the
+ * engine's sock_event callback and uses it to wake blocked callers and pollable descriptors.
+ *
+ * Lock order: descriptor-table stripe lock -> (nothing); usock tx_mu/rx_mu -> engine socket lock;
+ * engine socket lock -> usock pmu (inside sock_event). The API never holds pmu while calling the
+ * engine.
+ */
+#ifndef UVSOCK_LIB_LIB_H
+#define UVSOCK_LIB_LIB_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uvsock/uvsock.h>
+
+/*
+ * <linux/vm_sockets.h> (via uvsock.h) and vsock/hdr.h both define the VMADDR_* constants with
+ * the same values but different spellings; keep hdr.h's.
+ */
+#undef VMADDR_CID_HYPERVISOR
+#undef VMADDR_CID_LOCAL
+#undef VMADDR_CID_HOST
+#undef VMADDR_CID_ANY
+#undef VMADDR_PORT_ANY
+#include "vsock/engine.h"
+
+struct uvsock_ctx;
+
+struct uvsock_transport_ops {
+	const char *name;
+	/*
+	 * The engine has packets to pull, or a timer deadline moved earlier (engine ops->tx_ready).
+	 * Called from any thread with no engine lock held, possibly re-entered from inside the
+	 * transport's own feed/pull. Required.
+	 */
+	void (*tx_ready)(struct uvsock_ctx *ctx);
+	/*
+	 * Optional check at connect(): 0 if packets to cid can go anywhere, or a negative errno
+	 * (-ENETUNREACH, -ENODEV) that connect() returns at once.
+	 */
+	int (*connect_check)(struct uvsock_ctx *ctx, uint32_t cid);
+	/* Optional: CIDs other than the engine's local CID that bind() accepts as local. */
+	bool (*cid_is_local)(struct uvsock_ctx *ctx, uint32_t cid);
+	/* Optional: transport-level counters added to uvsock_ctx_get_stats (e.g. dropped). */
+	void (*get_stats)(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *st);
+	/*
+	 * Stops the transport's threads. Called by uvsock_ctx_free() after every socket is closed
+	 * and before the engine is freed. Required.
+	 */
+	void (*stop)(struct uvsock_ctx *ctx);
+	/* Frees the transport's state (the engine is already gone). Required. */
+	void (*destroy)(struct uvsock_ctx *ctx);
+};
+
+/*
+ * Creates a context around a new engine built from *cfg (cfg->ops and cfg->opaque are
+ * overwritten: the context supplies them). `tp` is the transport's private pointer, returned by
+ * uvsock_ctx_transport_(). `flags` are UVSOCK_CTX_*. The transport must not start pumping before
+ * this returns.
+ * Returns 0, -EINVAL, -ENOMEM. On failure nothing of tp is touched.
+ * Ownership: ops is borrowed for the context's lifetime; tp belongs to the transport, which frees
+ * it in ops->destroy.
+ */
+int uvsock_ctx_create_(const struct uvsock_transport_ops *ops, void *tp,
+		       const struct vsock_engine_config *cfg, unsigned flags,
+		       struct uvsock_ctx **ret);
+
+/* The context's engine and transport state. Valid until uvsock_ctx_free(). Any thread. */
+struct vsock_engine *uvsock_ctx_engine_(struct uvsock_ctx *ctx);
+void *uvsock_ctx_transport_(struct uvsock_ctx *ctx);
+
+/* CLOCK_MONOTONIC in ns; the engine's clock for every context. */
+uint64_t uvsock_now_ns_(void);
+
+/*
+ * Waits until *word != val or the absolute CLOCK_MONOTONIC deadline (ns, UINT64_MAX = none).
+ * Returns 0 (woken or value changed, may be spurious), -ETIMEDOUT.
+ */
+int uvsock_futex_wait_(atomic_uint *word, unsigned val, uint64_t deadline_ns);
+/* Wakes every waiter on word. */
+void uvsock_futex_wake_(atomic_uint *word);
+
+#endif
