@@ -674,13 +674,15 @@ void dev_settle(struct vsock_dev *d)
 		if (d->accept_pending && d->eng)
 			host_accept_guest_conns(d);
 		host_service_dirty(d);
-		if (d->eng && d->tx_throttled && vsock_engine_can_feed(d->eng) && !d->tx_staged)
-			tx_drain(d);
 		rx_fill(d);
-		if (!d->dirty && !(d->accept_pending && d->eng))
+		/* Pulling replies may have made room for TX again (reference 5.5). */
+		if (d->eng && d->tx_throttled && !d->tx_staged && vsock_engine_can_feed(d->eng))
+			tx_drain(d);
+		if (!d->dirty && !(d->accept_pending && d->eng) && !d->rx_more)
 			break;
 	}
-	if (d->rx_more || d->tx_more || d->dirty)
+	if (d->rx_more || d->tx_more || d->dirty ||
+	    (d->eng && d->tx_throttled && !d->tx_staged && vsock_engine_can_feed(d->eng)))
 		cont_schedule(d);
 	if (d->eng) {
 		uint64_t dl = vsock_engine_next_deadline(d->eng);

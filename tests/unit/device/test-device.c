@@ -17,6 +17,7 @@
 #include "device/device.h"
 #include "test.h"
 #include "util/loop.h"
+#include "util/macros.h"
 #include "vhost_user/frontend.h"
 #include "vring/vring.h"
 #include "vring/vring_drv.h"
@@ -101,7 +102,14 @@ static void tg_kick(struct tguest *g, unsigned q)
 		ASSERT_EQ(write(vhu_front_ring(g->f, q)->kick_fd, &one, 8), 8);
 }
 
+static void tg_connect_nrx(struct tguest *g, struct tdev *t, int nrx);
+
 static void tg_connect(struct tguest *g, struct tdev *t)
+{
+	tg_connect_nrx(g, t, NRX);
+}
+
+static void tg_connect_nrx(struct tguest *g, struct tdev *t, int nrx)
 {
 	struct vhu_front_config cfg;
 	const struct vhu_front_ring *rr, *tr;
@@ -124,7 +132,7 @@ static void tg_connect(struct tguest *g, struct tdev *t)
 				&g->rx));
 	ASSERT_OK(vring_drv_new(tr->num, tr->desc, tr->avail, tr->used, vhu_front_features(g->f),
 				&g->tx));
-	for (int i = 0; i < NRX; i++)
+	for (int i = 0; i < nrx; i++)
 		tg_post_rx(g, i);
 	tg_kick(g, 0);
 }
@@ -146,11 +154,15 @@ static void tg_reclaim_tx(struct tguest *g)
 		g->txbusy[(uintptr_t)cookie - 1] = false;
 }
 
-/* Sends one packet (payload copied into a TX buffer after the header). */
-static void tg_send(struct tguest *g, const struct vsock_hdr *h, const void *payload)
+/*
+ * Sends one packet (payload copied into a TX buffer after the header), waiting up to wait_ms for
+ * a free TX buffer. Returns 0 or -ETIMEDOUT (the device is not returning TX buffers).
+ */
+static int tg_send_wait(struct tguest *g, const struct vsock_hdr *h, const void *payload,
+			int wait_ms)
 {
 	struct vring_drv_buf b;
-	uint64_t deadline = loop_now_ns() + WAIT_MS * 1000000ull;
+	uint64_t deadline = loop_now_ns() + (uint64_t)wait_ms * 1000000ull;
 	int i;
 
 	for (;;) {
@@ -159,7 +171,8 @@ static void tg_send(struct tguest *g, const struct vsock_hdr *h, const void *pay
 			;
 		if (i < NTX)
 			break;
-		ASSERT_LT(loop_now_ns(), deadline);
+		if (loop_now_ns() >= deadline)
+			return -ETIMEDOUT;
 		usleep(1000);
 	}
 	vsock_hdr_encode(h, g->txb[i]);
@@ -169,6 +182,12 @@ static void tg_send(struct tguest *g, const struct vsock_hdr *h, const void *pay
 	g->txbusy[i] = true;
 	ASSERT_GE(vring_drv_add(g->tx, &b, 1, (void *)(uintptr_t)(i + 1)), 0);
 	tg_kick(g, 1);
+	return 0;
+}
+
+static void tg_send(struct tguest *g, const struct vsock_hdr *h, const void *payload)
+{
+	ASSERT_OK(tg_send_wait(g, h, payload, WAIT_MS));
 }
 
 static struct vsock_hdr mkhdr(struct tguest *g, uint64_t dst_cid, uint32_t sport, uint32_t dport,
@@ -602,6 +621,171 @@ TEST(siblings_route_and_split_large_packets)
 	tdev_stop(&ta);
 	tdev_stop(&tb);
 	vsock_router_free(router);
+}
+
+struct writer_arg {
+	int fd;
+	size_t len;
+};
+
+static void *writer_thread(void *arg)
+{
+	struct writer_arg *w = arg;
+	uint8_t chunk[8192];
+	size_t off = 0;
+
+	while (off < w->len) {
+		size_t n = MIN(sizeof(chunk), w->len - off);
+		ssize_t k;
+
+		for (size_t i = 0; i < n; i++)
+			chunk[i] = (uint8_t)((off + i) % 251);
+		k = write(w->fd, chunk, n);
+		if (k <= 0)
+			break;
+		off += (size_t)k;
+	}
+	return NULL;
+}
+
+TEST(host_to_guest_respects_guest_credit)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr req, h, r;
+	struct writer_arg wa;
+	pthread_t th;
+	static uint8_t buf[RXBUF];
+	size_t total = 0, stalled_at;
+	uint32_t fwd = 0;
+	int fd;
+
+	tdev_start(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
+	wa.fd = fd;
+	wa.len = 600 * 1024;
+	ASSERT_EQ(pthread_create(&th, NULL, writer_thread, &wa), 0);
+	/* No credit update from the guest: exactly its 256 KiB buf_alloc may arrive. */
+	while (tg_recv(&g, &r, buf, sizeof(buf), 300, true) == 0) {
+		ASSERT_EQ(r.op, VSOCK_OP_RW);
+		for (uint32_t i = 0; i < r.len; i++)
+			if (buf[i] != (uint8_t)((total + i) % 251))
+				test_fail(__FILE__, __LINE__, "byte %zu corrupted", total + i);
+		total += r.len;
+	}
+	stalled_at = total;
+	ASSERT_EQ(stalled_at, 256 * 1024);
+	/* Grant credit as the guest consumes: the rest arrives, in order. */
+	while (total < wa.len) {
+		if (fwd != total) {
+			fwd = (uint32_t)total;
+			h = mkhdr(&g, 2, 5000, req.src_port, VSOCK_TYPE_STREAM,
+				  VSOCK_OP_CREDIT_UPDATE, 0);
+			h.fwd_cnt = fwd;
+			tg_send(&g, &h, NULL);
+		}
+		ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RW);
+		for (uint32_t i = 0; i < r.len; i++)
+			if (buf[i] != (uint8_t)((total + i) % 251))
+				test_fail(__FILE__, __LINE__, "byte %zu corrupted", total + i);
+		total += r.len;
+	}
+	ASSERT_EQ(total, wa.len);
+	pthread_join(th, NULL);
+	close(fd);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+}
+
+TEST(tx_pauses_at_reply_limit_and_resumes)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr h, r;
+	struct vsock_dev_stats st;
+	char buf[64];
+	int sent = 0, rsts = 0;
+
+	tdev_start(&t, NULL, 3);
+	tdev_run(&t);
+	/* No RX buffers: every RST reply stays queued in the device. */
+	tg_connect_nrx(&g, &t, 0);
+	for (;;) {
+		h = mkhdr(&g, 2, 20000 + (uint32_t)sent, 9, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+		if (tg_send_wait(&g, &h, NULL, 300) < 0)
+			break;
+		sent++;
+		ASSERT_LT(sent, 1000);
+	}
+	/* The device stopped taking TX packets near the TX ring size (128) of queued replies. */
+	vsock_dev_get_stats(t.d, &st);
+	ASSERT_GE(st.tx_pkts, 128);
+	ASSERT_LE(st.tx_pkts, 128 + 64);
+	/* Posting RX buffers lets the replies out, and TX resumes. */
+	for (int i = 0; i < NRX; i++)
+		tg_post_rx(&g, i);
+	tg_kick(&g, 0);
+	for (int k = 0; k < 100; k++) {
+		h = mkhdr(&g, 2, 30000 + (uint32_t)k, 9, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+		while (tg_send_wait(&g, &h, NULL, 0) < 0) {
+			ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+			ASSERT_EQ(r.op, VSOCK_OP_RST);
+			rsts++;
+		}
+	}
+	while (tg_recv(&g, &r, buf, sizeof(buf), 300, true) == 0) {
+		ASSERT_EQ(r.op, VSOCK_OP_RST);
+		rsts++;
+	}
+	vsock_dev_get_stats(t.d, &st);
+	ASSERT_EQ(st.tx_pkts, (uint64_t)sent + 100);
+	/* Every REQUEST got its RST, except those beyond the bounded reply queue. */
+	ASSERT_GE(rsts, 100 + 128);
+	ASSERT_LE(rsts, sent + 100);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+}
+
+TEST(ring_error_marks_device_broken_until_restart)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr h, r;
+	struct vsock_dev_stats st;
+	struct vring_drv_buf b = { .addr = 1ull << 40, .len = 44, .write = false };
+	char buf[64];
+	uint64_t deadline;
+
+	tdev_start(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	/* A TX buffer outside guest memory. */
+	ASSERT_GE(vring_drv_add(g.tx, &b, 1, (void *)(uintptr_t)1000), 0);
+	tg_kick(&g, 1);
+	deadline = loop_now_ns() + WAIT_MS * 1000000ull;
+	do {
+		usleep(1000);
+		vsock_dev_get_stats(t.d, &st);
+		ASSERT_LT(loop_now_ns(), deadline);
+	} while (st.ring_errors == 0);
+	ASSERT_EQ(st.ring_errors, 1);
+	/* Broken: nothing is processed any more. */
+	h = mkhdr(&g, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&g, &h, NULL);
+	ASSERT_ERR(tg_recv(&g, &r, buf, sizeof(buf), 300, true), ETIMEDOUT);
+	/* A new VMM session works again. */
+	tg_disconnect(&g);
+	tg_connect(&g, &t);
+	tg_send(&g, &h, NULL);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RST);
+	vsock_dev_get_stats(t.d, &st);
+	ASSERT_EQ(st.ring_errors, 1);
+	tg_disconnect(&g);
+	tdev_stop(&t);
 }
 
 TEST_MAIN()
