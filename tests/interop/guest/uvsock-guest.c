@@ -1,0 +1,1502 @@
+// SPDX-License-Identifier: MIT
+/*
+ * uvsock-guest: the in-guest half of the interop run. Runs ONLY inside the QEMU guest booted by
+ * tests/interop (statically linked, the initramfs has no libc); it is the only program of the
+ * project that opens AF_VSOCK sockets, and only there.
+ *
+ *   uvsock-guest run            read the case list from /proc/cmdline (uvsock.cases=a,b:arg,...)
+ *                               and run each case in a forked child with a time limit; print
+ *                               "UVSOCK-BEGIN <case>" and "UVSOCK-CASE <case> PASS|FAIL <ms>
+ *                               <detail>" on stdout (the serial console). Exit status = failures.
+ *   uvsock-guest cid            print this guest's CID
+ *   uvsock-guest connect CID PORT / listen PORT   netcat-like relay (for scripts/vm-shell.sh)
+ *
+ * Cases that need the host side talk to the host helper (tests/interop/host) over the second
+ * serial port (/dev/ttyS1) with tagged lines ("<tag> CMD args" -> "<tag> OK|FAIL text"); the
+ * data itself only ever goes through vsock, i.e. through uvsockd.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <linux/vm_sockets.h>
+
+#include "xfer.h"
+
+#define DETAIL 480
+#define BULK_DEFAULT (64ull << 20) /* INTEROP_BULK_BYTES: bytes each way of the bulk cases */
+#define MANY_DEFAULT 200	   /* concurrent connections of the *_many cases */
+
+static struct {
+	struct ctl ctl;
+	bool have_ctl;
+	unsigned tag;
+	uint64_t bulk;
+	unsigned many;
+	uint32_t cid;
+	uint32_t seed;
+} g = { .ctl = { .fd = -1 }, .bulk = BULK_DEFAULT, .many = MANY_DEFAULT, .seed = 1 };
+
+static int fail(char *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(char *d, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(d, DETAIL, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static uint32_t local_cid(void)
+{
+	uint32_t cid = VMADDR_CID_ANY;
+	int fd = open("/dev/vsock", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		if (ioctl(fd, IOCTL_VM_SOCKETS_GET_LOCAL_CID, &cid) < 0)
+			cid = VMADDR_CID_ANY;
+		close(fd);
+	}
+	return cid;
+}
+
+/* ---- control channel to the host helper ---- */
+
+/* Send "<tag> <cmd>"; Returns: the tag, or 0 if there is no control channel. */
+static unsigned req_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static unsigned req_send(const char *fmt, ...)
+{
+	char cmd[400];
+	va_list ap;
+
+	if (!g.have_ctl)
+		return 0;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	g.tag++;
+	if (ctl_send(&g.ctl, "%u %s", g.tag, cmd) < 0)
+		return 0;
+	return g.tag;
+}
+
+/*
+ * Wait for the reply line of @tag (lines of other tags are stale answers of timed-out cases and
+ * are dropped). @word: the expected first word ("OK"); anything else is a failure.
+ * Returns: 0 when the reply is OK (rest of the line in @out), -1 otherwise (@out says why).
+ */
+static int req_wait(unsigned tag, char *out, size_t len, int timeout_s)
+{
+	int64_t end = xfer_now_ms() + (int64_t)timeout_s * 1000;
+	char line[600];
+
+	if (!tag) {
+		snprintf(out, len, "no control channel to the host helper");
+		return -1;
+	}
+	for (;;) {
+		int r = ctl_recv(&g.ctl, line, sizeof(line), end);
+		char *sp;
+
+		if (r < 0) {
+			snprintf(out, len, "control channel: %s waiting for reply %u",
+				 r == -ETIMEDOUT ? "timeout" : strerror(-r), tag);
+			return -1;
+		}
+		if (strtoul(line, &sp, 10) != tag || *sp != ' ')
+			continue;
+		sp++;
+		if (strncmp(sp, "OK", 2) == 0 && (sp[2] == 0 || sp[2] == ' ')) {
+			snprintf(out, len, "%s", sp[2] ? sp + 3 : "");
+			return 0;
+		}
+		snprintf(out, len, "host: %s", sp);
+		return -1;
+	}
+}
+
+static int req(char *out, size_t len, int timeout_s, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int req(char *out, size_t len, int timeout_s, const char *fmt, ...)
+{
+	char cmd[400];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return req_wait(req_send("%s", cmd), out, len, timeout_s);
+}
+
+static long host_rss_kb(void)
+{
+	char out[128];
+
+	if (req(out, sizeof(out), 10, "RSS") < 0)
+		return -1;
+	return strtol(out, NULL, 10);
+}
+
+/* ---- sockets ---- */
+
+/* Blocking-with-deadline connect; Returns: fd or -errno. */
+static int vs_connect(uint32_t cid, uint32_t port, int type, int timeout_ms)
+{
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = cid, .svm_port = port };
+	int fd = socket(AF_VSOCK, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), err = 0;
+	socklen_t el = sizeof(err);
+	struct pollfd p;
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+		goto ok;
+	if (errno != EINPROGRESS) {
+		err = errno;
+		close(fd);
+		return -err;
+	}
+	p.fd = fd;
+	p.events = POLLOUT;
+	if (poll(&p, 1, timeout_ms) <= 0) {
+		close(fd);
+		return -ETIME; /* our deadline, distinct from the kernel's ETIMEDOUT */
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+		err = errno;
+	if (err) {
+		close(fd);
+		return -err;
+	}
+ok:
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	return fd;
+}
+
+/* Connect, retrying refusals (the peer may not listen yet) until @timeout_ms. */
+static int vs_connect_retry(uint32_t cid, uint32_t port, int type, int timeout_ms)
+{
+	int64_t end = xfer_now_ms() + timeout_ms;
+	int fd;
+
+	for (;;) {
+		fd = vs_connect(cid, port, type, 3000);
+		if (fd >= 0 || xfer_now_ms() >= end ||
+		    (fd != -ECONNRESET && fd != -ETIMEDOUT && fd != -ETIME))
+			return fd;
+		usleep(200 * 1000);
+	}
+}
+
+static int vs_listen(uint32_t port, int type)
+{
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY,
+				 .svm_port = port };
+	int fd = socket(AF_VSOCK, type | SOCK_CLOEXEC, 0), err;
+
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 256) < 0) {
+		err = errno;
+		close(fd);
+		return -err;
+	}
+	return fd;
+}
+
+/* accept with a deadline; Returns: fd or -errno (-ETIME on timeout). */
+static int vs_accept(int lfd, int timeout_ms)
+{
+	struct pollfd p = { .fd = lfd, .events = POLLIN };
+	int r = poll(&p, 1, timeout_ms);
+
+	if (r == 0)
+		return -ETIME;
+	if (r < 0)
+		return -errno;
+	r = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	return r < 0 ? -errno : r;
+}
+
+static uint64_t new_id(void)
+{
+	return ((uint64_t)g.cid << 32) | (++g.seed * 1000u);
+}
+
+/* ---- stream cases ---- */
+
+/* One guest->host session of @mode; asks the host for its own verdict afterwards. */
+static int g2h_session(char *d, uint32_t mode, uint64_t c2s, uint64_t s2c, int limit_s)
+{
+	struct xfer x;
+	struct xfer_hdr h = { .mode = mode, .c2s = c2s, .s2c = s2c, .seed = g.seed * 7919u };
+	int64_t t0 = xfer_now_ms();
+	size_t n = 1;
+	int fd;
+	char why[DETAIL];
+
+	h.id = new_id();
+	fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+	if (fd < 0)
+		return fail(d, "connect to host port %d: %s", XFER_PORT_STREAM, strerror(-fd));
+	xfer_client_init(&x, fd, &h, NULL, false);
+	if (xfer_run(&x, &n, 1, -1, 0, t0 + limit_s * 1000ll, NULL, 0))
+		return fail(d, "%s", x.msg);
+	if (req(why, sizeof(why), 30, "VERDICT %llu", (unsigned long long)h.id) < 0)
+		return fail(d, "guest side ok, %s", why);
+	int64_t ms = x.t1 - x.t0 > 0 ? x.t1 - x.t0 : 1;
+
+	snprintf(d, DETAIL, "c2s %llu B, s2c %llu B in %lld ms (%.1f MB/s each way)",
+		 (unsigned long long)c2s, (unsigned long long)s2c, (long long)ms,
+		 (double)(c2s > s2c ? c2s : s2c) / 1e3 / ms);
+	return 0;
+}
+
+/* Host-initiated sessions into a guest listener: ask the host to connect @count times. */
+static int h2g_sessions(char *d, uint32_t mode, uint64_t c2s, uint64_t s2c, unsigned count,
+			int limit_s)
+{
+	int64_t t0 = xfer_now_ms();
+	struct xfer *v = calloc(count, sizeof(*v));
+	size_t n = 0;
+	int lfd, bad;
+	unsigned tag;
+	char why[DETAIL], host[DETAIL];
+	uint64_t id = new_id();
+
+	if (!v)
+		return fail(d, "out of memory");
+	lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM);
+	if (lfd < 0)
+		return fail(d, "listen on port %d: %s", XFER_GPORT_STREAM, strerror(-lfd));
+	tag = req_send("CONNECT %d %u %u %llu %llu %u %llu", XFER_GPORT_STREAM, count, mode,
+		       (unsigned long long)c2s, (unsigned long long)s2c, g.seed * 104729u,
+		       (unsigned long long)id);
+	bad = xfer_run(v, &n, count, lfd, count, t0 + limit_s * 1000ll, why, sizeof(why));
+	close(lfd);
+	xfer_summary(v, n, host, sizeof(host));
+	if (bad)
+		snprintf(d, DETAIL, "guest: %s%s%s", host, why[0] ? "; " : "", why);
+	int hr = req_wait(tag, host, sizeof(host), limit_s);
+
+	if (bad || hr < 0) {
+		if (!bad)
+			snprintf(d, DETAIL, "guest side ok, %s", host);
+		else
+			snprintf(d + strlen(d), DETAIL - strlen(d), " | %s", host);
+		free(v);
+		return -1;
+	}
+	int64_t ms = xfer_now_ms() - t0;
+
+	snprintf(d, DETAIL, "%u conn, c2s %llu B, s2c %llu B each, %lld ms (%.1f MB/s total); host: %s",
+		 count, (unsigned long long)c2s, (unsigned long long)s2c, (long long)ms,
+		 (double)(c2s + s2c) * count / 1e3 / (ms ? ms : 1), host);
+	free(v);
+	return 0;
+}
+
+static int c_hello(const char *arg, char *d)
+{
+	struct utsname u;
+	char out[DETAIL];
+
+	uname(&u);
+	if (g.cid == VMADDR_CID_ANY || g.cid <= VMADDR_CID_HOST)
+		return fail(d, "no virtio vsock device: local CID is %d", (int)g.cid);
+	if (req(out, sizeof(out), 20, "HELLO %s cid=%u", u.release, g.cid) < 0)
+		return fail(d, "%s", out);
+	snprintf(d, DETAIL, "kernel %s cid %u; host: %s", u.release, g.cid, out);
+	return 0;
+}
+
+static int c_g2h_echo(const char *arg, char *d)
+{
+	return g2h_session(d, XM_ECHO, 4u << 20, 0, 120);
+}
+
+static int c_g2h_bulk(const char *arg, char *d)
+{
+	uint64_t b = arg ? strtoull(arg, NULL, 0) : g.bulk;
+
+	return g2h_session(d, XM_DUPLEX, b, b, 1500);
+}
+
+static int c_g2h_halfclose(const char *arg, char *d)
+{
+	return g2h_session(d, XM_HALFCLOSE, 1u << 20, 1u << 20, 60);
+}
+
+static int c_h2g_echo(const char *arg, char *d)
+{
+	return h2g_sessions(d, XM_ECHO, 4u << 20, 0, 1, 120);
+}
+
+static int c_h2g_bulk(const char *arg, char *d)
+{
+	uint64_t b = arg ? strtoull(arg, NULL, 0) : g.bulk;
+
+	return h2g_sessions(d, XM_DUPLEX, b, b, 1, 1500);
+}
+
+static int c_h2g_halfclose(const char *arg, char *d)
+{
+	return h2g_sessions(d, XM_HALFCLOSE, 1u << 20, 1u << 20, 1, 60);
+}
+
+static int c_h2g_many(const char *arg, char *d)
+{
+	unsigned n = arg ? (unsigned)strtoul(arg, NULL, 0) : g.many;
+
+	return h2g_sessions(d, XM_DUPLEX, 65536, 65536, n, 240);
+}
+
+static int c_g2h_many(const char *arg, char *d)
+{
+	unsigned count = arg ? (unsigned)strtoul(arg, NULL, 0) : g.many;
+	struct xfer *v = calloc(count, sizeof(*v));
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_HOST,
+				 .svm_port = XFER_PORT_STREAM };
+	int64_t t0 = xfer_now_ms();
+	uint64_t base = new_id();
+	size_t n = 0;
+	char sum[DETAIL], host[DETAIL];
+	int bad;
+
+	if (!v)
+		return fail(d, "out of memory");
+	for (unsigned i = 0; i < count; i++) {
+		struct xfer_hdr h = { .mode = XM_DUPLEX, .c2s = 65536, .s2c = 65536,
+				      .seed = g.seed * 31u + i, .id = base + i };
+		int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+		if (fd < 0) {
+			free(v);
+			return fail(d, "socket #%u: %s", i, strerror(errno));
+		}
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 && errno != EINPROGRESS) {
+			int e = errno;
+
+			close(fd);
+			free(v);
+			return fail(d, "connect #%u: %s", i, strerror(e));
+		}
+		xfer_client_init(&v[n++], fd, &h, NULL, true);
+	}
+	bad = xfer_run(v, &n, count, -1, 0, t0 + 240000, NULL, 0);
+	xfer_summary(v, n, sum, sizeof(sum));
+	free(v);
+	if (bad)
+		return fail(d, "%s", sum);
+	if (req(host, sizeof(host), 60, "VERDICTS %llu %u", (unsigned long long)base, count) < 0)
+		return fail(d, "guest: %s; %s", sum, host);
+	snprintf(d, DETAIL, "%u conn x 64 KiB each way in %lld ms; guest %s; host %s", count,
+		 (long long)(xfer_now_ms() - t0), sum, host);
+	return 0;
+}
+
+/* ---- SEQPACKET ---- */
+
+static int c_g2h_seqpacket(const char *arg, char *d)
+{
+	char msg[DETAIL];
+	int fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_SEQ, SOCK_SEQPACKET, 5000), r;
+
+	if (fd < 0)
+		return fail(d, "seqpacket connect to host port %d: %s", XFER_PORT_SEQ,
+			    strerror(-fd));
+	r = xfer_seq_client(fd, g.seed * 13u, 0, 20000, msg, sizeof(msg));
+	close(fd);
+	return r ? fail(d, "%s", msg) : (snprintf(d, DETAIL, "%s", msg), 0);
+}
+
+static int c_h2g_seqpacket(const char *arg, char *d)
+{
+	char msg[DETAIL], host[DETAIL];
+	int lfd = vs_listen(XFER_GPORT_SEQ, SOCK_SEQPACKET), fd, r;
+	unsigned tag;
+
+	if (lfd < 0)
+		return fail(d, "seqpacket listen: %s", strerror(-lfd));
+	tag = req_send("SEQCONNECT %d %u 0", XFER_GPORT_SEQ, g.seed * 17u);
+	fd = vs_accept(lfd, 20000);
+	close(lfd);
+	if (fd < 0) {
+		req_wait(tag, host, sizeof(host), 5);
+		return fail(d, "no host connection: %s; %s", strerror(-fd), host);
+	}
+	r = xfer_seq_server(fd, 20000, msg, sizeof(msg));
+	close(fd);
+	if (req_wait(tag, host, sizeof(host), 30) < 0 || r)
+		return fail(d, "guest: %s | %s", r ? msg : "ok", host);
+	snprintf(d, DETAIL, "guest server ok; host client: %s", host);
+	return 0;
+}
+
+/* ---- refused, half-close, close mid-stream ---- */
+
+static int c_g2h_refused(const char *arg, char *d)
+{
+	int types[2] = { SOCK_STREAM, SOCK_SEQPACKET };
+	const char *names[2] = { "stream", "seqpacket" };
+	int64_t ms[2];
+
+	for (int i = 0; i < 2; i++) {
+		int64_t t0 = xfer_now_ms();
+		int fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_NOBODY, types[i], 5000);
+
+		ms[i] = xfer_now_ms() - t0;
+		if (fd >= 0) {
+			close(fd);
+			return fail(d, "%s connect to host port %d (nobody listens) succeeded",
+				    names[i], XFER_PORT_NOBODY);
+		}
+		if (fd != -ECONNRESET)
+			return fail(d, "%s connect to unlistened host port: %s after %lld ms "
+				    "(want ECONNRESET at once)", names[i], strerror(-fd),
+				    (long long)ms[i]);
+		if (ms[i] > 1000)
+			return fail(d, "%s: ECONNRESET only after %lld ms (want well under 2 s)",
+				    names[i], (long long)ms[i]);
+	}
+	snprintf(d, DETAIL, "ECONNRESET after %lld ms (stream), %lld ms (seqpacket)",
+		 (long long)ms[0], (long long)ms[1]);
+	return 0;
+}
+
+static int c_h2g_refused(const char *arg, char *d)
+{
+	char out[DETAIL];
+
+	if (req(out, sizeof(out), 20, "HREFUSED 6999") < 0)
+		return fail(d, "%s", out);
+	snprintf(d, DETAIL, "host: %s", out);
+	return 0;
+}
+
+/* Write until the peer is gone; Returns: errno of the failing send, or -ETIME. */
+static int write_until_error(int fd, int timeout_ms, uint64_t *ret_bytes)
+{
+	int64_t end = xfer_now_ms() + timeout_ms;
+	uint8_t *buf = xfer_scratch(0);
+	uint64_t n = 0;
+
+	xfer_pattern_fill(99, 0, buf, 65536);
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	while (xfer_now_ms() < end) {
+		ssize_t r = send(fd, buf, 65536, MSG_NOSIGNAL);
+
+		if (r > 0) {
+			n += r;
+			continue;
+		}
+		if (r < 0 && errno != EAGAIN && errno != EINTR) {
+			*ret_bytes = n;
+			return errno;
+		}
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+		poll(&p, 1, 100);
+	}
+	*ret_bytes = n;
+	return -ETIME;
+}
+
+static int c_host_close(const char *arg, char *d)
+{
+	char host[DETAIL];
+	uint64_t n;
+	int e, fd, lfd;
+	int64_t t0;
+	uint8_t *buf = xfer_scratch(1);
+	struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_ABORT, .c2s = 65536, .seed = 5 };
+
+	/* (a) guest->host connection: the host reads 64 KiB, then closes with data in flight. */
+	h.id = new_id();
+	fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+	if (fd < 0)
+		return fail(d, "connect: %s", strerror(-fd));
+	if (send_full(fd, &h, sizeof(h)) < 0) {
+		close(fd);
+		return fail(d, "header send failed");
+	}
+	t0 = xfer_now_ms();
+	e = write_until_error(fd, 15000, &n);
+	int64_t ms_a = xfer_now_ms() - t0;
+
+	if (e == -ETIME) {
+		close(fd);
+		return fail(d, "g2h: host closed after 64 KiB but guest writes still succeed after "
+			    "15 s (%llu B written): no RST/SHUTDOWN reached the guest",
+			    (unsigned long long)n);
+	}
+	if (e != EPIPE && e != ECONNRESET) {
+		close(fd);
+		return fail(d, "g2h: send failed with %s (want EPIPE)", strerror(e));
+	}
+	set_timeouts(fd, 5000);
+	ssize_t r = recv(fd, buf, 4096, 0);
+
+	close(fd);
+	if (r != 0 && !(r < 0 && errno == ECONNRESET))
+		return fail(d, "g2h: after the host's close recv returned %zd (%s), want EOF", r,
+			    r < 0 ? strerror(errno) : "data");
+	if (req(host, sizeof(host), 20, "VERDICT %llu", (unsigned long long)h.id) < 0)
+		return fail(d, "g2h: %s", host);
+
+	/* (b) host->guest connection: the host writes 100000 B, then closes. */
+	lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM);
+	if (lfd < 0)
+		return fail(d, "listen: %s", strerror(-lfd));
+	unsigned tag = req_send("HCLOSE %d 100000", XFER_GPORT_STREAM);
+
+	fd = vs_accept(lfd, 20000);
+	close(lfd);
+	if (fd < 0) {
+		req_wait(tag, host, sizeof(host), 5);
+		return fail(d, "h2g: no connection: %s; %s", strerror(-fd), host);
+	}
+	set_timeouts(fd, 15000);
+	uint64_t got = 0;
+
+	for (;;) {
+		r = recv(fd, buf, 65536, 0);
+		if (r <= 0)
+			break;
+		if (xfer_pattern_check(77, got, buf, r) >= 0) {
+			close(fd);
+			return fail(d, "h2g: data mismatch near byte %llu", (unsigned long long)got);
+		}
+		got += r;
+	}
+	if (r < 0 || got != 100000) {
+		int er = errno;
+
+		close(fd);
+		return fail(d, "h2g: got %llu of 100000 B then %s", (unsigned long long)got,
+			    r < 0 ? strerror(er) : "EOF");
+	}
+	t0 = xfer_now_ms();
+	e = write_until_error(fd, 15000, &n);
+	int64_t ms_b = xfer_now_ms() - t0;
+
+	close(fd);
+	if (req_wait(tag, host, sizeof(host), 10) < 0)
+		return fail(d, "h2g: %s", host);
+	if (e == -ETIME)
+		return fail(d, "h2g: host closed, guest saw EOF, but guest writes still succeed "
+			    "after 15 s (%llu B): no RST reached the guest", (unsigned long long)n);
+	if (e != EPIPE && e != ECONNRESET)
+		return fail(d, "h2g: send after host close failed with %s (want EPIPE)", strerror(e));
+	snprintf(d, DETAIL, "g2h: send failed %s after %lld ms; h2g: EOF after 100000 B, send "
+		 "failed %s after %lld ms (%llu B accepted first)", e == EPIPE ? "EPIPE" :
+		 "ECONNRESET", (long long)ms_a, strerror(e), (long long)ms_b,
+		 (unsigned long long)n);
+	return 0;
+}
+
+static int c_guest_close(const char *arg, char *d)
+{
+	char host[DETAIL], host2[DETAIL];
+	uint8_t *buf = xfer_scratch(1);
+	struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_FLOOD, .seed = 6 };
+	int fd, lfd;
+	uint64_t got = 0;
+
+	/* (a) guest->host: the host floods; the guest reads 64 KiB and closes. */
+	h.id = new_id();
+	fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+	if (fd < 0)
+		return fail(d, "connect: %s", strerror(-fd));
+	set_timeouts(fd, 15000);
+	if (send_full(fd, &h, sizeof(h)) < 0) {
+		close(fd);
+		return fail(d, "header send failed");
+	}
+	while (got < 65536) {
+		ssize_t r = recv(fd, buf, 65536, 0);
+
+		if (r <= 0) {
+			close(fd);
+			return fail(d, "g2h: flood stopped after %llu B", (unsigned long long)got);
+		}
+		got += r;
+	}
+	close(fd);
+	if (req(host, sizeof(host), 30, "VERDICT %llu", (unsigned long long)h.id) < 0)
+		return fail(d, "g2h: %s", host);
+
+	/* (b) host->guest: the host floods into our listener; we read 64 KiB and close. */
+	lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM);
+	if (lfd < 0)
+		return fail(d, "listen: %s", strerror(-lfd));
+	unsigned tag = req_send("HFLOOD %d", XFER_GPORT_STREAM);
+
+	fd = vs_accept(lfd, 20000);
+	close(lfd);
+	if (fd < 0) {
+		req_wait(tag, host2, sizeof(host2), 5);
+		return fail(d, "h2g: no connection: %s; %s", strerror(-fd), host2);
+	}
+	set_timeouts(fd, 15000);
+	got = 0;
+	while (got < 65536) {
+		ssize_t r = recv(fd, buf, 65536, 0);
+
+		if (r <= 0) {
+			close(fd);
+			req_wait(tag, host2, sizeof(host2), 5);
+			return fail(d, "h2g: flood stopped after %llu B", (unsigned long long)got);
+		}
+		got += r;
+	}
+	close(fd);
+	if (req_wait(tag, host2, sizeof(host2), 30) < 0)
+		return fail(d, "h2g: %s", host2);
+	snprintf(d, DETAIL, "g2h host writer: %s; h2g host writer: %s", host, host2);
+	return 0;
+}
+
+/* ---- back-pressure ---- */
+
+#define BP_TOTAL (16u << 20)     /* bytes pushed through a stalled connection */
+#define BP_MAX_BUFFERED (32u << 20) /* more accepted while the reader stalls = unbounded */
+#define BP_MAX_RSS_GROWTH_KB (32 * 1024)
+
+static int c_g2h_backpressure(const char *arg, char *d)
+{
+	struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_STALL, .c2s = BP_TOTAL, .seed = 8 };
+	uint8_t *buf = xfer_scratch(0);
+	uint64_t off = 0;
+	long rss0, rss1;
+	char out[DETAIL];
+	int fd;
+
+	h.id = new_id();
+	rss0 = host_rss_kb();
+	fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+	if (fd < 0)
+		return fail(d, "connect: %s", strerror(-fd));
+	if (send_full(fd, &h, sizeof(h)) < 0) {
+		close(fd);
+		return fail(d, "header send failed");
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	/* Write until no progress for 1.5 s: the writer must end up blocked. */
+	int64_t end = xfer_now_ms() + 60000;
+
+	for (;;) {
+		size_t n = BP_TOTAL - off < 65536 ? BP_TOTAL - off : 65536;
+		ssize_t r;
+
+		if (n == 0) {
+			close(fd);
+			return fail(d, "all %u B accepted while the host reads nothing: no "
+				    "back-pressure", BP_TOTAL);
+		}
+		xfer_pattern_fill(h.seed, off, buf, n);
+		r = send(fd, buf, n, MSG_NOSIGNAL);
+		if (r > 0) {
+			off += r;
+			continue;
+		}
+		if (r < 0 && errno != EAGAIN) {
+			int e = errno;
+
+			close(fd);
+			return fail(d, "send after %llu B: %s", (unsigned long long)off, strerror(e));
+		}
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+		if (poll(&p, 1, 1500) == 0)
+			break;
+		if (xfer_now_ms() > end) {
+			close(fd);
+			return fail(d, "writer never blocked (%llu B)", (unsigned long long)off);
+		}
+	}
+	uint64_t stuck = off;
+
+	rss1 = host_rss_kb();
+	if (stuck > BP_MAX_BUFFERED || (rss0 > 0 && rss1 - rss0 > BP_MAX_RSS_GROWTH_KB)) {
+		close(fd);
+		return fail(d, "blocked after %llu B, uvsockd RSS %ld -> %ld kB: not bounded",
+			    (unsigned long long)stuck, rss0, rss1);
+	}
+	if (req(out, sizeof(out), 10, "RELEASE %llu", (unsigned long long)h.id) < 0) {
+		close(fd);
+		return fail(d, "%s", out);
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	set_timeouts(fd, 30000);
+	while (off < BP_TOTAL) {
+		size_t n = BP_TOTAL - off < 65536 ? BP_TOTAL - off : 65536;
+		int r;
+
+		xfer_pattern_fill(h.seed, off, buf, n);
+		r = send_full(fd, buf, n);
+		if (r < 0) {
+			close(fd);
+			return fail(d, "send after release at %llu B: %s", (unsigned long long)off,
+				    strerror(-r));
+		}
+		off += n;
+	}
+	close(fd);
+	if (req(out, sizeof(out), 60, "VERDICT %llu", (unsigned long long)h.id) < 0)
+		return fail(d, "%s", out);
+	snprintf(d, DETAIL, "writer blocked after %llu B; uvsockd RSS %ld -> %ld kB; all %u B "
+		 "then arrived intact", (unsigned long long)stuck, rss0, rss1, BP_TOTAL);
+	return 0;
+}
+
+static int c_h2g_backpressure(const char *arg, char *d)
+{
+	char out[DETAIL];
+	uint8_t *buf = xfer_scratch(1);
+	uint64_t got = 0;
+	int lfd, fd;
+	unsigned tag;
+	unsigned long long stuck;
+	long rss0, rss1;
+
+	lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM);
+	if (lfd < 0)
+		return fail(d, "listen: %s", strerror(-lfd));
+	tag = req_send("BPH2G %d %u 9", XFER_GPORT_STREAM, BP_TOTAL);
+	fd = vs_accept(lfd, 20000);
+	close(lfd);
+	if (fd < 0) {
+		req_wait(tag, out, sizeof(out), 5);
+		return fail(d, "no connection: %s; %s", strerror(-fd), out);
+	}
+	/* Read nothing until the host says its writer is stuck. */
+	for (;;) {
+		char line[DETAIL], *sp;
+		int r = ctl_recv(&g.ctl, line, sizeof(line), xfer_now_ms() + 60000);
+
+		if (r < 0) {
+			close(fd);
+			return fail(d, "no STUCK from the host: %s", strerror(-r));
+		}
+		if (strtoul(line, &sp, 10) != tag || *sp != ' ')
+			continue;
+		if (sscanf(sp, " STUCK %llu %ld %ld", &stuck, &rss0, &rss1) == 3)
+			break;
+		close(fd);
+		return fail(d, "host: %s", sp + 1);
+	}
+	if (stuck > BP_MAX_BUFFERED || (rss0 > 0 && rss1 - rss0 > BP_MAX_RSS_GROWTH_KB)) {
+		ctl_send(&g.ctl, "%u ABORT", tag);
+		close(fd);
+		return fail(d, "host writer blocked after %llu B, uvsockd RSS %ld -> %ld kB: not "
+			    "bounded", stuck, rss0, rss1);
+	}
+	ctl_send(&g.ctl, "%u GO", tag);
+	set_timeouts(fd, 30000);
+	for (;;) {
+		ssize_t r = recv(fd, buf, 65536, 0), bad;
+
+		if (r <= 0) {
+			int e = errno;
+
+			close(fd);
+			if (r == 0 && got == BP_TOTAL)
+				break;
+			req_wait(tag, out, sizeof(out), 5);
+			return fail(d, "got %llu of %u B then %s; %s", (unsigned long long)got,
+				    BP_TOTAL, r ? strerror(e) : "EOF", out);
+		}
+		bad = xfer_pattern_check(9, got, buf, r);
+		if (bad >= 0) {
+			close(fd);
+			return fail(d, "data mismatch at byte %llu", (unsigned long long)(got + bad));
+		}
+		got += r;
+	}
+	if (req_wait(tag, out, sizeof(out), 30) < 0)
+		return fail(d, "%s", out);
+	snprintf(d, DETAIL, "host writer blocked after %llu B; uvsockd RSS %ld -> %ld kB; all %u B "
+		 "then read intact", stuck, rss0, rss1, BP_TOTAL);
+	return 0;
+}
+
+/* ---- siblings, survival, module reload ---- */
+
+static int c_sib_server(const char *arg, char *d)
+{
+	int lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM), sfd, fd, r;
+	struct xfer x;
+	size_t n = 0;
+	char why[DETAIL], msg[DETAIL];
+
+	if (lfd < 0)
+		return fail(d, "listen: %s", strerror(-lfd));
+	sfd = vs_listen(XFER_GPORT_SEQ, SOCK_SEQPACKET);
+	if (sfd < 0) {
+		close(lfd);
+		return fail(d, "seqpacket listen: %s", strerror(-sfd));
+	}
+	printf("UVSOCK-INFO sibling listening on %u:%d and %u:%d\n", g.cid, XFER_GPORT_STREAM,
+	       g.cid, XFER_GPORT_SEQ);
+	fflush(stdout);
+	if (xfer_run(&x, &n, 1, lfd, 1, xfer_now_ms() + 240000, why, sizeof(why))) {
+		close(lfd);
+		close(sfd);
+		return fail(d, "stream: %s", n ? x.msg : why);
+	}
+	close(lfd);
+	fd = vs_accept(sfd, 60000);
+	close(sfd);
+	if (fd < 0)
+		return fail(d, "stream ok; no seqpacket connection: %s", strerror(-fd));
+	r = xfer_seq_server(fd, 20000, msg, sizeof(msg));
+	close(fd);
+	if (r)
+		return fail(d, "stream ok; seqpacket: %s", msg);
+	snprintf(d, DETAIL, "served a sibling: stream %llu B each way, seqpacket ok",
+		 (unsigned long long)x.h.c2s);
+	return 0;
+}
+
+static int c_sib_client(const char *arg, char *d)
+{
+	uint32_t peer = arg ? (uint32_t)strtoul(arg, NULL, 0) : 4;
+	struct xfer_hdr h = { .mode = XM_DUPLEX, .c2s = 8u << 20, .s2c = 8u << 20, .seed = 4242 };
+	struct xfer x;
+	size_t n = 1;
+	char msg[DETAIL];
+	int64_t t0 = xfer_now_ms();
+	int fd, r;
+
+	fd = vs_connect_retry(peer, XFER_GPORT_STREAM, SOCK_STREAM, 120000);
+	if (fd < 0)
+		return fail(d, "connect to sibling %u:%d: %s", peer, XFER_GPORT_STREAM, strerror(-fd));
+	h.id = new_id();
+	xfer_client_init(&x, fd, &h, NULL, false);
+	if (xfer_run(&x, &n, 1, -1, 0, xfer_now_ms() + 240000, NULL, 0))
+		return fail(d, "stream: %s", x.msg);
+	int64_t ms = x.t1 - x.t0 ? x.t1 - x.t0 : 1;
+
+	fd = vs_connect_retry(peer, XFER_GPORT_SEQ, SOCK_SEQPACKET, 30000);
+	if (fd < 0)
+		return fail(d, "stream ok; seqpacket connect to sibling: %s", strerror(-fd));
+	r = xfer_seq_client(fd, 4343, XF_CHECK_EOR, 20000, msg, sizeof(msg));
+	close(fd);
+	if (r)
+		return fail(d, "stream ok; seqpacket: %s", msg);
+	snprintf(d, DETAIL, "cid %u -> %u: stream 8 MiB each way %.1f MB/s; seqpacket: %s "
+		 "(total %lld ms)", g.cid, peer, (double)(8u << 20) / 1e3 / ms, msg,
+		 (long long)(xfer_now_ms() - t0));
+	return 0;
+}
+
+/* Echo ping-pong on one connection until the host answers HOLD (the other VM was killed). */
+static int c_survive(const char *arg, char *d)
+{
+	struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_ECHO, .c2s = UINT64_MAX, .seed = 10 };
+	uint8_t *out = xfer_scratch(0), *in = xfer_scratch(1);
+	uint64_t off = 0, rounds = 0;
+	unsigned tag;
+	int fd;
+	char line[DETAIL];
+	int64_t end = xfer_now_ms() + 280000;
+
+	h.id = new_id();
+	fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+	if (fd < 0)
+		return fail(d, "connect: %s", strerror(-fd));
+	set_timeouts(fd, 10000);
+	if (send_full(fd, &h, sizeof(h)) < 0) {
+		close(fd);
+		return fail(d, "header send failed");
+	}
+	tag = req_send("HOLD");
+	printf("UVSOCK-INFO survive: echoing until the host says the other VM is gone\n");
+	fflush(stdout);
+	for (;;) {
+		struct pollfd p = { .fd = g.ctl.fd, .events = POLLIN };
+		int r;
+
+		xfer_pattern_fill(h.seed, off, out, 4096);
+		if ((r = send_full(fd, out, 4096)) < 0 || (r = recv_full(fd, in, 4096)) < 0) {
+			close(fd);
+			return fail(d, "echo round %llu failed: %s", (unsigned long long)rounds,
+				    strerror(-r));
+		}
+		if (memcmp(in, out, 4096) != 0) {
+			close(fd);
+			return fail(d, "echo round %llu: mismatch", (unsigned long long)rounds);
+		}
+		off += 4096;
+		rounds++;
+		if (g.ctl.len > 0 || poll(&p, 1, 0) > 0)
+			break;
+		if (xfer_now_ms() > end) {
+			close(fd);
+			return fail(d, "no HOLD answer from the host in time");
+		}
+	}
+	close(fd);
+	if (req_wait(tag, line, sizeof(line), 10) < 0)
+		return fail(d, "%s", line);
+	snprintf(d, DETAIL, "%llu echo rounds while the other VM was killed; host: %s",
+		 (unsigned long long)rounds, line);
+	return 0;
+}
+
+/* Stream to the host until this VM is killed (the harness kills QEMU mid-transfer). */
+static int c_flood(const char *arg, char *d)
+{
+	struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_SINK, .c2s = 4u << 20, .seed = 11 };
+	uint8_t *buf = xfer_scratch(0);
+	uint64_t off = 0;
+	int fd, r;
+
+	h.id = new_id();
+	fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+	if (fd < 0)
+		return fail(d, "connect: %s", strerror(-fd));
+	set_timeouts(fd, 30000);
+	if (send_full(fd, &h, sizeof(h)) < 0) {
+		close(fd);
+		return fail(d, "header send failed");
+	}
+	for (;;) {
+		xfer_pattern_fill(h.seed, off, buf, 65536);
+		if ((r = send_full(fd, buf, 65536)) < 0) {
+			close(fd);
+			return fail(d, "send at %llu: %s", (unsigned long long)off, strerror(-r));
+		}
+		off += 65536;
+	}
+}
+
+static bool module_loaded(const char *name)
+{
+	FILE *f = fopen("/proc/modules", "r");
+	char line[256];
+	size_t l = strlen(name);
+	bool yes = false;
+
+	if (!f)
+		return false;
+	while (!yes && fgets(line, sizeof(line), f))
+		yes = strncmp(line, name, l) == 0 && line[l] == ' ';
+	fclose(f);
+	return yes;
+}
+
+/* Path of module @name in /etc/uvsock/load-order, or NULL when it is built in. */
+static bool module_path(const char *name, char *out, size_t len)
+{
+	FILE *f = fopen("/etc/uvsock/load-order", "r");
+	char line[256], want[80];
+	bool found = false;
+
+	snprintf(want, sizeof(want), "/%s.ko", name);
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (strlen(line) >= strlen(want) &&
+		    strcmp(line + strlen(line) - strlen(want), want) == 0) {
+			snprintf(out, len, "/lib/modules/%s", line);
+			found = true;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+static int run_cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int run_cmd(const char *fmt, ...)
+{
+	char cmd[400];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* rmmod with retries: sockets still closing hold a reference on the transport. */
+static int rmmod_wait(const char *name, int timeout_ms, int64_t *ret_ms)
+{
+	int64_t t0 = xfer_now_ms();
+
+	while (module_loaded(name)) {
+		if (run_cmd("rmmod %s 2>/dev/null", name) == 0)
+			break;
+		if (xfer_now_ms() - t0 > timeout_ms)
+			return -1;
+		usleep(250 * 1000);
+	}
+	*ret_ms = xfer_now_ms() - t0;
+	return 0;
+}
+
+static int c_reload(const char *arg, char *d)
+{
+	const char *tr = "vmw_vsock_virtio_transport";
+	char ptr[256], ppci[256], sub[DETAIL];
+	bool pci_mod = module_path("virtio_pci", ppci, sizeof(ppci));
+	uint32_t cid = g.cid;
+	int rounds = arg ? atoi(arg) : 2;
+	char log[DETAIL] = "";
+
+	if (!module_path(tr, ptr, sizeof(ptr)))
+		return fail(d, "%s is built in: cannot reload (and no reboot case here)", tr);
+	if (g2h_session(sub, XM_ECHO, 65536, 0, 60))
+		return fail(d, "before reload: %s", sub);
+	for (int i = 0; i < rounds; i++) {
+		int64_t t_tr = 0, t_pci = 0, t0;
+
+		if (rmmod_wait(tr, 20000, &t_tr))
+			return fail(d, "round %d: rmmod %s still busy after 20 s (sockets not "
+				    "released: a missing RST from the device?)", i + 1, tr);
+		if (pci_mod && (i & 1) == 0 && rmmod_wait("virtio_pci", 10000, &t_pci))
+			return fail(d, "round %d: rmmod virtio_pci failed", i + 1);
+		t0 = xfer_now_ms();
+		if (pci_mod && !module_loaded("virtio_pci") && run_cmd("insmod %s", ppci) != 0)
+			return fail(d, "round %d: insmod virtio_pci failed", i + 1);
+		if (run_cmd("insmod %s", ptr) != 0)
+			return fail(d, "round %d: insmod %s failed", i + 1, tr);
+		while (local_cid() != cid) {
+			if (xfer_now_ms() - t0 > 10000)
+				return fail(d, "round %d: after reload the CID is %u, want %u", i + 1,
+					    local_cid(), cid);
+			usleep(100 * 1000);
+		}
+		int64_t up = xfer_now_ms() - t0;
+
+		if (g2h_session(sub, XM_ECHO, 1u << 20, 0, 60))
+			return fail(d, "round %d (after reload): g2h echo: %s", i + 1, sub);
+		if (h2g_sessions(sub, XM_ECHO, 1u << 20, 0, 1, 60))
+			return fail(d, "round %d (after reload): h2g echo: %s", i + 1, sub);
+		snprintf(log + strlen(log), sizeof(log) - strlen(log),
+			 "%sround %d: rmmod transport %lld ms%s, device back in %lld ms",
+			 i ? "; " : "", i + 1, (long long)t_tr,
+			 (pci_mod && (i & 1) == 0) ? " + virtio_pci" : "", (long long)up);
+	}
+	snprintf(d, DETAIL, "%s; echo both ways after each", log);
+	return 0;
+}
+
+/* ---- loopback self-test (no device needed: proves the guest program on a real kernel) ---- */
+
+static int lo_pair(char *d, uint32_t mode, uint64_t c2s, uint64_t s2c, unsigned count)
+{
+	int lfd = vs_listen(7000, SOCK_STREAM);
+	pid_t pid;
+	int st, bad;
+	struct xfer *v;
+	size_t n = 0;
+	char why[DETAIL], sum[DETAIL];
+
+	if (lfd < 0)
+		return fail(d, "loopback listen: %s", strerror(-lfd));
+	pid = fork();
+	if (pid == 0) {
+		struct xfer *c = calloc(count, sizeof(*c));
+		size_t m = 0;
+
+		for (unsigned i = 0; i < count; i++) {
+			struct xfer_hdr h = { .mode = mode, .c2s = c2s, .s2c = s2c, .seed = 500 + i,
+					      .id = i };
+			int fd = vs_connect(VMADDR_CID_LOCAL, 7000, SOCK_STREAM, 5000);
+
+			if (fd < 0)
+				_exit(2);
+			xfer_client_init(&c[m++], fd, &h, NULL, false);
+		}
+		_exit(xfer_run(c, &m, count, -1, 0, xfer_now_ms() + 120000, NULL, 0) ? 1 : 0);
+	}
+	v = calloc(count, sizeof(*v));
+	bad = xfer_run(v, &n, count, lfd, count, xfer_now_ms() + 120000, why, sizeof(why));
+	close(lfd);
+	waitpid(pid, &st, 0);
+	xfer_summary(v, n, sum, sizeof(sum));
+	free(v);
+	if (bad || !WIFEXITED(st) || WEXITSTATUS(st))
+		return fail(d, "server: %s %s; client exit %d", sum, why,
+			    WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	snprintf(d, DETAIL, "%u session(s) mode %u over vsock loopback: %s", count, mode, sum);
+	return 0;
+}
+
+static int c_lo_stream(const char *arg, char *d)
+{
+	int64_t t0 = xfer_now_ms();
+
+	if (lo_pair(d, XM_ECHO, 1u << 20, 0, 1) || lo_pair(d, XM_DUPLEX, 8u << 20, 8u << 20, 1) ||
+	    lo_pair(d, XM_HALFCLOSE, 1u << 20, 1u << 20, 1) ||
+	    lo_pair(d, XM_DUPLEX, 65536, 65536, 50))
+		return -1;
+	snprintf(d, DETAIL, "echo, duplex 8 MiB, half-close, 50 concurrent: ok in %lld ms",
+		 (long long)(xfer_now_ms() - t0));
+	return 0;
+}
+
+static int c_lo_seqpacket(const char *arg, char *d)
+{
+	int lfd = vs_listen(7001, SOCK_SEQPACKET), fd, st;
+	pid_t pid;
+	char msg[DETAIL];
+
+	if (lfd < 0)
+		return fail(d, "listen: %s", strerror(-lfd));
+	pid = fork();
+	if (pid == 0) {
+		int c = vs_connect(VMADDR_CID_LOCAL, 7001, SOCK_SEQPACKET, 5000);
+		char m[DETAIL];
+
+		if (c < 0)
+			_exit(2);
+		_exit(xfer_seq_client(c, 77, XF_CHECK_EOR, 10000, m, sizeof(m)) ? 1 : 0);
+	}
+	fd = vs_accept(lfd, 10000);
+	close(lfd);
+	if (fd < 0) {
+		waitpid(pid, &st, 0);
+		return fail(d, "accept: %s", strerror(-fd));
+	}
+	int r = xfer_seq_server(fd, 10000, msg, sizeof(msg));
+
+	close(fd);
+	waitpid(pid, &st, 0);
+	if (r || !WIFEXITED(st) || WEXITSTATUS(st))
+		return fail(d, "server: %s; client exit %d", msg, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	snprintf(d, DETAIL, "seqpacket over loopback with exact MSG_EOR: ok");
+	return 0;
+}
+
+static int c_lo_refused(const char *arg, char *d)
+{
+	int64_t t0 = xfer_now_ms();
+	int fd = vs_connect(VMADDR_CID_LOCAL, 7999, SOCK_STREAM, 5000);
+
+	if (fd >= 0) {
+		close(fd);
+		return fail(d, "connect to an unused loopback port succeeded");
+	}
+	if (fd != -ECONNRESET)
+		return fail(d, "loopback refusal: %s", strerror(-fd));
+	snprintf(d, DETAIL, "ECONNRESET after %lld ms", (long long)(xfer_now_ms() - t0));
+	return 0;
+}
+
+static int c_ctl(const char *arg, char *d)
+{
+	struct utsname u;
+	char out[DETAIL];
+
+	uname(&u);
+	if (req(out, sizeof(out), 20, "HELLO %s cid=any", u.release) < 0)
+		return fail(d, "%s", out);
+	snprintf(d, DETAIL, "control channel ok; host: %s", out);
+	return 0;
+}
+
+/* ---- case table and runner ---- */
+
+struct gcase {
+	const char *name;
+	int (*fn)(const char *arg, char *d);
+	int limit_s;
+};
+
+static const struct gcase cases[] = {
+	{ "hello", c_hello, 30 },
+	{ "g2h_echo", c_g2h_echo, 150 },
+	{ "h2g_echo", c_h2g_echo, 150 },
+	{ "g2h_bulk", c_g2h_bulk, 1600 },
+	{ "h2g_bulk", c_h2g_bulk, 1600 },
+	{ "g2h_seqpacket", c_g2h_seqpacket, 120 },
+	{ "h2g_seqpacket", c_h2g_seqpacket, 120 },
+	{ "g2h_refused", c_g2h_refused, 30 },
+	{ "h2g_refused", c_h2g_refused, 30 },
+	{ "g2h_halfclose", c_g2h_halfclose, 90 },
+	{ "h2g_halfclose", c_h2g_halfclose, 90 },
+	{ "host_close", c_host_close, 90 },
+	{ "guest_close", c_guest_close, 90 },
+	{ "g2h_many", c_g2h_many, 300 },
+	{ "h2g_many", c_h2g_many, 300 },
+	{ "g2h_backpressure", c_g2h_backpressure, 180 },
+	{ "h2g_backpressure", c_h2g_backpressure, 180 },
+	{ "sib_server", c_sib_server, 320 },
+	{ "sib_client", c_sib_client, 320 },
+	{ "survive", c_survive, 300 },
+	{ "flood", c_flood, 600 },
+	{ "reload", c_reload, 240 },
+	{ "lo_stream", c_lo_stream, 240 },
+	{ "lo_seqpacket", c_lo_seqpacket, 60 },
+	{ "lo_refused", c_lo_refused, 30 },
+	{ "ctl", c_ctl, 30 },
+};
+
+static const struct gcase *find_case(const char *name)
+{
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (strcmp(cases[i].name, name) == 0)
+			return &cases[i];
+	return NULL;
+}
+
+static void open_ctl(const char *path)
+{
+	struct termios t;
+	int fd = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0) {
+		printf("UVSOCK-INFO no control channel %s: %s\n", path, strerror(errno));
+		return;
+	}
+	if (tcgetattr(fd, &t) == 0) {
+		cfmakeraw(&t);
+		t.c_cflag |= CLOCAL | CREAD;
+		t.c_cflag &= ~CRTSCTS;
+		t.c_cc[VMIN] = 1;
+		t.c_cc[VTIME] = 0;
+		cfsetispeed(&t, B115200);
+		cfsetospeed(&t, B115200);
+		tcsetattr(fd, TCSANOW, &t);
+		tcflush(fd, TCIOFLUSH);
+	}
+	g.ctl.fd = fd;
+	g.have_ctl = true;
+}
+
+/* Run one case in a child with a time limit; prints the UVSOCK-CASE line. */
+static bool run_one(const struct gcase *c, const char *arg, unsigned idx)
+{
+	int pfd[2];
+	char d[DETAIL + 1] = "";
+	int64_t t0 = xfer_now_ms();
+	pid_t pid;
+	int st = 0;
+	ssize_t n = 0;
+
+	printf("UVSOCK-BEGIN %s %d\n", c->name, c->limit_s);
+	fflush(stdout);
+	if (pipe(pfd) < 0)
+		return false;
+	pid = fork();
+	if (pid == 0) {
+		char det[DETAIL] = "";
+		int r;
+
+		close(pfd[0]);
+		g.seed = idx * 100 + 1;
+		g.tag = idx * 1000;
+		alarm(c->limit_s);
+		r = c->fn(arg, det);
+		det[DETAIL - 1] = 0;
+		for (char *p = det; *p; p++)
+			if (*p == '\n' || *p == '\r')
+				*p = ' ';
+		if (write(pfd[1], det, strlen(det)) < 0)
+			_exit(3);
+		fflush(stdout);
+		_exit(r ? 1 : 0);
+	}
+	close(pfd[1]);
+	for (;;) {
+		ssize_t r = read(pfd[0], d + n, DETAIL - n);
+
+		if (r <= 0)
+			break;
+		n += r;
+	}
+	d[n] = 0;
+	close(pfd[0]);
+	waitpid(pid, &st, 0);
+	bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+
+	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+		snprintf(d + strlen(d), sizeof(d) - strlen(d), "%stime limit %d s exceeded",
+			 d[0] ? "; " : "", c->limit_s);
+	else if (WIFSIGNALED(st))
+		snprintf(d + strlen(d), sizeof(d) - strlen(d), "%skilled by signal %d",
+			 d[0] ? "; " : "", WTERMSIG(st));
+	printf("UVSOCK-CASE %s %s %lld %s\n", c->name, ok ? "PASS" : "FAIL",
+	       (long long)(xfer_now_ms() - t0), d[0] ? d : "-");
+	fflush(stdout);
+	return ok;
+}
+
+static char *cmdline_value(const char *cmdline, const char *key, char *out, size_t len)
+{
+	size_t kl = strlen(key);
+
+	for (const char *p = cmdline; (p = strstr(p, key)); p += kl) {
+		if ((p == cmdline || p[-1] == ' ') && p[kl] == '=') {
+			size_t l = strcspn(p + kl + 1, " \n");
+
+			if (l >= len)
+				l = len - 1;
+			memcpy(out, p + kl + 1, l);
+			out[l] = 0;
+			return out;
+		}
+	}
+	return NULL;
+}
+
+static int run(void)
+{
+	char cmdline[4096] = "", list[2048], val[256];
+	FILE *f = fopen("/proc/cmdline", "r");
+	unsigned fails = 0, idx = 0;
+	struct utsname u;
+
+	if (f) {
+		if (!fgets(cmdline, sizeof(cmdline), f))
+			cmdline[0] = 0;
+		fclose(f);
+	}
+	if (cmdline_value(cmdline, "uvsock.bulk", val, sizeof(val)))
+		g.bulk = strtoull(val, NULL, 0);
+	if (cmdline_value(cmdline, "uvsock.many", val, sizeof(val)))
+		g.many = (unsigned)strtoul(val, NULL, 0);
+	open_ctl(cmdline_value(cmdline, "uvsock.ctl", val, sizeof(val)) ? val : "/dev/ttyS1");
+	if (!cmdline_value(cmdline, "uvsock.cases", list, sizeof(list))) {
+		printf("UVSOCK-INFO no uvsock.cases= on the kernel command line\n");
+		return 0;
+	}
+	g.cid = local_cid();
+	uname(&u);
+	printf("UVSOCK-GUEST kernel=%s cid=%d bulk=%llu many=%u\n", u.release, (int)g.cid,
+	       (unsigned long long)g.bulk, g.many);
+	fflush(stdout);
+	for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *arg = strchr(tok, ':');
+		const struct gcase *c;
+
+		if (arg)
+			*arg++ = 0;
+		c = find_case(tok);
+		idx++;
+		if (!c) {
+			printf("UVSOCK-CASE %s FAIL 0 unknown case\n", tok);
+			fails++;
+			continue;
+		}
+		if (!run_one(c, arg, idx))
+			fails++;
+	}
+	if (g.have_ctl) {
+		ctl_send(&g.ctl, "0 BYE");
+		tcdrain(g.ctl.fd);
+	}
+	return fails > 100 ? 100 : (int)fails;
+}
+
+/* ---- netcat-like relay for the interactive shell ---- */
+
+static int relay(int fd)
+{
+	char buf[65536];
+	bool in_open = true;
+
+	for (;;) {
+		struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
+				       { .fd = 0, .events = in_open ? POLLIN : 0 } };
+
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return 1;
+		if (p[0].revents) {
+			ssize_t n = read(fd, buf, sizeof(buf));
+
+			if (n <= 0)
+				return n < 0;
+			if (write(1, buf, n) != n)
+				return 1;
+		}
+		if (in_open && p[1].revents) {
+			ssize_t n = read(0, buf, sizeof(buf));
+
+			if (n <= 0) {
+				shutdown(fd, SHUT_WR);
+				in_open = false;
+			} else if (send_full(fd, buf, n) < 0) {
+				return 1;
+			}
+		}
+	}
+}
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: uvsock-guest run | cid | connect CID PORT | listen PORT\n"
+			"  run             the interop cases named by uvsock.cases= on /proc/cmdline\n"
+			"  cid             print this guest's vsock CID\n"
+			"  connect CID PORT  relay stdin/stdout over a vsock stream (CID 2 = host)\n"
+			"  listen PORT     accept one vsock stream connection and relay it\n");
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc < 2)
+		return usage();
+	if (strcmp(argv[1], "run") == 0)
+		return run();
+	if (strcmp(argv[1], "cid") == 0 || strcmp(argv[1], "--cid") == 0) {
+		uint32_t cid = local_cid();
+
+		if (cid == VMADDR_CID_ANY)
+			return 1;
+		printf("%u\n", cid);
+		return 0;
+	}
+	if (strcmp(argv[1], "connect") == 0 && argc == 4) {
+		int fd = vs_connect((uint32_t)strtoul(argv[2], NULL, 0),
+				    (uint32_t)strtoul(argv[3], NULL, 0), SOCK_STREAM, 5000);
+
+		if (fd < 0) {
+			fprintf(stderr, "connect: %s\n", strerror(-fd));
+			return 1;
+		}
+		return relay(fd);
+	}
+	if (strcmp(argv[1], "listen") == 0 && argc == 3) {
+		int lfd = vs_listen((uint32_t)strtoul(argv[2], NULL, 0), SOCK_STREAM), fd;
+
+		if (lfd < 0) {
+			fprintf(stderr, "listen: %s\n", strerror(-lfd));
+			return 1;
+		}
+		fd = accept(lfd, NULL, NULL);
+		close(lfd);
+		if (fd < 0) {
+			perror("accept");
+			return 1;
+		}
+		return relay(fd);
+	}
+	return usage();
+}

@@ -1,0 +1,353 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The real-guest interop run: for each of two Debian guest kernels (6.1 via linux-image-amd64,
+# 6.12 via linux-image-6.12-amd64; fetched with apt-get download and cached, never installed),
+# start uvsockd with two VMs (CIDs 3 and 4, one group), boot QEMU (TCG, q35, vhost-user-vsock-pci)
+# with an initramfs holding busybox, the vsock modules and tests/interop/guest/uvsock-guest, and
+# run the cases: the guest program runs them in the VM (AF_VSOCK there only) and prints
+# "UVSOCK-CASE <name> PASS|FAIL <ms> <detail>" on the serial console; a host helper per VM
+# (tests/interop/host) plays the host applications behind uvsockd's Unix sockets and answers the
+# guest over a second serial port. Every step has a time limit; every process started here is
+# ended by PID on every exit path; temporary files live in one mktemp dir removed at exit.
+#
+# Usage: interop.sh --guest BIN --host BIN [--daemon UVSOCKD] [--selftest] [--kernels "M..."]
+#   --selftest   no daemon: boot each kernel, load the modules, and run the guest program over
+#                vsock loopback plus the control channel (proves everything but uvsockd)
+# Environment: UVSOCK_INTEROP_BULK (bytes each way of the bulk cases, default 64 MiB),
+#   UVSOCK_INTEROP_KERNELS, UVSOCK_INTEROP_KEEP=1 (keep the temp dir), UVSOCK_INTEROP_CACHE,
+#   UVSOCK_INTEROP_SMP, UVSOCK_INTEROP_MEM, UVSOCK_INTEROP_BOOT=bzimage.
+# Exit: 0 all passed, 1 a failure, 77 cannot run here (printed loudly).
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
+
+GUEST="" HOST="" DAEMON="" SELFTEST=0
+KERNELS=${UVSOCK_INTEROP_KERNELS:-"linux-image-amd64 linux-image-6.12-amd64"}
+BULK=${UVSOCK_INTEROP_BULK:-$((64 << 20))}
+while [ $# -gt 0 ]; do
+	case $1 in
+	--guest) GUEST=$2; shift 2 ;;
+	--host) HOST=$2; shift 2 ;;
+	--daemon) DAEMON=$2; shift 2 ;;
+	--selftest) SELFTEST=1; shift ;;
+	--kernels) KERNELS=$2; shift 2 ;;
+	*) echo "usage: $0 --guest BIN --host BIN [--daemon UVSOCKD] [--selftest]" >&2; exit 2 ;;
+	esac
+done
+
+skip() {
+	echo "######################################################################" >&2
+	echo "## INTEROP SKIPPED: $*" >&2
+	echo "######################################################################" >&2
+	exit 77
+}
+
+[ -x "$GUEST" ] && [ -x "$HOST" ] || { echo "interop: --guest and --host programs needed" >&2; exit 2; }
+if [ $SELFTEST = 0 ] && [ ! -x "$DAEMON" ]; then
+	echo "interop: FAIL: uvsockd not found at '$DAEMON'" >&2
+	exit 1
+fi
+
+# Packages (qemu, busybox-static, cpio, kmod...): install what is missing, as root only.
+if ! "$REPO/scripts/install-deps.sh" interop; then
+	[ "$(id -u)" = 0 ] || skip "not root and the interop packages are missing (scripts/install-deps.sh interop)"
+	skip "could not install the interop packages (no package archive reachable?)"
+fi
+
+T=$(mktemp -d /tmp/uvsock-interop.XXXXXX) || exit 1
+declare -A QPID HPID VMSTART VMNOTE VMCASES BOOTMS
+DPID=""
+cleanup() {
+	local p
+	for p in "${QPID[@]}" "${HPID[@]}" $DPID; do
+		[ -n "$p" ] && kill -9 "$p" 2>/dev/null
+	done
+	for p in "${QPID[@]}" "${HPID[@]}" $DPID; do
+		[ -n "$p" ] && wait "$p" 2>/dev/null
+	done
+	if [ "${UVSOCK_INTEROP_KEEP:-0}" = 1 ]; then
+		echo "interop: kept $T" >&2
+	else
+		rm -rf "$T"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+RESULTS=()   # "kernel|case|PASS|ms|detail"
+FAILS=0
+result() {   # kernel case PASS|FAIL ms detail
+	RESULTS+=("$1|$2|$3|$4|$5")
+	[ "$3" = PASS ] || FAILS=$((FAILS + 1))
+	printf '  %-5s %-20s %-4s %7s ms  %s\n' "$1" "$2" "$3" "$4" "$5"
+}
+
+# ---- daemon ----
+
+daemon_start() {
+	local k=$1
+	"$DAEMON" --vm "guest-cid=3,socket=$T/vm3.sock,uds-path=$T/vm3.vsock,groups=interop" \
+		--vm "guest-cid=4,socket=$T/vm4.sock,uds-path=$T/vm4.vsock,groups=interop" \
+		>"$T/uvsockd.$k.log" 2>&1 &
+	DPID=$!
+	local end=$(($(now_ms) + 10000))
+	while ! [ -S "$T/vm3.sock" ] || ! [ -S "$T/vm4.sock" ]; do
+		if ! kill -0 "$DPID" 2>/dev/null || [ "$(now_ms)" -ge "$end" ]; then
+			echo "interop: uvsockd did not come up:" >&2
+			tail -n 20 "$T/uvsockd.$k.log" >&2
+			kill -9 "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null; DPID=""
+			return 1
+		fi
+		sleep 0.05
+	done
+}
+
+daemon_alive() { [ -n "$DPID" ] && kill -0 "$DPID" 2>/dev/null; }
+
+# Stop with SIGTERM (10 s), then SIGKILL. Returns 1 if it had to be killed or died badly.
+daemon_stop() {
+	local rc=0 end
+	[ -n "$DPID" ] || return 0
+	kill -TERM "$DPID" 2>/dev/null
+	end=$(($(now_ms) + 10000))
+	while kill -0 "$DPID" 2>/dev/null && [ "$(now_ms)" -lt "$end" ]; do sleep 0.05; done
+	if kill -0 "$DPID" 2>/dev/null; then
+		kill -9 "$DPID" 2>/dev/null; rc=1
+	fi
+	wait "$DPID" 2>/dev/null
+	local st=$?
+	[ $st -ge 128 ] && [ $st -ne 143 ] && rc=1
+	DPID=""
+	return $rc
+}
+
+# ---- VMs ----
+
+# vm_start NAME CID CASES [HOLD_FILE]: host helper + QEMU (CID < 0: no vsock device).
+vm_start() {
+	local name=$1 cid=$2 cases=$3 hold=${4:-} ctl="$T/$1.ctl" uds vsock=""
+	if [ "$cid" -ge 3 ]; then uds="$T/vm$cid.vsock"; vsock="$T/vm$cid.sock"; else uds="$T/none"; fi
+	local hargs=(--ctl "$ctl" --uds "$uds" --name "$name")
+	[ "$cid" -ge 3 ] && hargs+=(--cid "$cid")
+	[ -n "$DPID" ] && hargs+=(--daemon-pid "$DPID")
+	[ -n "$hold" ] && hargs+=(--hold-file "$hold")
+	"$HOST" "${hargs[@]}" >"$T/$name.host.log" 2>&1 &
+	HPID[$name]=$!
+	local end=$(($(now_ms) + 10000))
+	until [ -S "$ctl" ]; do
+		if ! kill -0 "${HPID[$name]}" 2>/dev/null || [ "$(now_ms)" -ge "$end" ]; then
+			VMNOTE[$name]="host helper did not start: $(tail -n 3 "$T/$name.host.log" | tr '\n' ' ')"
+			return 1
+		fi
+		sleep 0.05
+	done
+	qemu_args "$KDIR" "$INITRD" "uvsock.cases=$cases uvsock.bulk=$BULK" "$T/$name.serial" \
+		"$vsock" "$ctl"
+	: >"$T/$name.serial"
+	qemu-system-x86_64 "${QEMU_ARGS[@]}" >"$T/$name.qemu.log" 2>&1 </dev/null &
+	QPID[$name]=$!
+	VMSTART[$name]=$(now_ms)
+	VMCASES[$name]=$cases
+	VMNOTE[$name]=""
+	BOOTMS[$name]=""
+}
+
+# Lines of the serial log that mark progress, without the console's \r.
+markers() { tr -d '\r' <"$T/$1.serial" 2>/dev/null | grep -a -E '^UVSOCK-(GUEST|BEGIN|CASE|DONE)'; }
+
+# vm_wait NAME: watch the VM until it powers off, with a limit per phase: boot 120 s, each case
+# its own limit (from the guest's BEGIN line) + 30 s, power-off 30 s. Kills QEMU on overrun.
+vm_wait() {
+	local name=$1 qpid=${QPID[$1]} seen=-1 phase_start limit=120 phase=boot m n last
+	phase_start=$(now_ms)
+	while kill -0 "$qpid" 2>/dev/null; do
+		m=$(markers "$name")
+		n=$(printf '%s' "$m" | grep -c .)
+		if [ "$n" != "$seen" ]; then
+			seen=$n
+			phase_start=$(now_ms)
+			last=$(printf '%s\n' "$m" | tail -n 1)
+			if [ -z "${BOOTMS[$name]}" ] && printf '%s' "$m" | grep -q '^UVSOCK-GUEST'; then
+				BOOTMS[$name]=$(($(now_ms) - VMSTART[$name]))
+			fi
+			case $last in
+			UVSOCK-GUEST*) phase="first case"; limit=30 ;;
+			UVSOCK-BEGIN*)
+				set -- $last
+				phase="case $2"; limit=$((${3:-60} + 30)) ;;
+			UVSOCK-CASE*) phase="between cases"; limit=30 ;;
+			UVSOCK-DONE*) phase="power-off"; limit=30 ;;
+			esac
+		fi
+		if [ $(($(now_ms) - phase_start)) -ge $((limit * 1000)) ]; then
+			VMNOTE[$name]="time limit of $limit s exceeded in phase '$phase'; QEMU killed"
+			kill -9 "$qpid" 2>/dev/null
+			break
+		fi
+		sleep 0.2
+	done
+	wait "$qpid" 2>/dev/null
+	local rc=$?
+	if ! markers "$name" | grep -q '^UVSOCK-DONE' && [ -z "${VMNOTE[$name]}" ]; then
+		VMNOTE[$name]="QEMU exited (status $rc) before UVSOCK-DONE: $(tail -n 2 "$T/$name.qemu.log" | tr '\n' ' ')"
+	fi
+	unset "QPID[$name]"
+	# The helper ends when QEMU closes the control socket.
+	local hp=${HPID[$name]} end=$(($(now_ms) + 10000))
+	while kill -0 "$hp" 2>/dev/null && [ "$(now_ms)" -lt "$end" ]; do sleep 0.05; done
+	kill -9 "$hp" 2>/dev/null
+	wait "$hp" 2>/dev/null
+	unset "HPID[$name]"
+}
+
+# vm_results KERNEL NAME [SKIP_CASE...]: one result per case of the VM's list.
+vm_results() {
+	local k=$1 name=$2 c line ms verdict detail
+	shift 2
+	local IFS=,
+	for c in ${VMCASES[$name]}; do
+		c=${c%%:*}
+		case " $* " in *" $c "*) continue ;; esac
+		line=$(markers "$name" | grep -a -m1 "^UVSOCK-CASE $c ")
+		if [ -z "$line" ]; then
+			result "$k" "$c" FAIL 0 "[$name] no result: ${VMNOTE[$name]:-guest stopped early}"
+			continue
+		fi
+		IFS=' ' read -r _ _ verdict ms detail <<<"$line"
+		result "$k" "$c" "$verdict" "$ms" "[$name] $detail"
+	done
+	IFS=' '
+}
+
+vm_log_tail() {
+	echo "    --- $1: serial (last 15 lines) ---"
+	tr -d '\r' <"$T/$1.serial" | tail -n 15 | sed 's/^/    | /'
+	echo "    --- $1: host helper (last 8 lines) ---"
+	tail -n 8 "$T/$1.host.log" | sed 's/^/    | /'
+}
+
+# ---- the run, per kernel ----
+
+MAIN_CASES="hello,g2h_echo,h2g_echo,g2h_seqpacket,h2g_seqpacket,g2h_refused,h2g_refused"
+MAIN_CASES+=",g2h_halfclose,h2g_halfclose,host_close,guest_close,g2h_bulk,h2g_bulk"
+MAIN_CASES+=",g2h_many,h2g_many,g2h_backpressure,h2g_backpressure,reload"
+SELF_CASES="ctl,lo_refused,lo_seqpacket,lo_stream"
+
+run_kernel() {
+	local meta=$1 k rc
+	fetch_kernel "$meta"
+	rc=$?
+	if [ $rc = 2 ]; then
+		skip "cannot fetch $meta from the Debian archive and nothing cached"
+	elif [ $rc != 0 ]; then
+		result "?" "fetch:$meta" FAIL 0 "kernel fetch/unpack failed"
+		return
+	fi
+	k=$(kinfo "$KDIR" kver | cut -d. -f1,2)
+	echo "== kernel $(kinfo "$KDIR" package) $(kinfo "$KDIR" version) ($(kinfo "$KDIR" kver)), boot image $(basename "$(kernel_image "$KDIR")")"
+	INITRD="$T/initrd-$k.cpio"
+	build_initramfs "$KDIR" "$GUEST" "$INITRD" || { result "$k" initramfs FAIL 0 "build failed"; return; }
+
+	if [ $SELFTEST = 1 ]; then
+		vm_start "self-$k" -1 "$SELF_CASES" || { result "$k" boot FAIL 0 "${VMNOTE[self-$k]}"; return; }
+		vm_wait "self-$k"
+		echo "  guest: $(tr -d '\r' <"$T/self-$k.serial" | grep -a -m1 '^UVSOCK-GUEST')"
+		echo "  boot to the guest program: ${BOOTMS[self-$k]:-?} ms; modules: $(tr -d '\r' <"$T/self-$k.serial" | grep -a -m1 '^UVSOCK-MODULES' | cut -d' ' -f2-)"
+		if tr -d '\r' <"$T/self-$k.serial" | grep -a -q '^UVSOCK-MODFAIL'; then
+			result "$k" modules FAIL 0 "$(tr -d '\r' <"$T/self-$k.serial" | grep -a '^UVSOCK-MODFAIL' | tr '\n' ' ')"
+		fi
+		vm_results "$k" "self-$k"
+		[ -n "${VMNOTE[self-$k]}" ] && vm_log_tail "self-$k"
+		return
+	fi
+
+	daemon_start "$k" || { result "$k" uvsockd-start FAIL 0 "uvsockd did not start"; return; }
+
+	# Cases 1-7 and 10 in one boot of CID 3.
+	vm_start "main-$k" 3 "$MAIN_CASES" && vm_wait "main-$k"
+	echo "  guest: $(tr -d '\r' <"$T/main-$k.serial" | grep -a -m1 '^UVSOCK-GUEST'); boot ${BOOTMS[main-$k]:-?} ms"
+	vm_results "$k" "main-$k"
+	[ -n "${VMNOTE[main-$k]}" ] && vm_log_tail "main-$k"
+	if ! daemon_alive; then
+		result "$k" uvsockd-alive FAIL 0 "uvsockd died during the main boot: $(tail -n 5 "$T/uvsockd.$k.log" | tr '\n' ' ')"
+		DPID=""
+		return
+	fi
+
+	# Case 8: siblings (CID 3 -> CID 4, same group), two QEMUs at once.
+	local t0
+	t0=$(now_ms)
+	vm_start "sibsrv-$k" 4 "hello,sib_server" && vm_start "sibcli-$k" 3 "hello,sib_client:4"
+	[ -n "${QPID[sibsrv-$k]:-}" ] && vm_wait "sibsrv-$k"
+	[ -n "${QPID[sibcli-$k]:-}" ] && vm_wait "sibcli-$k"
+	vm_results "$k" "sibsrv-$k" hello
+	vm_results "$k" "sibcli-$k" hello
+	[ -n "${VMNOTE[sibsrv-$k]}${VMNOTE[sibcli-$k]}" ] && { vm_log_tail "sibsrv-$k"; vm_log_tail "sibcli-$k"; }
+
+	# Case 9: kill the QEMU of CID 3 mid-transfer while CID 4 keeps echoing; then CID 4 goes
+	# on, and a new QEMU on CID 3's socket must work.
+	local hold="$T/hold-$k" why="" line
+	rm -f "$hold"
+	t0=$(now_ms)
+	vm_start "surv-$k" 4 "hello,survive,g2h_echo,h2g_echo,g2h_bulk:8388608" "$hold"
+	if ! wait_for_line "$T/surv-$k.host.log" '^UVSOCK-HOST HOLDING' 150 "${QPID[surv-$k]}" >/dev/null; then
+		why="CID 4 never reached the survive case"
+	fi
+	if [ -z "$why" ]; then
+		vm_start "victim-$k" 3 "hello,flood"
+		if wait_for_line "$T/victim-$k.host.log" '^UVSOCK-HOST FLOWING' 150 "${QPID[victim-$k]}" >/dev/null; then
+			kill -9 "${QPID[victim-$k]}"
+			wait "${QPID[victim-$k]}" 2>/dev/null
+			echo "  killed QEMU of CID 3 mid-transfer at +$(($(now_ms) - t0)) ms"
+		else
+			why="CID 3's transfer never started"
+			kill -9 "${QPID[victim-$k]}" 2>/dev/null
+			wait "${QPID[victim-$k]}" 2>/dev/null
+		fi
+		unset "QPID[victim-$k]"
+		local hp=${HPID[victim-$k]}
+		kill -9 "$hp" 2>/dev/null; wait "$hp" 2>/dev/null; unset "HPID[victim-$k]"
+	fi
+	daemon_alive || why="${why:+$why; }uvsockd died when QEMU was killed"
+	touch "$hold"
+	vm_wait "surv-$k"
+	vm_results "$k" "surv-$k" hello
+	if daemon_alive; then
+		vm_start "again-$k" 3 "hello,g2h_echo,h2g_echo,g2h_bulk:8388608" && vm_wait "again-$k"
+		vm_results "$k" "again-$k" 
+		line=$(markers "again-$k" | grep -c '^UVSOCK-CASE .* PASS')
+		[ "$line" = 4 ] || why="${why:+$why; }the new QEMU on CID 3's socket did not work"
+	else
+		why="${why:+$why; }uvsockd not alive after the kill"
+	fi
+	if markers "surv-$k" | grep -q '^UVSOCK-CASE survive PASS'; then :; else
+		why="${why:+$why; }CID 4's connection did not survive"
+	fi
+	if [ -z "$why" ]; then
+		result "$k" qemu_kill PASS $(($(now_ms) - t0)) "CID 4 kept working while CID 3's QEMU was killed; a new QEMU on the same socket worked"
+	else
+		result "$k" qemu_kill FAIL $(($(now_ms) - t0)) "$why"
+		vm_log_tail "surv-$k"
+	fi
+
+	if daemon_stop; then :; else
+		result "$k" uvsockd-exit FAIL 0 "uvsockd did not exit cleanly on SIGTERM: $(tail -n 5 "$T/uvsockd.$k.log" | tr '\n' ' ')"
+	fi
+}
+
+echo "interop: QEMU $(qemu-system-x86_64 --version | head -n 1 | awk '{print $4}'), cache $(interop_cache_dir), bulk $BULK B, temp $T"
+T0=$(now_ms)
+for meta in $KERNELS; do
+	run_kernel "$meta"
+done
+
+echo
+echo "== interop summary ($(( ($(now_ms) - T0) / 1000 )) s)"
+for r in "${RESULTS[@]}"; do
+	IFS='|' read -r k c v ms _ <<<"$r"
+	printf '  %-5s %-20s %-4s %7s ms\n' "$k" "$c" "$v" "$ms"
+done
+echo "  $((${#RESULTS[@]} - FAILS)) passed, $FAILS failed"
+[ ${#RESULTS[@]} -gt 0 ] && [ $FAILS = 0 ]
