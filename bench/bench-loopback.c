@@ -1,0 +1,372 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uvsock-bench-loopback: STREAM throughput at several write sizes and 64-byte round-trip time
+ * over the uvsock loopback transport (inline pump and pump thread), next to TCP over 127.0.0.1
+ * and a Unix stream socket, measured in the same run with the same method:
+ *
+ *   throughput  one sender thread writes `size`-byte buffers for --duration seconds, then shuts
+ *               down sending; one receiver thread reads 64 KiB at a time until EOF. Rate =
+ *               bytes received / (EOF time - start). MiB/s, median of --runs runs.
+ *   latency     one thread sends 64 bytes, the other echoes them back; round trip = elapsed /
+ *               iterations, in microseconds, median of --runs runs.
+ *
+ * Usage: uvsock-bench-loopback [--runs N] [--duration SECONDS] [--quick]
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uvsock/uvsock.h>
+
+#define MAX_RUNS 15
+#define RTT_SIZE 64
+#define RECV_BUF (64 * 1024)
+
+static double duration_s = 0.3;
+static int runs = 5;
+static int rtt_iters = 20000;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "uvsock-bench-loopback: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+/* A transport under test: makes a connected pair and moves bytes. */
+struct transport {
+	const char *name;
+	int (*pair)(struct transport *t, int *a, int *b);
+	void (*close_pair)(struct transport *t, int a, int b);
+	ssize_t (*send)(int fd, const void *buf, size_t len);
+	ssize_t (*recv)(int fd, void *buf, size_t len);
+	int (*shut_wr)(int fd);
+	struct uvsock_ctx *ctx;
+	unsigned flags;
+	uint32_t next_port;
+};
+
+/* ---- uvsock loopback ---- */
+
+static int uv_pair(struct transport *t, int *a, int *b)
+{
+	struct sockaddr_vm sa;
+	int l, c, s;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.svm_family = AF_VSOCK;
+	sa.svm_cid = VMADDR_CID_ANY;
+	sa.svm_port = t->next_port++;
+	l = uvsock_socket(t->ctx, SOCK_STREAM, 0);
+	if (l < 0 || uvsock_bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || uvsock_listen(l, 1) < 0)
+		die("uvsock listen");
+	c = uvsock_socket(t->ctx, SOCK_STREAM, 0);
+	sa.svm_cid = VMADDR_CID_LOCAL;
+	if (c < 0 || uvsock_connect(c, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		die("uvsock connect");
+	s = uvsock_accept(l, NULL, NULL);
+	if (s < 0)
+		die("uvsock accept");
+	uvsock_close(l);
+	*a = c;
+	*b = s;
+	return 0;
+}
+
+static void uv_close_pair(struct transport *t, int a, int b)
+{
+	uvsock_close(a);
+	uvsock_close(b);
+}
+
+static ssize_t uv_send(int fd, const void *buf, size_t len)
+{
+	return uvsock_send(fd, buf, len, 0);
+}
+
+static ssize_t uv_recv(int fd, void *buf, size_t len)
+{
+	return uvsock_recv(fd, buf, len, 0);
+}
+
+static int uv_shut_wr(int fd)
+{
+	return uvsock_shutdown(fd, SHUT_WR);
+}
+
+/* ---- kernel sockets ---- */
+
+static int tcp_pair(struct transport *t, int *a, int *b)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int l, c, s, one = 1;
+
+	l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 1) < 0 ||
+	    getsockname(l, (struct sockaddr *)&sa, &len) < 0)
+		die("tcp listen");
+	c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c < 0 || connect(c, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		die("tcp connect");
+	s = accept(l, NULL, NULL);
+	if (s < 0)
+		die("tcp accept");
+	close(l);
+	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	*a = c;
+	*b = s;
+	return 0;
+}
+
+static int unix_pair(struct transport *t, int *a, int *b)
+{
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		die("socketpair");
+	*a = sv[0];
+	*b = sv[1];
+	return 0;
+}
+
+static void k_close_pair(struct transport *t, int a, int b)
+{
+	close(a);
+	close(b);
+}
+
+static ssize_t k_send(int fd, const void *buf, size_t len)
+{
+	return send(fd, buf, len, MSG_NOSIGNAL);
+}
+
+static ssize_t k_recv(int fd, void *buf, size_t len)
+{
+	return recv(fd, buf, len, 0);
+}
+
+static int k_shut_wr(int fd)
+{
+	return shutdown(fd, SHUT_WR);
+}
+
+/* ---- measurements ---- */
+
+struct tput {
+	struct transport *t;
+	int fd;
+	size_t size;
+	double start;
+	uint64_t bytes;
+	double end;
+};
+
+static void *tput_receiver(void *p)
+{
+	struct tput *x = p;
+	char *buf = malloc(RECV_BUF);
+	ssize_t n;
+
+	if (!buf)
+		die("malloc");
+	while ((n = x->t->recv(x->fd, buf, RECV_BUF)) > 0)
+		x->bytes += (uint64_t)n;
+	if (n < 0)
+		die("recv");
+	x->end = now_s();
+	free(buf);
+	return NULL;
+}
+
+static double measure_tput(struct transport *t, size_t size)
+{
+	struct tput rx = { .t = t, .size = size };
+	char *buf = calloc(1, size);
+	pthread_t th;
+	double stop;
+	int a, b;
+
+	if (!buf)
+		die("calloc");
+	t->pair(t, &a, &b);
+	rx.fd = b;
+	rx.start = now_s();
+	if (pthread_create(&th, NULL, tput_receiver, &rx))
+		die("pthread_create");
+	stop = rx.start + duration_s;
+	for (unsigned i = 0;; i++) {
+		size_t off = 0;
+
+		while (off < size) {
+			ssize_t n = t->send(a, buf + off, size - off);
+
+			if (n < 0)
+				die("send");
+			off += (size_t)n;
+		}
+		if ((i & 15) == 0 && now_s() >= stop)
+			break;
+	}
+	t->shut_wr(a);
+	pthread_join(th, NULL);
+	t->close_pair(t, a, b);
+	free(buf);
+	return (double)rx.bytes / (1024.0 * 1024.0) / (rx.end - rx.start);
+}
+
+struct echo {
+	struct transport *t;
+	int fd;
+};
+
+static void *echo_main(void *p)
+{
+	struct echo *e = p;
+	char buf[RTT_SIZE];
+
+	for (;;) {
+		size_t got = 0;
+
+		while (got < RTT_SIZE) {
+			ssize_t n = e->t->recv(e->fd, buf + got, RTT_SIZE - got);
+
+			if (n <= 0)
+				return NULL;
+			got += (size_t)n;
+		}
+		if (e->t->send(e->fd, buf, RTT_SIZE) != RTT_SIZE)
+			return NULL;
+	}
+}
+
+static double measure_rtt(struct transport *t)
+{
+	struct echo e = { .t = t };
+	char buf[RTT_SIZE] = { 0 };
+	pthread_t th;
+	double t0, t1;
+	int a, b;
+
+	t->pair(t, &a, &b);
+	e.fd = b;
+	if (pthread_create(&th, NULL, echo_main, &e))
+		die("pthread_create");
+	t0 = now_s();
+	for (int i = 0; i < rtt_iters; i++) {
+		size_t got = 0;
+
+		if (t->send(a, buf, RTT_SIZE) != RTT_SIZE)
+			die("rtt send");
+		while (got < RTT_SIZE) {
+			ssize_t n = t->recv(a, buf + got, RTT_SIZE - got);
+
+			if (n <= 0)
+				die("rtt recv");
+			got += (size_t)n;
+		}
+	}
+	t1 = now_s();
+	t->shut_wr(a);
+	pthread_join(th, NULL);
+	t->close_pair(t, a, b);
+	return (t1 - t0) / rtt_iters * 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static const size_t sizes[] = { 64, 4096, 65536 };
+
+int main(int argc, char **argv)
+{
+	struct transport ts[] = {
+		{ "uvsock loopback (inline pump)", uv_pair, uv_close_pair, uv_send, uv_recv,
+		  uv_shut_wr, NULL, 0, 1000 },
+		{ "uvsock loopback (pump thread)", uv_pair, uv_close_pair, uv_send, uv_recv,
+		  uv_shut_wr, NULL, UVSOCK_LOOPBACK_PUMP_THREAD, 1000 },
+		{ "TCP 127.0.0.1", tcp_pair, k_close_pair, k_send, k_recv, k_shut_wr, NULL, 0, 0 },
+		{ "Unix stream socket", unix_pair, k_close_pair, k_send, k_recv, k_shut_wr, NULL, 0,
+		  0 },
+	};
+	const int nt = (int)(sizeof(ts) / sizeof(ts[0]));
+	double res[4][4];
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
+			runs = atoi(argv[++i]);
+		} else if (strcmp(argv[i], "--duration") == 0 && i + 1 < argc) {
+			duration_s = atof(argv[++i]);
+		} else if (strcmp(argv[i], "--quick") == 0) {
+			runs = 1;
+			duration_s = 0.05;
+			rtt_iters = 2000;
+		} else {
+			fprintf(stderr, "usage: %s [--runs N] [--duration SECONDS] [--quick]\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	if (runs < 1 || runs > MAX_RUNS || duration_s <= 0) {
+		fprintf(stderr, "uvsock-bench-loopback: --runs 1..%d, --duration > 0\n", MAX_RUNS);
+		return 2;
+	}
+	for (int k = 0; k < nt; k++) {
+		if (ts[k].pair == uv_pair) {
+			struct uvsock_loopback_opts o = { .flags = ts[k].flags };
+
+			ts[k].ctx = uvsock_ctx_new_loopback(&o);
+			if (!ts[k].ctx)
+				die("uvsock_ctx_new_loopback");
+		}
+		for (size_t s = 0; s < 3; s++) {
+			double v[MAX_RUNS];
+
+			for (int r = 0; r < runs; r++)
+				v[r] = measure_tput(&ts[k], sizes[s]);
+			res[k][s] = median(v, runs);
+		}
+		{
+			double v[MAX_RUNS];
+
+			for (int r = 0; r < runs; r++)
+				v[r] = measure_rtt(&ts[k]);
+			res[k][3] = median(v, runs);
+		}
+		uvsock_ctx_free(ts[k].ctx);
+	}
+	printf("STREAM loopback, %d run(s) of %.2f s each, median; 1 sender + 1 receiver thread\n",
+	       runs, duration_s);
+	printf("%-32s %12s %12s %12s %14s\n", "transport", "64 B MiB/s", "4 KiB MiB/s",
+	       "64 KiB MiB/s", "64 B RTT us");
+	for (int k = 0; k < nt; k++)
+		printf("%-32s %12.1f %12.1f %12.1f %14.2f\n", ts[k].name, res[k][0], res[k][1],
+		       res[k][2], res[k][3]);
+	return 0;
+}
