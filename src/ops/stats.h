@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-VM counters of uvsockd: the numbers an operator reads with `uvsock-stat` (docs/operations.md
+ * says what each one means). One struct ops_vm_counters per VM, written by that VM's thread only
+ * (single writer, plain load + relaxed atomic store: the same instructions as `x += n` on every
+ * 64-bit target we build for, so the data path pays nothing extra), read from the control thread
+ * with relaxed atomic loads (each value is whole; the set is a "consistent enough" snapshot, as
+ * /proc/net/snmp).
+ *
+ * ops_counters_from_sources() builds the same model from the counters the device role
+ * (struct vsock_dev_stats) and the engine (struct vsock_engine_stats) already keep, so that the
+ * daemon can serve the model before the device counts into it natively.
+ *
+ * OPS_VM_COUNTERS() lists the scalar fields once; the JSON writer, the JSON reader of uvsock-stat
+ * and the tests iterate it, so a new counter is one line here.
+ */
+#ifndef UVSOCK_OPS_STATS_H
+#define UVSOCK_OPS_STATS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vsock/engine.h"
+
+struct vsock_dev_stats;
+
+/* Why the device dropped a guest packet without handing it to the engine or a sibling. */
+enum ops_drop_reason {
+	OPS_DROP_SPOOFED_CID, /* src_cid is not the VM's CID */
+	OPS_DROP_BAD_OP,      /* op outside the known set */
+	OPS_DROP_BAD_TYPE,    /* socket type neither STREAM nor SEQPACKET (answered with RST) */
+	OPS_DROP_OVERSIZE,    /* payload larger than 64 KiB */
+	OPS_DROP_NO_ROUTE,    /* dst_cid is neither the host nor a running sibling in a group */
+	OPS_DROP_MALFORMED,   /* short or writable chain, length mismatch, bad flags or CID bits */
+	_OPS_DROP_MAX,
+};
+
+/* X(field, json name, help): scalar counters, in output order. */
+#define OPS_VM_COUNTERS(X)                                                                         \
+	X(tx_pkts, "tx_pkts", "packets from the guest (TX ring) accepted")                         \
+	X(tx_bytes, "tx_bytes", "payload bytes of those packets")                                  \
+	X(rx_pkts, "rx_pkts", "packets put into the guest's RX ring")                              \
+	X(rx_bytes, "rx_bytes", "payload bytes put into the guest's RX ring")                      \
+	X(conns_open, "conns_open", "connections open now (gauge)")                               \
+	X(conns_total, "conns_total", "connections ever opened")                                   \
+	X(rst_sent, "rst_sent", "RST packets sent to the guest")                                   \
+	X(rst_received, "rst_received", "RST packets received from the guest")                     \
+	X(credit_stalls, "credit_stalls", "sends that found no guest credit")                      \
+	X(ring_errors, "ring_errors", "times the rings were marked broken")                        \
+	X(host_connects_refused, "host_connects_refused",                                          \
+	  "guest connects refused on the host side (nobody listening at <uds-path>_<port>)")
+
+struct ops_vm_counters {
+#define OPS_X_FIELD_(f, name, help) uint64_t f;
+	OPS_VM_COUNTERS(OPS_X_FIELD_)
+#undef OPS_X_FIELD_
+	uint64_t dropped[_OPS_DROP_MAX];
+};
+
+/* Single-writer update (VM thread only). n may be "negative" for the gauge: (uint64_t)-1. */
+#define OPS_CTR_ADD(ctrs, field, n)                                                                \
+	__atomic_store_n(&(ctrs)->field, (ctrs)->field + (uint64_t)(n), __ATOMIC_RELAXED)
+#define OPS_CTR_INC(ctrs, field) OPS_CTR_ADD(ctrs, field, 1)
+#define OPS_CTR_DEC(ctrs, field) OPS_CTR_ADD(ctrs, field, (uint64_t)-1)
+#define OPS_CTR_DROP(ctrs, reason) OPS_CTR_ADD(ctrs, dropped[reason], 1)
+
+/* JSON key of a drop reason ("spoofed_cid", ...), "unknown" out of range. */
+const char *ops_drop_reason_name(enum ops_drop_reason r);
+
+/*
+ * Copies src into *ret with one relaxed atomic load per field. Context: any thread, while the
+ * owner may be writing src.
+ */
+void ops_counters_read(const struct ops_vm_counters *src, struct ops_vm_counters *ret);
+
+/* acc += c, field by field (the gauge too). For totals over VMs or over engine lifetimes. */
+void ops_counters_add(struct ops_vm_counters *acc, const struct ops_vm_counters *c);
+
+/*
+ * Builds the model from what the device and its engine count today: packets, bytes, ring
+ * errors, spoofed/no-route/malformed drops and refused connects from d; RSTs, credit stalls,
+ * header drops by reason (op, type, oversize, the rest as malformed) and connections from e.
+ * e may be NULL (no engine: no VMM connected); `listeners` is how many of e's sockets are
+ * listeners of the device itself, not connections (subtracted from socks_open/socks_total).
+ * Pure; ret is fully overwritten.
+ */
+void ops_counters_from_sources(struct ops_vm_counters *ret, const struct vsock_dev_stats *d,
+			       const struct vsock_engine_stats *e, unsigned listeners);
+
+/* What the control thread gathers for one VM (ops_ctl_ops.vm_stats fills it). */
+struct ops_vm_stats {
+	uint32_t cid;
+	char name[32];             /* "vm3"; NUL-terminated */
+	bool vmm_connected;        /* a VMM is connected on the vhost-user socket */
+	bool broken;               /* rings marked broken until restarted */
+	struct ops_vm_counters c;
+	bool have_engine;          /* eng is valid (an engine exists: rings started) */
+	struct vsock_engine_stats eng;
+};
+
+/* One connection of a VM, for the `conns` listing (ops_ctl_ops.vm_conns emits them). */
+struct ops_conn_info {
+	uint32_t vm_cid;
+	struct vsock_sock_info sock; /* local = host side (CID 2) in the device role */
+	char host[108];              /* host endpoint ("/run/vm3.vsock_1234", "fd 17"); may be "" */
+};
+
+#endif
