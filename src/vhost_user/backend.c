@@ -17,6 +17,7 @@
 #include "vhost_user/backend.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -649,8 +650,14 @@ int vhu_backend_process(struct vhu_backend *b)
 {
 	int ret;
 
+	struct pollfd pfd = { .fd = b->sock, .events = POLLIN };
+
 	if (b->error)
 		return b->error;
+	/* Nothing at all to read (a spurious wake-up): not an error, and no waiting. Once the
+	 * first byte is there, the whole message must follow within the deadline. */
+	if (poll(&pfd, 1, 0) == 0)
+		return 0;
 	ret = vhu_msg_recv(b->sock, &b->msg, b->cfg.msg_timeout_ms);
 	if (ret < 0) {
 		b->msg.request = 0;

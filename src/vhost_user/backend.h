@@ -122,8 +122,9 @@ void vhu_backend_free(struct vhu_backend *b);
 int vhu_backend_fd(const struct vhu_backend *b);
 
 /*
- * Reads and handles one message (waiting at most msg_timeout_ms for the rest of it) and sends
- * its reply. Call when the socket is readable.
+ * Reads and handles one message (waiting at most msg_timeout_ms for the rest of it once its
+ * first byte is there) and sends its reply. Call when the socket is readable; if nothing is
+ * readable it returns 0 at once.
  * Returns 0, or -errno when the connection must be closed: -ECONNRESET (front-end closed),
  * -EPROTO (framing: bad flags, fd count or payload size), -EOPNOTSUPP (unknown or unsupported
  * request), -EPERM (request before SET_OWNER or without the protocol feature it needs),

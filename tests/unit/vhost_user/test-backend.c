@@ -574,6 +574,16 @@ TEST(free_with_running_rings_stops_them_and_releases_memory)
 	fx_teardown();
 }
 
+TEST(process_without_data_returns_at_once)
+{
+	fx_setup(); /* msg_timeout_ms 200 */
+	for (int i = 0; i < 1000; i++)
+		ASSERT_OK(vhu_backend_process(fx.b));
+	ASSERT_OK(req(VHU_REQ_GET_FEATURES, 1, NULL, 0, NULL, 0));
+	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_FEATURES), std_features());
+	fx_teardown();
+}
+
 TEST(eof_is_econnreset_and_sticky)
 {
 	fx_setup();
