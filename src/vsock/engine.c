@@ -1835,6 +1835,19 @@ size_t vsock_sock_send_space(struct vsock_sock *s)
 	return r;
 }
 
+int vsock_sock_request_credit(struct vsock_sock *s)
+{
+	int r = 0;
+
+	sock_lock(s);
+	if (s->state == VSOCK_SS_CONNECTED)
+		pend_set(s, PEND_CREDIT_REQUEST);
+	else
+		r = -ENOTCONN;
+	sock_unlock(s);
+	return r;
+}
+
 /* After the application consumed bytes: credit update per reference 3.4. s locked. */
 static void sock_consumed(struct vsock_sock *s, uint32_t n, bool message)
 {

@@ -118,8 +118,12 @@ void vsock_engine_free(struct vsock_engine *e);
  * exactly h->len bytes (the payload may be split anywhere). The engine copies what it keeps;
  * it borrows iov only for the call. Always consumes the packet: replies (RST, RESPONSE,
  * CREDIT_UPDATE) are queued for pull. Returns 0 when the packet was delivered, or a negative
- * errno saying why it was dropped (-EPROTO malformed, -ECONNRESET answered with an RST, ...);
- * callers need not act on it, the engine has counted it.
+ * errno saying why it was dropped; callers need not act on it, the engine has counted it:
+ * -EPROTO malformed (stats.rx_dropped), -ECONNRESET answered with an RST (no socket, type
+ * mismatch, refused), -ENOTCONN an RST for no socket (not answered), -ECONNREFUSED backlog full,
+ * -EINVAL op not valid in the socket's state (ignored), -EPROTO unexpected op while connecting
+ * (connection reset), -ENOBUFS credit violation or receive memory bound (connection reset),
+ * -ENOMEM, -EMFILE.
  */
 int vsock_engine_feed(struct vsock_engine *e, const struct vsock_hdr *h, const struct iovec *iov,
 		      int iovcnt);
@@ -234,6 +238,8 @@ void vsock_sock_reject(struct vsock_sock *child);
 
 /*
  * accept(2), non-blocking. On success *ret is a new socket reference owned by the caller.
+ * The child is normally CONNECTED (it may already be CLOSED if the peer reset it while queued);
+ * from a deferred listener it is PENDING until vsock_sock_accept_pending()/vsock_sock_reject().
  * Returns 0, -EAGAIN (none pending), -EINVAL (not listening).
  */
 int vsock_sock_accept(struct vsock_sock *s, struct vsock_sock **ret);
@@ -257,7 +263,9 @@ ssize_t vsock_sock_send(struct vsock_sock *s, const struct iovec *iov, int iovcn
 
 /*
  * recv(2), non-blocking. STREAM: up to the iov size; honours rcvlowat (returns -EAGAIN below it
- * unless EOF) and MSG_PEEK, MSG_WAITALL is the caller's loop. SEQPACKET: one whole message;
+ * unless EOF) and MSG_PEEK, MSG_WAITALL is the caller's loop. After a reset by the peer (RST),
+ * queued data is still returned, then 0 (EOF, as Linux). SEQPACKET: one whole message (MSG_PEEK
+ * supported);
  * *ret_msg_flags gets MSG_TRUNC if it was longer than iov and MSG_EOR if the sender set EOR; with
  * MSG_TRUNC in flags the full length is returned. Returns bytes, 0 at EOF, -EAGAIN, -ENOTCONN,
  * -EINVAL (listening). ret_msg_flags may be NULL.
@@ -269,7 +277,9 @@ ssize_t vsock_sock_recv(struct vsock_sock *s, const struct iovec *iov, int iovcn
  * Zero-copy receive for transports that forward bytes (device role → host Unix socket): fills
  * up to iovcnt iovecs pointing at queued STREAM bytes without consuming them; returns the number
  * of bytes described. vsock_sock_rx_consume() then consumes n of them (moves fwd_cnt, may queue a
- * credit update). Both under the socket lock; the iovecs are valid until the next call on s.
+ * credit update). Both take the socket lock; the iovecs stay valid until the next call on s or
+ * the next packet fed for s (receive-queue compaction may move bytes), so use them from the
+ * thread that feeds the engine.
  */
 ssize_t vsock_sock_rx_peek_iov(struct vsock_sock *s, struct iovec *iov, int iovcnt);
 void vsock_sock_rx_consume(struct vsock_sock *s, size_t n);
@@ -278,15 +288,24 @@ void vsock_sock_rx_consume(struct vsock_sock *s, size_t n);
 size_t vsock_sock_send_space(struct vsock_sock *s);
 
 /*
+ * Queues a CREDIT_REQUEST to the peer (reference 3.5: Linux never sends one, but answers it).
+ * For a transport that found zero credit and wants a fresh CREDIT_UPDATE instead of waiting.
+ * Returns 0, -ENOTCONN.
+ */
+int vsock_sock_request_credit(struct vsock_sock *s);
+
+/*
  * shutdown(2): how = VSOCK_SHUTDOWN_RCV, _SEND or both. Sends SHUTDOWN (sticky flags).
  * Returns 0, -ENOTCONN, -EINVAL.
  */
 int vsock_sock_shutdown(struct vsock_sock *s, unsigned how);
 
 /*
- * close(2): releases the caller's reference. A connected socket sends SHUTDOWN(3) and lingers
- * in CLOSING until the peer's RST or close_timeout (then RST); if the peer already shut both
- * ways, RST at once. A listener resets its pending children. Never fails.
+ * close(2): releases the caller's reference. A connected socket discards unread data, sends
+ * SHUTDOWN(3) (after any data still queued for sending) and lingers in CLOSING until the
+ * peer's RST or close_timeout (then RST); if the peer already shut both ways, RST at once.
+ * A listener closes its queued children (connected ones as above, pending ones with RST).
+ * Never fails. Safe on NULL.
  */
 void vsock_sock_close(struct vsock_sock *s);
 

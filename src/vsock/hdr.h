@@ -144,7 +144,8 @@ enum vsock_hdr_error {
 	VSOCK_HDR_BAD_OP,       /* op outside 0..7 */
 	VSOCK_HDR_OVERSIZE,     /* len > VSOCK_MAX_PKT_PAYLOAD */
 	VSOCK_HDR_BAD_LEN,      /* non-RW op with len != 0, or len differs from the payload given */
-	VSOCK_HDR_BAD_FLAGS,    /* flags not meaningful for this op (SHUTDOWN > 3, RW EOR w/o EOM) */
+	VSOCK_HDR_BAD_FLAGS,    /* SHUTDOWN flags > 3; SEQPACKET RW flags > 3 or EOR without EOM
+				 * (STREAM RW flags are ignored, as Linux does) */
 	_VSOCK_HDR_ERROR_MAX,
 };
 
@@ -153,7 +154,8 @@ const char *vsock_op_to_string(unsigned op);
 const char *vsock_type_to_string(unsigned type);
 
 /*
- * Validates a decoded header against the payload length actually present.
+ * Validates a decoded header against the payload length actually present. Checks, in this
+ * order: CIDs, op, size, length, type, flags.
  * Returns VSOCK_HDR_OK or the first problem found. Pure function.
  */
 enum vsock_hdr_error vsock_hdr_check(const struct vsock_hdr *h, size_t payload_len);

@@ -471,6 +471,16 @@ TEST(credit_update_only_when_needed)
 	ASSERT_OK(feed_hdr(w->h, &rq, NULL));
 	ASSERT_EQ(pull_one(w->h, &h, tmp, sizeof(tmp)), 0);
 	ASSERT_EQ(h.op, VSOCK_OP_CREDIT_UPDATE);
+	/* We may ask for credit ourselves; the peer engine answers. */
+	ASSERT_OK(vsock_sock_request_credit(c));
+	unsigned before = w->nlog;
+	pump(w);
+	ASSERT_EQ(w->nlog, before + 2);
+	ASSERT_EQ(w->log[before].op, VSOCK_OP_CREDIT_REQUEST);
+	ASSERT_EQ(w->log[before + 1].op, VSOCK_OP_CREDIT_UPDATE);
+	struct vsock_engine_stats st;
+	vsock_engine_get_stats(w->g, &st);
+	ASSERT_EQ(st.credit_requests_sent, 1);
 	/* A buffer-size change is announced at once. */
 	ASSERT_OK(vsock_sock_setopt(a, VSOCK_OPT_BUFFER_SIZE, 100000));
 	ASSERT_EQ(pull_one(w->h, &h, tmp, sizeof(tmp)), 0);
