@@ -2,13 +2,22 @@
 /*
  * Runs the conformance table (cases.c) over the in-process loopback transport: one context
  * (CID 1) serves both sides, as Linux's vsock_loopback; CID 3 is a black hole for the
- * connect-timeout cases.
+ * connect-timeout cases. With UVSOCK_LOOPBACK_PUMP_THREAD=1 in the environment the context
+ * delivers packets on its pump thread instead of inline (the second registered run).
  */
+#include <stdlib.h>
+
 #include "conf.h"
 
 static int lb_setup(struct conf_env *env)
 {
-	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(NULL);
+	const char *pt = getenv("UVSOCK_LOOPBACK_PUMP_THREAD");
+	struct uvsock_loopback_opts o = { 0 };
+	struct uvsock_ctx *ctx;
+
+	if (pt && *pt == '1')
+		o.flags |= UVSOCK_LOOPBACK_PUMP_THREAD;
+	ctx = uvsock_ctx_new_loopback(&o);
 
 	if (!ctx)
 		return -errno;
