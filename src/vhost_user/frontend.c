@@ -310,6 +310,12 @@ int vhu_front_init(struct vhu_front *f)
 	r = vhu_front_get_features(f, &offered);
 	if (r < 0)
 		return r;
+	if ((offered & need) != need)
+		return -EPROTONOSUPPORT;
+	/* What vhu_front_start() will ack: QEMU 7.2 puts PROTOCOL_FEATURES into SET_FEATURES when
+	 * it was offered (so rings start disabled and SET_VRING_ENABLE turns them on). */
+	f->features = VHU_BIT(VHU_F_VERSION_1) | VHU_BIT(VHU_F_PROTOCOL_FEATURES) |
+		      (f->cfg.features & offered);
 	for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++) {
 		r = vring_file(f, VHU_REQ_SET_VRING_CALL, q, f->rings[q].call_fd);
 		if (r < 0)
@@ -451,14 +457,11 @@ int vhu_front_get_vring_base(struct vhu_front *f, unsigned qidx, uint16_t *ret)
 
 int vhu_front_start(struct vhu_front *f)
 {
-	uint64_t want = f->cfg.features & f->offered_features;
-	uint64_t acked = VHU_BIT(VHU_F_VERSION_1) | want;
+	uint64_t acked = f->features;
 	int r;
 
-	/* QEMU 7.2 acks PROTOCOL_FEATURES in SET_FEATURES when it was offered (so rings start
-	 * disabled and SET_VRING_ENABLE turns them on). */
-	if (f->offered_features & VHU_BIT(VHU_F_PROTOCOL_FEATURES))
-		acked |= VHU_BIT(VHU_F_PROTOCOL_FEATURES);
+	if (!(acked & VHU_BIT(VHU_F_VERSION_1)))
+		return -EINVAL; /* vhu_front_init() did not succeed */
 	r = vhu_front_set_features(f, acked);
 	if (r < 0)
 		return r;

@@ -81,7 +81,8 @@ int vhu_front_init(struct vhu_front *f);
  * ring SET_VRING_NUM, SET_VRING_BASE 0, SET_VRING_ADDR, SET_VRING_KICK, SET_VRING_CALL, then
  * SET_VRING_ENABLE 1 for both when PROTOCOL_FEATURES was negotiated. Rings are allocated in
  * guest memory on the first call (zeroed) and reused afterwards (their indices restart from the
- * bases returned by the last vhu_front_stop()). Returns 0 or as vhu_front_init().
+ * bases returned by the last vhu_front_stop()). Returns 0, -EINVAL before a successful
+ * vhu_front_init(), or as vhu_front_init().
  */
 int vhu_front_start(struct vhu_front *f);
 
@@ -114,7 +115,10 @@ int vhu_front_request(struct vhu_front *f, uint32_t request, bool need_reply, co
 /* ---- accessors ---- */
 int vhu_front_fd(const struct vhu_front *f);
 uint64_t vhu_front_guest_cid(const struct vhu_front *f);          /* after vhu_front_init */
-uint64_t vhu_front_features(const struct vhu_front *f);           /* acked virtio features */
+/* Negotiated virtio features: known once vhu_front_init() succeeded (VERSION_1,
+ * PROTOCOL_FEATURES and the wanted device features the back-end offers), sent by
+ * vhu_front_start() in SET_FEATURES. */
+uint64_t vhu_front_features(const struct vhu_front *f);
 uint64_t vhu_front_protocol_features(const struct vhu_front *f);  /* acked protocol features */
 /* Ring qidx (0 rx, 1 tx); NULL before the first vhu_front_start or for qidx >= 2. Borrowed. */
 const struct vhu_front_ring *vhu_front_ring(const struct vhu_front *f, unsigned qidx);

@@ -105,11 +105,13 @@ TEST(full_cycle_against_our_backend)
 	ASSERT_EQ_U64(vhu_front_protocol_features(f),
 		      VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK));
 
-	ASSERT_OK(vhu_front_start(f));
+	/* Negotiated features are known before the start (the guest role needs SEQPACKET). */
 	ASSERT_EQ_U64(vhu_front_features(f),
 		      VHU_BIT(VHU_F_VERSION_1) | VHU_BIT(VHU_F_PROTOCOL_FEATURES) |
 			      VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_INDIRECT_DESC) |
 			      VHU_BIT(VHU_VSOCK_F_SEQPACKET));
+	ASSERT_OK(vhu_front_start(f));
+	ASSERT_EQ_U64(s.dev.features, vhu_front_features(f));
 	/* Every request was acked, so the device state is final here. */
 	fakedev_take_log(&s.dev, log, sizeof(log));
 	ASSERT_STREQ(log, "feat memnew start0 start1");
@@ -424,6 +426,7 @@ TEST(allocator_alignment_exhaustion_and_translation)
 	fcfg.mem_size = 1 << 16;
 	fcfg.gpa_base = 0x8000;
 	ASSERT_OK(vhu_front_new(sv[0], &fcfg, &f));
+	ASSERT_ERR(vhu_front_start(f), EINVAL); /* not initialised */
 	ASSERT_OK(vhu_front_alloc(f, 3, 1, &p, &gpa));
 	ASSERT_TRUE(p == vhu_front_mem(f));
 	ASSERT_EQ_U64(gpa, 0x8000);
