@@ -270,17 +270,20 @@ static void rx_ctx_flush(struct rx_ctx *cx)
 
 /* ---- send list and pending replies --------------------------------------------------------- */
 
+/* A SHUTDOWN carrying SEND ends the data queued before it, so it goes after that data. */
+static bool shutdown_waits(const struct vsock_sock *s)
+{
+	return (s->shutdown & VSOCK_SHUTDOWN_SEND) && s->tx_len > 0;
+}
+
 static bool sock_pullable(const struct vsock_sock *s)
 {
 	if (s->pend & (PEND_RST | PEND_RESPONSE | PEND_REQUEST | PEND_CREDIT_UPDATE |
 		       PEND_CREDIT_REQUEST))
 		return true;
-	if (s->tx_len) {
-		if (sock_can_send_data(s) && sock_credit(s) > 0)
-			return true;
-		return false; /* SHUTDOWN waits behind data queued before it */
-	}
-	return (s->pend & PEND_SHUTDOWN) != 0;
+	if ((s->pend & PEND_SHUTDOWN) && !shutdown_waits(s))
+		return true;
+	return s->tx_len && sock_can_send_data(s) && sock_credit(s) > 0;
 }
 
 /* Puts s on the send list if it has something to pull. Called with s locked. */
@@ -1212,6 +1215,11 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 		h->op = VSOCK_OP_REQUEST;
 		pend_clear(s, PEND_REQUEST);
 		s->request_sent = true;
+	} else if ((s->pend & PEND_SHUTDOWN) && !shutdown_waits(s)) {
+		h->op = VSOCK_OP_SHUTDOWN;
+		h->flags = s->shutdown;
+		s->shutdown_sent = s->shutdown;
+		pend_clear(s, PEND_SHUTDOWN);
 	} else if (s->tx_len && sock_can_send_data(s) && sock_credit(s) > 0 && max_payload > 0) {
 		struct iov_cur cur;
 		uint64_t n = MIN((uint64_t)max_payload, (uint64_t)e->cfg.max_pkt);
@@ -1243,11 +1251,6 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 		h->op = VSOCK_OP_RW;
 		s->tx_cnt += len;
 		s->bytes_out += len;
-	} else if ((s->pend & PEND_SHUTDOWN) && s->tx_len == 0) {
-		h->op = VSOCK_OP_SHUTDOWN;
-		h->flags = s->shutdown;
-		s->shutdown_sent = s->shutdown;
-		pend_clear(s, PEND_SHUTDOWN);
 	} else if (s->pend & PEND_CREDIT_REQUEST) {
 		h->op = VSOCK_OP_CREDIT_REQUEST;
 		pend_clear(s, PEND_CREDIT_REQUEST);

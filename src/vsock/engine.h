@@ -151,7 +151,9 @@ bool vsock_engine_can_feed(const struct vsock_engine *e);
  * Produces the next outgoing packet, if any: fills *h and writes the payload (h->len bytes, at
  * most `max_payload`, never more than the peer's credit) into iov. Sockets with something to send
  * are served round-robin; within one socket replies go first in a fixed order (RST, RESPONSE,
- * REQUEST, SHUTDOWN, RW), a bare CREDIT_UPDATE only when nothing else is pending.
+ * REQUEST, SHUTDOWN, RW), a bare CREDIT_UPDATE only when nothing else is pending (every packet
+ * carries our credit). A SHUTDOWN with the SEND flag is held back until the data queued before
+ * it has been pulled. No-socket RSTs go before everything. Returns 0 for them (no payload).
  * For SEQPACKET, a message larger than max_payload goes out as several RW packets with EOM (and
  * EOR) on the last one only.
  * Returns the payload length (>= 0) or -EAGAIN when nothing is pending.

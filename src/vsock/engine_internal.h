@@ -18,8 +18,9 @@
 #include "vsock/conn_table.h"
 #include "vsock/engine.h"
 
-/* Pending-reply bits, in the order pull hands them out (RW data sits between SHUTDOWN and
- * CREDIT_UPDATE and is not a bit: it is "tx_len > 0"). */
+/* Pending-reply bits, in the order pull hands them out. RW data is not a bit ("tx_len > 0"); it
+ * goes after SHUTDOWN, except that a SHUTDOWN with the SEND flag waits for the data queued
+ * before it. CREDIT_REQUEST and CREDIT_UPDATE come last. */
 enum {
 	PEND_RST = 1u << 0,
 	PEND_RESPONSE = 1u << 1,

@@ -241,6 +241,16 @@ TEST(pull_order_and_round_robin)
 	ASSERT_EQ(pull_one(w->g, &h, b, 100), 0);
 	ASSERT_EQ(h.op, VSOCK_OP_SHUTDOWN);
 	ASSERT_EQ(pull_one(w->g, &h, b, 100), -EAGAIN);
+	/* A SHUTDOWN without SEND does not wait for queued data. */
+	while (pull_one(w->h, &h, b, 100) >= 0)
+		;
+	ASSERT_EQ(send_buf(a2, data, 10, 0), 10);
+	ASSERT_OK(vsock_sock_shutdown(a2, VSOCK_SHUTDOWN_RCV));
+	ASSERT_EQ(pull_one(w->h, &h, b, 100), 0);
+	ASSERT_EQ(h.op, VSOCK_OP_SHUTDOWN);
+	ASSERT_EQ(h.flags, VSOCK_SHUTDOWN_RCV);
+	ASSERT_EQ(pull_one(w->h, &h, b, 100), 10);
+	ASSERT_EQ(h.op, VSOCK_OP_RW);
 	/* RST goes first and drops everything else: c2 has data queued, then the peer's
 	 * SHUTDOWN(3) with c2's receive queue empty makes c2 reset. */
 	ASSERT_EQ(send_buf(c2, data, 10, 0), 10);
