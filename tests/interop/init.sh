@@ -34,11 +34,12 @@ finish() {
 }
 
 if [ "$mode" = shell ]; then
-	cid=$(cat /sys/bus/virtio/devices/*/features >/dev/null 2>&1 && /bin/uvsock-guest --cid 2>/dev/null)
+	cid=$(/bin/uvsock-guest cid 2>/dev/null)
 	cat <<BANNER
 
   uvsock guest shell (kernel $(uname -r), guest CID ${cid:-unknown}).
-  Try:  uvsock-guest --help         nc-like tools: uvsock-guest connect|listen ...
+  To the host:  uvsock-guest connect 2 PORT    (host listens on <uds-path>_PORT)
+  From host:    uvsock-guest listen PORT       (host: CONNECT PORT on <uds-path>)
   'poweroff -f' (or exit this shell) stops the VM.
 
 BANNER

@@ -81,7 +81,7 @@ FAILS=0
 result() {   # kernel case PASS|FAIL ms detail
 	RESULTS+=("$1|$2|$3|$4|$5")
 	[ "$3" = PASS ] || FAILS=$((FAILS + 1))
-	printf '  %-5s %-20s %-4s %7s ms  %s\n' "$1" "$2" "$3" "$4" "$5"
+	printf '  %-5s %-24s %-4s %7s ms  %s\n' "$1" "$2" "$3" "$4" "$5"
 }
 
 # ---- daemon ----
@@ -204,7 +204,7 @@ vm_wait() {
 
 # vm_results KERNEL NAME [SKIP_CASE...]: one result per case of the VM's list.
 vm_results() {
-	local k=$1 name=$2 c line ms verdict detail
+	local k=$1 name=$2 c line ms verdict detail label
 	shift 2
 	local IFS=,
 	for c in ${VMCASES[$name]}; do
@@ -216,7 +216,10 @@ vm_results() {
 			continue
 		fi
 		IFS=' ' read -r _ _ verdict ms detail <<<"$line"
-		result "$k" "$c" "$verdict" "$ms" "[$name] $detail"
+		# Cases of the main boot keep their name; others are prefixed with their VM's role.
+		label=$c
+		[ "${name%-*}" = main ] || [ "${name%-*}" = self ] || label="${name%-*}/$c"
+		result "$k" "$label" "$verdict" "$ms" "[$name] $detail"
 	done
 	IFS=' '
 }
@@ -347,7 +350,7 @@ echo
 echo "== interop summary ($(( ($(now_ms) - T0) / 1000 )) s)"
 for r in "${RESULTS[@]}"; do
 	IFS='|' read -r k c v ms _ <<<"$r"
-	printf '  %-5s %-20s %-4s %7s ms\n' "$k" "$c" "$v" "$ms"
+	printf '  %-5s %-24s %-4s %7s ms\n' "$k" "$c" "$v" "$ms"
 done
 echo "  $((${#RESULTS[@]} - FAILS)) passed, $FAILS failed"
 [ ${#RESULTS[@]} -gt 0 ] && [ $FAILS = 0 ]

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Boot the interop guest (a Debian 6.1 or 6.12 kernel, busybox, the vsock modules and
+# uvsock-guest) under QEMU against a RUNNING uvsockd, with an interactive shell on this
+# terminal, to try vsock in a real VM in one command. The guest's CID comes from uvsockd.
+#
+#   scripts/vm-shell.sh [--kernel 6.1|6.12] [--guest BIN] VHOST_USER_SOCKET
+#
+# e.g.  build/daemon/uvsockd --vm guest-cid=3,socket=/tmp/vm3.sock,uds-path=/tmp/vm3.vsock &
+#       scripts/vm-shell.sh /tmp/vm3.sock
+# In the guest: `uvsock-guest connect 2 PORT` (to a host listener at /tmp/vm3.vsock_PORT),
+# `uvsock-guest listen PORT` (the host connects to /tmp/vm3.vsock and writes "CONNECT PORT\n").
+# Leave with `poweroff -f` in the guest (or Ctrl-A x). Kernels are fetched with apt-get download
+# into the cache of tests/interop (never installed). See docs/interop.md.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+source "$REPO/tests/interop/lib.sh"
+
+META=linux-image-amd64 GUEST=""
+while [ $# -gt 1 ]; do
+	case $1 in
+	--kernel)
+		case $2 in
+		6.1) META=linux-image-amd64 ;;
+		6.12) META=linux-image-6.12-amd64 ;;
+		*) echo "vm-shell: --kernel 6.1 or 6.12" >&2; exit 2 ;;
+		esac
+		shift 2 ;;
+	--guest) GUEST=$2; shift 2 ;;
+	*) break ;;
+	esac
+done
+if [ $# != 1 ] || [ "${1:0:1}" = - ]; then
+	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+fi
+SOCK=$1
+[ -S "$SOCK" ] || { echo "vm-shell: $SOCK is not a socket: start uvsockd first" >&2; exit 1; }
+
+"$REPO/scripts/install-deps.sh" interop || {
+	echo "vm-shell: needs qemu-system-x86 busybox-static cpio xz-utils zstd kmod (run as root" \
+		"or install them)" >&2; exit 1; }
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/uvsock-vm-shell.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+
+if [ -z "$GUEST" ]; then
+	for b in "$REPO"/build*/tests/interop/uvsock-guest; do
+		[ -x "$b" ] && { GUEST=$b; break; }
+	done
+fi
+if [ -z "$GUEST" ]; then
+	# Not built yet (or built without -Dinterop): build it here, statically.
+	gcc -static -O2 -std=gnu11 -D_GNU_SOURCE -I "$REPO/tests/interop/common" \
+		"$REPO/tests/interop/guest/uvsock-guest.c" "$REPO/tests/interop/common/xfer.c" \
+		-o "$T/uvsock-guest"
+	GUEST=$T/uvsock-guest
+fi
+
+fetch_kernel "$META" || { echo "vm-shell: could not fetch $META" >&2; exit 1; }
+build_initramfs "$KDIR" "$GUEST" "$T/initrd.cpio"
+qemu_args "$KDIR" "$T/initrd.cpio" "uvsock.mode=shell" stdio "$SOCK"
+echo "vm-shell: booting $(kinfo "$KDIR" package) $(kinfo "$KDIR" version) against $SOCK (Ctrl-A x quits QEMU)"
+qemu-system-x86_64 "${QEMU_ARGS[@]}"
