@@ -1,0 +1,848 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The guest role (see driver.h): a vhost-user front-end, two split rings driven from the driver
+ * side, RX and TX buffers in guest memory, and one I/O thread that moves packets between the
+ * rings and the protocol engine, as Linux's virtio_transport.c does with its rx/tx work items.
+ *
+ * Memory. Guest memory is one memfd (the front-end's); this module takes two arenas from it,
+ * each cut into slots of 44 + 64 KiB (rounded to 64 bytes): one slot per RX descriptor and one
+ * per TX pool buffer. An RX slot is posted with the length the sizing EWMA chooses (rxsize.h); a
+ * TX slot always holds a whole packet, so header and payload go in one descriptor. Slot state
+ * (free lists, posted lengths) is private memory the back-end cannot touch.
+ *
+ * The I/O thread loop: reclaim TX completions, take up to RX_BUDGET used RX buffers in batches of
+ * RX_BATCH (validated, fed with vsock_engine_feed_batch, slots reused at once since the engine
+ * copies), refill RX when fewer than half are posted, pull from the engine into free TX slots
+ * (kicking every TX_KICK_BATCH packets and at the end, only if the device's avail_event asks for
+ * it), run due timers. While any of this makes progress the loop goes round again with device
+ * interrupts off. Before sleeping it re-enables the RX interrupt (and the TX one only if it is
+ * waiting for TX space) and re-checks the rings, then polls the call eventfds, its wake eventfd
+ * and the front-end socket (for hang-up) until the next timer deadline.
+ *
+ * Waking the thread: vdrv_tx_ready() sets tx_work; it writes the wake eventfd only if the
+ * thread said it is about to sleep. The thread sets `sleeping` and then re-reads tx_work before
+ * it polls. Both sides use sequentially consistent accesses, so at least one of them sees the
+ * other's store (a Dekker pair) and a wake-up is never lost; a busy thread costs callers no
+ * system call.
+ */
+#include "driver/driver.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "driver/rxsize.h"
+#include "util/log.h"
+#include "util/macros.h"
+#include "vhost_user/frontend.h"
+#include "vring/vring.h"
+#include "vring/vring_drv.h"
+
+#define SLOT_STRIDE (((VSOCK_HDR_SIZE + VSOCK_MAX_PKT_PAYLOAD) + 63u) & ~63u)
+#define TX_PAYLOAD VSOCK_MAX_PKT_PAYLOAD
+#define RX_BATCH 64u         /* packets per vsock_engine_feed_batch call */
+#define RX_BUDGET 256u       /* RX packets per loop round before TX gets a turn */
+#define TX_KICK_BATCH 32u    /* publish and maybe kick at least this often while pulling */
+#define MAX_QUEUE_SIZE 1024u
+#define FLUSH_MS 200u        /* bound of the last TX flush at stop */
+#define POLL_MAX_MS 1000     /* safety net: re-check timers at least once a second */
+
+#define STAT_ADD(d, field, n) atomic_fetch_add_explicit(&(d)->st.field, (n), memory_order_relaxed)
+#define STAT_SET(d, field, v) atomic_store_explicit(&(d)->st.field, (v), memory_order_relaxed)
+
+struct vdrv_atomic_stats {
+	_Atomic uint64_t rx_bufs, rx_batches, rx_dropped, rx_buf_len, rx_posted;
+	_Atomic uint64_t tx_pkts, tx_bytes, tx_full, kicks, kicks_suppressed, wakeups, resets;
+	_Atomic uint64_t backend_lost;
+};
+
+struct vdrv {
+	struct vdrv_config cfg;
+	char *path;
+	pthread_mutex_t ctl_mu;    /* serialises the control calls */
+	struct vhu_front *f;       /* NULL while disconnected */
+	uint64_t mem_size;
+	uint32_t cid;
+	bool seqpacket;
+	struct vsock_engine *e;    /* borrowed, set by vdrv_start */
+
+	/* Session: rings and buffers of the current front-end; owned by the I/O thread while it
+	 * runs, by the control thread otherwise. */
+	bool have_session;
+	unsigned num, ntx;
+	struct vring_drv *rx, *tx;
+	int rx_kick, rx_call, tx_kick, tx_call, front_fd;
+	uint8_t *rx_arena, *tx_arena;
+	uint64_t rx_gpa, tx_gpa;
+	uint32_t *rx_len;          /* posted length per RX slot (0: not posted) */
+	uint16_t *rx_free, *tx_free;
+	unsigned rx_nfree, tx_nfree, rx_posted;
+	struct vdrv_rxsize rxs;
+	bool tx_blocked;           /* engine has packets but the TX pool or ring is full */
+	bool rx_stalled;           /* engine's reply queue is full: RX waits for TX */
+	atomic_bool dead;          /* back-end lost or rings broken: no ring work */
+	struct vsock_pkt_ref refs[RX_BATCH];
+	struct iovec iovs[RX_BATCH];
+	uint16_t batch_slots[RX_BATCH];
+
+	/* I/O thread. */
+	pthread_t th;
+	atomic_bool running;       /* written under ctl_mu, read anywhere */
+	int wake_fd;
+	atomic_bool stop;
+	atomic_bool tx_work;
+	atomic_bool sleeping;
+	atomic_bool wake_sent;
+
+	struct vdrv_atomic_stats st;
+};
+
+/* The driver whose I/O thread is the current thread, if any. */
+static __thread struct vdrv *tls_io;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void vdrv_config_default(struct vdrv_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->queue_size = 128;
+	cfg->rx_buf_min = VDRV_RXSIZE_MIN_DEFAULT;
+	cfg->rx_buf_max = VDRV_RXSIZE_MAX_DEFAULT;
+	cfg->timeout_ms = 5000;
+}
+
+/* ---- session: rings and buffers --------------------------------------------------------- */
+
+static void kick(struct vdrv *d, struct vring_drv *r, int fd)
+{
+	uint64_t one = 1;
+
+	if (!vring_drv_kick_prepare(r)) {
+		STAT_ADD(d, kicks_suppressed, 1);
+		return;
+	}
+	/* A full eventfd counter (EAGAIN) still means "signalled"; nothing else can fail here. */
+	if (write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_msg(LOG_LVL_DEBUG, "vdrv: kick: %s", strerror(errno));
+	STAT_ADD(d, kicks, 1);
+}
+
+static void session_free(struct vdrv *d)
+{
+	vring_drv_free(d->rx);
+	vring_drv_free(d->tx);
+	d->rx = d->tx = NULL;
+	free(d->rx_len);
+	free(d->rx_free);
+	free(d->tx_free);
+	d->rx_len = NULL;
+	d->rx_free = d->tx_free = NULL;
+	d->have_session = false;
+}
+
+static void rx_refill(struct vdrv *d)
+{
+	uint32_t len;
+	unsigned added = 0;
+
+	/* Linux refills when fewer than half of the buffers remain posted. */
+	if (d->rx_posted >= d->num / 2)
+		return;
+	len = vdrv_rxsize_buf_len(&d->rxs);
+	while (d->rx_nfree > 0 && vring_drv_num_free(d->rx) > 0) {
+		uint16_t slot = d->rx_free[d->rx_nfree - 1];
+		struct vring_drv_buf b = {
+			.addr = d->rx_gpa + (uint64_t)slot * SLOT_STRIDE,
+			.len = len,
+			.write = true,
+		};
+
+		if (vring_drv_add(d->rx, &b, 1, (void *)(uintptr_t)(slot + 1u)) < 0)
+			break;
+		d->rx_nfree--;
+		d->rx_len[slot] = len;
+		d->rx_posted++;
+		added++;
+	}
+	STAT_SET(d, rx_posted, d->rx_posted);
+	STAT_SET(d, rx_buf_len, len);
+	if (added)
+		kick(d, d->rx, d->rx_kick);
+}
+
+/* Builds rings and buffers on the connected, initialised front-end d->f. */
+static int session_open(struct vdrv *d)
+{
+	const struct vhu_front_ring *rr, *tr;
+	uint64_t feats;
+	int r;
+
+	d->num = d->cfg.queue_size;
+	d->ntx = d->cfg.tx_bufs ? d->cfg.tx_bufs : d->num;
+	d->rx_len = calloc(d->num, sizeof(*d->rx_len));
+	d->rx_free = calloc(d->num, sizeof(*d->rx_free));
+	d->tx_free = calloc(d->ntx, sizeof(*d->tx_free));
+	if (!d->rx_len || !d->rx_free || !d->tx_free) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	r = vhu_front_alloc(d->f, (size_t)d->num * SLOT_STRIDE, 64, (void **)&d->rx_arena,
+			    &d->rx_gpa);
+	if (r < 0)
+		goto fail;
+	r = vhu_front_alloc(d->f, (size_t)d->ntx * SLOT_STRIDE, 64, (void **)&d->tx_arena,
+			    &d->tx_gpa);
+	if (r < 0)
+		goto fail;
+	r = vhu_front_start(d->f);
+	if (r < 0)
+		goto fail;
+	feats = vhu_front_features(d->f);
+	rr = vhu_front_ring(d->f, 0);
+	tr = vhu_front_ring(d->f, 1);
+	/* Fresh rings: the back-end starts from index 0 (SET_VRING_BASE 0), as we do. */
+	r = vring_drv_new(rr->num, rr->desc, rr->avail, rr->used, feats, &d->rx);
+	if (r < 0)
+		goto fail;
+	r = vring_drv_new(tr->num, tr->desc, tr->avail, tr->used, feats, &d->tx);
+	if (r < 0)
+		goto fail;
+	d->rx_kick = rr->kick_fd;
+	d->rx_call = rr->call_fd;
+	d->tx_kick = tr->kick_fd;
+	d->tx_call = tr->call_fd;
+	d->front_fd = vhu_front_fd(d->f);
+	r = vdrv_rxsize_init(&d->rxs, d->cfg.rx_buf_min, d->cfg.rx_buf_max);
+	if (r < 0)
+		goto fail;
+	for (unsigned i = 0; i < d->num; i++)
+		d->rx_free[i] = (uint16_t)(d->num - 1 - i);
+	d->rx_nfree = d->num;
+	for (unsigned i = 0; i < d->ntx; i++)
+		d->tx_free[i] = (uint16_t)(d->ntx - 1 - i);
+	d->tx_nfree = d->ntx;
+	d->rx_posted = 0;
+	d->tx_blocked = d->rx_stalled = false;
+	atomic_store(&d->dead, false);
+	d->have_session = true;
+	rx_refill(d);
+	return 0;
+
+fail:
+	session_free(d);
+	return r;
+}
+
+/* ---- the data path (I/O thread) --------------------------------------------------------- */
+
+static void backend_lost(struct vdrv *d, const char *why)
+{
+	if (atomic_exchange(&d->dead, true))
+		return;
+	log_msg(LOG_LVL_WARN, "vdrv: cid %u: %s: resetting every connection", d->cid, why);
+	STAT_ADD(d, backend_lost, 1);
+	STAT_ADD(d, resets, 1);
+	vsock_engine_transport_reset(d->e, VMADDR_CID_ANY);
+}
+
+static bool tx_reclaim(struct vdrv *d)
+{
+	bool any = false;
+
+	for (;;) {
+		uint32_t len;
+		void *cookie;
+		int r = vring_drv_get_used(d->tx, &len, &cookie);
+
+		if (r == -EAGAIN)
+			break;
+		if (r < 0) {
+			backend_lost(d, "TX used ring error");
+			break;
+		}
+		d->tx_free[d->tx_nfree++] = (uint16_t)((uintptr_t)cookie - 1u);
+		any = true;
+	}
+	return any;
+}
+
+static bool tx_pass(struct vdrv *d)
+{
+	unsigned n = 0, since_kick = 0;
+
+	d->tx_blocked = false;
+	for (;;) {
+		struct vring_drv_buf b;
+		struct vsock_hdr h;
+		struct iovec iov;
+		uint16_t slot;
+		uint8_t *base;
+		ssize_t r;
+
+		if (d->tx_nfree == 0 || vring_drv_num_free(d->tx) == 0) {
+			tx_reclaim(d);
+			if (d->tx_nfree == 0 || vring_drv_num_free(d->tx) == 0) {
+				/* Stop pulling until completions come back. */
+				if (vsock_engine_has_pending(d->e)) {
+					d->tx_blocked = true;
+					STAT_ADD(d, tx_full, 1);
+				}
+				break;
+			}
+		}
+		slot = d->tx_free[d->tx_nfree - 1];
+		base = d->tx_arena + (size_t)slot * SLOT_STRIDE;
+		iov.iov_base = base + VSOCK_HDR_SIZE;
+		iov.iov_len = TX_PAYLOAD;
+		r = vsock_engine_pull(d->e, &h, &iov, 1, TX_PAYLOAD);
+		if (r < 0)
+			break;
+		vsock_hdr_encode(&h, base);
+		b.addr = d->tx_gpa + (uint64_t)slot * SLOT_STRIDE;
+		b.len = VSOCK_HDR_SIZE + (uint32_t)r;
+		b.write = false;
+		if (vring_drv_add(d->tx, &b, 1, (void *)(uintptr_t)(slot + 1u)) < 0) {
+			/* Cannot happen with a free descriptor checked above, unless broken. */
+			backend_lost(d, "TX ring broken");
+			break;
+		}
+		d->tx_nfree--;
+		n++;
+		STAT_ADD(d, tx_pkts, 1);
+		STAT_ADD(d, tx_bytes, (uint64_t)r);
+		if (++since_kick == TX_KICK_BATCH) {
+			kick(d, d->tx, d->tx_kick);
+			since_kick = 0;
+		}
+	}
+	if (since_kick)
+		kick(d, d->tx, d->tx_kick);
+	return n > 0;
+}
+
+/* With the back-end gone, queued packets (RSTs of closing sockets...) are pulled and dropped. */
+static bool tx_discard(struct vdrv *d)
+{
+	static uint8_t sink[VSOCK_MAX_PKT_PAYLOAD];
+	struct iovec iov = { .iov_base = sink, .iov_len = sizeof(sink) };
+	struct vsock_hdr h;
+	bool any = false;
+
+	while (vsock_engine_pull(d->e, &h, &iov, 1, sizeof(sink)) >= 0)
+		any = true;
+	return any;
+}
+
+static void rx_feed(struct vdrv *d, unsigned n)
+{
+	if (n == 1)
+		vsock_engine_feed(d->e, &d->refs[0].hdr, d->refs[0].iov, d->refs[0].iovcnt);
+	else if (n > 1)
+		vsock_engine_feed_batch(d->e, d->refs, n);
+	STAT_ADD(d, rx_batches, 1);
+	/* The engine copied what it keeps: the slots are free again. */
+	for (unsigned i = 0; i < n; i++)
+		d->rx_free[d->rx_nfree++] = d->batch_slots[i];
+}
+
+static bool rx_pass(struct vdrv *d)
+{
+	unsigned total = 0;
+
+	d->rx_stalled = false;
+	while (total < RX_BUDGET) {
+		unsigned n = 0, taken = 0;
+
+		if (!vsock_engine_can_feed(d->e)) {
+			/* Reference 5.5: replies are at the limit; RX waits until TX drains them. */
+			d->rx_stalled = true;
+			break;
+		}
+		while (n < RX_BATCH) {
+			uint32_t len, buf_len;
+			struct vsock_hdr h;
+			uint16_t slot;
+			uint8_t *base;
+			void *cookie;
+			int r = vring_drv_get_used(d->rx, &len, &cookie);
+
+			if (r == -EAGAIN)
+				break;
+			if (r < 0) {
+				rx_feed(d, n);
+				backend_lost(d, "RX used ring error");
+				return true;
+			}
+			taken++;
+			slot = (uint16_t)((uintptr_t)cookie - 1u);
+			buf_len = d->rx_len[slot];
+			d->rx_len[slot] = 0;
+			d->rx_posted--;
+			base = d->rx_arena + (size_t)slot * SLOT_STRIDE;
+			/* Linux drops a buffer shorter than a header or whose header claims more
+			 * payload than the device wrote. */
+			if (len < VSOCK_HDR_SIZE) {
+				STAT_ADD(d, rx_dropped, 1);
+				d->rx_free[d->rx_nfree++] = slot;
+				continue;
+			}
+			vsock_hdr_decode(base, &h);
+			if (h.len > len - VSOCK_HDR_SIZE) {
+				STAT_ADD(d, rx_dropped, 1);
+				d->rx_free[d->rx_nfree++] = slot;
+				continue;
+			}
+			vdrv_rxsize_sample(&d->rxs, len, buf_len);
+			d->refs[n].hdr = h;
+			d->iovs[n].iov_base = base + VSOCK_HDR_SIZE;
+			d->iovs[n].iov_len = h.len;
+			d->refs[n].iov = &d->iovs[n];
+			d->refs[n].iovcnt = h.len ? 1 : 0;
+			d->batch_slots[n] = slot;
+			n++;
+		}
+		if (taken == 0)
+			break;
+		STAT_ADD(d, rx_bufs, taken);
+		if (n)
+			rx_feed(d, n);
+		total += taken;
+		rx_refill(d);
+	}
+	return total > 0;
+}
+
+static void drain_eventfd(int fd)
+{
+	uint64_t v;
+
+	/* Non-blocking eventfd: EAGAIN when already clear. */
+	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_msg(LOG_LVL_DEBUG, "vdrv: eventfd read: %s", strerror(errno));
+}
+
+/* True if the rings have work for us (busy polling). */
+static bool ring_work(struct vdrv *d)
+{
+	if (atomic_load_explicit(&d->tx_work, memory_order_relaxed))
+		return true;
+	if (atomic_load(&d->dead))
+		return false;
+	if (!d->rx_stalled && vring_drv_more_used(d->rx))
+		return true;
+	return d->tx_blocked && vring_drv_more_used(d->tx);
+}
+
+/*
+ * Last passes when stopping, so that what close() queued (SHUTDOWN, RST) reaches the device
+ * before the rings stop: until every TX buffer is back and the engine has nothing more, at most
+ * FLUSH_MS.
+ */
+static void final_flush(struct vdrv *d)
+{
+	uint64_t until = now_ns() + FLUSH_MS * 1000000ull;
+
+	while (!atomic_load(&d->dead)) {
+		struct pollfd p = { .fd = d->tx_call, .events = POLLIN };
+
+		tx_reclaim(d);
+		tx_pass(d);
+		if (d->tx_nfree == d->ntx && !vsock_engine_has_pending(d->e))
+			break;
+		if (now_ns() >= until)
+			break;
+		if (vring_drv_enable_cb(d->tx))
+			continue;
+		poll(&p, 1, 10);
+		if (p.revents & POLLIN)
+			drain_eventfd(d->tx_call);
+	}
+}
+
+static void *io_main(void *arg)
+{
+	struct vdrv *d = arg;
+	uint64_t deadline = UINT64_MAX;
+
+	tls_io = d;
+	vring_drv_disable_cb(d->rx);
+	vring_drv_disable_cb(d->tx);
+	for (;;) {
+		bool busy = false, dead;
+		struct pollfd pfd[4];
+		uint64_t now;
+		int timeout, n;
+
+		if (atomic_load(&d->stop))
+			break;
+		atomic_store(&d->tx_work, false);
+		dead = atomic_load(&d->dead);
+		if (!dead) {
+			busy |= tx_reclaim(d);
+			busy |= rx_pass(d);
+			busy |= tx_pass(d);
+		} else {
+			busy |= tx_discard(d);
+		}
+		now = now_ns();
+		deadline = vsock_engine_next_deadline(d->e);
+		if (deadline <= now) {
+			vsock_engine_run_timers(d->e);
+			busy = true;
+		}
+		if (busy)
+			continue;
+		if (d->cfg.busy_poll_us && !dead) {
+			uint64_t until = now + (uint64_t)d->cfg.busy_poll_us * 1000u;
+			bool work = false;
+
+			while (!(work = ring_work(d)) && now_ns() < until && !atomic_load(&d->stop))
+				;
+			if (work)
+				continue;
+		}
+
+		/* About to sleep: announce it, then re-check (pairs with vdrv_tx_ready). */
+		atomic_store(&d->sleeping, true);
+		if (atomic_load(&d->tx_work) || atomic_load(&d->stop)) {
+			atomic_store(&d->sleeping, false);
+			continue;
+		}
+		dead = atomic_load(&d->dead);
+		if (!dead && !d->rx_stalled && vring_drv_enable_cb(d->rx)) {
+			/* Buffers came back after our last look: no interrupt will announce them. */
+			vring_drv_disable_cb(d->rx);
+			atomic_store(&d->sleeping, false);
+			continue;
+		}
+		if (!dead && (d->tx_blocked || d->rx_stalled) && vring_drv_enable_cb(d->tx)) {
+			vring_drv_disable_cb(d->tx);
+			vring_drv_disable_cb(d->rx);
+			atomic_store(&d->sleeping, false);
+			continue;
+		}
+		timeout = POLL_MAX_MS;
+		deadline = vsock_engine_next_deadline(d->e);
+		now = now_ns();
+		if (deadline != UINT64_MAX) {
+			uint64_t ms = deadline > now ? (deadline - now + 999999u) / 1000000u : 0;
+
+			if (ms < (uint64_t)timeout)
+				timeout = (int)ms;
+		}
+		n = 0;
+		pfd[n++] = (struct pollfd){ .fd = d->wake_fd, .events = POLLIN };
+		if (!dead) {
+			pfd[n++] = (struct pollfd){ .fd = d->rx_call, .events = POLLIN };
+			pfd[n++] = (struct pollfd){ .fd = d->tx_call, .events = POLLIN };
+			/* No events: only POLLHUP/POLLERR, i.e. the back-end went away. */
+			pfd[n++] = (struct pollfd){ .fd = d->front_fd, .events = 0 };
+		}
+		poll(pfd, (nfds_t)n, timeout);
+		atomic_store(&d->sleeping, false);
+		atomic_store(&d->wake_sent, false);
+		STAT_ADD(d, wakeups, 1);
+		if (!dead) {
+			vring_drv_disable_cb(d->rx);
+			vring_drv_disable_cb(d->tx);
+		}
+		for (int i = 0; i < n; i++) {
+			if (pfd[i].fd == d->front_fd && i > 0) {
+				if (pfd[i].revents & (POLLHUP | POLLERR))
+					backend_lost(d, "back-end hung up");
+			} else if (pfd[i].revents & POLLIN) {
+				drain_eventfd(pfd[i].fd);
+			}
+		}
+	}
+	final_flush(d);
+	tls_io = NULL;
+	return NULL;
+}
+
+/* ---- control path ----------------------------------------------------------------------- */
+
+void vdrv_tx_ready(struct vdrv *d)
+{
+	uint64_t one = 1;
+
+	if (tls_io == d) {
+		atomic_store_explicit(&d->tx_work, true, memory_order_relaxed);
+		return;
+	}
+	/* seq_cst store of tx_work, then load of sleeping: pairs with the I/O thread's store of
+	 * sleeping, then load of tx_work. */
+	atomic_store(&d->tx_work, true);
+	if (atomic_load(&d->sleeping) && !atomic_exchange(&d->wake_sent, true)) {
+		if (write(d->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			log_msg(LOG_LVL_DEBUG, "vdrv: wake: %s", strerror(errno));
+	}
+}
+
+static int thread_start(struct vdrv *d)
+{
+	int r;
+
+	atomic_store(&d->stop, false);
+	atomic_store(&d->sleeping, false);
+	atomic_store(&d->wake_sent, false);
+	atomic_store(&d->tx_work, true);
+	r = -pthread_create(&d->th, NULL, io_main, d);
+	if (r < 0)
+		return r;
+	d->running = true;
+	return 0;
+}
+
+static void thread_stop(struct vdrv *d)
+{
+	uint64_t one = 1;
+
+	if (!d->running)
+		return;
+	atomic_store(&d->stop, true);
+	if (write(d->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_msg(LOG_LVL_DEBUG, "vdrv: wake: %s", strerror(errno));
+	pthread_join(d->th, NULL);
+	d->running = false;
+}
+
+/* Connects and initialises a new front-end on the configured path. */
+static int front_open(struct vdrv *d)
+{
+	struct vhu_front_config fc;
+	struct vhu_front *f = NULL;
+	uint64_t cid;
+	int r;
+
+	vhu_front_config_init(&fc);
+	fc.mem_size = d->mem_size;
+	fc.queue_size = d->cfg.queue_size;
+	fc.timeout_ms = d->cfg.timeout_ms;
+	r = vhu_front_connect(d->path, &fc, &f);
+	if (r < 0)
+		return r;
+	r = vhu_front_init(f);
+	if (r < 0) {
+		vhu_front_free(f);
+		return r;
+	}
+	cid = vhu_front_guest_cid(f);
+	d->f = f;
+	d->cid = (uint32_t)cid;
+	d->seqpacket = !!(vhu_front_features(f) & VHU_BIT(VHU_VSOCK_F_SEQPACKET));
+	return 0;
+}
+
+int vdrv_new(const struct vdrv_config *cfg, struct vdrv **ret)
+{
+	struct vring_layout l;
+	struct vdrv *d;
+	uint64_t need;
+	int r;
+
+	if (!cfg || !cfg->socket_path || !ret)
+		return -EINVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->cfg = *cfg;
+	d->wake_fd = -1;
+	pthread_mutex_init(&d->ctl_mu, NULL);
+	if (!d->cfg.queue_size)
+		d->cfg.queue_size = 128;
+	if (!d->cfg.rx_buf_min)
+		d->cfg.rx_buf_min = VDRV_RXSIZE_MIN_DEFAULT;
+	if (!d->cfg.rx_buf_max)
+		d->cfg.rx_buf_max = VDRV_RXSIZE_MAX_DEFAULT;
+	if (!d->cfg.timeout_ms)
+		d->cfg.timeout_ms = 5000;
+	if (d->cfg.queue_size > MAX_QUEUE_SIZE || vring_layout(d->cfg.queue_size, &l) < 0 ||
+	    d->cfg.tx_bufs > MAX_QUEUE_SIZE ||
+	    vdrv_rxsize_init(&d->rxs, d->cfg.rx_buf_min, d->cfg.rx_buf_max) < 0) {
+		r = -EINVAL;
+		goto fail;
+	}
+	d->cfg.socket_path = NULL;
+	d->path = strdup(cfg->socket_path);
+	if (!d->path) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	/* Two rings, one slot per RX descriptor and per TX buffer, rounded up to 1 MiB. */
+	need = 2 * (uint64_t)l.total + 4096 +
+	       (uint64_t)SLOT_STRIDE * (d->cfg.queue_size +
+					(d->cfg.tx_bufs ? d->cfg.tx_bufs : d->cfg.queue_size));
+	d->mem_size = (need + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
+	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (d->wake_fd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	r = front_open(d);
+	if (r < 0)
+		goto fail;
+	*ret = d;
+	return 0;
+
+fail:
+	vdrv_free(d);
+	return r;
+}
+
+uint32_t vdrv_guest_cid(const struct vdrv *d)
+{
+	return d->cid;
+}
+
+bool vdrv_seqpacket(const struct vdrv *d)
+{
+	return d->seqpacket;
+}
+
+int vdrv_start(struct vdrv *d, struct vsock_engine *e)
+{
+	int r;
+
+	if (!d || !e)
+		return -EINVAL;
+	pthread_mutex_lock(&d->ctl_mu);
+	if (d->e || !d->f) {
+		r = d->e ? -EALREADY : -ENOTCONN;
+		goto out;
+	}
+	d->e = e;
+	r = session_open(d);
+	if (r < 0) {
+		d->e = NULL;
+		goto out;
+	}
+	r = thread_start(d);
+	if (r < 0) {
+		session_free(d);
+		d->e = NULL;
+	}
+out:
+	pthread_mutex_unlock(&d->ctl_mu);
+	return r;
+}
+
+int vdrv_transport_reset(struct vdrv *d)
+{
+	uint8_t cfg[8];
+	uint64_t cid;
+	int r = -ENOTCONN;
+
+	pthread_mutex_lock(&d->ctl_mu);
+	if (d->f) {
+		r = vhu_front_get_config(d->f, 0, sizeof(cfg), cfg);
+		if (r == 0) {
+			cid = vsock_le64_get_(cfg);
+			if (cid > 2 && cid < VMADDR_CID_ANY)
+				d->cid = (uint32_t)cid;
+			else
+				r = -EPROTO;
+		}
+	}
+	if (d->e) {
+		STAT_ADD(d, resets, 1);
+		vsock_engine_transport_reset(d->e, r == 0 ? d->cid : VMADDR_CID_ANY);
+	}
+	pthread_mutex_unlock(&d->ctl_mu);
+	return r;
+}
+
+int vdrv_reconnect(struct vdrv *d)
+{
+	int r;
+
+	pthread_mutex_lock(&d->ctl_mu);
+	if (!d->e) {
+		r = -ENOTCONN;
+		goto out;
+	}
+	thread_stop(d);
+	session_free(d);
+	vhu_front_free(d->f);
+	d->f = NULL;
+	r = front_open(d);
+	STAT_ADD(d, resets, 1);
+	/* Connected sockets of the old session are gone; listeners adopt the (new) CID. */
+	vsock_engine_transport_reset(d->e, r == 0 ? d->cid : VMADDR_CID_ANY);
+	if (r < 0)
+		goto out;
+	r = session_open(d);
+	if (r < 0)
+		goto out;
+	r = thread_start(d);
+	if (r < 0)
+		session_free(d);
+out:
+	pthread_mutex_unlock(&d->ctl_mu);
+	return r;
+}
+
+void vdrv_stop(struct vdrv *d)
+{
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->ctl_mu);
+	thread_stop(d);
+	if (d->have_session && d->f && !atomic_load(&d->dead))
+		vhu_front_stop(d->f, NULL); /* best effort: the back-end may be gone */
+	session_free(d);
+	d->e = NULL;
+	pthread_mutex_unlock(&d->ctl_mu);
+}
+
+void vdrv_free(struct vdrv *d)
+{
+	if (!d)
+		return;
+	vdrv_stop(d);
+	vhu_front_free(d->f);
+	if (d->wake_fd >= 0)
+		close(d->wake_fd);
+	pthread_mutex_destroy(&d->ctl_mu);
+	free(d->path);
+	free(d);
+}
+
+bool vdrv_alive(const struct vdrv *d)
+{
+	return d->running && !atomic_load(&((struct vdrv *)d)->dead);
+}
+
+void vdrv_get_stats(struct vdrv *d, struct vdrv_stats *ret)
+{
+	struct vdrv_stats s;
+
+#define LD(x) s.x = atomic_load_explicit(&d->st.x, memory_order_relaxed)
+	LD(rx_bufs);
+	LD(rx_batches);
+	LD(rx_dropped);
+	LD(rx_buf_len);
+	LD(rx_posted);
+	LD(tx_pkts);
+	LD(tx_bytes);
+	LD(tx_full);
+	LD(kicks);
+	LD(kicks_suppressed);
+	LD(wakeups);
+	LD(resets);
+	LD(backend_lost);
+#undef LD
+	*ret = s;
+}

@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The socket API's guest transport: uvsock_ctx_new_guest() builds a vdrv (driver.h), creates
+ * the context's engine with the CID the back-end reported, and attaches the two. The context
+ * calls back into here through struct uvsock_transport_ops (src/lib/lib.h).
+ *
+ * Guest contexts are kept in a small registry so that the uvsock_ctx_guest_*() calls can tell a
+ * guest context from another kind without looking inside struct uvsock_ctx.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* lib.h first: it reconciles <linux/vm_sockets.h> with vsock/hdr.h (see there). */
+#include "lib/lib.h"
+
+#include <uvsock/guest.h>
+
+#include "driver/driver.h"
+
+struct vguest {
+	struct vdrv *d;
+	struct uvsock_ctx *ctx;
+	struct vguest *next;
+};
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct vguest *reg_head;
+
+static void reg_add(struct vguest *g)
+{
+	pthread_mutex_lock(&reg_mu);
+	g->next = reg_head;
+	reg_head = g;
+	pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_del(struct vguest *g)
+{
+	pthread_mutex_lock(&reg_mu);
+	for (struct vguest **p = &reg_head; *p; p = &(*p)->next) {
+		if (*p == g) {
+			*p = g->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&reg_mu);
+}
+
+/* The driver of ctx if ctx is a live guest context, else NULL. */
+static struct vdrv *reg_find(struct uvsock_ctx *ctx)
+{
+	struct vdrv *d = NULL;
+
+	pthread_mutex_lock(&reg_mu);
+	for (struct vguest *g = reg_head; g; g = g->next) {
+		if (g->ctx == ctx) {
+			d = g->d;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&reg_mu);
+	return d;
+}
+
+static void g_tx_ready(struct uvsock_ctx *ctx)
+{
+	struct vguest *g = uvsock_ctx_transport_(ctx);
+
+	vdrv_tx_ready(g->d);
+}
+
+static int g_connect_check(struct uvsock_ctx *ctx, uint32_t cid)
+{
+	struct vguest *g = uvsock_ctx_transport_(ctx);
+
+	/* Linux: no loopback transport in this namespace, so own CID and CID 1 have none. */
+	if (cid == VMADDR_CID_LOCAL || cid == vdrv_guest_cid(g->d))
+		return -ENODEV;
+	if (!vdrv_alive(g->d))
+		return -ENETUNREACH;
+	return 0;
+}
+
+static void g_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *st)
+{
+	struct vguest *g = uvsock_ctx_transport_(ctx);
+	struct vdrv_stats ds;
+
+	vdrv_get_stats(g->d, &ds);
+	st->dropped += ds.rx_dropped;
+}
+
+static void g_stop(struct uvsock_ctx *ctx)
+{
+	struct vguest *g = uvsock_ctx_transport_(ctx);
+
+	vdrv_stop(g->d);
+}
+
+static void g_destroy(struct uvsock_ctx *ctx)
+{
+	struct vguest *g = uvsock_ctx_transport_(ctx);
+
+	reg_del(g);
+	vdrv_free(g->d);
+	free(g);
+}
+
+static const struct uvsock_transport_ops guest_ops = {
+	.name = "guest",
+	.tx_ready = g_tx_ready,
+	.connect_check = g_connect_check,
+	.get_stats = g_get_stats,
+	.stop = g_stop,
+	.destroy = g_destroy,
+};
+
+struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
+					const struct uvsock_guest_opts *opts)
+{
+	struct uvsock_guest_opts o = { 0 };
+	struct vsock_engine_config cfg;
+	struct vdrv_config dc;
+	struct uvsock_ctx *ctx = NULL;
+	struct vguest *g;
+	int r;
+
+	if (opts)
+		o = *opts;
+	if (!socket_path || (o.flags & ~UVSOCK_CTX_UNPRIVILEGED) || o.timeout_ms < 0) {
+		errno = EINVAL;
+		return NULL;
+	}
+	g = calloc(1, sizeof(*g));
+	if (!g) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	vdrv_config_default(&dc);
+	dc.socket_path = socket_path;
+	if (o.queue_size)
+		dc.queue_size = o.queue_size;
+	if (o.rx_buf_min)
+		dc.rx_buf_min = o.rx_buf_min;
+	if (o.rx_buf_max)
+		dc.rx_buf_max = o.rx_buf_max;
+	if (o.timeout_ms)
+		dc.timeout_ms = o.timeout_ms;
+	dc.busy_poll_us = o.busy_poll_us;
+	r = vdrv_new(&dc, &g->d);
+	if (r < 0) {
+		free(g);
+		errno = -r;
+		return NULL;
+	}
+
+	vsock_engine_config_default(&cfg);
+	cfg.local_cid = vdrv_guest_cid(g->d);
+	cfg.max_socks = o.max_sockets ? o.max_sockets : 65536;
+	/* Linux stops taking RX while queued replies reach the RX ring size (reference 5.5). */
+	cfg.reply_limit = dc.queue_size;
+	cfg.seqpacket = vdrv_seqpacket(g->d);
+	if (o.buf_size) {
+		cfg.buf_size = o.buf_size;
+		if (cfg.buf_max < o.buf_size)
+			cfg.buf_max = o.buf_size;
+	}
+	r = uvsock_ctx_create_(&guest_ops, g, &cfg, o.flags & UVSOCK_CTX_UNPRIVILEGED, &ctx);
+	if (r < 0) {
+		vdrv_free(g->d);
+		free(g);
+		errno = -r;
+		return NULL;
+	}
+	g->ctx = ctx;
+	reg_add(g);
+	r = vdrv_start(g->d, uvsock_ctx_engine_(ctx));
+	if (r < 0) {
+		uvsock_ctx_free(ctx); /* frees g and the driver through g_destroy */
+		errno = -r;
+		return NULL;
+	}
+	return ctx;
+}
+
+int uvsock_ctx_guest_transport_reset(struct uvsock_ctx *ctx)
+{
+	struct vdrv *d = reg_find(ctx);
+	int r;
+
+	if (!d) {
+		errno = EINVAL;
+		return -1;
+	}
+	r = vdrv_transport_reset(d);
+	if (r < 0) {
+		errno = -r;
+		return -1;
+	}
+	return 0;
+}
+
+int uvsock_ctx_guest_reconnect(struct uvsock_ctx *ctx)
+{
+	struct vdrv *d = reg_find(ctx);
+	int r;
+
+	if (!d) {
+		errno = EINVAL;
+		return -1;
+	}
+	r = vdrv_reconnect(d);
+	if (r < 0) {
+		errno = -r;
+		return -1;
+	}
+	return 0;
+}
+
+int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats *ret)
+{
+	struct vdrv *d = reg_find(ctx);
+	struct vdrv_stats s;
+
+	if (!d || !ret) {
+		errno = EINVAL;
+		return -1;
+	}
+	vdrv_get_stats(d, &s);
+	*ret = (struct uvsock_guest_stats){
+		.rx_bufs = s.rx_bufs,
+		.rx_batches = s.rx_batches,
+		.rx_dropped = s.rx_dropped,
+		.rx_buf_len = s.rx_buf_len,
+		.rx_posted = s.rx_posted,
+		.tx_pkts = s.tx_pkts,
+		.tx_bytes = s.tx_bytes,
+		.tx_full = s.tx_full,
+		.kicks = s.kicks,
+		.kicks_suppressed = s.kicks_suppressed,
+		.wakeups = s.wakeups,
+		.resets = s.resets,
+		.backend_lost = s.backend_lost,
+	};
+	return 0;
+}

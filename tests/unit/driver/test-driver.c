@@ -1,0 +1,602 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Guest-role tests against the device role running in-process: a struct vsock_dev on its own
+ * thread listens on a vhost-user socket; the guest role (uvsock_ctx_new_guest) connects to it
+ * as a VMM would, with real shared-memory rings and eventfds; host programs are plain Unix
+ * sockets in this process. (The same scenarios through the uvsockd binary are in
+ * tests/integration.) Covers: both stream directions with checksums and half-close, SEQPACKET
+ * boundaries host->guest, the refused-port fast path, RX buffer growth under bulk traffic, event
+ * index kick suppression counters, TRANSPORT_RESET, reconnect, back-end loss, siblings.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <uvsock/guest.h>
+#include <uvsock/uvsock.h>
+
+#include "../../integration/hostside.h"
+#include "device/device.h"
+#include "test.h"
+
+#define WAIT_MS 5000
+
+struct tdev {
+	struct vsock_router *router;
+	struct vsock_dev *d;
+	pthread_t th;
+	bool running;
+	char dir[64];
+	char sock[128], uds[128];
+};
+
+static void *dev_thread(void *arg)
+{
+	struct tdev *t = arg;
+
+	vsock_dev_run(t->d);
+	return NULL;
+}
+
+static void tdev_new(struct tdev *t, struct vsock_router *r, uint32_t cid)
+{
+	struct vsock_dev_config cfg = {
+		.guest_cid = cid,
+		.buf_alloc = 256 * 1024,
+		.queue_size_max = 1024,
+	};
+
+	memset(t, 0, sizeof(*t));
+	t->router = r;
+	snprintf(t->dir, sizeof(t->dir), "/tmp/uvsock-drv-XXXXXX");
+	ASSERT_TRUE(mkdtemp(t->dir) != NULL);
+	snprintf(t->sock, sizeof(t->sock), "%s/vm.sock", t->dir);
+	snprintf(t->uds, sizeof(t->uds), "%s/vm.vsock", t->dir);
+	cfg.socket_path = t->sock;
+	cfg.uds_path = t->uds;
+	ASSERT_OK(vsock_dev_new(r, &cfg, &t->d));
+}
+
+static void tdev_run(struct tdev *t)
+{
+	ASSERT_EQ(pthread_create(&t->th, NULL, dev_thread, t), 0);
+	t->running = true;
+}
+
+static void tdev_start(struct tdev *t, uint32_t cid)
+{
+	tdev_new(t, NULL, cid);
+	tdev_run(t);
+}
+
+static void tdev_stop(struct tdev *t)
+{
+	if (t->running) {
+		vsock_dev_stop(t->d);
+		pthread_join(t->th, NULL);
+		t->running = false;
+	}
+	vsock_dev_free(t->d);
+	t->d = NULL;
+	rmdir(t->dir);
+}
+
+static struct uvsock_ctx *guest_new(struct tdev *t)
+{
+	struct uvsock_ctx *ctx = uvsock_ctx_new_guest(t->sock, NULL);
+
+	if (!ctx)
+		test_fail(__FILE__, __LINE__, "uvsock_ctx_new_guest: %s", strerror(errno));
+	return ctx;
+}
+
+static int g_connect(struct uvsock_ctx *ctx, int type, uint32_t cid, uint32_t port)
+{
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = cid, .svm_port = port };
+	int fd = uvsock_socket(ctx, type, 0);
+
+	ASSERT_GE(fd, 0);
+	if (uvsock_connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		int e = errno;
+
+		uvsock_close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+static int g_listen(struct uvsock_ctx *ctx, int type, uint32_t port)
+{
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY,
+				 .svm_port = port };
+	int fd = uvsock_socket(ctx, type, 0);
+
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(uvsock_bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ASSERT_EQ(uvsock_listen(fd, 64), 0);
+	return fd;
+}
+
+static void g_set_timeouts(int fd, int ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	ASSERT_EQ(uvsock_setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	ASSERT_EQ(uvsock_setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
+}
+
+static void g_send_pattern(int fd, size_t total, size_t chunk, uint64_t seed)
+{
+	uint8_t *buf = malloc(chunk);
+
+	ASSERT_TRUE(buf != NULL);
+	for (size_t off = 0; off < total;) {
+		size_t n = total - off < chunk ? total - off : chunk;
+		ssize_t r;
+
+		hs_fill(buf, n, seed, off);
+		r = uvsock_send(fd, buf, n, 0);
+		if (r <= 0)
+			test_fail(__FILE__, __LINE__, "uvsock_send at %zu: %zd %s", off, r,
+				  strerror(errno));
+		off += (size_t)r;
+	}
+	free(buf);
+}
+
+static void g_recv_pattern(int fd, size_t total, uint64_t seed)
+{
+	uint8_t *buf = malloc(65536);
+
+	ASSERT_TRUE(buf != NULL);
+	for (size_t off = 0; off < total;) {
+		ssize_t r = uvsock_recv(fd, buf, 65536, 0);
+
+		if (r <= 0)
+			test_fail(__FILE__, __LINE__, "uvsock_recv at %zu: %zd %s", off, r,
+				  strerror(errno));
+		ASSERT_EQ(hs_check(buf, (size_t)r, seed, off), (size_t)r);
+		off += (size_t)r;
+	}
+	free(buf);
+}
+
+struct host_io {
+	int fd;
+	size_t total;
+	uint64_t seed;
+	bool ok;
+};
+
+static void *host_send_main(void *arg)
+{
+	struct host_io *h = arg;
+	uint8_t *buf = malloc(65536);
+
+	for (size_t off = 0; buf && off < h->total;) {
+		size_t n = h->total - off < 65536 ? h->total - off : 65536;
+
+		hs_fill(buf, n, h->seed, off);
+		hs_write_all(h->fd, buf, n);
+		off += n;
+	}
+	h->ok = buf != NULL;
+	free(buf);
+	return NULL;
+}
+
+static void *host_recv_main(void *arg)
+{
+	struct host_io *h = arg;
+	uint8_t *buf = malloc(65536);
+	size_t off = 0;
+
+	h->ok = false;
+	while (buf && off < h->total) {
+		size_t want = h->total - off < 65536 ? h->total - off : 65536;
+		size_t got = hs_read_full(h->fd, buf, want, WAIT_MS);
+
+		if (hs_check(buf, got, h->seed, off) != got)
+			break;
+		off += got;
+		if (got < want)
+			break;
+	}
+	h->ok = off == h->total;
+	free(buf);
+	return NULL;
+}
+
+TEST(guest_to_host_stream_both_ways_with_half_close)
+{
+	struct tdev t;
+	struct uvsock_ctx *g;
+	char lpath[160];
+	int lfd, hfd, gfd;
+	struct host_io hr, hw;
+	pthread_t th_r, th_w;
+	const size_t total = 4u << 20;
+	char c;
+
+	tdev_start(&t, 3);
+	g = guest_new(&t);
+	ASSERT_EQ(uvsock_ctx_local_cid(g), 3);
+	snprintf(lpath, sizeof(lpath), "%s_%u", t.uds, 5000);
+	lfd = hs_listen(lpath, SOCK_STREAM);
+	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
+	ASSERT_GE(gfd, 0);
+	g_set_timeouts(gfd, WAIT_MS);
+	hfd = hs_accept(lfd, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+
+	hr = (struct host_io){ .fd = hfd, .total = total, .seed = 1 };
+	hw = (struct host_io){ .fd = hfd, .total = total, .seed = 2 };
+	ASSERT_EQ(pthread_create(&th_r, NULL, host_recv_main, &hr), 0);
+	ASSERT_EQ(pthread_create(&th_w, NULL, host_send_main, &hw), 0);
+	g_send_pattern(gfd, total, 10000, 1);
+	g_recv_pattern(gfd, total, 2);
+	pthread_join(th_r, NULL);
+	pthread_join(th_w, NULL);
+	ASSERT_TRUE(hr.ok);
+	ASSERT_TRUE(hw.ok);
+
+	/* Guest SHUT_WR: the host reads EOF and can still send. */
+	ASSERT_EQ(uvsock_shutdown(gfd, SHUT_WR), 0);
+	ASSERT_TRUE(hs_wait_eof(hfd, WAIT_MS));
+	hs_write_all(hfd, "z", 1);
+	ASSERT_EQ(uvsock_recv(gfd, &c, 1, 0), 1);
+	ASSERT_EQ(c, 'z');
+	/* Host EOF: the guest reads 0. */
+	ASSERT_EQ(shutdown(hfd, SHUT_WR), 0);
+	ASSERT_EQ(uvsock_recv(gfd, &c, 1, 0), 0);
+	ASSERT_EQ(uvsock_close(gfd), 0);
+	close(hfd);
+	close(lfd);
+	uvsock_ctx_free(g);
+	tdev_stop(&t);
+}
+
+TEST(host_to_guest_stream_and_seqpacket)
+{
+	struct tdev t;
+	struct uvsock_ctx *g;
+	int ls, lq, hfd, gfd;
+	char buf[256];
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	tdev_start(&t, 3);
+	g = guest_new(&t);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	lq = g_listen(g, SOCK_SEQPACKET, 6001);
+
+	hfd = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	gfd = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd, 0);
+	g_set_timeouts(gfd, WAIT_MS);
+	hs_write_all(hfd, "hello", 5);
+	ASSERT_EQ(uvsock_recv(gfd, buf, 5, MSG_WAITALL), 5);
+	ASSERT_MEMEQ(buf, "hello", 5);
+	ASSERT_EQ(uvsock_send(gfd, "world", 5, 0), 5);
+	ASSERT_EQ(hs_read_full(hfd, buf, 5, WAIT_MS), 5);
+	ASSERT_MEMEQ(buf, "world", 5);
+	uvsock_close(gfd);
+	ASSERT_TRUE(hs_wait_eof(hfd, WAIT_MS));
+	close(hfd);
+
+	hfd = hs_connect_guest(t.uds, 6001, SOCK_SEQPACKET, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	gfd = uvsock_accept(lq, NULL, NULL);
+	ASSERT_GE(gfd, 0);
+	g_set_timeouts(gfd, WAIT_MS);
+	ASSERT_EQ(send(hfd, "one", 3, 0), 3);
+	ASSERT_EQ(send(hfd, "second", 6, 0), 6);
+	ASSERT_EQ(uvsock_recvmsg(gfd, &m, 0), 3);
+	ASSERT_MEMEQ(buf, "one", 3);
+	ASSERT_EQ(uvsock_recvmsg(gfd, &m, 0), 6);
+	ASSERT_MEMEQ(buf, "second", 6);
+	ASSERT_EQ(uvsock_send(gfd, "abc", 3, MSG_EOR), 3);
+	ASSERT_EQ(uvsock_send(gfd, "defgh", 5, MSG_EOR), 5);
+	ASSERT_EQ(hs_wait_fd(hfd, POLLIN, WAIT_MS), 1);
+	ASSERT_EQ(recv(hfd, buf, sizeof(buf), 0), 3);
+	ASSERT_EQ(hs_wait_fd(hfd, POLLIN, WAIT_MS), 1);
+	ASSERT_EQ(recv(hfd, buf, sizeof(buf), 0), 5);
+	uvsock_close(gfd);
+	close(hfd);
+	uvsock_close(ls);
+	uvsock_close(lq);
+	uvsock_ctx_free(g);
+	tdev_stop(&t);
+}
+
+TEST(refused_port_fails_fast_with_econnreset)
+{
+	struct tdev t;
+	struct uvsock_ctx *g;
+	uint64_t t0;
+
+	tdev_start(&t, 3);
+	g = guest_new(&t);
+	t0 = hs_now_ms();
+	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 7777), -1);
+	ASSERT_EQ(errno, ECONNRESET);
+	/* Far below the 2 s connect timeout: the RST came at once. */
+	ASSERT_LT(hs_now_ms() - t0, 1500);
+	/* Connecting to our own CID has no transport (no loopback in this namespace). */
+	ASSERT_EQ(g_connect(g, SOCK_STREAM, 3, 1), -1);
+	ASSERT_EQ(errno, ENODEV);
+	uvsock_ctx_free(g);
+	tdev_stop(&t);
+}
+
+/* Host -> guest bulk: the device fills every buffer, so the sizing grows to 64 KiB. */
+TEST(rx_buffers_grow_under_bulk_traffic)
+{
+	struct tdev t;
+	struct uvsock_ctx *g;
+	struct uvsock_guest_stats st;
+	struct host_io hw;
+	pthread_t th;
+	int ls, hfd, gfd;
+	const size_t total = 32u << 20;
+
+	tdev_start(&t, 3);
+	g = guest_new(&t);
+	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
+	ASSERT_LT(st.rx_buf_len, 4096 + 44 + 64);
+	ASSERT_EQ(st.rx_posted, 128);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	hfd = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	gfd = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd, 0);
+	g_set_timeouts(gfd, WAIT_MS);
+	hw = (struct host_io){ .fd = hfd, .total = total, .seed = 9 };
+	ASSERT_EQ(pthread_create(&th, NULL, host_send_main, &hw), 0);
+	g_recv_pattern(gfd, total, 9);
+	pthread_join(th, NULL);
+	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
+	test_note("rx bufs %" PRIu64 " batches %" PRIu64 " buf_len %" PRIu64 " wakeups %" PRIu64,
+		  st.rx_bufs, st.rx_batches, st.rx_buf_len, st.wakeups);
+	ASSERT_GT(st.rx_buf_len, 4096 + 44 + 64);
+	ASSERT_EQ(st.rx_dropped, 0);
+	uvsock_close(gfd);
+	close(hfd);
+	uvsock_ctx_free(g);
+	tdev_stop(&t);
+}
+
+/* Guest -> host bulk: every publication either kicked or was suppressed by avail_event. */
+TEST(tx_kicks_follow_the_event_index)
+{
+	struct tdev t;
+	struct uvsock_ctx *g;
+	struct uvsock_guest_stats st;
+	struct host_io hr;
+	pthread_t th;
+	char lpath[160];
+	int lfd, hfd, gfd;
+	const size_t total = 32u << 20;
+
+	tdev_start(&t, 3);
+	g = guest_new(&t);
+	snprintf(lpath, sizeof(lpath), "%s_%u", t.uds, 5001);
+	lfd = hs_listen(lpath, SOCK_STREAM);
+	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5001);
+	ASSERT_GE(gfd, 0);
+	g_set_timeouts(gfd, WAIT_MS);
+	hfd = hs_accept(lfd, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	hr = (struct host_io){ .fd = hfd, .total = total, .seed = 4 };
+	ASSERT_EQ(pthread_create(&th, NULL, host_recv_main, &hr), 0);
+	g_send_pattern(gfd, total, 65536, 4);
+	pthread_join(th, NULL);
+	ASSERT_TRUE(hr.ok);
+	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
+	test_note("tx pkts %" PRIu64 " kicks %" PRIu64 " suppressed %" PRIu64 " full %" PRIu64,
+		  st.tx_pkts, st.kicks, st.kicks_suppressed, st.tx_full);
+	ASSERT_GE(st.tx_bytes, total);
+	/* At most one kick per packet; 32 MiB in <= 64 KiB packets is >= 512 packets. */
+	ASSERT_GE(st.tx_pkts, total / 65536);
+	ASSERT_LE(st.kicks, st.tx_pkts + 2 * st.rx_bufs + 2);
+	uvsock_close(gfd);
+	close(hfd);
+	close(lfd);
+	uvsock_ctx_free(g);
+	tdev_stop(&t);
+}
+
+/* Waits (bounded) until the socket's event mask has any of events. */
+static unsigned g_wait_events(int fd, unsigned events, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = (short)(events & (POLLIN | POLLOUT | POLLRDHUP)) };
+
+	if (uvsock_poll(&p, 1, timeout_ms) < 0)
+		test_fail(__FILE__, __LINE__, "uvsock_poll: %s", strerror(errno));
+	return (unsigned)uvsock_poll_events(fd) & events;
+}
+
+struct g_io {
+	int fd;
+	size_t total, chunk;
+	uint64_t seed;
+};
+
+static void *g_send_main(void *arg)
+{
+	struct g_io *io = arg;
+
+	g_send_pattern(io->fd, io->total, io->chunk, io->seed);
+	return NULL;
+}
+
+/* Reads SO_ERROR or a failing recv: the connection must have been reset. */
+static void assert_reset(int fd)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+	char c;
+	ssize_t r;
+
+	ASSERT_NE(g_wait_events(fd, POLLERR | POLLHUP, WAIT_MS), 0);
+	r = uvsock_recv(fd, &c, 1, MSG_DONTWAIT);
+	if (r < 0 && errno == ECONNRESET)
+		return;
+	ASSERT_EQ(uvsock_getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+	if (err != ECONNRESET)
+		test_fail(__FILE__, __LINE__, "expected a reset: recv %zd (%s), SO_ERROR %d", r,
+			  strerror(errno), err);
+}
+
+TEST(transport_reset_resets_connected_and_keeps_listeners)
+{
+	struct tdev t;
+	struct uvsock_ctx *g;
+	struct uvsock_guest_stats st;
+	int ls, hfd, gfd, hfd2, gfd2;
+	char c;
+
+	tdev_start(&t, 3);
+	g = guest_new(&t);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	hfd = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	gfd = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd, 0);
+
+	ASSERT_EQ(uvsock_ctx_guest_transport_reset(g), 0);
+	assert_reset(gfd);
+	ASSERT_EQ(uvsock_send(gfd, "x", 1, MSG_DONTWAIT), -1);
+	ASSERT_EQ(errno, EPIPE);
+	ASSERT_EQ(uvsock_ctx_local_cid(g), 3);
+	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
+	ASSERT_EQ(st.resets, 1);
+
+	/* The listener survived: a new host connection works. */
+	hfd2 = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
+	ASSERT_GE(hfd2, 0);
+	gfd2 = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd2, 0);
+	g_set_timeouts(gfd2, WAIT_MS);
+	hs_write_all(hfd2, "k", 1);
+	ASSERT_EQ(uvsock_recv(gfd2, &c, 1, 0), 1);
+	ASSERT_EQ(c, 'k');
+	uvsock_close(gfd);
+	uvsock_close(gfd2);
+	close(hfd);
+	close(hfd2);
+	uvsock_ctx_free(g);
+	tdev_stop(&t);
+}
+
+TEST(reconnect_resets_connections_and_keeps_listeners)
+{
+	struct tdev t;
+	struct uvsock_ctx *g;
+	int ls, hfd, gfd, hfd2, gfd2;
+	char c;
+
+	tdev_start(&t, 3);
+	g = guest_new(&t);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	hfd = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	gfd = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd, 0);
+
+	ASSERT_EQ(uvsock_ctx_guest_reconnect(g), 0);
+	assert_reset(gfd);
+	/* The device dropped the old VM's host sockets. */
+	ASSERT_TRUE(hs_wait_eof(hfd, WAIT_MS));
+	hfd2 = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
+	ASSERT_GE(hfd2, 0);
+	gfd2 = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd2, 0);
+	g_set_timeouts(gfd2, WAIT_MS);
+	hs_write_all(hfd2, "r", 1);
+	ASSERT_EQ(uvsock_recv(gfd2, &c, 1, 0), 1);
+	ASSERT_EQ(c, 'r');
+	uvsock_close(gfd);
+	uvsock_close(gfd2);
+	close(hfd);
+	close(hfd2);
+	uvsock_ctx_free(g);
+	tdev_stop(&t);
+}
+
+TEST(backend_loss_resets_sockets_and_connect_fails_fast)
+{
+	struct tdev t;
+	struct uvsock_ctx *g;
+	struct uvsock_guest_stats st;
+	int ls, hfd, gfd;
+	uint64_t t0;
+
+	tdev_start(&t, 3);
+	g = guest_new(&t);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	hfd = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	gfd = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd, 0);
+	tdev_stop(&t); /* the back-end goes away with the VMM connection */
+	assert_reset(gfd);
+	close(hfd);
+	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
+	ASSERT_EQ(st.backend_lost, 1);
+	t0 = hs_now_ms();
+	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000), -1);
+	ASSERT_EQ(errno, ENETUNREACH);
+	ASSERT_LT(hs_now_ms() - t0, 1000);
+	uvsock_close(gfd);
+	uvsock_close(ls);
+	uvsock_ctx_free(g);
+}
+
+TEST(siblings_talk_guest_to_guest)
+{
+	struct vsock_router *r;
+	struct tdev a, b;
+	struct uvsock_ctx *ga, *gb;
+	int ls, ca, sb;
+	const size_t total = 8u << 20;
+	struct g_io io;
+	pthread_t th;
+	ASSERT_OK(vsock_router_new(&r));
+	tdev_new(&a, r, 3);
+	tdev_new(&b, r, 4);
+	ASSERT_OK(vsock_dev_link_sibling(a.d, b.d));
+	tdev_run(&a);
+	tdev_run(&b);
+	ga = guest_new(&a);
+	gb = guest_new(&b);
+	ASSERT_EQ(uvsock_ctx_local_cid(gb), 4);
+	ls = g_listen(gb, SOCK_STREAM, 9000);
+	ca = g_connect(ga, SOCK_STREAM, 4, 9000);
+	ASSERT_GE(ca, 0);
+	sb = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(sb, 0);
+	g_set_timeouts(ca, WAIT_MS);
+	g_set_timeouts(sb, WAIT_MS);
+	io = (struct g_io){ .fd = ca, .total = total, .chunk = 30000, .seed = 7 };
+	ASSERT_EQ(pthread_create(&th, NULL, g_send_main, &io), 0);
+	g_recv_pattern(sb, total, 7);
+	pthread_join(th, NULL);
+	io = (struct g_io){ .fd = sb, .total = total, .chunk = 65536, .seed = 8 };
+	ASSERT_EQ(pthread_create(&th, NULL, g_send_main, &io), 0);
+	g_recv_pattern(ca, total, 8);
+	pthread_join(th, NULL);
+	uvsock_close(ca);
+	uvsock_close(sb);
+	uvsock_close(ls);
+	uvsock_ctx_free(ga);
+	uvsock_ctx_free(gb);
+	tdev_stop(&a);
+	tdev_stop(&b);
+	vsock_router_free(r);
+}
+
+TEST_MAIN()
