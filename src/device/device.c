@@ -176,7 +176,10 @@ static struct vsock_dev *sib_lookup(struct vsock_dev *d, uint64_t cid)
 	return NULL;
 }
 
-/* Hands p to t's inbox. Returns 0, or -ENOBUFS if full (t will wake our room_async later). */
+/*
+ * Hands p to t's inbox. Returns 0, -ENOBUFS if full (t will wake our room_async later), or
+ * -EBUSY if full and congested (drop p).
+ */
 static int sib_push(struct vsock_dev *t, struct sib_pkt *p)
 {
 	struct sib_inbox *in = &t->inbox;
@@ -184,8 +187,10 @@ static int sib_push(struct vsock_dev *t, struct sib_pkt *p)
 
 	pthread_mutex_lock(&in->lock);
 	if (in->count == DEV_INBOX_PKTS || in->bytes + p->hdr.len > DEV_INBOX_BYTES) {
-		in->want_room = true;
-		r = -ENOBUFS;
+		/* A congested target is not waited for: its guest is not taking packets. */
+		r = in->congested ? -EBUSY : -ENOBUFS;
+		if (r == -ENOBUFS)
+			in->want_room = true;
 	} else {
 		in->ring[(in->head + in->count) % DEV_INBOX_PKTS] = p;
 		/* Published under the lock; count is also read without it as a hint (atomic). */
@@ -217,10 +222,12 @@ static struct sib_pkt *sib_take(struct vsock_dev *d)
 		in->head = (in->head + 1) % DEV_INBOX_PKTS;
 		__atomic_store_n(&in->count, in->count - 1, __ATOMIC_RELAXED);
 		in->bytes -= p->hdr.len;
-		if (in->want_room && in->count <= DEV_INBOX_PKTS / 2 &&
-		    in->bytes <= DEV_INBOX_BYTES / 2) {
-			in->want_room = false;
-			wake = true;
+		if (in->count <= DEV_INBOX_PKTS / 2 && in->bytes <= DEV_INBOX_BYTES / 2) {
+			in->congested = false;
+			if (in->want_room) {
+				in->want_room = false;
+				wake = true;
+			}
 		}
 	}
 	pthread_mutex_unlock(&in->lock);
@@ -397,12 +404,20 @@ static enum tx_verdict tx_to_sibling(struct vsock_dev *d, struct vsock_dev *t,
 	p->hdr = *h;
 	p->off = 0;
 	iov_read(iov, n, VSOCK_HDR_SIZE, p->data, h->len);
-	DEV_STAT_ADD(d, sibling_fwd_pkts, 1);
-	if (sib_push(t, p) < 0) {
+	switch (sib_push(t, p)) {
+	case 0:
+		break;
+	case -ENOBUFS:
 		d->tx_staged = p;
 		d->tx_staged_to = t;
+		loop_timer_arm(d->stage_timer, loop_now_ns() + DEV_SIB_STALL_NS);
 		return TX_SIBLING_FULL;
+	default:
+		free(p);
+		DEV_STAT_ADD(d, sibling_dropped, 1);
+		return TX_DROP;
 	}
+	DEV_STAT_ADD(d, sibling_fwd_pkts, 1);
 	sib_note_target(d, t);
 	return TX_SIBLING_SENT;
 }
@@ -410,11 +425,21 @@ static enum tx_verdict tx_to_sibling(struct vsock_dev *d, struct vsock_dev *t,
 /* Retries the staged sibling packet. Returns true if it is gone (delivered or dropped). */
 static bool tx_retry_staged(struct vsock_dev *d)
 {
+	int r;
+
 	if (!d->tx_staged)
 		return true;
-	if (sib_push(d->tx_staged_to, d->tx_staged) < 0)
+	r = sib_push(d->tx_staged_to, d->tx_staged);
+	if (r == -ENOBUFS)
 		return false;
-	sib_note_target(d, d->tx_staged_to);
+	if (r < 0) {
+		free(d->tx_staged);
+		DEV_STAT_ADD(d, sibling_dropped, 1);
+	} else {
+		DEV_STAT_ADD(d, sibling_fwd_pkts, 1);
+		sib_note_target(d, d->tx_staged_to);
+	}
+	loop_timer_disarm(d->stage_timer);
 	d->tx_staged = NULL;
 	d->tx_staged_to = NULL;
 	return true;
@@ -663,7 +688,10 @@ static void engine_destroy(struct vsock_dev *d)
 		d->tx_staged = NULL;
 		d->tx_staged_to = NULL;
 	}
-	loop_timer_disarm(d->eng_timer);
+	if (d->stage_timer)
+		loop_timer_disarm(d->stage_timer);
+	if (d->eng_timer)
+		loop_timer_disarm(d->eng_timer);
 }
 
 /* ---- settle: run what the last event made possible ---------------------------------------- */
@@ -713,6 +741,32 @@ static void eng_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	(void)t;
 	if (d->eng)
 		vsock_engine_run_timers(d->eng);
+	dev_settle(d);
+}
+
+/* A sibling did not make room within DEV_SIB_STALL_NS: drop the packet, mark it congested. */
+static void stage_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
+{
+	struct vsock_dev *d = opaque;
+	struct sib_inbox *in;
+
+	(void)l;
+	(void)t;
+	if (!d->tx_staged || tx_retry_staged(d)) {
+		dev_settle(d);
+		return;
+	}
+	in = &d->tx_staged_to->inbox;
+	pthread_mutex_lock(&in->lock);
+	in->congested = true;
+	pthread_mutex_unlock(&in->lock);
+	log_guest(LOG_LVL_WARN, "%s: sibling %s takes no packets; dropping what is sent to it",
+		  d->name, d->tx_staged_to->name);
+	free(d->tx_staged);
+	d->tx_staged = NULL;
+	d->tx_staged_to = NULL;
+	DEV_STAT_ADD(d, sibling_dropped, 1);
+	tx_drain(d);
 	dev_settle(d);
 }
 
@@ -1021,6 +1075,9 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	r = loop_timer_new(d->loop, cont_cb, d, &d->cont_timer);
 	if (r < 0)
 		goto out_free;
+	r = loop_timer_new(d->loop, stage_timer_cb, d, &d->stage_timer);
+	if (r < 0)
+		goto out_free;
 	r = loop_async_new(d->loop, inbox_cb, d, &d->inbox_async);
 	if (r < 0)
 		goto out_free;
@@ -1132,6 +1189,7 @@ void vsock_dev_free(struct vsock_dev *d)
 	loop_async_free(d->room_async);
 	loop_timer_free(d->eng_timer);
 	loop_timer_free(d->cont_timer);
+	loop_timer_free(d->stage_timer);
 	loop_free(d->loop);
 	free(d->sibs);
 	free(d->wake);

@@ -30,6 +30,9 @@
 /* Sibling hand-off queue per target device. */
 #define DEV_INBOX_PKTS 512u
 #define DEV_INBOX_BYTES (4u * 1024 * 1024)
+/* Longest a sender waits for room in a sibling's full inbox before dropping (then the target is
+ * "congested" and packets for it are dropped at once until it drains to half). */
+#define DEV_SIB_STALL_NS (1000ull * 1000000ull)
 /* Host side: the CONNECT line and the guest's answer must both come within this. */
 #define DEV_HOST_CONNECT_TIMEOUT_NS (2ull * 1000000000ull)
 /* Host-initiated connections get local ports in [2^30, 2^31), as Firecracker. */
@@ -53,6 +56,7 @@ struct sib_inbox {
 	unsigned head, count;
 	size_t bytes;
 	bool want_room; /* a sender found it full and waits for room_async */
+	bool congested; /* a sender waited DEV_SIB_STALL_NS in vain: drop while full */
 };
 
 enum hconn_state {
@@ -138,6 +142,7 @@ struct vsock_dev {
 	struct sib_pkt *rx_cur;         /* taken from the inbox, partly delivered */
 	struct sib_pkt *tx_staged;      /* could not be handed over yet (target full) */
 	struct vsock_dev *tx_staged_to;
+	struct loop_timer *stage_timer; /* DEV_SIB_STALL_NS limit for tx_staged */
 	bool rx_sib_turn;               /* alternate engine / siblings on RX */
 	struct vsock_dev **wake;        /* targets to wake at the end of a TX batch */
 	unsigned n_wake;

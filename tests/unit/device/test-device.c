@@ -623,6 +623,55 @@ TEST(siblings_route_and_split_large_packets)
 	vsock_router_free(router);
 }
 
+TEST(congested_sibling_does_not_stall_sender)
+{
+	struct vsock_router *router;
+	struct tdev ta, tb;
+	struct tguest ga, gb;
+	struct vsock_hdr h, r;
+	struct vsock_dev_stats st;
+	char buf[64];
+
+	ASSERT_OK(vsock_router_new(&router));
+	tdev_start(&ta, router, 3);
+	tdev_start(&tb, router, 4);
+	ASSERT_OK(vsock_dev_link_sibling(ta.d, tb.d));
+	tdev_run(&ta);
+	tdev_run(&tb);
+	tg_connect(&ga, &ta);
+	/* B's guest posts no RX buffers: its inbox (512 packets) fills and stays full. */
+	tg_connect_nrx(&gb, &tb, 0);
+	for (uint32_t i = 0; i < 600; i++) {
+		h = mkhdr(&ga, 4, 10000 + i, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+		tg_send(&ga, &h, NULL);
+	}
+	/* A still reaches the host: one stall of at most 1 s, then drops. */
+	h = mkhdr(&ga, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&ga, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RST);
+	vsock_dev_get_stats(ta.d, &st);
+	ASSERT_EQ(st.sibling_fwd_pkts, 512);
+	ASSERT_EQ(st.sibling_dropped, 600 - 512);
+	/* Once B takes packets again, forwarding resumes. */
+	for (int i = 0; i < NRX; i++)
+		tg_post_rx(&gb, i);
+	tg_kick(&gb, 0);
+	for (int i = 0; i < 512; i++) {
+		ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, false));
+		ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+	}
+	h = mkhdr(&ga, 4, 9999, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, false));
+	ASSERT_EQ(r.src_port, 9999);
+	tg_disconnect(&ga);
+	tg_disconnect(&gb);
+	tdev_stop(&ta);
+	tdev_stop(&tb);
+	vsock_router_free(router);
+}
+
 struct writer_arg {
 	int fd;
 	size_t len;
