@@ -312,6 +312,8 @@ static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 	c->s = child;
 	c->local_port = port;
 	vsock_sock_set_user(child, c);
+	if (r < 0)
+		loop_timer_arm(c->timer, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
 	if (r == 0) {
 		if (vsock_sock_accept_pending(child) < 0) {
 			hconn_close(c);
@@ -352,6 +354,7 @@ static void host_connect_done(struct hconn *c)
 		guest_conn_refuse(d, child, strerror(err), port);
 		return;
 	}
+	loop_timer_disarm(c->timer);
 	if (vsock_sock_accept_pending(c->s) < 0) {
 		hconn_close(c);
 		return;
@@ -648,7 +651,9 @@ static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	(void)t;
 	DEV_STAT_ADD(d, host_connect_timeouts, 1);
 	log_debug("%s: host connection timed out waiting for %s", d->name,
-		  c->state == HC_READ_CONNECT ? "the CONNECT line" : "the guest");
+		  c->state == HC_READ_CONNECT	? "the CONNECT line"
+		  : c->state == HC_HOST_CONNECT ? "the host listener"
+						: "the guest");
 	hconn_close(c);
 	dev_settle(d);
 }
