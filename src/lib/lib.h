@@ -5,7 +5,9 @@
  *
  * A context owns one protocol engine. The transport (loopback here; the guest role later) moves
  * the engine's packets: it is told through tx_ready() that the engine has something to pull (or
- * that a timer deadline moved earlier), and it feeds what it receives. The API layer owns the
+ * that a timer deadline moved earlier), and it feeds what it receives. The transport also runs
+ * the engine's timers (vsock_engine_next_deadline / vsock_engine_run_timers): blocking connect()
+ * relies on them for SO_VM_SOCKETS_CONNECT_TIMEOUT, and closed sockets for their 8 s linger. The API layer owns the
  * engine's sock_event callback and uses it to wake blocked callers and pollable descriptors.
  *
  * Lock order: descriptor-table stripe lock -> (nothing); usock tx_mu/rx_mu -> engine socket lock;
