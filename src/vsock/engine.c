@@ -349,8 +349,10 @@ static void queue_nosock_rst(struct vsock_engine *e, const struct vsock_hdr *in,
 		struct vsock_hdr *r =
 			&e->nosock[(e->nosock_head + e->nosock_n) % e->nosock_cap];
 
+		/* Source = the address the packet was sent to (CID_ANY is never a source). */
 		*r = (struct vsock_hdr){
-			.src_cid = in->dst_cid,
+			.src_cid = in->dst_cid == VMADDR_CID_ANY ? vsock_engine_local_cid(e)
+								 : in->dst_cid,
 			.dst_cid = in->src_cid,
 			.src_port = in->dst_port,
 			.dst_port = in->src_port,

@@ -46,6 +46,11 @@ TEST(malformed_packets_counted_by_reason)
 	ASSERT_EQ(pull_one(w->h, &rep, p, sizeof(p)), 0);
 	ASSERT_EQ(rep.op, VSOCK_OP_RST);
 	ASSERT_EQ(pull_one(w->h, &rep, p, sizeof(p)), -EAGAIN);
+	/* Sent to CID_ANY: the answer comes from our CID, never from CID_ANY. */
+	h = mkhdr(3, 1, VMADDR_CID_ANY, 2, 7, VSOCK_OP_REQUEST);
+	ASSERT_ERR(feed_hdr(w->h, &h, NULL), EPROTO);
+	ASSERT_EQ(pull_one(w->h, &rep, p, sizeof(p)), 0);
+	ASSERT_EQ(rep.src_cid, 2);
 	world_free(w);
 }
 
