@@ -220,8 +220,9 @@ TEST(nanosecond_timestamps_in_tshark)
 	ops_pcap_write(p, &h, NULL, 0, 1700000000123456789ull);
 	ops_pcap_unref(p);
 	char *out = run_tshark(path, fields, 2);
-	test_note("tshark: %.*s", (int)strcspn(out, "\n"), out);
 	ASSERT_STREQ(out, "1700000000.123456789|3\n");
+	out[strcspn(out, "\n")] = '\0';
+	test_note("tshark: %s", out);
 	free(out);
 	cleanup(dir, path);
 }

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uvsockd's `--config FILE`: the VMs of `--vm` (and two daemon settings) in a YAML subset that
+ * reads like rust-vmm vhost-device-vsock's configuration file, so one file serves both:
+ *
+ *   # uvsockd.yaml
+ *   control: /run/uvsockd.ctl        # optional: control socket path
+ *   log_level: info                  # optional: error, warn, info, debug
+ *   vms:
+ *     - guest_cid: 4
+ *       socket: /run/vhost4.socket   # vhost-user socket (the VMM connects here)
+ *       uds_path: /run/vm4.vsock     # host side (hybrid vsock)
+ *       tx_buffer_size: 262144       # optional
+ *       queue_size: 1024             # optional
+ *       groups: group1+groupA        # optional; also [group1, groupA]
+ *
+ * The subset: `#` comments, spaces (no tabs) for indentation, one `key: value` per line, block
+ * sequences of block mappings under `vms:`, scalars plain, 'single' or "double" quoted (\" \\
+ * escapes), `---` at the top. Keys accept `_` and `-` alike. Every error names the file and
+ * line: "FILE:LINE: unknown key 'x'". Values are checked exactly as the command line checks
+ * them (daemon/options.c): same ranges, same reserved CIDs, same path limits, plus uniqueness
+ * of CIDs and paths across the file. docs/operations.md has the reference.
+ *
+ * The result is struct ops_config, field for field the shape of daemon/options.h's
+ * struct uvsockd_vm_config; config_uvsockd.h converts (daemon/ only).
+ *
+ * Security model: the file comes from the operator (trusted) but is parsed defensively: size,
+ * line length and VM count are bounded, every value is range-checked.
+ */
+#ifndef UVSOCK_OPS_CONFIG_H
+#define UVSOCK_OPS_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/log.h"
+
+/* Same limits as daemon/options.h (tests/unit/ops/test-config.c checks they agree). */
+#define OPS_CFG_MAX_VMS 1024
+#define OPS_CFG_MAX_GROUPS 16
+#define OPS_CFG_GROUP_NAME_MAX 63
+#define OPS_CFG_SUN_PATH_MAX 107
+#define OPS_CFG_UDS_SUFFIX_MAX 11
+#define OPS_CFG_DEFAULT_GUEST_CID 3u
+#define OPS_CFG_DEFAULT_TX_BUFFER_SIZE (256u * 1024)
+#define OPS_CFG_DEFAULT_QUEUE_SIZE 1024u
+#define OPS_CFG_MIN_TX_BUFFER_SIZE 4096u
+#define OPS_CFG_MAX_TX_BUFFER_SIZE (64u * 1024 * 1024)
+#define OPS_CFG_MAX_QUEUE_SIZE 32768u
+/* Input bounds. */
+#define OPS_CFG_MAX_FILE_SIZE (1u << 20)
+#define OPS_CFG_MAX_LINE 4096u
+
+struct ops_vm_config {
+	uint32_t guest_cid;
+	char socket_path[OPS_CFG_SUN_PATH_MAX + 1];
+	char uds_path[OPS_CFG_SUN_PATH_MAX + 1];
+	uint32_t tx_buffer_size;
+	uint32_t queue_size;
+	unsigned n_groups;
+	char groups[OPS_CFG_MAX_GROUPS][OPS_CFG_GROUP_NAME_MAX + 1];
+	unsigned line; /* line of the entry's `-` */
+};
+
+struct ops_config {
+	unsigned n_vms;
+	struct ops_vm_config *vms; /* owned */
+	bool have_control;
+	char control_path[OPS_CFG_SUN_PATH_MAX + 1];
+	bool have_log_level;
+	enum log_level log_level;
+};
+
+/*
+ * Parses `len` bytes of text (need not be NUL-terminated); `name` is used in messages.
+ * On success *ret holds at least one VM (free with ops_config_clear). On failure one line
+ * "NAME:LINE: message" (no newline) is written to err and *ret is untouched.
+ * Returns 0, -EINVAL (syntax or value), -EFBIG (over OPS_CFG_MAX_FILE_SIZE), -ENOMEM.
+ */
+int ops_config_parse(const char *name, const char *text, size_t len, struct ops_config *ret,
+		     char *err, size_t errlen);
+
+/* Reads and parses a file. Returns as ops_config_parse, or the errno of open/read. */
+int ops_config_load(const char *path, struct ops_config *ret, char *err, size_t errlen);
+
+/* Frees what a parse allocated. Safe on a zeroed config. */
+void ops_config_clear(struct ops_config *c);
+
+#endif
