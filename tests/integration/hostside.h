@@ -7,6 +7,7 @@
 #ifndef UVSOCK_TESTS_HOSTSIDE_H
 #define UVSOCK_TESTS_HOSTSIDE_H
 
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -192,26 +193,53 @@ static inline bool hs_wait_eof(int fd, int timeout_ms)
 }
 
 /* Deterministic pseudo-random bytes: position-dependent, so any offset can be checked. */
+static inline uint64_t hs_word(uint64_t seed, uint64_t w);
 static inline uint8_t hs_pattern(uint64_t seed, uint64_t off)
 {
-	uint64_t x = (off >> 3) * 0x9e3779b97f4a7c15ull ^ seed;
+	return (uint8_t)(hs_word(seed, off >> 3) >> ((off & 7) * 8));
+}
+
+/* One 64-bit word of the pattern: bytes 8w..8w+7, little-endian. */
+static inline uint64_t hs_word(uint64_t seed, uint64_t w)
+{
+	uint64_t x = w * 0x9e3779b97f4a7c15ull ^ seed;
 
 	x ^= x >> 29;
 	x *= 0xbf58476d1ce4e5b9ull;
 	x ^= x >> 32;
-	return (uint8_t)(x >> ((off & 7) * 8));
+	return x;
 }
 
 static inline void hs_fill(uint8_t *buf, size_t len, uint64_t seed, uint64_t off)
 {
-	for (size_t i = 0; i < len; i++)
+	size_t i = 0;
+
+	for (; i < len && ((off + i) & 7); i++)
+		buf[i] = hs_pattern(seed, off + i);
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w = htole64(hs_word(seed, (off + i) >> 3));
+
+		memcpy(buf + i, &w, 8);
+	}
+	for (; i < len; i++)
 		buf[i] = hs_pattern(seed, off + i);
 }
 
 /* Returns the first offset (relative to buf) that differs from the pattern, or len. */
 static inline size_t hs_check(const uint8_t *buf, size_t len, uint64_t seed, uint64_t off)
 {
-	for (size_t i = 0; i < len; i++)
+	size_t i = 0;
+
+	for (; i < len && ((off + i) & 7); i++)
+		if (buf[i] != hs_pattern(seed, off + i))
+			return i;
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w = htole64(hs_word(seed, (off + i) >> 3));
+
+		if (memcmp(buf + i, &w, 8) != 0)
+			break;
+	}
+	for (; i < len; i++)
 		if (buf[i] != hs_pattern(seed, off + i))
 			return i;
 	return len;

@@ -16,11 +16,10 @@
 #include <uvsock/guest.h>
 #include <uvsock/uvsock.h>
 
-#include "../../integration/hostside.h"
+#include "../../integration/guestside.h"
 #include "device/device.h"
 #include "test.h"
 
-#define WAIT_MS 5000
 
 struct tdev {
 	struct vsock_router *router;
@@ -89,124 +88,6 @@ static struct uvsock_ctx *guest_new(struct tdev *t)
 	if (!ctx)
 		test_fail(__FILE__, __LINE__, "uvsock_ctx_new_guest: %s", strerror(errno));
 	return ctx;
-}
-
-static int g_connect(struct uvsock_ctx *ctx, int type, uint32_t cid, uint32_t port)
-{
-	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = cid, .svm_port = port };
-	int fd = uvsock_socket(ctx, type, 0);
-
-	ASSERT_GE(fd, 0);
-	if (uvsock_connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		int e = errno;
-
-		uvsock_close(fd);
-		errno = e;
-		return -1;
-	}
-	return fd;
-}
-
-static int g_listen(struct uvsock_ctx *ctx, int type, uint32_t port)
-{
-	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY,
-				 .svm_port = port };
-	int fd = uvsock_socket(ctx, type, 0);
-
-	ASSERT_GE(fd, 0);
-	ASSERT_EQ(uvsock_bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	ASSERT_EQ(uvsock_listen(fd, 64), 0);
-	return fd;
-}
-
-static void g_set_timeouts(int fd, int ms)
-{
-	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
-
-	ASSERT_EQ(uvsock_setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
-	ASSERT_EQ(uvsock_setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
-}
-
-static void g_send_pattern(int fd, size_t total, size_t chunk, uint64_t seed)
-{
-	uint8_t *buf = malloc(chunk);
-
-	ASSERT_TRUE(buf != NULL);
-	for (size_t off = 0; off < total;) {
-		size_t n = total - off < chunk ? total - off : chunk;
-		ssize_t r;
-
-		hs_fill(buf, n, seed, off);
-		r = uvsock_send(fd, buf, n, 0);
-		if (r <= 0)
-			test_fail(__FILE__, __LINE__, "uvsock_send at %zu: %zd %s", off, r,
-				  strerror(errno));
-		off += (size_t)r;
-	}
-	free(buf);
-}
-
-static void g_recv_pattern(int fd, size_t total, uint64_t seed)
-{
-	uint8_t *buf = malloc(65536);
-
-	ASSERT_TRUE(buf != NULL);
-	for (size_t off = 0; off < total;) {
-		ssize_t r = uvsock_recv(fd, buf, 65536, 0);
-
-		if (r <= 0)
-			test_fail(__FILE__, __LINE__, "uvsock_recv at %zu: %zd %s", off, r,
-				  strerror(errno));
-		ASSERT_EQ(hs_check(buf, (size_t)r, seed, off), (size_t)r);
-		off += (size_t)r;
-	}
-	free(buf);
-}
-
-struct host_io {
-	int fd;
-	size_t total;
-	uint64_t seed;
-	bool ok;
-};
-
-static void *host_send_main(void *arg)
-{
-	struct host_io *h = arg;
-	uint8_t *buf = malloc(65536);
-
-	for (size_t off = 0; buf && off < h->total;) {
-		size_t n = h->total - off < 65536 ? h->total - off : 65536;
-
-		hs_fill(buf, n, h->seed, off);
-		hs_write_all(h->fd, buf, n);
-		off += n;
-	}
-	h->ok = buf != NULL;
-	free(buf);
-	return NULL;
-}
-
-static void *host_recv_main(void *arg)
-{
-	struct host_io *h = arg;
-	uint8_t *buf = malloc(65536);
-	size_t off = 0;
-
-	h->ok = false;
-	while (buf && off < h->total) {
-		size_t want = h->total - off < 65536 ? h->total - off : 65536;
-		size_t got = hs_read_full(h->fd, buf, want, WAIT_MS);
-
-		if (hs_check(buf, got, h->seed, off) != got)
-			break;
-		off += got;
-		if (got < want)
-			break;
-	}
-	h->ok = off == h->total;
-	free(buf);
-	return NULL;
 }
 
 TEST(guest_to_host_stream_both_ways_with_half_close)
@@ -407,30 +288,6 @@ TEST(tx_kicks_follow_the_event_index)
 	close(lfd);
 	uvsock_ctx_free(g);
 	tdev_stop(&t);
-}
-
-/* Waits (bounded) until the socket's event mask has any of events. */
-static unsigned g_wait_events(int fd, unsigned events, int timeout_ms)
-{
-	struct pollfd p = { .fd = fd, .events = (short)(events & (POLLIN | POLLOUT | POLLRDHUP)) };
-
-	if (uvsock_poll(&p, 1, timeout_ms) < 0)
-		test_fail(__FILE__, __LINE__, "uvsock_poll: %s", strerror(errno));
-	return (unsigned)uvsock_poll_events(fd) & events;
-}
-
-struct g_io {
-	int fd;
-	size_t total, chunk;
-	uint64_t seed;
-};
-
-static void *g_send_main(void *arg)
-{
-	struct g_io *io = arg;
-
-	g_send_pattern(io->fd, io->total, io->chunk, io->seed);
-	return NULL;
 }
 
 /* Reads SO_ERROR or a failing recv: the connection must have been reset. */

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Runs the uvsockd binary as a child process for the guest-role integration tests: a temporary
+ * directory for the sockets, one --vm per guest (CIDs and groups as given), a bounded wait until
+ * every vhost-user socket exists, and a bounded stop by PID (SIGTERM, then SIGKILL). The child
+ * gets PR_SET_PDEATHSIG, so a test case that dies (failed assertion, time limit) never leaves a
+ * daemon behind. The binary is $UVSOCKD, else the one built in this build tree.
+ */
+#ifndef UVSOCK_TESTS_UVSOCKD_PROC_H
+#define UVSOCK_TESTS_UVSOCKD_PROC_H
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hostside.h"
+#include "test.h"
+
+#ifndef UVSOCKD_PATH
+#define UVSOCKD_PATH "uvsockd"
+#endif
+
+#define UVD_MAX_VMS 16
+
+struct uvd {
+	pid_t pid;
+	int nvms;
+	char dir[64];
+	uint32_t cid[UVD_MAX_VMS];
+	char sock[UVD_MAX_VMS][128];  /* vhost-user socket of VM i */
+	char uds[UVD_MAX_VMS][128];   /* host-side uds-path of VM i */
+	char log[128];
+};
+
+static inline const char *uvd_binary(void)
+{
+	const char *p = getenv("UVSOCKD");
+
+	return p && *p ? p : UVSOCKD_PATH;
+}
+
+/*
+ * Starts uvsockd with nvms VMs, CIDs cids[i], all in group `group` (NULL: each VM in its own
+ * group "g<cid>"). extra: one more argument (e.g. "--log-level=warn") or NULL.
+ */
+static inline void uvd_start(struct uvd *u, int nvms, const uint32_t *cids, const char *group,
+			     const char *extra)
+{
+	char *argv[2 * UVD_MAX_VMS + 4];
+	char vmarg[UVD_MAX_VMS][400];
+	int argc = 0;
+	uint64_t end;
+	pid_t parent = getpid();
+
+	ASSERT_LE(nvms, UVD_MAX_VMS);
+	memset(u, 0, sizeof(*u));
+	u->nvms = nvms;
+	snprintf(u->dir, sizeof(u->dir), "/tmp/uvsock-it-XXXXXX");
+	ASSERT_TRUE(mkdtemp(u->dir) != NULL);
+	snprintf(u->log, sizeof(u->log), "%s/uvsockd.log", u->dir);
+	argv[argc++] = (char *)uvd_binary();
+	for (int i = 0; i < nvms; i++) {
+		char grp[64];
+
+		u->cid[i] = cids[i];
+		snprintf(u->sock[i], sizeof(u->sock[i]), "%s/vm%u.sock", u->dir, cids[i]);
+		snprintf(u->uds[i], sizeof(u->uds[i]), "%s/vm%u.vsock", u->dir, cids[i]);
+		if (group)
+			snprintf(grp, sizeof(grp), "%s", group);
+		else
+			snprintf(grp, sizeof(grp), "g%u", cids[i]);
+		snprintf(vmarg[i], sizeof(vmarg[i]), "guest-cid=%u,socket=%s,uds-path=%s,groups=%s",
+			 cids[i], u->sock[i], u->uds[i], grp);
+		argv[argc++] = "--vm";
+		argv[argc++] = vmarg[i];
+	}
+	argv[argc++] = (char *)(extra ? extra : "--log-level=warn");
+	argv[argc] = NULL;
+
+	u->pid = fork();
+	ASSERT_GE(u->pid, 0);
+	if (u->pid == 0) {
+		int fd = open(u->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		if (fd >= 0) {
+			dup2(fd, 2);
+			dup2(fd, 1);
+		}
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	/* Bounded wait until every vhost-user socket is there (or the daemon died). */
+	end = hs_now_ms() + 5000;
+	for (;;) {
+		int ready = 0, st;
+		struct stat sb;
+
+		for (int i = 0; i < nvms; i++)
+			ready += stat(u->sock[i], &sb) == 0 && S_ISSOCK(sb.st_mode);
+		if (ready == nvms)
+			break;
+		if (waitpid(u->pid, &st, WNOHANG) == u->pid) {
+			u->pid = 0;
+			test_fail(__FILE__, __LINE__, "uvsockd (%s) exited at start-up (status %d); "
+				  "log: %s", uvd_binary(), st, u->log);
+		}
+		if (hs_now_ms() > end)
+			test_fail(__FILE__, __LINE__, "uvsockd sockets not ready within 5 s");
+		usleep(2000);
+	}
+}
+
+/* VmRSS of the daemon in KiB (from /proc/<pid>/status), or 0 if unreadable. */
+static inline uint64_t uvd_rss_kib(const struct uvd *u)
+{
+	char path[64], line[256];
+	uint64_t kib = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)u->pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %" SCNu64, &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+/* True if the daemon is still running. */
+static inline bool uvd_alive(struct uvd *u)
+{
+	int st;
+
+	return u->pid > 0 && waitpid(u->pid, &st, WNOHANG) == 0;
+}
+
+/* Stops the daemon by PID (SIGTERM, 5 s, then SIGKILL) and removes the directory. Returns the
+ * exit status (or -1 if it had to be killed). */
+static inline int uvd_stop(struct uvd *u)
+{
+	int st = 0, ret = -1;
+	uint64_t end = hs_now_ms() + 5000;
+	char path[400];
+	DIR *dir;
+
+	if (u->pid > 0) {
+		kill(u->pid, SIGTERM);
+		for (;;) {
+			pid_t r = waitpid(u->pid, &st, WNOHANG);
+
+			if (r == u->pid) {
+				ret = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+				break;
+			}
+			if (hs_now_ms() > end) {
+				kill(u->pid, SIGKILL);
+				waitpid(u->pid, &st, 0);
+				break;
+			}
+			usleep(2000);
+		}
+		u->pid = 0;
+	}
+	/* The daemon removes its own sockets; the log and the test's listeners go here. */
+	dir = opendir(u->dir);
+	if (dir) {
+		struct dirent *de;
+
+		while ((de = readdir(dir)) != NULL) {
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", u->dir, de->d_name);
+			unlink(path);
+		}
+		closedir(dir);
+	}
+	rmdir(u->dir);
+	return ret;
+}
+
+#endif
