@@ -240,8 +240,10 @@ static int tg_recv(struct tguest *g, struct vsock_hdr *h, void *buf, size_t cap,
 
 			if (now >= deadline)
 				return -ETIMEDOUT;
-			/* Short slices: the interrupt may be suppressed by event idx. */
-			if (poll(&p, 1, 10) > 0)
+			/* Ask for an interrupt; used buffers that came meanwhile are taken first. */
+			if (vring_drv_enable_cb(g->rx))
+				continue;
+			if (poll(&p, 1, (int)MIN((deadline - now) / 1000000 + 1, 1000)) > 0)
 				(void)!read(call, &v, 8);
 		}
 	}
