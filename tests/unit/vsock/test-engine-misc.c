@@ -319,7 +319,7 @@ TEST(foreach_sock_lists_everything)
 struct thr {
 	struct world *w;
 	struct vsock_sock *s;
-	volatile int stop;
+	int stop;
 	uint8_t *buf;
 	size_t done;
 	int failed;
@@ -371,7 +371,7 @@ static void *pumper(void *p)
 {
 	struct thr *t = p;
 
-	while (!t->stop)
+	while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE))
 		pump(t->w);
 	return NULL;
 }
@@ -394,7 +394,7 @@ TEST(concurrent_app_threads_and_pump)
 	ASSERT_EQ(pthread_create(&th[2], NULL, receiver, &tr), 0);
 	pthread_join(th[1], NULL);
 	pthread_join(th[2], NULL);
-	tp.stop = 1;
+	__atomic_store_n(&tp.stop, 1, __ATOMIC_RELEASE);
 	pthread_join(th[0], NULL);
 	ASSERT_EQ(ts.failed, 0);
 	ASSERT_EQ(tr.failed, 0);
@@ -407,6 +407,147 @@ TEST(concurrent_app_threads_and_pump)
 	vsock_sock_close(a);
 	vsock_sock_close(l);
 	pump(w);
+	world_free(w);
+}
+
+
+/* One direction of the wire, for two pump threads running at once (no packet log). */
+struct dir_pump {
+	struct vsock_engine *from, *to;
+	int stop;
+	uint8_t buf[65536];
+};
+
+static void *dir_pumper(void *p)
+{
+	struct dir_pump *d = p;
+
+	while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
+		struct vsock_hdr h;
+		struct iovec iov = {d->buf, sizeof(d->buf)};
+		ssize_t n = vsock_engine_pull(d->from, &h, &iov, 1, sizeof(d->buf));
+
+		if (n < 0)
+			continue;
+		iov.iov_len = (size_t)n;
+		(void)vsock_engine_feed(d->to, &h, &iov, 1);
+	}
+	return NULL;
+}
+
+struct churn {
+	struct world *w;
+	int id;
+	int failed;
+	int done;
+	int connected, pings;
+};
+
+/* Connect, exchange, close, many times, while the other churners do the same. */
+static void *churner(void *p)
+{
+	struct churn *c = p;
+	uint64_t deadline = mono_ms() + 20000;
+
+	for (int round = 0; round < 40 && mono_ms() < deadline; round++) {
+		struct vsock_sock *s;
+		char b[64];
+		int ok = 0;
+
+		if (vsock_sock_new(c->w->g, VSOCK_TYPE_STREAM, &s) < 0) {
+			c->failed = 1;
+			return NULL;
+		}
+		if (vsock_sock_connect(s, 2, 970) != -EINPROGRESS)
+			c->failed = 2;
+		while (mono_ms() < deadline && vsock_sock_state(s) == VSOCK_SS_CONNECTING)
+			;
+		if (vsock_sock_state(s) == VSOCK_SS_CONNECTED) {
+			c->connected++;
+			for (int k = 0; k < 20 && mono_ms() < deadline; k++) {
+				ssize_t n = send_buf(s, "ping", 4, 0);
+				if (n == 4)
+					ok++;
+				(void)recv_buf(s, b, sizeof(b), 0, NULL);
+			}
+		}
+		c->pings += ok;
+		vsock_sock_close(s);
+	}
+	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+TEST(concurrent_connect_close_churn)
+{
+	struct world *w = world_new(NULL);
+	struct vsock_sock *l;
+	static struct dir_pump gp, hp;
+	static struct churn ch[3];
+	pthread_t pt[2], ct[3];
+	uint64_t deadline;
+
+	ASSERT_OK(vsock_sock_new(w->h, VSOCK_TYPE_STREAM, &l));
+	ASSERT_OK(vsock_sock_bind(l, VMADDR_CID_ANY, 970));
+	ASSERT_OK(vsock_sock_listen(l, 64));
+	gp = (struct dir_pump){.from = w->g, .to = w->h};
+	hp = (struct dir_pump){.from = w->h, .to = w->g};
+	ASSERT_EQ(pthread_create(&pt[0], NULL, dir_pumper, &gp), 0);
+	ASSERT_EQ(pthread_create(&pt[1], NULL, dir_pumper, &hp), 0);
+	for (int i = 0; i < 3; i++) {
+		ch[i] = (struct churn){.w = w, .id = i};
+		ASSERT_EQ(pthread_create(&ct[i], NULL, churner, &ch[i]), 0);
+	}
+	/* The main thread plays the server: accept, echo, close. */
+	deadline = mono_ms() + 25000;
+	int finished = 0;
+	while (mono_ms() < deadline && finished < 3) {
+		struct vsock_sock *a;
+
+		if (vsock_sock_accept(l, &a) == 0) {
+			char b[64];
+			for (int k = 0; k < 5; k++)
+				(void)recv_buf(a, b, sizeof(b), 0, NULL);
+			vsock_sock_close(a);
+		}
+		finished = 0;
+		for (int i = 0; i < 3; i++)
+			finished += __atomic_load_n(&ch[i].done, __ATOMIC_ACQUIRE);
+	}
+	for (int i = 0; i < 3; i++)
+		pthread_join(ct[i], NULL);
+	/* Drain the accept queue, then let the lingers finish. */
+	struct vsock_sock *a;
+	while (vsock_sock_accept(l, &a) == 0)
+		vsock_sock_close(a);
+	vsock_sock_close(l);
+	uint64_t settle = mono_ms() + 2000;
+	while (mono_ms() < settle) {
+		struct vsock_engine_stats sg, sh;
+
+		vsock_engine_get_stats(w->g, &sg);
+		vsock_engine_get_stats(w->h, &sh);
+		if (sg.socks_open == 0 && sh.socks_open == 0)
+			break;
+	}
+	__atomic_store_n(&gp.stop, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&hp.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(pt[0], NULL);
+	pthread_join(pt[1], NULL);
+	w->now += 20000000000ull;
+	vsock_engine_run_timers(w->g);
+	vsock_engine_run_timers(w->h);
+	pump(w);
+	for (int i = 0; i < 3; i++) {
+		ASSERT_EQ(ch[i].failed, 0);
+		ASSERT_GT(ch[i].connected, 0);
+		ASSERT_GT(ch[i].pings, 0);
+	}
+	struct vsock_engine_stats st;
+	vsock_engine_get_stats(w->g, &st);
+	ASSERT_EQ(st.socks_open, 0);
+	vsock_engine_get_stats(w->h, &st);
+	ASSERT_EQ(st.socks_open, 0);
 	world_free(w);
 }
 

@@ -38,7 +38,7 @@ static inline uint64_t w_now(void *opaque)
 
 static inline void w_tx_ready(void *opaque)
 {
-	((struct world *)opaque)->tx_ready_calls++;
+	__atomic_fetch_add(&((struct world *)opaque)->tx_ready_calls, 1, __ATOMIC_RELAXED);
 }
 
 static inline void w_event(void *opaque, struct vsock_sock *s, void *user, unsigned mask)
@@ -46,9 +46,10 @@ static inline void w_event(void *opaque, struct vsock_sock *s, void *user, unsig
 	struct world *w = opaque;
 
 	(void)user;
-	w->events++;
-	w->last_mask = mask;
-	w->last_event_sock = s;
+	/* Called under the socket's lock, possibly from several threads at once. */
+	__atomic_fetch_add(&w->events, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&w->last_mask, mask, __ATOMIC_RELAXED);
+	__atomic_store_n(&w->last_event_sock, s, __ATOMIC_RELAXED);
 }
 
 static const struct vsock_engine_ops w_ops = {
