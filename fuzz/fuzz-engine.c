@@ -7,9 +7,9 @@
  * host CID 2) are wired as in the unit tests.
  *
  * Invariants checked (abort on violation): every pulled packet passes vsock_hdr_check with its
- * own length (but the RST answering an unknown type, which echoes it) and respects max_payload; receive memory stays below its bound; replies stay below
- * reply_limit once drained; and after closing every socket, pumping and letting 10 s pass, no
- * socket is left in either engine.
+ * own length (but the RST answering an unknown type, which echoes it) and respects max_payload;
+ * receive memory stays below its bound; and after closing every socket, pumping and letting
+ * 30 s pass, no socket, timer, pending packet or queued reply is left in either engine.
  */
 #include <errno.h>
 #include <stdio.h>

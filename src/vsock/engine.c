@@ -216,8 +216,8 @@ static unsigned sock_poll_locked(const struct vsock_sock *s)
 		m |= VSOCK_POLLHUP;
 
 	if (s->state == VSOCK_SS_CONNECTED) {
-		if ((s->shutdown & VSOCK_SHUTDOWN_SEND) || (s->peer_shutdown & VSOCK_SHUTDOWN_RCV) ||
-		    sock_send_space(s) > 0)
+		if ((s->shutdown & VSOCK_SHUTDOWN_SEND) ||
+		    (s->peer_shutdown & VSOCK_SHUTDOWN_RCV) || sock_send_space(s) > 0)
 			m |= VSOCK_POLLOUT; /* writable, or send fails at once (EPIPE) */
 	} else if (s->state == VSOCK_SS_CLOSED) {
 		m |= VSOCK_POLLOUT; /* a finished connect; send reports the error */
@@ -2202,7 +2202,7 @@ static void sock_apply_buffer_size(struct vsock_sock *s, uint64_t val)
 				s->rx_limit = s->buf_alloc;
 		}
 		if (s->state == VSOCK_SS_CONNECTED)
-			pend_set(s, PEND_CREDIT_UPDATE); /* announced at once (reference 3.4 rule 4) */
+			pend_set(s, PEND_CREDIT_UPDATE); /* announced at once (ref. 3.4 rule 4) */
 		sock_event(NULL, s);
 	}
 }

@@ -170,7 +170,7 @@ static void *worker(void *p)
 	for (int round = 0; round < 200; round++) {
 		for (int i = 0; i < 64; i++) {
 			nodes[i] = (struct vsock_ct_node){0};
-			if (vsock_ct_insert_connected(a->t, &nodes[i], 3, a->id * 1000 + i, 80) != 0)
+			if (vsock_ct_insert_connected(a->t, &nodes[i], 3, a->id * 1000 + i, 80))
 				abort();
 		}
 		for (int i = 0; i < 64; i++)
