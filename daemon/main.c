@@ -72,6 +72,9 @@ int main(int argc, char **argv)
 		break;
 	}
 	log_set_level(cfg.log_level);
+	if (cfg.control_path[0])
+		log_warn("control socket %s (from --config) is not served by this uvsockd; ignored",
+			 cfg.control_path);
 	r = uvsockd_check_paths(&cfg, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "uvsockd: %s\n", err);

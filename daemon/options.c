@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "util/macros.h"
+#include "ops/config.h"
+#include "ops/config_uvsockd.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -352,7 +354,8 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 	struct uvsockd_config c = { .action = UVSOCKD_RUN, .log_level = LOG_LVL_INFO };
 	struct uvsockd_vm_config single;
 	bool single_seen[_KEY_MAX] = { 0 };
-	bool any_single = false;
+	bool any_single = false, log_level_given = false;
+	const char *config_path = NULL;
 	int r = 0;
 
 	if (errlen)
@@ -390,6 +393,17 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 				goto out_fail;
 			continue;
 		}
+		m = match_opt(argc, argv, &i, "--config", &v, err, errlen);
+		if (m < 0)
+			goto out_fail;
+		if (m) {
+			if (config_path) {
+				r = fail(err, errlen, "--config given twice");
+				goto out_fail;
+			}
+			config_path = v;
+			continue;
+		}
 		m = match_opt(argc, argv, &i, "--log-level", &v, err, errlen);
 		if (m < 0)
 			goto out_fail;
@@ -402,6 +416,7 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 				goto out_fail;
 			}
 			c.log_level = (enum log_level)lvl;
+			log_level_given = true;
 			continue;
 		}
 		for (int k = 0; k < _KEY_MAX && key < 0; k++) {
@@ -430,8 +445,7 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 				goto out_fail;
 			continue;
 		}
-		if (strncmp(a, "--forward-cid", 13) == 0 || strncmp(a, "--forward-listen", 16) == 0 ||
-		    strncmp(a, "--config", 8) == 0) {
+		if (strncmp(a, "--forward-cid", 13) == 0 || strncmp(a, "--forward-listen", 16) == 0) {
 			r = fail(err, errlen,
 				 "%s is not supported by uvsockd (see uvsockd --help)", a);
 			goto out_fail;
@@ -442,6 +456,33 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 	if (c.action != UVSOCKD_RUN) {
 		*ret = c;
 		return 0;
+	}
+	if (config_path) {
+		struct ops_config oc = { 0 };
+		enum log_level cli_level = c.log_level;
+
+		if (any_single || c.n_vms) {
+			r = fail(err, errlen,
+				 "--config cannot be combined with --vm or the single-VM options");
+			goto out_fail;
+		}
+		r = ops_config_load(config_path, &oc, err, errlen);
+		if (r < 0) {
+			if (errlen && !err[0])
+				snprintf(err, errlen, "--config %s: %s", config_path, strerror(-r));
+			goto out_fail;
+		}
+		r = ops_config_to_uvsockd(&oc, &c);
+		if (r == 0 && oc.have_control)
+			snprintf(c.control_path, sizeof(c.control_path), "%s", oc.control_path);
+		ops_config_clear(&oc);
+		if (r < 0) {
+			snprintf(err, errlen, "--config %s: %s", config_path, strerror(-r));
+			goto out_fail;
+		}
+		/* The command line wins over the file. */
+		if (log_level_given)
+			c.log_level = cli_level;
 	}
 	if (any_single && c.n_vms) {
 		r = fail(err, errlen,
@@ -566,6 +607,8 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"                          up to 32768, default 1024)\n"
 		"  --groups NAME[+NAME...] sibling groups: VMs sharing a group may connect to\n"
 		"                          each other by CID (default: default)\n"
+		"  --config FILE           read the VMs from a YAML file (vhost-device-vsock's\n"
+		"                          vms: list); not combinable with --vm\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  --print-capabilities    print the vhost-user backend capabilities as JSON\n"
 		"  -h, --help              print this help\n"

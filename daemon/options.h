@@ -3,8 +3,9 @@
  * uvsockd's command line: rust-vmm vhost-device-vsock compatible options (`--vm key=value,...`
  * repeatable, or the single-VM `--guest-cid/--socket/--uds-path...`), the vhost-user backend
  * program conventions (`--print-capabilities`, `--socket-path` alias) and our own
- * `--log-level`. Parsing is pure (no file system access) so it is unit-testable;
- * uvsockd_check_paths() does the start-up checks that need the file system.
+ * `--log-level`, `--config FILE` (vhost-device-vsock's YAML `vms:` list, parsed by
+ * src/ops/config.c). Parsing touches the file system only to read that file, so it is
+ * unit-testable; uvsockd_check_paths() does the start-up checks that need the file system.
  *
  * Security model: argv comes from the operator, who is trusted, but every value is checked
  * (ranges, reserved CIDs, the 108-byte sun_path limit) so that mistakes give one clear line on
@@ -58,6 +59,7 @@ struct uvsockd_config {
 	enum log_level log_level;
 	unsigned n_vms;
 	struct uvsockd_vm_config *vms; /* n_vms entries, owned */
+	char control_path[UVSOCKD_SUN_PATH_MAX + 1]; /* `control:` of --config, "" if none */
 };
 
 /*
@@ -66,7 +68,8 @@ struct uvsockd_config {
  * CIDs in [3, 0xfffffffe] and unique, paths non-empty, unique and within the sun_path limit
  * (uds-path leaves room for `_<10 digits>`), sizes in range, group names valid.
  * On failure a one-line message (no trailing newline) is written to err.
- * Returns 0, -EINVAL (bad usage or value), -ENOMEM.
+ * Returns 0, -EINVAL (bad usage or value, or a bad --config file), -ENOMEM, -E2BIG (too many VMs),
+ * or the errno of reading the --config file.
  */
 int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, char *err,
 		       size_t errlen);

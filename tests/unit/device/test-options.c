@@ -262,9 +262,63 @@ TEST(check_paths_on_filesystem)
 	ASSERT_OK(rmdir(dir));
 }
 
+TEST(config_file)
+{
+	char dir[] = "/tmp/uvsockd-cfg-XXXXXX", path[128], arg[160];
+	struct uvsockd_config c;
+	FILE *f;
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/u.yaml", dir);
+	f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("log_level: debug\nvms:\n"
+	      "  - guest_cid: 4\n    socket: /run/vm4.sock\n    uds_path: /run/vm4.vsock\n"
+	      "    groups: a+b\n"
+	      "  - guest-cid: 5\n    socket: /run/vm5.sock\n    uds-path: /run/vm5.vsock\n"
+	      "    tx_buffer_size: 65536\n",
+	      f);
+	fclose(f);
+	ASSERT_OK(parse(&c, "--config", path, NULL));
+	ASSERT_EQ(c.n_vms, 2);
+	ASSERT_EQ(c.log_level, LOG_LVL_DEBUG);
+	ASSERT_EQ(c.vms[0].guest_cid, 4);
+	ASSERT_STREQ(c.vms[0].uds_path, "/run/vm4.vsock");
+	ASSERT_EQ(c.vms[0].n_groups, 2);
+	ASSERT_EQ(c.vms[1].tx_buffer_size, 65536);
+	ASSERT_EQ(c.vms[1].n_groups, 1);
+	ASSERT_STREQ(c.vms[1].groups[0], "default");
+	ASSERT_STREQ(c.control_path, "");
+	uvsockd_config_clear(&c);
+	/* The command line's log level wins. */
+	snprintf(arg, sizeof(arg), "--config=%s", path);
+	ASSERT_OK(parse(&c, arg, "--log-level", "warn", NULL));
+	ASSERT_EQ(c.log_level, LOG_LVL_WARN);
+	uvsockd_config_clear(&c);
+	ASSERT_REJECTS("cannot be combined", "--config", path, "--vm", "socket=/a,uds-path=/b");
+	ASSERT_REJECTS("cannot be combined", "--config", path, "--guest-cid", "9");
+	ASSERT_REJECTS("given twice", "--config", path, "--config", path);
+
+	f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("vms:\n  - guest_cid: 2\n    socket: /a\n    uds_path: /b\n", f);
+	fclose(f);
+	ASSERT_REJECTS("u.yaml:2", "--config", path);
+	unlink(path);
+	{
+		struct uvsockd_config c2;
+
+		memset(&c2, 0, sizeof(c2));
+		ASSERT_TRUE(parse(&c2, "--config", path, NULL) < 0);
+		ASSERT_TRUE(c2.vms == NULL);
+	}
+	ASSERT_OK(rmdir(dir));
+}
+
 TEST(usage_mentions_every_option)
 {
-	static const char *const opts[] = { "--vm", "--guest-cid", "--socket", "--uds-path",
+	static const char *const opts[] = { "--vm", "--config", "--guest-cid", "--socket",
+					    "--uds-path",
 					    "--tx-buffer-size", "--queue-size", "--groups",
 					    "--log-level", "--print-capabilities", "--help",
 					    "--version" };
