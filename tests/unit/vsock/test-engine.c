@@ -688,4 +688,61 @@ TEST(device_port_range)
 	world_free(w);
 }
 
+
+TEST(rcvlowat_and_buffer_options)
+{
+	struct world *w = world_new(NULL);
+	struct vsock_sock *l, *c, *a;
+	char buf[64];
+	uint64_t v;
+
+	connect_pair(w, VSOCK_TYPE_STREAM, 91, &l, &c, &a);
+	ASSERT_ERR(vsock_sock_setopt(a, VSOCK_OPT_RCVLOWAT, 262145), EINVAL);
+	ASSERT_OK(vsock_sock_setopt(a, VSOCK_OPT_RCVLOWAT, 0));
+	ASSERT_OK(vsock_sock_getopt(a, VSOCK_OPT_RCVLOWAT, &v));
+	ASSERT_EQ(v, 1);
+	ASSERT_OK(vsock_sock_setopt(a, VSOCK_OPT_RCVLOWAT, 10));
+	ASSERT_EQ(send_buf(c, "12345", 5, 0), 5);
+	pump(w);
+	/* Below rcvlowat: not readable, recv would block. */
+	ASSERT_FALSE(vsock_sock_poll(a) & VSOCK_POLLIN);
+	ASSERT_ERR(recv_buf(a, buf, sizeof(buf), 0, NULL), EAGAIN);
+	/* ... unless the caller asks for fewer bytes than rcvlowat. */
+	ASSERT_EQ(recv_buf(a, buf, 2, 0, NULL), 2);
+	ASSERT_EQ(send_buf(c, "6789012345", 10, 0), 10);
+	pump(w);
+	ASSERT_TRUE(vsock_sock_poll(a) & VSOCK_POLLIN);
+	ASSERT_EQ(recv_buf(a, buf, sizeof(buf), 0, NULL), 13);
+	/* At EOF, less than rcvlowat is returned. */
+	ASSERT_EQ(send_buf(c, "xy", 2, 0), 2);
+	ASSERT_OK(vsock_sock_shutdown(c, VSOCK_SHUTDOWN_SEND));
+	pump(w);
+	ASSERT_EQ(recv_buf(a, buf, sizeof(buf), 0, NULL), 2);
+	ASSERT_EQ(recv_buf(a, buf, sizeof(buf), 0, NULL), 0);
+
+	/* Clamping: to the max first, then to the min (Linux order); max changes re-clamp. */
+	ASSERT_OK(vsock_sock_setopt(a, VSOCK_OPT_BUFFER_MAX_SIZE, 1 << 20));
+	ASSERT_OK(vsock_sock_setopt(a, VSOCK_OPT_BUFFER_SIZE, 1 << 19));
+	ASSERT_OK(vsock_sock_getopt(a, VSOCK_OPT_BUFFER_SIZE, &v));
+	ASSERT_EQ(v, 1 << 19);
+	ASSERT_OK(vsock_sock_setopt(a, VSOCK_OPT_BUFFER_MAX_SIZE, 4096));
+	ASSERT_OK(vsock_sock_getopt(a, VSOCK_OPT_BUFFER_SIZE, &v));
+	ASSERT_EQ(v, 4096);
+	ASSERT_OK(vsock_sock_setopt(a, VSOCK_OPT_BUFFER_SIZE, 1));
+	ASSERT_OK(vsock_sock_getopt(a, VSOCK_OPT_BUFFER_SIZE, &v));
+	ASSERT_EQ(v, 128);
+	ASSERT_OK(vsock_sock_getopt(a, VSOCK_OPT_BUFFER_MIN_SIZE, &v));
+	ASSERT_EQ(v, 128);
+	ASSERT_ERR(vsock_sock_setopt(a, (enum vsock_sockopt)77, 1), ENOPROTOOPT);
+	ASSERT_ERR(vsock_sock_getopt(a, (enum vsock_sockopt)77, &v), ENOPROTOOPT);
+	struct vsock_sock_info info;
+	vsock_sock_get_info(a, &info);
+	ASSERT_EQ(info.buf_alloc, 128);
+	vsock_sock_close(c);
+	vsock_sock_close(a);
+	vsock_sock_close(l);
+	pump(w);
+	world_free(w);
+}
+
 TEST_MAIN()
