@@ -1549,6 +1549,11 @@ static int sock_listen_common(struct vsock_sock *s, int backlog, bool deferred, 
 		r = -EINVAL;
 		goto out;
 	}
+	if (!s->bound) {
+		r = sock_bind_locked(s, VMADDR_CID_ANY, VMADDR_PORT_ANY);
+		if (r < 0)
+			goto out;
+	}
 	if (wildcard && !s->wildcard) {
 		pthread_mutex_lock(&e->all_lock);
 		if (e->wildcard[s->type])
@@ -1559,11 +1564,6 @@ static int sock_listen_common(struct vsock_sock *s, int backlog, bool deferred, 
 		if (r < 0)
 			goto out;
 		s->wildcard = true;
-	}
-	if (!s->bound) {
-		r = sock_bind_locked(s, VMADDR_CID_ANY, VMADDR_PORT_ANY);
-		if (r < 0)
-			goto out;
 	}
 	if (backlog < 0)
 		backlog = 0;
