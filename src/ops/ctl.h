@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uvsockd's control socket: a Unix stream socket served by a thread of its own, speaking a
+ * line-based, versioned protocol answered in JSON (docs/operations.md is the reference):
+ *
+ *   version                             -> {"proto":1,"ok":true,"server":"uvsockd 0.1.0",...}
+ *   stats [vm=CID]                      -> per-VM counters (src/ops/stats.h) + engine counters
+ *   conns [vm=CID]                      -> connection listing (struct ops_conn_info)
+ *   capture start FILE|- [vm=CID] [snaplen=N] [ns] [duration=S] [maxbytes=N] [detach]
+ *   capture stop | capture status
+ *   quit
+ *
+ * A request may start with "v1 " to require protocol version 1; every answer is one line of JSON
+ * with "proto":1 and "ok". `capture start -` writes to the file descriptor passed with that
+ * request (SCM_RIGHTS), so the file is opened with the client's rights; with a path the daemon
+ * creates the file itself (O_EXCL|O_NOFOLLOW, mode 0600). A capture stops when its duration is up,
+ * on `capture stop`, or when the connection that started it closes (unless `detach`).
+ *
+ * The control thread knows nothing of devices: it gathers data through struct ops_ctl_ops,
+ * implemented by the daemon. Those callbacks run on the control thread; they must not block a
+ * VM thread for long (read counters with relaxed loads; take at most short locks).
+ *
+ * Bounds: requests of at most OPS_CTL_MAX_REQUEST bytes, at most max_clients connections (more
+ * are answered with an error and closed), answers of at most max_response bytes (a listing that
+ * would exceed it ends with "truncated":true), idle clients closed after idle_timeout_ms, a
+ * client that does not read its answer within the same time is dropped. Only clients with the
+ * daemon's uid or root are served (SO_PEERCRED), and the socket file is mode 0600.
+ */
+#ifndef UVSOCK_OPS_CTL_H
+#define UVSOCK_OPS_CTL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/pcap.h"
+#include "ops/stats.h"
+
+#define OPS_CTL_PROTO 1
+#define OPS_CTL_MAX_REQUEST 1024u
+#define OPS_CTL_SUFFIX ".ctl"
+
+struct ops_ctl;
+
+struct ops_ctl_ops {
+	/* Number of VMs; indexes below are 0 .. n-1 and stable for the daemon's life. Required. */
+	unsigned (*vm_count)(void *opaque);
+	/* CID of VM idx. Required. */
+	uint32_t (*vm_cid)(void *opaque, unsigned idx);
+	/* Fills *ret (zeroed by the caller) for VM idx. Required. */
+	void (*vm_stats)(void *opaque, unsigned idx, struct ops_vm_stats *ret);
+	/*
+	 * Calls emit once per connection of VM idx. emit returns false when the answer is full:
+	 * stop then. Optional (no listing without it).
+	 */
+	void (*vm_conns)(void *opaque, unsigned idx,
+			 bool (*emit)(void *arg, const struct ops_conn_info *ci), void *arg);
+	/* The VM's capture tap (lives as long as the daemon). Optional (no capture without it). */
+	struct ops_tap *(*vm_tap)(void *opaque, unsigned idx);
+};
+
+struct ops_ctl_config {
+	const char *path;               /* socket path, <= 107 bytes */
+	const struct ops_ctl_ops *ops;  /* borrowed: must outlive the ctl */
+	void *opaque;
+	const char *server;             /* "uvsockd 0.1.0", copied; NULL: "uvsock" */
+	unsigned max_clients;           /* 0: 8 */
+	size_t max_response;            /* 0: 16 MiB */
+	unsigned idle_timeout_ms;       /* 0: 30000 */
+	bool any_uid;                   /* serve every uid that can connect (tests) */
+};
+
+/*
+ * Binds and listens on cfg->path (a stale socket file is replaced; a live one is -EADDRINUSE;
+ * another kind of file is -EEXIST), makes it mode 0600 and starts the control thread.
+ * Context: any thread, typically main() before the VM threads start.
+ * Returns 0, -EINVAL (missing ops, path too long), -ENOMEM, or the errno of socket/bind/listen/
+ * pthread_create.
+ */
+int ops_ctl_start(const struct ops_ctl_config *cfg, struct ops_ctl **ret);
+
+/*
+ * Stops the thread, ends a running capture (detaching every tap), closes every client and
+ * removes the socket file. Safe on NULL. Context: any thread but the control thread.
+ */
+void ops_ctl_stop(struct ops_ctl *c);
+
+/*
+ * The default control path for a daemon: "<vhost-user socket path>.ctl" into buf.
+ * Returns 0 or -ENAMETOOLONG (over 107 bytes).
+ */
+int ops_ctl_default_path(const char *vhost_socket, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,618 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uvsock-stat (see statcli.h): counters and an `ss --vsock`-like connection listing from a
+ * running uvsockd, as text or JSON, once or every N seconds; and packet capture through the
+ * daemon into a file opened here (passed to the daemon over the control socket).
+ */
+#include "ops/statcli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ops/ctl.h"
+#include "ops/stats.h"
+
+#define REQ_TIMEOUT_MS 10000
+
+static int connect_path(const char *path, int *ret_fd)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int r = -errno;
+
+		close(fd);
+		return r;
+	}
+	*ret_fd = fd;
+	return 0;
+}
+
+int ops_ctl_connect(const char *path, int *ret_fd)
+{
+	struct stat st;
+	char alt[128];
+
+	if (stat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+		return -ENOTSOCK;
+	if (snprintf(alt, sizeof(alt), "%s%s", path, OPS_CTL_SUFFIX) < (int)sizeof(alt) &&
+	    strstr(path, OPS_CTL_SUFFIX) == NULL && stat(alt, &st) == 0 && S_ISSOCK(st.st_mode)) {
+		/* The vhost-user socket path was given: its control socket is next to it. */
+		if (connect_path(alt, ret_fd) == 0)
+			return 0;
+	}
+	return connect_path(path, ret_fd);
+}
+
+static int send_all(int fd, const char *buf, size_t len, int pass_fd)
+{
+	bool first = true;
+
+	while (len) {
+		union {
+			char b[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} cm;
+		struct iovec iov = { (void *)buf, len };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+		ssize_t n;
+
+		if (first && pass_fd >= 0) {
+			struct cmsghdr *h;
+
+			memset(&cm, 0, sizeof(cm));
+			msg.msg_control = cm.b;
+			msg.msg_controllen = sizeof(cm.b);
+			h = CMSG_FIRSTHDR(&msg);
+			h->cmsg_level = SOL_SOCKET;
+			h->cmsg_type = SCM_RIGHTS;
+			h->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(h), &pass_fd, sizeof(int));
+		}
+		n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		first = false;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int ops_ctl_request(int fd, const char *req, int pass_fd, int timeout_ms, char **ret_raw,
+		    struct ops_jv **ret)
+{
+	size_t reqlen = strlen(req), cap = 4096, len = 0;
+	uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
+	char *line = malloc(reqlen + 2), *buf = NULL, *nl = NULL;
+	int r;
+
+	if (!line)
+		return -ENOMEM;
+	memcpy(line, req, reqlen);
+	line[reqlen] = '\n';
+	r = send_all(fd, line, reqlen + 1, pass_fd);
+	free(line);
+	if (r < 0)
+		return r;
+	buf = malloc(cap);
+	if (!buf)
+		return -ENOMEM;
+	while (!nl) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint64_t now = mono_ms();
+		ssize_t n;
+
+		if (now >= deadline) {
+			r = -ETIMEDOUT;
+			goto fail;
+		}
+		r = poll(&p, 1, (int)(deadline - now));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			r = r == 0 ? -ETIMEDOUT : -errno;
+			goto fail;
+		}
+		if (len + 1 >= cap) {
+			char *b;
+
+			if (cap >= OPS_STATCLI_MAX_ANSWER) {
+				r = -E2BIG;
+				goto fail;
+			}
+			b = realloc(buf, cap * 2);
+			if (!b) {
+				r = -ENOMEM;
+				goto fail;
+			}
+			buf = b;
+			cap *= 2;
+		}
+		/* Read no further than the line: a pipelined second answer stays in the socket. */
+		n = recv(fd, buf + len, cap - len - 1, MSG_PEEK);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = -errno;
+			goto fail;
+		}
+		if (n == 0) {
+			r = -ECONNRESET;
+			goto fail;
+		}
+		nl = memchr(buf + len, '\n', (size_t)n);
+		if (nl)
+			n = nl - (buf + len) + 1;
+		n = recv(fd, buf + len, (size_t)n, 0);
+		if (n <= 0) {
+			r = n == 0 ? -ECONNRESET : -errno;
+			goto fail;
+		}
+		len += (size_t)n;
+	}
+	buf[len - 1] = '\0';
+	if (ret) {
+		r = ops_json_parse(buf, len - 1, ret);
+		if (r < 0) {
+			r = r == -ENOMEM ? r : -EPROTO;
+			goto fail;
+		}
+	}
+	if (ret_raw)
+		*ret_raw = buf;
+	else
+		free(buf);
+	return 0;
+fail:
+	free(buf);
+	return r;
+}
+
+/* ---- the program ----------------------------------------------------------------------- */
+
+struct opts {
+	const char *socket;
+	bool json, counters, conns;
+	bool have_vm;
+	uint32_t vm;
+	bool watch;
+	unsigned interval_s;
+	long count;          /* iterations in watch mode; -1: forever */
+	const char *capture;
+	unsigned duration_s; /* 0: until SIGINT/SIGTERM */
+	unsigned snaplen;
+	bool ns;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: uvsock-stat [-s PATH] [--vm CID] [--counters|--conns] [--json]\n"
+		"                   [--watch [SECONDS]] [--count N]\n"
+		"       uvsock-stat [-s PATH] --capture FILE|- [--vm CID] [--duration SECONDS]\n"
+		"                   [--snaplen BYTES] [--ns]\n"
+		"Counters and connections of a running uvsockd, or a packet capture (pcap,\n"
+		"LINKTYPE_VSOCK) of its traffic.\n"
+		"\n"
+		"  -s, --socket PATH   control socket (or the vhost-user socket: PATH.ctl is used);\n"
+		"                      default: $" OPS_STATCLI_ENV "\n"
+		"      --vm CID        only this VM\n"
+		"      --counters      counters only      --conns   connection listing only\n"
+		"  -j, --json          one JSON object per refresh: {\"stats\":...,\"conns\":...}\n"
+		"  -w, --watch [S]     refresh every S seconds (default 1) until interrupted\n"
+		"      --count N       with --watch: stop after N refreshes\n"
+		"  -c, --capture FILE  capture into FILE ('-': stdout) until --duration or Ctrl-C\n"
+		"      --duration S    capture for S seconds\n"
+		"      --snaplen N     keep at most N bytes per packet (headers are 76)\n"
+		"      --ns            nanosecond timestamps\n"
+		"  -h, --help          this text     -V, --version\n");
+}
+
+static int parse_uint(const char *s, unsigned long max, unsigned long *ret)
+{
+	char *end;
+	unsigned long v;
+
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v > max)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+/* Returns 0, 1 (handled: exit 0), or -1 (usage error, message printed). */
+static int parse_opts(int argc, char **argv, const char *version, struct opts *o, FILE *out,
+		      FILE *err)
+{
+	*o = (struct opts){ .socket = getenv(OPS_STATCLI_ENV), .interval_s = 1, .count = -1 };
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+		unsigned long v;
+
+#define NEED_ARG()                                                                                 \
+	do {                                                                                       \
+		if (!next) {                                                                       \
+			fprintf(err, "uvsock-stat: %s needs a value\n", a);                        \
+			return -1;                                                                 \
+		}                                                                                  \
+		i++;                                                                               \
+	} while (0)
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(out);
+			return 1;
+		} else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+			fprintf(out, "uvsock-stat %s\n", version ? version : "?");
+			return 1;
+		} else if (!strcmp(a, "-s") || !strcmp(a, "--socket")) {
+			NEED_ARG();
+			o->socket = next;
+		} else if (!strcmp(a, "--vm")) {
+			NEED_ARG();
+			if (parse_uint(next, UINT32_MAX, &v) < 0) {
+				fprintf(err, "uvsock-stat: --vm '%s' is not a CID\n", next);
+				return -1;
+			}
+			o->have_vm = true;
+			o->vm = (uint32_t)v;
+		} else if (!strcmp(a, "-j") || !strcmp(a, "--json")) {
+			o->json = true;
+		} else if (!strcmp(a, "--counters")) {
+			o->counters = true;
+		} else if (!strcmp(a, "--conns")) {
+			o->conns = true;
+		} else if (!strcmp(a, "-w") || !strcmp(a, "--watch")) {
+			o->watch = true;
+			if (next && parse_uint(next, 86400, &v) == 0) {
+				if (v == 0) {
+					fprintf(err, "uvsock-stat: --watch interval must be >= 1\n");
+					return -1;
+				}
+				o->interval_s = (unsigned)v;
+				i++;
+			}
+		} else if (!strcmp(a, "--count")) {
+			NEED_ARG();
+			if (parse_uint(next, 1000000000, &v) < 0 || v == 0) {
+				fprintf(err, "uvsock-stat: --count '%s' must be a positive number\n",
+					next);
+				return -1;
+			}
+			o->count = (long)v;
+		} else if (!strcmp(a, "-c") || !strcmp(a, "--capture")) {
+			NEED_ARG();
+			o->capture = next;
+		} else if (!strcmp(a, "--duration")) {
+			NEED_ARG();
+			if (parse_uint(next, 7 * 86400, &v) < 0 || v == 0) {
+				fprintf(err, "uvsock-stat: --duration '%s' must be 1..604800 seconds\n",
+					next);
+				return -1;
+			}
+			o->duration_s = (unsigned)v;
+		} else if (!strcmp(a, "--snaplen")) {
+			NEED_ARG();
+			if (parse_uint(next, OPS_PCAP_SNAPLEN_MAX, &v) < 0 ||
+			    v < OPS_VSOCKMON_HDR_SIZE + VSOCK_HDR_SIZE) {
+				fprintf(err, "uvsock-stat: --snaplen must be in [%u, %u]\n",
+					OPS_VSOCKMON_HDR_SIZE + VSOCK_HDR_SIZE, OPS_PCAP_SNAPLEN_MAX);
+				return -1;
+			}
+			o->snaplen = (unsigned)v;
+		} else if (!strcmp(a, "--ns")) {
+			o->ns = true;
+		} else {
+			fprintf(err, "uvsock-stat: unknown option '%s' (see --help)\n", a);
+			return -1;
+		}
+#undef NEED_ARG
+	}
+	if (!o->socket || !*o->socket) {
+		fprintf(err, "uvsock-stat: no control socket: use --socket PATH or set $%s\n",
+			OPS_STATCLI_ENV);
+		return -1;
+	}
+	if (o->capture && (o->watch || o->json || o->counters || o->conns)) {
+		fprintf(err, "uvsock-stat: --capture does not combine with --watch, --json, "
+			     "--counters or --conns\n");
+		return -1;
+	}
+	if (!o->capture && (o->duration_s || o->snaplen || o->ns)) {
+		fprintf(err, "uvsock-stat: --duration, --snaplen and --ns go with --capture\n");
+		return -1;
+	}
+	if (o->count >= 0 && !o->watch) {
+		fprintf(err, "uvsock-stat: --count goes with --watch\n");
+		return -1;
+	}
+	if (!o->counters && !o->conns)
+		o->counters = o->conns = true;
+	return 0;
+}
+
+/* Runs one request; on an error answer prints it and returns -1. */
+static int request(int fd, const char *req, int pass_fd, char **raw, struct ops_jv **v, FILE *err)
+{
+	struct ops_jv *j = NULL;
+	int r = ops_ctl_request(fd, req, pass_fd, REQ_TIMEOUT_MS, raw, &j);
+
+	if (r < 0) {
+		fprintf(err, "uvsock-stat: '%s': %s\n", req,
+			r == -EPROTO ? "the daemon's answer is not JSON" : strerror(-r));
+		return -1;
+	}
+	if (!ops_json_bool(j, "ok", false)) {
+		fprintf(err, "uvsock-stat: %s\n", ops_json_str(j, "error", "request failed"));
+		ops_json_free(j);
+		if (raw) {
+			free(*raw);
+			*raw = NULL;
+		}
+		return -1;
+	}
+	if (v)
+		*v = j;
+	else
+		ops_json_free(j);
+	return 0;
+}
+
+static void print_counters(FILE *out, const struct ops_jv *c)
+{
+	const struct ops_jv *d = ops_json_get(c, "dropped");
+
+	fprintf(out, "  from guest  %" PRIu64 " pkts, %" PRIu64 " bytes    to guest  %" PRIu64
+		     " pkts, %" PRIu64 " bytes\n",
+		ops_json_u64(c, "tx_pkts", 0), ops_json_u64(c, "tx_bytes", 0),
+		ops_json_u64(c, "rx_pkts", 0), ops_json_u64(c, "rx_bytes", 0));
+	fprintf(out, "  conns       %" PRIu64 " open, %" PRIu64 " total    rst  %" PRIu64
+		     " sent, %" PRIu64 " received\n",
+		ops_json_u64(c, "conns_open", 0), ops_json_u64(c, "conns_total", 0),
+		ops_json_u64(c, "rst_sent", 0), ops_json_u64(c, "rst_received", 0));
+	fprintf(out, "  credit stalls %" PRIu64 "    ring errors %" PRIu64
+		     "    host connects refused %" PRIu64 "\n",
+		ops_json_u64(c, "credit_stalls", 0), ops_json_u64(c, "ring_errors", 0),
+		ops_json_u64(c, "host_connects_refused", 0));
+	fprintf(out, "  dropped    ");
+	for (unsigned i = 0; i < _OPS_DROP_MAX; i++)
+		fprintf(out, " %s %" PRIu64, ops_drop_reason_name(i),
+			ops_json_u64(d, ops_drop_reason_name(i), 0));
+	fprintf(out, "\n");
+}
+
+static void print_stats(FILE *out, const struct ops_jv *st)
+{
+	const struct ops_jv *vms = ops_json_get(st, "vms");
+	unsigned n = 0;
+
+	for (const struct ops_jv *v = vms ? vms->child : NULL; v; v = v->next, n++) {
+		fprintf(out, "VM %" PRIu64 " (%s)  vmm %s%s%s\n", ops_json_u64(v, "cid", 0),
+			ops_json_str(v, "name", "?"),
+			ops_json_bool(v, "vmm_connected", false) ? "connected" : "not connected",
+			ops_json_bool(v, "broken", false) ? "  RINGS BROKEN" : "",
+			ops_json_bool(v, "capturing", false) ? "  capturing" : "");
+		print_counters(out, ops_json_get(v, "counters"));
+	}
+	if (n > 1) {
+		fprintf(out, "All %u VMs\n", n);
+		print_counters(out, ops_json_get(st, "totals"));
+	}
+}
+
+static void print_conns(FILE *out, const struct ops_jv *cs)
+{
+	const struct ops_jv *list = ops_json_get(cs, "conns");
+
+	fprintf(out, "%-6s %-9s %-10s %-16s %-16s %12s %12s %8s %8s %8s %8s  %s\n", "VM", "Type",
+		"State", "Local", "Peer", "Recv-Bytes", "Send-Bytes", "Rx-Q", "Credit", "InFlight",
+		"Tx-Q", "Host");
+	for (const struct ops_jv *c = list ? list->child : NULL; c; c = c->next) {
+		char local[32], peer[32];
+
+		snprintf(local, sizeof(local), "%" PRIu64 ":%" PRIu64, ops_json_u64(c, "local_cid", 0),
+			 ops_json_u64(c, "local_port", 0));
+		snprintf(peer, sizeof(peer), "%" PRIu64 ":%" PRIu64, ops_json_u64(c, "peer_cid", 0),
+			 ops_json_u64(c, "peer_port", 0));
+		fprintf(out,
+			"%-6" PRIu64 " %-9s %-10s %-16s %-16s %12" PRIu64 " %12" PRIu64 " %8" PRIu64
+			" %8" PRIu64 " %8" PRIu64 " %8" PRIu64 "  %s\n",
+			ops_json_u64(c, "vm", 0), ops_json_str(c, "type", "?"),
+			ops_json_str(c, "state", "?"), local, peer, ops_json_u64(c, "bytes_in", 0),
+			ops_json_u64(c, "bytes_out", 0), ops_json_u64(c, "rx_queued", 0),
+			ops_json_u64(c, "peer_credit", 0), ops_json_u64(c, "in_flight", 0),
+			ops_json_u64(c, "tx_queued", 0), ops_json_str(c, "host", ""));
+	}
+	if (ops_json_bool(cs, "truncated", false))
+		fprintf(out, "(listing truncated by the daemon)\n");
+}
+
+static int show_once(int fd, const struct opts *o, FILE *out, FILE *err)
+{
+	char req[64], *raw_s = NULL, *raw_c = NULL;
+	struct ops_jv *st = NULL, *cs = NULL;
+	int rc = 1;
+
+	if (o->have_vm)
+		snprintf(req, sizeof(req), "stats vm=%u", o->vm);
+	else
+		snprintf(req, sizeof(req), "stats");
+	if (o->counters && request(fd, req, -1, &raw_s, &st, err) < 0)
+		goto out;
+	if (o->have_vm)
+		snprintf(req, sizeof(req), "conns vm=%u", o->vm);
+	else
+		snprintf(req, sizeof(req), "conns");
+	if (o->conns && request(fd, req, -1, &raw_c, &cs, err) < 0)
+		goto out;
+	if (o->json) {
+		fprintf(out, "{");
+		if (raw_s)
+			fprintf(out, "\"stats\":%s%s", raw_s, raw_c ? "," : "");
+		if (raw_c)
+			fprintf(out, "\"conns\":%s", raw_c);
+		fprintf(out, "}\n");
+	} else {
+		if (st)
+			print_stats(out, st);
+		if (st && cs)
+			fprintf(out, "\n");
+		if (cs)
+			print_conns(out, cs);
+	}
+	fflush(out);
+	rc = 0;
+out:
+	free(raw_s);
+	free(raw_c);
+	ops_json_free(st);
+	ops_json_free(cs);
+	return rc;
+}
+
+static int do_capture(int fd, const struct opts *o, FILE *out, FILE *err)
+{
+	char req[256], *p;
+	struct ops_jv *ans = NULL;
+	const struct ops_jv *cap;
+	sigset_t sigs, old;
+	int file_fd, sfd = -1, rc = 1;
+	uint64_t end;
+
+	if (strcmp(o->capture, "-") == 0) {
+		file_fd = fileno(out);
+		fflush(out);
+	} else {
+		file_fd = open(o->capture, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+			       0600);
+		if (file_fd < 0) {
+			fprintf(err, "uvsock-stat: %s: %s\n", o->capture, strerror(errno));
+			return 1;
+		}
+	}
+	p = req + snprintf(req, sizeof(req), "capture start -");
+	if (o->have_vm)
+		p += snprintf(p, sizeof(req) - (size_t)(p - req), " vm=%u", o->vm);
+	if (o->snaplen)
+		p += snprintf(p, sizeof(req) - (size_t)(p - req), " snaplen=%u", o->snaplen);
+	if (o->ns)
+		snprintf(p, sizeof(req) - (size_t)(p - req), " ns");
+	/* Block SIGINT/SIGTERM before starting so that Ctrl-C always ends with a clean stop. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, &old);
+	sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
+	if (request(fd, req, file_fd, NULL, NULL, err) < 0)
+		goto out;
+	if (file_fd != fileno(out)) {
+		close(file_fd);
+		file_fd = -1;
+	}
+	fprintf(err, "uvsock-stat: capturing to %s%s\n", o->capture,
+		o->duration_s ? "" : " (Ctrl-C to stop)");
+	end = o->duration_s ? mono_ms() + o->duration_s * 1000ull : UINT64_MAX;
+	for (;;) {
+		struct pollfd pf[2] = { { .fd = sfd, .events = POLLIN },
+					{ .fd = fd, .events = POLLIN } };
+		uint64_t now = mono_ms();
+		int t = end == UINT64_MAX ? -1 : now >= end ? 0 : (int)(end - now);
+
+		if (t == 0)
+			break;
+		if (poll(pf, 2, t) < 0 && errno != EINTR)
+			break;
+		if (pf[0].revents & POLLIN)
+			break;
+		if (pf[1].revents) {
+			fprintf(err, "uvsock-stat: the daemon closed the control connection\n");
+			goto out;
+		}
+	}
+	if (request(fd, "capture stop", -1, NULL, &ans, err) < 0)
+		goto out;
+	cap = ops_json_get(ans, "capture");
+	fprintf(err, "uvsock-stat: %" PRIu64 " packets captured (%" PRIu64 " bytes, %" PRIu64
+		     " dropped)%s%s\n",
+		ops_json_u64(cap, "pkts", 0), ops_json_u64(cap, "bytes", 0),
+		ops_json_u64(cap, "dropped", 0), ops_json_str(cap, "error", NULL) ? "; error: " : "",
+		ops_json_str(cap, "error", ""));
+	rc = 0;
+out:
+	ops_json_free(ans);
+	if (file_fd >= 0 && file_fd != fileno(out))
+		close(file_fd);
+	if (sfd >= 0)
+		close(sfd);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
+int uvsock_stat_main(int argc, char **argv, const char *version, FILE *out, FILE *err)
+{
+	struct opts o;
+	int fd, r, rc = 1;
+
+	r = parse_opts(argc, argv, version, &o, out, err);
+	if (r)
+		return r > 0 ? 0 : 2;
+	/* One connection per refresh: a long --watch interval never meets the idle timeout, and
+	 * a restarted daemon is picked up. */
+	for (long i = 0; o.count < 0 || i < o.count; i++) {
+		if (i > 0) {
+			struct timespec ts = { .tv_sec = o.interval_s };
+
+			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+				;
+		}
+		r = ops_ctl_connect(o.socket, &fd);
+		if (r < 0) {
+			fprintf(err, "uvsock-stat: cannot connect to %s: %s\n", o.socket,
+				strerror(-r));
+			return 1;
+		}
+		if (o.capture) {
+			rc = do_capture(fd, &o, out, err);
+			close(fd);
+			break;
+		}
+		if (o.watch && !o.json && isatty(fileno(out)))
+			fprintf(out, "\033[H\033[2J");
+		rc = show_once(fd, &o, out, err);
+		close(fd);
+		if (rc || !o.watch)
+			break;
+	}
+	return rc;
+}

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The client side of the control socket (ctl.h): connect, one request / one answer with an
+ * optional passed file descriptor, and the whole of `uvsock-stat` as a function so that tests
+ * run it in-process against a control server (tools/uvsock-stat.c is a two-line main).
+ *
+ * Security model: the answer comes from a daemon that may be of another version or broken: it is
+ * size-bounded (OPS_STATCLI_MAX_ANSWER), time-bounded, parsed with the bounded JSON reader, and
+ * missing or mistyped members print as 0 / "?" rather than failing.
+ */
+#ifndef UVSOCK_OPS_STATCLI_H
+#define UVSOCK_OPS_STATCLI_H
+
+#include <stdio.h>
+
+#include "ops/json.h"
+
+#define OPS_STATCLI_MAX_ANSWER (64u << 20)
+#define OPS_STATCLI_ENV "UVSOCK_CONTROL"
+
+/*
+ * Connects to the control socket at path; if path is not a socket but "<path>.ctl" is (the
+ * vhost-user socket was given), connects there. Returns 0 with *ret_fd, or -errno.
+ */
+int ops_ctl_connect(const char *path, int *ret_fd);
+
+/*
+ * Sends `req` plus a newline (with pass_fd as SCM_RIGHTS if >= 0; the caller keeps its copy)
+ * and reads one answer line within timeout_ms. On success *ret_raw is the line without the
+ * newline (malloc'd) and *ret the parsed JSON (either may be NULL if not wanted).
+ * Returns 0, -ETIMEDOUT, -ECONNRESET (closed before a full line), -E2BIG (answer over the
+ * bound), -EPROTO (not JSON), -ENOMEM, or the errno of send/recv.
+ */
+int ops_ctl_request(int fd, const char *req, int pass_fd, int timeout_ms, char **ret_raw,
+		    struct ops_jv **ret);
+
+/*
+ * uvsock-stat: parses argv, talks to the daemon, prints to out (data) and err (diagnostics);
+ * `version` is what --version prints. Returns the process exit code: 0, 1 (error talking to the
+ * daemon, or an error answer), 2 (usage). Blocks SIGINT/SIGTERM in the calling thread while a
+ * capture runs (they end it cleanly).
+ */
+int uvsock_stat_main(int argc, char **argv, const char *version, FILE *out, FILE *err);
+
+#endif

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/* JSON writer (escaping, nesting, cap) and reader (types, u64 exactness, errors, depth). */
+#include "ops/json.h"
+#include "test.h"
+
+TEST(writer_roundtrip)
+{
+	struct ops_jw w;
+	struct ops_jv *v;
+
+	ASSERT_OK(ops_jw_init(&w, 1 << 20));
+	ops_jw_obj_begin(&w, NULL);
+	ops_jw_u64(&w, "max", UINT64_MAX);
+	ops_jw_i64(&w, "neg", -5);
+	ops_jw_str(&w, "s", "a\"b\\c\n\x01/é");
+	ops_jw_bool(&w, "t", true);
+	ops_jw_null(&w, "n");
+	ops_jw_arr_begin(&w, "a");
+	ops_jw_u64(&w, NULL, 1);
+	ops_jw_obj_begin(&w, NULL);
+	ops_jw_obj_end(&w);
+	ops_jw_arr_begin(&w, NULL);
+	ops_jw_arr_end(&w);
+	ops_jw_arr_end(&w);
+	ops_jw_obj_end(&w);
+	ASSERT_STREQ(w.buf, "{\"max\":18446744073709551615,\"neg\":-5,\"s\":\"a\\\"b\\\\c\\u000a"
+			    "\\u0001/é\",\"t\":true,\"n\":null,\"a\":[1,{},[]]}");
+	ASSERT_OK(ops_json_parse(w.buf, w.len, &v));
+	ASSERT_EQ_U64(ops_json_u64(v, "max", 0), UINT64_MAX);
+	ASSERT_EQ_U64(ops_json_u64(v, "neg", 7), 7); /* not a u64 */
+	ASSERT_TRUE(ops_json_get(v, "neg")->d == -5.0);
+	ASSERT_STREQ(ops_json_str(v, "s", ""), "a\"b\\c\n\x01/é");
+	ASSERT_TRUE(ops_json_bool(v, "t", false));
+	ASSERT_EQ(ops_json_get(v, "n")->type, OPS_J_NULL);
+	ASSERT_EQ(ops_json_get(v, "a")->child->next->type, OPS_J_OBJ);
+	ASSERT_TRUE(ops_json_get(v, "missing") == NULL);
+	ASSERT_STREQ(ops_json_str(v, "t", "def"), "def");
+	ops_json_free(v);
+	ops_jw_free(&w);
+}
+
+TEST(writer_cap)
+{
+	struct ops_jw w;
+
+	ASSERT_OK(ops_jw_init(&w, 20));
+	ops_jw_obj_begin(&w, NULL);
+	ASSERT_TRUE(ops_jw_room(&w, 19));
+	ASSERT_FALSE(ops_jw_room(&w, 20));
+	ops_jw_str(&w, "key", "a long value that does not fit");
+	ASSERT_TRUE(ops_jw_overflowed(&w));
+	ASSERT_LE(w.len, 20);
+	ops_jw_free(&w);
+}
+
+TEST(reader_accepts)
+{
+	static const char *const ok[] = {
+		"0", "-1.5e3", " [1, 2 ,3] ", "{\"a\":{\"b\":[true,false,null]}}", "\"\\u00e9\\u20ac\"",
+		"\"\\/\\b\\f\\r\\t\"", "18446744073709551616",
+	};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		struct ops_jv *v;
+
+		if (ops_json_parse(ok[i], strlen(ok[i]), &v) < 0)
+			test_fail(__FILE__, __LINE__, "rejected: %s", ok[i]);
+		ops_json_free(v);
+	}
+	struct ops_jv *v;
+	ASSERT_OK(ops_json_parse("\"\\u00e9\\u20ac\"", 14, &v));
+	ASSERT_STREQ(v->s, "é€");
+	ops_json_free(v);
+	ASSERT_OK(ops_json_parse("18446744073709551616", 20, &v));
+	ASSERT_FALSE(v->is_uint); /* 2^64 does not fit */
+	ops_json_free(v);
+}
+
+TEST(reader_rejects)
+{
+	static const char *const bad[] = {
+		"", " ", "{", "}", "[1,]", "{\"a\"}", "{\"a\":}", "{a:1}", "[1 2]", "tru", "nul",
+		"\"abc", "\"\\x\"", "\"\\u12\"", "\"\\u0000\"", "\"\\ud800\"", "\"a\x01\"", "01x",
+		"-", "1 2", "{\"a\":1}x", "[\"\\", "--1", "1e", "+1",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct ops_jv *v = NULL;
+
+		if (ops_json_parse(bad[i], strlen(bad[i]), &v) != -EINVAL)
+			test_fail(__FILE__, __LINE__, "accepted: '%s'", bad[i]);
+		ASSERT_TRUE(v == NULL);
+	}
+	struct ops_jv *v = NULL;
+	ASSERT_ERR(ops_json_parse("[1]\0", 4, &v), EINVAL);
+}
+
+TEST(reader_depth_bound)
+{
+	char deep[200];
+	struct ops_jv *v;
+	int n = 0;
+
+	for (int i = 0; i < OPS_JSON_MAX_DEPTH; i++)
+		deep[n++] = '[';
+	for (int i = 0; i < OPS_JSON_MAX_DEPTH; i++)
+		deep[n++] = ']';
+	ASSERT_OK(ops_json_parse(deep, (size_t)n, &v));
+	ops_json_free(v);
+	n = 0;
+	for (int i = 0; i < 100; i++)
+		deep[n++] = '[';
+	for (int i = 0; i < 100; i++)
+		deep[n++] = ']';
+	ASSERT_ERR(ops_json_parse(deep, (size_t)n, &v), EINVAL);
+}
+
+TEST_MAIN()
