@@ -212,8 +212,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fe.sock = sv[0];
 	if (pthread_create(&t, NULL, feeder_main, &fe) != 0)
 		abort();
-	while (vhu_backend_process(b) == 0)
-		;
+	for (;;) {
+		struct pollfd p = { .fd = vhu_backend_fd(b), .events = POLLIN };
+		int r = poll(&p, 1, 10000);
+
+		/* libFuzzer's timer interrupts system calls. */
+		if (r < 0 && errno == EINTR)
+			continue;
+		/* The feeder always ends the stream, so the back-end always ends with an error. */
+		if (r != 1)
+			abort();
+		if (vhu_backend_process(b) < 0)
+			break;
+	}
 	if (vhu_backend_error(b)[0] == 0)
 		abort(); /* a failed connection always says why */
 	vhu_backend_free(b);
