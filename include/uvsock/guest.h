@@ -71,6 +71,9 @@ struct uvsock_guest_stats {
 	uint64_t wakeups;           /* driver thread wake-ups */
 	uint64_t resets;            /* transport resets */
 	uint64_t backend_lost;      /* back-end hang-ups or ring errors */
+	uint64_t tx_inflight;       /* TX buffers the device has not returned yet (now) */
+	uint64_t sleep_state;       /* why the driver thread last slept: 1 TX full, 2 RX held
+				     * back (reply queue full), 4 back-end gone (diagnostics) */
 };
 /* Returns 0, or -1 with errno EINVAL (not a guest context, or ret NULL). */
 int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats *ret);

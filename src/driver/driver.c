@@ -59,7 +59,7 @@
 struct vdrv_atomic_stats {
 	_Atomic uint64_t rx_bufs, rx_batches, rx_dropped, rx_buf_len, rx_posted;
 	_Atomic uint64_t tx_pkts, tx_bytes, tx_full, kicks, kicks_suppressed, wakeups, resets;
-	_Atomic uint64_t backend_lost;
+	_Atomic uint64_t backend_lost, tx_inflight, sleep_state;
 };
 
 struct vdrv {
@@ -365,8 +365,15 @@ static bool rx_pass(struct vdrv *d)
 	while (total < RX_BUDGET) {
 		unsigned n = 0, taken = 0;
 
-		if (!vsock_engine_can_feed(d->e)) {
-			/* Reference 5.5: replies are at the limit; RX waits until TX drains them. */
+		/*
+		 * Reference 5.5: while queued replies are at the limit, RX waits for TX to drain
+		 * them, as Linux does. But not while the TX ring itself is full: then the device
+		 * holds our TX buffers, and it may be waiting for room in our RX ring to deliver
+		 * its own replies (its TX draining stops at its reply limit too). Stopping both
+		 * rings would deadlock; the engine keeps replies as per-socket bits plus a capped
+		 * ring, so taking more RX cannot grow memory without bound.
+		 */
+		if (!vsock_engine_can_feed(d->e) && !d->tx_blocked) {
 			d->rx_stalled = true;
 			break;
 		}
@@ -533,6 +540,10 @@ static void *io_main(void *arg)
 			atomic_store(&d->sleeping, false);
 			continue;
 		}
+		STAT_SET(d, tx_inflight, d->ntx - d->tx_nfree);
+		STAT_SET(d, sleep_state, (d->tx_blocked ? VDRV_SLEPT_TX_BLOCKED : 0u) |
+					 (d->rx_stalled ? VDRV_SLEPT_RX_STALLED : 0u) |
+					 (dead ? VDRV_SLEPT_DEAD : 0u));
 		timeout = POLL_MAX_MS;
 		deadline = vsock_engine_next_deadline(d->e);
 		now = now_ns();
@@ -843,6 +854,8 @@ void vdrv_get_stats(struct vdrv *d, struct vdrv_stats *ret)
 	LD(wakeups);
 	LD(resets);
 	LD(backend_lost);
+	LD(tx_inflight);
+	LD(sleep_state);
 #undef LD
 	*ret = s;
 }

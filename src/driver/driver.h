@@ -66,7 +66,14 @@ struct vdrv_stats {
 	uint64_t wakeups;           /* times the I/O thread slept and woke up */
 	uint64_t resets;            /* transport resets (explicit, reconnect, back-end loss) */
 	uint64_t backend_lost;      /* back-end hung up or broke the rings */
+	uint64_t tx_inflight;       /* TX buffers on the ring now (not monotonic) */
+	uint64_t sleep_state;       /* VDRV_SLEPT_* as of the last sleep (not monotonic) */
 };
+
+/* Why the I/O thread last went to sleep (diagnostics, vdrv_stats.sleep_state). */
+#define VDRV_SLEPT_TX_BLOCKED 0x1u  /* engine had packets, TX pool or ring full */
+#define VDRV_SLEPT_RX_STALLED 0x2u  /* engine reply queue full: RX not taken */
+#define VDRV_SLEPT_DEAD 0x4u        /* back-end gone */
 
 /* Fills *cfg with the defaults (socket_path NULL). */
 void vdrv_config_default(struct vdrv_config *cfg);

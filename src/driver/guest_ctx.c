@@ -242,6 +242,8 @@ int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats
 		.wakeups = s.wakeups,
 		.resets = s.resets,
 		.backend_lost = s.backend_lost,
+		.tx_inflight = s.tx_inflight,
+		.sleep_state = s.sleep_state,
 	};
 	return 0;
 }

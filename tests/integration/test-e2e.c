@@ -373,7 +373,26 @@ TEST(thousand_concurrent_connections)
 		char msg[32], got[32];
 		int n = snprintf(msg, sizeof(msg), "conn-%d", i);
 
-		ASSERT_EQ(uvsock_recv(fds[i], got, (size_t)n, MSG_WAITALL), n);
+		ssize_t r = uvsock_recv(fds[i], got, (size_t)n, MSG_WAITALL);
+
+		if (r != n) {
+			struct uvsock_ctx_stats cs;
+			struct uvsock_guest_stats gs;
+			int e = errno;
+
+			uvsock_ctx_get_stats(g, &cs);
+			uvsock_ctx_guest_get_stats(g, &gs);
+			test_note("engine: rx %" PRIu64 " tx %" PRIu64 " rst %" PRIu64 "/%" PRIu64
+				  " dropped %" PRIu64 "; driver: rx bufs %" PRIu64 " posted %" PRIu64
+				  " tx %" PRIu64 " full %" PRIu64 " inflight %" PRIu64 " slept 0x%" PRIx64
+				  " events 0x%x",
+				  cs.rx_pkts, cs.tx_pkts, cs.rst_sent, cs.rst_received, cs.dropped,
+				  gs.rx_bufs, gs.rx_posted, gs.tx_pkts, gs.tx_full, gs.tx_inflight,
+				  gs.sleep_state,
+				  uvsock_poll_events(fds[i]));
+			test_fail(__FILE__, __LINE__, "connection %d: recv %zd (%s)", i, r,
+				  r < 0 ? strerror(e) : "short");
+		}
 		ASSERT_MEMEQ(got, msg, (size_t)n);
 	}
 	for (int i = 0; i < N; i++)
