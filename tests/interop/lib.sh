@@ -18,10 +18,10 @@ interop_cache_dir() {
 }
 
 # Bump when the layout of a cached kernel directory changes, so old entries are not reused.
-INTEROP_CACHE_LAYOUT=1
+INTEROP_CACHE_LAYOUT=2
 
 # Modules the guest needs (with everything modules.dep says they need). Built-in ones are skipped.
-INTEROP_MODULES="virtio_pci vmw_vsock_virtio_transport vsock_loopback vsock_diag"
+INTEROP_MODULES="virtio_pci vmw_vsock_virtio_transport vsock_loopback vsock_diag vsockmon"
 
 ilog() { echo "interop: $*" >&2; }
 
@@ -211,6 +211,7 @@ kernel_image() {
 }
 
 # qemu_args KDIR INITRD APPEND CONSOLE [VHOST_SOCK [CTL_SOCK]]: fill the array QEMU_ARGS.
+# Environment: UVSOCK_INTEROP_MEM (MiB, 512), UVSOCK_INTEROP_SMP (2), INTEROP_REBOOT (0).
 # CONSOLE is "stdio" for an interactive console or a file name for the serial log. VHOST_SOCK is
 # the vhost-user socket of uvsockd (QEMU connects as client); CTL_SOCK a Unix listener that
 # becomes the guest's second serial port /dev/ttyS1 (the test control channel).
@@ -219,9 +220,11 @@ qemu_args() {
 	local mem=${UVSOCK_INTEROP_MEM:-512} smp=${UVSOCK_INTEROP_SMP:-2}
 	QEMU_ARGS=(-machine q35,accel=tcg,memory-backend=mem0 -cpu max -smp "$smp" -m "${mem}M"
 		-object "memory-backend-memfd,id=mem0,size=${mem}M,share=on"
-		-nodefaults -no-reboot -display none -no-user-config
+		-nodefaults -display none -no-user-config
 		-kernel "$(kernel_image "$kdir")" -initrd "$initrd"
 		-append "console=ttyS0 panic=-1 loglevel=4 $append")
+	# A guest reboot ends QEMU, unless INTEROP_REBOOT=1 (the guest-reboot case).
+	[ "${INTEROP_REBOOT:-0}" = 1 ] || QEMU_ARGS+=(-no-reboot)
 	if [ "$console" = stdio ]; then
 		QEMU_ARGS+=(-serial mon:stdio)
 	else

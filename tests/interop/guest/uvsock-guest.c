@@ -10,6 +10,8 @@
  *                               <detail>" on stdout (the serial console). Exit status = failures.
  *   uvsock-guest cid            print this guest's CID
  *   uvsock-guest connect CID PORT / listen PORT   netcat-like relay (for scripts/vm-shell.sh)
+ *   uvsock-guest trace [PORT]   print virtio-vsock packets (vsockmon tap), a debugging aid; also
+ *                               started by uvsock.trace=PORT|all on the kernel command line
  *
  * Cases that need the host side talk to the host helper (tests/interop/host) over the second
  * serial port (/dev/ttyS1) with tagged lines ("<tag> CMD args" -> "<tag> OK|FAIL text"); the
@@ -31,7 +33,17 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <linux/vm_sockets.h>
+#include <linux/vm_sockets_diag.h>
+#include <linux/virtio_vsock.h>
+#include <linux/vsockmon.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <arpa/inet.h>
+#include <sys/reboot.h>
 
 #include "xfer.h"
 
@@ -1025,6 +1037,7 @@ static bool module_path(const char *name, char *out, size_t len)
 	return found;
 }
 
+static int diag_list(char *out, size_t len);
 static int run_cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static int run_cmd(const char *fmt, ...)
@@ -1072,6 +1085,12 @@ static int c_reload(const char *arg, char *d)
 	for (int i = 0; i < rounds; i++) {
 		int64_t t_tr = 0, t_pci = 0, t0;
 
+		char left[300];
+		int nleft = diag_list(left, sizeof(left));
+
+		if (nleft > 0)
+			snprintf(log + strlen(log), sizeof(log) - strlen(log), "%s%d open before rmmod: %s",
+				 log[0] ? "; " : "", nleft, left);
 		if (rmmod_wait(tr, 20000, &t_tr))
 			return fail(d, "round %d: rmmod %s still busy after 20 s (sockets not "
 				    "released: a missing RST from the device?)", i + 1, tr);
@@ -1096,11 +1115,441 @@ static int c_reload(const char *arg, char *d)
 			return fail(d, "round %d (after reload): h2g echo: %s", i + 1, sub);
 		snprintf(log + strlen(log), sizeof(log) - strlen(log),
 			 "%sround %d: rmmod transport %lld ms%s, device back in %lld ms",
-			 i ? "; " : "", i + 1, (long long)t_tr,
+			 log[0] ? "; " : "", i + 1, (long long)t_tr,
 			 (pci_mod && (i & 1) == 0) ? " + virtio_pci" : "", (long long)up);
 	}
 	snprintf(d, DETAIL, "%s; echo both ways after each", log);
 	return 0;
+}
+
+
+/* ---- socket lifetime after close (vsock_diag) ---- */
+
+/*
+ * Is a vsock socket with local port @port still in the kernel's tables? A connected socket stays
+ * there after close() until the peer's RST arrives or the 8 s close timeout fires, so this shows
+ * whether the device finished the close handshake.
+ * Returns: 1 present, 0 absent, -errno if vsock_diag cannot be queried.
+ */
+static int diag_has_port(uint32_t port)
+{
+	struct {
+		struct nlmsghdr nlh;
+		struct vsock_diag_req r;
+	} q = { .nlh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			 .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 1 },
+		.r = { .sdiag_family = AF_VSOCK, .vdiag_states = ~0u } };
+	char buf[16384];
+	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), found = 0;
+
+	if (fd < 0)
+		return -errno;
+	set_timeouts(fd, 2000);
+	if (send(fd, &q, sizeof(q), 0) < 0) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		if (n <= 0) {
+			close(fd);
+			return n < 0 ? -errno : -EPROTO;
+		}
+		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			if (h->nlmsg_type == NLMSG_DONE) {
+				close(fd);
+				return found;
+			}
+			if (h->nlmsg_type == NLMSG_ERROR) {
+				close(fd);
+				return -EPROTO;
+			}
+			struct vsock_diag_msg *m = NLMSG_DATA(h);
+
+			if (m->vdiag_src_port == port && m->vdiag_state != 10 /* TCP_LISTEN */)
+				found = 1;
+		}
+	}
+}
+
+/* Describe connected (non-listening) vsock sockets still in the tables into @out. Returns count. */
+static int diag_list(char *out, size_t len)
+{
+	struct {
+		struct nlmsghdr nlh;
+		struct vsock_diag_req r;
+	} q = { .nlh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			 .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 1 },
+		.r = { .sdiag_family = AF_VSOCK, .vdiag_states = ~(1u << 10) /* not LISTEN */ } };
+	char buf[16384];
+	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), n_found = 0;
+
+	out[0] = 0;
+	if (fd < 0)
+		return -errno;
+	set_timeouts(fd, 2000);
+	if (send(fd, &q, sizeof(q), 0) < 0) {
+		close(fd);
+		return -EIO;
+	}
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		if (n <= 0)
+			break;
+		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
+				close(fd);
+				return n_found;
+			}
+			struct vsock_diag_msg *m = NLMSG_DATA(h);
+
+			if (m->vdiag_state == 10)
+				continue;
+			if (n_found++ < 6)
+				snprintf(out + strlen(out), len - strlen(out),
+					 "%s[port %u -> %u:%u state %u shut %u]", n_found > 1 ? " " : "",
+					 m->vdiag_src_port, m->vdiag_dst_cid, m->vdiag_dst_port,
+					 m->vdiag_state, m->vdiag_shutdown);
+		}
+	}
+	close(fd);
+	return n_found;
+}
+
+static uint32_t local_port(int fd)
+{
+	struct sockaddr_vm a;
+	socklen_t l = sizeof(a);
+
+	if (getsockname(fd, (struct sockaddr *)&a, &l) < 0)
+		return 0;
+	return a.svm_port;
+}
+
+/* Milliseconds until the socket of local port @port leaves the tables (max @limit_ms), or -1. */
+static int64_t gone_after(uint32_t port, int64_t t_close, int limit_ms)
+{
+	for (;;) {
+		int r = diag_has_port(port);
+
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			return xfer_now_ms() - t_close;
+		if (xfer_now_ms() - t_close > limit_ms)
+			return limit_ms + 1;
+		usleep(20 * 1000);
+	}
+}
+
+#define CLOSE_RST_MAX_MS 1500 /* the guest's own close timeout is 8 s */
+
+/* After each way a connection can end, the guest socket must be released promptly (RST). */
+static int c_close_rst(const char *arg, char *d)
+{
+	char host[DETAIL], log[DETAIL] = "";
+	uint8_t *buf = xfer_scratch(1);
+	int64_t ms[5];
+	const char *what[5] = { "g2h guest closes first", "g2h host closes first",
+				"h2g host closes first", "h2g guest closes first",
+				"g2h guest closes with data the host has not read yet" };
+
+	int dr = diag_has_port(1);
+
+	if (dr < 0)
+		return fail(d, "vsock_diag not available: %s", strerror(-dr));
+	char left[300];
+	int nleft = diag_list(left, sizeof(left));
+
+	if (nleft > 0)
+		snprintf(log, sizeof(log), "(%d sockets of earlier cases still open: %s) ", nleft, left);
+	for (int i = 0; i < 5; i++) {
+		uint32_t port;
+		int fd, lfd = -1;
+		unsigned tag = 0;
+		int64_t t;
+
+		if (i == 4) {
+			/* 400000 B still buffered (host stalls; more than its Unix socket takes, so part
+			 * waits inside uvsockd) when the guest closes; the host then
+			 * reads everything, sees EOF and closes: only now can uvsockd end it with RST. */
+			struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_STALL, .c2s = 400000,
+					      .seed = 23 };
+			int r;
+
+			h.id = new_id();
+			fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+			if (fd < 0)
+				return fail(d, "%s: connect: %s", what[i], strerror(-fd));
+			port = local_port(fd);
+			set_timeouts(fd, 10000);
+			r = send_full(fd, &h, sizeof(h));
+			for (uint64_t off = 0; r == 0 && off < h.c2s; off += 50000) {
+				xfer_pattern_fill(h.seed, off, buf, 50000);
+				r = send_full(fd, buf, 50000);
+			}
+			if (r < 0) {
+				close(fd);
+				return fail(d, "%s: send failed: %s", what[i], strerror(-r));
+			}
+			close(fd);
+			if ((r = req(host, sizeof(host), 10, "RELEASE %llu",
+				     (unsigned long long)h.id)) < 0 ||
+			    (r = req(host, sizeof(host), 30, "VERDICT %llu",
+				     (unsigned long long)h.id)) < 0)
+				return fail(d, "%s: %s", what[i], host);
+			t = xfer_now_ms();
+			ms[i] = gone_after(port, t, 10000);
+			snprintf(log + strlen(log), sizeof(log) - strlen(log), "; %s: %lld ms after the "
+				 "host closed", what[i], (long long)ms[i]);
+			continue;
+		}
+		if (i < 2) {
+			/* ECHO: the guest closes first. HALFCLOSE: the host ends with shutdown+close. */
+			struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = i ? XM_HALFCLOSE : XM_ECHO,
+					      .c2s = 4096, .s2c = i ? 4096 : 0, .seed = 21 };
+
+			h.id = new_id();
+			fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+			if (fd < 0)
+				return fail(d, "%s: connect: %s", what[i], strerror(-fd));
+			port = local_port(fd);
+			set_timeouts(fd, 10000);
+			xfer_pattern_fill(h.seed, 0, buf, 4096);
+			if (send_full(fd, &h, sizeof(h)) < 0 || send_full(fd, buf, 4096) < 0) {
+				close(fd);
+				return fail(d, "%s: send failed", what[i]);
+			}
+			if (i == 1) {
+				struct xfer_trailer tr;
+
+				shutdown(fd, SHUT_WR);
+				/* Payload, trailer, then EOF: the host has closed its end. */
+				if (recv_full(fd, buf, 4096) < 0 || recv_full(fd, &tr, sizeof(tr)) < 0 ||
+				    recv(fd, buf, 1, 0) != 0) {
+					close(fd);
+					return fail(d, "%s: no clean EOF from the host", what[i]);
+				}
+				usleep(100 * 1000); /* let uvsockd see the host's close */
+			} else if (recv_full(fd, buf, 4096) < 0) {
+				close(fd);
+				return fail(d, "%s: echo failed", what[i]);
+			}
+		} else {
+			lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM);
+			if (lfd < 0)
+				return fail(d, "listen: %s", strerror(-lfd));
+			tag = req_send(i == 2 ? "HCLOSE %d 4096" : "HFLOOD %d", XFER_GPORT_STREAM);
+			fd = vs_accept(lfd, 20000);
+			close(lfd);
+			if (fd < 0) {
+				req_wait(tag, host, sizeof(host), 5);
+				return fail(d, "%s: no connection: %s; %s", what[i], strerror(-fd), host);
+			}
+			port = local_port(fd);
+			set_timeouts(fd, 10000);
+			if (i == 2) {
+				uint64_t got = 0;
+				ssize_t r;
+
+				while ((r = recv(fd, buf, 65536, 0)) > 0)
+					got += r;
+				if (r < 0 || got != 4096) {
+					close(fd);
+					req_wait(tag, host, sizeof(host), 5);
+					return fail(d, "%s: got %llu of 4096 B before EOF", what[i],
+						    (unsigned long long)got);
+				}
+				usleep(100 * 1000);
+			} else if (recv_full(fd, buf, 4096) < 0) {
+				close(fd);
+				req_wait(tag, host, sizeof(host), 5);
+				return fail(d, "%s: no data", what[i]);
+			}
+		}
+		t = xfer_now_ms();
+		close(fd);
+		ms[i] = gone_after(port, t, 10000);
+		if (tag && req_wait(tag, host, sizeof(host), 30) < 0)
+			return fail(d, "%s: %s", what[i], host);
+		snprintf(log + strlen(log), sizeof(log) - strlen(log), "%s%s: %lld ms", i ? "; " : "",
+			 what[i], (long long)ms[i]);
+		(void)0;
+	}
+	for (int i = 0; i < 5; i++)
+		if (ms[i] < 0 || ms[i] > CLOSE_RST_MAX_MS)
+			return fail(d, "guest socket still open %lld ms after close() (%s): the device "
+				    "did not end the close handshake with RST; all: %s",
+				    (long long)ms[i], what[i], log);
+	snprintf(d, DETAIL, "socket released after close: %s", log);
+	return 0;
+}
+
+/* Many 1-byte host writes while the guest does not read (the 6.12 tiny-packet mitigation). */
+static int c_h2g_tiny(const char *arg, char *d)
+{
+	unsigned count = arg ? (unsigned)strtoul(arg, NULL, 0) : 100000;
+	uint8_t *buf = xfer_scratch(1);
+	uint64_t got = 0;
+	char host[DETAIL];
+	int lfd, fd;
+	unsigned tag;
+	ssize_t r;
+
+	lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM);
+	if (lfd < 0)
+		return fail(d, "listen: %s", strerror(-lfd));
+	tag = req_send("TINY %d %u", XFER_GPORT_STREAM, count);
+	fd = vs_accept(lfd, 20000);
+	close(lfd);
+	if (fd < 0) {
+		req_wait(tag, host, sizeof(host), 5);
+		return fail(d, "no connection: %s; %s", strerror(-fd), host);
+	}
+	/* Let the host's tiny writes pile up before reading anything. */
+	if (req_wait(tag, host, sizeof(host), 60) < 0) {
+		close(fd);
+		return fail(d, "%s", host);
+	}
+	set_timeouts(fd, 20000);
+	while ((r = recv(fd, buf, 65536, 0)) > 0) {
+		if (xfer_pattern_check(31, got, buf, r) >= 0) {
+			close(fd);
+			return fail(d, "data mismatch near byte %llu", (unsigned long long)got);
+		}
+		got += r;
+	}
+	int e = errno;
+
+	close(fd);
+	if (r < 0 || got != count)
+		return fail(d, "got %llu of %u B, then %s", (unsigned long long)got, count,
+			    r < 0 ? strerror(e) : "EOF");
+	snprintf(d, DETAIL, "%u one-byte host writes queued while the guest slept, all read intact "
+		 "(host: %s)", count, host);
+	return 0;
+}
+
+/* Tell the host helper, then (after the result line) the runner reboots the guest. */
+static int c_reboot(const char *arg, char *d)
+{
+	char out[DETAIL];
+
+	if (req(out, sizeof(out), 10, "REBOOT") < 0)
+		return fail(d, "%s", out);
+	snprintf(d, DETAIL, "rebooting the guest (boot %s done)", out);
+	return 0;
+}
+
+
+/* ---- packet trace through vsockmon (debugging aid: uvsock.trace=PORT|all) ---- */
+
+static const char *op_name(unsigned op)
+{
+	static const char *n[] = { "INVALID", "REQUEST", "RESPONSE", "RST", "SHUTDOWN", "RW",
+				   "CREDIT_UPDATE", "CREDIT_REQUEST" };
+
+	return op < 8 ? n[op] : "OP?";
+}
+
+/*
+ * Print every virtio-vsock packet this guest sends or receives (as the vsockmon tap sees it,
+ * i.e. the guest driver's view) whose source or destination port is @port (0 = all), one
+ * "UVSOCK-TRACE" line each; runs of RW packets in one direction are summed into one line.
+ * Never returns unless setting up the tap fails.
+ */
+static int trace(uint32_t port)
+{
+	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL) };
+	unsigned char buf[70000];
+	int64_t t0 = xfer_now_ms(), rw_t = 0;
+	uint64_t rw_bytes = 0;
+	unsigned rw_n = 0;
+	char rw_dir[64] = "";
+	int fd;
+
+	if (run_cmd("ip link add name vsockmon0 type vsockmon 2>/dev/null; ip link set vsockmon0 up") != 0 ||
+	    !(sll.sll_ifindex = (int)if_nametoindex("vsockmon0"))) {
+		printf("UVSOCK-INFO trace: no vsockmon0 (module vsockmon missing?)\n");
+		return 1;
+	}
+	fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL));
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
+		printf("UVSOCK-INFO trace: AF_PACKET: %s\n", strerror(errno));
+		return 1;
+	}
+	int rb = 32 << 20;
+
+	/* Bursts of RW frames must not push the control packets out of the receive queue. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rb, sizeof(rb));
+	printf("UVSOCK-INFO trace: capturing port %s on vsockmon0\n", port ? "filter" : "all");
+	fflush(stdout);
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int pr = poll(&p, 1, 200);
+
+		if (rw_n && (pr == 0 || xfer_now_ms() - rw_t > 200)) {
+			printf("UVSOCK-TRACE +%lld %s RW x%u %llu B\n", (long long)(rw_t - t0), rw_dir,
+			       rw_n, (unsigned long long)rw_bytes);
+			fflush(stdout);
+			rw_n = 0;
+			rw_bytes = 0;
+		}
+		if (pr == 0) {
+			struct tpacket_stats st;
+			socklen_t sl = sizeof(st);
+
+			if (getsockopt(fd, SOL_PACKET, PACKET_STATISTICS, &st, &sl) == 0 && st.tp_drops)
+				printf("UVSOCK-TRACE capture dropped %u frames\n", st.tp_drops);
+		}
+		if (pr <= 0)
+			continue;
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		struct af_vsockmon_hdr mh;
+		struct virtio_vsock_hdr vh;
+		char dir[64];
+
+		if (n < (ssize_t)(sizeof(mh) + sizeof(vh)))
+			continue;
+		memcpy(&mh, buf, sizeof(mh));
+		if (mh.transport != AF_VSOCK_TRANSPORT_VIRTIO || mh.len < sizeof(vh))
+			continue;
+		memcpy(&vh, buf + sizeof(mh), sizeof(vh));
+		if (port && vh.src_port != port && vh.dst_port != port)
+			continue;
+		snprintf(dir, sizeof(dir), "%u:%u > %u:%u", (unsigned)vh.src_cid, vh.src_port,
+			 (unsigned)vh.dst_cid, vh.dst_port);
+		if (vh.op == VIRTIO_VSOCK_OP_RW) {
+			if (rw_n && strcmp(dir, rw_dir) != 0) {
+				printf("UVSOCK-TRACE +%lld %s RW x%u %llu B\n", (long long)(rw_t - t0),
+				       rw_dir, rw_n, (unsigned long long)rw_bytes);
+				rw_n = 0;
+				rw_bytes = 0;
+			}
+			if (!rw_n)
+				rw_t = xfer_now_ms();
+			snprintf(rw_dir, sizeof(rw_dir), "%s", dir);
+			rw_n++;
+			rw_bytes += vh.len;
+			continue;
+		}
+		if (rw_n) {
+			printf("UVSOCK-TRACE +%lld %s RW x%u %llu B\n", (long long)(rw_t - t0), rw_dir,
+			       rw_n, (unsigned long long)rw_bytes);
+			rw_n = 0;
+			rw_bytes = 0;
+		}
+		printf("UVSOCK-TRACE +%lld %s %s type %u flags 0x%x buf_alloc %u fwd_cnt %u\n",
+		       (long long)(xfer_now_ms() - t0), dir, op_name(vh.op), vh.type, vh.flags,
+		       vh.buf_alloc, vh.fwd_cnt);
+		fflush(stdout);
+	}
 }
 
 /* ---- loopback self-test (no device needed: proves the guest program on a real kernel) ---- */
@@ -1249,6 +1698,9 @@ static const struct gcase cases[] = {
 	{ "survive", c_survive, 300 },
 	{ "flood", c_flood, 600 },
 	{ "reload", c_reload, 240 },
+	{ "close_rst", c_close_rst, 120 },
+	{ "h2g_tiny", c_h2g_tiny, 120 },
+	{ "reboot", c_reboot, 30 },
 	{ "lo_stream", c_lo_stream, 240 },
 	{ "lo_seqpacket", c_lo_seqpacket, 60 },
 	{ "lo_refused", c_lo_refused, 30 },
@@ -1384,10 +1836,25 @@ static int run(void)
 		printf("UVSOCK-INFO no uvsock.cases= on the kernel command line\n");
 		return 0;
 	}
+	pid_t tracer = -1;
+
+	if (cmdline_value(cmdline, "uvsock.trace", val, sizeof(val))) {
+		tracer = fork();
+		if (tracer == 0)
+			_exit(trace(strcmp(val, "all") ? (uint32_t)strtoul(val, NULL, 0) : 0));
+		usleep(500 * 1000);
+	}
 	g.cid = local_cid();
+	/* After a guest reboot (case "reboot"), continue after the reboot that was done. */
+	unsigned boot = 1, skip_reboots;
+	char out[128];
+
+	if (g.have_ctl && req(out, sizeof(out), 10, "BOOT") == 0)
+		boot = (unsigned)strtoul(out, NULL, 10);
+	skip_reboots = boot > 1 ? boot - 1 : 0;
 	uname(&u);
-	printf("UVSOCK-GUEST kernel=%s cid=%d bulk=%llu many=%u\n", u.release, (int)g.cid,
-	       (unsigned long long)g.bulk, g.many);
+	printf("UVSOCK-GUEST kernel=%s cid=%d bulk=%llu many=%u boot=%u\n", u.release, (int)g.cid,
+	       (unsigned long long)g.bulk, g.many, boot);
 	fflush(stdout);
 	for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
 	     tok = strtok_r(NULL, ",", &save)) {
@@ -1398,13 +1865,31 @@ static int run(void)
 			*arg++ = 0;
 		c = find_case(tok);
 		idx++;
+		if (skip_reboots > 0) {
+			if (strcmp(tok, "reboot") == 0)
+				skip_reboots--;
+			continue;
+		}
 		if (!c) {
 			printf("UVSOCK-CASE %s FAIL 0 unknown case\n", tok);
 			fails++;
 			continue;
 		}
-		if (!run_one(c, arg, idx))
+		if (!run_one(c, arg, idx)) {
 			fails++;
+		} else if (strcmp(tok, "reboot") == 0) {
+			printf("UVSOCK-REBOOT\n");
+			fflush(stdout);
+			sync();
+			reboot(RB_AUTOBOOT);
+			printf("UVSOCK-INFO reboot failed: %s\n", strerror(errno));
+			fails++;
+		}
+	}
+	if (tracer > 0) {
+		usleep(500 * 1000);
+		kill(tracer, SIGTERM);
+		waitpid(tracer, NULL, 0);
 	}
 	if (g.have_ctl) {
 		ctl_send(&g.ctl, "0 BYE");
@@ -1449,11 +1934,12 @@ static int relay(int fd)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: uvsock-guest run | cid | connect CID PORT | listen PORT\n"
+	fprintf(stderr, "usage: uvsock-guest run | cid | connect CID PORT | listen PORT | trace [PORT]\n"
 			"  run             the interop cases named by uvsock.cases= on /proc/cmdline\n"
 			"  cid             print this guest's vsock CID\n"
 			"  connect CID PORT  relay stdin/stdout over a vsock stream (CID 2 = host)\n"
-			"  listen PORT     accept one vsock stream connection and relay it\n");
+			"  listen PORT     accept one vsock stream connection and relay it\n"
+			"  trace [PORT]    print the virtio-vsock packets of PORT (all: none given)\n");
 	return 2;
 }
 
@@ -1465,6 +1951,8 @@ int main(int argc, char **argv)
 		return usage();
 	if (strcmp(argv[1], "run") == 0)
 		return run();
+	if (strcmp(argv[1], "trace") == 0)
+		return trace(argc > 2 ? (uint32_t)strtoul(argv[2], NULL, 0) : 0);
 	if (strcmp(argv[1], "cid") == 0 || strcmp(argv[1], "--cid") == 0) {
 		uint32_t cid = local_cid();
 

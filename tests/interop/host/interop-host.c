@@ -800,6 +800,40 @@ static void cmd_hold(struct ctl *c, unsigned tag)
 	ctl_send(c, "%u OK released by the harness", tag);
 }
 
+/* Many 1-byte writes into a guest that does not read yet; replies once all are written. */
+static void cmd_tiny(struct ctl *c, unsigned tag, const char *args)
+{
+	unsigned port, count;
+	char why[MSG];
+	uint8_t *buf = xfer_scratch(0);
+	int fd;
+	int64_t t0 = xfer_now_ms();
+
+	if (sscanf(args, "%u %u", &port, &count) != 2 || count > XFER_SCRATCH) {
+		ctl_send(c, "%u FAIL bad TINY arguments", tag);
+		return;
+	}
+	fd = host_connect(port, why, sizeof(why));
+	if (fd < 0) {
+		ctl_send(c, "%u FAIL %s", tag, why);
+		return;
+	}
+	xfer_pattern_fill(31, 0, buf, count);
+	for (unsigned i = 0; i < count; i++) {
+		int r = send_full(fd, buf + i, 1);
+
+		if (r < 0) {
+			ctl_send(c, "%u FAIL 1-byte write #%u: %s", tag, i, strerror(-r));
+			close(fd);
+			return;
+		}
+	}
+	close(fd);
+	ctl_send(c, "%u OK %u writes in %lld ms", tag, count, (long long)(xfer_now_ms() - t0));
+}
+
+static unsigned boots;
+
 static void dispatch(struct ctl *c, char *line)
 {
 	char *sp, *cmd, *args;
@@ -871,6 +905,13 @@ static void dispatch(struct ctl *c, char *line)
 		cmd_release(c, tag, args);
 	} else if (strcmp(cmd, "HOLD") == 0) {
 		cmd_hold(c, tag);
+	} else if (strcmp(cmd, "BOOT") == 0) {
+		ctl_send(c, "%u OK %u", tag, ++boots);
+	} else if (strcmp(cmd, "REBOOT") == 0) {
+		logf_("guest reboots (boot %u done)", boots);
+		ctl_send(c, "%u OK %u", tag, boots);
+	} else if (strcmp(cmd, "TINY") == 0) {
+		cmd_tiny(c, tag, args);
 	} else if (strcmp(cmd, "BYE") == 0) {
 		logf_("guest said BYE");
 	} else {
