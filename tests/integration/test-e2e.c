@@ -521,6 +521,7 @@ struct slow_reader {
 	size_t total;
 	bool ok;
 	atomic_bool fast;   /* switch to full speed */
+	_Atomic uint64_t got;
 };
 
 static void *slow_reader_main(void *arg)
@@ -539,6 +540,7 @@ static void *slow_reader_main(void *arg)
 		if (r <= 0 || hs_check(buf, (size_t)r, 77, off) != (size_t)r)
 			break;
 		off += (size_t)r;
+		atomic_store(&s->got, off);
 		if (!atomic_load(&s->fast))
 			usleep(20000);
 	}
@@ -556,7 +558,7 @@ TEST(slow_host_reader_keeps_daemon_memory_bounded)
 	pthread_t tr, tw;
 	char lpath[200];
 	int lfd, hfd, gfd;
-	uint64_t rss0, rss_max = 0, end;
+	uint64_t rss0, rss_max = 0, end, max_gap = 0;
 	const size_t total = 256 * MiB;
 
 	one_vm(&u);
@@ -578,15 +580,26 @@ TEST(slow_host_reader_keeps_daemon_memory_bounded)
 	end = hs_now_ms() + 3000;
 	while (hs_now_ms() < end) {
 		uint64_t r = uvd_rss_kib(&u);
+		struct uvsock_guest_stats gs;
 
 		if (r > rss_max)
 			rss_max = r;
+		/* What left the guest but the host has not read: credit (256 KiB in the
+		 * daemon) plus the Unix socket's buffer plus packets in flight. */
+		ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &gs), 0);
+		if (gs.tx_bytes - atomic_load(&sr.got) > max_gap)
+			max_gap = gs.tx_bytes - atomic_load(&sr.got);
 		usleep(50000);
 	}
 	test_note("uvsockd VmRSS: %" PRIu64 " KiB at start, at most %" PRIu64
-		  " KiB while the guest pushed 256 MiB at a slow reader", rss0, rss_max);
-	/* Bounded by credit (256 KiB per connection) plus buffers, not by what the guest sent. */
+		  " KiB while the guest pushed at a slow reader; host read %" PRIu64
+		  " KiB; at most %" PRIu64 " KiB between guest and host reader", rss0, rss_max,
+		  atomic_load(&sr.got) / 1024, max_gap / 1024);
+	/* Unbounded buffering would hold most of what the guest could push in 3 s (hundreds of
+	 * MiB at the rates measured above); credit bounds it to well under 16 MiB. */
 	ASSERT_LT(rss_max, rss0 + 16 * 1024);
+	ASSERT_LT(max_gap, 4 * MiB);
+	ASSERT_LT(atomic_load(&sr.got), 64 * MiB); /* the reader really was slow */
 	atomic_store(&sr.fast, true);
 	pthread_join(tw, NULL);
 	pthread_join(tr, NULL);
