@@ -91,7 +91,7 @@ fetch_kernel() {
 	pkg=$(_resolve_image_pkg "$meta")
 	if [ -z "$pkg" ] && [ "$(id -u)" = 0 ]; then
 		ilog "apt-cache does not know $meta; running apt-get update"
-		apt-get update -qq >/dev/null 2>&1 || true
+		timeout 600 apt-get update -qq >/dev/null 2>&1 || true
 		pkg=$(_resolve_image_pkg "$meta")
 	fi
 	if [ -z "$pkg" ]; then
@@ -118,14 +118,14 @@ fetch_kernel() {
 	if [ -f "$dir/.complete" ]; then exec {lockfd}>&-; return 0; fi
 	tmp=$(mktemp -d "$cache/tmp.XXXXXX")
 	ilog "downloading $pkg=$ver"
-	if ! (cd "$tmp" && apt-get download -q "$pkg=$ver" >download.log 2>&1); then
+	if ! (cd "$tmp" && timeout 900 apt-get download -q "$pkg=$ver" >download.log 2>&1); then
 		sed 's/^/  /' "$tmp/download.log" >&2
 		rm -rf "$tmp"; exec {lockfd}>&-
 		ilog "apt-get download $pkg=$ver failed"
 		return 2
 	fi
 	deb=$(ls "$tmp"/*.deb | head -n 1)
-	dpkg-deb -x "$deb" "$tmp/x" || { rm -rf "$tmp"; exec {lockfd}>&-; return 1; }
+	timeout 600 dpkg-deb -x "$deb" "$tmp/x" || { rm -rf "$tmp"; exec {lockfd}>&-; return 1; }
 	kver=$(ls "$tmp/x/lib/modules" | head -n 1)
 	if [ ! -f "$tmp/x/lib/modules/$kver/modules.dep" ]; then
 		# The package leaves modules.dep to the installer; compute it in the unpacked tree.
