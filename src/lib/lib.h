@@ -24,15 +24,6 @@
 
 #include <uvsock/uvsock.h>
 
-/*
- * <linux/vm_sockets.h> (via uvsock.h) and vsock/hdr.h both define the VMADDR_* constants with
- * the same values but different spellings; keep hdr.h's.
- */
-#undef VMADDR_CID_HYPERVISOR
-#undef VMADDR_CID_LOCAL
-#undef VMADDR_CID_HOST
-#undef VMADDR_CID_ANY
-#undef VMADDR_PORT_ANY
 #include "vsock/engine.h"
 
 struct uvsock_ctx;

@@ -18,12 +18,22 @@
 #define VSOCK_MAX_PKT_PAYLOAD 65536u   /* VIRTIO_VSOCK_MAX_PKT_BUF_SIZE */
 #define VSOCK_GOOD_COPY_LEN 128u       /* small-payload merge threshold (reference 5.3) */
 
-/* Context IDs (linux/vm_sockets.h). */
-#define VMADDR_CID_HYPERVISOR 0u
-#define VMADDR_CID_LOCAL 1u
-#define VMADDR_CID_HOST 2u
-#define VMADDR_CID_ANY 0xffffffffu
-#define VMADDR_PORT_ANY 0xffffffffu
+/* Context IDs, as linux/vm_sockets.h defines them (kept compatible when both are included). */
+#ifndef VMADDR_CID_HYPERVISOR
+#define VMADDR_CID_HYPERVISOR 0
+#endif
+#ifndef VMADDR_CID_LOCAL
+#define VMADDR_CID_LOCAL 1
+#endif
+#ifndef VMADDR_CID_HOST
+#define VMADDR_CID_HOST 2
+#endif
+#ifndef VMADDR_CID_ANY
+#define VMADDR_CID_ANY -1U
+#endif
+#ifndef VMADDR_PORT_ANY
+#define VMADDR_PORT_ANY -1U
+#endif
 #define VSOCK_LAST_RESERVED_PORT 1023u
 
 enum vsock_type {
