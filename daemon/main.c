@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "device/device.h"
+#include "ops/ctl.h"
+#include "ops/stats.h"
 #include "options.h"
 #include "util/log.h"
 
@@ -26,6 +28,83 @@ struct vm_thread {
 	pthread_t th;
 	bool started;
 	int rc;
+};
+
+/* ---- control socket: what uvsock-stat reads ---------------------------------------------- */
+
+struct daemon_ctx {
+	struct vm_thread *vms;
+	unsigned n;
+};
+
+static unsigned ctl_vm_count(void *opaque)
+{
+	return ((struct daemon_ctx *)opaque)->n;
+}
+
+static uint32_t ctl_vm_cid(void *opaque, unsigned idx)
+{
+	return vsock_dev_guest_cid(((struct daemon_ctx *)opaque)->vms[idx].dev);
+}
+
+static void ctl_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
+{
+	struct vsock_dev *d = ((struct daemon_ctx *)opaque)->vms[idx].dev;
+	struct vsock_dev_status st;
+	struct vsock_dev_stats ds;
+
+	vsock_dev_get_status(d, &st);
+	vsock_dev_get_stats(d, &ds);
+	ret->cid = vsock_dev_guest_cid(d);
+	snprintf(ret->name, sizeof(ret->name), "%s", vsock_dev_name(d));
+	ret->vmm_connected = st.vmm_connected;
+	ret->broken = st.broken;
+	ret->have_engine = st.have_engine;
+	if (st.have_engine)
+		ret->eng = st.eng;
+	ops_counters_from_sources(&ret->c, &ds, st.have_engine ? &st.eng : NULL, st.listeners);
+}
+
+struct conns_walk {
+	struct vsock_dev *d;
+	bool (*emit)(void *arg, const struct ops_conn_info *ci);
+	void *arg;
+	bool full;
+};
+
+static void conns_one(void *arg, const struct vsock_sock_info *info)
+{
+	struct conns_walk *w = arg;
+	struct ops_conn_info ci = { 0 };
+
+	if (w->full || info->state == VSOCK_SS_LISTEN)
+		return;
+	ci.vm_cid = vsock_dev_guest_cid(w->d);
+	ci.sock = *info;
+	/* Host-initiated connections have local ports from [2^30, 2^31); see host_uds.c. */
+	if (info->local_port >= (1u << 30) && info->local_port < (1u << 31))
+		snprintf(ci.host, sizeof(ci.host), "%.100s", vsock_dev_uds_path(w->d));
+	else
+		snprintf(ci.host, sizeof(ci.host), "%.96s_%u", vsock_dev_uds_path(w->d),
+			 info->local_port);
+	if (!w->emit(w->arg, &ci))
+		w->full = true;
+}
+
+static void ctl_vm_conns(void *opaque, unsigned idx,
+			 bool (*emit)(void *arg, const struct ops_conn_info *ci), void *arg)
+{
+	struct conns_walk w = { .d = ((struct daemon_ctx *)opaque)->vms[idx].dev, .emit = emit,
+				.arg = arg };
+
+	vsock_dev_foreach_sock(w.d, conns_one, &w);
+}
+
+static const struct ops_ctl_ops ctl_ops = {
+	.vm_count = ctl_vm_count,
+	.vm_cid = ctl_vm_cid,
+	.vm_stats = ctl_vm_stats,
+	.vm_conns = ctl_vm_conns,
 };
 
 static void *vm_main(void *arg)
@@ -49,6 +128,8 @@ int main(int argc, char **argv)
 	struct uvsockd_config cfg = { 0 };
 	struct vsock_router *router = NULL;
 	struct vm_thread *vms = NULL;
+	struct daemon_ctx ctx = { 0 };
+	struct ops_ctl *ctl = NULL;
 	char err[512];
 	sigset_t sigs;
 	int r, sig, rc = 1;
@@ -72,9 +153,6 @@ int main(int argc, char **argv)
 		break;
 	}
 	log_set_level(cfg.log_level);
-	if (cfg.control_path[0])
-		log_warn("control socket %s (from --config) is not served by this uvsockd; ignored",
-			 cfg.control_path);
 	r = uvsockd_check_paths(&cfg, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "uvsockd: %s\n", err);
@@ -120,6 +198,33 @@ int main(int argc, char **argv)
 				fprintf(stderr, "uvsockd: out of memory\n");
 				goto out;
 			}
+	if (!cfg.control_off) {
+		struct ops_ctl_config cc = {
+			.ops = &ctl_ops,
+			.opaque = &ctx,
+			.server = "uvsockd " UVSOCK_VERSION,
+		};
+		char def[UVSOCKD_SUN_PATH_MAX + 1];
+
+		ctx.vms = vms;
+		ctx.n = cfg.n_vms;
+		cc.path = cfg.control_path;
+		if (!cfg.control_path[0]) {
+			if (ops_ctl_default_path(cfg.vms[0].socket_path, def, sizeof(def)) < 0) {
+				fprintf(stderr,
+					"uvsockd: %s.ctl is too long for a control socket; use "
+					"--control PATH or --control none\n",
+					cfg.vms[0].socket_path);
+				goto out;
+			}
+			cc.path = def;
+		}
+		r = ops_ctl_start(&cc, &ctl);
+		if (r < 0) {
+			fprintf(stderr, "uvsockd: control socket %s: %s\n", cc.path, strerror(-r));
+			goto out;
+		}
+	}
 	for (unsigned i = 0; i < cfg.n_vms; i++) {
 		r = pthread_create(&vms[i].th, NULL, vm_main, &vms[i]);
 		if (r) {
@@ -137,6 +242,8 @@ int main(int argc, char **argv)
 	rc = 0;
 
 out:
+	/* The control thread reads the devices: stop it first. */
+	ops_ctl_stop(ctl);
 	if (vms) {
 		for (unsigned i = 0; i < cfg.n_vms; i++)
 			if (vms[i].started)

@@ -354,7 +354,7 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 	struct uvsockd_config c = { .action = UVSOCKD_RUN, .log_level = LOG_LVL_INFO };
 	struct uvsockd_vm_config single;
 	bool single_seen[_KEY_MAX] = { 0 };
-	bool any_single = false, log_level_given = false;
+	bool any_single = false, log_level_given = false, control_given = false;
 	const char *config_path = NULL;
 	int r = 0;
 
@@ -402,6 +402,25 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 				goto out_fail;
 			}
 			config_path = v;
+			continue;
+		}
+		m = match_opt(argc, argv, &i, "--control", &v, err, errlen);
+		if (m < 0)
+			goto out_fail;
+		if (m) {
+			if (control_given) {
+				r = fail(err, errlen, "--control given twice");
+				goto out_fail;
+			}
+			control_given = true;
+			if (strcmp(v, "none") == 0) {
+				c.control_off = true;
+				continue;
+			}
+			r = set_path(c.control_path, "--control", v, UVSOCKD_SUN_PATH_MAX, err,
+				     errlen);
+			if (r < 0)
+				goto out_fail;
 			continue;
 		}
 		m = match_opt(argc, argv, &i, "--log-level", &v, err, errlen);
@@ -473,7 +492,8 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 			goto out_fail;
 		}
 		r = ops_config_to_uvsockd(&oc, &c);
-		if (r == 0 && oc.have_control)
+		/* The command line's --control wins over the file's. */
+		if (r == 0 && oc.have_control && !control_given)
 			snprintf(c.control_path, sizeof(c.control_path), "%s", oc.control_path);
 		ops_config_clear(&oc);
 		if (r < 0) {
@@ -609,6 +629,8 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"                          each other by CID (default: default)\n"
 		"  --config FILE           read the VMs from a YAML file (vhost-device-vsock's\n"
 		"                          vms: list); not combinable with --vm\n"
+		"  --control PATH|none     control socket for uvsock-stat (default: the first\n"
+		"                          VM's socket path + \".ctl\"; none: no control socket)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  --print-capabilities    print the vhost-user backend capabilities as JSON\n"
 		"  -h, --help              print this help\n"

@@ -59,7 +59,10 @@ struct uvsockd_config {
 	enum log_level log_level;
 	unsigned n_vms;
 	struct uvsockd_vm_config *vms; /* n_vms entries, owned */
-	char control_path[UVSOCKD_SUN_PATH_MAX + 1]; /* `control:` of --config, "" if none */
+	/* Control socket (uvsock-stat): --control PATH or `control:` of --config; "" = the default
+	 * `<first VM's socket>.ctl`; control_off with --control none. */
+	char control_path[UVSOCKD_SUN_PATH_MAX + 1];
+	bool control_off;
 };
 
 /*

@@ -143,7 +143,7 @@ static void mark_broken(struct vsock_dev *d, struct dev_queue *dq, const char *w
 {
 	if (d->broken)
 		return;
-	d->broken = true;
+	__atomic_store_n(&d->broken, true, __ATOMIC_RELAXED);
 	DEV_STAT_ADD(d, ring_errors, 1);
 	log_guest(LOG_LVL_WARN, "%s: %s ring error: %s; device stopped until the rings restart",
 		  d->name, dq == &d->rxq ? "rx" : "tx",
@@ -630,6 +630,7 @@ static const struct vsock_engine_ops eng_ops = {
 static int engine_create(struct vsock_dev *d, unsigned tx_num)
 {
 	struct vsock_engine_config cfg;
+	struct vsock_engine *e;
 	int r;
 
 	vsock_engine_config_default(&cfg);
@@ -645,7 +646,7 @@ static int engine_create(struct vsock_dev *d, unsigned tx_num)
 	cfg.seqpacket = !!(d->features & (1ull << VIRTIO_VSOCK_F_SEQPACKET));
 	cfg.ops = &eng_ops;
 	cfg.opaque = d;
-	r = vsock_engine_new(&cfg, &d->eng);
+	r = vsock_engine_new(&cfg, &e);
 	if (r < 0)
 		return r;
 	for (int i = 0; i < 2; i++) {
@@ -653,7 +654,7 @@ static int engine_create(struct vsock_dev *d, unsigned tx_num)
 
 		if (type == VSOCK_TYPE_SEQPACKET && !cfg.seqpacket)
 			break;
-		r = vsock_sock_new(d->eng, type, &d->lst[i]);
+		r = vsock_sock_new(e, type, &d->lst[i]);
 		if (r < 0)
 			goto out_free;
 		vsock_sock_set_user(d->lst[i], &listener_mark);
@@ -661,12 +662,14 @@ static int engine_create(struct vsock_dev *d, unsigned tx_num)
 		if (r < 0)
 			goto out_free;
 	}
+	pthread_mutex_lock(&d->eng_lock);
+	d->eng = e;
+	pthread_mutex_unlock(&d->eng_lock);
 	return 0;
 
 out_free:
 	log_error("%s: engine listener set-up failed: %s", d->name, strerror(-r));
-	vsock_engine_free(d->eng);
-	d->eng = NULL;
+	vsock_engine_free(e);
 	d->lst[0] = d->lst[1] = NULL;
 	return r;
 }
@@ -674,11 +677,15 @@ out_free:
 /* Drops every connection of the VM: host sockets closed, engine freed (nothing is sent). */
 static void engine_destroy(struct vsock_dev *d)
 {
+	struct vsock_engine *e;
+
+	/* Withdrawn from readers first; host sockets are closed before the engine goes. */
+	pthread_mutex_lock(&d->eng_lock);
+	e = d->eng;
+	d->eng = NULL;
+	pthread_mutex_unlock(&d->eng_lock);
 	host_close_all(d);
-	if (d->eng) {
-		vsock_engine_free(d->eng);
-		d->eng = NULL;
-	}
+	vsock_engine_free(e);
 	d->lst[0] = d->lst[1] = NULL;
 	d->accept_pending = false;
 	d->tx_throttled = false;
@@ -843,7 +850,7 @@ static int vq_start(void *opaque, unsigned qidx, const struct vhu_vring_info *in
 	dq->num = info->num;
 	dq->running = true;
 	d->features = info->features;
-	d->broken = false;
+	__atomic_store_n(&d->broken, false, __ATOMIC_RELAXED);
 	if (qidx == 1 && !d->eng) {
 		r = engine_create(d, info->num);
 		if (r < 0) {
@@ -903,6 +910,7 @@ static void vmm_disconnect(struct vsock_dev *d, int why)
 {
 	if (!d->vhu)
 		return;
+	__atomic_store_n(&d->vmm_connected, false, __ATOMIC_RELAXED);
 	if (why == -ECONNRESET)
 		log_info("%s: VMM disconnected", d->name);
 	else
@@ -913,7 +921,7 @@ static void vmm_disconnect(struct vsock_dev *d, int why)
 	d->vhu = NULL;
 	engine_destroy(d);
 	sib_drop_all(d);
-	d->broken = false;
+	__atomic_store_n(&d->broken, false, __ATOMIC_RELAXED);
 	/* Serve the socket again: the next VMM (a restarted VM) is accepted by vhu_listen_cb. */
 	(void)loop_watch_mod(d->vhu_listen_w, EPOLLIN);
 }
@@ -972,6 +980,7 @@ static void vhu_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	}
 	/* One VMM at a time: further connections wait in the backlog. */
 	(void)loop_watch_mod(d->vhu_listen_w, 0);
+	__atomic_store_n(&d->vmm_connected, true, __ATOMIC_RELAXED);
 	DEV_STAT_ADD(d, vmm_connects, 1);
 	log_info("%s: VMM connected", d->name);
 }
@@ -1056,6 +1065,7 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d->max_conns = cfg->max_conns ? cfg->max_conns : 1024;
 	d->router = router;
 	pthread_mutex_init(&d->inbox.lock, NULL);
+	pthread_mutex_init(&d->eng_lock, NULL);
 
 	d->scratch_len = MAX((size_t)d->buf_alloc, (size_t)VSOCK_MAX_PKT_PAYLOAD);
 	d->scratch = malloc(d->scratch_len);
@@ -1185,6 +1195,7 @@ void vsock_dev_free(struct vsock_dev *d)
 	for (unsigned i = 0; i < d->inbox.count; i++)
 		free(d->inbox.ring[(d->inbox.head + i) % DEV_INBOX_PKTS]);
 	pthread_mutex_destroy(&d->inbox.lock);
+	pthread_mutex_destroy(&d->eng_lock);
 	loop_async_free(d->inbox_async);
 	loop_async_free(d->room_async);
 	loop_timer_free(d->eng_timer);
@@ -1212,4 +1223,38 @@ void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret)
 uint32_t vsock_dev_guest_cid(const struct vsock_dev *d)
 {
 	return d->cid;
+}
+
+const char *vsock_dev_uds_path(const struct vsock_dev *d)
+{
+	return d->uds_path;
+}
+
+const char *vsock_dev_name(const struct vsock_dev *d)
+{
+	return d->name;
+}
+
+void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	ret->vmm_connected = __atomic_load_n(&d->vmm_connected, __ATOMIC_RELAXED);
+	ret->broken = __atomic_load_n(&d->broken, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&d->eng_lock);
+	if (d->eng) {
+		ret->have_engine = true;
+		/* lst[] is set before eng is published and cleared after it is withdrawn. */
+		ret->listeners = !!d->lst[0] + !!d->lst[1];
+		vsock_engine_get_stats(d->eng, &ret->eng);
+	}
+	pthread_mutex_unlock(&d->eng_lock);
+}
+
+void vsock_dev_foreach_sock(struct vsock_dev *d,
+			    void (*fn)(void *arg, const struct vsock_sock_info *info), void *arg)
+{
+	pthread_mutex_lock(&d->eng_lock);
+	if (d->eng)
+		vsock_engine_foreach_sock(d->eng, fn, arg);
+	pthread_mutex_unlock(&d->eng_lock);
 }

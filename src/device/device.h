@@ -24,6 +24,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "vsock/engine.h"
+
 struct vsock_dev;
 struct vsock_router;
 
@@ -97,5 +99,31 @@ struct vsock_dev_stats {
 void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret);
 
 uint32_t vsock_dev_guest_cid(const struct vsock_dev *d);
+/* The uds-path and the log name the device was created with (valid until vsock_dev_free). */
+const char *vsock_dev_uds_path(const struct vsock_dev *d);
+const char *vsock_dev_name(const struct vsock_dev *d);
+
+/* State for operators (uvsock-stat through the control socket). */
+struct vsock_dev_status {
+	bool vmm_connected;              /* a VMM is connected on the vhost-user socket */
+	bool broken;                     /* rings marked broken until restarted */
+	bool have_engine;                /* eng and listeners are valid (rings started) */
+	unsigned listeners;              /* sockets of the engine that are our own listeners */
+	struct vsock_engine_stats eng;
+};
+
+/*
+ * Fills *ret. Context: any thread; takes the device's engine lock briefly (never held on the
+ * data path, only while the engine is created or freed).
+ */
+void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret);
+
+/*
+ * Calls fn for every socket of the device's engine (connections, pending ones and the device's
+ * own listeners), if it has one. fn must not call into the engine or the device. Context: any
+ * thread; holds the engine lock for the walk.
+ */
+void vsock_dev_foreach_sock(struct vsock_dev *d,
+			    void (*fn)(void *arg, const struct vsock_sock_info *info), void *arg);
 
 #endif

@@ -113,9 +113,12 @@ struct vsock_dev {
 	struct loop_watch *vhu_w;
 	struct dev_queue rxq, txq;
 	uint64_t features;
-	bool broken;      /* ring error: no processing until the rings restart */
+	bool broken;      /* ring error: no processing until the rings restart; atomic for readers */
+	bool vmm_connected; /* atomic: d->vhu != NULL, for readers on other threads */
 
-	/* engine: exists while the device runs (TX ring started since the last reset) */
+	/* engine: exists while the device runs (TX ring started since the last reset); eng is
+	 * written under eng_lock (readers on other threads: status, listing) */
+	pthread_mutex_t eng_lock;
 	struct vsock_engine *eng;
 	struct vsock_sock *lst[2];     /* deferred wildcard listeners: STREAM, SEQPACKET */
 	bool accept_pending;           /* a listener has children to confirm */

@@ -674,6 +674,61 @@ TEST(congested_sibling_does_not_stall_sender)
 	vsock_router_free(router);
 }
 
+struct walk {
+	int conns, listeners;
+	uint32_t port;
+};
+
+static void walk_one(void *arg, const struct vsock_sock_info *info)
+{
+	struct walk *w = arg;
+
+	if (info->state == VSOCK_SS_LISTEN) {
+		w->listeners++;
+		return;
+	}
+	w->conns++;
+	w->port = info->local_port;
+}
+
+TEST(status_and_socket_listing_for_operators)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr req;
+	struct vsock_dev_status st;
+	struct walk w = { 0 };
+	int fd;
+
+	tdev_start(&t, NULL, 3);
+	vsock_dev_get_status(t.d, &st);
+	ASSERT_FALSE(st.vmm_connected);
+	ASSERT_FALSE(st.have_engine);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
+	vsock_dev_get_status(t.d, &st);
+	ASSERT_TRUE(st.vmm_connected);
+	ASSERT_FALSE(st.broken);
+	ASSERT_TRUE(st.have_engine);
+	ASSERT_EQ(st.listeners, 2); /* STREAM and SEQPACKET wildcard listeners */
+	ASSERT_EQ(st.eng.socks_open, 3);
+	vsock_dev_foreach_sock(t.d, walk_one, &w);
+	ASSERT_EQ(w.listeners, 2);
+	ASSERT_EQ(w.conns, 1);
+	ASSERT_EQ(w.port, req.src_port);
+	tg_disconnect(&g);
+	ASSERT_EQ(read_wait(fd, &w, 1, WAIT_MS), 0);
+	close(fd);
+	vsock_dev_get_status(t.d, &st);
+	ASSERT_FALSE(st.vmm_connected);
+	ASSERT_FALSE(st.have_engine);
+	memset(&w, 0, sizeof(w));
+	vsock_dev_foreach_sock(t.d, walk_one, &w);
+	ASSERT_EQ(w.conns + w.listeners, 0);
+	tdev_stop(&t);
+}
+
 struct writer_arg {
 	int fd;
 	size_t len;
