@@ -33,6 +33,7 @@
 #define CTL_DEFAULT_IDLE_MS 30000u
 #define CTL_MAX_ARGS 16
 #define CTL_FLUSH_MS 1000u
+#define CTL_ACCEPT_PAUSE_MS 100u
 /* Room kept free in an answer for the members written after a listing. */
 #define CTL_TAIL_ROOM 512u
 /* Largest JSON of one connection in a listing (host path escaped included). */
@@ -75,6 +76,7 @@ struct ops_ctl {
 	unsigned idle_ms;
 	bool any_uid;
 	int lfd, wake_fd;
+	uint64_t accept_pause_until; /* accept failed for lack of resources: retry then */
 	pthread_t th;
 	struct client **clients;
 	unsigned n_clients;
@@ -676,7 +678,7 @@ static void refuse(int fd, const char *msg)
 			 "{\"proto\":%d,\"ok\":false,\"error\":\"%s\",\"errno\":\"EBUSY\"}\n",
 			 OPS_CTL_PROTO, msg);
 
-	(void)!write(fd, line, (size_t)n);
+	(void)!send(fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 	close(fd);
 }
 
@@ -688,8 +690,13 @@ static void do_accept(struct ops_ctl *c)
 		socklen_t len = sizeof(cred);
 		struct client *cl;
 
-		if (fd < 0)
+		if (fd < 0) {
+			/* Out of descriptors: the listener stays readable; pause it rather than
+			 * spin (the pending connection waits in the backlog). */
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+				c->accept_pause_until = now_ms() + CTL_ACCEPT_PAUSE_MS;
 			return;
+		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
 		    (!c->any_uid && cred.uid != 0 && cred.uid != geteuid())) {
 			refuse(fd, "permission denied");
@@ -847,6 +854,10 @@ static void *ctl_main(void *arg)
 
 		pfd[0] = (struct pollfd){ .fd = c->wake_fd, .events = POLLIN };
 		pfd[1] = (struct pollfd){ .fd = c->lfd, .events = POLLIN };
+		if (now < c->accept_pause_until) {
+			pfd[1].fd = -1; /* poll ignores negative fds */
+			next = MIN(next, c->accept_pause_until);
+		}
 		for (unsigned i = 0; i < n; i++) {
 			struct client *cl = c->clients[i];
 

@@ -512,6 +512,10 @@ static int do_capture(int fd, const struct opts *o, FILE *out, FILE *err)
 
 	if (strcmp(o->capture, "-") == 0) {
 		file_fd = fileno(out);
+		if (file_fd < 0) {
+			fprintf(err, "uvsock-stat: --capture -: the output is not a file\n");
+			return 1;
+		}
 		fflush(out);
 	} else {
 		file_fd = open(o->capture, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,

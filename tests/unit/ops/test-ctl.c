@@ -7,6 +7,7 @@
  */
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -586,6 +587,56 @@ TEST(stop_ends_capture)
 	for (unsigned i = 0; i < FAKE_MAX_VMS; i++)
 		ops_tap_destroy(&f.taps[i]);
 	rmdir(f.dir);
+}
+
+static uint64_t cpu_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Out of descriptors: accept fails; the server pauses instead of spinning, then recovers. */
+TEST(accept_without_descriptors_does_not_spin)
+{
+	struct fake_daemon f;
+	struct rlimit rl;
+	int fds[4096], n = 0, fd;
+
+	fake_start(&f, 1, NULL);
+	ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = 256;
+	ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	/* Use every descriptor but one, which the client socket takes. */
+	for (;;) {
+		int d = dup(0);
+
+		if (d < 0)
+			break;
+		fds[n++] = d;
+	}
+	ASSERT_GT(n, 1);
+	close(fds[--n]);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ASSERT_TRUE(fd >= 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	strcpy(sa.sun_path, f.path);
+	ASSERT_EQ(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0); /* in the backlog */
+	uint64_t c0 = cpu_ms(), t0 = mono_ms();
+	usleep(500 * 1000);
+	uint64_t used = cpu_ms() - c0, wall = mono_ms() - t0;
+	test_note("control thread used %llu ms of CPU in %llu ms", (unsigned long long)used,
+		  (unsigned long long)wall);
+	ASSERT_LT(used, wall / 2);
+	/* Descriptors back: the waiting client is served. */
+	while (n)
+		close(fds[--n]);
+	struct ops_jv *v = req(fd, "version");
+	ASSERT_TRUE(ops_json_bool(v, "ok", false));
+	ops_json_free(v);
+	close(fd);
+	fake_stop(&f);
 }
 
 TEST_MAIN()
