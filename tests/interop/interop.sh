@@ -29,6 +29,7 @@ source "$HERE/lib.sh"
 GUEST="" HOST="" DAEMON="" SELFTEST=0
 KERNELS=${UVSOCK_INTEROP_KERNELS:-"linux-image-amd64 linux-image-6.12-amd64"}
 BULK=${UVSOCK_INTEROP_BULK:-$((64 << 20))}
+VM_LIMIT=${UVSOCK_INTEROP_VM_LIMIT:-900}   # seconds one VM may run in all
 while [ $# -gt 0 ]; do
 	case $1 in
 	--guest) GUEST=$2; shift 2 ;;
@@ -96,6 +97,7 @@ daemon_start() {
 		--vm "guest-cid=4,socket=$T/vm4.sock,uds-path=$T/vm4.vsock,groups=interop" \
 		>"$T/uvsockd.$k.log" 2>&1 &
 	DPID=$!
+	ln -sf "uvsockd.$k.log" "$T/uvsockd.log"
 	local end=$(($(now_ms) + 10000))
 	while ! [ -S "$T/vm3.sock" ] || ! [ -S "$T/vm4.sock" ]; do
 		if ! kill -0 "$DPID" 2>/dev/null || [ "$(now_ms)" -ge "$end" ]; then
@@ -186,6 +188,16 @@ vm_wait() {
 			UVSOCK-CASE*) phase="between cases"; limit=30 ;;
 			UVSOCK-DONE*) phase="power-off"; limit=30 ;;
 			esac
+		fi
+		if [ -n "$DPID" ] && ! kill -0 "$DPID" 2>/dev/null; then
+			VMNOTE[$name]="uvsockd exited during this VM's run; QEMU killed: $(tail -n 3 "$T/uvsockd.log" 2>/dev/null | tr '\n' ' ')"
+			kill -9 "$qpid" 2>/dev/null
+			break
+		fi
+		if [ $(($(now_ms) - VMSTART[$name])) -ge $((VM_LIMIT * 1000)) ]; then
+			VMNOTE[$name]="VM ran longer than $VM_LIMIT s (UVSOCK_INTEROP_VM_LIMIT) in phase '$phase'; QEMU killed"
+			kill -9 "$qpid" 2>/dev/null
+			break
 		fi
 		if [ $(($(now_ms) - phase_start)) -ge $((limit * 1000)) ]; then
 			VMNOTE[$name]="time limit of $limit s exceeded in phase '$phase'; QEMU killed"

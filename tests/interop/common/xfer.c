@@ -125,6 +125,7 @@ static void init_common(struct xfer *x, int fd)
 	memset(x, 0, sizeof(*x));
 	x->fd = fd;
 	x->t0 = xfer_now_ms();
+	x->last_io = x->t0;
 	x->trl.bad = UINT64_MAX;
 	set_nonblock(fd);
 }
@@ -747,6 +748,14 @@ int xfer_run(struct xfer *v, size_t *n, size_t cap, int lfd, size_t accept_n, in
 			break;
 		if (now >= deadline_ms)
 			break;
+		for (size_t i = 0; i < *n; i++) {
+			if (!v[i].done && now - v[i].last_io > XFER_STALL_MS)
+				finish(&v[i], false, "%s id %llu: no progress for %d s (sent %llu/%llu, "
+				       "rcvd %llu/%llu)", who(&v[i]), (unsigned long long)v[i].h.id,
+				       XFER_STALL_MS / 1000, (unsigned long long)v[i].sent,
+				       (unsigned long long)out_total(&v[i]), (unsigned long long)v[i].rcvd,
+				       (unsigned long long)in_total(&v[i]));
+		}
 		timeout = deadline_ms - now > 1000 ? 1000 : (int)(deadline_ms - now);
 		r = poll(p, np, timeout);
 		if (r < 0 && errno != EINTR)
@@ -759,8 +768,13 @@ int xfer_run(struct xfer *v, size_t *n, size_t cap, int lfd, size_t accept_n, in
 		for (size_t i = 0; i < *n; i++) {
 			if (v[i].done)
 				continue;
-			if (p[k].revents)
+			if (p[k].revents) {
+				uint64_t before = v[i].sent + v[i].rcvd + v[i].hdr_off + v[i].trl_off;
+
 				want[i] = pump(&v[i]);
+				if (v[i].sent + v[i].rcvd + v[i].hdr_off + v[i].trl_off != before)
+					v[i].last_io = xfer_now_ms();
+			}
 			k++;
 		}
 		if (lfd >= 0 && accepted < accept_n && (p[k].revents & POLLIN)) {

@@ -92,7 +92,11 @@ struct xfer {
 	bool done, ok;
 	char msg[200];
 	int64_t t0, t1; /* ms */
+	int64_t last_io; /* ms of the last byte moved (stall detection) */
 };
+
+/* A session that moves no byte for this long fails even before its deadline. */
+#define XFER_STALL_MS 60000
 
 /* xfer_now_ms: CLOCK_MONOTONIC in milliseconds. */
 int64_t xfer_now_ms(void);

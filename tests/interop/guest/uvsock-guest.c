@@ -347,7 +347,7 @@ static int c_g2h_bulk(const char *arg, char *d)
 {
 	uint64_t b = arg ? strtoull(arg, NULL, 0) : g.bulk;
 
-	return g2h_session(d, XM_DUPLEX, b, b, 1500);
+	return g2h_session(d, XM_DUPLEX, b, b, 570);
 }
 
 static int c_g2h_halfclose(const char *arg, char *d)
@@ -364,7 +364,7 @@ static int c_h2g_bulk(const char *arg, char *d)
 {
 	uint64_t b = arg ? strtoull(arg, NULL, 0) : g.bulk;
 
-	return h2g_sessions(d, XM_DUPLEX, b, b, 1, 1500);
+	return h2g_sessions(d, XM_DUPLEX, b, b, 1, 570);
 }
 
 static int c_h2g_halfclose(const char *arg, char *d)
@@ -1679,8 +1679,8 @@ static const struct gcase cases[] = {
 	{ "hello", c_hello, 30 },
 	{ "g2h_echo", c_g2h_echo, 150 },
 	{ "h2g_echo", c_h2g_echo, 150 },
-	{ "g2h_bulk", c_g2h_bulk, 1600 },
-	{ "h2g_bulk", c_h2g_bulk, 1600 },
+	{ "g2h_bulk", c_g2h_bulk, 600 },
+	{ "h2g_bulk", c_h2g_bulk, 600 },
 	{ "g2h_seqpacket", c_g2h_seqpacket, 120 },
 	{ "h2g_seqpacket", c_h2g_seqpacket, 120 },
 	{ "g2h_refused", c_g2h_refused, 30 },
