@@ -251,7 +251,7 @@ static void backend_lost(struct vdrv *d, const char *why)
 {
 	if (atomic_exchange(&d->dead, true))
 		return;
-	log_msg(LOG_LVL_WARN, "vdrv: cid %u: %s: resetting every connection", d->cid, why);
+	log_msg(LOG_LVL_DEBUG, "vdrv: cid %u: %s: resetting every connection", d->cid, why);
 	STAT_ADD(d, backend_lost, 1);
 	STAT_ADD(d, resets, 1);
 	vsock_engine_transport_reset(d->e, VMADDR_CID_ANY);
