@@ -457,6 +457,14 @@ static int flush_to_host(struct hconn *c)
 	return 0;
 }
 
+/* The guest will take no more bytes: stop reading the host socket for good. */
+static void guest_rcv_shut(struct hconn *c)
+{
+	c->host_rd_eof = true;
+	c->guest_blocked = false;
+	shutdown(c->fd, SHUT_RD);
+}
+
 /* Host -> guest. Returns 0, or -EPIPE if the connection must end. */
 static int read_from_host(struct hconn *c)
 {
@@ -502,9 +510,17 @@ static int read_from_host(struct hconn *c)
 				c->guest_blocked = true;
 				break;
 			}
+			if (s == -EPIPE) {
+				guest_rcv_shut(c);
+				break;
+			}
 			if (s < 0)
 				return -EPIPE;
 			(void)recv(c->fd, d->scratch, 0, MSG_DONTWAIT); /* drops the peeked message */
+		} else if (s == -EPIPE) {
+			/* The guest shut down receiving: this direction is over, the other goes on. */
+			guest_rcv_shut(c);
+			break;
 		} else if (s != n) {
 			/* send_space promised room: a short send means the socket is no longer usable. */
 			return -EPIPE;
@@ -540,12 +556,27 @@ static void hconn_service_open(struct hconn *c)
 		shutdown(c->fd, SHUT_WR);
 		c->host_wr_shut = true;
 	}
+	/*
+	 * No credit: maybe because the guest shut down receiving (SHUTDOWN with RCV, e.g. its
+	 * close()), which ends the host -> guest direction.
+	 */
+	if (c->guest_blocked && !c->host_rd_eof) {
+		struct vsock_sock_info info;
+
+		vsock_sock_get_info(c->s, &info);
+		if (info.peer_shutdown & VSOCK_SHUTDOWN_RCV)
+			guest_rcv_shut(c);
+	}
 	if (st == VSOCK_SS_CLOSED && !c->host_wr_blocked) {
 		/* Reset or fully closed by the guest, and everything delivered. */
 		hconn_close(c);
 		return;
 	}
-	/* Both directions finished, or the host program closed its socket entirely. */
+	/*
+	 * Both directions finished: host -> guest by host EOF or guest SHUTDOWN(RCV), guest -> host
+	 * by guest SHUTDOWN(SEND) with everything flushed or by the host closing its socket. The
+	 * engine then ends the connection (at once with RST if the guest shut down both ways).
+	 */
 	if (c->host_rd_eof && (c->host_wr_shut || c->host_hup)) {
 		hconn_close(c);
 		return;

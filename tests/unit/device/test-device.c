@@ -381,6 +381,58 @@ TEST(guest_to_host_stream_with_half_close)
 	tdev_stop(&t);
 }
 
+TEST(guest_close_with_unread_data_ends_with_rst_after_host_close)
+{
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr h, r;
+	static uint8_t payload[4096], rb[65536];
+	char path[160];
+	size_t got = 0;
+	ssize_t n;
+	int lfd, hfd, i;
+
+	tdev_start(&t, NULL, 3);
+	snprintf(path, sizeof(path), "%s_1234", t.uds);
+	lfd = unix_listen(path, SOCK_STREAM);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&g, &h, NULL);
+	hfd = accept_wait(lfd, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	ASSERT_OK(tg_recv(&g, &r, rb, sizeof(rb), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
+	/* 248 KiB while the host reads nothing: more than its socket buffer takes. */
+	for (i = 0; i < 62; i++) {
+		memset(payload, i, sizeof(payload));
+		h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, sizeof(payload));
+		tg_send(&g, &h, payload);
+	}
+	/* The guest closes: SHUTDOWN with both flags. */
+	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_SHUTDOWN, 0);
+	h.flags = VSOCK_SHUTDOWN_MASK;
+	tg_send(&g, &h, NULL);
+	/* The host now reads everything, sees EOF, closes: the guest gets its RST promptly. */
+	while ((n = read_wait(hfd, rb, sizeof(rb), WAIT_MS)) > 0) {
+		for (ssize_t k = 0; k < n; k++)
+			if (rb[k] != (uint8_t)((got + (size_t)k) / 4096))
+				test_fail(__FILE__, __LINE__, "byte %zu corrupted", got + (size_t)k);
+		got += (size_t)n;
+	}
+	ASSERT_EQ(n, 0);
+	ASSERT_EQ(got, 62 * 4096);
+	close(hfd);
+	do {
+		ASSERT_OK(tg_recv(&g, &r, rb, sizeof(rb), 1500, true));
+	} while (r.op == VSOCK_OP_SHUTDOWN);
+	ASSERT_EQ(r.op, VSOCK_OP_RST);
+	close(lfd);
+	unlink(path);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+}
+
 static void host_initiated(struct tdev *t, struct tguest *g, int type, int *ret_fd,
 			   struct vsock_hdr *ret_req)
 {
