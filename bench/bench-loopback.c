@@ -11,6 +11,19 @@
  *               iterations, in microseconds, median of --runs runs.
  *
  * Usage: uvsock-bench-loopback [--runs N] [--duration SECONDS] [--quick]
+ *
+ * Fixed workloads for instruction counting (valgrind --tool=callgrind, perf stat), one thread,
+ * no waiting, so the counts are repeatable; the timed part is the function ops_run (use
+ * callgrind's --toggle-collect=ops_run) and the program prints ns per operation:
+ *
+ *   --ops stream SIZE COUNT      loopback API, inline pump: COUNT x (send SIZE on one end, recv
+ *                                SIZE on the other)
+ *   --ops rtt COUNT              loopback API: COUNT x (64 B a->b, 64 B b->a)
+ *   --ops engine SIZE COUNT B    the engine alone (src/vsock): COUNT rounds of B sends of SIZE,
+ *                                pull them as B packets of SIZE (as from a peer that sends one
+ *                                packet per write), feed them with one vsock_engine_feed_batch,
+ *                                recv everything, then pull and feed the replies
+ *   --ops engine1 SIZE COUNT B   the same, feeding each packet with vsock_engine_feed
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -25,6 +38,8 @@
 #include <unistd.h>
 
 #include <uvsock/uvsock.h>
+
+#include "vsock/engine.h"
 
 #define MAX_RUNS 15
 #define RTT_SIZE 64
@@ -302,6 +317,217 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+
+/* ---- fixed workloads (--ops) ---- */
+
+struct ops_args {
+	const char *mode;
+	size_t size;
+	long count;
+	int batch;
+};
+
+/* The engine-only workload: one engine (CID 1) whose pulled packets are fed straight back. */
+struct eng_bench {
+	struct vsock_engine *e;
+	struct vsock_sock *cli, *srv;
+	uint8_t *arena;
+	struct vsock_pkt_ref *refs;
+	struct iovec *iovs;
+	int cap;
+	size_t pkt;      /* payload per pulled packet, as a peer that sends one packet per write */
+	bool one_by_one;
+	uint64_t events;
+};
+
+static uint64_t eng_now(void *opaque)
+{
+	(void)opaque;
+	return (uint64_t)(now_s() * 1e9);
+}
+
+static void eng_event(void *opaque, struct vsock_sock *s, void *user, unsigned mask)
+{
+	struct eng_bench *b = opaque;
+
+	(void)s;
+	(void)user;
+	(void)mask;
+	b->events++;
+}
+
+/* Pulls everything pending and feeds it back (in batches of at most b->cap). */
+static void eng_pump(struct eng_bench *b)
+{
+	for (;;) {
+		int n = 0;
+
+		while (n < b->cap) {
+			struct iovec iov = { b->arena + (size_t)n * VSOCK_MAX_PKT_PAYLOAD, b->pkt };
+			ssize_t r = vsock_engine_pull(b->e, &b->refs[n].hdr, &iov, 1, iov.iov_len);
+
+			if (r < 0)
+				break;
+			b->iovs[n] = (struct iovec){ iov.iov_base, (size_t)r };
+			b->refs[n].iov = &b->iovs[n];
+			b->refs[n].iovcnt = r > 0 ? 1 : 0;
+			n++;
+		}
+		if (n == 0)
+			return;
+		if (b->one_by_one) {
+			for (int i = 0; i < n; i++)
+				vsock_engine_feed(b->e, &b->refs[i].hdr, b->refs[i].iov,
+						  b->refs[i].iovcnt);
+		} else {
+			vsock_engine_feed_batch(b->e, b->refs, (size_t)n);
+		}
+	}
+}
+
+static const struct vsock_engine_ops eng_ops = { .now = eng_now, .sock_event = eng_event };
+
+static void eng_setup(struct eng_bench *b, int cap)
+{
+	struct vsock_engine_config cfg;
+	struct vsock_sock *l;
+
+	vsock_engine_config_default(&cfg);
+	cfg.local_cid = VMADDR_CID_LOCAL;
+	cfg.ops = &eng_ops;
+	cfg.opaque = b;
+	b->cap = cap;
+	b->arena = malloc((size_t)cap * VSOCK_MAX_PKT_PAYLOAD);
+	b->refs = calloc((size_t)cap, sizeof(*b->refs));
+	b->iovs = calloc((size_t)cap, sizeof(*b->iovs));
+	if (!b->arena || !b->refs || !b->iovs || vsock_engine_new(&cfg, &b->e) < 0 ||
+	    vsock_sock_new(b->e, VSOCK_TYPE_STREAM, &l) < 0 ||
+	    vsock_sock_bind(l, VMADDR_CID_ANY, 5000) < 0 || vsock_sock_listen(l, 1) < 0 ||
+	    vsock_sock_new(b->e, VSOCK_TYPE_STREAM, &b->cli) < 0 ||
+	    vsock_sock_connect(b->cli, VMADDR_CID_LOCAL, 5000) != -EINPROGRESS)
+		die("engine setup");
+	eng_pump(b);
+	if (vsock_sock_accept(l, &b->srv) < 0)
+		die("engine accept");
+	vsock_sock_close(l);
+	eng_pump(b);
+}
+
+static void eng_teardown(struct eng_bench *b)
+{
+	vsock_sock_close(b->cli);
+	vsock_sock_close(b->srv);
+	eng_pump(b);
+	vsock_engine_free(b->e);
+	free(b->arena);
+	free(b->refs);
+	free(b->iovs);
+}
+
+/* The measured part: callgrind --toggle-collect=ops_run. */
+__attribute__((noinline)) void ops_run(const struct ops_args *o, int a, int b,
+				       struct eng_bench *eb, char *buf);
+__attribute__((noinline)) void ops_run(const struct ops_args *o, int a, int b,
+				       struct eng_bench *eb, char *buf)
+{
+	for (long i = 0; i < o->count; i++) {
+		if (eb) {
+			struct iovec iov = { buf, o->size };
+			size_t got = 0, want = o->size * (size_t)o->batch;
+
+			for (int k = 0; k < o->batch; k++)
+				if (vsock_sock_send(eb->cli, &iov, 1, 0) != (ssize_t)o->size)
+					die("engine send");
+			eng_pump(eb);
+			while (got < want) {
+				struct iovec riov = { buf, RECV_BUF };
+				ssize_t n = vsock_sock_recv(eb->srv, &riov, 1, 0, NULL);
+
+				if (n <= 0)
+					die("engine recv");
+				got += (size_t)n;
+			}
+			eng_pump(eb); /* credit updates, if any */
+		} else if (strcmp(o->mode, "rtt") == 0) {
+			if (uvsock_send(a, buf, RTT_SIZE, 0) != RTT_SIZE ||
+			    uvsock_recv(b, buf, RTT_SIZE, MSG_WAITALL) != RTT_SIZE ||
+			    uvsock_send(b, buf, RTT_SIZE, 0) != RTT_SIZE ||
+			    uvsock_recv(a, buf, RTT_SIZE, MSG_WAITALL) != RTT_SIZE)
+				die("rtt");
+		} else {
+			if (uvsock_send(a, buf, o->size, 0) != (ssize_t)o->size ||
+			    uvsock_recv(b, buf, o->size, MSG_WAITALL) != (ssize_t)o->size)
+				die("stream");
+		}
+	}
+}
+
+static int ops_main(int argc, char **argv)
+{
+	struct ops_args o = { .mode = argv[0], .size = RTT_SIZE, .batch = 1 };
+	struct eng_bench eb = { 0 }, *ebp = NULL;
+	struct transport t = { .next_port = 1000 };
+	struct uvsock_ctx_stats st0, st1;
+	struct uvsock_ctx *ctx = NULL;
+	int a = -1, b = -1;
+	double t0, t1;
+	char *buf;
+
+	if (strcmp(o.mode, "rtt") == 0 && argc == 2) {
+		o.count = atol(argv[1]);
+	} else if (strcmp(o.mode, "stream") == 0 && argc == 3) {
+		o.size = (size_t)atol(argv[1]);
+		o.count = atol(argv[2]);
+	} else if ((strcmp(o.mode, "engine") == 0 || strcmp(o.mode, "engine1") == 0) &&
+		   argc == 4) {
+		o.size = (size_t)atol(argv[1]);
+		o.count = atol(argv[2]);
+		o.batch = atoi(argv[3]);
+		ebp = &eb;
+		eb.one_by_one = strcmp(o.mode, "engine1") == 0;
+		eb.pkt = o.size;
+	} else {
+		fprintf(stderr, "usage: --ops stream SIZE COUNT | rtt COUNT | engine[1] SIZE COUNT B\n");
+		return 2;
+	}
+	if (o.size == 0 || o.size > VSOCK_MAX_PKT_PAYLOAD || o.count <= 0 || o.batch <= 0 ||
+	    o.size * (size_t)o.batch > 128 * 1024) {
+		fprintf(stderr, "uvsock-bench-loopback: SIZE 1..65536, COUNT > 0, SIZE*B <= 128 KiB\n");
+		return 2;
+	}
+	buf = calloc(1, RECV_BUF);
+	if (!buf)
+		die("calloc");
+	if (ebp) {
+		eng_setup(ebp, o.batch + 8);
+	} else {
+		ctx = uvsock_ctx_new_loopback(NULL);
+		if (!ctx)
+			die("uvsock_ctx_new_loopback");
+		t.ctx = ctx;
+		uv_pair(&t, &a, &b);
+		uvsock_ctx_get_stats(ctx, &st0);
+	}
+	t0 = now_s();
+	ops_run(&o, a, b, ebp, buf);
+	t1 = now_s();
+	printf("%s size %zu count %ld batch %d: %.1f ns per round", o.mode, o.size, o.count,
+	       o.batch, (t1 - t0) * 1e9 / (double)o.count);
+	if (ebp) {
+		printf(", %.3f sock events per packet\n",
+		       (double)eb.events / (double)o.count / (double)o.batch);
+		eng_teardown(ebp);
+	} else {
+		uvsock_ctx_get_stats(ctx, &st1);
+		printf(", %.3f packets per round\n",
+		       (double)(st1.tx_pkts - st0.tx_pkts) / (double)o.count);
+		uv_close_pair(&t, a, b);
+		uvsock_ctx_free(ctx);
+	}
+	free(buf);
+	return 0;
+}
+
 static const size_t sizes[] = { 64, 4096, 65536 };
 
 int main(int argc, char **argv)
@@ -318,6 +544,8 @@ int main(int argc, char **argv)
 	const int nt = (int)(sizeof(ts) / sizeof(ts[0]));
 	double res[4][4];
 
+	if (argc >= 3 && strcmp(argv[1], "--ops") == 0)
+		return ops_main(argc - 2, argv + 2);
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
 			runs = atoi(argv[++i]);
@@ -328,8 +556,10 @@ int main(int argc, char **argv)
 			duration_s = 0.05;
 			rtt_iters = 2000;
 		} else {
-			fprintf(stderr, "usage: %s [--runs N] [--duration SECONDS] [--quick]\n",
-				argv[0]);
+			fprintf(stderr,
+				"usage: %s [--runs N] [--duration SECONDS] [--quick]\n"
+				"       %s --ops stream SIZE COUNT | rtt COUNT | engine[1] SIZE COUNT B\n",
+				argv[0], argv[0]);
 			return 2;
 		}
 	}
