@@ -172,8 +172,10 @@ static void serve_stall(int fd, const struct xfer_hdr *h)
 	pthread_mutex_lock(&vt_lock);
 	struct verdict *v = vt_find(h->id);
 
-	if (v)
+	if (v) {
 		v->stalled = true;
+		pthread_cond_broadcast(&vt_cond); /* a RELEASE may already be waiting for this */
+	}
 	while (v && !v->released)
 		if (pthread_cond_timedwait(&vt_cond, &vt_lock, &ts) == ETIMEDOUT)
 			break;
