@@ -549,6 +549,7 @@ int ops_config_parse(const char *name, const char *text, size_t len, struct ops_
 	while (off < len) {
 		const char *nl = memchr(text + off, '\n', len - off);
 		size_t n = nl ? (size_t)(nl - (text + off)) : len - off;
+		size_t next = off + n + (nl ? 1 : 0);
 
 		p.line++;
 		if (n && text[off + n - 1] == '\r')
@@ -563,7 +564,7 @@ int ops_config_parse(const char *name, const char *text, size_t len, struct ops_
 		}
 		memcpy(line, text + off, n);
 		line[n] = '\0';
-		off += nl ? (size_t)(nl - (text + off)) + 1 : n;
+		off = next;
 		if (strcmp(line, "...") == 0)
 			break;
 		r = do_line(&p, line);

@@ -262,6 +262,18 @@ TEST(bad_files_name_their_line)
 	}
 }
 
+/* A last line without a newline, ending in '\r' (found by the mutation test: it looped). */
+TEST(last_line_cr_without_newline)
+{
+	struct ops_config c;
+	char err[256];
+	static const char text[] = "vms:\n- socket: /a\n  uds_path: /b\r";
+
+	ASSERT_OK(ops_config_parse("t.yaml", text, sizeof(text) - 1, &c, err, sizeof(err)));
+	ASSERT_STREQ(c.vms[0].uds_path, "/b");
+	ops_config_clear(&c);
+}
+
 TEST(input_bounds)
 {
 	struct ops_config c;
@@ -321,6 +333,53 @@ TEST(load_file)
 	ops_config_clear(&c);
 	unlink(path);
 	rmdir(dir);
+}
+
+/* Deterministic mutations of a good file: a clean parse or one "t.yaml:..." line, never more. */
+TEST(random_mutations_never_crash)
+{
+	static const char seed[] =
+		"---\ncontrol: /run/c.ctl # x\nlog_level: info\nvms:\n"
+		"  - guest_cid: 4\n    socket: \"/run/a b\"\n    uds_path: '/run/u'\n"
+		"    tx_buffer_size: 65536\n    queue_size: 512\n    groups: [a, b]\n"
+		"  -\n    guest_cid: 5\n    socket: /run/s5\n    uds_path: /run/u5\n...\n";
+	char buf[sizeof(seed)];
+	uint64_t x = 0x2545f4914f6cdd1dull;
+	unsigned ok = 0;
+
+	for (int i = 0; i < 30000; i++) {
+		size_t len = sizeof(seed) - 1;
+		struct ops_config c;
+		char err[256];
+		int r;
+
+		memcpy(buf, seed, len);
+		for (int k = 0; k < 1 + i % 3; k++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			if (len == 0)
+				break;
+			size_t at = (size_t)(x % len);
+			static const char pool[] = " -:#'\"[],\t\n\r\\0a9_{&";
+
+			if ((x >> 33) % 2)
+				buf[at] = pool[(x >> 40) % (sizeof(pool) - 1)];
+			else
+				len = at;
+		}
+		r = ops_config_parse("t.yaml", buf, len, &c, err, sizeof(err));
+		if (r == 0) {
+			ok++;
+			ASSERT_GE(c.n_vms, 1);
+			ops_config_clear(&c);
+		} else {
+			ASSERT_EQ(r, -EINVAL);
+			ASSERT_EQ(strncmp(err, "t.yaml", 6), 0);
+			ASSERT_TRUE(strchr(err, '\n') == NULL);
+		}
+	}
+	test_note("%u of 30000 mutations still parse", ok);
 }
 
 TEST_MAIN()

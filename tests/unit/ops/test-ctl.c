@@ -589,6 +589,43 @@ TEST(stop_ends_capture)
 	rmdir(f.dir);
 }
 
+/* Random request lines (words from the protocol and junk): each gets one JSON answer. */
+TEST(random_requests_each_get_one_answer)
+{
+	static const char *const words[] = {
+		"v1", "v2", "version", "stats", "conns", "capture", "start", "stop", "status",
+		"vm=3", "vm=4", "vm=", "vm=99999999999", "snaplen=80", "ns", "duration=0", "-",
+		"/nonexistent/dir/x.pcap", "bogus", "\t", "é", "maxbytes=1",
+	};
+	struct fake_daemon f;
+	uint64_t x = 0x853c49e6748fea9bull;
+	int fd;
+
+	fake_start(&f, 2, NULL);
+	fd = conn(&f);
+	for (int i = 0; i < 2000; i++) {
+		char line[256] = "";
+		size_t len = 0;
+		int nw = 1 + i % 5;
+		struct ops_jv *v = NULL;
+
+		for (int k = 0; k < nw; k++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			len += (size_t)snprintf(line + len, sizeof(line) - len, "%s%s", k ? " " : "",
+						words[x % (sizeof(words) / sizeof(words[0]))]);
+		}
+		ASSERT_OK(ops_ctl_request(fd, line, -1, 5000, NULL, &v));
+		ASSERT_EQ_U64(ops_json_u64(v, "proto", 0), 1);
+		ASSERT_TRUE(ops_json_get(v, "ok") != NULL);
+		ops_json_free(v);
+	}
+	close(fd);
+	/* Whatever was started is stopped by fake_stop (ops_ctl_stop). */
+	fake_stop(&f);
+}
+
 static uint64_t cpu_ms(void)
 {
 	struct timespec ts;

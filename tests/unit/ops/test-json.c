@@ -113,4 +113,47 @@ TEST(reader_depth_bound)
 	ASSERT_ERR(ops_json_parse(deep, (size_t)n, &v), EINVAL);
 }
 
+/* Deterministic mutations of a real answer: every result is a clean parse or -EINVAL. */
+TEST(random_mutations_never_crash)
+{
+	static const char seed[] =
+		"{\"proto\":1,\"ok\":true,\"vms\":[{\"cid\":3,\"name\":\"vm3\",\"counters\":"
+		"{\"tx_pkts\":18446744073709551615,\"dropped\":{\"x\":0}},\"engine\":null}],"
+		"\"s\":\"a\\u00e9\\n\",\"f\":-1.5e-3,\"b\":[true,false]}";
+	char buf[sizeof(seed) + 8];
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	unsigned ok = 0;
+
+	for (int i = 0; i < 50000; i++) {
+		size_t len = sizeof(seed) - 1;
+		struct ops_jv *v;
+		int r;
+
+		memcpy(buf, seed, len);
+		for (int k = 0; k < 1 + i % 4; k++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			if (len == 0)
+				break;
+			size_t at = (size_t)(x % len);
+
+			switch ((x >> 32) % 3) {
+			case 0: buf[at] = (char)(x >> 40); break;                 /* replace */
+			case 1: len = at; break;                                  /* truncate */
+			case 2: memmove(buf + at, buf + at + 1, len - at - 1);    /* delete */
+				len--;
+				break;
+			}
+		}
+		r = ops_json_parse(buf, len, &v);
+		ASSERT_TRUE(r == 0 || r == -EINVAL);
+		if (r == 0) {
+			ok++;
+			ops_json_free(v);
+		}
+	}
+	test_note("%u of 50000 mutations still parse", ok);
+}
+
 TEST_MAIN()
