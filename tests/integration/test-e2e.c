@@ -108,6 +108,18 @@ static void stream_h2g(size_t w, size_t total)
 	ASSERT_TRUE(hw.ok);
 	test_note("host->guest %zu MiB in %zu B writes: %.2f s, %.1f MiB/s", total / MiB, w,
 		  secs_since(t0), (double)total / MiB / secs_since(t0));
+	{
+		struct uvsock_guest_stats gs;
+
+		ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &gs), 0);
+		test_note("guest driver: %" PRIu64 " RX buffers in %" PRIu64 " batches, RX buffer "
+			  "now %" PRIu64 " B, %" PRIu64 " wake-ups, %" PRIu64 " dropped",
+			  gs.rx_bufs, gs.rx_batches, gs.rx_buf_len, gs.wakeups, gs.rx_dropped);
+		ASSERT_EQ(gs.rx_dropped, 0);
+		/* Bulk writes from the host fill the guest's buffers: the size adapted upwards. */
+		if (w >= 65536)
+			ASSERT_GT(gs.rx_buf_len, 4096 + 44 + 64);
+	}
 	ASSERT_EQ(shutdown(hfd, SHUT_WR), 0);
 	ASSERT_EQ(uvsock_recv(gfd, &c, 1, 0), 0);
 	uvsock_close(gfd);
@@ -438,6 +450,39 @@ TEST(sibling_guests_talk_through_the_daemon)
 	ASSERT_EQ(pthread_create(&th, NULL, g_send_main, &io), 0);
 	g_recv_pattern(c, total, 44);
 	pthread_join(th, NULL);
+	/* SEQPACKET between the siblings: messages larger than a packet (the engine cuts them)
+	 * and than an RX buffer (the daemon splits them) arrive whole, boundaries kept. */
+	{
+		static const size_t sz[] = { 1, 3000, 4096, 40000, 65536, 100000, 200000 };
+		int lq = g_listen(g4, SOCK_SEQPACKET, 9002), cq, sq;
+		uint8_t *buf = malloc(256 * 1024);
+
+		ASSERT_TRUE(buf != NULL);
+		cq = g_connect(g3, SOCK_SEQPACKET, 4, 9002);
+		ASSERT_GE(cq, 0);
+		sq = uvsock_accept(lq, NULL, NULL);
+		ASSERT_GE(sq, 0);
+		g_set_timeouts(cq, WAIT_MS);
+		g_set_timeouts(sq, WAIT_MS);
+		for (size_t i = 0; i < sizeof(sz) / sizeof(sz[0]); i++) {
+			int mflags = 0;
+			struct iovec iov = { .iov_base = buf, .iov_len = 256 * 1024 };
+			struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+			hs_fill(buf, sz[i], 900 + i, 0);
+			ASSERT_EQ(uvsock_send(cq, buf, sz[i], MSG_EOR), (ssize_t)sz[i]);
+			memset(buf, 0, sz[i]);
+			ASSERT_EQ(uvsock_recvmsg(sq, &m, 0), (ssize_t)sz[i]);
+			mflags = m.msg_flags;
+			ASSERT_TRUE(mflags & MSG_EOR);
+			ASSERT_FALSE(mflags & MSG_TRUNC);
+			ASSERT_EQ(hs_check(buf, sz[i], 900 + i, 0), sz[i]);
+		}
+		free(buf);
+		uvsock_close(cq);
+		uvsock_close(sq);
+		uvsock_close(lq);
+	}
 	/* Nobody listens on 9001 in guest 4: its engine answers with RST at once. */
 	ASSERT_EQ(g_connect(g3, SOCK_STREAM, 4, 9001), -1);
 	ASSERT_EQ(errno, ECONNRESET);
