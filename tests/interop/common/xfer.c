@@ -100,9 +100,19 @@ size_t xfer_rsize(unsigned *i)
 	return rsizes[(*i)++ % (sizeof(rsizes) / sizeof(rsizes[0]))];
 }
 
+static __thread uint8_t *scratch_buf[2];
+
+void xfer_thread_done(void)
+{
+	for (int i = 0; i < 2; i++) {
+		free(scratch_buf[i]);
+		scratch_buf[i] = NULL;
+	}
+}
+
 uint8_t *xfer_scratch(int which)
 {
-	static __thread uint8_t *buf[2];
+	uint8_t **buf = scratch_buf;
 
 	if (!buf[which]) {
 		buf[which] = malloc(XFER_SCRATCH);

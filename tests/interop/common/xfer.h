@@ -117,6 +117,8 @@ size_t xfer_rsize(unsigned *i);
 /* xfer_scratch: a per-thread buffer of XFER_SCRATCH bytes (index 0 or 1), never freed. */
 #define XFER_SCRATCH (256 * 1024 + 64)
 uint8_t *xfer_scratch(int which);
+/* xfer_thread_done: free the calling thread's scratch buffers (call before a thread ends). */
+void xfer_thread_done(void);
 
 /*
  * xfer_client_init / xfer_server_init: prepare a session on @fd (made non-blocking here; the

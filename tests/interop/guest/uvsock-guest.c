@@ -751,7 +751,7 @@ static int c_g2h_backpressure(const char *arg, char *d)
 		return fail(d, "blocked after %llu B, uvsockd RSS %ld -> %ld kB: not bounded",
 			    (unsigned long long)stuck, rss0, rss1);
 	}
-	if (req(out, sizeof(out), 10, "RELEASE %llu", (unsigned long long)h.id) < 0) {
+	if (req(out, sizeof(out), 15, "RELEASE %llu", (unsigned long long)h.id) < 0) {
 		close(fd);
 		return fail(d, "%s", out);
 	}
@@ -1299,7 +1299,7 @@ static int c_close_rst(const char *arg, char *d)
 				return fail(d, "%s: send failed: %s", what[i], strerror(-r));
 			}
 			close(fd);
-			if ((r = req(host, sizeof(host), 10, "RELEASE %llu",
+			if ((r = req(host, sizeof(host), 15, "RELEASE %llu",
 				     (unsigned long long)h.id)) < 0 ||
 			    (r = req(host, sizeof(host), 30, "VERDICT %llu",
 				     (unsigned long long)h.id)) < 0)

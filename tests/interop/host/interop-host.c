@@ -315,6 +315,7 @@ static void *stream_session(void *arg)
 		xfer_server_init_hdr(&x, fd, &h);
 		xfer_run(&x, &n, 1, -1, 0, xfer_now_ms() + 1800000, NULL, 0);
 		vt_end(h.id, x.ok, "%s", x.msg);
+		xfer_thread_done();
 		return NULL; /* the engine closed fd */
 	}
 	case XM_STALL:
@@ -333,6 +334,7 @@ static void *stream_session(void *arg)
 		vt_end(h.id, false, "unknown mode %u", h.mode);
 	}
 	close(fd);
+	xfer_thread_done();
 	return NULL;
 }
 
@@ -346,6 +348,7 @@ static void *seq_session(void *arg)
 	else
 		logf_("seqpacket session ok");
 	close(fd);
+	xfer_thread_done();
 	return NULL;
 }
 
@@ -1021,6 +1024,7 @@ static int selftest(void)
 	printf("1..%zu\n", sizeof(t) / sizeof(t[0]) + 2);
 	unlink(path);
 	rmdir(dir);
+	xfer_thread_done();
 	return fails ? 1 : 0;
 }
 
@@ -1091,5 +1095,6 @@ int main(int argc, char **argv)
 	unlink(path);
 	snprintf(path, sizeof(path), "%s_5001", opt.uds);
 	unlink(path);
+	xfer_thread_done();
 	return 0;
 }
