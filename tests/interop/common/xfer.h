@@ -143,6 +143,13 @@ void xfer_server_init_hdr(struct xfer *x, int fd, const struct xfer_hdr *h);
 int xfer_run(struct xfer *v, size_t *n, size_t cap, int lfd, size_t accept_n, int64_t deadline_ms,
 	     char *why, size_t why_len);
 
+/*
+ * xfer_hint_fd: when >= 0, xfer_run also watches this fd (the guest's control channel while the
+ * host runs the other end): once it becomes readable the host has answered, so whatever is still
+ * running gets at most 10 more seconds instead of the whole deadline. -1 by default.
+ */
+extern int xfer_hint_fd;
+
 /* xfer_summary: first failure message (or "N ok") of v[0..n) into @out. */
 void xfer_summary(const struct xfer *v, size_t n, char *out, size_t len);
 

@@ -300,7 +300,10 @@ static int h2g_sessions(char *d, uint32_t mode, uint64_t c2s, uint64_t s2c, unsi
 	tag = req_send("CONNECT %d %u %u %llu %llu %u %llu", XFER_GPORT_STREAM, count, mode,
 		       (unsigned long long)c2s, (unsigned long long)s2c, g.seed * 104729u,
 		       (unsigned long long)id);
+	/* A host-side failure (e.g. uvsockd refused the CONNECT) must not cost the whole limit. */
+	xfer_hint_fd = g.ctl.len ? -1 : g.ctl.fd;
 	bad = xfer_run(v, &n, count, lfd, count, t0 + limit_s * 1000ll, why, sizeof(why));
+	xfer_hint_fd = -1;
 	close(lfd);
 	xfer_summary(v, n, host, sizeof(host));
 	if (bad)
