@@ -88,6 +88,15 @@ static void tdev_stop(struct tdev *t)
 	rmdir(t->dir);
 }
 
+static struct uvsock_ctx *guest_new_opts(struct tdev *t, const struct uvsock_guest_opts *o)
+{
+	struct uvsock_ctx *ctx = uvsock_ctx_new_guest(t->sock, o);
+
+	if (!ctx)
+		test_fail(__FILE__, __LINE__, "uvsock_ctx_new_guest: %s", strerror(errno));
+	return ctx;
+}
+
 static struct uvsock_ctx *guest_new(struct tdev *t)
 {
 	struct uvsock_ctx *ctx = uvsock_ctx_new_guest(t->sock, NULL);
@@ -461,6 +470,108 @@ TEST(siblings_talk_guest_to_guest)
 	tdev_stop(&a);
 	tdev_stop(&b);
 	vsock_router_free(r);
+}
+
+/* Both directions at once over rings of a given size: tiny rings exercise the TX-full and
+ * RX-refill paths on almost every packet, large ones the batching. */
+static void both_ways_with_queue_size(unsigned qsize, uint32_t rx_min, uint32_t rx_max)
+{
+	struct uvsock_guest_opts o = { .queue_size = qsize, .rx_buf_min = rx_min,
+				       .rx_buf_max = rx_max };
+	struct tdev t;
+	struct uvsock_ctx *g;
+	struct uvsock_guest_stats st;
+	struct host_io hr, hw;
+	pthread_t th_r, th_w;
+	char lpath[160];
+	int lfd, hfd, gfd;
+	const size_t total = 8u << 20;
+
+	tdev_start(&t, 3);
+	g = guest_new_opts(&t, &o);
+	snprintf(lpath, sizeof(lpath), "%s_%u", t.uds, 5000);
+	lfd = hs_listen(lpath, SOCK_STREAM);
+	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
+	ASSERT_GE(gfd, 0);
+	g_set_timeouts(gfd, WAIT_MS);
+	hfd = hs_accept(lfd, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	hr = (struct host_io){ .fd = hfd, .total = total, .seed = 11 };
+	hw = (struct host_io){ .fd = hfd, .total = total, .seed = 12, .chunk = 3000 };
+	ASSERT_EQ(pthread_create(&th_r, NULL, host_recv_main, &hr), 0);
+	ASSERT_EQ(pthread_create(&th_w, NULL, host_send_main, &hw), 0);
+	{
+		struct g_io io = { .fd = gfd, .total = total, .chunk = 70000, .seed = 11 };
+		pthread_t th;
+
+		ASSERT_EQ(pthread_create(&th, NULL, g_send_main, &io), 0);
+		g_recv_pattern(gfd, total, 12);
+		pthread_join(th, NULL);
+	}
+	pthread_join(th_r, NULL);
+	pthread_join(th_w, NULL);
+	ASSERT_TRUE(hr.ok);
+	ASSERT_TRUE(hw.ok);
+	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
+	test_note("queue %u: rx bufs %" PRIu64 " posted %" PRIu64 " buf_len %" PRIu64
+		  " tx pkts %" PRIu64 " tx full %" PRIu64, qsize, st.rx_bufs, st.rx_posted,
+		  st.rx_buf_len, st.tx_pkts, st.tx_full);
+	ASSERT_LE(st.rx_posted, qsize);
+	ASSERT_GE(st.rx_buf_len, (rx_min ? rx_min : 4096) + 44);
+	ASSERT_LE(st.rx_buf_len, (rx_max ? rx_max : 65536) + 44);
+	ASSERT_EQ(st.rx_dropped, 0);
+	uvsock_close(gfd);
+	close(hfd);
+	close(lfd);
+	uvsock_ctx_free(g);
+	tdev_stop(&t);
+}
+
+TEST(tiny_rings_both_ways)
+{
+	both_ways_with_queue_size(4, 0, 0);
+}
+
+TEST(large_rings_and_fixed_small_rx_buffers_both_ways)
+{
+	/* rx_buf_min = rx_buf_max: a fixed size, as Linux; the device splits what does not fit. */
+	both_ways_with_queue_size(1024, 4096, 4096);
+}
+
+TEST(bad_options_are_refused)
+{
+	struct tdev t;
+	struct uvsock_guest_opts o = { 0 };
+
+	tdev_start(&t, 3);
+	o.queue_size = 100; /* not a power of two */
+	ASSERT_TRUE(uvsock_ctx_new_guest(t.sock, &o) == NULL);
+	ASSERT_EQ(errno, EINVAL);
+	o = (struct uvsock_guest_opts){ .rx_buf_min = 8192, .rx_buf_max = 4096 };
+	ASSERT_TRUE(uvsock_ctx_new_guest(t.sock, &o) == NULL);
+	ASSERT_EQ(errno, EINVAL);
+	o = (struct uvsock_guest_opts){ .flags = 0x80000000u };
+	ASSERT_TRUE(uvsock_ctx_new_guest(t.sock, &o) == NULL);
+	ASSERT_EQ(errno, EINVAL);
+	ASSERT_TRUE(uvsock_ctx_new_guest(NULL, NULL) == NULL);
+	ASSERT_EQ(errno, EINVAL);
+	/* Nobody listening: a bounded wait, then ETIMEDOUT. */
+	o = (struct uvsock_guest_opts){ .timeout_ms = 200 };
+	ASSERT_TRUE(uvsock_ctx_new_guest("/tmp/uvsock-no-such-dir/x.sock", &o) == NULL);
+	ASSERT_EQ(errno, ETIMEDOUT);
+	/* Not a guest context. */
+	{
+		struct uvsock_ctx *lb = uvsock_ctx_new_loopback(NULL);
+		struct uvsock_guest_stats st;
+
+		ASSERT_TRUE(lb != NULL);
+		ASSERT_EQ(uvsock_ctx_guest_transport_reset(lb), -1);
+		ASSERT_EQ(errno, EINVAL);
+		ASSERT_EQ(uvsock_ctx_guest_get_stats(lb, &st), -1);
+		ASSERT_EQ(errno, EINVAL);
+		uvsock_ctx_free(lb);
+	}
+	tdev_stop(&t);
 }
 
 TEST_MAIN()

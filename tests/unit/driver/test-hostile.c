@@ -35,6 +35,7 @@ struct evil {
 	pthread_mutex_t mu;
 	struct vhu_vring_info info[2];
 	atomic_int started;            /* bit per started ring */
+	uint64_t features;             /* offered (VHU_BACKEND_OPTIONAL_FEATURES subset) */
 	struct vring_dev_queue q[2];   /* driven by the test thread */
 };
 
@@ -71,6 +72,7 @@ static void *evil_main(void *arg)
 
 	vhu_backend_config_init(&cfg);
 	cfg.guest_cid = 3;
+	cfg.features = e->features;
 	for (;;) {
 		struct pollfd p[2] = { { .fd = e->stop_fd, .events = POLLIN },
 				       { .fd = b ? vhu_backend_fd(b) : e->lfd, .events = POLLIN } };
@@ -96,13 +98,14 @@ static void *evil_main(void *arg)
 	return NULL;
 }
 
-static struct uvsock_ctx *evil_start(struct evil *e)
+static struct uvsock_ctx *evil_start_features(struct evil *e, uint64_t features)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	struct uvsock_ctx *g;
 	uint64_t end;
 
 	memset(e, 0, sizeof(*e));
+	e->features = features;
 	pthread_mutex_init(&e->mu, NULL);
 	snprintf(e->dir, sizeof(e->dir), "/tmp/uvsock-evil-XXXXXX");
 	ASSERT_TRUE(mkdtemp(e->dir) != NULL);
@@ -139,6 +142,11 @@ static struct uvsock_ctx *evil_start(struct evil *e)
 	}
 	pthread_mutex_unlock(&e->mu);
 	return g;
+}
+
+static struct uvsock_ctx *evil_start(struct evil *e)
+{
+	return evil_start_features(e, VHU_BACKEND_DEFAULT_FEATURES);
 }
 
 static void evil_stop(struct evil *e, struct uvsock_ctx *g)
@@ -200,6 +208,18 @@ static struct vsock_hdr evil_tx(struct evil *e)
 	ASSERT_OK(vring_dev_push(&e->q[1], ch.head, 0));
 	evil_signal(e, 1);
 	return h;
+}
+
+/* Next TX packet with the given op, skipping others (SHUTDOWN, CREDIT_UPDATE...). */
+static struct vsock_hdr evil_tx_op(struct evil *e, unsigned op)
+{
+	for (int i = 0; i < 16; i++) {
+		struct vsock_hdr h = evil_tx(e);
+
+		if (h.op == op)
+			return h;
+	}
+	test_fail(__FILE__, __LINE__, "no TX packet with op %u", op);
 }
 
 static struct vsock_hdr request(uint32_t dport)
@@ -340,6 +360,48 @@ TEST(unposted_used_id_breaks_the_device)
 	ASSERT_GE(WAIT_STAT(g, rx_dropped, 1), 1);
 	evil_raw_used(&e, ch.head, 0);
 	ASSERT_EQ(WAIT_STAT(g, backend_lost, 1), 1);
+	evil_stop(&e, g);
+}
+
+/* A back-end offering neither EVENT_IDX nor INDIRECT_DESC nor SEQPACKET: the driver uses the
+ * flag-based notification scheme, and SEQPACKET sockets are refused as on Linux. */
+TEST(minimal_backend_without_event_idx_or_seqpacket)
+{
+	struct evil e;
+	struct uvsock_ctx *g = evil_start_features(&e, 0);
+	struct vsock_hdr h = request(6000), r;
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY,
+				 .svm_port = 6001 };
+	int ls = g_listen(g, SOCK_STREAM, 6000), fd, q;
+	char buf[8];
+
+	ASSERT_EQ(e.info[0].features & (VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_INDIRECT_DESC) |
+					VHU_BIT(VHU_VSOCK_F_SEQPACKET)), 0);
+	for (int i = 0; i < 3; i++) {
+		h = request(6000);
+		h.src_port = 1234 + (uint32_t)i;
+		evil_rx(&e, &h, VSOCK_HDR_SIZE);
+		r = evil_tx_op(&e, VSOCK_OP_RESPONSE);
+		ASSERT_EQ(r.dst_port, h.src_port);
+		fd = uvsock_accept(ls, NULL, NULL);
+		ASSERT_GE(fd, 0);
+		h.op = VSOCK_OP_RW;
+		h.len = 3;
+		evil_rx(&e, &h, VSOCK_HDR_SIZE + 3);
+		g_set_timeouts(fd, WAIT_MS);
+		ASSERT_EQ(uvsock_recv(fd, buf, sizeof(buf), 0), 3);
+		ASSERT_EQ(uvsock_send(fd, "abc", 3, 0), 3);
+		r = evil_tx_op(&e, VSOCK_OP_RW);
+		ASSERT_EQ(r.len, 3);
+		uvsock_close(fd);
+	}
+	q = uvsock_socket(g, SOCK_SEQPACKET, 0);
+	ASSERT_GE(q, 0);
+	ASSERT_EQ(uvsock_bind(q, (struct sockaddr *)&a, sizeof(a)), 0);
+	ASSERT_EQ(uvsock_listen(q, 1), -1);
+	ASSERT_EQ(errno, EPROTONOSUPPORT);
+	uvsock_close(q);
+	uvsock_close(ls);
 	evil_stop(&e, g);
 }
 
