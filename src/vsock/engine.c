@@ -6,7 +6,8 @@
  *
  * Security model: every fed packet is untrusted. It is validated by vsock_hdr_check() and
  * counted by reason when rejected; a peer can make us hold at most the credit we advertised
- * (rx_limit), in chunks whose total allocation (rx_mem) is bounded by rx_mem_limit(); replies to
+ * (rx_limit), in chunks whose total allocation (rx_mem) is bounded by rx_mem_limit(), plus one
+ * emptied spare chunk of at most RX_SPARE_MAX kept per socket for reuse; replies to
  * packets that matched no socket go to a bounded ring; per-socket replies are bits, so a socket
  * never has more than a handful queued; sockets are capped by max_socks. Nothing here asserts
  * on input.
@@ -494,6 +495,8 @@ static void rxq_free_all(struct vsock_sock *s)
 	s->rx_mem = 0;
 	s->rx_msgs = 0;
 	s->rx_bytes = 0;
+	free(s->rx_spare);
+	s->rx_spare = NULL;
 }
 
 static struct rx_chunk *chunk_new(uint32_t cap)
@@ -507,6 +510,35 @@ static struct rx_chunk *chunk_new(uint32_t cap)
 	c->start = c->end = 0;
 	c->eom = c->eor = 0;
 	return c;
+}
+
+/*
+ * A chunk of exactly `cap` bytes of room: the socket's spare if it has that size (steady flows
+ * of one packet size, and every run of small payloads, which all start RX_SMALL_CHUNK chunks),
+ * else a new allocation. Exact size only, so reuse never inflates rx_mem. s locked.
+ */
+static struct rx_chunk *chunk_get(struct vsock_sock *s, uint32_t cap)
+{
+	struct rx_chunk *c = s->rx_spare;
+
+	if (!c || c->cap != cap)
+		return chunk_new(cap);
+	s->rx_spare = NULL;
+	c->next = NULL;
+	c->start = c->end = 0;
+	c->eom = c->eor = 0;
+	return c;
+}
+
+/* Releases an emptied chunk: it becomes the spare (replacing an older one) if small enough. */
+static void chunk_put(struct vsock_sock *s, struct rx_chunk *c)
+{
+	if (c->cap > RX_SPARE_MAX) {
+		free(c);
+		return;
+	}
+	free(s->rx_spare);
+	s->rx_spare = c;
 }
 
 static void rxq_append(struct vsock_sock *s, struct rx_chunk *c)
@@ -527,7 +559,7 @@ static void rxq_pop_head(struct vsock_sock *s)
 	if (!s->rxq_head)
 		s->rxq_tail = NULL;
 	s->rx_mem -= c->cap + RX_CHUNK_OVERHEAD;
-	free(c);
+	chunk_put(s, c);
 }
 
 /*
@@ -847,7 +879,7 @@ static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsoc
 			sock_abort(cx, s, ENOBUFS);
 			return -ENOBUFS;
 		}
-		c = chunk_new(cap);
+		c = chunk_get(s, cap);
 		if (!c) {
 			sock_abort(cx, s, ENOMEM);
 			return -ENOMEM;

@@ -48,6 +48,11 @@ struct rx_chunk {
 #define RX_CHUNK_OVERHEAD ((uint32_t)sizeof(struct rx_chunk) + 16u)
 /* Room given to a new chunk started by a small payload, so later small ones merge into it. */
 #define RX_SMALL_CHUNK 4096u
+/*
+ * Largest emptied chunk a socket keeps as its spare (rx_spare) for the next payload needing the
+ * same room, so a steady flow allocates nothing per packet. One spare per socket, outside rx_mem.
+ */
+#define RX_SPARE_MAX VSOCK_MAX_PKT_PAYLOAD
 
 /* A queued outgoing SEQPACKET message boundary. */
 struct tx_msg {
@@ -102,6 +107,7 @@ struct vsock_sock {
 	uint32_t fwd_cnt, last_fwd_cnt, rx_bytes, rx_msgs;
 	uint64_t rx_mem;
 	struct rx_chunk *rxq_head, *rxq_tail;
+	struct rx_chunk *rx_spare; /* emptied chunk kept for reuse (cap <= RX_SPARE_MAX), or NULL */
 
 	/* send side (credit the peer grants) */
 	uint32_t peer_buf_alloc, peer_fwd_cnt, tx_cnt;
