@@ -186,7 +186,8 @@ static double cpu_pid_s(pid_t pid)
 	buf[n] = 0;
 	p = strrchr(buf, ')');
 	/* Fields after the command: state(3) ... utime(14) stime(15). */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return 0;
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -384,8 +385,8 @@ static struct sample run_tput(struct env *e, enum kind k, size_t size, uint64_t 
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
-			die("%s: read after %" PRIu64 " of %" PRIu64 " bytes: %s", kind_name[k], got,
-			    bytes, r == 0 ? "end of stream" : strerror(errno));
+			die("%s: read after %" PRIu64 " of %" PRIu64 " bytes: %s", kind_name[k],
+			    got, bytes, r == 0 ? "end of stream" : strerror(errno));
 		got += (uint64_t)r;
 	}
 	t1 = now_ns();
@@ -678,7 +679,11 @@ int main(int argc, char **argv)
 		case 'z': {
 			char *list = strdup(optarg), *save = NULL;
 
-			for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+			if (!list)
+				die("out of memory");
+
+			for (char *t = strtok_r(list, ",", &save); t;
+			     t = strtok_r(NULL, ",", &save)) {
 				if (e->o.nsizes == MAX_SIZES)
 					die("at most %d sizes", MAX_SIZES);
 				e->o.sizes[e->o.nsizes++] = (size_t)parse_size(t);
@@ -743,7 +748,8 @@ int main(int argc, char **argv)
 			char cell[64];
 
 			for (int r = 0; r < e->o.runs; r++) {
-				struct sample s = run_tput(e, (enum kind)k, size, bytes, wbuf, rbuf);
+				struct sample s = run_tput(e, (enum kind)k, size, bytes, wbuf,
+							   rbuf);
 
 				g[r] = s.gbps;
 				cpu[r] = s.cpu_per_gb;

@@ -529,7 +529,7 @@ static void *io_main(void *arg)
 		}
 		dead = atomic_load(&d->dead);
 		if (!dead && !d->rx_stalled && vring_drv_enable_cb(d->rx)) {
-			/* Buffers came back after our last look: no interrupt will announce them. */
+			/* Buffers came back after our last look: no interrupt announces them. */
 			vring_drv_disable_cb(d->rx);
 			atomic_store(&d->sleeping, false);
 			continue;

@@ -50,7 +50,8 @@ uint32_t vdrv_rxsize_buf_len(const struct vdrv_rxsize *s)
 
 	if (room < s->min)
 		room = s->min;
-	total = (room + VSOCK_HDR_SIZE + VDRV_RXSIZE_ALIGN - 1) & ~(uint64_t)(VDRV_RXSIZE_ALIGN - 1);
+	total = room + VSOCK_HDR_SIZE + VDRV_RXSIZE_ALIGN - 1;
+	total &= ~(uint64_t)(VDRV_RXSIZE_ALIGN - 1);
 	if (total - VSOCK_HDR_SIZE > s->max)
 		total = (uint64_t)s->max + VSOCK_HDR_SIZE;
 	return (uint32_t)total;

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define VDRV_RXSIZE_MIN_DEFAULT 4096u   /* payload bytes; Linux's VIRTIO_VSOCK_DEFAULT_RX_BUF_SIZE */
+#define VDRV_RXSIZE_MIN_DEFAULT 4096u   /* payload; Linux's VIRTIO_VSOCK_DEFAULT_RX_BUF_SIZE */
 #define VDRV_RXSIZE_MAX_DEFAULT 65536u  /* payload bytes; VIRTIO_VSOCK_MAX_PKT_BUF_SIZE */
 #define VDRV_RXSIZE_WEIGHT 16u          /* EWMA weight: each sample moves the average by 1/16 */
 #define VDRV_RXSIZE_ALIGN 64u           /* header + payload room is a multiple of this */

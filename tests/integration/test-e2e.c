@@ -395,8 +395,9 @@ TEST(thousand_concurrent_connections)
 			uvsock_ctx_get_stats(g, &cs);
 			uvsock_ctx_guest_get_stats(g, &gs);
 			test_note("engine: rx %" PRIu64 " tx %" PRIu64 " rst %" PRIu64 "/%" PRIu64
-				  " dropped %" PRIu64 "; driver: rx bufs %" PRIu64 " posted %" PRIu64
-				  " tx %" PRIu64 " full %" PRIu64 " inflight %" PRIu64 " slept 0x%" PRIx64
+				  " dropped %" PRIu64 "; driver: rx bufs %" PRIu64
+				  " posted %" PRIu64 " tx %" PRIu64 " full %" PRIu64
+				  " inflight %" PRIu64 " slept 0x%" PRIx64
 				  " events 0x%x",
 				  cs.rx_pkts, cs.tx_pkts, cs.rst_sent, cs.rst_received, cs.dropped,
 				  gs.rx_bufs, gs.rx_posted, gs.tx_pkts, gs.tx_full, gs.tx_inflight,

@@ -112,8 +112,9 @@ static inline void uvd_start(struct uvd *u, int nvms, const uint32_t *cids, cons
 			break;
 		if (waitpid(u->pid, &st, WNOHANG) == u->pid) {
 			u->pid = 0;
-			test_fail(__FILE__, __LINE__, "uvsockd (%s) exited at start-up (status %d); "
-				  "log: %s", uvd_binary(), st, u->log);
+			test_fail(__FILE__, __LINE__,
+				  "uvsockd (%s) exited at start-up (status %d); log: %s",
+				  uvd_binary(), st, u->log);
 		}
 		if (hs_now_ms() > end)
 			test_fail(__FILE__, __LINE__, "uvsockd sockets not ready within 5 s");
