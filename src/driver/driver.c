@@ -68,7 +68,7 @@ struct vdrv {
 	pthread_mutex_t ctl_mu;    /* serialises the control calls */
 	struct vhu_front *f;       /* NULL while disconnected */
 	uint64_t mem_size;
-	uint32_t cid;
+	_Atomic uint32_t cid;      /* written under ctl_mu, read anywhere */
 	bool seqpacket;
 	struct vsock_engine *e;    /* borrowed, set by vdrv_start */
 
@@ -212,7 +212,12 @@ static int session_open(struct vdrv *d)
 	feats = vhu_front_features(d->f);
 	rr = vhu_front_ring(d->f, 0);
 	tr = vhu_front_ring(d->f, 1);
-	/* Fresh rings: the back-end starts from index 0 (SET_VRING_BASE 0), as we do. */
+	/*
+	 * Fresh rings: the back-end starts from index 0 (SET_VRING_BASE 0), as we do. The
+	 * front-end places the rings at its first start, so the back-end may already have written
+	 * its initial used->flags / avail_event when vring_drv_new() zeroes the parts: those
+	 * initial values are zero too (notifications on, event at index 0).
+	 */
 	r = vring_drv_new(rr->num, rr->desc, rr->avail, rr->used, feats, &d->rx);
 	if (r < 0)
 		goto fail;
