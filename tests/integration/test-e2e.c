@@ -561,6 +561,62 @@ TEST(vmm_disconnect_and_reconnect)
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
+/*
+ * The back-end itself restarts (crash, upgrade) with another guest CID on the same socket: the
+ * guest sees the hang-up (connections reset, connect fails at once), reconnects, reads the new
+ * CID, and its listener serves the new daemon.
+ */
+TEST(backend_restart_with_a_new_cid)
+{
+	struct uvd u;
+	struct uvsock_ctx *g;
+	struct uvsock_guest_stats gs;
+	struct sockaddr_vm me;
+	socklen_t len = sizeof(me);
+	int ls, hfd, gfd;
+	char c;
+
+	one_vm(&u);
+	g = guest_new(u.sock[0]);
+	ASSERT_EQ(uvsock_ctx_local_cid(g), 3);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	hfd = hs_connect_guest(u.uds[0], 6000, SOCK_STREAM, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	gfd = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd, 0);
+
+	ASSERT_EQ(uvd_kill(&u), 0);
+	ASSERT_NE(g_wait_events(gfd, POLLERR | POLLHUP, WAIT_MS), 0);
+	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000), -1);
+	ASSERT_EQ(errno, ENETUNREACH);
+	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &gs), 0);
+	ASSERT_EQ(gs.backend_lost, 1);
+	uvsock_close(gfd);
+	close(hfd);
+
+	uvd_restart_one(&u, 7);
+	ASSERT_EQ(uvsock_ctx_guest_reconnect(g), 0);
+	ASSERT_EQ(uvsock_ctx_local_cid(g), 7);
+	hfd = hs_connect_guest(u.uds[0], 6000, SOCK_STREAM, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	gfd = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd, 0);
+	ASSERT_EQ(uvsock_getsockname(gfd, (struct sockaddr *)&me, &len), 0);
+	ASSERT_EQ(me.svm_cid, 7);
+	g_set_timeouts(gfd, WAIT_MS);
+	hs_write_all(hfd, "n", 1);
+	ASSERT_EQ(uvsock_recv(gfd, &c, 1, 0), 1);
+	ASSERT_EQ(c, 'n');
+	ASSERT_EQ(uvsock_send(gfd, "m", 1, 0), 1);
+	ASSERT_EQ(hs_read_full(hfd, &c, 1, WAIT_MS), 1);
+	ASSERT_EQ(c, 'm');
+	uvsock_close(gfd);
+	uvsock_close(ls);
+	close(hfd);
+	uvsock_ctx_free(g);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
 /* The guest sends as fast as credit allows to a host that reads 64 KiB every 20 ms. */
 struct slow_reader {
 	int fd;

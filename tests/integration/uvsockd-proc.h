@@ -122,6 +122,79 @@ static inline void uvd_start(struct uvd *u, int nvms, const uint32_t *cids, cons
 	}
 }
 
+/* Stops the daemon by PID (SIGTERM, 5 s, then SIGKILL); returns its exit status or -1. */
+static inline int uvd_kill(struct uvd *u)
+{
+	int st = 0, ret = -1;
+	uint64_t end = hs_now_ms() + 5000;
+
+	if (u->pid <= 0)
+		return -1;
+	kill(u->pid, SIGTERM);
+	for (;;) {
+		pid_t r = waitpid(u->pid, &st, WNOHANG);
+
+		if (r == u->pid) {
+			ret = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+			break;
+		}
+		if (hs_now_ms() > end) {
+			kill(u->pid, SIGKILL);
+			waitpid(u->pid, &st, 0);
+			break;
+		}
+		usleep(2000);
+	}
+	u->pid = 0;
+	return ret;
+}
+
+/*
+ * Starts a new daemon for a one-VM struct uvd on the same socket paths (the previous one must
+ * be stopped with uvd_kill), serving guest CID new_cid: a back-end restart behind the VMM.
+ */
+static inline void uvd_restart_one(struct uvd *u, uint32_t new_cid)
+{
+	char vmarg[400];
+	uint64_t end;
+	pid_t parent = getpid();
+
+	ASSERT_EQ(u->nvms, 1);
+	ASSERT_EQ(u->pid, 0);
+	u->cid[0] = new_cid;
+	snprintf(vmarg, sizeof(vmarg), "guest-cid=%u,socket=%s,uds-path=%s", new_cid, u->sock[0],
+		 u->uds[0]);
+	u->pid = fork();
+	ASSERT_GE(u->pid, 0);
+	if (u->pid == 0) {
+		int fd = open(u->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		if (fd >= 0) {
+			dup2(fd, 2);
+			dup2(fd, 1);
+		}
+		execl(uvd_binary(), uvd_binary(), "--vm", vmarg, "--log-level=warn", (char *)NULL);
+		_exit(127);
+	}
+	for (end = hs_now_ms() + 5000;;) {
+		struct stat sb;
+		int st;
+
+		if (stat(u->sock[0], &sb) == 0 && S_ISSOCK(sb.st_mode))
+			break;
+		if (waitpid(u->pid, &st, WNOHANG) == u->pid) {
+			u->pid = 0;
+			test_fail(__FILE__, __LINE__, "uvsockd restart failed (status %d)", st);
+		}
+		if (hs_now_ms() > end)
+			test_fail(__FILE__, __LINE__, "restarted uvsockd not ready within 5 s");
+		usleep(2000);
+	}
+}
+
 /* VmRSS of the daemon in KiB (from /proc/<pid>/status), or 0 if unreadable. */
 static inline uint64_t uvd_rss_kib(const struct uvd *u)
 {
@@ -152,29 +225,10 @@ static inline bool uvd_alive(struct uvd *u)
  * exit status (or -1 if it had to be killed). */
 static inline int uvd_stop(struct uvd *u)
 {
-	int st = 0, ret = -1;
-	uint64_t end = hs_now_ms() + 5000;
+	int ret = uvd_kill(u);
 	char path[400];
 	DIR *dir;
 
-	if (u->pid > 0) {
-		kill(u->pid, SIGTERM);
-		for (;;) {
-			pid_t r = waitpid(u->pid, &st, WNOHANG);
-
-			if (r == u->pid) {
-				ret = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-				break;
-			}
-			if (hs_now_ms() > end) {
-				kill(u->pid, SIGKILL);
-				waitpid(u->pid, &st, 0);
-				break;
-			}
-			usleep(2000);
-		}
-		u->pid = 0;
-	}
 	/* The daemon removes its own sockets; the log and the test's listeners go here. */
 	dir = opendir(u->dir);
 	if (dir) {
