@@ -15,6 +15,7 @@
 
 #include "device/device.h"
 #include "ops/ctl.h"
+#include "ops/pcap.h"
 #include "ops/stats.h"
 #include "options.h"
 #include "util/log.h"
@@ -100,12 +101,34 @@ static void ctl_vm_conns(void *opaque, unsigned idx,
 	vsock_dev_foreach_sock(w.d, conns_one, &w);
 }
 
+static struct ops_tap *ctl_vm_tap(void *opaque, unsigned idx)
+{
+	return vsock_dev_tap(((struct daemon_ctx *)opaque)->vms[idx].dev);
+}
+
 static const struct ops_ctl_ops ctl_ops = {
 	.vm_count = ctl_vm_count,
 	.vm_cid = ctl_vm_cid,
 	.vm_stats = ctl_vm_stats,
 	.vm_conns = ctl_vm_conns,
+	.vm_tap = ctl_vm_tap,
 };
+
+/* --capture FILE: one file for every VM, attached before the VM threads start. */
+static int capture_at_startup(const char *path, struct vm_thread *vms, unsigned n,
+			      struct ops_pcap **ret)
+{
+	struct ops_pcap *p;
+	int r;
+
+	r = ops_pcap_open_path(path, &(struct ops_pcap_opts){ 0 }, &p);
+	if (r < 0)
+		return r;
+	for (unsigned i = 0; i < n; i++)
+		(void)ops_tap_attach(vsock_dev_tap(vms[i].dev), p);
+	*ret = p;
+	return 0;
+}
 
 static void *vm_main(void *arg)
 {
@@ -130,6 +153,7 @@ int main(int argc, char **argv)
 	struct vm_thread *vms = NULL;
 	struct daemon_ctx ctx = { 0 };
 	struct ops_ctl *ctl = NULL;
+	struct ops_pcap *capture = NULL;
 	char err[512];
 	sigset_t sigs;
 	int r, sig, rc = 1;
@@ -198,6 +222,15 @@ int main(int argc, char **argv)
 				fprintf(stderr, "uvsockd: out of memory\n");
 				goto out;
 			}
+	if (cfg.capture_path[0]) {
+		r = capture_at_startup(cfg.capture_path, vms, cfg.n_vms, &capture);
+		if (r < 0) {
+			fprintf(stderr, "uvsockd: --capture %s: %s\n", cfg.capture_path,
+				strerror(-r));
+			goto out;
+		}
+		log_info("capturing every VM into %s", cfg.capture_path);
+	}
 	if (!cfg.control_off) {
 		struct ops_ctl_config cc = {
 			.ops = &ctl_ops,
@@ -255,10 +288,15 @@ out:
 					rc = 1;
 			}
 		}
+		/* Detach the start-up capture: the last reference below flushes the file. */
+		for (unsigned i = 0; i < cfg.n_vms && capture; i++)
+			if (vms[i].dev)
+				(void)ops_tap_detach(vsock_dev_tap(vms[i].dev));
 		for (unsigned i = 0; i < cfg.n_vms; i++)
 			vsock_dev_free(vms[i].dev);
 		free(vms);
 	}
+	ops_pcap_unref(capture);
 	vsock_router_free(router);
 	uvsockd_config_clear(&cfg);
 	return rc;

@@ -423,6 +423,20 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 				goto out_fail;
 			continue;
 		}
+		m = match_opt(argc, argv, &i, "--capture", &v, err, errlen);
+		if (m < 0)
+			goto out_fail;
+		if (m) {
+			if (c.capture_path[0]) {
+				r = fail(err, errlen, "--capture given twice");
+				goto out_fail;
+			}
+			r = set_path(c.capture_path, "--capture", v, sizeof(c.capture_path) - 1, err,
+				     errlen);
+			if (r < 0)
+				goto out_fail;
+			continue;
+		}
 		m = match_opt(argc, argv, &i, "--log-level", &v, err, errlen);
 		if (m < 0)
 			goto out_fail;
@@ -631,6 +645,9 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"                          vms: list); not combinable with --vm\n"
 		"  --control PATH|none     control socket for uvsock-stat (default: the first\n"
 		"                          VM's socket path + \".ctl\"; none: no control socket)\n"
+		"  --capture FILE          write every packet of every VM into FILE (pcap,\n"
+		"                          vsockmon format), from start-up until exit; FILE\n"
+		"                          must not exist\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  --print-capabilities    print the vhost-user backend capabilities as JSON\n"
 		"  -h, --help              print this help\n"

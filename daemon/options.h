@@ -63,6 +63,8 @@ struct uvsockd_config {
 	 * `<first VM's socket>.ctl`; control_off with --control none. */
 	char control_path[UVSOCKD_SUN_PATH_MAX + 1];
 	bool control_off;
+	/* --capture FILE: every VM's packets from start-up into this new pcap file ("" = none). */
+	char capture_path[4096];
 };
 
 /*

@@ -374,6 +374,7 @@ static void rx_fill(struct vsock_dev *d)
 		if (have_eng && have_sib)
 			d->rx_sib_turn = !d->rx_sib_turn;
 		vsock_hdr_encode(&h, wire);
+		OPS_TAP(&d->tap, &h, piov, pn);
 		iov_write(iov, ch.in_num, 0, wire, VSOCK_HDR_SIZE);
 		(void)vring_dev_fill(&dq->q, ch.head, VSOCK_HDR_SIZE + (uint32_t)n);
 		filled = true;
@@ -404,6 +405,9 @@ static enum tx_verdict tx_to_sibling(struct vsock_dev *d, struct vsock_dev *t,
 	p->hdr = *h;
 	p->off = 0;
 	iov_read(iov, n, VSOCK_HDR_SIZE, p->data, h->len);
+	/* Before the push: once in the target's inbox, p belongs to the target's thread. A staged
+	 * packet is not captured again when it is handed over later. */
+	OPS_TAP(&d->tap, &p->hdr, (&(struct iovec){ p->data, p->hdr.len }), 1);
 	switch (sib_push(t, p)) {
 	case 0:
 		break;
@@ -490,6 +494,7 @@ static enum tx_verdict tx_classify(struct vsock_dev *d, const struct vring_chain
 			DEV_STAT_ADD(d, tx_bad_chain, 1);
 			return TX_DROP;
 		}
+		OPS_TAP(&d->tap, &h, piov, pn);
 		ref->hdr = h;
 		ref->iov = piov;
 		ref->iovcnt = pn;
@@ -1066,6 +1071,7 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d->router = router;
 	pthread_mutex_init(&d->inbox.lock, NULL);
 	pthread_mutex_init(&d->eng_lock, NULL);
+	ops_tap_init(&d->tap);
 
 	d->scratch_len = MAX((size_t)d->buf_alloc, (size_t)VSOCK_MAX_PKT_PAYLOAD);
 	d->scratch = malloc(d->scratch_len);
@@ -1196,6 +1202,7 @@ void vsock_dev_free(struct vsock_dev *d)
 		free(d->inbox.ring[(d->inbox.head + i) % DEV_INBOX_PKTS]);
 	pthread_mutex_destroy(&d->inbox.lock);
 	pthread_mutex_destroy(&d->eng_lock);
+	ops_tap_destroy(&d->tap);
 	loop_async_free(d->inbox_async);
 	loop_async_free(d->room_async);
 	loop_timer_free(d->eng_timer);
@@ -1233,6 +1240,11 @@ const char *vsock_dev_uds_path(const struct vsock_dev *d)
 const char *vsock_dev_name(const struct vsock_dev *d)
 {
 	return d->name;
+}
+
+struct ops_tap *vsock_dev_tap(struct vsock_dev *d)
+{
+	return &d->tap;
 }
 
 void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret)

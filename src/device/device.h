@@ -103,6 +103,15 @@ uint32_t vsock_dev_guest_cid(const struct vsock_dev *d);
 const char *vsock_dev_uds_path(const struct vsock_dev *d);
 const char *vsock_dev_name(const struct vsock_dev *d);
 
+struct ops_tap;
+/*
+ * The device's packet-capture tap (src/ops/pcap.h): every packet put into the guest's RX ring and
+ * every guest TX packet accepted for the host or a sibling passes through it once, control
+ * packets and the engine's no-socket RSTs included (dropped TX packets do not). Lives as long as
+ * the device. Context: attach/detach from any thread (the tap has its own lock).
+ */
+struct ops_tap *vsock_dev_tap(struct vsock_dev *d);
+
 /* State for operators (uvsock-stat through the control socket). */
 struct vsock_dev_status {
 	bool vmm_connected;              /* a VMM is connected on the vhost-user socket */

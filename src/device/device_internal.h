@@ -14,6 +14,7 @@
 
 #include "device/device.h"
 #include "device/uds_connect.h"
+#include "ops/pcap.h"
 #include "util/loop.h"
 #include "vhost_user/backend.h"
 #include "vring/vring.h"
@@ -157,6 +158,7 @@ struct vsock_dev {
 	uint16_t *tx_heads;
 
 	struct vsock_dev_stats stats;
+	struct ops_tap tap;            /* packet capture: every packet each way, once */
 	struct vsock_dev *router_next;
 };
 
