@@ -287,6 +287,12 @@ static bool sock_pullable(const struct vsock_sock *s)
 	return s->tx_len && sock_can_send_data(s) && sock_credit(s) > 0;
 }
 
+/* Publishes tx_n + nosock_n for the lock-free "nothing to pull" check. e->tx_lock held. */
+static void tx_pending_update(struct vsock_engine *e)
+{
+	atomic_store_explicit(&e->tx_pending, e->tx_n + e->nosock_n, memory_order_release);
+}
+
 /* Puts s on the send list if it has something to pull. Called with s locked. */
 static void sock_kick_tx(struct vsock_sock *s)
 {
@@ -295,9 +301,17 @@ static void sock_kick_tx(struct vsock_sock *s)
 
 	if (!sock_pullable(s))
 		return;
+	/*
+	 * Already queued: nothing to do, and no tx_lock round trip. A stale true is harmless: it
+	 * means a pull popped s (storing false under tx_lock) and has not yet taken s's lock, which
+	 * we hold; it will, build, and requeue s while sock_pullable() (vsock_engine_pull). If that
+	 * pull had already released s's lock, the lock hand-over made its store visible here.
+	 */
+	if (atomic_load_explicit(&s->on_txlist, memory_order_relaxed))
+		return;
 	pthread_mutex_lock(&e->tx_lock);
-	if (!s->on_txlist) {
-		s->on_txlist = true;
+	if (!atomic_load_explicit(&s->on_txlist, memory_order_relaxed)) {
+		atomic_store_explicit(&s->on_txlist, true, memory_order_relaxed);
 		s->tx_next = NULL;
 		sock_ref(s);
 		if (e->tx_tail)
@@ -306,16 +320,24 @@ static void sock_kick_tx(struct vsock_sock *s)
 			e->tx_head = s;
 		e->tx_tail = s;
 		was_empty = e->tx_n++ == 0 && e->nosock_n == 0;
+		tx_pending_update(e);
 	}
 	pthread_mutex_unlock(&e->tx_lock);
 	if (was_empty)
 		s->kick = true;
 }
 
+/* Number of PEND_REPLY_MASK bits in x (no popcount call: the target may lack the insn). */
+static unsigned reply_bits(unsigned x)
+{
+	return (x & PEND_RST ? 1u : 0u) + (x & PEND_RESPONSE ? 1u : 0u) +
+	       (x & PEND_CREDIT_UPDATE ? 1u : 0u);
+}
+
 static void pend_set(struct vsock_sock *s, unsigned bits)
 {
 	unsigned added = bits & ~s->pend;
-	unsigned n = (unsigned)__builtin_popcount(added & PEND_REPLY_MASK);
+	unsigned n = reply_bits(added);
 
 	s->pend |= bits;
 	if (n)
@@ -326,7 +348,7 @@ static void pend_set(struct vsock_sock *s, unsigned bits)
 static void pend_clear(struct vsock_sock *s, unsigned bits)
 {
 	unsigned removed = bits & s->pend;
-	unsigned n = (unsigned)__builtin_popcount(removed & PEND_REPLY_MASK);
+	unsigned n = reply_bits(removed);
 
 	s->pend &= ~bits;
 	if (n)
@@ -361,6 +383,7 @@ static void queue_nosock_rst(struct vsock_engine *e, const struct vsock_hdr *in,
 			.op = VSOCK_OP_RST,
 		};
 		was_empty = e->nosock_n++ == 0 && e->tx_n == 0;
+		tx_pending_update(e);
 		queued = true;
 	}
 	pthread_mutex_unlock(&e->tx_lock);
@@ -435,6 +458,13 @@ static void heap_remove(struct vsock_engine *e, struct vsock_sock *s)
 	heap_down(e, (uint32_t)last->heap_idx);
 }
 
+/* Publishes the earliest deadline for vsock_engine_next_deadline. e->timer_lock held. */
+static void next_deadline_update(struct vsock_engine *e)
+{
+	atomic_store_explicit(&e->next_deadline, e->heap_n ? e->heap[0]->deadline : UINT64_MAX,
+			      memory_order_release);
+}
+
 /* Arms (or re-arms) s's single timer. Called with s locked. */
 static void timer_arm(struct vsock_sock *s, enum sock_timer kind, uint64_t deadline)
 {
@@ -456,6 +486,7 @@ static void timer_arm(struct vsock_sock *s, enum sock_timer kind, uint64_t deadl
 		heap_down(e, (uint32_t)s->heap_idx);
 	}
 	first = e->heap[0] == s;
+	next_deadline_update(e);
 	pthread_mutex_unlock(&e->timer_lock);
 	if (first)
 		s->kick = true; /* the deadline moved earlier: tell the transport */
@@ -473,6 +504,7 @@ static void timer_cancel(struct vsock_sock *s)
 	pthread_mutex_lock(&e->timer_lock);
 	if (s->heap_idx >= 0) {
 		heap_remove(e, s);
+		next_deadline_update(e);
 		armed = true;
 	}
 	pthread_mutex_unlock(&e->timer_lock);
@@ -777,6 +809,8 @@ int vsock_engine_new(const struct vsock_engine_config *cfg, struct vsock_engine 
 	e->ops = cfg->ops;
 	e->opaque = cfg->opaque;
 	atomic_init(&e->local_cid, cfg->local_cid);
+	atomic_init(&e->tx_pending, 0);
+	atomic_init(&e->next_deadline, UINT64_MAX);
 	pthread_mutex_init(&e->tx_lock, NULL);
 	pthread_mutex_init(&e->timer_lock, NULL);
 	pthread_mutex_init(&e->all_lock, NULL);
@@ -1311,11 +1345,21 @@ ssize_t vsock_engine_pull(struct vsock_engine *e, struct vsock_hdr *h, const str
 {
 	uint32_t budget;
 
+	/*
+	 * Nothing queued: answer without the lock (a transport's last pull of every burst). A
+	 * packet queued concurrently may be missed, as it could be by a pull that took the lock
+	 * just before; its producer calls ops->tx_ready after queueing it, so it is not lost. The
+	 * acquire pairs with the release in tx_pending_update: a count read as non-zero comes with
+	 * the list it counts (we then take the lock anyway).
+	 */
+	if (atomic_load_explicit(&e->tx_pending, memory_order_acquire) == 0)
+		return -EAGAIN;
 	pthread_mutex_lock(&e->tx_lock);
 	if (e->nosock_n) {
 		*h = e->nosock[e->nosock_head];
 		e->nosock_head = (e->nosock_head + 1) % e->nosock_cap;
 		e->nosock_n--;
+		tx_pending_update(e);
 		pthread_mutex_unlock(&e->tx_lock);
 		atomic_fetch_sub_explicit(&e->replies, 1, memory_order_relaxed);
 		STAT_INC(e, rst_sent);
@@ -1332,8 +1376,9 @@ ssize_t vsock_engine_pull(struct vsock_engine *e, struct vsock_hdr *h, const str
 		e->tx_head = s->tx_next;
 		if (!e->tx_head)
 			e->tx_tail = NULL;
-		s->on_txlist = false;
+		atomic_store_explicit(&s->on_txlist, false, memory_order_relaxed);
 		e->tx_n--;
+		tx_pending_update(e);
 		pthread_mutex_unlock(&e->tx_lock);
 
 		sock_lock(s);
@@ -1341,8 +1386,8 @@ ssize_t vsock_engine_pull(struct vsock_engine *e, struct vsock_hdr *h, const str
 		if (sock_pullable(s)) {
 			/* Round robin: back to the tail, handing our reference to the list. */
 			pthread_mutex_lock(&e->tx_lock);
-			if (!s->on_txlist) {
-				s->on_txlist = true;
+			if (!atomic_load_explicit(&s->on_txlist, memory_order_relaxed)) {
+				atomic_store_explicit(&s->on_txlist, true, memory_order_relaxed);
 				s->tx_next = NULL;
 				if (e->tx_tail)
 					e->tx_tail->tx_next = s;
@@ -1350,6 +1395,7 @@ ssize_t vsock_engine_pull(struct vsock_engine *e, struct vsock_hdr *h, const str
 					e->tx_head = s;
 				e->tx_tail = s;
 				e->tx_n++;
+				tx_pending_update(e);
 				requeued = true;
 			}
 			pthread_mutex_unlock(&e->tx_lock);
@@ -1370,6 +1416,8 @@ bool vsock_engine_has_pending(struct vsock_engine *e)
 {
 	bool r;
 
+	if (atomic_load_explicit(&e->tx_pending, memory_order_acquire) == 0)
+		return false; /* as in vsock_engine_pull */
 	pthread_mutex_lock(&e->tx_lock);
 	r = e->nosock_n > 0 || e->tx_head != NULL;
 	pthread_mutex_unlock(&e->tx_lock);
@@ -1412,6 +1460,7 @@ void vsock_engine_run_timers(struct vsock_engine *e)
 		}
 		s = e->heap[0];
 		heap_remove(e, s); /* the heap's reference is now ours */
+		next_deadline_update(e);
 		pthread_mutex_unlock(&e->timer_lock);
 
 		sock_lock(s);
@@ -1427,12 +1476,8 @@ void vsock_engine_run_timers(struct vsock_engine *e)
 
 uint64_t vsock_engine_next_deadline(struct vsock_engine *e)
 {
-	uint64_t d;
-
-	pthread_mutex_lock(&e->timer_lock);
-	d = e->heap_n ? e->heap[0]->deadline : UINT64_MAX;
-	pthread_mutex_unlock(&e->timer_lock);
-	return d;
+	/* Stored under timer_lock at every heap change (next_deadline_update). */
+	return atomic_load_explicit(&e->next_deadline, memory_order_acquire);
 }
 
 /* ---- whole-engine operations -------------------------------------------------------------- */
@@ -1473,6 +1518,7 @@ void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid)
 	pthread_mutex_lock(&e->tx_lock);
 	atomic_fetch_sub(&e->replies, e->nosock_n);
 	e->nosock_n = 0;
+	tx_pending_update(e);
 	pthread_mutex_unlock(&e->tx_lock);
 	if (new_cid != VMADDR_CID_ANY)
 		atomic_store(&e->local_cid, new_cid);

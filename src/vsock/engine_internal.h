@@ -69,9 +69,10 @@ struct vsock_sock {
 	/* Protected by e->all_lock */
 	struct vsock_sock *all_prev, *all_next;
 
-	/* Protected by e->tx_lock */
+	/* Protected by e->tx_lock. on_txlist is written under tx_lock only, but also read under
+	 * this socket's lock alone (sock_kick_tx's fast path), hence atomic. */
 	struct vsock_sock *tx_next;
-	bool on_txlist;
+	atomic_bool on_txlist;
 
 	/* Protected by e->timer_lock */
 	uint64_t deadline;
@@ -136,11 +137,17 @@ struct vsock_engine {
 	uint32_t tx_n;                        /* Protected by tx_lock */
 	struct vsock_hdr *nosock;             /* ring of no-socket RSTs, Protected by tx_lock */
 	uint32_t nosock_cap, nosock_head, nosock_n;
+	/* tx_n + nosock_n, stored under tx_lock and read without it: pull and has_pending answer
+	 * "nothing" without taking the lock (see vsock_engine_pull). */
+	atomic_uint tx_pending;
 	atomic_uint replies;                  /* queued reply packets (reply_limit) */
 
 	pthread_mutex_t timer_lock;
 	struct vsock_sock **heap; /* Protected by timer_lock */
 	uint32_t heap_n, heap_cap;
+	/* heap[0]'s deadline or UINT64_MAX, stored under timer_lock whenever the heap changes,
+	 * read without it by vsock_engine_next_deadline (called by transports on every tx_ready). */
+	_Atomic uint64_t next_deadline;
 
 	pthread_mutex_t all_lock;
 	struct vsock_sock *all; /* Protected by all_lock */
