@@ -63,7 +63,8 @@ static void ctl_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 	ret->have_engine = st.have_engine;
 	if (st.have_engine)
 		ret->eng = st.eng;
-	ops_counters_from_sources(&ret->c, &ds, st.have_engine ? &st.eng : NULL, st.listeners);
+	/* Engine-derived counters summed over VMM sessions: they do not restart on reconnect. */
+	ops_counters_from_sources(&ret->c, &ds, &st.eng_total, st.listeners);
 }
 
 struct conns_walk {

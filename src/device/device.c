@@ -679,14 +679,38 @@ out_free:
 	return r;
 }
 
+/*
+ * acc += s for every counter of an ended engine, except the gauge socks_open; socks_total without
+ * the device's own listeners. Every field of struct vsock_engine_stats is a uint64_t.
+ */
+static void eng_stats_accumulate(struct vsock_engine_stats *acc,
+				 const struct vsock_engine_stats *s, unsigned listeners)
+{
+	uint64_t *a = (uint64_t *)acc;
+	const uint64_t *v = (const uint64_t *)s;
+	uint64_t open = acc->socks_open;
+
+	for (size_t i = 0; i < sizeof(*acc) / sizeof(uint64_t); i++)
+		a[i] += v[i];
+	acc->socks_open = open;
+	acc->socks_total -= MIN((uint64_t)listeners, s->socks_total);
+}
+
 /* Drops every connection of the VM: host sockets closed, engine freed (nothing is sent). */
 static void engine_destroy(struct vsock_dev *d)
 {
 	struct vsock_engine *e;
 
-	/* Withdrawn from readers first; host sockets are closed before the engine goes. */
+	/* Withdrawn from readers first, its counters moved into eng_past in the same step so that
+	 * readers never see them missing; host sockets are closed before the engine goes. */
 	pthread_mutex_lock(&d->eng_lock);
 	e = d->eng;
+	if (e) {
+		struct vsock_engine_stats es;
+
+		vsock_engine_get_stats(e, &es);
+		eng_stats_accumulate(&d->eng_past, &es, !!d->lst[0] + !!d->lst[1]);
+	}
 	d->eng = NULL;
 	pthread_mutex_unlock(&d->eng_lock);
 	host_close_all(d);
@@ -1253,11 +1277,14 @@ void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret)
 	ret->vmm_connected = __atomic_load_n(&d->vmm_connected, __ATOMIC_RELAXED);
 	ret->broken = __atomic_load_n(&d->broken, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&d->eng_lock);
+	ret->eng_total = d->eng_past;
 	if (d->eng) {
 		ret->have_engine = true;
 		/* lst[] is set before eng is published and cleared after it is withdrawn. */
 		ret->listeners = !!d->lst[0] + !!d->lst[1];
 		vsock_engine_get_stats(d->eng, &ret->eng);
+		eng_stats_accumulate(&ret->eng_total, &ret->eng, 0);
+		ret->eng_total.socks_open = ret->eng.socks_open;
 	}
 	pthread_mutex_unlock(&d->eng_lock);
 }

@@ -118,7 +118,11 @@ struct vsock_dev_status {
 	bool broken;                     /* rings marked broken until restarted */
 	bool have_engine;                /* eng and listeners are valid (rings started) */
 	unsigned listeners;              /* sockets of the engine that are our own listeners */
-	struct vsock_engine_stats eng;
+	struct vsock_engine_stats eng;   /* the current engine's own counters (have_engine) */
+	/* Summed over every VMM session of the device's life (the engine is new each session):
+	 * the ended engines' counters plus the current one's; socks_open is the current gauge and
+	 * socks_total counts the current engine's `listeners` but no earlier session's. */
+	struct vsock_engine_stats eng_total;
 };
 
 /*

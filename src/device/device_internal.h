@@ -122,6 +122,9 @@ struct vsock_dev {
 	 * written under eng_lock (readers on other threads: status, listing) */
 	pthread_mutex_t eng_lock;
 	struct vsock_engine *eng;
+	/* counters of the engines of ended sessions (socks_open left 0, socks_total without our
+	 * listeners), under eng_lock: operators' counters do not restart with each VMM session */
+	struct vsock_engine_stats eng_past;
 	struct vsock_sock *lst[2];     /* deferred wildcard listeners: STREAM, SEQPACKET */
 	bool accept_pending;           /* a listener has children to confirm */
 	struct loop_timer *eng_timer;

@@ -681,6 +681,9 @@ static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	(void)l;
 	(void)t;
 	DEV_STAT_ADD(d, host_connect_timeouts, 1);
+	/* A guest connect whose host listener did not accept in time is refused too (RST). */
+	if (c->state == HC_HOST_CONNECT)
+		DEV_STAT_ADD(d, guest_conns_refused, 1);
 	log_debug("%s: host connection timed out waiting for %s", d->name,
 		  c->state == HC_READ_CONNECT	? "the CONNECT line"
 		  : c->state == HC_HOST_CONNECT ? "the host listener"

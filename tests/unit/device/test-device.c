@@ -775,9 +775,25 @@ TEST(status_and_socket_listing_for_operators)
 	vsock_dev_get_status(t.d, &st);
 	ASSERT_FALSE(st.vmm_connected);
 	ASSERT_FALSE(st.have_engine);
+	/* The ended session's counters stay: one connection (listeners not counted), none open. */
+	ASSERT_EQ(st.eng_total.socks_total, 1);
+	ASSERT_EQ(st.eng_total.socks_open, 0);
 	memset(&w, 0, sizeof(w));
 	vsock_dev_foreach_sock(t.d, walk_one, &w);
 	ASSERT_EQ(w.conns + w.listeners, 0);
+	/* A second session adds to them: its own connection plus its two listeners. */
+	tg_connect(&g, &t);
+	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
+	vsock_dev_get_status(t.d, &st);
+	ASSERT_EQ(st.eng.socks_total, 3);
+	ASSERT_EQ(st.eng_total.socks_total, 1 + 3);
+	ASSERT_EQ(st.eng_total.socks_open, 3);
+	ASSERT_GE(st.eng_total.rx_pkts, 2 * st.eng.rx_pkts);
+	tg_disconnect(&g);
+	ASSERT_EQ(read_wait(fd, &w, 1, WAIT_MS), 0);
+	close(fd);
+	vsock_dev_get_status(t.d, &st);
+	ASSERT_EQ(st.eng_total.socks_total, 2);
 	tdev_stop(&t);
 }
 

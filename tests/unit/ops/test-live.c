@@ -142,6 +142,101 @@ TEST(counters_and_listing_of_a_live_daemon)
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
+/* Waits until the daemon says whether a VMM is connected to VM 3. */
+static void wait_vmm(const char *sock, bool connected)
+{
+	uint64_t end = hs_now_ms() + WAIT_MS;
+
+	for (;;) {
+		struct ops_jv *v = stat_json(sock);
+		bool c = ops_json_bool(vm0(v), "vmm_connected", !connected);
+
+		ops_json_free(v);
+		if (c == connected)
+			return;
+		if (hs_now_ms() > end)
+			test_fail(__FILE__, __LINE__, "vmm_connected did not become %d", connected);
+		usleep(10000);
+	}
+}
+
+struct ctr_snap {
+	uint64_t conns_total, rst_sent, rst_received, refused, tx_pkts;
+};
+
+static struct ctr_snap ctr_snap(const char *sock)
+{
+	struct ops_jv *v = stat_json(sock);
+	const struct ops_jv *c = ops_json_get(vm0(v), "counters");
+	struct ctr_snap s = {
+		.conns_total = ops_json_u64(c, "conns_total", 0),
+		.rst_sent = ops_json_u64(c, "rst_sent", 0),
+		.rst_received = ops_json_u64(c, "rst_received", 0),
+		.refused = ops_json_u64(c, "host_connects_refused", 0),
+		.tx_pkts = ops_json_u64(c, "tx_pkts", 0),
+	};
+
+	ops_json_free(v);
+	return s;
+}
+
+/* One session: a connection to host port 5000 (then reset by the guest) and one refused. */
+static void session(struct uvd *u, int lfd)
+{
+	struct uvsock_ctx *g = guest_new(u->sock[0]);
+	char buf[4];
+	int gfd, hfd;
+
+	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
+	ASSERT_GE(gfd, 0);
+	g_set_timeouts(gfd, WAIT_MS);
+	hfd = hs_accept(lfd, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	ASSERT_EQ(uvsock_send(gfd, "ping", 4, 0), 4);
+	ASSERT_EQ(hs_read_full(hfd, buf, 4, WAIT_MS), 4);
+	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5001), -1);
+	ASSERT_EQ(errno, ECONNRESET);
+	/* The VMM goes away with the connection open (as a VM shutting down). */
+	uvsock_ctx_free(g);
+	close(hfd);
+	(void)gfd;
+}
+
+/*
+ * Engine-derived counters (connections, RSTs, refusals) are summed over VMM sessions: each
+ * session gets a new engine, and the counters keep growing instead of restarting at zero.
+ */
+TEST(counters_keep_growing_across_vmm_sessions)
+{
+	static const uint32_t cid3[] = { 3 };
+	struct ctr_snap a, b, c;
+	char lpath[200];
+	struct uvd u;
+	int lfd;
+
+	uvd_start(&u, 1, cid3, NULL, NULL);
+	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
+	lfd = hs_listen(lpath, SOCK_STREAM);
+	session(&u, lfd);
+	wait_vmm(u.sock[0], false);
+	a = ctr_snap(u.sock[0]);
+	ASSERT_EQ_U64(a.conns_total, 2);  /* accepted + refused (both were engine sockets) */
+	ASSERT_GE(a.rst_sent, 1);
+	ASSERT_EQ_U64(a.refused, 1);
+
+	session(&u, lfd);
+	b = ctr_snap(u.sock[0]);  /* the VMM may still be connected: current + past sessions */
+	ASSERT_GE(b.conns_total, 2 * a.conns_total);
+	wait_vmm(u.sock[0], false);
+	c = ctr_snap(u.sock[0]);
+	ASSERT_EQ_U64(c.conns_total, 2 * a.conns_total);
+	ASSERT_GE(c.rst_sent, 2 * a.rst_sent);
+	ASSERT_EQ_U64(c.refused, 2);
+	ASSERT_GT(c.tx_pkts, a.tx_pkts);
+	close(lfd);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
 /* Waits until the daemon's capture is running (started by the uvsock-stat child). */
 static void wait_capture_running(const char *ctl)
 {
