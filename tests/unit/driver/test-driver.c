@@ -8,6 +8,7 @@
  * boundaries host->guest, the refused-port fast path, RX buffer growth under bulk traffic, event
  * index kick suppression counters, TRANSPORT_RESET, reconnect, back-end loss, siblings.
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -85,7 +86,22 @@ static void tdev_stop(struct tdev *t)
 	}
 	vsock_dev_free(t->d);
 	t->d = NULL;
-	rmdir(t->dir);
+	/* The device removed its sockets; the test's host listeners (<uds>_<port>) go here. */
+	{
+		DIR *dir = opendir(t->dir);
+		struct dirent *de;
+		char path[400];
+
+		while (dir && (de = readdir(dir)) != NULL) {
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", t->dir, de->d_name);
+			unlink(path);
+		}
+		if (dir)
+			closedir(dir);
+	}
+	ASSERT_EQ(rmdir(t->dir), 0);
 }
 
 static struct uvsock_ctx *guest_new_opts(struct tdev *t, const struct uvsock_guest_opts *o)
