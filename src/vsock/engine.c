@@ -1214,10 +1214,13 @@ static int rx_packet(struct vsock_engine *e, struct rx_ctx *cx, struct vsock_soc
 int vsock_engine_feed(struct vsock_engine *e, const struct vsock_hdr *h, const struct iovec *iov,
 		      int iovcnt)
 {
-	struct rx_ctx cx = {.batch = false};
 	struct vsock_sock *held = NULL;
+	struct rx_ctx cx;
 	int r;
 
+	/* Not `= {...}`: that would zero def[], 512 bytes, on every packet. */
+	cx.batch = false;
+	cx.ndef = 0;
 	r = rx_packet(e, &cx, &held, h, iov, iovcnt);
 	held_release(&held);
 	return r;
@@ -1225,10 +1228,12 @@ int vsock_engine_feed(struct vsock_engine *e, const struct vsock_hdr *h, const s
 
 void vsock_engine_feed_batch(struct vsock_engine *e, const struct vsock_pkt_ref *pkts, size_t n)
 {
-	struct rx_ctx ctx = {.batch = true}, *cx = &ctx;
+	struct rx_ctx ctx, *cx = &ctx;
 	struct vsock_sock *held = NULL;
 	uint32_t run = 0;
 
+	ctx.batch = true;
+	ctx.ndef = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct vsock_sock *prev = held;
 
@@ -1340,20 +1345,13 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 	return len;
 }
 
-ssize_t vsock_engine_pull(struct vsock_engine *e, struct vsock_hdr *h, const struct iovec *iov,
-			  int iovcnt, size_t max_payload)
+/* vsock_engine_pull with something queued (kept out of line: the empty case stays cheap). */
+static __attribute__((noinline)) ssize_t pull_locked(struct vsock_engine *e, struct vsock_hdr *h,
+						     const struct iovec *iov, int iovcnt,
+						     size_t max_payload)
 {
 	uint32_t budget;
 
-	/*
-	 * Nothing queued: answer without the lock (a transport's last pull of every burst). A
-	 * packet queued concurrently may be missed, as it could be by a pull that took the lock
-	 * just before; its producer calls ops->tx_ready after queueing it, so it is not lost. The
-	 * acquire pairs with the release in tx_pending_update: a count read as non-zero comes with
-	 * the list it counts (we then take the lock anyway).
-	 */
-	if (atomic_load_explicit(&e->tx_pending, memory_order_acquire) == 0)
-		return -EAGAIN;
 	pthread_mutex_lock(&e->tx_lock);
 	if (e->nosock_n) {
 		*h = e->nosock[e->nosock_head];
@@ -1410,6 +1408,21 @@ ssize_t vsock_engine_pull(struct vsock_engine *e, struct vsock_hdr *h, const str
 	}
 	pthread_mutex_unlock(&e->tx_lock);
 	return -EAGAIN;
+}
+
+ssize_t vsock_engine_pull(struct vsock_engine *e, struct vsock_hdr *h, const struct iovec *iov,
+			  int iovcnt, size_t max_payload)
+{
+	/*
+	 * Nothing queued: answer without the lock (a transport's last pull of every burst). A
+	 * packet queued concurrently may be missed, as it could be by a pull that took the lock
+	 * just before; its producer calls ops->tx_ready after queueing it, so it is not lost. The
+	 * acquire pairs with the release in tx_pending_update: a count read as non-zero comes with
+	 * the list it counts (we then take the lock anyway).
+	 */
+	if (atomic_load_explicit(&e->tx_pending, memory_order_acquire) == 0)
+		return -EAGAIN;
+	return pull_locked(e, h, iov, iovcnt, max_payload);
 }
 
 bool vsock_engine_has_pending(struct vsock_engine *e)
