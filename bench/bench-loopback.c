@@ -24,6 +24,10 @@
  *                                packet per write), feed them with one vsock_engine_feed_batch,
  *                                recv everything, then pull and feed the replies
  *   --ops engine1 SIZE COUNT B   the same, feeding each packet with vsock_engine_feed
+ *   --ops threads SIZE COUNT     loopback API with the receiver on a second thread (as the
+ *                                throughput test, but a fixed COUNT of SIZE-byte sends): for
+ *                                `strace -f -c` (syscalls per packet); not repeatable under
+ *                                callgrind
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -448,6 +452,16 @@ __attribute__((noinline)) void ops_run(const struct ops_args *o, int a, int b,
 				got += (size_t)n;
 			}
 			eng_pump(eb); /* credit updates, if any */
+		} else if (strcmp(o->mode, "threads") == 0) {
+			size_t off = 0;
+
+			while (off < o->size) {
+				ssize_t n = uvsock_send(a, buf + off, o->size - off, 0);
+
+				if (n < 0)
+					die("threads send");
+				off += (size_t)n;
+			}
 		} else if (strcmp(o->mode, "rtt") == 0) {
 			if (uvsock_send(a, buf, RTT_SIZE, 0) != RTT_SIZE ||
 			    uvsock_recv(b, buf, RTT_SIZE, MSG_WAITALL) != RTT_SIZE ||
@@ -475,7 +489,8 @@ static int ops_main(int argc, char **argv)
 
 	if (strcmp(o.mode, "rtt") == 0 && argc == 2) {
 		o.count = atol(argv[1]);
-	} else if (strcmp(o.mode, "stream") == 0 && argc == 3) {
+	} else if ((strcmp(o.mode, "stream") == 0 || strcmp(o.mode, "threads") == 0) &&
+		   argc == 3) {
 		o.size = (size_t)atol(argv[1]);
 		o.count = atol(argv[2]);
 	} else if ((strcmp(o.mode, "engine") == 0 || strcmp(o.mode, "engine1") == 0) &&
@@ -487,7 +502,8 @@ static int ops_main(int argc, char **argv)
 		eb.one_by_one = strcmp(o.mode, "engine1") == 0;
 		eb.pkt = o.size;
 	} else {
-		fprintf(stderr, "usage: --ops stream SIZE COUNT | rtt COUNT | engine[1] SIZE COUNT B\n");
+		fprintf(stderr, "usage: --ops stream|threads SIZE COUNT | rtt COUNT | "
+				"engine[1] SIZE COUNT B\n");
 		return 2;
 	}
 	if (o.size == 0 || o.size > VSOCK_MAX_PKT_PAYLOAD || o.count <= 0 || o.batch <= 0 ||
@@ -508,9 +524,25 @@ static int ops_main(int argc, char **argv)
 		uv_pair(&t, &a, &b);
 		uvsock_ctx_get_stats(ctx, &st0);
 	}
-	t0 = now_s();
-	ops_run(&o, a, b, ebp, buf);
-	t1 = now_s();
+	if (strcmp(o.mode, "threads") == 0) {
+		struct tput rx = { .t = &t, .fd = b, .size = o.size };
+		pthread_t th;
+
+		t.recv = uv_recv;
+		if (pthread_create(&th, NULL, tput_receiver, &rx))
+			die("pthread_create");
+		t0 = now_s();
+		ops_run(&o, a, b, ebp, buf);
+		uvsock_shutdown(a, SHUT_WR);
+		pthread_join(th, NULL);
+		t1 = now_s();
+		if (rx.bytes != o.size * (uint64_t)o.count)
+			die("threads: short transfer");
+	} else {
+		t0 = now_s();
+		ops_run(&o, a, b, ebp, buf);
+		t1 = now_s();
+	}
 	printf("%s size %zu count %ld batch %d: %.1f ns per round", o.mode, o.size, o.count,
 	       o.batch, (t1 - t0) * 1e9 / (double)o.count);
 	if (ebp) {
@@ -558,7 +590,8 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"usage: %s [--runs N] [--duration SECONDS] [--quick]\n"
-				"       %s --ops stream SIZE COUNT | rtt COUNT | engine[1] SIZE COUNT B\n",
+				"       %s --ops stream|threads SIZE COUNT | rtt COUNT | "
+				"engine[1] SIZE COUNT B\n",
 				argv[0], argv[0]);
 			return 2;
 		}
