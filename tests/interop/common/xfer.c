@@ -84,9 +84,9 @@ ssize_t xfer_pattern_check(uint32_t seed, uint64_t off, const void *buf, size_t 
 	return -1;
 }
 
-static const size_t wsizes[] = { 1,	 7,	64,	511,   1024,  4095,  4096,  4097,
-				 16384,	 65535, 65536, 65537, 131072, 262144, 3,     100000,
-				 262144, 200000, 262144, 32768 };
+static const size_t wsizes[] = { 1,    7,      64,     511,    1024,   4095,   4096,
+				 4097, 16384,  65535,  65536,  65537,  131072, 262144,
+				 3,    100000, 262144, 200000, 262144, 32768 };
 static const size_t rsizes[] = { 262144, 1, 4096, 65536, 13, 200000, 8192, 1500, 262144, 44 };
 static const size_t echosizes[] = { 1, 2, 64, 1000, 4096, 4097, 65536, 100000, 262144, 17 };
 
@@ -285,8 +285,8 @@ static int recv_payload(struct xfer *x, uint64_t limit)
 		return 2;
 	bad = xfer_pattern_check(in_seed(x), x->rcvd, buf, r);
 	if (bad >= 0) {
-		finish(x, false, "%s id %llu: data mismatch at byte %llu of %llu (got 0x%02x)", who(x),
-		       (unsigned long long)x->h.id, (unsigned long long)(x->rcvd + bad),
+		finish(x, false, "%s id %llu: data mismatch at byte %llu of %llu (got 0x%02x)",
+		       who(x), (unsigned long long)x->h.id, (unsigned long long)(x->rcvd + bad),
 		       (unsigned long long)in_total(x), buf[bad]);
 		return -1;
 	}
@@ -331,8 +331,8 @@ static int recv_trailer(struct xfer *x)
 	if (x->trl_off < sizeof(x->trl))
 		return 1;
 	if (x->trl.magic != XFER_TRL_MAGIC) {
-		finish(x, false, "client id %llu: bad trailer magic 0x%x", (unsigned long long)x->h.id,
-		       x->trl.magic);
+		finish(x, false, "client id %llu: bad trailer magic 0x%x",
+		       (unsigned long long)x->h.id, x->trl.magic);
 		return -1;
 	}
 	if (x->trl.status != 0 || x->trl.got != x->h.c2s) {
@@ -639,11 +639,11 @@ static int step(struct xfer *x, short *want)
 		x->hdr_off += r;
 		if (x->hdr_off < sizeof(x->h))
 			return 1;
-		if (x->server && (x->h.magic != XFER_MAGIC ||
-				  (x->h.mode != XM_DUPLEX && x->h.mode != XM_ECHO &&
-				   x->h.mode != XM_HALFCLOSE))) {
-			finish(x, false, "server: bad session header (magic 0x%x mode %u)", x->h.magic,
-			       x->h.mode);
+		if (x->server &&
+		    (x->h.magic != XFER_MAGIC || (x->h.mode != XM_DUPLEX && x->h.mode != XM_ECHO &&
+						  x->h.mode != XM_HALFCLOSE))) {
+			finish(x, false, "server: bad session header (magic 0x%x mode %u)",
+			       x->h.magic, x->h.mode);
 			return -1;
 		}
 		start_run(x);
@@ -771,10 +771,13 @@ int xfer_run(struct xfer *v, size_t *n, size_t cap, int lfd, size_t accept_n, in
 			break;
 		for (size_t i = 0; i < *n; i++) {
 			if (!v[i].done && now - v[i].last_io > XFER_STALL_MS)
-				finish(&v[i], false, "%s id %llu: no progress for %d s (sent %llu/%llu, "
-				       "rcvd %llu/%llu)", who(&v[i]), (unsigned long long)v[i].h.id,
+				finish(&v[i], false,
+				       "%s id %llu: no progress for %d s (sent %llu/%llu, "
+				       "rcvd %llu/%llu)",
+				       who(&v[i]), (unsigned long long)v[i].h.id,
 				       XFER_STALL_MS / 1000, (unsigned long long)v[i].sent,
-				       (unsigned long long)out_total(&v[i]), (unsigned long long)v[i].rcvd,
+				       (unsigned long long)out_total(&v[i]),
+				       (unsigned long long)v[i].rcvd,
 				       (unsigned long long)in_total(&v[i]));
 		}
 		timeout = deadline_ms - now > 1000 ? 1000 : (int)(deadline_ms - now);
@@ -784,7 +787,7 @@ int xfer_run(struct xfer *v, size_t *n, size_t cap, int lfd, size_t accept_n, in
 		if (r <= 0)
 			continue;
 		if (hint && p[hint_i].revents) {
-			/* The other end's owner has answered: finish soon, whatever the deadline. */
+			/* The other end's owner answered: finish soon, whatever the deadline. */
 			hint = false;
 			if (deadline_ms > xfer_now_ms() + 10000)
 				deadline_ms = xfer_now_ms() + 10000;
@@ -796,7 +799,8 @@ int xfer_run(struct xfer *v, size_t *n, size_t cap, int lfd, size_t accept_n, in
 			if (v[i].done)
 				continue;
 			if (p[k].revents) {
-				uint64_t before = v[i].sent + v[i].rcvd + v[i].hdr_off + v[i].trl_off;
+				uint64_t before =
+					v[i].sent + v[i].rcvd + v[i].hdr_off + v[i].trl_off;
 
 				want[i] = pump(&v[i]);
 				if (v[i].sent + v[i].rcvd + v[i].hdr_off + v[i].trl_off != before)
@@ -863,9 +867,8 @@ void xfer_summary(const struct xfer *v, size_t n, char *out, size_t len)
 
 /* ---- SEQPACKET ---- */
 
-static const size_t seqsizes[] = { 1,	 2,	3,     44,    64,    100,   1000,
-				   3732, 3733,	4096,  4097,  8192,  32768, 65535,
-				   65536, 65537, 100000, 131072 };
+static const size_t seqsizes[] = { 1,	 2,    3,    44,    64,	   100,	  1000,	 3732,	 3733,
+				   4096, 4097, 8192, 32768, 65535, 65536, 65537, 100000, 131072 };
 #define NSEQ (sizeof(seqsizes) / sizeof(seqsizes[0]))
 #define SEQ_MAX (131072 + 64)
 
@@ -929,8 +932,9 @@ static int seq_trunc_recv(int fd, uint32_t seed, const char *side, char *msg, si
 	}
 	r = seq_recv(fd, buf, 100, 0, &mf);
 	if (r != 5 || memcmp(buf, "DONE!", 5) != 0) {
-		snprintf(msg, len, "%s: after truncated messages expected the 5-byte marker, got %zd",
-			 side, r);
+		snprintf(msg, len,
+			 "%s: after truncated messages expected the 5-byte marker, got %zd", side,
+			 r);
 		return -1;
 	}
 	return 0;
@@ -968,8 +972,9 @@ int xfer_seq_client(int fd, uint32_t seed, uint32_t flags, int timeout_ms, char 
 			return -1;
 		}
 		if ((size_t)got != sz || (mf & MSG_TRUNC)) {
-			snprintf(msg, len, "client: echo #%zu: boundary broken: sent %zu B, got %zd B%s",
-				 i, sz, got, (mf & MSG_TRUNC) ? " MSG_TRUNC" : "");
+			snprintf(msg, len,
+				 "client: echo #%zu: boundary broken: sent %zu B, got %zd B%s", i,
+				 sz, got, (mf & MSG_TRUNC) ? " MSG_TRUNC" : "");
 			return -1;
 		}
 		if (xfer_pattern_check(seed + (uint32_t)i, 0, in, sz) >= 0) {
@@ -993,8 +998,9 @@ int xfer_seq_client(int fd, uint32_t seed, uint32_t flags, int timeout_ms, char 
 			 got < 0 ? " " : "", got < 0 ? strerror((int)-got) : "");
 		return -1;
 	}
-	snprintf(msg, len, "%zu messages 1 B..128 KiB, MSG_TRUNC ok, MSG_EOR matched %u/%zu (sent %u)",
-		 NSEQ, eor_seen, NSEQ, eor_sent);
+	snprintf(msg, len,
+		 "%zu messages 1 B..128 KiB, MSG_TRUNC ok, MSG_EOR matched %u/%zu (sent %u)", NSEQ,
+		 eor_seen, NSEQ, eor_sent);
 	return 0;
 }
 
@@ -1015,12 +1021,14 @@ int xfer_seq_server_hdr(int fd, const struct xfer_hdr *h, int timeout_ms, char *
 
 		got = seq_recv(fd, in, SEQ_MAX, 0, &mf);
 		if (got < 0) {
-			snprintf(msg, len, "server: recv #%zu (%zu B): %s", i, sz, strerror((int)-got));
+			snprintf(msg, len, "server: recv #%zu (%zu B): %s", i, sz,
+				 strerror((int)-got));
 			return -1;
 		}
 		if ((size_t)got != sz || (mf & MSG_TRUNC)) {
-			snprintf(msg, len, "server: message #%zu: boundary broken: sent %zu B, got %zd B",
-				 i, sz, got);
+			snprintf(msg, len,
+				 "server: message #%zu: boundary broken: sent %zu B, got %zd B", i,
+				 sz, got);
 			return -1;
 		}
 		if (xfer_pattern_check(h->seed + (uint32_t)i, 0, in, sz) >= 0) {
@@ -1037,7 +1045,8 @@ int xfer_seq_server_hdr(int fd, const struct xfer_hdr *h, int timeout_ms, char *
 			return -1;
 		}
 	}
-	if (seq_trunc_send(fd, h->seed, msg, len) || seq_trunc_recv(fd, h->seed, "server", msg, len))
+	if (seq_trunc_send(fd, h->seed, msg, len) ||
+	    seq_trunc_recv(fd, h->seed, "server", msg, len))
 		return -1;
 	if ((r = seq_send(fd, "BYE", 3, 0))) {
 		snprintf(msg, len, "server: BYE: %s", strerror(-r));

@@ -29,7 +29,7 @@
 /* Result texts are cut to fit their buffers on purpose; gcc's truncation analysis is noise here. */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
-#define XFER_MAGIC 0x4b535655u     /* "UVSK" little-endian */
+#define XFER_MAGIC 0x4b535655u /* "UVSK" little-endian */
 #define XFER_TRL_MAGIC 0x4c525456u /* "VTRL" */
 
 /* Well-known ports of the host helper's services (the guest connects to CID 2 at these). */
@@ -41,14 +41,14 @@
 #define XFER_GPORT_SEQ 6001
 
 enum xfer_mode {
-	XM_DUPLEX = 1,    /* both directions at once, then a trailer from the server */
-	XM_ECHO = 2,      /* ping-pong: the server echoes every byte */
+	XM_DUPLEX = 1, /* both directions at once, then a trailer from the server */
+	XM_ECHO = 2, /* ping-pong: the server echoes every byte */
 	XM_HALFCLOSE = 3, /* client sends then SHUT_WR; server sends only after that EOF */
-	XM_STALL = 4,     /* host server reads nothing until released, then c2s to EOF */
-	XM_ABORT = 5,     /* host server reads c2s bytes, then closes with data in flight */
-	XM_FLOOD = 6,     /* host server writes until the peer goes away */
-	XM_SINK = 7,      /* host server reads forever, reports "FLOWING" once c2s seen */
-	XM_SEQ = 8,       /* SEQPACKET session (xfer_seq_*) */
+	XM_STALL = 4, /* host server reads nothing until released, then c2s to EOF */
+	XM_ABORT = 5, /* host server reads c2s bytes, then closes with data in flight */
+	XM_FLOOD = 6, /* host server writes until the peer goes away */
+	XM_SINK = 7, /* host server reads forever, reports "FLOWING" once c2s seen */
+	XM_SEQ = 8, /* SEQPACKET session (xfer_seq_*) */
 };
 
 #define XF_CHECK_EOR 0x1u /* SEQPACKET: MSG_EOR must arrive exactly as sent */
@@ -68,16 +68,16 @@ struct xfer_hdr {
 struct xfer_trailer {
 	uint32_t magic;
 	int32_t status; /* 0 ok, else a positive error number or 1000+ for a data mismatch */
-	uint64_t got;   /* c2s bytes received */
-	uint64_t bad;   /* first wrong c2s offset, or UINT64_MAX */
+	uint64_t got; /* c2s bytes received */
+	uint64_t bad; /* first wrong c2s offset, or UINT64_MAX */
 };
 
 struct xfer {
 	int fd;
 	bool server;
-	bool connecting;       /* client: non-blocking connect in progress */
-	struct xfer_hdr h;     /* client: what to send; server: what was received */
-	char prelude[48];      /* client: line written first ("CONNECT <port>\n"), "" for none */
+	bool connecting; /* client: non-blocking connect in progress */
+	struct xfer_hdr h; /* client: what to send; server: what was received */
+	char prelude[48]; /* client: line written first ("CONNECT <port>\n"), "" for none */
 	/* engine state */
 	int st;
 	size_t pre_off, line_len, hdr_off, trl_off;

@@ -49,7 +49,7 @@
 
 #define DETAIL 480
 #define BULK_DEFAULT (64ull << 20) /* INTEROP_BULK_BYTES: bytes each way of the bulk cases */
-#define MANY_DEFAULT 200	   /* concurrent connections of the *_many cases */
+#define MANY_DEFAULT 200 /* concurrent connections of the *_many cases */
 
 static struct {
 	struct ctl ctl;
@@ -218,7 +218,8 @@ static int vs_connect_retry(uint32_t cid, uint32_t port, int type, int timeout_m
 
 static int vs_listen(uint32_t port, int type)
 {
-	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY,
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK,
+				 .svm_cid = VMADDR_CID_ANY,
 				 .svm_port = port };
 	int fd = socket(AF_VSOCK, type | SOCK_CLOEXEC, 0), err;
 
@@ -320,8 +321,9 @@ static int h2g_sessions(char *d, uint32_t mode, uint64_t c2s, uint64_t s2c, unsi
 	}
 	int64_t ms = xfer_now_ms() - t0;
 
-	snprintf(d, DETAIL, "%u conn, c2s %llu B, s2c %llu B each, %lld ms (%.1f MB/s total); host: %s",
-		 count, (unsigned long long)c2s, (unsigned long long)s2c, (long long)ms,
+	snprintf(d, DETAIL,
+		 "%u conn, c2s %llu B, s2c %llu B each, %lld ms (%.1f MB/s total); host: %s", count,
+		 (unsigned long long)c2s, (unsigned long long)s2c, (long long)ms,
 		 (double)(c2s + s2c) * count / 1e3 / (ms ? ms : 1), host);
 	free(v);
 	return 0;
@@ -386,7 +388,8 @@ static int c_g2h_many(const char *arg, char *d)
 {
 	unsigned count = arg ? (unsigned)strtoul(arg, NULL, 0) : g.many;
 	struct xfer *v = calloc(count, sizeof(*v));
-	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_HOST,
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK,
+				 .svm_cid = VMADDR_CID_HOST,
 				 .svm_port = XFER_PORT_STREAM };
 	int64_t t0 = xfer_now_ms();
 	uint64_t base = new_id();
@@ -397,8 +400,11 @@ static int c_g2h_many(const char *arg, char *d)
 	if (!v)
 		return fail(d, "out of memory");
 	for (unsigned i = 0; i < count; i++) {
-		struct xfer_hdr h = { .mode = XM_DUPLEX, .c2s = 65536, .s2c = 65536,
-				      .seed = g.seed * 31u + i, .id = base + i };
+		struct xfer_hdr h = { .mode = XM_DUPLEX,
+				      .c2s = 65536,
+				      .s2c = 65536,
+				      .seed = g.seed * 31u + i,
+				      .id = base + i };
 		int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 		if (fd < 0) {
@@ -483,9 +489,10 @@ static int c_g2h_refused(const char *arg, char *d)
 				    names[i], XFER_PORT_NOBODY);
 		}
 		if (fd != -ECONNRESET)
-			return fail(d, "%s connect to unlistened host port: %s after %lld ms "
-				    "(want ECONNRESET at once)", names[i], strerror(-fd),
-				    (long long)ms[i]);
+			return fail(d,
+				    "%s connect to unlistened host port: %s after %lld ms "
+				    "(want ECONNRESET at once)",
+				    names[i], strerror(-fd), (long long)ms[i]);
 		if (ms[i] > 1000)
 			return fail(d, "%s: ECONNRESET only after %lld ms (want well under 2 s)",
 				    names[i], (long long)ms[i]);
@@ -557,7 +564,8 @@ static int c_host_close(const char *arg, char *d)
 
 	if (e == -ETIME) {
 		close(fd);
-		return fail(d, "g2h: host closed after 64 KiB but guest writes still succeed after "
+		return fail(d,
+			    "g2h: host closed after 64 KiB but guest writes still succeed after "
 			    "15 s (%llu B written): no RST/SHUTDOWN reached the guest",
 			    (unsigned long long)n);
 	}
@@ -596,7 +604,8 @@ static int c_host_close(const char *arg, char *d)
 			break;
 		if (xfer_pattern_check(77, got, buf, r) >= 0) {
 			close(fd);
-			return fail(d, "h2g: data mismatch near byte %llu", (unsigned long long)got);
+			return fail(d, "h2g: data mismatch near byte %llu",
+				    (unsigned long long)got);
 		}
 		got += r;
 	}
@@ -615,13 +624,17 @@ static int c_host_close(const char *arg, char *d)
 	if (req_wait(tag, host, sizeof(host), 10) < 0)
 		return fail(d, "h2g: %s", host);
 	if (e == -ETIME)
-		return fail(d, "h2g: host closed, guest saw EOF, but guest writes still succeed "
-			    "after 15 s (%llu B): no RST reached the guest", (unsigned long long)n);
+		return fail(d,
+			    "h2g: host closed, guest saw EOF, but guest writes still succeed "
+			    "after 15 s (%llu B): no RST reached the guest",
+			    (unsigned long long)n);
 	if (e != EPIPE && e != ECONNRESET)
-		return fail(d, "h2g: send after host close failed with %s (want EPIPE)", strerror(e));
-	snprintf(d, DETAIL, "g2h: send failed %s after %lld ms; h2g: EOF after 100000 B, send "
-		 "failed %s after %lld ms (%llu B accepted first)", e == EPIPE ? "EPIPE" :
-		 "ECONNRESET", (long long)ms_a, strerror(e), (long long)ms_b,
+		return fail(d, "h2g: send after host close failed with %s (want EPIPE)",
+			    strerror(e));
+	snprintf(d, DETAIL,
+		 "g2h: send failed %s after %lld ms; h2g: EOF after 100000 B, send "
+		 "failed %s after %lld ms (%llu B accepted first)",
+		 e == EPIPE ? "EPIPE" : "ECONNRESET", (long long)ms_a, strerror(e), (long long)ms_b,
 		 (unsigned long long)n);
 	return 0;
 }
@@ -690,7 +703,7 @@ static int c_guest_close(const char *arg, char *d)
 
 /* ---- back-pressure ---- */
 
-#define BP_TOTAL (16u << 20)     /* bytes pushed through a stalled connection */
+#define BP_TOTAL (16u << 20) /* bytes pushed through a stalled connection */
 #define BP_MAX_BUFFERED (32u << 20) /* more accepted while the reader stalls = unbounded */
 #define BP_MAX_RSS_GROWTH_KB (32 * 1024)
 
@@ -722,8 +735,10 @@ static int c_g2h_backpressure(const char *arg, char *d)
 
 		if (n == 0) {
 			close(fd);
-			return fail(d, "all %u B accepted while the host reads nothing: no "
-				    "back-pressure", BP_TOTAL);
+			return fail(d,
+				    "all %u B accepted while the host reads nothing: no "
+				    "back-pressure",
+				    BP_TOTAL);
 		}
 		xfer_pattern_fill(h.seed, off, buf, n);
 		r = send(fd, buf, n, MSG_NOSIGNAL);
@@ -735,7 +750,8 @@ static int c_g2h_backpressure(const char *arg, char *d)
 			int e = errno;
 
 			close(fd);
-			return fail(d, "send after %llu B: %s", (unsigned long long)off, strerror(e));
+			return fail(d, "send after %llu B: %s", (unsigned long long)off,
+				    strerror(e));
 		}
 		struct pollfd p = { .fd = fd, .events = POLLOUT };
 
@@ -776,8 +792,10 @@ static int c_g2h_backpressure(const char *arg, char *d)
 	close(fd);
 	if (req(out, sizeof(out), 60, "VERDICT %llu", (unsigned long long)h.id) < 0)
 		return fail(d, "%s", out);
-	snprintf(d, DETAIL, "writer blocked after %llu B; uvsockd RSS %ld -> %ld kB; all %u B "
-		 "then arrived intact", (unsigned long long)stuck, rss0, rss1, BP_TOTAL);
+	snprintf(d, DETAIL,
+		 "writer blocked after %llu B; uvsockd RSS %ld -> %ld kB; all %u B "
+		 "then arrived intact",
+		 (unsigned long long)stuck, rss0, rss1, BP_TOTAL);
 	return 0;
 }
 
@@ -820,8 +838,10 @@ static int c_h2g_backpressure(const char *arg, char *d)
 	if (stuck > BP_MAX_BUFFERED || (rss0 > 0 && rss1 - rss0 > BP_MAX_RSS_GROWTH_KB)) {
 		ctl_send(&g.ctl, "%u ABORT", tag);
 		close(fd);
-		return fail(d, "host writer blocked after %llu B, uvsockd RSS %ld -> %ld kB: not "
-			    "bounded", stuck, rss0, rss1);
+		return fail(d,
+			    "host writer blocked after %llu B, uvsockd RSS %ld -> %ld kB: not "
+			    "bounded",
+			    stuck, rss0, rss1);
 	}
 	ctl_send(&g.ctl, "%u GO", tag);
 	set_timeouts(fd, 30000);
@@ -841,14 +861,17 @@ static int c_h2g_backpressure(const char *arg, char *d)
 		bad = xfer_pattern_check(9, got, buf, r);
 		if (bad >= 0) {
 			close(fd);
-			return fail(d, "data mismatch at byte %llu", (unsigned long long)(got + bad));
+			return fail(d, "data mismatch at byte %llu",
+				    (unsigned long long)(got + bad));
 		}
 		got += r;
 	}
 	if (req_wait(tag, out, sizeof(out), 30) < 0)
 		return fail(d, "%s", out);
-	snprintf(d, DETAIL, "host writer blocked after %llu B; uvsockd RSS %ld -> %ld kB; all %u B "
-		 "then read intact", stuck, rss0, rss1, BP_TOTAL);
+	snprintf(d, DETAIL,
+		 "host writer blocked after %llu B; uvsockd RSS %ld -> %ld kB; all %u B "
+		 "then read intact",
+		 stuck, rss0, rss1, BP_TOTAL);
 	return 0;
 }
 
@@ -902,7 +925,8 @@ static int c_sib_client(const char *arg, char *d)
 
 	fd = vs_connect_retry(peer, XFER_GPORT_STREAM, SOCK_STREAM, 120000);
 	if (fd < 0)
-		return fail(d, "connect to sibling %u:%d: %s", peer, XFER_GPORT_STREAM, strerror(-fd));
+		return fail(d, "connect to sibling %u:%d: %s", peer, XFER_GPORT_STREAM,
+			    strerror(-fd));
 	h.id = new_id();
 	xfer_client_init(&x, fd, &h, NULL, false);
 	if (xfer_run(&x, &n, 1, -1, 0, xfer_now_ms() + 240000, NULL, 0))
@@ -916,9 +940,10 @@ static int c_sib_client(const char *arg, char *d)
 	close(fd);
 	if (r)
 		return fail(d, "stream ok; seqpacket: %s", msg);
-	snprintf(d, DETAIL, "cid %u -> %u: stream 8 MiB each way %.1f MB/s; seqpacket: %s "
-		 "(total %lld ms)", g.cid, peer, (double)(8u << 20) / 1e3 / ms, msg,
-		 (long long)(xfer_now_ms() - t0));
+	snprintf(d, DETAIL,
+		 "cid %u -> %u: stream 8 MiB each way %.1f MB/s; seqpacket: %s "
+		 "(total %lld ms)",
+		 g.cid, peer, (double)(8u << 20) / 1e3 / ms, msg, (long long)(xfer_now_ms() - t0));
 	return 0;
 }
 
@@ -1092,11 +1117,13 @@ static int c_reload(const char *arg, char *d)
 		int nleft = diag_list(left, sizeof(left));
 
 		if (nleft > 0)
-			snprintf(log + strlen(log), sizeof(log) - strlen(log), "%s%d open before rmmod: %s",
-				 log[0] ? "; " : "", nleft, left);
+			snprintf(log + strlen(log), sizeof(log) - strlen(log),
+				 "%s%d open before rmmod: %s", log[0] ? "; " : "", nleft, left);
 		if (rmmod_wait(tr, 20000, &t_tr))
-			return fail(d, "round %d: rmmod %s still busy after 20 s (sockets not "
-				    "released: a missing RST from the device?)", i + 1, tr);
+			return fail(d,
+				    "round %d: rmmod %s still busy after 20 s (sockets not "
+				    "released: a missing RST from the device?)",
+				    i + 1, tr);
 		if (pci_mod && (i & 1) == 0 && rmmod_wait("virtio_pci", 10000, &t_pci))
 			return fail(d, "round %d: rmmod virtio_pci failed", i + 1);
 		t0 = xfer_now_ms();
@@ -1106,8 +1133,8 @@ static int c_reload(const char *arg, char *d)
 			return fail(d, "round %d: insmod %s failed", i + 1, tr);
 		while (local_cid() != cid) {
 			if (xfer_now_ms() - t0 > 10000)
-				return fail(d, "round %d: after reload the CID is %u, want %u", i + 1,
-					    local_cid(), cid);
+				return fail(d, "round %d: after reload the CID is %u, want %u",
+					    i + 1, local_cid(), cid);
 			usleep(100 * 1000);
 		}
 		int64_t up = xfer_now_ms() - t0;
@@ -1125,7 +1152,6 @@ static int c_reload(const char *arg, char *d)
 	return 0;
 }
 
-
 /* ---- socket lifetime after close (vsock_diag) ---- */
 
 /*
@@ -1139,8 +1165,10 @@ static int diag_has_port(uint32_t port)
 	struct {
 		struct nlmsghdr nlh;
 		struct vsock_diag_req r;
-	} q = { .nlh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-			 .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 1 },
+	} q = { .nlh = { .nlmsg_len = sizeof(q),
+			 .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			 .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP,
+			 .nlmsg_seq = 1 },
 		.r = { .sdiag_family = AF_VSOCK, .vdiag_states = ~0u } };
 	char buf[16384];
 	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), found = 0;
@@ -1185,8 +1213,10 @@ static int diag_list(char *out, size_t len)
 	struct {
 		struct nlmsghdr nlh;
 		struct vsock_diag_req r;
-	} q = { .nlh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-			 .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 1 },
+	} q = { .nlh = { .nlmsg_len = sizeof(q),
+			 .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			 .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP,
+			 .nlmsg_seq = 1 },
 		.r = { .sdiag_family = AF_VSOCK, .vdiag_states = ~(1u << 10) /* not LISTEN */ } };
 	char buf[16384];
 	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), n_found = 0;
@@ -1216,9 +1246,10 @@ static int diag_list(char *out, size_t len)
 				continue;
 			if (n_found++ < 6)
 				snprintf(out + strlen(out), len - strlen(out),
-					 "%s[port %u -> %u:%u state %u shut %u]", n_found > 1 ? " " : "",
-					 m->vdiag_src_port, m->vdiag_dst_cid, m->vdiag_dst_port,
-					 m->vdiag_state, m->vdiag_shutdown);
+					 "%s[port %u -> %u:%u state %u shut %u]",
+					 n_found > 1 ? " " : "", m->vdiag_src_port,
+					 m->vdiag_dst_cid, m->vdiag_dst_port, m->vdiag_state,
+					 m->vdiag_shutdown);
 		}
 	}
 	close(fd);
@@ -1271,7 +1302,8 @@ static int c_close_rst(const char *arg, char *d)
 	int nleft = diag_list(left, sizeof(left));
 
 	if (nleft > 0)
-		snprintf(log, sizeof(log), "(%d sockets of earlier cases still open: %s) ", nleft, left);
+		snprintf(log, sizeof(log), "(%d sockets of earlier cases still open: %s) ", nleft,
+			 left);
 	for (int i = 0; i < 5; i++) {
 		uint32_t port;
 		int fd, lfd = -1;
@@ -1279,11 +1311,15 @@ static int c_close_rst(const char *arg, char *d)
 		int64_t t;
 
 		if (i == 4) {
-			/* 400000 B still buffered (host stalls; more than its Unix socket takes, so part
-			 * waits inside uvsockd) when the guest closes; the host then
-			 * reads everything, sees EOF and closes: only now can uvsockd end it with RST. */
-			struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_STALL, .c2s = 400000,
-					      .seed = 23 };
+			/*
+			 * 400000 B still buffered (the host stalls; more than its Unix
+			 * socket takes, so part waits inside uvsockd) when the guest
+			 * closes; the host then reads everything, sees EOF and closes:
+			 * only now can uvsockd end it with RST.
+			 */
+			struct xfer_hdr h = {
+				.magic = XFER_MAGIC, .mode = XM_STALL, .c2s = 400000, .seed = 23
+			};
 			int r;
 
 			h.id = new_id();
@@ -1309,14 +1345,19 @@ static int c_close_rst(const char *arg, char *d)
 				return fail(d, "%s: %s", what[i], host);
 			t = xfer_now_ms();
 			ms[i] = gone_after(port, t, 10000);
-			snprintf(log + strlen(log), sizeof(log) - strlen(log), "; %s: %lld ms after the "
-				 "host closed", what[i], (long long)ms[i]);
+			snprintf(log + strlen(log), sizeof(log) - strlen(log),
+				 "; %s: %lld ms after the "
+				 "host closed",
+				 what[i], (long long)ms[i]);
 			continue;
 		}
 		if (i < 2) {
-			/* ECHO: the guest closes first. HALFCLOSE: the host ends with shutdown+close. */
-			struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = i ? XM_HALFCLOSE : XM_ECHO,
-					      .c2s = 4096, .s2c = i ? 4096 : 0, .seed = 21 };
+			/* ECHO: the guest closes first; HALFCLOSE: the host does. */
+			struct xfer_hdr h = { .magic = XFER_MAGIC,
+					      .mode = i ? XM_HALFCLOSE : XM_ECHO,
+					      .c2s = 4096,
+					      .s2c = i ? 4096 : 0,
+					      .seed = 21 };
 
 			h.id = new_id();
 			fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
@@ -1334,7 +1375,8 @@ static int c_close_rst(const char *arg, char *d)
 
 				shutdown(fd, SHUT_WR);
 				/* Payload, trailer, then EOF: the host has closed its end. */
-				if (recv_full(fd, buf, 4096) < 0 || recv_full(fd, &tr, sizeof(tr)) < 0 ||
+				if (recv_full(fd, buf, 4096) < 0 ||
+				    recv_full(fd, &tr, sizeof(tr)) < 0 ||
 				    recv(fd, buf, 1, 0) != 0) {
 					close(fd);
 					return fail(d, "%s: no clean EOF from the host", what[i]);
@@ -1353,7 +1395,8 @@ static int c_close_rst(const char *arg, char *d)
 			close(lfd);
 			if (fd < 0) {
 				req_wait(tag, host, sizeof(host), 5);
-				return fail(d, "%s: no connection: %s; %s", what[i], strerror(-fd), host);
+				return fail(d, "%s: no connection: %s; %s", what[i], strerror(-fd),
+					    host);
 			}
 			port = local_port(fd);
 			set_timeouts(fd, 10000);
@@ -1381,15 +1424,17 @@ static int c_close_rst(const char *arg, char *d)
 		ms[i] = gone_after(port, t, 10000);
 		if (tag && req_wait(tag, host, sizeof(host), 30) < 0)
 			return fail(d, "%s: %s", what[i], host);
-		snprintf(log + strlen(log), sizeof(log) - strlen(log), "%s%s: %lld ms", i ? "; " : "",
-			 what[i], (long long)ms[i]);
+		snprintf(log + strlen(log), sizeof(log) - strlen(log), "%s%s: %lld ms",
+			 i ? "; " : "", what[i], (long long)ms[i]);
 		(void)0;
 	}
 	for (int i = 0; i < 5; i++)
 		if (ms[i] < 0 || ms[i] > CLOSE_RST_MAX_MS)
-			return fail(d, "guest socket still open %lld ms after close() (%s): the device "
-				    "did not end the close handshake with RST; all: %s",
-				    (long long)ms[i], what[i], log);
+			return fail(
+				d,
+				"guest socket still open %lld ms after close() (%s): the device "
+				"did not end the close handshake with RST; all: %s",
+				(long long)ms[i], what[i], log);
 	snprintf(d, DETAIL, "socket released after close: %s", log);
 	return 0;
 }
@@ -1434,8 +1479,10 @@ static int c_h2g_tiny(const char *arg, char *d)
 	if (r < 0 || got != count)
 		return fail(d, "got %llu of %u B, then %s", (unsigned long long)got, count,
 			    r < 0 ? strerror(e) : "EOF");
-	snprintf(d, DETAIL, "%u one-byte host writes queued while the guest slept, all read intact "
-		 "(host: %s)", count, host);
+	snprintf(d, DETAIL,
+		 "%u one-byte host writes queued while the guest slept, all read intact "
+		 "(host: %s)",
+		 count, host);
 	return 0;
 }
 
@@ -1450,13 +1497,12 @@ static int c_reboot(const char *arg, char *d)
 	return 0;
 }
 
-
 /* ---- packet trace through vsockmon (debugging aid: uvsock.trace=PORT|all) ---- */
 
 static const char *op_name(unsigned op)
 {
-	static const char *n[] = { "INVALID", "REQUEST", "RESPONSE", "RST", "SHUTDOWN", "RW",
-				   "CREDIT_UPDATE", "CREDIT_REQUEST" };
+	static const char *n[] = { "INVALID",  "REQUEST", "RESPONSE",	   "RST",
+				   "SHUTDOWN", "RW",	  "CREDIT_UPDATE", "CREDIT_REQUEST" };
 
 	return op < 8 ? n[op] : "OP?";
 }
@@ -1477,7 +1523,8 @@ static int trace(uint32_t port)
 	char rw_dir[64] = "";
 	int fd;
 
-	if (run_cmd("ip link add name vsockmon0 type vsockmon 2>/dev/null; ip link set vsockmon0 up") != 0 ||
+	if (run_cmd("ip link add name vsockmon0 type vsockmon 2>/dev/null; ip link set vsockmon0 "
+		    "up") != 0 ||
 	    !(sll.sll_ifindex = (int)if_nametoindex("vsockmon0"))) {
 		printf("UVSOCK-INFO trace: no vsockmon0 (module vsockmon missing?)\n");
 		return 1;
@@ -1498,8 +1545,8 @@ static int trace(uint32_t port)
 		int pr = poll(&p, 1, 200);
 
 		if (rw_n && (pr == 0 || xfer_now_ms() - rw_t > 200)) {
-			printf("UVSOCK-TRACE +%lld %s RW x%u %llu B\n", (long long)(rw_t - t0), rw_dir,
-			       rw_n, (unsigned long long)rw_bytes);
+			printf("UVSOCK-TRACE +%lld %s RW x%u %llu B\n", (long long)(rw_t - t0),
+			       rw_dir, rw_n, (unsigned long long)rw_bytes);
 			fflush(stdout);
 			rw_n = 0;
 			rw_bytes = 0;
@@ -1508,7 +1555,8 @@ static int trace(uint32_t port)
 			struct tpacket_stats st;
 			socklen_t sl = sizeof(st);
 
-			if (getsockopt(fd, SOL_PACKET, PACKET_STATISTICS, &st, &sl) == 0 && st.tp_drops)
+			if (getsockopt(fd, SOL_PACKET, PACKET_STATISTICS, &st, &sl) == 0 &&
+			    st.tp_drops)
 				printf("UVSOCK-TRACE capture dropped %u frames\n", st.tp_drops);
 		}
 		if (pr <= 0)
@@ -1530,8 +1578,9 @@ static int trace(uint32_t port)
 			 (unsigned)vh.dst_cid, vh.dst_port);
 		if (vh.op == VIRTIO_VSOCK_OP_RW) {
 			if (rw_n && strcmp(dir, rw_dir) != 0) {
-				printf("UVSOCK-TRACE +%lld %s RW x%u %llu B\n", (long long)(rw_t - t0),
-				       rw_dir, rw_n, (unsigned long long)rw_bytes);
+				printf("UVSOCK-TRACE +%lld %s RW x%u %llu B\n",
+				       (long long)(rw_t - t0), rw_dir, rw_n,
+				       (unsigned long long)rw_bytes);
 				rw_n = 0;
 				rw_bytes = 0;
 			}
@@ -1543,8 +1592,8 @@ static int trace(uint32_t port)
 			continue;
 		}
 		if (rw_n) {
-			printf("UVSOCK-TRACE +%lld %s RW x%u %llu B\n", (long long)(rw_t - t0), rw_dir,
-			       rw_n, (unsigned long long)rw_bytes);
+			printf("UVSOCK-TRACE +%lld %s RW x%u %llu B\n", (long long)(rw_t - t0),
+			       rw_dir, rw_n, (unsigned long long)rw_bytes);
 			rw_n = 0;
 			rw_bytes = 0;
 		}
@@ -1574,8 +1623,9 @@ static int lo_pair(char *d, uint32_t mode, uint64_t c2s, uint64_t s2c, unsigned 
 		size_t m = 0;
 
 		for (unsigned i = 0; i < count; i++) {
-			struct xfer_hdr h = { .mode = mode, .c2s = c2s, .s2c = s2c, .seed = 500 + i,
-					      .id = i };
+			struct xfer_hdr h = {
+				.mode = mode, .c2s = c2s, .s2c = s2c, .seed = 500 + i, .id = i
+			};
 			int fd = vs_connect(VMADDR_CID_LOCAL, 7000, SOCK_STREAM, 5000);
 
 			if (fd < 0)
@@ -1638,7 +1688,8 @@ static int c_lo_seqpacket(const char *arg, char *d)
 	close(fd);
 	waitpid(pid, &st, 0);
 	if (r || !WIFEXITED(st) || WEXITSTATUS(st))
-		return fail(d, "server: %s; client exit %d", msg, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+		return fail(d, "server: %s; client exit %d", msg,
+			    WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 	snprintf(d, DETAIL, "seqpacket over loopback with exact MSG_EOR: ok");
 	return 0;
 }
@@ -1937,12 +1988,13 @@ static int relay(int fd)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: uvsock-guest run | cid | connect CID PORT | listen PORT | trace [PORT]\n"
-			"  run             the interop cases named by uvsock.cases= on /proc/cmdline\n"
-			"  cid             print this guest's vsock CID\n"
-			"  connect CID PORT  relay stdin/stdout over a vsock stream (CID 2 = host)\n"
-			"  listen PORT     accept one vsock stream connection and relay it\n"
-			"  trace [PORT]    print the virtio-vsock packets of PORT (all: none given)\n");
+	fprintf(stderr,
+		"usage: uvsock-guest run | cid | connect CID PORT | listen PORT | trace [PORT]\n"
+		"  run             the interop cases named by uvsock.cases= on /proc/cmdline\n"
+		"  cid             print this guest's vsock CID\n"
+		"  connect CID PORT  relay stdin/stdout over a vsock stream (CID 2 = host)\n"
+		"  listen PORT     accept one vsock stream connection and relay it\n"
+		"  trace [PORT]    print the virtio-vsock packets of PORT (all: none given)\n");
 	return 2;
 }
 

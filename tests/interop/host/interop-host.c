@@ -95,7 +95,8 @@ static void vt_begin(uint64_t id)
 	pthread_mutex_unlock(&vt_lock);
 }
 
-static void vt_end(uint64_t id, bool ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void vt_end(uint64_t id, bool ok, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 static void vt_end(uint64_t id, bool ok, const char *fmt, ...)
 {
@@ -191,8 +192,8 @@ static void serve_stall(int fd, const struct xfer_hdr *h)
 		ssize_t r = recv(fd, buf, 262144, 0), bad;
 
 		if (r < 0) {
-			vt_end(h->id, false, "stall: recv after %llu B: %s", (unsigned long long)got,
-			       strerror(errno));
+			vt_end(h->id, false, "stall: recv after %llu B: %s",
+			       (unsigned long long)got, strerror(errno));
 			return;
 		}
 		if (r == 0)
@@ -262,8 +263,10 @@ static void serve_flood(int fd, const struct xfer_hdr *h)
 		vt_end(h->id, true, "host writer got %s after %llu B, %lld ms", strerror(e),
 		       (unsigned long long)n, (long long)(xfer_now_ms() - t0));
 	else
-		vt_end(h->id, false, "host writer: %s after %llu B (want EPIPE once the guest "
-		       "closed)", e == -ETIME ? "still writable after 20 s" : strerror(e),
+		vt_end(h->id, false,
+		       "host writer: %s after %llu B (want EPIPE once the guest "
+		       "closed)",
+		       e == -ETIME ? "still writable after 20 s" : strerror(e),
 		       (unsigned long long)n);
 }
 
@@ -280,7 +283,8 @@ static void serve_sink(int fd, const struct xfer_hdr *h)
 		if (r <= 0)
 			break;
 		if (xfer_pattern_check(h->seed, got, buf, r) >= 0) {
-			vt_end(h->id, false, "sink: data mismatch near %llu", (unsigned long long)got);
+			vt_end(h->id, false, "sink: data mismatch near %llu",
+			       (unsigned long long)got);
 			return;
 		}
 		got += r;
@@ -473,7 +477,8 @@ static int host_connect(unsigned port, char *why, size_t len)
 		return fd;
 	}
 	snprintf(line, sizeof(line), "CONNECT %u\n", port);
-	if ((r = send_full(fd, line, strlen(line))) < 0 || (r = read_line(fd, line, sizeof(line))) < 0) {
+	if ((r = send_full(fd, line, strlen(line))) < 0 ||
+	    (r = read_line(fd, line, sizeof(line))) < 0) {
 		snprintf(why, len, "CONNECT %u handshake: %s", port,
 			 r == -EPIPE ? "uvsockd closed the socket" : strerror(-r));
 		close(fd);
@@ -516,7 +521,8 @@ static void cmd_connect(struct ctl *c, unsigned tag, const char *args)
 	int64_t t0 = xfer_now_ms();
 
 	if (sscanf(args, "%u %u %u %llu %llu %u %llu", &port, &n, &mode, &c2s, &s2c, &seed,
-		   &base) != 7 || n == 0 || n > 4096) {
+		   &base) != 7 ||
+	    n == 0 || n > 4096) {
 		ctl_send(c, "%u FAIL bad CONNECT arguments", tag);
 		return;
 	}
@@ -526,8 +532,9 @@ static void cmd_connect(struct ctl *c, unsigned tag, const char *args)
 		return;
 	}
 	for (unsigned i = 0; i < n; i++) {
-		struct xfer_hdr h = { .mode = mode, .c2s = c2s, .s2c = s2c, .seed = seed + i,
-				      .id = base + i };
+		struct xfer_hdr h = {
+			.mode = mode, .c2s = c2s, .s2c = s2c, .seed = seed + i, .id = base + i
+		};
 		char pre[48];
 		int fd = unix_connect(opt.uds, SOCK_STREAM);
 
@@ -579,7 +586,10 @@ static void cmd_seqconnect(struct ctl *c, unsigned tag, const char *args)
 	if (r <= 0 || strncmp(line, "OK ", 3) != 0) {
 		line[r > 0 ? r : 0] = 0;
 		ctl_send(c, "%u FAIL seqpacket CONNECT %u: %s%s", tag, port,
-			 r < 0 ? strerror(errno) : r == 0 ? "uvsockd closed" : "reply ", line);
+			 r < 0	  ? strerror(errno)
+			 : r == 0 ? "uvsockd closed"
+				  : "reply ",
+			 line);
 		close(fd);
 		return;
 	}
@@ -659,7 +669,8 @@ static void cmd_hflood(struct ctl *c, unsigned tag, const char *args)
 		ctl_send(c, "%u OK host writer got %s after %llu B, %lld ms", tag, strerror(e),
 			 (unsigned long long)n, (long long)(xfer_now_ms() - t0));
 	else
-		ctl_send(c, "%u FAIL host writer: %s after %llu B (want EPIPE once the guest closed)",
+		ctl_send(c,
+			 "%u FAIL host writer: %s after %llu B (want EPIPE once the guest closed)",
 			 tag, e == -ETIME ? "still writable after 20 s" : strerror(e),
 			 (unsigned long long)n);
 }
@@ -860,8 +871,8 @@ static void dispatch(struct ctl *c, char *line)
 		printf("UVSOCK-HOST HELLO %s\n", args);
 		fflush(stdout);
 		if (opt.cid >= 0 && (!cid || strtol(cid + 4, NULL, 10) != opt.cid))
-			ctl_send(c, "%u FAIL guest reports %s, uvsockd was given guest-cid=%ld", tag,
-				 cid ? cid : "no cid", opt.cid);
+			ctl_send(c, "%u FAIL guest reports %s, uvsockd was given guest-cid=%ld",
+				 tag, cid ? cid : "no cid", opt.cid);
 		else
 			ctl_send(c, "%u OK host helper '%s' ready", tag, opt.name);
 	} else if (strcmp(cmd, "RSS") == 0) {
@@ -933,9 +944,12 @@ static int selftest(void)
 		uint64_t c2s, s2c;
 		unsigned n;
 	} t[] = {
-		{ XM_ECHO, 1u << 20, 0, 1 },	     { XM_DUPLEX, 16u << 20, 16u << 20, 1 },
-		{ XM_HALFCLOSE, 1u << 20, 3u << 20, 1 }, { XM_DUPLEX, 65536, 65536, 200 },
-		{ XM_DUPLEX, 0, 0, 1 },		     { XM_HALFCLOSE, 0, 5, 1 },
+		{ XM_ECHO, 1u << 20, 0, 1 },
+		{ XM_DUPLEX, 16u << 20, 16u << 20, 1 },
+		{ XM_HALFCLOSE, 1u << 20, 3u << 20, 1 },
+		{ XM_DUPLEX, 65536, 65536, 200 },
+		{ XM_DUPLEX, 0, 0, 1 },
+		{ XM_HALFCLOSE, 0, 5, 1 },
 	};
 	char dir[] = "/tmp/uvsock-host-selftest.XXXXXX", path[128], msg[MSG];
 	int fails = 0;
@@ -956,17 +970,22 @@ static int selftest(void)
 			size_t m = 0;
 
 			for (unsigned i = 0; i < t[k].n; i++) {
-				struct xfer_hdr h = { .mode = t[k].mode, .c2s = t[k].c2s,
-						      .s2c = t[k].s2c, .seed = 3 + i, .id = i };
+				struct xfer_hdr h = { .mode = t[k].mode,
+						      .c2s = t[k].c2s,
+						      .s2c = t[k].s2c,
+						      .seed = 3 + i,
+						      .id = i };
 				int fd = unix_connect(path, SOCK_STREAM);
 
 				if (fd < 0)
 					_exit(2);
 				xfer_client_init(&cv[m++], fd, &h, NULL, false);
 			}
-			_exit(xfer_run(cv, &m, t[k].n, -1, 0, xfer_now_ms() + 60000, NULL, 0) ? 1 : 0);
+			_exit(xfer_run(cv, &m, t[k].n, -1, 0, xfer_now_ms() + 60000, NULL, 0) ? 1
+											      : 0);
 		}
-		int bad = xfer_run(v, &n, t[k].n, lfd, t[k].n, xfer_now_ms() + 60000, msg, sizeof(msg));
+		int bad = xfer_run(v, &n, t[k].n, lfd, t[k].n, xfer_now_ms() + 60000, msg,
+				   sizeof(msg));
 
 		waitpid(pid, &st, 0);
 		xfer_summary(v, n, msg, sizeof(msg));
@@ -983,7 +1002,9 @@ static int selftest(void)
 		int sv[2];
 		struct xfer x;
 		size_t n = 1;
-		struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_DUPLEX, .c2s = 1000, .seed = 9 };
+		struct xfer_hdr h = {
+			.magic = XFER_MAGIC, .mode = XM_DUPLEX, .c2s = 1000, .seed = 9
+		};
 		uint8_t b[1000];
 
 		socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
@@ -1030,18 +1051,23 @@ static int selftest(void)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: uvsock-interop-host --ctl PATH --uds PATH [--cid N] [--daemon-pid P]"
-			" [--hold-file F] [--name NAME]\n       uvsock-interop-host --selftest\n");
+	fprintf(stderr,
+		"usage: uvsock-interop-host --ctl PATH --uds PATH [--cid N] [--daemon-pid P]"
+		" [--hold-file F] [--name NAME]\n       uvsock-interop-host --selftest\n");
 	return 2;
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "ctl", required_argument, NULL, 'c' },      { "uds", required_argument, NULL, 'u' },
-		{ "cid", required_argument, NULL, 'i' },      { "daemon-pid", required_argument, NULL, 'p' },
-		{ "hold-file", required_argument, NULL, 'h' }, { "name", required_argument, NULL, 'n' },
-		{ "selftest", no_argument, NULL, 's' },	      { NULL, 0, NULL, 0 },
+		{ "ctl", required_argument, NULL, 'c' },
+		{ "uds", required_argument, NULL, 'u' },
+		{ "cid", required_argument, NULL, 'i' },
+		{ "daemon-pid", required_argument, NULL, 'p' },
+		{ "hold-file", required_argument, NULL, 'h' },
+		{ "name", required_argument, NULL, 'n' },
+		{ "selftest", no_argument, NULL, 's' },
+		{ NULL, 0, NULL, 0 },
 	};
 	struct ctl c = { .fd = -1 };
 	char line[1024];
@@ -1050,14 +1076,28 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (o) {
-		case 'c': opt.ctl = optarg; break;
-		case 'u': opt.uds = optarg; break;
-		case 'i': opt.cid = strtol(optarg, NULL, 10); break;
-		case 'p': opt.daemon_pid = strtol(optarg, NULL, 10); break;
-		case 'h': opt.hold = optarg; break;
-		case 'n': opt.name = optarg; break;
-		case 's': return selftest();
-		default: return usage();
+		case 'c':
+			opt.ctl = optarg;
+			break;
+		case 'u':
+			opt.uds = optarg;
+			break;
+		case 'i':
+			opt.cid = strtol(optarg, NULL, 10);
+			break;
+		case 'p':
+			opt.daemon_pid = strtol(optarg, NULL, 10);
+			break;
+		case 'h':
+			opt.hold = optarg;
+			break;
+		case 'n':
+			opt.name = optarg;
+			break;
+		case 's':
+			return selftest();
+		default:
+			return usage();
 		}
 	}
 	if (!opt.ctl || !opt.uds)
