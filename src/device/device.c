@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "device/device_internal.h"
+#include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/macros.h"
 
@@ -127,8 +128,7 @@ static void signal_fd(struct vsock_dev *d, int fd)
 	if (fd < 0)
 		return;
 	if (write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		log_guest(LOG_LVL_WARN, "%s: call eventfd write failed: %s", d->name,
-			  strerror(errno));
+		log_vm_dev(LOG_LVL_WARN, d->cid, "call eventfd write failed: %s", strerror(errno));
 	DEV_STAT_ADD(d, interrupts, 1);
 }
 
@@ -145,9 +145,10 @@ static void mark_broken(struct vsock_dev *d, struct dev_queue *dq, const char *w
 		return;
 	__atomic_store_n(&d->broken, true, __ATOMIC_RELAXED);
 	DEV_STAT_ADD(d, ring_errors, 1);
-	log_guest(LOG_LVL_WARN, "%s: %s ring error: %s; device stopped until the rings restart",
-		  d->name, dq == &d->rxq ? "rx" : "tx",
-		  vring_dev_error(&dq->q) != VRING_ERR_NONE ? vring_dev_error_msg(&dq->q) : what);
+	log_vm_dev(LOG_LVL_WARN, d->cid,
+		   "%s ring error: %s; device stopped until the rings restart",
+		   dq == &d->rxq ? "rx" : "tx",
+		   vring_dev_error(&dq->q) != VRING_ERR_NONE ? vring_dev_error_msg(&dq->q) : what);
 }
 
 static void cont_schedule(struct vsock_dev *d)
@@ -461,8 +462,9 @@ static enum tx_verdict tx_classify(struct vsock_dev *d, const struct vring_chain
 	if (ch->in_num || ch->out_len < VSOCK_HDR_SIZE ||
 	    ch->out_len > VSOCK_HDR_SIZE + VSOCK_MAX_PKT_PAYLOAD) {
 		DEV_STAT_ADD(d, tx_bad_chain, 1);
-		log_guest(LOG_LVL_DEBUG, "%s: tx chain dropped (readable %llu, writable %u)",
-			  d->name, (unsigned long long)ch->out_len, ch->in_num);
+		log_vm_dev(LOG_LVL_WARN, d->cid,
+			   "tx chain dropped: %llu readable bytes, %u writable descriptors",
+			   (unsigned long long)ch->out_len, ch->in_num);
 		return TX_DROP;
 	}
 	if (iov[0].iov_len >= VSOCK_HDR_SIZE) {
@@ -474,12 +476,15 @@ static enum tx_verdict tx_classify(struct vsock_dev *d, const struct vring_chain
 	/* The payload must fit the chain (Linux vhost rule); extra chain bytes are ignored. */
 	if (h.len > ch->out_len - VSOCK_HDR_SIZE) {
 		DEV_STAT_ADD(d, tx_bad_chain, 1);
+		log_vm(LOG_LVL_WARN, d->cid, h.dst_port, h.src_port,
+		       "tx packet dropped: len %u beyond its chain (%llu payload bytes)", h.len,
+		       (unsigned long long)(ch->out_len - VSOCK_HDR_SIZE));
 		return TX_DROP;
 	}
 	if (h.src_cid != d->cid) {
 		DEV_STAT_ADD(d, tx_bad_src_cid, 1);
-		log_guest(LOG_LVL_DEBUG, "%s: tx packet with src_cid %llu dropped", d->name,
-			  (unsigned long long)h.src_cid);
+		log_vm(LOG_LVL_WARN, d->cid, h.dst_port, h.src_port,
+		       "tx packet with spoofed src_cid %llu dropped", (unsigned long long)h.src_cid);
 		return TX_DROP;
 	}
 	DEV_STAT_ADD(d, tx_pkts, 1);
@@ -503,8 +508,9 @@ static enum tx_verdict tx_classify(struct vsock_dev *d, const struct vring_chain
 	t = sib_lookup(d, h.dst_cid);
 	if (!t) {
 		DEV_STAT_ADD(d, tx_bad_dst_cid, 1);
-		log_guest(LOG_LVL_DEBUG, "%s: tx packet to cid %llu dropped (not host or sibling)",
-			  d->name, (unsigned long long)h.dst_cid);
+		log_vm(LOG_LVL_WARN, d->cid, h.dst_port, h.src_port,
+		       "tx packet to cid %llu dropped: no route (not the host or a sibling)",
+		       (unsigned long long)h.dst_cid);
 		return TX_DROP;
 	}
 	return tx_to_sibling(d, t, &h, iov, ch->out_num);
@@ -796,8 +802,8 @@ static void stage_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	pthread_mutex_lock(&in->lock);
 	in->congested = true;
 	pthread_mutex_unlock(&in->lock);
-	log_guest(LOG_LVL_WARN, "%s: sibling %s takes no packets; dropping what is sent to it",
-		  d->name, d->tx_staged_to->name);
+	log_vm_dev(LOG_LVL_WARN, d->cid, "sibling %s takes no packets; dropping what is sent to it",
+		   d->tx_staged_to->name);
 	free(d->tx_staged);
 	d->tx_staged = NULL;
 	d->tx_staged_to = NULL;

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "device/device_internal.h"
+#include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/macros.h"
 
@@ -84,6 +85,16 @@ static void hconn_free(struct hconn *c, bool close_sock)
 }
 
 static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque);
+
+/* The guest's port of c's connection, for log tags (0 if not known yet). */
+static uint32_t peer_port_of(struct hconn *c)
+{
+	uint32_t cid, port = 0;
+
+	if (c->s)
+		(void)vsock_sock_peer_addr(c->s, &cid, &port);
+	return port;
+}
 static void hconn_io_cb(struct loop *l, int fd, uint32_t events, void *opaque);
 
 static int hconn_new(struct vsock_dev *d, int fd, bool seqpacket, enum hconn_state st,
@@ -143,8 +154,8 @@ static void uds_accept(struct vsock_dev *d, int lfd, bool seqpacket)
 			return;
 		DEV_STAT_ADD(d, host_conns_accepted, 1);
 		if (!d->eng || d->n_conns >= d->max_conns) {
-			log_debug("%s: host connection refused (%s)", d->name,
-				  d->eng ? "connection limit" : "guest not running");
+			log_vm_dev(LOG_LVL_DEBUG, d->cid, "host connection refused (%s)",
+				   d->eng ? "connection limit" : "guest not running");
 			close(fd);
 			continue;
 		}
@@ -227,7 +238,8 @@ static void start_guest_connect(struct hconn *c, uint32_t port)
 	return;
 
 out_close:
-	log_debug("%s: host connect to guest port %u failed: %s", d->name, port, strerror(-r));
+	log_vm(LOG_LVL_DEBUG, d->cid, c->local_port, port, "host connect to guest port failed: %s",
+	       strerror(-r));
 	hconn_close(c);
 }
 
@@ -240,7 +252,7 @@ static void read_connect_line(struct hconn *c)
 		return;
 	if (r < 0) {
 		DEV_STAT_ADD(c->dev, host_connect_bad_line, 1);
-		log_debug("%s: CONNECT line rejected: %s", c->dev->name, strerror(-r));
+		log_vm_dev(LOG_LVL_DEBUG, c->dev->cid, "CONNECT line rejected: %s", strerror(-r));
 		hconn_close(c);
 		return;
 	}
@@ -263,8 +275,11 @@ static int send_ok(struct hconn *c)
 static void guest_conn_refuse(struct vsock_dev *d, struct vsock_sock *child, const char *why,
 			      uint32_t port)
 {
+	uint32_t peer_cid, peer_port = 0;
+
+	(void)vsock_sock_peer_addr(child, &peer_cid, &peer_port);
 	DEV_STAT_ADD(d, guest_conns_refused, 1);
-	log_debug("%s: guest connection to host port %u refused: %s", d->name, port, why);
+	log_vm(LOG_LVL_DEBUG, d->cid, port, peer_port, "guest connection refused: %s", why);
 	vsock_sock_reject(child);
 	vsock_sock_close(child);
 }
@@ -486,8 +501,8 @@ static int read_from_host(struct hconn *c)
 		} else {
 			n = recv(c->fd, d->scratch, d->scratch_len, MSG_DONTWAIT | MSG_PEEK | MSG_TRUNC);
 			if (n > (ssize_t)d->scratch_len) {
-				log_debug("%s: host seqpacket message of %zd bytes is too big", d->name,
-					  n);
+				log_vm(LOG_LVL_DEBUG, d->cid, c->local_port, peer_port_of(c),
+				       "host seqpacket message of %zd bytes is too big", n);
 				return -EPIPE;
 			}
 		}
@@ -613,8 +628,9 @@ static void hconn_service(struct hconn *c)
 			break;
 		}
 		if (st == VSOCK_SS_CLOSED) {
-			log_debug("%s: guest refused host connection (error %d)", c->dev->name,
-				  vsock_sock_take_error(c->s));
+			log_vm(LOG_LVL_DEBUG, c->dev->cid, c->local_port, peer_port_of(c),
+			       "guest refused host connection (error %d)",
+			       vsock_sock_take_error(c->s));
 			hconn_close(c);
 		}
 		return;
@@ -684,10 +700,11 @@ static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	/* A guest connect whose host listener did not accept in time is refused too (RST). */
 	if (c->state == HC_HOST_CONNECT)
 		DEV_STAT_ADD(d, guest_conns_refused, 1);
-	log_debug("%s: host connection timed out waiting for %s", d->name,
-		  c->state == HC_READ_CONNECT	? "the CONNECT line"
-		  : c->state == HC_HOST_CONNECT ? "the host listener"
-						: "the guest");
+	log_vm(LOG_LVL_DEBUG, d->cid, c->local_port, c->s ? peer_port_of(c) : 0,
+	       "host connection timed out waiting for %s",
+	       c->state == HC_READ_CONNECT   ? "the CONNECT line"
+	       : c->state == HC_HOST_CONNECT ? "the host listener"
+					     : "the guest");
 	hconn_close(c);
 	dev_settle(d);
 }

@@ -10,12 +10,14 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "device/device.h"
 #include "test.h"
+#include "util/log.h"
 #include "util/loop.h"
 #include "util/macros.h"
 #include "vhost_user/frontend.h"
@@ -585,6 +587,72 @@ TEST(spoofed_source_cid_is_dropped_and_counted)
 	ASSERT_EQ(st.tx_bad_dst_cid, 1);
 	tg_disconnect(&g);
 	tdev_stop(&t);
+}
+
+static int count_str(const char *hay, const char *needle)
+{
+	int n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/*
+ * A guest flooding the device with bad packets (spoofed source CIDs, unknown destinations) gets
+ * every one dropped and counted, but only a burst of tagged log lines per call site (10 per 5 s,
+ * src/util/log.c), not one line per packet. stderr goes to a memfd in this (forked) case.
+ */
+TEST(guest_flood_of_bad_packets_is_logged_tagged_and_rate_limited)
+{
+	enum { N = 300 };
+	static char out[1 << 16];
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr h;
+	struct vsock_dev_stats st;
+	uint64_t end;
+	int mfd = memfd_create("stderr", 0);
+	ssize_t n;
+
+	ASSERT_GE(mfd, 0);
+	ASSERT_EQ(dup2(mfd, 2), 2);
+	log_set_level(LOG_LVL_INFO);
+	tdev_start(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect(&g, &t);
+	for (int i = 0; i < N; i++) {
+		h = mkhdr(&g, 2, 40000 + (uint32_t)i, 5000, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+		h.src_cid = 7;
+		tg_send(&g, &h, NULL);
+		h = mkhdr(&g, 9, 40000 + (uint32_t)i, 5000, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+		tg_send(&g, &h, NULL);
+	}
+	end = loop_now_ns() + (uint64_t)WAIT_MS * 1000000ull;
+	do {
+		vsock_dev_get_stats(t.d, &st);
+		if (st.tx_bad_src_cid == N && st.tx_bad_dst_cid == N)
+			break;
+		usleep(1000);
+	} while (loop_now_ns() < end);
+	ASSERT_EQ(st.tx_bad_src_cid, N);
+	ASSERT_EQ(st.tx_bad_dst_cid, N);
+	tg_disconnect(&g);
+	tdev_stop(&t);
+	n = pread(mfd, out, sizeof(out) - 1, 0);
+	ASSERT_GT(n, 0);
+	out[n] = '\0';
+	/* Tagged with the VM and the two ports (lp: the host side, pp: the guest's). */
+	ASSERT_TRUE(strstr(out, "uvsock warn: vm=3 lp=5000 pp=40000: tx packet with spoofed "
+				"src_cid 7 dropped\n") != NULL);
+	ASSERT_TRUE(strstr(out, "uvsock warn: vm=3 lp=5000 pp=40000: tx packet to cid 9 dropped")
+		    != NULL);
+	/* 10 per call site per 5 s window (20 if the flood straddled a window), not 300. */
+	ASSERT_GE(count_str(out, "spoofed src_cid"), 10);
+	ASSERT_LE(count_str(out, "spoofed src_cid"), 20);
+	ASSERT_GE(count_str(out, "no route"), 10);
+	ASSERT_LE(count_str(out, "no route"), 20);
+	ASSERT_LE(count_str(out, "\n"), 60);
 }
 
 TEST(vmm_disconnect_resets_and_reconnect_works)
