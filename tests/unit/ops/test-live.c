@@ -61,6 +61,28 @@ static const struct ops_jv *vm0(const struct ops_jv *v)
 	return vms->child;
 }
 
+/*
+ * uvd_start() returns once the vhost-user socket files exist; the daemon creates its control
+ * socket after them. Wait (bounded) until the control socket answers, so that uvsock-stat -s
+ * finds <socket>.ctl instead of falling back to the vhost-user socket itself.
+ */
+static void uvd_start_ctl(struct uvd *u, const uint32_t *cid)
+{
+	char ctl[200];
+	uint64_t end;
+	int fd;
+
+	uvd_start(u, 1, cid, NULL, NULL);
+	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
+	end = hs_now_ms() + WAIT_MS;
+	while (ops_ctl_connect(ctl, &fd) < 0) {
+		if (hs_now_ms() > end)
+			test_fail(__FILE__, __LINE__, "%s does not answer", ctl);
+		usleep(5000);
+	}
+	close(fd);
+}
+
 static struct uvsock_ctx *guest_new(const char *sock)
 {
 	struct uvsock_ctx *ctx = uvsock_ctx_new_guest(sock, NULL);
@@ -80,7 +102,7 @@ TEST(counters_and_listing_of_a_live_daemon)
 	int lfd, hfd, gfd;
 	struct ops_jv *v;
 
-	uvd_start(&u, 1, cid3, NULL, NULL);
+	uvd_start_ctl(&u, cid3);
 	/* No VMM yet. */
 	v = stat_json(u.sock[0]);
 	ASSERT_EQ_U64(ops_json_u64(vm0(v), "cid", 0), 3);
@@ -214,7 +236,7 @@ TEST(counters_keep_growing_across_vmm_sessions)
 	struct uvd u;
 	int lfd;
 
-	uvd_start(&u, 1, cid3, NULL, NULL);
+	uvd_start_ctl(&u, cid3);
 	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
 	lfd = hs_listen(lpath, SOCK_STREAM);
 	session(&u, lfd);
@@ -328,7 +350,7 @@ TEST(capture_of_a_live_daemon_with_uvsock_stat)
 	int lfd, hfd, gfd, n, st;
 	pid_t child;
 
-	uvd_start(&u, 1, cid3, NULL, NULL);
+	uvd_start_ctl(&u, cid3);
 	g = guest_new(u.sock[0]);
 	snprintf(file, sizeof(file), "%s/live.pcap", u.dir);
 	snprintf(ctl, sizeof(ctl), "%s.ctl", u.sock[0]);
