@@ -24,6 +24,8 @@
  *                                packet per write), feed them with one vsock_engine_feed_batch,
  *                                recv everything, then pull and feed the replies
  *   --ops engine1 SIZE COUNT B   the same, feeding each packet with vsock_engine_feed
+ *   --ops enginer SIZE COUNT B   as engine, but the receiver reads SIZE bytes per recv call
+ *                                (the queue is drained only by the last one)
  *   --ops threads SIZE COUNT     loopback API with the receiver on a second thread (as the
  *                                throughput test, but a fixed COUNT of SIZE-byte sends): for
  *                                `strace -f -c` (syscalls per packet); not repeatable under
@@ -340,6 +342,7 @@ struct eng_bench {
 	struct iovec *iovs;
 	int cap;
 	size_t pkt;      /* payload per pulled packet, as a peer that sends one packet per write */
+	size_t rsize;    /* bytes per recv call */
 	bool one_by_one;
 	uint64_t events;
 };
@@ -444,7 +447,7 @@ __attribute__((noinline)) void ops_run(const struct ops_args *o, int a, int b,
 					die("engine send");
 			eng_pump(eb);
 			while (got < want) {
-				struct iovec riov = { buf, RECV_BUF };
+				struct iovec riov = { buf, eb->rsize };
 				ssize_t n = vsock_sock_recv(eb->srv, &riov, 1, 0, NULL);
 
 				if (n <= 0)
@@ -493,17 +496,18 @@ static int ops_main(int argc, char **argv)
 		   argc == 3) {
 		o.size = (size_t)atol(argv[1]);
 		o.count = atol(argv[2]);
-	} else if ((strcmp(o.mode, "engine") == 0 || strcmp(o.mode, "engine1") == 0) &&
-		   argc == 4) {
+	} else if ((strcmp(o.mode, "engine") == 0 || strcmp(o.mode, "engine1") == 0 ||
+		    strcmp(o.mode, "enginer") == 0) && argc == 4) {
 		o.size = (size_t)atol(argv[1]);
 		o.count = atol(argv[2]);
 		o.batch = atoi(argv[3]);
 		ebp = &eb;
 		eb.one_by_one = strcmp(o.mode, "engine1") == 0;
 		eb.pkt = o.size;
+		eb.rsize = strcmp(o.mode, "enginer") == 0 ? o.size : RECV_BUF;
 	} else {
 		fprintf(stderr, "usage: --ops stream|threads SIZE COUNT | rtt COUNT | "
-				"engine[1] SIZE COUNT B\n");
+				"engine[1|r] SIZE COUNT B\n");
 		return 2;
 	}
 	if (o.size == 0 || o.size > VSOCK_MAX_PKT_PAYLOAD || o.count <= 0 || o.batch <= 0 ||
@@ -546,8 +550,12 @@ static int ops_main(int argc, char **argv)
 	printf("%s size %zu count %ld batch %d: %.1f ns per round", o.mode, o.size, o.count,
 	       o.batch, (t1 - t0) * 1e9 / (double)o.count);
 	if (ebp) {
-		printf(", %.3f sock events per packet\n",
-		       (double)eb.events / (double)o.count / (double)o.batch);
+		struct vsock_engine_stats es;
+
+		vsock_engine_get_stats(eb.e, &es);
+		printf(", %.3f sock events per packet, %.2f credit updates per round\n",
+		       (double)eb.events / (double)o.count / (double)o.batch,
+		       (double)es.credit_updates_sent / (double)o.count);
 		eng_teardown(ebp);
 	} else {
 		uvsock_ctx_get_stats(ctx, &st1);
@@ -591,7 +599,7 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: %s [--runs N] [--duration SECONDS] [--quick]\n"
 				"       %s --ops stream|threads SIZE COUNT | rtt COUNT | "
-				"engine[1] SIZE COUNT B\n",
+				"engine[1|r] SIZE COUNT B\n",
 				argv[0], argv[0]);
 			return 2;
 		}
