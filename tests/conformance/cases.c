@@ -798,13 +798,28 @@ static void nb_refused_client(struct conf_args *a)
 
 /* ---- Close with unread data ------------------------------------------------------------- */
 
+static void wait_client_socks(struct conf_args *a, uint64_t expect_max_shared,
+			      uint64_t expect_max_separate, int timeout_ms);
+
+/* Shared-engine only: waits for the one engine both sides use to drain to expect_max sockets. */
 static void wait_socks_drained(struct conf_args *a, uint64_t expect_max, int timeout_ms)
+{
+	if (a->env->shared_engine)
+		wait_client_socks(a, expect_max, 0, timeout_ms);
+}
+
+/*
+ * Waits until the client context has at most expect_max live sockets (lingering ones included).
+ * expect_max counts the server's sockets too when both sides share one engine; with separate
+ * contexts the server's sockets live elsewhere, so the bound is expect_max_separate.
+ */
+static void wait_client_socks(struct conf_args *a, uint64_t expect_max_shared,
+			      uint64_t expect_max_separate, int timeout_ms)
 {
 	struct uvsock_ctx_stats st;
 	uint64_t t0 = conf_now_ms();
+	uint64_t expect_max = a->env->shared_engine ? expect_max_shared : expect_max_separate;
 
-	if (!a->env->shared_engine)
-		return;
 	for (;;) {
 		ASSERT_SYS(uvsock_ctx_get_stats(a->env->client_ctx, &st));
 		if (st.socks_open <= expect_max)
@@ -1427,9 +1442,7 @@ static void autobind_server(struct conf_args *a)
 	uint64_t port = ctl_recv_u64(a);
 	int fd = uvsock_socket(a->env->server_ctx, SOCK_STREAM, 0);
 
-	if (a->env->client_ctx != a->env->server_ctx)
-		return; /* only meaningful when both share a namespace */
-	addr = conf_addr(a->env->server_cid, (uint32_t)port);
+	addr = conf_addr(a->env->client_cid, (uint32_t)port);
 	ASSERT_SYS(fd);
 	ASSERT_SYS(uvsock_connect(fd, sa(&addr), sizeof(addr)));
 	ASSERT_SYS(uvsock_close(fd));
@@ -1451,6 +1464,8 @@ static void double_bind_connect_client(struct conf_args *a)
 		ASSERT_SYS(uvsock_close(fd));
 		ctl_send(a, "CLOSED");
 		ctl_expect(a, "SERVERCLOSED");
+		/* The port is free again once our lingering socket got the peer's RST. */
+		wait_client_socks(a, 1, 0, 3000);
 	}
 }
 
