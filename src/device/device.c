@@ -34,6 +34,7 @@
 
 #include "device/device_internal.h"
 #include "ops/vmlog.h"
+#include "uvsock/device.h"
 #include "util/log.h"
 #include "util/macros.h"
 
@@ -851,47 +852,38 @@ static void kick_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	dev_settle(d);
 }
 
-static int vq_start(void *opaque, unsigned qidx, const struct vhu_vring_info *info)
+/* ---- rings: the entry points of the device API (embed.c) and of vhost-user below -------- */
+
+int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_config *cfg,
+		    int kick_fd, int call_fd)
 {
-	struct vsock_dev *d = opaque;
-	struct dev_queue *dq = qidx == 0 ? &d->rxq : &d->txq;
-	struct vring_dev_config cfg = {
-		.mem = info->mem,
-		.num = info->num,
-		.addr_kind = VRING_ADDR_HOST,
-		.desc_addr = (uint64_t)(uintptr_t)info->desc,
-		.avail_addr = (uint64_t)(uintptr_t)info->avail,
-		.used_addr = (uint64_t)(uintptr_t)info->used,
-		.features = info->features,
-		.last_avail_idx = info->last_avail_idx,
-	};
+	struct dev_queue *dq;
 	int r;
 
-	if (qidx >= VHU_NUM_QUEUES)
+	if (qidx >= 2 || kick_fd < 0)
 		return -EINVAL;
-	if (info->kick_fd < 0) {
-		log_error("%s: ring %u without a kick eventfd (polling mode) is not supported",
-			  d->name, qidx);
-		return -EOPNOTSUPP;
-	}
-	r = vring_dev_init(&dq->q, &cfg);
+	dq = qidx == 0 ? &d->rxq : &d->txq;
+	if (dq->running)
+		return -EBUSY;
+	r = vring_dev_init(&dq->q, cfg);
 	if (r < 0)
 		return r;
-	r = loop_watch_add(d->loop, info->kick_fd, EPOLLIN, kick_cb, dq, &dq->kick_w);
+	r = loop_watch_add(d->loop, kick_fd, EPOLLIN, kick_cb, dq, &dq->kick_w);
 	if (r < 0)
 		return r;
-	dq->kick_fd = info->kick_fd;
-	dq->call_fd = info->call_fd;
-	dq->num = info->num;
+	dq->kick_fd = kick_fd;
+	dq->call_fd = call_fd;
+	dq->num = cfg->num;
 	dq->running = true;
-	d->features = info->features;
+	d->features = cfg->features;
 	__atomic_store_n(&d->broken, false, __ATOMIC_RELAXED);
 	if (qidx == 1 && !d->eng) {
-		r = engine_create(d, info->num);
+		r = engine_create(d, cfg->num);
 		if (r < 0) {
 			loop_watch_del(dq->kick_w);
 			dq->kick_w = NULL;
 			dq->running = false;
+			dq->kick_fd = dq->call_fd = -1;
 			return r;
 		}
 	}
@@ -900,13 +892,12 @@ static int vq_start(void *opaque, unsigned qidx, const struct vhu_vring_info *in
 	else
 		d->rx_more = true;
 	cont_schedule(d);
-	log_debug("%s: ring %u started (size %u)", d->name, qidx, info->num);
+	log_debug("%s: ring %u started (size %u)", d->name, qidx, cfg->num);
 	return 0;
 }
 
-static uint16_t vq_stop(void *opaque, unsigned qidx)
+uint16_t dev_queue_stop(struct vsock_dev *d, unsigned qidx)
 {
-	struct vsock_dev *d = opaque;
 	struct dev_queue *dq = qidx == 0 ? &d->rxq : &d->txq;
 
 	if (!dq->running)
@@ -919,19 +910,78 @@ static uint16_t vq_stop(void *opaque, unsigned qidx)
 	return vring_dev_last_avail_idx(&dq->q);
 }
 
-static void vq_call_changed(void *opaque, unsigned qidx, int call_fd)
+void dev_set_call_fd(struct vsock_dev *d, unsigned qidx, int call_fd)
+{
+	if (qidx < 2)
+		(qidx == 0 ? &d->rxq : &d->txq)->call_fd = call_fd;
+}
+
+void dev_reset(struct vsock_dev *d)
+{
+	dev_queue_stop(d, 0);
+	dev_queue_stop(d, 1);
+	engine_destroy(d);
+	sib_drop_all(d);
+	__atomic_store_n(&d->broken, false, __ATOMIC_RELAXED);
+}
+
+/* ---- vhost-user: a thin layer over the device API ------------------------------------------ */
+
+static struct uvsock_dev *api(struct vsock_dev *d)
+{
+	return (struct uvsock_dev *)(void *)d;
+}
+
+static int vq_start(void *opaque, unsigned qidx, const struct vhu_vring_info *info)
 {
 	struct vsock_dev *d = opaque;
+	struct uvsock_dev_queue q = {
+		.num = info->num,
+		.desc_addr = (uint64_t)(uintptr_t)info->desc,
+		.avail_addr = (uint64_t)(uintptr_t)info->avail,
+		.used_addr = (uint64_t)(uintptr_t)info->used,
+		.last_avail_idx = info->last_avail_idx,
+		.kick_fd = info->kick_fd,
+		.call_fd = info->call_fd,
+		.flags = UVSOCK_DEV_QUEUE_HOST_ADDRS,
+	};
 
-	if (qidx < VHU_NUM_QUEUES)
-		(qidx == 0 ? &d->rxq : &d->txq)->call_fd = call_fd;
+	if (info->kick_fd < 0) {
+		log_error("%s: ring %u without a kick eventfd (polling mode) is not supported",
+			  d->name, qidx);
+		return -EOPNOTSUPP;
+	}
+	/* The back-end's map (borrowed until mem_table_changing); features as acked. */
+	d->mem = info->mem;
+	d->features = info->features;
+	return uvsock_dev_queue_start(api(d), qidx, &q);
+}
+
+static uint16_t vq_stop(void *opaque, unsigned qidx)
+{
+	uint16_t idx = 0;
+
+	(void)uvsock_dev_queue_stop(api(opaque), qidx, &idx);
+	return idx;
+}
+
+static void vq_call_changed(void *opaque, unsigned qidx, int call_fd)
+{
+	(void)uvsock_dev_set_call_fd(api(opaque), qidx, call_fd);
 }
 
 static void vq_features_set(void *opaque, uint64_t features)
 {
+	/* PROTOCOL_FEATURES and other transport bits are vhost-user's business, not the device's. */
+	(void)uvsock_dev_set_features(api(opaque), features & uvsock_dev_features());
+}
+
+static void vq_mem_changing(void *opaque)
+{
 	struct vsock_dev *d = opaque;
 
-	d->features = features;
+	/* Every ring was stopped by the back-end: no guest pointer is in use. */
+	d->mem = NULL;
 }
 
 static const struct vhu_backend_ops vhu_ops = {
@@ -939,6 +989,7 @@ static const struct vhu_backend_ops vhu_ops = {
 	.queue_stop = vq_stop,
 	.call_fd_changed = vq_call_changed,
 	.features_set = vq_features_set,
+	.mem_table_changing = vq_mem_changing,
 };
 
 static void vmm_disconnect(struct vsock_dev *d, int why)
@@ -954,9 +1005,7 @@ static void vmm_disconnect(struct vsock_dev *d, int why)
 	d->vhu_w = NULL;
 	vhu_backend_free(d->vhu); /* stops both rings through vq_stop */
 	d->vhu = NULL;
-	engine_destroy(d);
-	sib_drop_all(d);
-	__atomic_store_n(&d->broken, false, __ATOMIC_RELAXED);
+	(void)uvsock_dev_reset(api(d));
 	/* Serve the socket again: the next VMM (a restarted VM) is accepted by vhu_listen_cb. */
 	(void)loop_watch_mod(d->vhu_listen_w, EPOLLIN);
 }
@@ -977,6 +1026,7 @@ static void vhu_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	/* Rings stopped and not restarted within the message: the guest reset the device. */
 	if (d->eng && !d->txq.running) {
 		log_info("%s: rings stopped: resetting every connection", d->name);
+		/* Only the connections: the RX ring is the back-end's to stop (vq_stop). */
 		engine_destroy(d);
 	}
 	dev_settle(d);
@@ -1018,6 +1068,52 @@ static void vhu_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	__atomic_store_n(&d->vmm_connected, true, __ATOMIC_RELAXED);
 	DEV_STAT_ADD(d, vmm_connects, 1);
 	log_info("%s: VMM connected", d->name);
+}
+
+/* ---- calls from other threads (device API) ------------------------------------------------ */
+
+static void call_cb(struct loop *l, void *opaque)
+{
+	struct vsock_dev *d = opaque;
+	struct dev_call *c;
+
+	(void)l;
+	pthread_mutex_lock(&d->call_lock);
+	c = d->call;
+	pthread_mutex_unlock(&d->call_lock);
+	if (!c)
+		return;
+	c->rc = c->fn(d, c->arg);
+	dev_settle(d);
+	pthread_mutex_lock(&d->call_lock);
+	c->done = true;
+	d->call = NULL;
+	pthread_cond_broadcast(&d->call_cond);
+	pthread_mutex_unlock(&d->call_lock);
+}
+
+int dev_call(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), void *arg)
+{
+	struct dev_call c = { .fn = fn, .arg = arg };
+
+	if (!__atomic_load_n(&d->thread_running, __ATOMIC_ACQUIRE) ||
+	    pthread_equal(pthread_self(), d->thread)) {
+		/* No settle here: on the device thread the caller (a vhost-user message, a
+		 * callback) settles when it is done; without a thread nothing runs yet. */
+		return fn(d, arg);
+	}
+	/* One call at a time; the device thread takes it in call_cb and signals completion. */
+	pthread_mutex_lock(&d->call_lock);
+	while (d->call)
+		pthread_cond_wait(&d->call_cond, &d->call_lock);
+	d->call = &c;
+	pthread_mutex_unlock(&d->call_lock);
+	loop_async_send(d->call_async);
+	pthread_mutex_lock(&d->call_lock);
+	while (!c.done)
+		pthread_cond_wait(&d->call_cond, &d->call_lock);
+	pthread_mutex_unlock(&d->call_lock);
+	return c.rc;
 }
 
 /* ---- construction ------------------------------------------------------------------------- */
@@ -1074,9 +1170,9 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	int r;
 
 	if (cfg->guest_cid <= VMADDR_CID_HOST || cfg->guest_cid == VMADDR_CID_ANY ||
-	    !cfg->socket_path || !cfg->uds_path || cfg->buf_alloc == 0)
+	    !cfg->uds_path || cfg->buf_alloc == 0)
 		return -EINVAL;
-	if (strlen(cfg->socket_path) >= sizeof(d->socket_path) ||
+	if ((cfg->socket_path && strlen(cfg->socket_path) >= sizeof(d->socket_path)) ||
 	    strlen(cfg->uds_path) + 11 >= sizeof(d->uds_path))
 		return -EINVAL;
 	d = calloc(1, sizeof(*d));
@@ -1092,7 +1188,8 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 		snprintf(d->name, sizeof(d->name), "%s", cfg->name);
 	else
 		snprintf(d->name, sizeof(d->name), "cid%u", cfg->guest_cid);
-	strcpy(d->socket_path, cfg->socket_path);
+	if (cfg->socket_path)
+		strcpy(d->socket_path, cfg->socket_path);
 	strcpy(d->uds_path, cfg->uds_path);
 	snprintf(d->uds_seq_path, sizeof(d->uds_seq_path), "%s_seqpacket", cfg->uds_path);
 	d->buf_alloc = cfg->buf_alloc;
@@ -1101,6 +1198,8 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d->router = router;
 	pthread_mutex_init(&d->inbox.lock, NULL);
 	pthread_mutex_init(&d->eng_lock, NULL);
+	pthread_mutex_init(&d->call_lock, NULL);
+	pthread_cond_init(&d->call_cond, NULL);
 	ops_tap_init(&d->tap);
 
 	d->scratch_len = MAX((size_t)d->buf_alloc, (size_t)VSOCK_MAX_PKT_PAYLOAD);
@@ -1130,14 +1229,22 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	r = loop_async_new(d->loop, room_cb, d, &d->room_async);
 	if (r < 0)
 		goto out_free;
-	r = dev_listen_unix(d->socket_path, SOCK_STREAM, &d->vhu_listen_fd);
-	if (r < 0) {
-		log_error("%s: cannot listen on %s: %s", d->name, d->socket_path, strerror(-r));
-		goto out_free;
-	}
-	r = loop_watch_add(d->loop, d->vhu_listen_fd, EPOLLIN, vhu_listen_cb, d, &d->vhu_listen_w);
+	r = loop_async_new(d->loop, call_cb, d, &d->call_async);
 	if (r < 0)
 		goto out_free;
+	/* Without a socket path the device is driven through the device API (embed.c). */
+	if (cfg->socket_path) {
+		r = dev_listen_unix(d->socket_path, SOCK_STREAM, &d->vhu_listen_fd);
+		if (r < 0) {
+			log_error("%s: cannot listen on %s: %s", d->name, d->socket_path,
+				  strerror(-r));
+			goto out_free;
+		}
+		r = loop_watch_add(d->loop, d->vhu_listen_fd, EPOLLIN, vhu_listen_cb, d,
+				   &d->vhu_listen_w);
+		if (r < 0)
+			goto out_free;
+	}
 	r = host_open_listeners(d);
 	if (r < 0)
 		goto out_free;
@@ -1191,7 +1298,13 @@ int vsock_dev_link_sibling(struct vsock_dev *a, struct vsock_dev *b)
 
 int vsock_dev_run(struct vsock_dev *d)
 {
-	return loop_run(d->loop);
+	int r;
+
+	d->thread = pthread_self();
+	__atomic_store_n(&d->thread_running, true, __ATOMIC_RELEASE);
+	r = loop_run(d->loop);
+	__atomic_store_n(&d->thread_running, false, __ATOMIC_RELEASE);
+	return r;
 }
 
 void vsock_dev_stop(struct vsock_dev *d)
@@ -1208,7 +1321,10 @@ void vsock_dev_free(struct vsock_dev *d)
 		vhu_backend_free(d->vhu);
 		d->vhu = NULL;
 	}
+	dev_queue_stop(d, 0);
+	dev_queue_stop(d, 1);
 	engine_destroy(d);
+	guest_mem_free(d->mem_owned);
 	host_close_listeners(d);
 	if (d->vhu_listen_fd >= 0) {
 		loop_watch_del(d->vhu_listen_w);
@@ -1232,6 +1348,9 @@ void vsock_dev_free(struct vsock_dev *d)
 		free(d->inbox.ring[(d->inbox.head + i) % DEV_INBOX_PKTS]);
 	pthread_mutex_destroy(&d->inbox.lock);
 	pthread_mutex_destroy(&d->eng_lock);
+	pthread_mutex_destroy(&d->call_lock);
+	pthread_cond_destroy(&d->call_cond);
+	loop_async_free(d->call_async);
 	ops_tap_destroy(&d->tap);
 	loop_async_free(d->inbox_async);
 	loop_async_free(d->room_async);

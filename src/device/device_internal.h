@@ -114,6 +114,10 @@ struct vsock_dev {
 	struct vhu_backend *vhu;
 	struct loop_watch *vhu_w;
 	struct dev_queue rxq, txq;
+	/* guest memory the rings use: the vhost-user back-end's map (borrowed) or, for the device
+	 * API, mem_owned (uvsock_dev_set_mem_table) */
+	const struct guest_mem *mem;
+	struct guest_mem *mem_owned;
 	uint64_t features;
 	bool broken;      /* ring error: no processing until the rings restart; atomic for readers */
 	bool vmm_connected; /* atomic: d->vhu != NULL, for readers on other threads */
@@ -160,6 +164,16 @@ struct vsock_dev {
 	struct vsock_pkt_ref *tx_refs;
 	uint16_t *tx_heads;
 
+	/* device API (embed.c): the device thread, and calls handed to it from other threads */
+	pthread_t thread;
+	bool thread_running;           /* atomic: vsock_dev_run() is running on `thread` */
+	bool api_thread;               /* embed.c started api_th (joined by uvsock_dev_free) */
+	pthread_t api_th;
+	pthread_mutex_t call_lock;
+	pthread_cond_t call_cond;
+	struct dev_call *call;         /* the call waiting for the device thread, under call_lock */
+	struct loop_async *call_async;
+
 	struct vsock_dev_stats stats;
 	struct ops_tap tap;            /* packet capture: every packet each way, once */
 	struct vsock_dev *router_next;
@@ -178,6 +192,28 @@ void host_mark_dirty(struct hconn *c);
 
 /* device.c */
 void dev_settle(struct vsock_dev *d);
+/*
+ * The device API's entry points (embed.c calls them on the device thread; the vhost-user
+ * callbacks reach them through the API). dev_queue_start: cfg->mem must stay valid until the
+ * queue stops; kick_fd and call_fd are borrowed. Returns 0, -EINVAL, -EBUSY (running), or the
+ * errors of vring_dev_init, loop_watch_add and the engine.
+ */
+int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_config *cfg,
+		    int kick_fd, int call_fd);
+/* Stops a queue (no-op if stopped); returns the next avail index it would process. */
+uint16_t dev_queue_stop(struct vsock_dev *d, unsigned qidx);
+void dev_set_call_fd(struct vsock_dev *d, unsigned qidx, int call_fd);
+/* Guest driver reset: both queues stopped, every connection dropped, broken cleared. */
+void dev_reset(struct vsock_dev *d);
+/* A call run on the device thread (embed.c). */
+struct dev_call {
+	int (*fn)(struct vsock_dev *d, void *arg);
+	void *arg;
+	int rc;
+	bool done;
+};
+/* Runs fn on the device thread (directly if that is us or no thread runs) and returns its rc. */
+int dev_call(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), void *arg);
 /* Binds and listens on a Unix socket (type SOCK_STREAM/SOCK_SEQPACKET), replacing a stale
  * socket file; another kind of file there is -EEXIST. */
 int dev_listen_unix(const char *path, int type, int *ret_fd);

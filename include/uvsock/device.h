@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libuvsock device API: the virtio-vsock *device* for C virtual machine monitors. A VMM that
+ * emulates a virtio-vsock device (VIRTIO device id 19) hands this API what its transport
+ * (virtio-pci, virtio-mmio) negotiated with the guest driver — guest memory, the two rings, the
+ * features, the kick and call eventfds — and gets a working device: guest connections to the
+ * host (CID 2) reach Unix sockets in the Firecracker "hybrid vsock" convention (uds-path), host
+ * programs reach guest ports with "CONNECT <port>\n", and devices linked as siblings route
+ * guest-to-guest traffic. This is exactly what uvsockd's vhost-user back-end does: its vhost-user
+ * callbacks call these functions (src/device/device.c), so vhost-user is one way to drive this
+ * API, a VMM's own virtio transport is another.
+ *
+ * Queues: 0 is RX (device to guest), 1 is TX (guest to device). The event queue (2, transport
+ * reset events) stays with the VMM, as with vhost-user. Only split virtqueues and virtio 1.x
+ * (little-endian, VIRTIO_F_VERSION_1) are supported.
+ *
+ * Typical life:
+ *   uvsock_dev_new(&cfg, &d);                      host side listening on cfg.uds_path
+ *   offer uvsock_dev_features() to the guest; on FEATURES_OK: uvsock_dev_set_features(d, acked)
+ *   uvsock_dev_set_mem_table(d, regions, n);       guest RAM (memfd / file + offset, or pointers)
+ *   uvsock_dev_queue_start(d, 0, &rx); uvsock_dev_queue_start(d, 1, &tx);   on DRIVER_OK
+ *   uvsock_dev_start(d);                           the device thread runs from now on
+ *   ... guest driver reset (status 0): uvsock_dev_reset(d), then again from set_features ...
+ *   uvsock_dev_free(d);
+ * (uvsock_dev_start() may come first: the configuration calls then run on the device thread.)
+ *
+ * Threads: each device runs on a thread of its own, started by uvsock_dev_start(): it watches the
+ * kick eventfds and the host sockets, moves packets and writes the call eventfds; nothing of the
+ * VMM's event loop is needed on the data path. Every function may be called from any thread;
+ * configuration calls are handed to the device thread and return when it has done them
+ * (synchronous, so a VMM can reuse a stopped ring's memory as soon as queue_stop returns). Calls
+ * on one device are serialised. None may be called from a signal handler.
+ *
+ * Ownership: the eventfds and the memory-region fds are borrowed. The device never closes them:
+ * a kick or call fd must stay open until its queue is stopped (uvsock_dev_queue_stop,
+ * uvsock_dev_reset, uvsock_dev_free) or the call fd is replaced (uvsock_dev_set_call_fd); region
+ * fds may be closed as soon as uvsock_dev_set_mem_table returns (the device keeps its own
+ * mapping). Host pointers given as regions must stay mapped until the table is replaced or the
+ * device is freed.
+ *
+ * Security model: the guest is untrusted. Ring errors (bad indexes, descriptor loops, addresses
+ * outside the memory table) mark the device broken (uvsock_dev_get_stats: broken) until the
+ * queues are restarted; malformed or spoofed packets are dropped and counted; every
+ * guest-driven resource is bounded. Host programs are untrusted too. The VMM is trusted to pass
+ * what it negotiated, but every value is still checked (-EINVAL, never a crash).
+ *
+ * Errors: functions return 0 or a negative errno; the errno values each one returns are listed.
+ */
+#ifndef UVSOCK_DEVICE_API_H
+#define UVSOCK_DEVICE_API_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Feature bits (bit numbers in the 64-bit virtio feature word). */
+#define UVSOCK_DEV_F_SEQPACKET 1        /* VIRTIO_VSOCK_F_SEQPACKET */
+#define UVSOCK_DEV_F_INDIRECT_DESC 28   /* VIRTIO_RING_F_INDIRECT_DESC */
+#define UVSOCK_DEV_F_EVENT_IDX 29       /* VIRTIO_RING_F_EVENT_IDX */
+#define UVSOCK_DEV_F_VERSION_1 32       /* VIRTIO_F_VERSION_1 */
+
+/* Queue indexes. */
+#define UVSOCK_DEV_QUEUE_RX 0u
+#define UVSOCK_DEV_QUEUE_TX 1u
+
+struct uvsock_dev;
+
+/* What the device serves. Zero-initialise, then set guest_cid and uds_path. */
+struct uvsock_dev_config {
+	uint32_t guest_cid;       /* the guest's CID: 3 .. 0xfffffffe (the VMM's config space) */
+	const char *uds_path;     /* host side: listen here and at <uds_path>_seqpacket, connect to
+				   * <uds_path>_<port>; at most 96 bytes; copied */
+	uint32_t buf_alloc;       /* receive buffer advertised per connection; 0: 262144 */
+	uint32_t queue_size_max;  /* largest queue size accepted (power of two); 0: 1024 */
+	uint32_t max_conns;       /* host-side connections at a time; 0: 1024 */
+	const char *name;         /* for log lines ("vm3"); copied; NULL: "cid<N>" */
+};
+
+/*
+ * The feature bits to offer the guest driver (VERSION_1, SEQPACKET, INDIRECT_DESC, EVENT_IDX).
+ * The VMM adds its transport's own bits (e.g. VIRTIO_F_ACCESS_PLATFORM is not supported: do
+ * not offer it). Pure; any thread.
+ */
+uint64_t uvsock_dev_features(void);
+
+/*
+ * Creates a device: binds and listens on cfg->uds_path and <uds_path>_seqpacket (stale socket
+ * files there are replaced; another kind of file is an error). No thread yet, no queue.
+ * Returns 0, -EINVAL (cfg NULL, reserved CID, uds_path NULL or too long, queue_size_max not a
+ * power of two up to 32768, buf_alloc under 4096), -ENOMEM, -EEXIST (a non-socket file at a
+ * path), or the errno of socket/bind/listen. *ret is written only on success.
+ */
+int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret);
+
+/*
+ * Lets the guests of a and b connect to each other by CID (they share a group, as uvsockd's
+ * groups=): guest-to-guest packets are routed between the two device threads. Both directions.
+ * Must be called before uvsock_dev_start() of either.
+ * Returns 0, -EINVAL (same device, same CID, or either already started), -ENOMEM.
+ */
+int uvsock_dev_link(struct uvsock_dev *a, struct uvsock_dev *b);
+
+/*
+ * Starts the device thread (named "uvsock-<cid>"). Queues started before run from now on.
+ * Returns 0, -EALREADY (already started), or the errno of pthread_create.
+ */
+int uvsock_dev_start(struct uvsock_dev *d);
+
+/*
+ * Stops the device thread, stops the queues (dropping every connection: host sockets closed),
+ * removes the socket files the device created, unmaps its memory table and frees everything.
+ * Borrowed fds are not closed. Safe on NULL. No other call on d may run concurrently or later.
+ */
+void uvsock_dev_free(struct uvsock_dev *d);
+
+/*
+ * The features the guest driver acked (FEATURES_OK). They apply to queues started afterwards
+ * (EVENT_IDX, INDIRECT_DESC) and to the connections of the next session (SEQPACKET: a session
+ * starts when the TX queue starts after new/reset). Set them before starting the queues.
+ * Returns 0, -EINVAL (a bit not in uvsock_dev_features()).
+ */
+int uvsock_dev_set_features(struct uvsock_dev *d, uint64_t features);
+
+/* One guest RAM region. Either host_addr or fd. */
+struct uvsock_dev_mem_region {
+	uint64_t guest_phys_addr; /* first guest-physical address */
+	uint64_t size;            /* bytes, > 0 */
+	void *host_addr;          /* non-NULL: the region is mapped here in this process already
+				   * (the VMM's own mapping; must stay mapped); fd is then ignored */
+	int fd;                   /* host_addr NULL: a shareable file (memfd, hugetlbfs, file)
+				   * mapped MAP_SHARED at fd_offset; borrowed */
+	uint64_t fd_offset;       /* where the region starts in fd */
+};
+
+/*
+ * Replaces the guest memory table: up to 8 regions, all given by host_addr or all by fd (not
+ * mixed), guest-physical ranges disjoint. Descriptor addresses and the ring addresses of
+ * uvsock_dev_queue_start are guest-physical addresses in this table. Both queues must be stopped
+ * (as vhost-user's SET_MEM_TABLE stops them); connections survive, so stop, replace, restart
+ * (with the last_avail_idx queue_stop returned) keeps them.
+ * Returns 0, -EBUSY (a queue is running), -EINVAL (n 0, NULL regions, mixed kinds, size 0,
+ * overlap, an fd region whose file is too short), -E2BIG (more than 8), -ENOMEM, or the errno
+ * of mmap/fstat. On error the old table stays.
+ */
+int uvsock_dev_set_mem_table(struct uvsock_dev *d, const struct uvsock_dev_mem_region *regions,
+			     unsigned n);
+
+/* What one queue needs (the VMM's virtio transport knows all of it at DRIVER_OK). */
+struct uvsock_dev_queue {
+	unsigned num;             /* queue size: power of two, <= queue_size_max */
+	uint64_t desc_addr;       /* descriptor table (16 * num bytes, 16-byte aligned) */
+	uint64_t avail_addr;      /* driver area (6 + 2 * num bytes, 2-byte aligned) */
+	uint64_t used_addr;       /* device area (6 + 8 * num bytes, 4-byte aligned) */
+	uint16_t last_avail_idx;  /* next avail index to process: 0 at first start, else what
+				   * uvsock_dev_queue_stop returned */
+	int kick_fd;              /* eventfd the guest's notifications are written to; required */
+	int call_fd;              /* eventfd the device writes to interrupt the guest; -1: none */
+	unsigned flags;           /* UVSOCK_DEV_QUEUE_* */
+};
+/* The three ring addresses are host pointers in this process, not guest-physical addresses
+ * (they must still point into the memory table's regions). vhost-user uses this. */
+#define UVSOCK_DEV_QUEUE_HOST_ADDRS 1u
+
+/*
+ * Starts queue qidx (UVSOCK_DEV_QUEUE_RX or _TX). The used index is taken from the ring in guest
+ * memory (never assumed 0). Starting TX after uvsock_dev_new or uvsock_dev_reset begins a new
+ * session (fresh connection table, the device's wildcard listeners for guest connects).
+ * Returns 0, -EINVAL (qidx, num, kick_fd < 0, unknown flags, misaligned addresses, no memory
+ * table), -EFAULT (a ring part outside the memory table), -EBUSY (already running), -ENOMEM,
+ * or the errno of epoll_ctl on kick_fd (-EBADF...).
+ */
+int uvsock_dev_queue_start(struct uvsock_dev *d, unsigned qidx, const struct uvsock_dev_queue *q);
+
+/*
+ * Stops queue qidx: when this returns the device no longer touches the ring or its eventfds.
+ * Connections are kept (restart the queue to go on; uvsock_dev_reset drops them).
+ * *ret_last_avail_idx (may be NULL) gets the next avail index the device would have processed.
+ * Returns 0 (also if it was not running), -EINVAL (qidx).
+ */
+int uvsock_dev_queue_stop(struct uvsock_dev *d, unsigned qidx, uint16_t *ret_last_avail_idx);
+
+/*
+ * Replaces the call eventfd of a queue (e.g. the guest changed its MSI-X vector and the VMM its
+ * irqfd); -1: no interrupts. The old fd is not used after this returns.
+ * Returns 0, -EINVAL (qidx).
+ */
+int uvsock_dev_set_call_fd(struct uvsock_dev *d, unsigned qidx, int call_fd);
+
+/*
+ * Guest driver reset (the driver wrote 0 to the device status): both queues stop, every
+ * connection of the guest is dropped (host sockets closed, nothing sent to the guest), a broken
+ * device is repaired. The host-side listeners stay; counters stay. Start again from
+ * uvsock_dev_set_features. Returns 0.
+ */
+int uvsock_dev_reset(struct uvsock_dev *d);
+
+/* Counters (monotonic for the device's life, across resets) and state. */
+struct uvsock_dev_stats {
+	uint64_t tx_pkts, tx_bytes;      /* guest packets accepted (to the host or a sibling) */
+	uint64_t rx_pkts, rx_bytes;      /* packets put into the guest's RX buffers */
+	uint64_t dropped;                /* guest packets dropped: malformed chain, spoofed source
+					  * CID, no route, or a sibling not taking packets */
+	uint64_t ring_errors;            /* times the device was marked broken */
+	uint64_t interrupts;             /* call eventfd writes */
+	uint64_t conns_open;             /* connections now (gauge) */
+	uint64_t conns_total;            /* connections ever */
+	uint64_t host_connects_refused;  /* guest connects nobody listened for (RST) */
+	int broken;                      /* 1 while a ring error stops the device */
+	int running;                     /* 1 while the TX queue runs (a session exists) */
+};
+
+/* Fills *ret. Any thread, never blocks the data path (takes a short lock). */
+void uvsock_dev_get_stats(struct uvsock_dev *d, struct uvsock_dev_stats *ret);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

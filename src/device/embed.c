@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The device API of <uvsock/device.h>: a C VMM drives the device role directly. A struct
+ * uvsock_dev is a struct vsock_dev (device.c) created without a vhost-user socket; the functions
+ * here check their arguments, hand the work to the device thread with dev_call() (run directly
+ * when called on that thread, as uvsockd's vhost-user callbacks are, or before the thread is
+ * started), and call the device's entry points (dev_queue_start, dev_queue_stop, dev_reset).
+ * Memory tables given here are owned by the device (mem_owned); rings use guest-physical
+ * addresses translated through them.
+ *
+ * Devices made here share one process-wide router, so that any two of them can be linked as
+ * siblings (uvsock_dev_link).
+ */
+#include "uvsock/device.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device_internal.h"
+#include "util/log.h"
+#include "vhost_user/backend.h"
+#include "vring/guest_mem.h"
+#include "vsock/hdr.h"
+
+#define API_FEATURES                                                                               \
+	((1ull << UVSOCK_DEV_F_SEQPACKET) | (1ull << UVSOCK_DEV_F_INDIRECT_DESC) |                 \
+	 (1ull << UVSOCK_DEV_F_EVENT_IDX) | (1ull << UVSOCK_DEV_F_VERSION_1))
+
+/* The API's feature bits are the vhost-user back-end's device bits (same numbers). */
+_Static_assert(UVSOCK_DEV_F_SEQPACKET == VIRTIO_VSOCK_F_SEQPACKET, "seqpacket bit");
+_Static_assert(UVSOCK_DEV_F_INDIRECT_DESC == VRING_FEAT_INDIRECT_DESC, "indirect bit");
+_Static_assert(UVSOCK_DEV_F_EVENT_IDX == VRING_FEAT_EVENT_IDX, "event idx bit");
+
+static struct vsock_dev *dev_of(struct uvsock_dev *u)
+{
+	return (struct vsock_dev *)(void *)u;
+}
+
+/* ---- the process-wide router of API devices ---------------------------------------------- */
+
+static pthread_once_t router_once = PTHREAD_ONCE_INIT;
+static struct vsock_router *api_router;
+
+static void router_init(void)
+{
+	/* Never freed: it lives as long as the process (one small allocation). */
+	if (vsock_router_new(&api_router) < 0)
+		api_router = NULL;
+}
+
+/* ---- life -------------------------------------------------------------------------------- */
+
+uint64_t uvsock_dev_features(void)
+{
+	return API_FEATURES;
+}
+
+int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret)
+{
+	struct vsock_dev_config dc;
+	struct vsock_dev *d;
+	int r;
+
+	if (!cfg || !ret || !cfg->uds_path)
+		return -EINVAL;
+	if (cfg->queue_size_max && !vring_size_valid(cfg->queue_size_max))
+		return -EINVAL;
+	if (cfg->buf_alloc && cfg->buf_alloc < 4096)
+		return -EINVAL;
+	pthread_once(&router_once, router_init);
+	if (!api_router)
+		return -ENOMEM;
+	dc = (struct vsock_dev_config){
+		.guest_cid = cfg->guest_cid,
+		.socket_path = NULL,
+		.uds_path = cfg->uds_path,
+		.buf_alloc = cfg->buf_alloc ? cfg->buf_alloc : 256u * 1024,
+		.queue_size_max = cfg->queue_size_max,
+		.max_conns = cfg->max_conns,
+		.name = cfg->name,
+	};
+	r = vsock_dev_new(api_router, &dc, &d);
+	if (r < 0)
+		return r == -ENAMETOOLONG ? -EINVAL : r;
+	*ret = (struct uvsock_dev *)(void *)d;
+	return 0;
+}
+
+int uvsock_dev_link(struct uvsock_dev *a, struct uvsock_dev *b)
+{
+	struct vsock_dev *da = dev_of(a), *db = dev_of(b);
+
+	if (!a || !b || da->api_thread || db->api_thread)
+		return -EINVAL;
+	return vsock_dev_link_sibling(da, db);
+}
+
+static void *dev_thread_main(void *arg)
+{
+	struct vsock_dev *d = arg;
+	char name[16];
+	int r;
+
+	snprintf(name, sizeof(name), "uvsock-%u", d->cid);
+	pthread_setname_np(pthread_self(), name);
+	r = vsock_dev_run(d);
+	if (r < 0)
+		log_error("%s: device event loop failed: %s", d->name, strerror(-r));
+	return NULL;
+}
+
+/* Tells the device thread to run what the queues started before it need. */
+static int kick_all(struct vsock_dev *d, void *arg)
+{
+	(void)arg;
+	(void)d;
+	return 0;
+}
+
+int uvsock_dev_start(struct uvsock_dev *u)
+{
+	struct vsock_dev *d = dev_of(u);
+	int r;
+
+	if (d->api_thread)
+		return -EALREADY;
+	r = pthread_create(&d->api_th, NULL, dev_thread_main, d);
+	if (r)
+		return -r;
+	d->api_thread = true;
+	/* Wait until the thread runs its loop: afterwards every call goes through dev_call. */
+	while (!__atomic_load_n(&d->thread_running, __ATOMIC_ACQUIRE))
+		sched_yield();
+	return dev_call(d, kick_all, NULL);
+}
+
+void uvsock_dev_free(struct uvsock_dev *u)
+{
+	struct vsock_dev *d = dev_of(u);
+
+	if (!u)
+		return;
+	if (d->api_thread) {
+		vsock_dev_stop(d);
+		pthread_join(d->api_th, NULL);
+		d->api_thread = false;
+	}
+	vsock_dev_free(d);
+}
+
+/* ---- configuration: each runs on the device thread ----------------------------------------- */
+
+static int do_set_features(struct vsock_dev *d, void *arg)
+{
+	d->features = *(const uint64_t *)arg;
+	return 0;
+}
+
+int uvsock_dev_set_features(struct uvsock_dev *u, uint64_t features)
+{
+	if (features & ~API_FEATURES)
+		return -EINVAL;
+	return dev_call(dev_of(u), do_set_features, &features);
+}
+
+static int do_set_mem(struct vsock_dev *d, void *arg)
+{
+	struct guest_mem *m = arg;
+
+	if (d->rxq.running || d->txq.running)
+		return -EBUSY;
+	guest_mem_free(d->mem_owned);
+	d->mem_owned = m;
+	d->mem = m;
+	return 0;
+}
+
+int uvsock_dev_set_mem_table(struct uvsock_dev *u, const struct uvsock_dev_mem_region *regions,
+			     unsigned n)
+{
+	struct guest_mem_region_desc desc[GUEST_MEM_MAX_REGIONS];
+	void *host[GUEST_MEM_MAX_REGIONS];
+	struct guest_mem *m;
+	unsigned n_host = 0;
+	int r;
+
+	if (!regions || n == 0)
+		return -EINVAL;
+	if (n > GUEST_MEM_MAX_REGIONS)
+		return -E2BIG;
+	for (unsigned i = 0; i < n; i++) {
+		const struct uvsock_dev_mem_region *g = &regions[i];
+
+		if (g->host_addr)
+			n_host++;
+		else if (g->fd < 0)
+			return -EINVAL;
+		/* For host-pointer regions the "front-end address" is the host pointer itself,
+		 * which lets UVSOCK_DEV_QUEUE_HOST_ADDRS rings be checked against the table. */
+		desc[i] = (struct guest_mem_region_desc){
+			.guest_phys_addr = g->guest_phys_addr,
+			.memory_size = g->size,
+			.userspace_addr = g->host_addr ? (uint64_t)(uintptr_t)g->host_addr : 0,
+			.mmap_offset = g->fd_offset,
+			.fd = g->host_addr ? -1 : g->fd,
+		};
+		host[i] = g->host_addr;
+	}
+	if (n_host != 0 && n_host != n)
+		return -EINVAL;
+	if (n_host)
+		r = guest_mem_new_local(desc, host, n, &m);
+	else
+		r = guest_mem_new(desc, n, &m);
+	if (r < 0)
+		return r;
+	r = dev_call(dev_of(u), do_set_mem, m);
+	if (r < 0)
+		guest_mem_free(m);
+	return r;
+}
+
+struct start_arg {
+	unsigned qidx;
+	const struct uvsock_dev_queue *q;
+};
+
+static int do_queue_start(struct vsock_dev *d, void *arg)
+{
+	const struct start_arg *a = arg;
+	const struct uvsock_dev_queue *q = a->q;
+	struct vring_dev_config cfg = {
+		.mem = d->mem,
+		.num = q->num,
+		.desc_addr = q->desc_addr,
+		.avail_addr = q->avail_addr,
+		.used_addr = q->used_addr,
+		.features = d->features,
+		.last_avail_idx = q->last_avail_idx,
+	};
+
+	if (!d->mem)
+		return -EINVAL;
+	if (q->num > d->queue_size_max)
+		return -EINVAL;
+	if (!(q->flags & UVSOCK_DEV_QUEUE_HOST_ADDRS))
+		cfg.addr_kind = VRING_ADDR_GPA;
+	else if (d->mem_owned)
+		/* Host pointers into the API's table: checked through the regions' host range. */
+		cfg.addr_kind = VRING_ADDR_UVA;
+	else
+		/* vhost-user: the back-end translated and checked them against its own map. */
+		cfg.addr_kind = VRING_ADDR_HOST;
+	return dev_queue_start(d, a->qidx, &cfg, q->kick_fd, q->call_fd);
+}
+
+int uvsock_dev_queue_start(struct uvsock_dev *u, unsigned qidx, const struct uvsock_dev_queue *q)
+{
+	struct start_arg a = { .qidx = qidx, .q = q };
+
+	if (!q || qidx > UVSOCK_DEV_QUEUE_TX || q->kick_fd < 0 ||
+	    (q->flags & ~UVSOCK_DEV_QUEUE_HOST_ADDRS) || !vring_size_valid(q->num))
+		return -EINVAL;
+	return dev_call(dev_of(u), do_queue_start, &a);
+}
+
+struct stop_arg {
+	unsigned qidx;
+	uint16_t idx;
+};
+
+static int do_queue_stop(struct vsock_dev *d, void *arg)
+{
+	struct stop_arg *a = arg;
+
+	a->idx = dev_queue_stop(d, a->qidx);
+	return 0;
+}
+
+int uvsock_dev_queue_stop(struct uvsock_dev *u, unsigned qidx, uint16_t *ret_last_avail_idx)
+{
+	struct stop_arg a = { .qidx = qidx };
+	int r;
+
+	if (qidx > UVSOCK_DEV_QUEUE_TX)
+		return -EINVAL;
+	r = dev_call(dev_of(u), do_queue_stop, &a);
+	if (r == 0 && ret_last_avail_idx)
+		*ret_last_avail_idx = a.idx;
+	return r;
+}
+
+struct call_arg {
+	unsigned qidx;
+	int fd;
+};
+
+static int do_set_call_fd(struct vsock_dev *d, void *arg)
+{
+	const struct call_arg *a = arg;
+
+	dev_set_call_fd(d, a->qidx, a->fd);
+	return 0;
+}
+
+int uvsock_dev_set_call_fd(struct uvsock_dev *u, unsigned qidx, int call_fd)
+{
+	struct call_arg a = { .qidx = qidx, .fd = call_fd < 0 ? -1 : call_fd };
+
+	if (qidx > UVSOCK_DEV_QUEUE_TX)
+		return -EINVAL;
+	return dev_call(dev_of(u), do_set_call_fd, &a);
+}
+
+static int do_reset(struct vsock_dev *d, void *arg)
+{
+	(void)arg;
+	dev_reset(d);
+	return 0;
+}
+
+int uvsock_dev_reset(struct uvsock_dev *u)
+{
+	return dev_call(dev_of(u), do_reset, NULL);
+}
+
+void uvsock_dev_get_stats(struct uvsock_dev *u, struct uvsock_dev_stats *ret)
+{
+	struct vsock_dev *d = dev_of(u);
+	struct vsock_dev_status st;
+	struct vsock_dev_stats ds;
+	uint64_t total;
+
+	vsock_dev_get_status(d, &st);
+	vsock_dev_get_stats(d, &ds);
+	memset(ret, 0, sizeof(*ret));
+	ret->tx_pkts = ds.tx_pkts;
+	ret->tx_bytes = ds.tx_bytes;
+	ret->rx_pkts = ds.rx_pkts;
+	ret->rx_bytes = ds.rx_bytes;
+	ret->dropped = ds.tx_bad_chain + ds.tx_bad_src_cid + ds.tx_bad_dst_cid + ds.sibling_dropped;
+	ret->ring_errors = ds.ring_errors;
+	ret->interrupts = ds.interrupts;
+	ret->conns_open = st.eng_total.socks_open > st.listeners
+				  ? st.eng_total.socks_open - st.listeners : 0;
+	total = st.eng_total.socks_total;
+	ret->conns_total = total > st.listeners ? total - st.listeners : 0;
+	ret->host_connects_refused = ds.guest_conns_refused;
+	ret->broken = st.broken;
+	ret->running = st.have_engine;
+}
