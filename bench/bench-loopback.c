@@ -30,6 +30,8 @@
  *                                throughput test, but a fixed COUNT of SIZE-byte sends): for
  *                                `strace -f -c` (syscalls per packet); not repeatable under
  *                                callgrind
+ *   --ops threadsp SIZE COUNT    the same with POLLIN interest armed on the receiving socket
+ *                                (its eventfd is written when the mask turns readable)
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -455,7 +457,7 @@ __attribute__((noinline)) void ops_run(const struct ops_args *o, int a, int b,
 				got += (size_t)n;
 			}
 			eng_pump(eb); /* credit updates, if any */
-		} else if (strcmp(o->mode, "threads") == 0) {
+		} else if (strncmp(o->mode, "threads", 7) == 0) {
 			size_t off = 0;
 
 			while (off < o->size) {
@@ -492,8 +494,8 @@ static int ops_main(int argc, char **argv)
 
 	if (strcmp(o.mode, "rtt") == 0 && argc == 2) {
 		o.count = atol(argv[1]);
-	} else if ((strcmp(o.mode, "stream") == 0 || strcmp(o.mode, "threads") == 0) &&
-		   argc == 3) {
+	} else if ((strcmp(o.mode, "stream") == 0 || strcmp(o.mode, "threads") == 0 ||
+		    strcmp(o.mode, "threadsp") == 0) && argc == 3) {
 		o.size = (size_t)atol(argv[1]);
 		o.count = atol(argv[2]);
 	} else if ((strcmp(o.mode, "engine") == 0 || strcmp(o.mode, "engine1") == 0 ||
@@ -506,7 +508,7 @@ static int ops_main(int argc, char **argv)
 		eb.pkt = o.size;
 		eb.rsize = strcmp(o.mode, "enginer") == 0 ? o.size : RECV_BUF;
 	} else {
-		fprintf(stderr, "usage: --ops stream|threads SIZE COUNT | rtt COUNT | "
+		fprintf(stderr, "usage: --ops stream|threads[p] SIZE COUNT | rtt COUNT | "
 				"engine[1|r] SIZE COUNT B\n");
 		return 2;
 	}
@@ -528,10 +530,12 @@ static int ops_main(int argc, char **argv)
 		uv_pair(&t, &a, &b);
 		uvsock_ctx_get_stats(ctx, &st0);
 	}
-	if (strcmp(o.mode, "threads") == 0) {
+	if (strncmp(o.mode, "threads", 7) == 0) {
 		struct tput rx = { .t = &t, .fd = b, .size = o.size };
 		pthread_t th;
 
+		if (strcmp(o.mode, "threadsp") == 0 && uvsock_poll_interest(b, POLLIN) < 0)
+			die("uvsock_poll_interest");
 		t.recv = uv_recv;
 		if (pthread_create(&th, NULL, tput_receiver, &rx))
 			die("pthread_create");
@@ -598,7 +602,7 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"usage: %s [--runs N] [--duration SECONDS] [--quick]\n"
-				"       %s --ops stream|threads SIZE COUNT | rtt COUNT | "
+				"       %s --ops stream|threads[p] SIZE COUNT | rtt COUNT | "
 				"engine[1|r] SIZE COUNT B\n",
 				argv[0], argv[0]);
 			return 2;
