@@ -49,10 +49,14 @@ static const size_t seq_sizes[] = { 5, 1500, 30000 };
 
 /* ---- failure and time ------------------------------------------------------------------ */
 
+static pthread_mutex_t die_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Prints one line and exits 1. When two threads fail at once, the first one's line is shown. */
 static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
 {
 	va_list ap;
 
+	pthread_mutex_lock(&die_lock); /* never unlocked: a second failing thread waits here */
 	fflush(stdout);
 	fputs("uvsock-demo: FAILED: ", stderr);
 	va_start(ap, fmt);
