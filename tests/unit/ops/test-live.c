@@ -426,4 +426,58 @@ TEST(capture_of_a_live_daemon_with_uvsock_stat)
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
+/*
+ * uvsockd --capture FILE: every packet from start-up until the daemon exits (SIGTERM flushes and
+ * closes the file); a file that exists already is refused at start-up.
+ */
+TEST(capture_from_start_up_with_the_daemon_option)
+{
+	static const uint32_t cid3[] = { 3 };
+	static struct cap_pkt pkts[256];
+	char file[128], arg[160], lpath[200], buf[8];
+	struct uvsock_ctx *g;
+	struct uvd u;
+	int lfd, hfd, gfd, n;
+
+	snprintf(file, sizeof(file), "/tmp/uvsock-live-cap-%d.pcap", (int)getpid());
+	unlink(file);
+	snprintf(arg, sizeof(arg), "--capture=%s", file);
+	uvd_start(&u, 1, cid3, NULL, arg);
+	g = guest_new(u.sock[0]);
+	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
+	lfd = hs_listen(lpath, SOCK_STREAM);
+	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
+	ASSERT_GE(gfd, 0);
+	hfd = hs_accept(lfd, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	ASSERT_EQ(uvsock_send(gfd, "early", 5, 0), 5);
+	ASSERT_EQ(hs_read_full(hfd, buf, 5, WAIT_MS), 5);
+	uvsock_close(gfd);
+	close(hfd);
+	close(lfd);
+	uvsock_ctx_free(g);
+	ASSERT_EQ(uvd_stop(&u), 0);
+
+	n = tshark_decode(file, pkts, 256);
+	if (n < 0) {
+		unlink(file);
+		test_skip("tshark is not installed");
+	}
+	ASSERT_EQ(count_pkts(pkts, n, 1, 3, 5000, NULL), 1);
+	ASSERT_EQ(count_pkts(pkts, n, 2, 2, 5000, NULL), 1);
+	ASSERT_EQ(count_pkts(pkts, n, 5, 3, 5000, "6561726c79"), 1); /* "early" */
+
+	/* The file exists now: a second daemon refuses to overwrite it. */
+	{
+		char cmd[512];
+
+		snprintf(cmd, sizeof(cmd),
+			 "'%s' --guest-cid 3 --socket /tmp/uvsock-live-cap-%d.sock --uds-path "
+			 "/tmp/uvsock-live-cap-%d.vsock --control none --capture %s 2>&1 | "
+			 "grep -q 'File exists'", uvd_binary(), (int)getpid(), (int)getpid(), file);
+		ASSERT_EQ(system(cmd), 0);
+	}
+	unlink(file);
+}
+
 TEST_MAIN()
