@@ -31,7 +31,8 @@ struct vsock_router;
 
 struct vsock_dev_config {
 	uint32_t guest_cid;       /* 3 .. 0xfffffffe */
-	const char *socket_path;  /* vhost-user socket (we listen); copied */
+	const char *socket_path;  /* vhost-user socket (we listen); copied; NULL: no vhost-user,
+				   * the device is driven through <uvsock/device.h> (embed.c) */
 	const char *uds_path;     /* host side (we listen on it, connect to it + "_<port>"); copied */
 	uint32_t buf_alloc;       /* receive buffer we advertise per connection */
 	uint32_t queue_size_max;  /* largest ring size accepted from the VMM */
@@ -48,9 +49,9 @@ int vsock_router_new(struct vsock_router **ret);
 void vsock_router_free(struct vsock_router *r);
 
 /*
- * Creates a device: binds and listens on socket_path, uds_path and uds_path + "_seqpacket"
- * (stale socket files there are replaced; other files are an error), and attaches it to r (may be
- * NULL: no siblings). Context: any thread; before any vsock_dev_run() of the router's devices.
+ * Creates a device: binds and listens on socket_path (if given), uds_path and
+ * uds_path + "_seqpacket" (stale socket files there are replaced; other files are an error),
+ * and attaches it to r (may be NULL: no siblings). Context: any thread; before any vsock_dev_run() of the router's devices.
  * Returns 0, -EINVAL (bad config, path too long), -ENOMEM, or the errno of socket/bind/listen.
  */
 int vsock_dev_new(struct vsock_router *r, const struct vsock_dev_config *cfg,
