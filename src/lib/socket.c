@@ -10,9 +10,17 @@
  *
  * Blocking. A blocked call samples the socket's event counter (evseq), retries the engine call,
  * and sleeps on the counter with a futex until sock_event bumps it or the deadline passes.
- * sock_event bumps the counter and issues the wake syscall only if someone waits (waiters > 0);
- * both sides use sequentially consistent atomics so that either the waiter sees the new count or
- * the event sees the waiter.
+ * sock_event bumps the counter and issues the wake syscall only if someone waits (waiters > 0)
+ * and a waiter armed a wake since the last one (wake_arm): a burst of events while a reader
+ * sleeps costs one FUTEX_WAKE, not one per packet. All sides use sequentially consistent
+ * atomics so that either the waiter sees the new count or the event sees the waiter and its arm.
+ *
+ * wake_arm holds 0 or ARM_BIT | seq, the last value some waiter sleeps on (sock_wait stores it
+ * after waiters++ and before its final evseq check). The event that moves evseq from v: if the
+ * arm is 0, every sleeper was already woken (the event that cleared it woke them all, and a
+ * waiter arming later re-checks evseq after its store); else it wakes everyone, and clears the
+ * arm only if it is for v or older: an arm for a later value belongs to a waiter that already
+ * saw this event, so it is left for the event that waiter is really waiting for.
  *
  * Pollable descriptor. While armed (interest != 0) the eventfd holds 1 exactly when the last
  * known poll mask intersects interest|POLLERR|POLLHUP. sock_event applies the mask it is given;
@@ -36,6 +44,7 @@
 #define NO_DEADLINE UINT64_MAX
 /* SO_RCVTIMEO/SO_SNDTIMEO value meaning "do not wait" (a negative tv_sec, as Linux). */
 #define TIMEO_IMMEDIATE 1ull
+#define ARM_BIT (1ull << 32) /* wake_arm: set when armed, low 32 bits the evseq value */
 
 struct usock {
 	atomic_int refs;             /* 1 for the table entry (until close) + 1 per call */
@@ -51,6 +60,7 @@ struct usock {
 	_Atomic uint64_t bufsize;    /* cached SO_VM_SOCKETS_BUFFER_SIZE */
 	atomic_uint evseq;           /* bumped by every sock_event; futex word */
 	atomic_int waiters;          /* threads sleeping on evseq */
+	_Atomic uint64_t wake_arm;   /* 0 or ARM_BIT | evseq value a waiter sleeps on */
 	pthread_mutex_t tx_mu;       /* serializes senders */
 	pthread_mutex_t rx_mu;       /* serializes receivers and accepters */
 
@@ -228,10 +238,19 @@ static void pollfd_apply(struct usock *us, unsigned mask)
 
 void uvsock_sock_event_(struct usock *us, unsigned mask)
 {
-	/* Pairs with the waiters++ / evseq load in sock_wait (see the file comment). */
-	atomic_fetch_add(&us->evseq, 1);
-	if (atomic_load(&us->waiters) > 0)
-		uvsock_futex_wake_(&us->evseq);
+	/* Pairs with waiters++ / wake_arm store / evseq load in sock_wait (file comment). */
+	unsigned v = atomic_fetch_add(&us->evseq, 1);
+
+	if (atomic_load(&us->waiters) > 0) {
+		uint64_t a = atomic_load(&us->wake_arm);
+
+		if (a != 0) {
+			/* Arm for v or older (modulo 2^32): ours to clear. */
+			if ((int)((unsigned)a - v) <= 0)
+				atomic_compare_exchange_strong(&us->wake_arm, &a, 0);
+			uvsock_futex_wake_(&us->evseq);
+		}
+	}
 	if (atomic_load_explicit(&us->armed, memory_order_relaxed)) {
 		pthread_mutex_lock(&us->pmu);
 		us->pseq++;
@@ -275,6 +294,7 @@ static int sock_wait(struct usock *us, unsigned seq, uint64_t deadline)
 	if (deadline != NO_DEADLINE && uvsock_now_ns_() >= deadline)
 		return -ETIMEDOUT;
 	atomic_fetch_add(&us->waiters, 1);
+	atomic_store(&us->wake_arm, ARM_BIT | seq);
 	if (atomic_load(&us->evseq) == seq)
 		r = uvsock_futex_wait_(&us->evseq, seq, deadline);
 	atomic_fetch_sub(&us->waiters, 1);
