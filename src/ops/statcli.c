@@ -557,8 +557,13 @@ static int do_capture(int fd, const struct opts *o, FILE *out, FILE *err)
 			break;
 		if (poll(pf, 2, t) < 0 && errno != EINTR)
 			break;
-		if (pf[0].revents & POLLIN)
+		if (pf[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+
+			/* Consume the signal, or it is delivered when the mask is restored. */
+			(void)!read(sfd, &si, sizeof(si));
 			break;
+		}
 		if (pf[1].revents) {
 			fprintf(err, "uvsock-stat: the daemon closed the control connection\n");
 			goto out;
