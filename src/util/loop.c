@@ -399,6 +399,16 @@ static int timeout_for(struct loop *l, int timeout_ms)
 	return timeout_ms;
 }
 
+int loop_fd(const struct loop *l)
+{
+	return l->epfd;
+}
+
+int loop_next_timeout_ms(struct loop *l)
+{
+	return timeout_for(l, -1);
+}
+
 static int run_timers(struct loop *l)
 {
 	uint64_t now = loop_now_ns();

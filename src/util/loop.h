@@ -85,11 +85,30 @@ void loop_async_send(struct loop_async *a);
 void loop_async_free(struct loop_async *a);
 
 /*
- * Runs one iteration: waits up to timeout_ms (-1: until something happens; the nearest timer
- * shortens it), dispatches ready fds, then due timers.
+ * Runs one iteration: waits up to timeout_ms (-1: until something happens; 0: does not wait;
+ * the nearest timer shortens it), dispatches ready fds, then due timers.
  * Returns the number of callbacks run (>= 0), or -errno from epoll_wait (never -EINTR).
  */
 int loop_run_once(struct loop *l, int timeout_ms);
+
+/*
+ * Embedding the loop in another event loop (the device API's UVSOCK_DEV_EXTERNAL_LOOP mode): the
+ * outer loop polls loop_fd() for POLLIN and sleeps at most loop_next_timeout_ms(), then calls
+ * loop_run_once(l, 0), which never blocks.
+ */
+
+/*
+ * The loop's epoll fd: readable (POLLIN) while a watched fd or an async handle has an event
+ * pending (timers do not make it readable: see loop_next_timeout_ms). Owned by the loop (do not
+ * close, read or epoll_ctl it); valid until loop_free(). Any thread.
+ */
+int loop_fd(const struct loop *l);
+
+/*
+ * Milliseconds until the earliest armed timer is due, rounded up so that a sleep of that long
+ * never wakes before it: 0 if one is due now, -1 if no timer is armed. Loop thread only.
+ */
+int loop_next_timeout_ms(struct loop *l);
 
 /* Runs until loop_stop(). Returns 0, or -errno if epoll_wait failed. */
 int loop_run(struct loop *l);

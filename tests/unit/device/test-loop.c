@@ -2,8 +2,10 @@
 /*
  * Unit tests for src/util/loop.c: fd watches (level-triggered, modify, delete from inside a
  * callback), timers (order, re-arm, disarm, free from own callback), async wakeups from another
- * thread (coalescing, visibility of the sender's writes) and loop_stop.
+ * thread (coalescing, visibility of the sender's writes), loop_stop, and embedding the loop in
+ * an outer poll() loop (loop_fd, loop_next_timeout_ms).
  */
+#include <poll.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -247,6 +249,59 @@ TEST(stop_before_run_is_kept)
 	loop_stop(l);
 	ASSERT_OK(loop_run(l));
 	loop_free(l);
+}
+
+static void count_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
+{
+	(void)l;
+	(void)t;
+	(*(int *)opaque)++;
+}
+
+/* Embedding in an outer poll() loop: loop_fd readiness, loop_next_timeout_ms, run_once(l, 0). */
+TEST(embedded_in_a_poll_loop)
+{
+	struct fd_ctx c = { 0 };
+	struct loop_timer *t;
+	struct loop *l;
+	struct pollfd pf;
+	int p[2], fired = 0, ms;
+
+	ASSERT_OK(loop_new(&l));
+	ASSERT_OK(pipe(p));
+	ASSERT_OK(loop_watch_add(l, p[0], EPOLLIN, fd_cb, &c, &c.self));
+	ASSERT_OK(loop_timer_new(l, count_timer_cb, &fired, &t));
+	pf = (struct pollfd){ .fd = loop_fd(l), .events = POLLIN };
+	/* Nothing pending: the fd is not readable, no timer. */
+	ASSERT_EQ(poll(&pf, 1, 0), 0);
+	ASSERT_EQ(loop_next_timeout_ms(l), -1);
+	/* A watched fd becomes readable: so does the loop's fd, until the event is handled. */
+	ASSERT_EQ(write(p[1], "x", 1), 1);
+	ASSERT_EQ(poll(&pf, 1, 1000), 1);
+	ASSERT_TRUE(pf.revents & POLLIN);
+	ASSERT_EQ(loop_run_once(l, 0), 1);
+	ASSERT_EQ(c.hits, 1);
+	ASSERT_EQ(poll(&pf, 1, 0), 0);
+	/* A timer 50 ms away: the timeout is rounded up, never early; due timers give 0. */
+	loop_timer_arm(t, loop_now_ns() + 50 * 1000000ull);
+	ms = loop_next_timeout_ms(l);
+	ASSERT_GT(ms, 40);
+	ASSERT_LE(ms, 50);
+	ASSERT_EQ(loop_run_once(l, 0), 0); /* not due yet: run_once(0) does not wait for it */
+	ASSERT_EQ(fired, 0);
+	ASSERT_EQ(poll(&pf, 1, loop_next_timeout_ms(l)), 0);
+	ASSERT_EQ(loop_next_timeout_ms(l), 0);
+	ASSERT_EQ(loop_run_once(l, 0), 1);
+	ASSERT_EQ(fired, 1);
+	ASSERT_EQ(loop_next_timeout_ms(l), -1);
+	loop_timer_arm(t, 0); /* already due */
+	ASSERT_EQ(loop_next_timeout_ms(l), 0);
+	loop_timer_free(t);
+	ASSERT_EQ(loop_next_timeout_ms(l), -1);
+	loop_watch_del(c.self);
+	loop_free(l);
+	close(p[0]);
+	close(p[1]);
 }
 
 TEST_MAIN()
