@@ -143,6 +143,28 @@ static void ct_ref(struct vsock_ct_node *n, bool connected)
 			   : container_of(n, struct vsock_sock, bnode));
 }
 
+/*
+ * Socket locks and tx_lock are taken by the thread feeding packets and by the application's
+ * threads at once, for short critical sections: adaptive mutexes spin briefly before sleeping,
+ * which saves the futex wait/wake pair of most collisions (see docs/performance.md).
+ */
+static pthread_mutexattr_t adaptive_attr;
+static pthread_once_t adaptive_once = PTHREAD_ONCE_INIT;
+
+static void adaptive_attr_init(void)
+{
+	pthread_mutexattr_init(&adaptive_attr);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP /* glibc; elsewhere a normal mutex */
+	pthread_mutexattr_settype(&adaptive_attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+}
+
+static void mutex_init_adaptive(pthread_mutex_t *m)
+{
+	pthread_once(&adaptive_once, adaptive_attr_init);
+	pthread_mutex_init(m, &adaptive_attr);
+}
+
 static void sock_lock(struct vsock_sock *s)
 {
 	pthread_mutex_lock(&s->lock);
@@ -699,7 +721,7 @@ static struct vsock_sock *sock_alloc(struct vsock_engine *e, enum vsock_type typ
 	}
 	s->e = e;
 	atomic_init(&s->refs, 1);
-	pthread_mutex_init(&s->lock, NULL);
+	mutex_init_adaptive(&s->lock);
 	s->type = type;
 	s->heap_idx = -1;
 	s->state = VSOCK_SS_FREE;
@@ -811,7 +833,7 @@ int vsock_engine_new(const struct vsock_engine_config *cfg, struct vsock_engine 
 	atomic_init(&e->local_cid, cfg->local_cid);
 	atomic_init(&e->tx_pending, 0);
 	atomic_init(&e->next_deadline, UINT64_MAX);
-	pthread_mutex_init(&e->tx_lock, NULL);
+	mutex_init_adaptive(&e->tx_lock);
 	pthread_mutex_init(&e->timer_lock, NULL);
 	pthread_mutex_init(&e->all_lock, NULL);
 	e->nosock_cap = cfg->reply_limit;
