@@ -214,6 +214,9 @@ struct dev_call {
 };
 /* Runs fn on the device thread (directly if that is us or no thread runs) and returns its rc. */
 int dev_call(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), void *arg);
+/* embed.c: devices of uvsock_dev_new alive, i.e. references on their shared router (0: the
+ * router is freed). For tests. Any thread. */
+unsigned dev_api_router_refs(void);
 /* Binds and listens on a Unix socket (type SOCK_STREAM/SOCK_SEQPACKET), replacing a stale
  * socket file; another kind of file there is -EEXIST. */
 int dev_listen_unix(const char *path, int type, int *ret_fd);

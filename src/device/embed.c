@@ -9,7 +9,7 @@
  * addresses translated through them.
  *
  * Devices made here share one process-wide router, so that any two of them can be linked as
- * siblings (uvsock_dev_link).
+ * siblings (uvsock_dev_link); it is freed with the last of them.
  */
 #include "uvsock/device.h"
 
@@ -42,14 +42,49 @@ static struct vsock_dev *dev_of(struct uvsock_dev *u)
 
 /* ---- the process-wide router of API devices ---------------------------------------------- */
 
-static pthread_once_t router_once = PTHREAD_ONCE_INIT;
+/*
+ * Shared by every device made by uvsock_dev_new (so that any two can be linked): created by the
+ * first, freed with the last (api_router_refs counts the devices). Under router_lock.
+ */
+static pthread_mutex_t router_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vsock_router *api_router;
+static unsigned api_router_refs;
 
-static void router_init(void)
+/* Takes a reference on the shared router, creating it if needed. Returns 0 or -ENOMEM. */
+static int router_get(struct vsock_router **ret)
 {
-	/* Never freed: it lives as long as the process (one small allocation). */
-	if (vsock_router_new(&api_router) < 0)
+	int r = 0;
+
+	pthread_mutex_lock(&router_lock);
+	if (!api_router)
+		r = vsock_router_new(&api_router);
+	if (r == 0) {
+		api_router_refs++;
+		*ret = api_router;
+	}
+	pthread_mutex_unlock(&router_lock);
+	return r;
+}
+
+/* Drops a reference; the last one frees the router (its devices are all freed by then). */
+static void router_put(void)
+{
+	pthread_mutex_lock(&router_lock);
+	if (api_router_refs && --api_router_refs == 0) {
+		vsock_router_free(api_router);
 		api_router = NULL;
+	}
+	pthread_mutex_unlock(&router_lock);
+}
+
+unsigned dev_api_router_refs(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&router_lock);
+	n = api_router ? api_router_refs : 0;
+	pthread_mutex_unlock(&router_lock);
+	return n;
 }
 
 /* ---- life -------------------------------------------------------------------------------- */
@@ -61,6 +96,7 @@ uint64_t uvsock_dev_features(void)
 
 int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret)
 {
+	struct vsock_router *router = NULL;
 	struct vsock_dev_config dc;
 	struct vsock_dev *d;
 	int r;
@@ -71,9 +107,9 @@ int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret)
 		return -EINVAL;
 	if (cfg->buf_alloc && cfg->buf_alloc < 4096)
 		return -EINVAL;
-	pthread_once(&router_once, router_init);
-	if (!api_router)
-		return -ENOMEM;
+	r = router_get(&router);
+	if (r < 0)
+		return r;
 	dc = (struct vsock_dev_config){
 		.guest_cid = cfg->guest_cid,
 		.socket_path = NULL,
@@ -83,9 +119,11 @@ int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret)
 		.max_conns = cfg->max_conns,
 		.name = cfg->name,
 	};
-	r = vsock_dev_new(api_router, &dc, &d);
-	if (r < 0)
+	r = vsock_dev_new(router, &dc, &d);
+	if (r < 0) {
+		router_put();
 		return r == -ENAMETOOLONG ? -EINVAL : r;
+	}
 	*ret = (struct uvsock_dev *)(void *)d;
 	return 0;
 }
@@ -150,6 +188,7 @@ void uvsock_dev_free(struct uvsock_dev *u)
 		d->api_thread = false;
 	}
 	vsock_dev_free(d);
+	router_put();
 }
 
 /* ---- configuration: each runs on the device thread ----------------------------------------- */

@@ -8,6 +8,7 @@
  * with connections kept, guest driver reset, host-pointer memory tables, sibling devices, and
  * a ring error repaired by a reset.
  */
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <uvsock/device.h>
 
 #include "../../../examples/embed-guest.h"
+#include "device/device_internal.h"
 #include "test.h"
 
 #define WAIT_MS 5000
@@ -561,6 +563,52 @@ TEST(ring_error_is_repaired_by_reset)
 	ASSERT_EQ(st.ring_errors, 1);
 	close(fd);
 	env_free(&e);
+}
+
+/* The router the API's devices share lives from the first device to the last (no leak). */
+TEST(shared_router_is_freed_with_the_last_device)
+{
+	struct uvsock_dev_config cfg = { .guest_cid = 3 };
+	struct uvsock_dev *a, *b, *c;
+	char dir[64], pa[128], pb[128], pc[128];
+	int fd;
+
+	snprintf(dir, sizeof(dir), "/tmp/uvsock-embed-XXXXXX");
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(pa, sizeof(pa), "%s/a.vsock", dir);
+	snprintf(pb, sizeof(pb), "%s/b.vsock", dir);
+	ASSERT_EQ(dev_api_router_refs(), 0);
+	cfg.uds_path = pa;
+	ASSERT_OK(uvsock_dev_new(&cfg, &a));
+	ASSERT_EQ(dev_api_router_refs(), 1);
+	cfg.guest_cid = 4;
+	cfg.uds_path = pb;
+	ASSERT_OK(uvsock_dev_new(&cfg, &b));
+	ASSERT_EQ(dev_api_router_refs(), 2);
+	/* A failed creation gives its reference back (a regular file where the socket goes). */
+	snprintf(pc, sizeof(pc), "%s/c.vsock", dir);
+	fd = open(pc, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	ASSERT_GE(fd, 0);
+	close(fd);
+	cfg.uds_path = pc;
+	cfg.guest_cid = 5;
+	ASSERT_ERR(uvsock_dev_new(&cfg, &c), EEXIST);
+	ASSERT_EQ(dev_api_router_refs(), 2);
+	ASSERT_OK(unlink(pc));
+	ASSERT_OK(uvsock_dev_link(a, b));
+	ASSERT_OK(uvsock_dev_start(a));
+	uvsock_dev_free(a);
+	ASSERT_EQ(dev_api_router_refs(), 1);
+	uvsock_dev_free(b);
+	ASSERT_EQ(dev_api_router_refs(), 0);
+	/* And a new device after that gets a new router. */
+	cfg.guest_cid = 6;
+	cfg.uds_path = pa;
+	ASSERT_OK(uvsock_dev_new(&cfg, &a));
+	ASSERT_EQ(dev_api_router_refs(), 1);
+	uvsock_dev_free(a);
+	ASSERT_EQ(dev_api_router_refs(), 0);
+	ASSERT_OK(rmdir(dir));
 }
 
 TEST_MAIN()
