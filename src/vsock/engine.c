@@ -352,8 +352,11 @@ static void sock_kick_tx(struct vsock_sock *s)
 /* Number of PEND_REPLY_MASK bits in x (no popcount call: the target may lack the insn). */
 static unsigned reply_bits(unsigned x)
 {
-	return (x & PEND_RST ? 1u : 0u) + (x & PEND_RESPONSE ? 1u : 0u) +
-	       (x & PEND_CREDIT_UPDATE ? 1u : 0u);
+	unsigned n = 0;
+
+	for (x &= PEND_REPLY_MASK; x; x &= x - 1)
+		n++;
+	return n;
 }
 
 static void pend_set(struct vsock_sock *s, unsigned bits)

@@ -29,8 +29,14 @@ enum {
 	PEND_CREDIT_UPDATE = 1u << 4,
 	PEND_CREDIT_REQUEST = 1u << 5,
 };
-/* Bits counted against reply_limit (packets generated in answer to a received packet). */
-#define PEND_REPLY_MASK (PEND_RST | PEND_RESPONSE | PEND_CREDIT_UPDATE)
+/*
+ * Bits counted against reply_limit: RESPONSE and RST, the packets Linux marks as replies
+ * (virtio_transport_send_response, virtio_transport_reset). Credit updates are not replies there
+ * and must not be here: each side's reads queue them on their own, and counting them let two
+ * busy peers both sit at the limit, each waiting for the other to drain (a deadlock seen with
+ * 1000 connections through uvsockd). They are bounded anyway: one bit per socket.
+ */
+#define PEND_REPLY_MASK (PEND_RST | PEND_RESPONSE)
 
 enum sock_timer { TIMER_NONE, TIMER_CONNECT, TIMER_CLOSE };
 

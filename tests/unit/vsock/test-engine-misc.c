@@ -208,6 +208,40 @@ TEST(reply_limit_and_can_feed)
 	world_free(w);
 }
 
+static void one_reply(struct vsock_engine_config *cfg)
+{
+	cfg->reply_limit = 1;
+}
+
+/* Credit updates are not replies (as on Linux): a peer's reads never block our feeding. */
+TEST(credit_updates_do_not_count_as_replies)
+{
+	struct world *w = world_new(one_reply);
+	struct vsock_sock *l, *c, *a;
+	struct vsock_hdr h;
+	uint32_t cport, ccid;
+
+	connect_pair(w, VSOCK_TYPE_STREAM, 4242, &l, &c, &a);
+	ASSERT_OK(vsock_sock_local_addr(c, &ccid, &cport));
+	/* Every connection of the peer asks for credit: one CREDIT_UPDATE pending on ours. */
+	h = mkhdr(3, cport, 2, 4242, VSOCK_TYPE_STREAM, VSOCK_OP_CREDIT_REQUEST);
+	ASSERT_OK(feed_hdr(w->h, &h, NULL));
+	ASSERT_TRUE(vsock_engine_has_pending(w->h));
+	ASSERT_TRUE(vsock_engine_can_feed(w->h));
+	/* A REQUEST to a closed port queues an RST reply: that one counts. */
+	h = mkhdr(3, 999, 2, 4243, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST);
+	ASSERT_ERR(feed_hdr(w->h, &h, NULL), ECONNRESET);
+	ASSERT_FALSE(vsock_engine_can_feed(w->h));
+	pump(w);
+	ASSERT_TRUE(vsock_engine_can_feed(w->h));
+	ASSERT_EQ(log_count(w, VSOCK_OP_CREDIT_UPDATE, 1), 1);
+	vsock_sock_close(a);
+	vsock_sock_close(c);
+	vsock_sock_close(l);
+	pump(w);
+	world_free(w);
+}
+
 TEST(pull_order_and_round_robin)
 {
 	struct world *w = world_new(NULL);
