@@ -12,6 +12,10 @@
  *   0x000000  RX ring (queue 0)     0x010000  TX ring (queue 1)
  *   0x020000  RX buffers, EG_NRX x EG_RXBUF      0x080000  TX buffers, EG_NTX x EG_TXBUF
  *
+ * External-loop devices (UVSOCK_DEV_EXTERNAL_LOOP): set loop_dev, and every wait of the guest
+ * side runs eg_loop_once(), one iteration of the VMM's own poll() loop, which also runs the
+ * device (the guest, the VMM loop and the device then share one thread).
+ *
  * Context: one thread uses one struct eg_guest. Errors are returned as -errno.
  */
 #ifndef UVSOCK_EXAMPLES_EMBED_GUEST_H
@@ -51,6 +55,7 @@ struct eg_guest {
 	uint64_t features;
 	uint32_t cid;
 	bool txbusy[EG_NTX];
+	struct uvsock_dev *loop_dev; /* an external-loop device the waits run, or NULL */
 };
 
 static inline uint64_t eg_now_ms(void)
@@ -154,6 +159,32 @@ static inline int eg_post_all_rx(struct eg_guest *g)
 	return 0;
 }
 
+/*
+ * One iteration of a VMM's event loop that runs an external-loop device: poll() the device's fd
+ * and fd (if >= 0, for `events`) no longer than the device's timeout and deadline_ms, then let
+ * the device run what is ready (uvsock_dev_process never blocks).
+ * Returns fd's revents (0: not ready, or fd < 0), or -errno (poll, uvsock_dev_process).
+ */
+static inline int eg_loop_once(struct uvsock_dev *dev, int fd, short events, uint64_t deadline_ms)
+{
+	struct pollfd p[2] = { { .fd = uvsock_dev_fd(dev), .events = POLLIN },
+			       { .fd = fd, .events = events } };
+	uint64_t now = eg_now_ms();
+	int wait_ms = now >= deadline_ms ? 0 : (int)(deadline_ms - now);
+	int dev_ms = uvsock_dev_timeout_ms(dev); /* right before the wait: -1, or due in dev_ms */
+	int r;
+
+	if (dev_ms >= 0 && dev_ms < wait_ms)
+		wait_ms = dev_ms;
+	if (poll(p, fd >= 0 ? 2 : 1, wait_ms) < 0 && errno != EINTR)
+		return -errno;
+	/* Readable or a timer due: either way processing is cheap when there is nothing to do. */
+	r = uvsock_dev_process(dev);
+	if (r < 0)
+		return r;
+	return fd >= 0 ? p[1].revents : 0;
+}
+
 /* Waits (bounded) for the call eventfd of queue q after asking for an interrupt. */
 static inline void eg_wait_call(struct eg_guest *g, unsigned q, uint64_t deadline_ms)
 {
@@ -162,6 +193,11 @@ static inline void eg_wait_call(struct eg_guest *g, unsigned q, uint64_t deadlin
 
 	if (vring_drv_enable_cb(g->vq[q]) || now >= deadline_ms)
 		return;
+	if (g->loop_dev) {
+		if (eg_loop_once(g->loop_dev, g->call[q], POLLIN, deadline_ms) > 0)
+			(void)!read(g->call[q], &v, sizeof(v));
+		return;
+	}
 	if (poll(&p, 1, (int)(deadline_ms - now)) > 0)
 		(void)!read(g->call[q], &v, sizeof(v));
 }

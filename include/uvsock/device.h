@@ -24,12 +24,32 @@
  *   uvsock_dev_free(d);
  * (uvsock_dev_start() may come first: the configuration calls then run on the device thread.)
  *
- * Threads: each device runs on a thread of its own, started by uvsock_dev_start(): it watches the
- * kick eventfds and the host sockets, moves packets and writes the call eventfds; nothing of the
- * VMM's event loop is needed on the data path. Every function may be called from any thread;
- * configuration calls are handed to the device thread and return when it has done them
- * (synchronous, so a VMM can reuse a stopped ring's memory as soon as queue_stop returns). Calls
- * on one device are serialised. None may be called from a signal handler.
+ * Threads: a device runs in one of two modes, chosen at creation.
+ *
+ * - Device thread (default): each device runs on a thread of its own, started by
+ *   uvsock_dev_start(): it watches the kick eventfds and the host sockets, moves packets and
+ *   writes the call eventfds; nothing of the VMM's event loop is needed on the data path. Every
+ *   function may be called from any thread; configuration calls are handed to the device thread
+ *   and return when it has done them (synchronous, so a VMM can reuse a stopped ring's memory as
+ *   soon as queue_stop returns). Calls on one device are serialised.
+ *
+ * - External loop (cfg.flags UVSOCK_DEV_EXTERNAL_LOOP): no thread is started; the VMM's own event
+ *   loop runs the device. It polls uvsock_dev_fd() for POLLIN (readable while a kick eventfd,
+ *   a host socket or a sibling device has work for it) with a timeout no longer than
+ *   uvsock_dev_timeout_ms(), asked right before each wait (calls and processing may leave work
+ *   due at once: the timeout is then 0), and calls uvsock_dev_process() when the fd is readable
+ *   or the timeout expired. uvsock_dev_process() never blocks; all the device's work (packets,
+ *   host sockets, timers) runs inside it. The first thread that calls uvsock_dev_process() is the
+ *   device's loop thread for the rest of its life: from then on every call on the device must
+ *   come from that thread, except uvsock_dev_features, uvsock_dev_fd and uvsock_dev_get_stats
+ *   (any thread) and uvsock_dev_free (any thread, while no other call runs). A call from another
+ *   thread does nothing and returns -EPERM (uvsock_dev_timeout_ms returns 0 so that the caller's
+ *   uvsock_dev_process reports the -EPERM). Before that first call, any one thread at a time may
+ *   make the calls (the VMM serialises them), e.g. its main thread at set-up. Configuration calls
+ *   run directly on the calling thread and are done when they return, as in thread mode.
+ *   uvsock_dev_start() is not used (-EINVAL).
+ *
+ * None may be called from a signal handler.
  *
  * Ownership: the eventfds and the memory-region fds are borrowed. The device never closes them:
  * a kick or call fd must stay open until its queue is stopped (uvsock_dev_queue_stop,
@@ -67,6 +87,10 @@ extern "C" {
 
 struct uvsock_dev;
 
+/* struct uvsock_dev_config flags. */
+#define UVSOCK_DEV_EXTERNAL_LOOP 1u /* no device thread: the VMM's event loop runs the device
+				     * (uvsock_dev_fd, uvsock_dev_timeout_ms, uvsock_dev_process) */
+
 /* What the device serves. Zero-initialise, then set guest_cid and uds_path. */
 struct uvsock_dev_config {
 	uint32_t guest_cid;       /* the guest's CID: 3 .. 0xfffffffe (the VMM's config space) */
@@ -76,6 +100,7 @@ struct uvsock_dev_config {
 	uint32_t queue_size_max;  /* largest queue size accepted (power of two); 0: 1024 */
 	uint32_t max_conns;       /* host-side connections at a time; 0: 1024 */
 	const char *name;         /* for log lines ("vm3"); copied; NULL: "cid<N>" */
+	unsigned flags;           /* UVSOCK_DEV_EXTERNAL_LOOP, or 0: a device thread */
 };
 
 /*
@@ -89,29 +114,64 @@ uint64_t uvsock_dev_features(void);
  * Creates a device: binds and listens on cfg->uds_path and <uds_path>_seqpacket (stale socket
  * files there are replaced; another kind of file is an error). No thread yet, no queue.
  * Returns 0, -EINVAL (cfg NULL, reserved CID, uds_path NULL or too long, queue_size_max not a
- * power of two up to 32768, buf_alloc under 4096), -ENOMEM, -EEXIST (a non-socket file at a
- * path), or the errno of socket/bind/listen. *ret is written only on success.
+ * power of two up to 32768, buf_alloc under 4096, unknown flags), -ENOMEM, -EEXIST (a non-socket
+ * file at a path), or the errno of socket/bind/listen. *ret is written only on success.
  */
 int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret);
 
 /*
  * Lets the guests of a and b connect to each other by CID (they share a group, as uvsockd's
- * groups=): guest-to-guest packets are routed between the two device threads. Both directions.
- * Must be called before uvsock_dev_start() of either.
+ * groups=): guest-to-guest packets are routed between the two devices (whatever their mode,
+ * each on its own thread). Both directions. Must be called before uvsock_dev_start() (device
+ * thread) or the first uvsock_dev_process() (external loop) of either. Linked devices are freed
+ * together: once one is freed, the others must not run any more (free them next; they still
+ * point to it).
  * Returns 0, -EINVAL (same device, same CID, or either already started), -ENOMEM.
  */
 int uvsock_dev_link(struct uvsock_dev *a, struct uvsock_dev *b);
 
 /*
  * Starts the device thread (named "uvsock-<cid>"). Queues started before run from now on.
- * Returns 0, -EALREADY (already started), or the errno of pthread_create.
+ * Returns 0, -EALREADY (already started), -EINVAL (created with UVSOCK_DEV_EXTERNAL_LOOP: there
+ * is no thread to start), or the errno of pthread_create.
  */
 int uvsock_dev_start(struct uvsock_dev *d);
 
 /*
+ * External-loop mode: the fd the VMM's loop polls for POLLIN (the device's epoll fd). Readable
+ * while the device has events to handle; timers do not make it readable (uvsock_dev_timeout_ms).
+ * Owned by the device: do not close, read or epoll_ctl it (adding it to the VMM's own epoll set,
+ * or polling it, is fine); the same fd for the device's life. Any thread.
+ * Returns the fd (>= 0), or -EINVAL (d NULL or a device-thread device).
+ */
+int uvsock_dev_fd(struct uvsock_dev *d);
+
+/*
+ * External-loop mode: milliseconds the VMM's loop may sleep at most before the next
+ * uvsock_dev_process() (the next internal timer: connect and close timeouts of connections, the
+ * 2 s limit of a host program's CONNECT, work a configuration call left to do), rounded up;
+ * 0: call uvsock_dev_process() now; -1: no timer (wait for uvsock_dev_fd() only). Ask right
+ * before each wait. Loop thread.
+ * Returns -1 for a device-thread device, 0 when called from a thread that is not the loop thread.
+ */
+int uvsock_dev_timeout_ms(struct uvsock_dev *d);
+
+/*
+ * External-loop mode: runs the work that is ready (events of uvsock_dev_fd() and due timers),
+ * never waiting for more, then returns. The first call makes the calling thread the device's
+ * loop thread. Work is done in passes (256 packets or 512 KiB per queue) and a pass that hits
+ * that budget continues at once, within the same call, until the rings are drained or blocked.
+ * Returns 0, -EINVAL (d NULL or a device-thread device), -EPERM (not the loop thread), or the
+ * errno of epoll_wait (-ENOMEM...).
+ */
+int uvsock_dev_process(struct uvsock_dev *d);
+
+/*
  * Stops the device thread, stops the queues (dropping every connection: host sockets closed),
- * removes the socket files the device created, unmaps its memory table and frees everything.
- * Borrowed fds are not closed. Safe on NULL. No other call on d may run concurrently or later.
+ * removes the socket files the device created, unmaps its memory table and frees everything
+ * (the last device of the process also frees what the API's devices share). Borrowed fds are
+ * not closed; in external-loop mode the VMM removes uvsock_dev_fd() from its poll set first.
+ * Safe on NULL. Any thread; no other call on d may run concurrently or later.
  */
 void uvsock_dev_free(struct uvsock_dev *d);
 

@@ -173,6 +173,10 @@ struct vsock_dev {
 	pthread_cond_t call_cond;
 	struct dev_call *call;         /* the call waiting for the device thread, under call_lock */
 	struct loop_async *call_async;
+	/* device API, UVSOCK_DEV_EXTERNAL_LOOP: no device thread; the VMM's loop thread runs the
+	 * loop through uvsock_dev_process (embed.c) */
+	bool api_ext_loop;
+	const void *api_owner;         /* atomic: the loop thread's mark once it processed, or NULL */
 
 	struct vsock_dev_stats stats;
 	struct ops_tap tap;            /* packet capture: every packet each way, once */

@@ -5,6 +5,9 @@
  * here check their arguments, hand the work to the device thread with dev_call() (run directly
  * when called on that thread, as uvsockd's vhost-user callbacks are, or before the thread is
  * started), and call the device's entry points (dev_queue_start, dev_queue_stop, dev_reset).
+ * With UVSOCK_DEV_EXTERNAL_LOOP there is no device thread: the VMM's loop thread runs the
+ * device's event loop one non-blocking iteration at a time (uvsock_dev_process), and the
+ * configuration calls run directly on it (api_run), each followed by a settle as on the thread.
  * Memory tables given here are owned by the device (mem_owned); rings use guest-physical
  * addresses translated through them.
  *
@@ -35,9 +38,62 @@ _Static_assert(UVSOCK_DEV_F_SEQPACKET == VIRTIO_VSOCK_F_SEQPACKET, "seqpacket bi
 _Static_assert(UVSOCK_DEV_F_INDIRECT_DESC == VRING_FEAT_INDIRECT_DESC, "indirect bit");
 _Static_assert(UVSOCK_DEV_F_EVENT_IDX == VRING_FEAT_EVENT_IDX, "event idx bit");
 
+#define API_CONFIG_FLAGS UVSOCK_DEV_EXTERNAL_LOOP
+
 static struct vsock_dev *dev_of(struct uvsock_dev *u)
 {
 	return (struct vsock_dev *)(void *)u;
+}
+
+/* ---- external-loop mode: the thread that runs the device ----------------------------------- */
+
+/* Its address tells threads apart: a device's api_owner is the mark of its loop thread. */
+static _Thread_local char thread_mark;
+
+/*
+ * True if the calling thread may call into d: always in thread mode (calls are handed to the
+ * device thread); in external-loop mode, any thread until the first uvsock_dev_process (the VMM
+ * serialises those calls), afterwards only the thread that made it.
+ */
+static bool caller_ok(struct vsock_dev *d)
+{
+	const void *o;
+
+	if (!d->api_ext_loop)
+		return true;
+	/* acquire: pairs with the release in claim_owner (the owner is set once). */
+	o = __atomic_load_n(&d->api_owner, __ATOMIC_ACQUIRE);
+	return !o || o == &thread_mark;
+}
+
+/* Makes the calling thread d's loop thread if it has none. Returns 0 or -EPERM (another). */
+static int claim_owner(struct vsock_dev *d)
+{
+	const void *expected = NULL;
+
+	if (__atomic_compare_exchange_n(&d->api_owner, &expected, &thread_mark, false,
+					__ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
+		return 0;
+	return expected == &thread_mark ? 0 : -EPERM;
+}
+
+/*
+ * Runs a configuration call: on the device thread (dev_call) in thread mode; directly in
+ * external-loop mode, followed by the settle the device thread does after each call.
+ * Returns fn's result, or -EPERM (external loop, not its thread).
+ */
+static int api_run(struct uvsock_dev *u, int (*fn)(struct vsock_dev *d, void *arg), void *arg)
+{
+	struct vsock_dev *d = dev_of(u);
+	int r;
+
+	if (!d->api_ext_loop)
+		return dev_call(d, fn, arg);
+	if (!caller_ok(d))
+		return -EPERM;
+	r = fn(d, arg);
+	dev_settle(d);
+	return r;
 }
 
 /* ---- the process-wide router of API devices ---------------------------------------------- */
@@ -107,6 +163,8 @@ int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret)
 		return -EINVAL;
 	if (cfg->buf_alloc && cfg->buf_alloc < 4096)
 		return -EINVAL;
+	if (cfg->flags & ~API_CONFIG_FLAGS)
+		return -EINVAL;
 	r = router_get(&router);
 	if (r < 0)
 		return r;
@@ -124,6 +182,7 @@ int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret)
 		router_put();
 		return r == -ENAMETOOLONG ? -EINVAL : r;
 	}
+	d->api_ext_loop = !!(cfg->flags & UVSOCK_DEV_EXTERNAL_LOOP);
 	*ret = (struct uvsock_dev *)(void *)d;
 	return 0;
 }
@@ -132,7 +191,9 @@ int uvsock_dev_link(struct uvsock_dev *a, struct uvsock_dev *b)
 {
 	struct vsock_dev *da = dev_of(a), *db = dev_of(b);
 
-	if (!a || !b || da->api_thread || db->api_thread)
+	if (!a || !b || da->api_thread || db->api_thread ||
+	    __atomic_load_n(&da->api_owner, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&db->api_owner, __ATOMIC_ACQUIRE))
 		return -EINVAL;
 	return vsock_dev_link_sibling(da, db);
 }
@@ -164,6 +225,8 @@ int uvsock_dev_start(struct uvsock_dev *u)
 	struct vsock_dev *d = dev_of(u);
 	int r;
 
+	if (d->api_ext_loop)
+		return -EINVAL;
 	if (d->api_thread)
 		return -EALREADY;
 	r = pthread_create(&d->api_th, NULL, dev_thread_main, d);
@@ -191,7 +254,42 @@ void uvsock_dev_free(struct uvsock_dev *u)
 	router_put();
 }
 
-/* ---- configuration: each runs on the device thread ----------------------------------------- */
+int uvsock_dev_fd(struct uvsock_dev *u)
+{
+	struct vsock_dev *d = dev_of(u);
+
+	if (!u || !d->api_ext_loop)
+		return -EINVAL;
+	return loop_fd(d->loop);
+}
+
+int uvsock_dev_process(struct uvsock_dev *u)
+{
+	struct vsock_dev *d = dev_of(u);
+	int r;
+
+	if (!u || !d->api_ext_loop)
+		return -EINVAL;
+	r = claim_owner(d);
+	if (r < 0)
+		return r;
+	r = loop_run_once(d->loop, 0);
+	return r < 0 ? r : 0;
+}
+
+int uvsock_dev_timeout_ms(struct uvsock_dev *u)
+{
+	struct vsock_dev *d = dev_of(u);
+
+	if (!u || !d->api_ext_loop)
+		return -1;
+	/* Not the loop thread: "process now", which then tells it -EPERM. */
+	if (!caller_ok(d))
+		return 0;
+	return loop_next_timeout_ms(d->loop);
+}
+
+/* ---- configuration: each runs on the device thread (or the external loop's) ---------------- */
 
 static int do_set_features(struct vsock_dev *d, void *arg)
 {
@@ -203,7 +301,7 @@ int uvsock_dev_set_features(struct uvsock_dev *u, uint64_t features)
 {
 	if (features & ~API_FEATURES)
 		return -EINVAL;
-	return dev_call(dev_of(u), do_set_features, &features);
+	return api_run(u, do_set_features, &features);
 }
 
 static int do_set_mem(struct vsock_dev *d, void *arg)
@@ -227,6 +325,8 @@ int uvsock_dev_set_mem_table(struct uvsock_dev *u, const struct uvsock_dev_mem_r
 	unsigned n_host = 0;
 	int r;
 
+	if (!caller_ok(dev_of(u)))
+		return -EPERM;
 	if (!regions || n == 0)
 		return -EINVAL;
 	if (n > GUEST_MEM_MAX_REGIONS)
@@ -257,7 +357,7 @@ int uvsock_dev_set_mem_table(struct uvsock_dev *u, const struct uvsock_dev_mem_r
 		r = guest_mem_new(desc, n, &m);
 	if (r < 0)
 		return r;
-	r = dev_call(dev_of(u), do_set_mem, m);
+	r = api_run(u, do_set_mem, m);
 	if (r < 0)
 		guest_mem_free(m);
 	return r;
@@ -304,7 +404,7 @@ int uvsock_dev_queue_start(struct uvsock_dev *u, unsigned qidx, const struct uvs
 	if (!q || qidx > UVSOCK_DEV_QUEUE_TX || q->kick_fd < 0 ||
 	    (q->flags & ~UVSOCK_DEV_QUEUE_HOST_ADDRS) || !vring_size_valid(q->num))
 		return -EINVAL;
-	return dev_call(dev_of(u), do_queue_start, &a);
+	return api_run(u, do_queue_start, &a);
 }
 
 struct stop_arg {
@@ -327,7 +427,7 @@ int uvsock_dev_queue_stop(struct uvsock_dev *u, unsigned qidx, uint16_t *ret_las
 
 	if (qidx > UVSOCK_DEV_QUEUE_TX)
 		return -EINVAL;
-	r = dev_call(dev_of(u), do_queue_stop, &a);
+	r = api_run(u, do_queue_stop, &a);
 	if (r == 0 && ret_last_avail_idx)
 		*ret_last_avail_idx = a.idx;
 	return r;
@@ -352,7 +452,7 @@ int uvsock_dev_set_call_fd(struct uvsock_dev *u, unsigned qidx, int call_fd)
 
 	if (qidx > UVSOCK_DEV_QUEUE_TX)
 		return -EINVAL;
-	return dev_call(dev_of(u), do_set_call_fd, &a);
+	return api_run(u, do_set_call_fd, &a);
 }
 
 static int do_reset(struct vsock_dev *d, void *arg)
@@ -364,7 +464,7 @@ static int do_reset(struct vsock_dev *d, void *arg)
 
 int uvsock_dev_reset(struct uvsock_dev *u)
 {
-	return dev_call(dev_of(u), do_reset, NULL);
+	return api_run(u, do_reset, NULL);
 }
 
 void uvsock_dev_get_stats(struct uvsock_dev *u, struct uvsock_dev_stats *ret)

@@ -10,6 +10,7 @@
  */
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -31,9 +32,15 @@ struct env {
 	struct eg_guest g;
 };
 
-static void env_new(struct env *e, uint32_t cid)
+/*
+ * The external-loop device the test's own poll() loop runs while it waits for a host socket
+ * (read_full), or NULL (device-thread tests). The guest side's waits run it too (loop_dev).
+ */
+static struct uvsock_dev *loop_dev;
+
+static void env_new_cfg(struct env *e, uint32_t cid, unsigned flags, uint32_t max_conns)
 {
-	struct uvsock_dev_config cfg = { .guest_cid = cid };
+	struct uvsock_dev_config cfg = { .guest_cid = cid, .flags = flags, .max_conns = max_conns };
 
 	snprintf(e->dir, sizeof(e->dir), "/tmp/uvsock-embed-XXXXXX");
 	ASSERT_TRUE(mkdtemp(e->dir) != NULL);
@@ -41,6 +48,15 @@ static void env_new(struct env *e, uint32_t cid)
 	cfg.uds_path = e->uds;
 	ASSERT_OK(uvsock_dev_new(&cfg, &e->dev));
 	ASSERT_OK(eg_init(&e->g, cid, uvsock_dev_features()));
+	if (flags & UVSOCK_DEV_EXTERNAL_LOOP) {
+		e->g.loop_dev = e->dev;
+		loop_dev = e->dev;
+	}
+}
+
+static void env_new(struct env *e, uint32_t cid)
+{
+	env_new_cfg(e, cid, 0, 0);
 }
 
 /* What a VMM does at FEATURES_OK and DRIVER_OK. */
@@ -60,6 +76,8 @@ static void env_configure(struct env *e)
 
 static void env_free(struct env *e)
 {
+	if (loop_dev == e->dev)
+		loop_dev = NULL;
 	uvsock_dev_free(e->dev);
 	eg_destroy(&e->g);
 	/* The device removed its socket files. */
@@ -102,8 +120,18 @@ static size_t read_full(int fd, void *buf, size_t len)
 		uint64_t now = eg_now_ms();
 		ssize_t n;
 
-		if (now >= end || poll(&p, 1, (int)(end - now)) <= 0)
+		if (now >= end)
 			break;
+		if (loop_dev) {
+			/* The device runs in this thread: our poll loop runs it while we wait. */
+			int r = eg_loop_once(loop_dev, fd, POLLIN, end);
+
+			ASSERT_GE(r, 0);
+			if (r == 0)
+				continue;
+		} else if (poll(&p, 1, (int)(end - now)) <= 0) {
+			break;
+		}
 		n = read(fd, (uint8_t *)buf + got, len - got);
 		if (n <= 0)
 			break;
@@ -561,6 +589,234 @@ TEST(ring_error_is_repaired_by_reset)
 	exchange(&e, fd, port, &fwd, "repaired", "yes");
 	uvsock_dev_get_stats(e.dev, &st);
 	ASSERT_EQ(st.ring_errors, 1);
+	close(fd);
+	env_free(&e);
+}
+
+/* ---- external loop: the test's poll() loop runs the device ------------------------------- */
+
+/* Threads of this process now (/proc/self/status), or -1. */
+static int thread_count(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	int n = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+/*
+ * No device thread: the test's own poll() loop (eg_loop_once: the device's fd, the host socket
+ * or call eventfd waited for, the device's timeout) runs the device. Data both ways on a host-
+ * and a guest-initiated connection; the process never has more threads than at the start.
+ */
+TEST(external_loop_data_both_ways_without_a_thread)
+{
+	struct uvsock_dev_stats st;
+	struct vsock_hdr h, o;
+	char path[200], buf[64];
+	uint32_t port, fwd = 0;
+	struct env e;
+	int threads = thread_count(), hfd, lfd, fd;
+
+	ASSERT_GE(threads, 1);
+	env_new_cfg(&e, 3, UVSOCK_DEV_EXTERNAL_LOOP, 0);
+	ASSERT_ERR(uvsock_dev_start(e.dev), EINVAL);
+	ASSERT_GE(uvsock_dev_fd(e.dev), 0);
+	env_configure(&e);
+	ASSERT_EQ(thread_count(), threads);
+
+	/* Host-initiated: CONNECT line, REQUEST, RESPONSE, "OK <port>", then bytes both ways. */
+	hfd = host_connects(&e, &port);
+	ASSERT_GE(port, 1u << 30);
+	exchange(&e, hfd, port, &fwd, "hello guest", "hello host");
+	exchange(&e, hfd, port, &fwd, "second", "answer two");
+
+	/* Guest-initiated: the device connects to <uds>_5000. */
+	snprintf(path, sizeof(path), "%s_5000", e.uds);
+	lfd = unix_listen(path);
+	o = eg_hdr(&e.g, 40000, 5000, VSOCK_OP_REQUEST, 0, 0);
+	ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
+	recv_pkt(&e.g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_RESPONSE);
+	ASSERT_EQ(h.dst_port, 40000);
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC); /* connected before the RESPONSE: queued */
+	ASSERT_GE(fd, 0);
+	o = eg_hdr(&e.g, 40000, 5000, VSOCK_OP_RW, 4, 0);
+	ASSERT_OK(eg_send(&e.g, &o, "ping", WAIT_MS));
+	ASSERT_EQ(read_full(fd, buf, 4), 4);
+	ASSERT_MEMEQ(buf, "ping", 4);
+	ASSERT_EQ(write(fd, "pong", 4), 4);
+	recv_pkt(&e.g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_RW);
+	ASSERT_EQ(h.dst_port, 40000);
+	ASSERT_EQ(h.len, 4);
+	ASSERT_MEMEQ(buf, "pong", 4);
+	uvsock_dev_get_stats(e.dev, &st);
+	ASSERT_EQ(st.conns_open, 2);
+	ASSERT_EQ(st.conns_total, 2);
+	ASSERT_EQ(st.rx_bytes, 11 + 6 + 4);
+	ASSERT_EQ(st.tx_bytes, 10 + 10 + 4);
+	ASSERT_EQ(st.running, 1);
+	ASSERT_EQ(thread_count(), threads);
+
+	/* The host closes each: the guest is told (SHUTDOWN), answers RST. */
+	close(fd);
+	recv_pkt(&e.g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_SHUTDOWN);
+	ASSERT_EQ(h.dst_port, 40000);
+	o = eg_hdr(&e.g, 40000, 5000, VSOCK_OP_RST, 0, 4);
+	ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
+	close(hfd);
+	recv_pkt(&e.g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_SHUTDOWN);
+	ASSERT_EQ(h.dst_port, 1234);
+	o = eg_hdr(&e.g, 1234, port, VSOCK_OP_RST, 0, fwd);
+	ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
+	for (uint64_t end = eg_now_ms() + WAIT_MS; eg_now_ms() < end;) {
+		ASSERT_GE(eg_loop_once(e.dev, -1, 0, eg_now_ms() + 10), 0);
+		uvsock_dev_get_stats(e.dev, &st);
+		if (st.conns_open == 0)
+			break;
+	}
+	ASSERT_EQ(st.conns_open, 0);
+	ASSERT_EQ(thread_count(), threads);
+	close(lfd);
+	unlink(path);
+	env_free(&e);
+}
+
+/* What another thread gets when it calls into an external-loop device. */
+struct other_calls {
+	struct uvsock_dev *dev;
+	struct env *env;
+	bool configure; /* before the first uvsock_dev_process: do the VMM's set-up */
+	int set_up, features, mem, stop, call_fd, reset, process, timeout, fd;
+	struct uvsock_dev_stats st;
+};
+
+static void *other_thread(void *arg)
+{
+	struct other_calls *c = arg;
+	struct uvsock_dev_mem_region r = eg_region(&c->env->g);
+	uint16_t idx;
+
+	if (c->configure) {
+		c->set_up = uvsock_dev_set_features(c->dev, c->env->g.features);
+		if (c->set_up == 0)
+			c->set_up = uvsock_dev_set_mem_table(c->dev, &r, 1);
+		for (unsigned q = 0; c->set_up == 0 && q < 2; q++) {
+			struct uvsock_dev_queue dq = eg_queue(&c->env->g, q);
+
+			c->set_up = uvsock_dev_queue_start(c->dev, q, &dq);
+		}
+		return NULL;
+	}
+	c->features = uvsock_dev_set_features(c->dev, c->env->g.features);
+	c->mem = uvsock_dev_set_mem_table(c->dev, &r, 1);
+	c->stop = uvsock_dev_queue_stop(c->dev, 1, &idx);
+	c->call_fd = uvsock_dev_set_call_fd(c->dev, 0, -1);
+	c->reset = uvsock_dev_reset(c->dev);
+	c->process = uvsock_dev_process(c->dev);
+	c->timeout = uvsock_dev_timeout_ms(c->dev);
+	c->fd = uvsock_dev_fd(c->dev);
+	uvsock_dev_get_stats(c->dev, &c->st);
+	return NULL;
+}
+
+/*
+ * Set-up from another thread before the first uvsock_dev_process; afterwards only the loop
+ * thread may call (-EPERM, nothing done), except fd and stats. Mode mismatches are -EINVAL.
+ */
+TEST(external_loop_thread_rules)
+{
+	struct uvsock_dev_config cfg = { .guest_cid = 4 };
+	struct other_calls c = { 0 };
+	struct uvsock_dev *d2;
+	uint32_t port, fwd = 0;
+	char p2[200];
+	pthread_t th;
+	struct env e;
+	int fd;
+
+	env_new_cfg(&e, 3, UVSOCK_DEV_EXTERNAL_LOOP, 0);
+	cfg.flags = 2; /* unknown flag */
+	cfg.uds_path = e.uds;
+	ASSERT_ERR(uvsock_dev_new(&cfg, &d2), EINVAL);
+	/* A device-thread device has no fd, no timeout and nothing to process. */
+	cfg.flags = 0;
+	snprintf(p2, sizeof(p2), "%s/vm4.vsock", e.dir);
+	cfg.uds_path = p2;
+	ASSERT_OK(uvsock_dev_new(&cfg, &d2));
+	ASSERT_ERR(uvsock_dev_fd(d2), EINVAL);
+	ASSERT_ERR(uvsock_dev_process(d2), EINVAL);
+	ASSERT_EQ(uvsock_dev_timeout_ms(d2), -1);
+	ASSERT_ERR(uvsock_dev_fd(NULL), EINVAL);
+	ASSERT_ERR(uvsock_dev_process(NULL), EINVAL);
+
+	/* The VMM's main thread (here: another one) sets the device up; then its loop runs it. */
+	c.dev = e.dev;
+	c.env = &e;
+	c.configure = true;
+	ASSERT_OK(pthread_create(&th, NULL, other_thread, &c));
+	ASSERT_OK(pthread_join(th, NULL));
+	ASSERT_OK(c.set_up);
+	ASSERT_OK(eg_post_all_rx(&e.g));
+	ASSERT_OK(uvsock_dev_process(e.dev)); /* this thread is the loop thread from now on */
+	ASSERT_ERR(uvsock_dev_link(e.dev, d2), EINVAL); /* too late: it has run */
+	uvsock_dev_free(d2);
+
+	c.configure = false;
+	ASSERT_OK(pthread_create(&th, NULL, other_thread, &c));
+	ASSERT_OK(pthread_join(th, NULL));
+	ASSERT_ERR(c.features, EPERM);
+	ASSERT_ERR(c.mem, EPERM);
+	ASSERT_ERR(c.stop, EPERM);
+	ASSERT_ERR(c.call_fd, EPERM);
+	ASSERT_ERR(c.reset, EPERM);
+	ASSERT_ERR(c.process, EPERM);
+	ASSERT_EQ(c.timeout, 0);
+	ASSERT_EQ(c.fd, uvsock_dev_fd(e.dev));
+	ASSERT_EQ(c.st.running, 1);
+	/* Nothing was done: the queues still run, the call fd is still used. */
+	fd = host_connects(&e, &port);
+	exchange(&e, fd, port, &fwd, "still", "running");
+	close(fd);
+	env_free(&e);
+}
+
+/* The device's timers run from the timeout the VMM's loop sleeps on (a CONNECT line's 2 s). */
+TEST(external_loop_timers_run_from_the_timeout)
+{
+	struct pollfd p;
+	uint64_t start, end;
+	struct env e;
+	int fd, ms = -1;
+
+	env_new_cfg(&e, 3, UVSOCK_DEV_EXTERNAL_LOOP, 0);
+	env_configure(&e);
+	fd = unix_connect(e.uds); /* and never sends its CONNECT line */
+	start = eg_now_ms();
+	for (end = start + WAIT_MS; eg_now_ms() < end;) {
+		ASSERT_GE(eg_loop_once(e.dev, -1, 0, eg_now_ms() + 10), 0);
+		ms = uvsock_dev_timeout_ms(e.dev);
+		if (ms > 0)
+			break;
+	}
+	/* Accepted: only its 2 s limit is left, and nothing makes the fd readable. */
+	ASSERT_GT(ms, 1000);
+	ASSERT_LE(ms, 2000);
+	p = (struct pollfd){ .fd = uvsock_dev_fd(e.dev), .events = POLLIN };
+	ASSERT_EQ(poll(&p, 1, 0), 0);
+	/* Our loop sleeps until the timer; the device then closes the host socket. */
+	ASSERT_TRUE(wait_eof(fd));
+	ASSERT_GE(eg_now_ms() - start, 1900);
 	close(fd);
 	env_free(&e);
 }
