@@ -488,7 +488,10 @@ void uvsock_dev_get_stats(struct uvsock_dev *u, struct uvsock_dev_stats *ret)
 				  ? st.eng_total.socks_open - st.listeners : 0;
 	total = st.eng_total.socks_total;
 	ret->conns_total = total > st.listeners ? total - st.listeners : 0;
-	ret->host_connects_refused = ds.guest_conns_refused;
+	/* Refused by the device (no host listener, connection limit, host connect timeout) plus
+	 * refused by the engine before the device saw them (its only listeners are the device's:
+	 * accept queue full, or no socket left under max_conns + 8): every one got an RST. */
+	ret->host_connects_refused = ds.guest_conns_refused + st.eng_total.backlog_refused;
 	ret->broken = st.broken;
 	ret->running = st.have_engine;
 }

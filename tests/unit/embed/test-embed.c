@@ -692,6 +692,42 @@ TEST(external_loop_data_both_ways_without_a_thread)
 	env_free(&e);
 }
 
+/*
+ * Guest connects refused count every RST, also those the engine gives before the device sees
+ * the REQUEST (its sockets are limited to max_conns + 8). With an external loop the device runs
+ * only when we say so: the whole burst is in the TX ring when it first looks.
+ */
+TEST(every_refused_guest_connect_is_counted)
+{
+	struct uvsock_dev_stats st;
+	struct vsock_hdr h, o;
+	unsigned rst = 0, n = 24; /* more than the engine's 1 + 8 sockets, two of them listeners */
+	bool seen[24] = { false };
+	char buf[64];
+	struct env e;
+
+	env_new_cfg(&e, 3, UVSOCK_DEV_EXTERNAL_LOOP, 1);
+	env_configure(&e);
+	for (unsigned i = 0; i < n; i++) {
+		o = eg_hdr(&e.g, 40000 + i, 5000, VSOCK_OP_REQUEST, 0, 0); /* nobody listens */
+		ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
+	}
+	/* One RST each (the engine's come first: they are queued while the burst is fed). */
+	while (rst < n) {
+		recv_pkt(&e.g, &h, buf, sizeof(buf));
+		ASSERT_EQ(h.op, VSOCK_OP_RST);
+		ASSERT_GE(h.dst_port, 40000);
+		ASSERT_LT(h.dst_port, 40000 + n);
+		ASSERT_FALSE(seen[h.dst_port - 40000]);
+		seen[h.dst_port - 40000] = true;
+		rst++;
+	}
+	uvsock_dev_get_stats(e.dev, &st);
+	ASSERT_EQ(st.host_connects_refused, n);
+	ASSERT_EQ(st.conns_open, 0);
+	env_free(&e);
+}
+
 /* What another thread gets when it calls into an external-loop device. */
 struct other_calls {
 	struct uvsock_dev *dev;
