@@ -324,6 +324,18 @@ static int lock_until(pthread_mutex_t *m, bool nonblock, uint64_t deadline)
 	return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts) == 0 ? 0 : -EAGAIN;
 }
 
+/*
+ * The retry step of a blocking call's loop, after an attempt that returned r (seq read before it):
+ * true to try again (r is -EAGAIN, the call may block and an event came before the deadline);
+ * false to stop with r as it is (-EAGAIN also when the deadline passed).
+ */
+static bool sock_retry(struct usock *us, ssize_t r, unsigned seq, bool nonblock, uint64_t deadline)
+{
+	if (r != -EAGAIN || nonblock)
+		return false;
+	return sock_wait(us, seq, deadline) != -ETIMEDOUT;
+}
+
 /* ---- Creation and lifetime ------------------------------------------------------------- */
 
 static void sock_cache_opts(struct usock *us)
@@ -597,12 +609,8 @@ int uvsock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
 			break;
 		}
 		r = vsock_sock_accept(us->vs, &child);
-		if (r != -EAGAIN || nonblock)
+		if (!sock_retry(us, r, seq, nonblock, deadline))
 			break;
-		if (sock_wait(us, seq, deadline) == -ETIMEDOUT) {
-			r = -EAGAIN;
-			break;
-		}
 	}
 	pthread_mutex_unlock(&us->rx_mu);
 	if (r < 0)
@@ -743,13 +751,57 @@ static int send_zero_len(struct usock *us)
 	return 0;
 }
 
+/*
+ * State of one sendmsg/recvmsg call between sock_io_begin and sock_io_end: the scratch iovec the
+ * loop fills with iov_skip, whether it may block, and its deadline.
+ */
+struct sock_io {
+	struct iovec stack_iov[16];
+	struct iovec *iov;          /* stack_iov, or malloc'd for a longer msg_iov */
+	bool nonblock;
+	uint64_t deadline;
+};
+
+/*
+ * Starts a data call on us: scratch iovec for msg, blocking mode from O_NONBLOCK, MSG_DONTWAIT
+ * and *timeo (SO_SNDTIMEO or SO_RCVTIMEO), deadline from *timeo, then takes the direction's
+ * lock mu. Returns 0 (end with sock_io_end), -ENOMEM or -EAGAIN (lock not taken in time;
+ * nothing to end).
+ */
+static int sock_io_begin(struct usock *us, struct sock_io *io, const struct msghdr *msg, int flags,
+			 _Atomic uint64_t *timeo, pthread_mutex_t *mu)
+{
+	int r;
+
+	io->iov = io->stack_iov;
+	if (msg->msg_iovlen > ARRAY_SIZE(io->stack_iov)) {
+		io->iov = malloc(msg->msg_iovlen * sizeof(*io->iov));
+		if (!io->iov)
+			return -ENOMEM;
+	}
+	io->nonblock = atomic_load(&us->nonblock) || (flags & MSG_DONTWAIT);
+	io->deadline = deadline_after(atomic_load(timeo));
+	if (atomic_load(timeo) == TIMEO_IMMEDIATE)
+		io->nonblock = true;
+	r = lock_until(mu, io->nonblock, io->deadline);
+	if (r < 0 && io->iov != io->stack_iov)
+		free(io->iov);
+	return r;
+}
+
+/* Ends a data call started by sock_io_begin: unlocks mu, frees the scratch iovec. */
+static void sock_io_end(struct sock_io *io, pthread_mutex_t *mu)
+{
+	pthread_mutex_unlock(mu);
+	if (io->iov != io->stack_iov)
+		free(io->iov);
+}
+
 ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	struct usock *us = sock_get(fd);
-	struct iovec stack_iov[16], *iov = stack_iov;
 	ssize_t len, r, total = 0;
-	uint64_t deadline;
-	bool nonblock;
+	struct sock_io io;
 	unsigned seq;
 	int n, eflags;
 
@@ -776,29 +828,18 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 		r = send_zero_len(us);
 		goto out_put;
 	}
-	if (msg->msg_iovlen > ARRAY_SIZE(stack_iov)) {
-		iov = malloc(msg->msg_iovlen * sizeof(*iov));
-		if (!iov) {
-			r = -ENOMEM;
-			goto out_put;
-		}
-	}
-	nonblock = atomic_load(&us->nonblock) || (flags & MSG_DONTWAIT);
-	deadline = deadline_after(atomic_load(&us->sndtimeo));
-	if (atomic_load(&us->sndtimeo) == TIMEO_IMMEDIATE)
-		nonblock = true;
 	eflags = flags & MSG_EOR;
-	r = lock_until(&us->tx_mu, nonblock, deadline);
+	r = sock_io_begin(us, &io, msg, flags, &us->sndtimeo, &us->tx_mu);
 	if (r < 0)
-		goto out_free;
+		goto out_put;
 	for (;;) {
 		seq = atomic_load(&us->evseq);
 		if (atomic_load(&us->closed)) {
 			r = -EBADF;
 			break;
 		}
-		n = iov_skip(msg->msg_iov, (int)msg->msg_iovlen, (size_t)total, iov);
-		r = vsock_sock_send(us->vs, iov, n, eflags);
+		n = iov_skip(msg->msg_iov, (int)msg->msg_iovlen, (size_t)total, io.iov);
+		r = vsock_sock_send(us->vs, io.iov, n, eflags);
 		if (r == -EINVAL && vsock_sock_state(us->vs) == VSOCK_SS_LISTEN)
 			r = -ENOTCONN; /* Linux: send on a listener is ENOTCONN */
 		if (r > 0) {
@@ -807,20 +848,13 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 				break;
 			continue;
 		}
-		if (r != -EAGAIN || nonblock)
+		if (!sock_retry(us, r, seq, io.nonblock, io.deadline))
 			break;
-		if (sock_wait(us, seq, deadline) == -ETIMEDOUT) {
-			r = -EAGAIN;
-			break;
-		}
 	}
-	pthread_mutex_unlock(&us->tx_mu);
+	sock_io_end(&io, &us->tx_mu);
 	/* STREAM: a partial count wins over the error that stopped the loop. */
 	if (total > 0)
 		r = total;
-out_free:
-	if (iov != stack_iov)
-		free(iov);
 out_put:
 	pollfd_refresh(us);
 	sock_put(us);
@@ -852,11 +886,10 @@ static int recv_zero_len(struct usock *us)
 ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	struct usock *us = sock_get(fd);
-	struct iovec stack_iov[16], *iov = stack_iov;
 	ssize_t len, r, total = 0;
-	uint64_t deadline, target;
 	int n, eflags, mflags = 0;
-	bool nonblock;
+	struct sock_io io;
+	uint64_t target;
 	unsigned seq;
 
 	if (!us)
@@ -890,30 +923,19 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 			goto out_put;
 		}
 	}
-	if (msg->msg_iovlen > ARRAY_SIZE(stack_iov)) {
-		iov = malloc(msg->msg_iovlen * sizeof(*iov));
-		if (!iov) {
-			r = -ENOMEM;
-			goto out_put;
-		}
-	}
-	nonblock = atomic_load(&us->nonblock) || (flags & MSG_DONTWAIT);
-	deadline = deadline_after(atomic_load(&us->rcvtimeo));
-	if (atomic_load(&us->rcvtimeo) == TIMEO_IMMEDIATE)
-		nonblock = true;
 	eflags = flags & (MSG_PEEK | MSG_TRUNC);
-	r = lock_until(&us->rx_mu, nonblock, deadline);
+	r = sock_io_begin(us, &io, msg, flags, &us->rcvtimeo, &us->rx_mu);
 	if (r < 0)
-		goto out_free;
+		goto out_put;
 	for (;;) {
 		seq = atomic_load(&us->evseq);
 		if (atomic_load(&us->closed)) {
 			r = -EBADF;
 			break;
 		}
-		n = iov_skip(msg->msg_iov, (int)msg->msg_iovlen, (size_t)total, iov);
+		n = iov_skip(msg->msg_iov, (int)msg->msg_iovlen, (size_t)total, io.iov);
 		mflags = 0;
-		r = vsock_sock_recv(us->vs, iov, n, eflags, &mflags);
+		r = vsock_sock_recv(us->vs, io.iov, n, eflags, &mflags);
 		if (r == -EINVAL && vsock_sock_state(us->vs) == VSOCK_SS_LISTEN)
 			r = -ENOTCONN; /* Linux: recv on a listener is ENOTCONN */
 		if (r > 0 && us->type == SOCK_STREAM) {
@@ -926,19 +948,12 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 			msg->msg_flags = mflags;
 			break;
 		}
-		if (r != -EAGAIN || nonblock)
+		if (!sock_retry(us, r, seq, io.nonblock, io.deadline))
 			break;
-		if (sock_wait(us, seq, deadline) == -ETIMEDOUT) {
-			r = -EAGAIN;
-			break;
-		}
 	}
-	pthread_mutex_unlock(&us->rx_mu);
+	sock_io_end(&io, &us->rx_mu);
 	if (total > 0)
 		r = total;
-out_free:
-	if (iov != stack_iov)
-		free(iov);
 out_put:
 	pollfd_refresh(us);
 	sock_put(us);
