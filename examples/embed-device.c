@@ -10,8 +10,20 @@
  *   5. runs a host program (a thread here; any program, e.g. `socat - UNIX-CONNECT:UDS_PATH`)
  *      that connects with "CONNECT 1234\n", reads "OK <port>", sends a line and reads the answer.
  *
- * Usage: embed-device [UDS_PATH] [MESSAGE]   (default or "": a temporary directory;
- *                                            "hello device")
+ * Two ways to run the device:
+ *   default  the device has a thread of its own (uvsock_dev_start); the VMM's threads only make
+ *            configuration calls.
+ *   --poll   no device thread (UVSOCK_DEV_EXTERNAL_LOOP): the VMM's own poll() loop runs it.
+ *            Each iteration (eg_loop_once in embed-guest.h) is
+ *                timeout = uvsock_dev_timeout_ms(dev), shortened to the VMM's own timers;
+ *                poll({ uvsock_dev_fd(dev): POLLIN, the VMM's own fds... }, timeout);
+ *                uvsock_dev_process(dev);       never blocks
+ *                ... the VMM's own work ...
+ *            Here the loop runs whenever the stand-in guest waits (the guest, the VMM loop and
+ *            the device share the main thread); every call on the device comes from it.
+ *
+ * Usage: embed-device [--poll] [UDS_PATH] [MESSAGE]   (default or "": a temporary directory;
+ *                                                     "hello device")
  * Prints what the host program sent and received and the device counters; exit status 0 if the
  * answer came back right.
  */
@@ -149,15 +161,24 @@ int main(int argc, char **argv)
 {
 	char dir[] = "/tmp/embed-device-XXXXXX", path[108];
 	struct uvsock_dev_config cfg = { .guest_cid = 3, .name = "embedded" };
-	struct host_prog host = { .msg = argc > 2 ? argv[2] : "hello device" };
+	bool poll_mode = argc > 1 && strcmp(argv[1], "--poll") == 0;
+	struct host_prog host;
 	struct uvsock_dev *dev = NULL;
 	struct uvsock_dev_mem_region region;
 	struct uvsock_dev_queue q;
 	struct uvsock_dev_stats st;
 	struct eg_guest g;
-	bool tmpdir = argc < 2 || !argv[1][0];
+	bool tmpdir;
 	pthread_t th;
 	int r, rc = 1;
+
+	if (poll_mode) {
+		argc--;
+		argv++;
+		cfg.flags = UVSOCK_DEV_EXTERNAL_LOOP;
+	}
+	host = (struct host_prog){ .msg = argc > 2 ? argv[2] : "hello device" };
+	tmpdir = argc < 2 || !argv[1][0];
 
 	if (tmpdir) {
 		if (!mkdtemp(dir)) {
@@ -193,8 +214,12 @@ int main(int argc, char **argv)
 		q = eg_queue(&g, i);
 		r = uvsock_dev_queue_start(dev, i, &q);
 	}
-	if (r == 0)
+	/* Its own thread runs the device from now on; or (--poll) our loop does: the guest's
+	 * waits run eg_loop_once(), so every call on the device stays on this thread. */
+	if (r == 0 && !poll_mode)
 		r = uvsock_dev_start(dev);
+	if (poll_mode)
+		g.loop_dev = dev;
 	if (r < 0) {
 		fprintf(stderr, "device set-up: %s\n", strerror(-r));
 		goto out;
@@ -202,7 +227,8 @@ int main(int argc, char **argv)
 	r = eg_post_all_rx(&g);
 	if (r < 0)
 		goto out;
-	printf("device for guest CID %u serving %s\n", cfg.guest_cid, path);
+	printf("device for guest CID %u serving %s (%s)\n", cfg.guest_cid, path,
+	       poll_mode ? "run by our poll loop" : "device thread");
 
 	/* 4 and 5. The host program connects while the guest serves. */
 	if (pthread_create(&th, NULL, host_main, &host) != 0)
