@@ -267,8 +267,8 @@ struct uvsock_dev_stats {
 	uint64_t conns_open;             /* connections now (gauge) */
 	uint64_t conns_total;            /* connections ever */
 	uint64_t host_connects_refused;  /* guest connects to the host answered with RST: nobody
-					  * listened at <uds_path>_<port>, it did not accept within
-					  * 2 s, or max_conns (device or engine limit) was reached */
+					  * listened at <uds_path>_<port>, no accept within 2 s,
+					  * or max_conns (device or engine limit) was reached */
 	int broken;                      /* 1 while a ring error stops the device */
 	int running;                     /* 1 while the TX queue runs (a session exists) */
 };

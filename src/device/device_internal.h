@@ -176,7 +176,7 @@ struct vsock_dev {
 	/* device API, UVSOCK_DEV_EXTERNAL_LOOP: no device thread; the VMM's loop thread runs the
 	 * loop through uvsock_dev_process (embed.c) */
 	bool api_ext_loop;
-	const void *api_owner;         /* atomic: the loop thread's mark once it processed, or NULL */
+	const void *api_owner;         /* atomic: the loop thread's mark once it ran, or NULL */
 
 	struct vsock_dev_stats stats;
 	struct ops_tap tap;            /* packet capture: every packet each way, once */
