@@ -278,20 +278,35 @@ static int check_index(struct vhu_backend *b, uint64_t idx)
 
 /* ---- handlers --------------------------------------------------------------------------- */
 
-static int h_get_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+/* A u64 reply (GET_FEATURES, GET_PROTOCOL_FEATURES, GET_QUEUE_NUM). Returns 0. */
+static int reply_u64(struct vhu_reply *r, uint64_t v)
 {
-	r->p.u64 = b->offered_features;
+	r->p.u64 = v;
 	r->size = 8;
 	return 0;
+}
+
+/* A SET_*FEATURES value must be a subset of what we offered. Returns 0 or -EINVAL (recorded). */
+static int check_offered(struct vhu_backend *b, const char *what, uint64_t f, uint64_t offered)
+{
+	if (f & ~offered)
+		return fail(b, -EINVAL, "%s 0x%llx include bits not offered (0x%llx)", what,
+			    (unsigned long long)f, (unsigned long long)(f & ~offered));
+	return 0;
+}
+
+static int h_get_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	return reply_u64(r, b->offered_features);
 }
 
 static int h_set_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
 	uint64_t f = m->payload.u64;
+	int ret = check_offered(b, "features", f, b->offered_features);
 
-	if (f & ~b->offered_features)
-		return fail(b, -EINVAL, "features 0x%llx include bits not offered (0x%llx)",
-			    (unsigned long long)f, (unsigned long long)(f & ~b->offered_features));
+	if (ret < 0)
+		return ret;
 	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++)
 		if (b->rings[q].started)
 			return fail(b, -EBUSY, "queue %u is started", q);
@@ -512,27 +527,23 @@ static int h_set_vring_err(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 
 static int h_get_protocol_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
-	r->p.u64 = b->offered_proto;
-	r->size = 8;
-	return 0;
+	return reply_u64(r, b->offered_proto);
 }
 
 static int h_set_protocol_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
 	uint64_t f = m->payload.u64;
+	int ret = check_offered(b, "protocol features", f, b->offered_proto);
 
-	if (f & ~b->offered_proto)
-		return fail(b, -EINVAL, "protocol features 0x%llx include bits not offered (0x%llx)",
-			    (unsigned long long)f, (unsigned long long)(f & ~b->offered_proto));
+	if (ret < 0)
+		return ret;
 	b->proto_features = f;
 	return 0;
 }
 
 static int h_get_queue_num(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
-	r->p.u64 = VHU_NUM_QUEUES;
-	r->size = 8;
-	return 0;
+	return reply_u64(r, VHU_NUM_QUEUES);
 }
 
 static int h_set_vring_enable(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
