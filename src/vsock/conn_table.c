@@ -118,6 +118,19 @@ static void unlink_node(struct ct_bucket *b, struct vsock_ct_node *n)
 	n->linked = false;
 }
 
+/* Unlinks n from bucket b if it is linked there (under b's lock). Returns whether it was. */
+static bool bucket_remove(struct ct_bucket *b, struct vsock_ct_node *n)
+{
+	bool was;
+
+	pthread_mutex_lock(&b->lock);
+	was = n->linked;
+	if (was)
+		unlink_node(b, n);
+	pthread_mutex_unlock(&b->lock);
+	return was;
+}
+
 int vsock_ct_insert_connected(struct vsock_conn_table *t, struct vsock_ct_node *n,
 			      uint32_t peer_cid, uint32_t peer_port, uint32_t local_port)
 {
@@ -148,17 +161,8 @@ out:
 
 bool vsock_ct_remove_connected(struct vsock_conn_table *t, struct vsock_ct_node *n)
 {
-	struct ct_bucket *b;
-	bool was;
-
 	/* The owner serialises insert/remove of its node, so the key read here is stable. */
-	b = conn_bucket(t, n->cid, n->port, n->lport);
-	pthread_mutex_lock(&b->lock);
-	was = n->linked;
-	if (was)
-		unlink_node(b, n);
-	pthread_mutex_unlock(&b->lock);
-	return was;
+	return bucket_remove(conn_bucket(t, n->cid, n->port, n->lport), n);
 }
 
 struct vsock_ct_node *vsock_ct_lookup_connected(struct vsock_conn_table *t, uint32_t peer_cid,
@@ -270,15 +274,7 @@ int vsock_ct_bind_auto(struct vsock_conn_table *t, struct vsock_ct_node *n, uint
 
 bool vsock_ct_remove_bound(struct vsock_conn_table *t, struct vsock_ct_node *n)
 {
-	struct ct_bucket *b = bound_bucket(t, n->port);
-	bool was;
-
-	pthread_mutex_lock(&b->lock);
-	was = n->linked;
-	if (was)
-		unlink_node(b, n);
-	pthread_mutex_unlock(&b->lock);
-	return was;
+	return bucket_remove(bound_bucket(t, n->port), n);
 }
 
 struct vsock_ct_node *vsock_ct_lookup_bound(struct vsock_conn_table *t, uint32_t cid,
