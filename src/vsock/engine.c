@@ -539,7 +539,8 @@ static void timer_cancel(struct vsock_sock *s)
 
 /* ---- receive queue ----------------------------------------------------------------------- */
 
-static void rxq_free_all(struct vsock_sock *s)
+/* Frees the queued chunks and empties the queue; the byte and message counts are left as is. */
+static void rxq_free_chunks(struct vsock_sock *s)
 {
 	struct rx_chunk *c = s->rxq_head;
 
@@ -550,6 +551,11 @@ static void rxq_free_all(struct vsock_sock *s)
 	}
 	s->rxq_head = s->rxq_tail = NULL;
 	s->rx_mem = 0;
+}
+
+static void rxq_free_all(struct vsock_sock *s)
+{
+	rxq_free_chunks(s);
 	s->rx_msgs = 0;
 	s->rx_bytes = 0;
 	free(s->rx_spare);
@@ -635,14 +641,7 @@ static int rxq_compact(struct vsock_sock *s, uint32_t extra)
 		memcpy(n->data + n->end, c->data + c->start, c->end - c->start);
 		n->end += c->end - c->start;
 	}
-	c = s->rxq_head;
-	while (c) {
-		struct rx_chunk *nx = c->next;
-		free(c);
-		c = nx;
-	}
-	s->rxq_head = s->rxq_tail = NULL;
-	s->rx_mem = 0;
+	rxq_free_chunks(s);
 	rxq_append(s, n);
 	return 0;
 }
