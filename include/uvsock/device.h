@@ -179,7 +179,8 @@ void uvsock_dev_free(struct uvsock_dev *d);
  * The features the guest driver acked (FEATURES_OK). They apply to queues started afterwards
  * (EVENT_IDX, INDIRECT_DESC) and to the connections of the next session (SEQPACKET: a session
  * starts when the TX queue starts after new/reset). Set them before starting the queues.
- * Returns 0, -EINVAL (a bit not in uvsock_dev_features()).
+ * Returns 0, -EINVAL (a bit not in uvsock_dev_features()), -EPERM (see Threads: external loop,
+ * not its loop thread; the same for every configuration call below).
  */
 int uvsock_dev_set_features(struct uvsock_dev *d, uint64_t features);
 
@@ -200,9 +201,9 @@ struct uvsock_dev_mem_region {
  * uvsock_dev_queue_start are guest-physical addresses in this table. Both queues must be stopped
  * (as vhost-user's SET_MEM_TABLE stops them); connections survive, so stop, replace, restart
  * (with the last_avail_idx queue_stop returned) keeps them.
- * Returns 0, -EBUSY (a queue is running), -EINVAL (n 0, NULL regions, mixed kinds, size 0,
- * overlap, an fd region whose file is too short), -E2BIG (more than 8), -ENOMEM, or the errno
- * of mmap/fstat. On error the old table stays.
+ * Returns 0, -EPERM, -EBUSY (a queue is running), -EINVAL (n 0, NULL regions, mixed kinds,
+ * size 0, overlap, an fd region whose file is too short), -E2BIG (more than 8), -ENOMEM, or the
+ * errno of mmap/fstat. On error the old table stays.
  */
 int uvsock_dev_set_mem_table(struct uvsock_dev *d, const struct uvsock_dev_mem_region *regions,
 			     unsigned n);
@@ -227,9 +228,9 @@ struct uvsock_dev_queue {
  * Starts queue qidx (UVSOCK_DEV_QUEUE_RX or _TX). The used index is taken from the ring in guest
  * memory (never assumed 0). Starting TX after uvsock_dev_new or uvsock_dev_reset begins a new
  * session (fresh connection table, the device's wildcard listeners for guest connects).
- * Returns 0, -EINVAL (qidx, num, kick_fd < 0, unknown flags, misaligned addresses, no memory
- * table), -EFAULT (a ring part outside the memory table), -EBUSY (already running), -ENOMEM,
- * or the errno of epoll_ctl on kick_fd (-EBADF...).
+ * Returns 0, -EPERM, -EINVAL (qidx, num, kick_fd < 0, unknown flags, misaligned addresses,
+ * no memory table), -EFAULT (a ring part outside the memory table), -EBUSY (already running),
+ * -ENOMEM, or the errno of epoll_ctl on kick_fd (-EBADF...).
  */
 int uvsock_dev_queue_start(struct uvsock_dev *d, unsigned qidx, const struct uvsock_dev_queue *q);
 
@@ -237,14 +238,14 @@ int uvsock_dev_queue_start(struct uvsock_dev *d, unsigned qidx, const struct uvs
  * Stops queue qidx: when this returns the device no longer touches the ring or its eventfds.
  * Connections are kept (restart the queue to go on; uvsock_dev_reset drops them).
  * *ret_last_avail_idx (may be NULL) gets the next avail index the device would have processed.
- * Returns 0 (also if it was not running), -EINVAL (qidx).
+ * Returns 0 (also if it was not running), -EINVAL (qidx), -EPERM.
  */
 int uvsock_dev_queue_stop(struct uvsock_dev *d, unsigned qidx, uint16_t *ret_last_avail_idx);
 
 /*
  * Replaces the call eventfd of a queue (e.g. the guest changed its MSI-X vector and the VMM its
  * irqfd); -1: no interrupts. The old fd is not used after this returns.
- * Returns 0, -EINVAL (qidx).
+ * Returns 0, -EINVAL (qidx), -EPERM.
  */
 int uvsock_dev_set_call_fd(struct uvsock_dev *d, unsigned qidx, int call_fd);
 
@@ -252,7 +253,7 @@ int uvsock_dev_set_call_fd(struct uvsock_dev *d, unsigned qidx, int call_fd);
  * Guest driver reset (the driver wrote 0 to the device status): both queues stop, every
  * connection of the guest is dropped (host sockets closed, nothing sent to the guest), a broken
  * device is repaired. The host-side listeners stay; counters stay. Start again from
- * uvsock_dev_set_features. Returns 0.
+ * uvsock_dev_set_features. Returns 0, or -EPERM.
  */
 int uvsock_dev_reset(struct uvsock_dev *d);
 
