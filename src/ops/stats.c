@@ -62,6 +62,8 @@ void ops_counters_from_sources(struct ops_vm_counters *ret, const struct vsock_d
 		ret->rst_sent = e->rst_sent;
 		ret->rst_received = e->rst_received;
 		ret->credit_stalls = e->credit_stalls;
+		/* The engine's only listeners are the device's: a full backlog refused a guest. */
+		ret->host_connects_refused += e->backlog_refused;
 		ret->dropped[OPS_DROP_BAD_OP] = e->rx_dropped[VSOCK_HDR_BAD_OP];
 		ret->dropped[OPS_DROP_BAD_TYPE] = e->rx_dropped[VSOCK_HDR_BAD_TYPE];
 		ret->dropped[OPS_DROP_OVERSIZE] = e->rx_dropped[VSOCK_HDR_OVERSIZE];

@@ -77,7 +77,7 @@ TEST(from_sources_mapping)
 	};
 	struct vsock_engine_stats e = {
 		.rst_sent = 7, .rst_received = 8, .credit_stalls = 9, .socks_open = 12,
-		.socks_total = 40,
+		.socks_total = 40, .backlog_refused = 50,
 	};
 	struct ops_vm_counters c;
 
@@ -93,7 +93,7 @@ TEST(from_sources_mapping)
 	ASSERT_EQ_U64(c.rx_pkts, 20);
 	ASSERT_EQ_U64(c.rx_bytes, 2000);
 	ASSERT_EQ_U64(c.ring_errors, 5);
-	ASSERT_EQ_U64(c.host_connects_refused, 6);
+	ASSERT_EQ_U64(c.host_connects_refused, 56); /* device refusals + full backlog */
 	ASSERT_EQ_U64(c.rst_sent, 7);
 	ASSERT_EQ_U64(c.rst_received, 8);
 	ASSERT_EQ_U64(c.credit_stalls, 9);
