@@ -60,27 +60,6 @@ int vring_layout(unsigned num, struct vring_layout *l)
 	return 0;
 }
 
-/* Shared-field accessors: single, untorn accesses of little-endian guest fields. */
-static inline uint16_t load16_relaxed(const uint16_t *p)
-{
-	return le16toh(__atomic_load_n(p, __ATOMIC_RELAXED));
-}
-
-static inline void store16_relaxed(uint16_t *p, uint16_t v)
-{
-	__atomic_store_n(p, htole16(v), __ATOMIC_RELAXED);
-}
-
-static inline uint16_t *used_event_ptr(const struct vring_dev_queue *q)
-{
-	return &q->avail->ring[q->num];
-}
-
-static inline uint16_t *avail_event_ptr(const struct vring_dev_queue *q)
-{
-	return (uint16_t *)&q->used->ring[q->num];
-}
-
 __attribute__((format(printf, 3, 4))) static int set_broken(struct vring_dev_queue *q,
 							     enum vring_err e, const char *fmt, ...)
 {
@@ -144,7 +123,7 @@ int vring_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *cfg
 	n.last_avail_idx = cfg->last_avail_idx;
 	n.shadow_avail_idx = cfg->last_avail_idx;
 	/* Continue where the guest sees the used ring, never from 0 (reference §6.7). */
-	n.used_idx = load16_relaxed(&n.used->idx);
+	n.used_idx = vring_load16_relaxed(&n.used->idx);
 	n.published_used = n.used_idx;
 	n.signalled_used = n.used_idx;
 	n.err = VRING_ERR_NONE;
@@ -309,7 +288,7 @@ static int walk_chain(struct vring_dev_queue *q, uint16_t head, struct iovec *ou
 /* Reads and checks the head at last_avail_idx; the caller made sure one is available. */
 static int read_head(struct vring_dev_queue *q, uint16_t *ret_head)
 {
-	uint16_t head = load16_relaxed(&q->avail->ring[q->last_avail_idx & q->mask]);
+	uint16_t head = vring_load16_relaxed(&q->avail->ring[q->last_avail_idx & q->mask]);
 
 	if (unlikely(head >= q->num))
 		return set_broken(q, VRING_ERR_HEAD, "avail[%u] = %u >= num %u", q->last_avail_idx,
@@ -340,7 +319,7 @@ static inline void consumed(struct vring_dev_queue *q)
 	/* While kicks are wanted, keep avail_event at the consumer position (as libvhost-user
 	 * does) so that a caller that never toggles notifications still gets kicked. */
 	if (q->event_idx && q->notify_enabled)
-		store16_relaxed(avail_event_ptr(q), q->last_avail_idx);
+		vring_store16_relaxed(vring_avail_event(q->used, q->num), q->last_avail_idx);
 }
 
 int vring_dev_pop(struct vring_dev_queue *q, struct iovec *out_iov, unsigned out_max,
@@ -429,7 +408,7 @@ bool vring_dev_should_notify(struct vring_dev_queue *q)
 	 * (reference §7.4.3). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!q->event_idx)
-		return !(load16_relaxed(&q->avail->flags) & VRING_AVAIL_F_NO_INTERRUPT);
+		return !(vring_load16_relaxed(&q->avail->flags) & VRING_AVAIL_F_NO_INTERRUPT);
 
 	old = q->signalled_used;
 	valid = q->signalled_valid;
@@ -438,7 +417,8 @@ bool vring_dev_should_notify(struct vring_dev_queue *q)
 	q->signalled_valid = true;
 	if (unlikely(!valid))
 		return true;
-	return vring_idx_passed_event(load16_relaxed(used_event_ptr(q)), new_idx, old);
+	return vring_idx_passed_event(vring_load16_relaxed(vring_used_event(q->avail, q->num)),
+				      new_idx, old);
 }
 
 void vring_dev_disable_notify(struct vring_dev_queue *q)
@@ -447,7 +427,7 @@ void vring_dev_disable_notify(struct vring_dev_queue *q)
 	if (q->err != VRING_ERR_NONE || q->event_idx)
 		return; /* EVENT_IDX: avail_event simply stops advancing */
 	q->used_flags |= VRING_USED_F_NO_NOTIFY;
-	store16_relaxed(&q->used->flags, q->used_flags);
+	vring_store16_relaxed(&q->used->flags, q->used_flags);
 }
 
 bool vring_dev_enable_notify(struct vring_dev_queue *q)
@@ -456,10 +436,10 @@ bool vring_dev_enable_notify(struct vring_dev_queue *q)
 	if (q->err != VRING_ERR_NONE)
 		return false;
 	if (q->event_idx) {
-		store16_relaxed(avail_event_ptr(q), q->last_avail_idx);
+		vring_store16_relaxed(vring_avail_event(q->used, q->num), q->last_avail_idx);
 	} else {
 		q->used_flags &= (uint16_t)~VRING_USED_F_NO_NOTIFY;
-		store16_relaxed(&q->used->flags, q->used_flags);
+		vring_store16_relaxed(&q->used->flags, q->used_flags);
 	}
 	/* Full barrier: orders the store of avail_event / used->flags above before the load of
 	 * avail->idx in refresh_avail(): either the guest sees the re-enable and kicks, or we see

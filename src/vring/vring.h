@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <endian.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
@@ -77,6 +78,29 @@ static inline size_t vring_avail_size(unsigned num)
 static inline size_t vring_used_size(unsigned num)
 {
 	return 6 + (size_t)8 * num;
+}
+
+/*
+ * Single, untorn relaxed accesses of a little-endian u16 field in the shared rings (both roles;
+ * ordering against other fields is the caller's, with its own commented barrier).
+ */
+static inline uint16_t vring_load16_relaxed(const uint16_t *p)
+{
+	return le16toh(__atomic_load_n(p, __ATOMIC_RELAXED));
+}
+static inline void vring_store16_relaxed(uint16_t *p, uint16_t v)
+{
+	__atomic_store_n(p, htole16(v), __ATOMIC_RELAXED);
+}
+
+/* The event-idx trailers (§2.7.10): used_event after avail's ring, avail_event after used's. */
+static inline uint16_t *vring_used_event(struct vring_avail_le *avail, unsigned num)
+{
+	return &avail->ring[num];
+}
+static inline uint16_t *vring_avail_event(struct vring_used_le *used, unsigned num)
+{
+	return (uint16_t *)&used->ring[num];
 }
 
 /*

@@ -53,26 +53,6 @@ struct vring_drv {
 	struct dslot *slot;      /* [num] */
 };
 
-static inline uint16_t load16_relaxed(const uint16_t *p)
-{
-	return le16toh(__atomic_load_n(p, __ATOMIC_RELAXED));
-}
-
-static inline void store16_relaxed(uint16_t *p, uint16_t v)
-{
-	__atomic_store_n(p, htole16(v), __ATOMIC_RELAXED);
-}
-
-static inline uint16_t *used_event_ptr(const struct vring_drv *d)
-{
-	return &d->avail->ring[d->num];
-}
-
-static inline uint16_t *avail_event_ptr(const struct vring_drv *d)
-{
-	return (uint16_t *)&d->used->ring[d->num];
-}
-
 int vring_drv_new(unsigned num, void *desc, void *avail, void *used, uint64_t features,
 		  struct vring_drv **ret)
 {
@@ -171,7 +151,7 @@ static void make_avail(struct vring_drv *d, uint16_t head, void *cookie, uint32_
 	d->slot[head].in_len = in_len;
 	d->slot[head].ndescs = ndescs;
 	d->inflight++;
-	store16_relaxed(&d->avail->ring[d->avail_idx & d->mask], head);
+	vring_store16_relaxed(&d->avail->ring[d->avail_idx & d->mask], head);
 	d->avail_idx++;
 }
 
@@ -253,9 +233,12 @@ bool vring_drv_kick_prepare(struct vring_drv *d)
 	d->kicked_avail = new_idx;
 	if (new_idx == old)
 		return false;
-	if (d->event_idx)
-		return vring_idx_passed_event(load16_relaxed(avail_event_ptr(d)), new_idx, old);
-	return !(load16_relaxed(&d->used->flags) & VRING_USED_F_NO_NOTIFY);
+	if (d->event_idx) {
+		uint16_t event = vring_load16_relaxed(vring_avail_event(d->used, d->num));
+
+		return vring_idx_passed_event(event, new_idx, old);
+	}
+	return !(vring_load16_relaxed(&d->used->flags) & VRING_USED_F_NO_NOTIFY);
 }
 
 static int broken(struct vring_drv *d)
@@ -304,7 +287,7 @@ int vring_drv_get_used(struct vring_drv *d, uint32_t *ret_len, void **ret_cookie
 	/* With EVENT_IDX and interrupts wanted, ask for one at the next element. No fence here:
 	 * vring_drv_enable_cb() is the race-free way to go to sleep. */
 	if (d->event_idx && d->cb_enabled)
-		store16_relaxed(used_event_ptr(d), d->last_used);
+		vring_store16_relaxed(vring_used_event(d->avail, d->num), d->last_used);
 	*ret_len = len;
 	*ret_cookie = cookie;
 	return 0;
@@ -312,7 +295,7 @@ int vring_drv_get_used(struct vring_drv *d, uint32_t *ret_len, void **ret_cookie
 
 bool vring_drv_more_used(struct vring_drv *d)
 {
-	return load16_relaxed(&d->used->idx) != d->last_used;
+	return vring_load16_relaxed(&d->used->idx) != d->last_used;
 }
 
 void vring_drv_disable_cb(struct vring_drv *d)
@@ -321,23 +304,23 @@ void vring_drv_disable_cb(struct vring_drv *d)
 	if (d->event_idx)
 		return; /* used_event stays behind; at most one more interrupt */
 	d->avail_flags |= VRING_AVAIL_F_NO_INTERRUPT;
-	store16_relaxed(&d->avail->flags, d->avail_flags);
+	vring_store16_relaxed(&d->avail->flags, d->avail_flags);
 }
 
 bool vring_drv_enable_cb(struct vring_drv *d)
 {
 	d->cb_enabled = true;
 	if (d->event_idx) {
-		store16_relaxed(used_event_ptr(d), d->last_used);
+		vring_store16_relaxed(vring_used_event(d->avail, d->num), d->last_used);
 	} else {
 		d->avail_flags &= (uint16_t)~VRING_AVAIL_F_NO_INTERRUPT;
-		store16_relaxed(&d->avail->flags, d->avail_flags);
+		vring_store16_relaxed(&d->avail->flags, d->avail_flags);
 	}
 	/* Full barrier: orders the store of used_event / avail->flags above before the load of
 	 * used->idx below, pairing with the device's fence between storing used->idx and reading
 	 * used_event: either it sees our request and interrupts, or we see its buffers here. */
 	atomic_thread_fence(memory_order_seq_cst);
-	return load16_relaxed(&d->used->idx) != d->last_used;
+	return vring_load16_relaxed(&d->used->idx) != d->last_used;
 }
 
 unsigned vring_drv_num_free(const struct vring_drv *d)
