@@ -593,6 +593,18 @@ static void cmd_version(struct ops_ctl *c, struct ops_jw *w)
 	ops_jw_obj_end(w);
 }
 
+/*
+ * Queues the finished answer in w as cl's output, newline-terminated (the writer keeps one spare
+ * byte past its maximum for the NUL: room for the newline). cl takes over w's buffer.
+ */
+static void client_answer(struct client *cl, struct ops_jw *w)
+{
+	w->buf[w->len++] = '\n';
+	cl->out = w->buf;
+	cl->out_len = w->len;
+	cl->out_off = 0;
+}
+
 /* Answers one request line (NUL-terminated, no newline) into cl->out. */
 static void handle_request(struct ops_ctl *c, struct client *cl, char *line)
 {
@@ -642,11 +654,7 @@ static void handle_request(struct ops_ctl *c, struct client *cl, char *line)
 out:
 	if (ops_jw_overflowed(&w))
 		error_answer(&w, E2BIG, "answer larger than %zu bytes", c->max_response);
-	/* The writer keeps one spare byte past max for the NUL: room for the newline. */
-	w.buf[w.len++] = '\n';
-	cl->out = w.buf;
-	cl->out_len = w.len;
-	cl->out_off = 0;
+	client_answer(cl, &w);
 	/* An unused passed descriptor is not kept for a later request. */
 	if (cl->pass_fd >= 0) {
 		close(cl->pass_fd);
@@ -773,10 +781,7 @@ static void client_process(struct ops_ctl *c, struct client *cl)
 			if (ops_jw_init(&w, 512) == 0) {
 				error_answer(&w, E2BIG, "request longer than %u bytes",
 					     OPS_CTL_MAX_REQUEST);
-				w.buf[w.len++] = '\n';
-				cl->out = w.buf;
-				cl->out_len = w.len;
-				cl->out_off = 0;
+				client_answer(cl, &w);
 			}
 			cl->closing = true;
 		}
@@ -794,10 +799,7 @@ static void client_process(struct ops_ctl *c, struct client *cl)
 
 		if (ops_jw_init(&w, 512) == 0) {
 			error_answer(&w, EINVAL, "NUL byte in request");
-			w.buf[w.len++] = '\n';
-			cl->out = w.buf;
-			cl->out_len = w.len;
-			cl->out_off = 0;
+			client_answer(cl, &w);
 		}
 		cl->closing = true;
 		return;
