@@ -522,7 +522,9 @@ out:
 	return ret_errno(r);
 }
 
-int uvsock_getsockname(int fd, struct sockaddr *addr, socklen_t *addrlen)
+/* getsockname/getpeername: the address that get (local or peer) reports, as a sockaddr_vm. */
+static int sock_name(int fd, struct sockaddr *addr, socklen_t *addrlen,
+		     int (*get)(struct vsock_sock *s, uint32_t *ret_cid, uint32_t *ret_port))
 {
 	struct usock *us = sock_get(fd);
 	uint32_t cid, port;
@@ -530,26 +532,21 @@ int uvsock_getsockname(int fd, struct sockaddr *addr, socklen_t *addrlen)
 
 	if (!us)
 		return -1;
-	r = vsock_sock_local_addr(us->vs, &cid, &port);
+	r = get(us->vs, &cid, &port);
 	if (r == 0)
 		r = addr_out(cid, port, addr, addrlen);
 	sock_put(us);
 	return ret_errno(r);
 }
 
+int uvsock_getsockname(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+	return sock_name(fd, addr, addrlen, vsock_sock_local_addr);
+}
+
 int uvsock_getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen)
 {
-	struct usock *us = sock_get(fd);
-	uint32_t cid, port;
-	int r;
-
-	if (!us)
-		return -1;
-	r = vsock_sock_peer_addr(us->vs, &cid, &port);
-	if (r == 0)
-		r = addr_out(cid, port, addr, addrlen);
-	sock_put(us);
-	return ret_errno(r);
+	return sock_name(fd, addr, addrlen, vsock_sock_peer_addr);
 }
 
 /* ---- Connection setup -------------------------------------------------------------------- */
