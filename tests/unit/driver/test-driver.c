@@ -17,7 +17,7 @@
 #include <uvsock/guest.h>
 #include <uvsock/uvsock.h>
 
-#include "../../integration/guestside.h"
+#include "guestside.h"
 /* <linux/vm_sockets.h> (via uvsock.h) and vsock/hdr.h (via device.h) spell the VMADDR_*
  * constants differently with equal values: keep hdr.h's, as src/lib/lib.h does. */
 #undef VMADDR_CID_HYPERVISOR

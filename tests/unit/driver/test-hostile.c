@@ -17,7 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../../integration/guestside.h"
+#include "guestside.h"
 #undef VMADDR_CID_HYPERVISOR
 #undef VMADDR_CID_LOCAL
 #undef VMADDR_CID_HOST

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * uvsock-stat against a live uvsockd (suite 'integration'): the daemon runs as a child process
- * (tests/integration/uvsockd-proc.h: temp directory, bounded waits, stopped by PID), a guest is a
+ * (tests/harness/uvsockd-proc.h: temp directory, bounded waits, stopped by PID), a guest is a
  * guest-role context in this process over real vhost-user and shared-memory rings, host programs
  * are plain Unix sockets. uvsock-stat runs in-process (uvsock_stat_main) against the daemon's
  * default control socket (<vhost-user socket>.ctl), reached through the vhost-user socket path.
