@@ -48,6 +48,60 @@ static inline const char *uvd_binary(void)
 }
 
 /*
+ * Forks and executes uvsockd with argv (argv[0] the binary), stdout and stderr to u->log
+ * (truncated first unless append). The child dies with this process (PR_SET_PDEATHSIG).
+ */
+static inline void uvd_spawn(struct uvd *u, char *const *argv, bool append)
+{
+	pid_t parent = getpid();
+
+	u->pid = fork();
+	ASSERT_GE(u->pid, 0);
+	if (u->pid == 0) {
+		int fd = open(u->log, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC,
+			      0600);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		if (fd >= 0) {
+			dup2(fd, 2);
+			dup2(fd, 1);
+		}
+		execv(argv[0], argv);
+		_exit(127);
+	}
+}
+
+/*
+ * Bounded wait (5 s) until every VM's vhost-user socket is there; fails the test case if the
+ * daemon exits first or time runs out (messages name `what`: "start-up" or "restart").
+ */
+static inline void uvd_wait_ready(struct uvd *u, const char *what)
+{
+	uint64_t end = hs_now_ms() + 5000;
+
+	for (;;) {
+		int ready = 0, st;
+		struct stat sb;
+
+		for (int i = 0; i < u->nvms; i++)
+			ready += stat(u->sock[i], &sb) == 0 && S_ISSOCK(sb.st_mode);
+		if (ready == u->nvms)
+			break;
+		if (waitpid(u->pid, &st, WNOHANG) == u->pid) {
+			u->pid = 0;
+			test_fail(__FILE__, __LINE__, "uvsockd (%s) exited at %s (status %d); log: %s",
+				  uvd_binary(), what, st, u->log);
+		}
+		if (hs_now_ms() > end)
+			test_fail(__FILE__, __LINE__, "uvsockd sockets not ready within 5 s (%s)",
+				  what);
+		usleep(2000);
+	}
+}
+
+/*
  * Starts uvsockd with nvms VMs, CIDs cids[i], all in group `group` (NULL: each VM in its own
  * group "g<cid>"). extra: one more argument (e.g. "--log-level=warn") or NULL.
  */
@@ -57,8 +111,6 @@ static inline void uvd_start(struct uvd *u, int nvms, const uint32_t *cids, cons
 	char *argv[2 * UVD_MAX_VMS + 4];
 	char vmarg[UVD_MAX_VMS][400];
 	int argc = 0;
-	uint64_t end;
-	pid_t parent = getpid();
 
 	ASSERT_LE(nvms, UVD_MAX_VMS);
 	memset(u, 0, sizeof(*u));
@@ -84,42 +136,8 @@ static inline void uvd_start(struct uvd *u, int nvms, const uint32_t *cids, cons
 	}
 	argv[argc++] = (char *)(extra ? extra : "--log-level=warn");
 	argv[argc] = NULL;
-
-	u->pid = fork();
-	ASSERT_GE(u->pid, 0);
-	if (u->pid == 0) {
-		int fd = open(u->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		if (fd >= 0) {
-			dup2(fd, 2);
-			dup2(fd, 1);
-		}
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	/* Bounded wait until every vhost-user socket is there (or the daemon died). */
-	end = hs_now_ms() + 5000;
-	for (;;) {
-		int ready = 0, st;
-		struct stat sb;
-
-		for (int i = 0; i < nvms; i++)
-			ready += stat(u->sock[i], &sb) == 0 && S_ISSOCK(sb.st_mode);
-		if (ready == nvms)
-			break;
-		if (waitpid(u->pid, &st, WNOHANG) == u->pid) {
-			u->pid = 0;
-			test_fail(__FILE__, __LINE__,
-				  "uvsockd (%s) exited at start-up (status %d); log: %s",
-				  uvd_binary(), st, u->log);
-		}
-		if (hs_now_ms() > end)
-			test_fail(__FILE__, __LINE__, "uvsockd sockets not ready within 5 s");
-		usleep(2000);
-	}
+	uvd_spawn(u, argv, false);
+	uvd_wait_ready(u, "start-up");
 }
 
 /* Stops the daemon by PID (SIGTERM, 5 s, then SIGKILL); returns its exit status or -1. */
@@ -156,43 +174,15 @@ static inline int uvd_kill(struct uvd *u)
 static inline void uvd_restart_one(struct uvd *u, uint32_t new_cid)
 {
 	char vmarg[400];
-	uint64_t end;
-	pid_t parent = getpid();
+	char *argv[] = { (char *)uvd_binary(), "--vm", vmarg, "--log-level=warn", NULL };
 
 	ASSERT_EQ(u->nvms, 1);
 	ASSERT_EQ(u->pid, 0);
 	u->cid[0] = new_cid;
 	snprintf(vmarg, sizeof(vmarg), "guest-cid=%u,socket=%s,uds-path=%s", new_cid, u->sock[0],
 		 u->uds[0]);
-	u->pid = fork();
-	ASSERT_GE(u->pid, 0);
-	if (u->pid == 0) {
-		int fd = open(u->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		if (fd >= 0) {
-			dup2(fd, 2);
-			dup2(fd, 1);
-		}
-		execl(uvd_binary(), uvd_binary(), "--vm", vmarg, "--log-level=warn", (char *)NULL);
-		_exit(127);
-	}
-	for (end = hs_now_ms() + 5000;;) {
-		struct stat sb;
-		int st;
-
-		if (stat(u->sock[0], &sb) == 0 && S_ISSOCK(sb.st_mode))
-			break;
-		if (waitpid(u->pid, &st, WNOHANG) == u->pid) {
-			u->pid = 0;
-			test_fail(__FILE__, __LINE__, "uvsockd restart failed (status %d)", st);
-		}
-		if (hs_now_ms() > end)
-			test_fail(__FILE__, __LINE__, "restarted uvsockd not ready within 5 s");
-		usleep(2000);
-	}
+	uvd_spawn(u, argv, true);
+	uvd_wait_ready(u, "restart");
 }
 
 /* VmRSS of the daemon in KiB (from /proc/<pid>/status), or 0 if unreadable. */
