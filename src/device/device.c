@@ -160,13 +160,13 @@ static void cont_schedule(struct vsock_dev *d)
 
 /* ---- siblings ----------------------------------------------------------------------------- */
 
-static struct vsock_dev *sib_lookup(struct vsock_dev *d, uint64_t cid)
+static struct sib_port *sib_lookup(struct vsock_dev *d, uint64_t cid)
 {
 	unsigned lo = 0, hi = d->n_sibs;
 
 	while (lo < hi) {
 		unsigned mid = (lo + hi) / 2;
-		struct vsock_dev *s = d->sibs[mid];
+		struct sib_port *s = d->sibs[mid];
 
 		if (s->cid == cid)
 			return s;
@@ -178,17 +178,46 @@ static struct vsock_dev *sib_lookup(struct vsock_dev *d, uint64_t cid)
 	return NULL;
 }
 
+static void sib_port_unref(struct sib_port *p)
+{
+	if (!p || __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	/* Closed by its device before the device's own reference went: the inbox is empty. */
+	pthread_mutex_destroy(&p->inbox.lock);
+	free(p);
+}
+
+static bool sib_port_closed(struct sib_port *p)
+{
+	return __atomic_load_n(&p->closed, __ATOMIC_RELAXED);
+}
+
 /*
- * Hands p to t's inbox. Returns 0, -ENOBUFS if full (t will wake our room_async later), or
- * -EBUSY if full and congested (drop p).
+ * Wakes the loop of p's device: its inbox_async (room false) or its room_async (room true),
+ * unless the device was freed. Under p's lock: vsock_dev_free closes p under it before it frees
+ * the loop the wakeups belong to.
  */
-static int sib_push(struct vsock_dev *t, struct sib_pkt *p)
+static void sib_port_signal(struct sib_port *p, bool room)
+{
+	pthread_mutex_lock(&p->inbox.lock);
+	if (!p->closed)
+		loop_async_send(room ? p->room_async : p->inbox_async);
+	pthread_mutex_unlock(&p->inbox.lock);
+}
+
+/*
+ * Hands p to t's inbox. Returns 0, -ENOBUFS if full (t will wake our room_async later), -EBUSY
+ * if full and congested (drop p), or -EPIPE if t's device was freed (drop p).
+ */
+static int sib_push(struct sib_port *t, struct sib_pkt *p)
 {
 	struct sib_inbox *in = &t->inbox;
 	int r = 0;
 
 	pthread_mutex_lock(&in->lock);
-	if (in->count == DEV_INBOX_PKTS || in->bytes + p->hdr.len > DEV_INBOX_BYTES) {
+	if (t->closed) {
+		r = -EPIPE;
+	} else if (in->count == DEV_INBOX_PKTS || in->bytes + p->hdr.len > DEV_INBOX_BYTES) {
 		/* A congested target is not waited for: its guest is not taking packets. */
 		r = in->congested ? -EBUSY : -ENOBUFS;
 		if (r == -ENOBUFS)
@@ -203,16 +232,62 @@ static int sib_push(struct vsock_dev *t, struct sib_pkt *p)
 	return r;
 }
 
+/*
+ * Queues an RST from h's destination to h's source (a packet h sent to the sibling port t, whose
+ * device was freed) into t2's inbox, as Linux answers a packet for which no socket exists: the
+ * guest's connection to the freed VM fails at once instead of waiting for its own timeouts.
+ * Nothing is sent for an RST, if t2's inbox is full (the guest times out instead), or if t2 is
+ * closed too. Returns true if queued (the caller wakes t2's device).
+ */
+static bool sib_queue_rst(struct sib_port *t2, const struct vsock_hdr *h)
+{
+	struct sib_inbox *in = &t2->inbox;
+	struct sib_pkt *p;
+	bool queued = false;
+
+	if (h->op == VSOCK_OP_RST)
+		return false;
+	p = malloc(sizeof(*p));
+	if (!p)
+		return false;
+	p->hdr = (struct vsock_hdr){
+		.src_cid = h->dst_cid, .dst_cid = h->src_cid, .src_port = h->dst_port,
+		.dst_port = h->src_port, .type = h->type, .op = VSOCK_OP_RST,
+	};
+	p->off = 0;
+	pthread_mutex_lock(&in->lock);
+	if (!t2->closed && in->count < DEV_INBOX_PKTS) {
+		in->ring[(in->head + in->count) % DEV_INBOX_PKTS] = p;
+		__atomic_store_n(&in->count, in->count + 1, __ATOMIC_RELAXED);
+		queued = true;
+	}
+	pthread_mutex_unlock(&in->lock);
+	if (!queued)
+		free(p);
+	return queued;
+}
+
+/*
+ * Our guest sent h to a sibling whose device was freed: dropped (counted as a sibling drop, which
+ * operators see as no_route) and answered with an RST from that CID (to be delivered by rx_fill).
+ */
+static void sib_gone(struct vsock_dev *d, const struct vsock_hdr *h)
+{
+	DEV_STAT_ADD(d, sibling_dropped, 1);
+	if (sib_queue_rst(d->port, h))
+		d->rx_more = true;
+}
+
 static void sib_wake_senders(struct vsock_dev *d)
 {
 	for (unsigned i = 0; i < d->n_sibs; i++)
-		loop_async_send(d->sibs[i]->room_async);
+		sib_port_signal(d->sibs[i], true);
 }
 
 /* Takes the oldest packet of our inbox, or NULL. */
 static struct sib_pkt *sib_take(struct vsock_dev *d)
 {
-	struct sib_inbox *in = &d->inbox;
+	struct sib_inbox *in = &d->port->inbox;
 	struct sib_pkt *p = NULL;
 	bool wake = false;
 
@@ -240,7 +315,7 @@ static struct sib_pkt *sib_take(struct vsock_dev *d)
 
 static bool sib_pending(struct vsock_dev *d)
 {
-	return d->rx_cur || __atomic_load_n(&d->inbox.count, __ATOMIC_RELAXED);
+	return d->rx_cur || __atomic_load_n(&d->port->inbox.count, __ATOMIC_RELAXED);
 }
 
 /* Drops everything queued for our guest (RX not running). */
@@ -262,11 +337,11 @@ static void sib_drop_all(struct vsock_dev *d)
 static void sib_wake_targets(struct vsock_dev *d)
 {
 	for (unsigned i = 0; i < d->n_wake; i++)
-		loop_async_send(d->wake[i]->inbox_async);
+		sib_port_signal(d->wake[i], false);
 	d->n_wake = 0;
 }
 
-static void sib_note_target(struct vsock_dev *d, struct vsock_dev *t)
+static void sib_note_target(struct vsock_dev *d, struct sib_port *t)
 {
 	for (unsigned i = 0; i < d->n_wake; i++)
 		if (d->wake[i] == t)
@@ -394,12 +469,18 @@ static void rx_fill(struct vsock_dev *d)
 enum tx_verdict { TX_ENGINE, TX_SIBLING_SENT, TX_SIBLING_FULL, TX_DROP };
 
 /* Copies a sibling-bound packet and hands it over (or stages it if the target is full). */
-static enum tx_verdict tx_to_sibling(struct vsock_dev *d, struct vsock_dev *t,
+static enum tx_verdict tx_to_sibling(struct vsock_dev *d, struct sib_port *t,
 				     const struct vsock_hdr *h, const struct iovec *iov,
 				     unsigned n)
 {
-	struct sib_pkt *p = malloc(sizeof(*p) + h->len);
+	struct sib_pkt *p;
 
+	/* A hint: a port closed after this check makes sib_push fail with -EPIPE instead. */
+	if (sib_port_closed(t)) {
+		sib_gone(d, h);
+		return TX_DROP;
+	}
+	p = malloc(sizeof(*p) + h->len);
 	if (!p) {
 		DEV_STAT_ADD(d, sibling_dropped, 1);
 		return TX_DROP;
@@ -418,6 +499,10 @@ static enum tx_verdict tx_to_sibling(struct vsock_dev *d, struct vsock_dev *t,
 		d->tx_staged_to = t;
 		loop_timer_arm(d->stage_timer, loop_now_ns() + DEV_SIB_STALL_NS);
 		return TX_SIBLING_FULL;
+	case -EPIPE:
+		sib_gone(d, &p->hdr);
+		free(p);
+		return TX_DROP;
 	default:
 		free(p);
 		DEV_STAT_ADD(d, sibling_dropped, 1);
@@ -438,7 +523,11 @@ static bool tx_retry_staged(struct vsock_dev *d)
 	r = sib_push(d->tx_staged_to, d->tx_staged);
 	if (r == -ENOBUFS)
 		return false;
-	if (r < 0) {
+	if (r == -EPIPE) {
+		/* The target was freed while we waited for room: its vsock_dev_free woke us. */
+		sib_gone(d, &d->tx_staged->hdr);
+		free(d->tx_staged);
+	} else if (r < 0) {
 		free(d->tx_staged);
 		DEV_STAT_ADD(d, sibling_dropped, 1);
 	} else {
@@ -457,7 +546,7 @@ static enum tx_verdict tx_classify(struct vsock_dev *d, const struct vring_chain
 {
 	uint8_t wire[VSOCK_HDR_SIZE];
 	struct vsock_hdr h;
-	struct vsock_dev *t;
+	struct sib_port *t;
 	int pn;
 
 	if (ch->in_num || ch->out_len < VSOCK_HDR_SIZE ||
@@ -799,6 +888,7 @@ static void stage_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 		dev_settle(d);
 		return;
 	}
+	/* The port stays valid (our reference) even if its device was freed meanwhile. */
 	in = &d->tx_staged_to->inbox;
 	pthread_mutex_lock(&in->lock);
 	in->congested = true;
@@ -1196,7 +1286,13 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d->queue_size_max = cfg->queue_size_max ? cfg->queue_size_max : 1024;
 	d->max_conns = cfg->max_conns ? cfg->max_conns : 1024;
 	d->router = router;
-	pthread_mutex_init(&d->inbox.lock, NULL);
+	d->port = calloc(1, sizeof(*d->port));
+	if (d->port) {
+		pthread_mutex_init(&d->port->inbox.lock, NULL);
+		d->port->refs = 1;
+		d->port->cid = d->cid;
+		memcpy(d->port->name, d->name, sizeof(d->port->name));
+	}
 	pthread_mutex_init(&d->eng_lock, NULL);
 	pthread_mutex_init(&d->call_lock, NULL);
 	pthread_cond_init(&d->call_cond, NULL);
@@ -1207,7 +1303,7 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d->tx_iov = calloc(DEV_TX_BATCH, sizeof(*d->tx_iov));
 	d->tx_refs = calloc(DEV_TX_BATCH, sizeof(*d->tx_refs));
 	d->tx_heads = calloc(DEV_TX_BATCH, sizeof(*d->tx_heads));
-	if (!d->scratch || !d->tx_iov || !d->tx_refs || !d->tx_heads) {
+	if (!d->port || !d->scratch || !d->tx_iov || !d->tx_refs || !d->tx_heads) {
 		r = -ENOMEM;
 		goto out_free;
 	}
@@ -1229,6 +1325,9 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	r = loop_async_new(d->loop, room_cb, d, &d->room_async);
 	if (r < 0)
 		goto out_free;
+	/* Siblings reach our loop through the port (nobody holds it yet). */
+	d->port->inbox_async = d->inbox_async;
+	d->port->room_async = d->room_async;
 	r = loop_async_new(d->loop, call_cb, d, &d->call_async);
 	if (r < 0)
 		goto out_free;
@@ -1262,10 +1361,11 @@ out_free:
 	return r;
 }
 
+/* Adds s's port to d's siblings (a reference). Returns 0 or -ENOMEM. */
 static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
 {
-	struct vsock_dev **v = realloc(d->sibs, (d->n_sibs + 1) * sizeof(*v));
-	struct vsock_dev **w;
+	struct sib_port **v = realloc(d->sibs, (d->n_sibs + 1) * sizeof(*v));
+	struct sib_port **w;
 	unsigned i;
 
 	if (!v)
@@ -1277,9 +1377,62 @@ static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
 	d->wake = w;
 	for (i = d->n_sibs; i > 0 && d->sibs[i - 1]->cid > s->cid; i--)
 		d->sibs[i] = d->sibs[i - 1];
-	d->sibs[i] = s;
+	__atomic_add_fetch(&s->port->refs, 1, __ATOMIC_RELAXED);
+	d->sibs[i] = s->port;
 	d->n_sibs++;
 	return 0;
+}
+
+/*
+ * Detaches a device that is being freed (not running) from its siblings, which may be running:
+ * closes its port, so that no push or wakeup reaches it any more; drops what they had queued for
+ * it, counted on each sender (peer_dropped) and answered with an RST as sib_gone does for what
+ * they send later; wakes every sibling's room_async, so that one waiting for room in our inbox
+ * (tx_staged) retries at once, finds the port closed and goes on; drops our references.
+ */
+static void sib_detach(struct vsock_dev *d)
+{
+	struct sib_port *port = d->port;
+	struct sib_pkt *left[DEV_INBOX_PKTS + 1];
+	struct sib_inbox *in;
+	unsigned n = 0;
+
+	if (!port)
+		return;
+	in = &port->inbox;
+	pthread_mutex_lock(&in->lock);
+	__atomic_store_n(&port->closed, true, __ATOMIC_RELAXED);
+	port->inbox_async = port->room_async = NULL;
+	for (; in->count; in->count--) {
+		left[n++] = in->ring[in->head];
+		in->head = (in->head + 1) % DEV_INBOX_PKTS;
+	}
+	in->bytes = 0;
+	pthread_mutex_unlock(&in->lock);
+	if (d->rx_cur) {
+		left[n++] = d->rx_cur;
+		d->rx_cur = NULL;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct sib_port *from = sib_lookup(d, left[i]->hdr.src_cid);
+
+		/* Not a sibling's: an RST sib_gone queued for our own guest. */
+		if (from && !sib_port_closed(from)) {
+			__atomic_add_fetch(&from->peer_dropped, 1, __ATOMIC_RELAXED);
+			if (sib_queue_rst(from, &left[i]->hdr))
+				sib_port_signal(from, false);
+		}
+		free(left[i]);
+	}
+	for (unsigned i = 0; i < d->n_sibs; i++) {
+		sib_port_signal(d->sibs[i], true);
+		sib_port_unref(d->sibs[i]);
+	}
+	free(d->sibs);
+	d->sibs = NULL;
+	d->n_sibs = 0;
+	sib_port_unref(port);
+	d->port = NULL;
 }
 
 int vsock_dev_link_sibling(struct vsock_dev *a, struct vsock_dev *b)
@@ -1342,11 +1495,8 @@ void vsock_dev_free(struct vsock_dev *d)
 			}
 		pthread_mutex_unlock(&d->router->lock);
 	}
-	/* Whatever siblings queued for us. */
-	free(d->rx_cur);
-	for (unsigned i = 0; i < d->inbox.count; i++)
-		free(d->inbox.ring[(d->inbox.head + i) % DEV_INBOX_PKTS]);
-	pthread_mutex_destroy(&d->inbox.lock);
+	/* Before our loop and its wakeups go: siblings may still be running. */
+	sib_detach(d);
 	pthread_mutex_destroy(&d->eng_lock);
 	pthread_mutex_destroy(&d->call_lock);
 	pthread_cond_destroy(&d->call_cond);
@@ -1358,7 +1508,6 @@ void vsock_dev_free(struct vsock_dev *d)
 	loop_timer_free(d->cont_timer);
 	loop_timer_free(d->stage_timer);
 	loop_free(d->loop);
-	free(d->sibs);
 	free(d->wake);
 	free(d->scratch);
 	free(d->tx_iov);
@@ -1374,6 +1523,7 @@ void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret)
 
 	for (size_t i = 0; i < sizeof(*ret) / sizeof(uint64_t); i++)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	ret->sibling_dropped += __atomic_load_n(&d->port->peer_dropped, __ATOMIC_RELAXED);
 }
 
 uint32_t vsock_dev_guest_cid(const struct vsock_dev *d)

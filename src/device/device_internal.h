@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Private state of a device (device.c: vhost-user, rings, routing; host_uds.c: host sockets).
- * Everything here is owned by the device's thread except the sibling inbox (its own lock) and
- * the counters (single writer, read with relaxed atomics).
+ * Everything here is owned by the device's thread except the sibling port (its own lock and
+ * reference count, shared with the linked devices) and the counters (single writer, read with
+ * relaxed atomics).
  */
 #ifndef UVSOCK_DEVICE_DEVICE_INTERNAL_H
 #define UVSOCK_DEVICE_DEVICE_INTERNAL_H
@@ -59,6 +60,29 @@ struct sib_inbox {
 	size_t bytes;
 	bool want_room; /* a sender found it full and waits for room_async */
 	bool congested; /* a sender waited DEV_SIB_STALL_NS in vain: drop while full */
+};
+
+/*
+ * A device's end of its sibling links: everything a linked device may touch from its own thread
+ * (the inbox, the two wakeups of the owner's loop, CID and name for routing and logs). It is
+ * reference-counted, one reference held by its device and one by every device linked to it, so
+ * a sibling's pointer to it stays valid after its device is freed. vsock_dev_free closes it
+ * under inbox.lock: from then on pushes fail (-EPIPE) and the wakeups are not used (they belong
+ * to the freed device's loop), so holding inbox.lock and seeing !closed is what makes touching
+ * inbox_async / room_async safe. Senders take that lock once per packet pushed (as before) and
+ * once per target per TX batch for the wakeup; nothing else on the data path locks.
+ */
+struct sib_port {
+	struct sib_inbox inbox;
+	unsigned refs;                 /* atomic; the last sib_port_unref frees the port */
+	uint32_t cid;                  /* constant */
+	char name[32];                 /* constant (log name of the device) */
+	bool closed;                   /* written under inbox.lock; read without it as a hint */
+	struct loop_async *inbox_async; /* the owner's: packets arrived (valid while !closed) */
+	struct loop_async *room_async;  /* the owner's: a sibling's inbox has room again (same) */
+	/* atomic: this device's guest packets dropped because the sibling holding them was freed
+	 * (added by that sibling's vsock_dev_free; reported in sibling_dropped) */
+	uint64_t peer_dropped;
 };
 
 enum hconn_state {
@@ -145,18 +169,20 @@ struct vsock_dev {
 	uint8_t *scratch;              /* bounce buffer: host reads, seqpacket messages */
 	size_t scratch_len;
 
-	/* siblings */
-	struct sib_inbox inbox;
-	struct loop_async *inbox_async; /* packets arrived in inbox */
+	/* siblings: only their ports are touched (a linked device may be freed while we run) */
+	struct sib_port *port;          /* ours: our inbox and wakeups */
+	struct loop_async *inbox_async; /* packets arrived in our inbox */
 	struct loop_async *room_async;  /* a sibling's inbox has room again */
-	struct vsock_dev **sibs;        /* sorted by cid */
+	struct sib_port **sibs;         /* linked devices' ports (references), sorted by cid;
+					 * fixed once the device runs; a closed one is a freed
+					 * sibling: packets to it are dropped and answered with RST */
 	unsigned n_sibs;
 	struct sib_pkt *rx_cur;         /* taken from the inbox, partly delivered */
 	struct sib_pkt *tx_staged;      /* could not be handed over yet (target full) */
-	struct vsock_dev *tx_staged_to;
+	struct sib_port *tx_staged_to;
 	struct loop_timer *stage_timer; /* DEV_SIB_STALL_NS limit for tx_staged */
 	bool rx_sib_turn;               /* alternate engine / siblings on RX */
-	struct vsock_dev **wake;        /* targets to wake at the end of a TX batch */
+	struct sib_port **wake;         /* targets to wake at the end of a TX batch */
 	unsigned n_wake;
 
 	/* TX batch storage (allocated once) */
