@@ -124,8 +124,10 @@ int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret)
  * groups=): guest-to-guest packets are routed between the two devices (whatever their mode,
  * each on its own thread). Both directions. Must be called before uvsock_dev_start() (device
  * thread) or the first uvsock_dev_process() (external loop) of either. Linked devices are freed
- * together: once one is freed, the others must not run any more (free them next; they still
- * point to it).
+ * independently: when one is freed (uvsock_dev_free) the others keep running; what they had
+ * queued for it is dropped, and what their guests send its CID from then on is dropped too,
+ * each such packet counted in the sender's `dropped` and answered with an RST from that CID
+ * (except an RST), so their connections to it fail at once.
  * Returns 0, -EINVAL (same device, same CID, or either already started), -ENOMEM.
  */
 int uvsock_dev_link(struct uvsock_dev *a, struct uvsock_dev *b);
@@ -171,6 +173,8 @@ int uvsock_dev_process(struct uvsock_dev *d);
  * removes the socket files the device created, unmaps its memory table and frees everything
  * (the last device of the process also frees what the API's devices share). Borrowed fds are
  * not closed; in external-loop mode the VMM removes uvsock_dev_fd() from its poll set first.
+ * Devices linked to d may be running meanwhile and go on (see uvsock_dev_link); packets d's
+ * guest had sent them are still delivered.
  * Safe on NULL. Any thread; no other call on d may run concurrently or later.
  */
 void uvsock_dev_free(struct uvsock_dev *d);
@@ -262,7 +266,8 @@ struct uvsock_dev_stats {
 	uint64_t tx_pkts, tx_bytes;      /* guest packets accepted (to the host or a sibling) */
 	uint64_t rx_pkts, rx_bytes;      /* packets put into the guest's RX buffers */
 	uint64_t dropped;                /* guest packets dropped: malformed chain, spoofed source
-					  * CID, no route, or a sibling not taking packets */
+					  * CID, no route, a sibling not taking packets, or a
+					  * sibling freed (also what it had not delivered yet) */
 	uint64_t ring_errors;            /* times the device was marked broken */
 	uint64_t interrupts;             /* call eventfd writes */
 	uint64_t conns_open;             /* connections now (gauge) */

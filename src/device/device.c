@@ -19,7 +19,10 @@
  *
  * Lifetimes: the engine exists while the TX ring has been started since the last reset; when
  * the rings stop (guest reset) or the VMM disconnects, every connection is dropped (the guest's
- * sockets are gone), host sockets are closed, and the next start builds a fresh engine.
+ * sockets are gone), host sockets are closed, and the next start builds a fresh engine. A VMM
+ * disconnect never frees the device. Siblings reach each other only through their
+ * reference-counted ports (struct sib_port), so a device can be freed while its siblings run
+ * (sib_detach); packets for it are then dropped and answered with an RST (sib_gone).
  */
 #include "device/device.h"
 

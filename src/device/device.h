@@ -10,7 +10,8 @@
  * Threads: vsock_dev_run() runs the device's loop on the calling thread, which then owns
  * everything of that device; vsock_dev_stop() may be called from any thread (and from a signal
  * handler). Sibling packets cross threads through bounded per-device hand-off queues, each with
- * an eventfd wakeup; nothing else is shared.
+ * an eventfd wakeup; nothing else is shared. A device may be freed while its siblings run: the
+ * queue and wakeup they reach it by outlive it (reference-counted) and tell them it is gone.
  *
  * Security model: the VMM and the guest are untrusted. Ring errors mark the device broken (logged,
  * rate-limited) until the VMM restarts the rings or reconnects; malformed or spoofed packets are
@@ -59,8 +60,9 @@ int vsock_dev_new(struct vsock_router *r, const struct vsock_dev_config *cfg,
 
 /*
  * Allows a and b to route packets to each other (they share a group). Both directions.
- * Context: before any vsock_dev_run() of either. Returns 0, -EINVAL (same device, different
- * routers or same CID), -ENOMEM.
+ * Context: before any vsock_dev_run() of either. Either may later be freed while the other runs
+ * (see vsock_dev_free). Returns 0, -EINVAL (same device, different routers or same CID),
+ * -ENOMEM.
  */
 int vsock_dev_link_sibling(struct vsock_dev *a, struct vsock_dev *b);
 
@@ -75,7 +77,11 @@ int vsock_dev_run(struct vsock_dev *d);
 void vsock_dev_stop(struct vsock_dev *d);
 
 /*
- * Closes everything, removes the socket files it created. The device must not be running.
+ * Closes everything, removes the socket files it created. The device must not be running; its
+ * siblings may be, on other threads, and go on: packets they had queued for it are dropped
+ * (counted in each sender's sibling_dropped and answered with an RST from its CID), a sibling
+ * waiting for room in its queue is released at once, and packets they send its CID later are
+ * dropped and answered the same way. Packets it had queued for them stay valid (copies).
  * Safe on NULL.
  */
 void vsock_dev_free(struct vsock_dev *d);
@@ -88,7 +94,8 @@ struct vsock_dev_stats {
 	uint64_t tx_bad_src_cid;           /* TX packet whose src_cid is not the VM's CID */
 	uint64_t tx_bad_dst_cid;           /* TX packet to a CID that is neither 2 nor a sibling */
 	uint64_t sibling_fwd_pkts;         /* packets handed to a sibling VM */
-	uint64_t sibling_dropped;          /* sibling packets dropped (target not running) */
+	uint64_t sibling_dropped;          /* sibling packets dropped: target not running,
+					    * congested, or freed (then also those it held) */
 	uint64_t ring_errors;              /* times the device was marked broken */
 	uint64_t interrupts;               /* call eventfd writes */
 	uint64_t host_conns_accepted;      /* host programs that connected to uds-path */

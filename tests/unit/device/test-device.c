@@ -5,7 +5,8 @@
  * guest driver (vring_drv rings, packets built byte by byte), and the host programs (plain Unix
  * sockets). Covers: RST at once when no host listener, guest->host and host->guest streams with
  * the CONNECT/OK handshake, half-close both ways, bad CONNECT lines, the CONNECT timeout, spoofed
- * source CIDs, VMM reconnect, sibling routing with RX splitting, and unknown destination CIDs.
+ * source CIDs, VMM reconnect, sibling routing with RX splitting, a sibling's VMM disconnecting
+ * and reconnecting (the device is kept), and unknown destination CIDs.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -791,6 +792,82 @@ TEST(congested_sibling_does_not_stall_sender)
 	tg_disconnect(&gb);
 	tdev_stop(&ta);
 	tdev_stop(&tb);
+	vsock_router_free(router);
+}
+
+/*
+ * uvsockd's case: a VMM disconnect does not free the device. While B's VMM is away, what A sends
+ * B is dropped (counted on B) and A keeps working; B's next VMM gets A's packets again.
+ */
+TEST(sibling_vmm_disconnect_keeps_the_device)
+{
+	struct vsock_router *router;
+	struct vsock_dev_status ds;
+	struct vsock_dev_stats st;
+	struct tdev ta, tb;
+	struct tguest ga, gb;
+	struct vsock_hdr h, r;
+	char buf[64];
+
+	ASSERT_OK(vsock_router_new(&router));
+	tdev_start(&ta, router, 3);
+	tdev_start(&tb, router, 4);
+	ASSERT_OK(vsock_dev_link_sibling(ta.d, tb.d));
+	tdev_run(&ta);
+	tdev_run(&tb);
+	tg_connect(&ga, &ta);
+	tg_connect(&gb, &tb);
+	h = mkhdr(&ga, 4, 1111, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.src_port, 1111);
+
+	tg_disconnect(&gb);
+	for (uint64_t end = loop_now_ns() + WAIT_MS * 1000000ull;; usleep(1000)) {
+		vsock_dev_get_status(tb.d, &ds);
+		if (!ds.vmm_connected)
+			break;
+		ASSERT_LT(loop_now_ns(), end);
+	}
+	h = mkhdr(&ga, 4, 1112, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	for (uint64_t end = loop_now_ns() + WAIT_MS * 1000000ull;; usleep(1000)) {
+		vsock_dev_get_stats(tb.d, &st);
+		if (st.sibling_dropped)
+			break;
+		ASSERT_LT(loop_now_ns(), end);
+	}
+	ASSERT_EQ(st.sibling_dropped, 1);
+	/* A still reaches the host (no listener there: RST at once). */
+	h = mkhdr(&ga, 2, 1113, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&ga, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RST);
+	ASSERT_EQ(r.src_cid, 2);
+
+	/* The same device serves B's next VMM, and A's packets reach it again. */
+	tg_connect(&gb, &tb);
+	h = mkhdr(&ga, 4, 1114, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+	ASSERT_EQ(r.src_port, 1114);
+	vsock_dev_get_stats(tb.d, &st);
+	ASSERT_EQ(st.vmm_connects, 2);
+	vsock_dev_get_stats(ta.d, &st);
+	ASSERT_EQ(st.sibling_dropped, 0);
+	ASSERT_EQ(st.sibling_fwd_pkts, 3);
+	tg_disconnect(&ga);
+	tg_disconnect(&gb);
+	/* Shutdown as uvsockd's: every device stopped, then all freed. */
+	vsock_dev_stop(ta.d);
+	vsock_dev_stop(tb.d);
+	pthread_join(ta.th, NULL);
+	pthread_join(tb.th, NULL);
+	vsock_dev_free(ta.d);
+	vsock_dev_free(tb.d);
+	ASSERT_OK(rmdir(ta.dir));
+	ASSERT_OK(rmdir(tb.dir));
 	vsock_router_free(router);
 }
 
