@@ -55,6 +55,30 @@ static inline void g_set_timeouts(int fd, int ms)
 	ASSERT_EQ(uvsock_setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
 }
 
+/*
+ * A guest → host connection through the host-side convention: listens on <uds>_<port> (type),
+ * connects a guest socket of ctx to host port `port` (asserted), gives it timeout_ms send and
+ * receive timeouts, and accepts the host end within WAIT_MS (asserted). Returns the guest fd;
+ * *ret_lfd and *ret_hfd get the host listener and the accepted fd (the caller closes all three).
+ */
+static inline int g_connect_host(struct uvsock_ctx *ctx, const char *uds, int type, uint32_t port,
+				 int timeout_ms, int *ret_lfd, int *ret_hfd)
+{
+	char lpath[200];
+	int lfd, hfd, gfd;
+
+	snprintf(lpath, sizeof(lpath), "%s_%u", uds, port);
+	lfd = hs_listen(lpath, type);
+	gfd = g_connect(ctx, type, VMADDR_CID_HOST, port);
+	ASSERT_GE(gfd, 0);
+	g_set_timeouts(gfd, timeout_ms);
+	hfd = hs_accept(lfd, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	*ret_lfd = lfd;
+	*ret_hfd = hfd;
+	return gfd;
+}
+
 static inline void g_send_pattern(int fd, size_t total, size_t chunk, uint64_t seed)
 {
 	uint8_t *buf = malloc(chunk);

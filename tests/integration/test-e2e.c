@@ -50,19 +50,12 @@ static void stream_g2h(size_t w, size_t total)
 	struct uvsock_ctx *g;
 	struct host_io hr;
 	pthread_t th;
-	char lpath[200];
 	int lfd, hfd, gfd;
 	uint64_t t0;
 
 	one_vm(&u);
 	g = guest_new(u.sock[0]);
-	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
-	lfd = hs_listen(lpath, SOCK_STREAM);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
-	g_set_timeouts(gfd, WAIT_MS);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 	hr = (struct host_io){ .fd = hfd, .total = total, .seed = w, .chunk = w };
 	t0 = hs_now_ms();
 	ASSERT_EQ(pthread_create(&th, NULL, host_recv_main, &hr), 0);
@@ -147,20 +140,13 @@ TEST(seqpacket_guest_to_host_keeps_boundaries)
 {
 	struct uvd u;
 	struct uvsock_ctx *g;
-	char lpath[200];
 	int lfd, hfd, gfd;
 	uint8_t *buf = malloc(256 * 1024);
 
 	ASSERT_TRUE(buf != NULL);
 	one_vm(&u);
 	g = guest_new(u.sock[0]);
-	snprintf(lpath, sizeof(lpath), "%s_5001", u.uds[0]);
-	lfd = hs_listen(lpath, SOCK_SEQPACKET);
-	gfd = g_connect(g, SOCK_SEQPACKET, VMADDR_CID_HOST, 5001);
-	ASSERT_GE(gfd, 0);
-	g_set_timeouts(gfd, WAIT_MS);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_host(g, u.uds[0], SOCK_SEQPACKET, 5001, WAIT_MS, &lfd, &hfd);
 	for (int round = 0; round < 3; round++) {
 		for (size_t i = 0; i < ARRAY_SIZE_(seq_sizes); i++) {
 			size_t n = seq_sizes[i];
@@ -226,19 +212,13 @@ TEST(half_close_both_ways)
 {
 	struct uvd u;
 	struct uvsock_ctx *g;
-	char lpath[200], buf[64];
+	char buf[64];
 	int lfd, hfd, gfd, ls, hfd2, gfd2;
 
 	one_vm(&u);
 	g = guest_new(u.sock[0]);
 	/* Guest-initiated: guest SHUT_WR, host reads EOF, then answers, then closes. */
-	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
-	lfd = hs_listen(lpath, SOCK_STREAM);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
-	g_set_timeouts(gfd, WAIT_MS);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 	ASSERT_EQ(uvsock_send(gfd, "request", 7, 0), 7);
 	ASSERT_EQ(uvsock_shutdown(gfd, SHUT_WR), 0);
 	ASSERT_EQ(hs_read_full(hfd, buf, 7, WAIT_MS), 7);
@@ -658,20 +638,13 @@ TEST(slow_host_reader_keeps_daemon_memory_bounded)
 	struct slow_reader sr;
 	struct g_io io;
 	pthread_t tr, tw;
-	char lpath[200];
 	int lfd, hfd, gfd;
 	uint64_t rss0, rss_max = 0, end, max_gap = 0;
 	const size_t total = 256 * MiB;
 
 	one_vm(&u);
 	g = guest_new(u.sock[0]);
-	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
-	lfd = hs_listen(lpath, SOCK_STREAM);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
-	g_set_timeouts(gfd, 30000);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, 30000, &lfd, &hfd);
 	rss0 = uvd_rss_kib(&u);
 	ASSERT_GT(rss0, 0);
 	sr = (struct slow_reader){ .fd = hfd, .total = total };
@@ -726,19 +699,12 @@ static void *vm_job_main(void *arg)
 	struct uvsock_ctx *g = guest_new(j->u->sock[j->i]);
 	struct host_io hr;
 	pthread_t th;
-	char lpath[200];
 	int lfd, hfd, gfd;
 
 	j->ok = false;
 	if (uvsock_ctx_local_cid(g) != j->u->cid[j->i])
 		test_fail(__FILE__, __LINE__, "wrong CID");
-	snprintf(lpath, sizeof(lpath), "%s_5000", j->u->uds[j->i]);
-	lfd = hs_listen(lpath, SOCK_STREAM);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
-	g_set_timeouts(gfd, 20000);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_host(g, j->u->uds[j->i], SOCK_STREAM, 5000, 20000, &lfd, &hfd);
 	hr = (struct host_io){ .fd = hfd, .total = j->total, .seed = 500 + (uint64_t)j->i };
 	ASSERT_EQ(pthread_create(&th, NULL, host_recv_main, &hr), 0);
 	g_send_pattern(gfd, j->total, 32768, 500 + (uint64_t)j->i);

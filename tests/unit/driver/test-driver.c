@@ -126,7 +126,6 @@ TEST(guest_to_host_stream_both_ways_with_half_close)
 {
 	struct tdev t;
 	struct uvsock_ctx *g;
-	char lpath[160];
 	int lfd, hfd, gfd;
 	struct host_io hr, hw;
 	pthread_t th_r, th_w;
@@ -136,13 +135,7 @@ TEST(guest_to_host_stream_both_ways_with_half_close)
 	tdev_start(&t, 3);
 	g = guest_new(&t);
 	ASSERT_EQ(uvsock_ctx_local_cid(g), 3);
-	snprintf(lpath, sizeof(lpath), "%s_%u", t.uds, 5000);
-	lfd = hs_listen(lpath, SOCK_STREAM);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
-	g_set_timeouts(gfd, WAIT_MS);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_host(g, t.uds, SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 
 	hr = (struct host_io){ .fd = hfd, .total = total, .seed = 1 };
 	hw = (struct host_io){ .fd = hfd, .total = total, .seed = 2 };
@@ -290,19 +283,12 @@ TEST(tx_kicks_follow_the_event_index)
 	struct uvsock_guest_stats st;
 	struct host_io hr;
 	pthread_t th;
-	char lpath[160];
 	int lfd, hfd, gfd;
 	const size_t total = 32u << 20;
 
 	tdev_start(&t, 3);
 	g = guest_new(&t);
-	snprintf(lpath, sizeof(lpath), "%s_%u", t.uds, 5001);
-	lfd = hs_listen(lpath, SOCK_STREAM);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5001);
-	ASSERT_GE(gfd, 0);
-	g_set_timeouts(gfd, WAIT_MS);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_host(g, t.uds, SOCK_STREAM, 5001, WAIT_MS, &lfd, &hfd);
 	hr = (struct host_io){ .fd = hfd, .total = total, .seed = 4 };
 	ASSERT_EQ(pthread_create(&th, NULL, host_recv_main, &hr), 0);
 	g_send_pattern(gfd, total, 65536, 4);
@@ -499,19 +485,12 @@ static void both_ways_with_queue_size(unsigned qsize, uint32_t rx_min, uint32_t 
 	struct uvsock_guest_stats st;
 	struct host_io hr, hw;
 	pthread_t th_r, th_w;
-	char lpath[160];
 	int lfd, hfd, gfd;
 	const size_t total = 8u << 20;
 
 	tdev_start(&t, 3);
 	g = guest_new_opts(&t, &o);
-	snprintf(lpath, sizeof(lpath), "%s_%u", t.uds, 5000);
-	lfd = hs_listen(lpath, SOCK_STREAM);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
-	g_set_timeouts(gfd, WAIT_MS);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_host(g, t.uds, SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 	hr = (struct host_io){ .fd = hfd, .total = total, .seed = 11 };
 	hw = (struct host_io){ .fd = hfd, .total = total, .seed = 12, .chunk = 3000 };
 	ASSERT_EQ(pthread_create(&th_r, NULL, host_recv_main, &hr), 0);

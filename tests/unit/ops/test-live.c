@@ -112,13 +112,8 @@ TEST(counters_and_listing_of_a_live_daemon)
 
 	/* A guest connects to host port 5000 and sends "hello". */
 	g = guest_new(u.sock[0]);
-	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
-	lfd = hs_listen(lpath, SOCK_STREAM);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
-	g_set_timeouts(gfd, WAIT_MS);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
+	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]); /* the listener, as listed below */
 	ASSERT_EQ(uvsock_send(gfd, "hello", 5, 0), 5);
 	ASSERT_EQ(hs_read_full(hfd, buf, 5, WAIT_MS), 5);
 	ASSERT_MEMEQ(buf, "hello", 5);
@@ -346,7 +341,7 @@ TEST(capture_of_a_live_daemon_with_uvsock_stat)
 	static struct cap_pkt pkts[256];
 	struct uvd u;
 	struct uvsock_ctx *g;
-	char lpath[200], file[200], ctl[200], buf[8];
+	char file[200], ctl[200], buf[8];
 	int lfd, hfd, gfd, n, st;
 	pid_t child;
 
@@ -365,13 +360,7 @@ TEST(capture_of_a_live_daemon_with_uvsock_stat)
 	}
 	wait_capture_running(ctl);
 
-	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
-	lfd = hs_listen(lpath, SOCK_STREAM);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
-	g_set_timeouts(gfd, WAIT_MS);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 	ASSERT_EQ(uvsock_send(gfd, "hello", 5, 0), 5);
 	ASSERT_EQ(hs_read_full(hfd, buf, 5, WAIT_MS), 5);
 	hs_write_all(hfd, "world", 5);
