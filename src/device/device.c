@@ -1406,10 +1406,12 @@ static void sib_detach(struct vsock_dev *d)
 	pthread_mutex_lock(&in->lock);
 	__atomic_store_n(&port->closed, true, __ATOMIC_RELAXED);
 	port->inbox_async = port->room_async = NULL;
-	for (; in->count; in->count--) {
+	while (n < in->count) {
 		left[n++] = in->ring[in->head];
 		in->head = (in->head + 1) % DEV_INBOX_PKTS;
 	}
+	/* count is read without the lock as a hint (atomic), as in sib_push and sib_take. */
+	__atomic_store_n(&in->count, 0, __ATOMIC_RELAXED);
 	in->bytes = 0;
 	pthread_mutex_unlock(&in->lock);
 	if (d->rx_cur) {

@@ -175,7 +175,7 @@ struct vsock_dev {
 	struct loop_async *room_async;  /* a sibling's inbox has room again */
 	struct sib_port **sibs;         /* linked devices' ports (references), sorted by cid;
 					 * fixed once the device runs; a closed one is a freed
-					 * sibling: packets to it are dropped and answered with RST */
+					 * sibling: packets to it are dropped, answered with RST */
 	unsigned n_sibs;
 	struct sib_pkt *rx_cur;         /* taken from the inbox, partly delivered */
 	struct sib_pkt *tx_staged;      /* could not be handed over yet (target full) */
