@@ -12,32 +12,13 @@
 #include "guestside.h"
 #include "ops/json.h"
 #include "ops/statcli.h"
+#include "statrun.h"
 #include "test.h"
 #include "uvsockd-proc.h"
 
-struct run {
-	int rc;
-	char *out, *err;
-};
-
 static struct run stat_run(const char *const *args)
 {
-	char *argv[16];
-	int argc = 0;
-	size_t ol, el;
-	struct run r;
-	FILE *out, *err;
-
-	argv[argc++] = "uvsock-stat";
-	for (; *args; args++)
-		argv[argc++] = (char *)*args;
-	argv[argc] = NULL;
-	out = open_memstream(&r.out, &ol);
-	err = open_memstream(&r.err, &el);
-	r.rc = uvsock_stat_main(argc, argv, "live", out, err);
-	fclose(out);
-	fclose(err);
-	return r;
+	return stat_run_version("live", args);
 }
 
 static struct ops_jv *stat_json(const char *sock)

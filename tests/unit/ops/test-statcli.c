@@ -11,36 +11,11 @@
 #include "fakectl.h"
 #include "ops/json.h"
 #include "ops/statcli.h"
-
-struct run {
-	int rc;
-	char *out, *err;
-};
+#include "statrun.h"
 
 static struct run stat_run(const char *const *args)
 {
-	char *argv[32];
-	int argc = 0;
-	size_t ol, el;
-	struct run r;
-	FILE *out, *err;
-
-	argv[argc++] = "uvsock-stat";
-	for (; *args; args++)
-		argv[argc++] = (char *)*args;
-	argv[argc] = NULL;
-	out = open_memstream(&r.out, &ol);
-	err = open_memstream(&r.err, &el);
-	r.rc = uvsock_stat_main(argc, argv, "9.9", out, err);
-	fclose(out);
-	fclose(err);
-	return r;
-}
-
-static void run_free(struct run *r)
-{
-	free(r->out);
-	free(r->err);
+	return stat_run_version("9.9", args);
 }
 
 static int count_lines(const char *s, const char *needle)
