@@ -79,6 +79,23 @@ static inline int g_connect_host(struct uvsock_ctx *ctx, const char *uds, int ty
 	return gfd;
 }
 
+/*
+ * A host → guest connection to the guest listener ls (port `port`, type): the host connects
+ * through <uds> with CONNECT (asserted within WAIT_MS) and the guest accepts (asserted). Returns
+ * the accepted guest fd; *ret_hfd gets the host end.
+ */
+static inline int g_accept_host(int ls, const char *uds, int type, uint32_t port, int *ret_hfd)
+{
+	int hfd, gfd;
+
+	hfd = hs_connect_guest(uds, port, type, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	gfd = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd, 0);
+	*ret_hfd = hfd;
+	return gfd;
+}
+
 static inline void g_send_pattern(int fd, size_t total, size_t chunk, uint64_t seed)
 {
 	uint8_t *buf = malloc(chunk);

@@ -88,10 +88,7 @@ static void stream_h2g(size_t w, size_t total)
 	one_vm(&u);
 	g = guest_new(u.sock[0]);
 	ls = g_listen(g, SOCK_STREAM, 6000);
-	hfd = hs_connect_guest(u.uds[0], 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &hfd);
 	g_set_timeouts(gfd, WAIT_MS);
 	hw = (struct host_io){ .fd = hfd, .total = total, .seed = w + 1, .chunk = w };
 	t0 = hs_now_ms();
@@ -180,10 +177,7 @@ TEST(seqpacket_host_to_guest_keeps_boundaries)
 	one_vm(&u);
 	g = guest_new(u.sock[0]);
 	ls = g_listen(g, SOCK_SEQPACKET, 6001);
-	hfd = hs_connect_guest(u.uds[0], 6001, SOCK_SEQPACKET, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(ls, u.uds[0], SOCK_SEQPACKET, 6001, &hfd);
 	g_set_timeouts(gfd, WAIT_MS);
 	/* All messages first, then read them: boundaries must survive queueing. */
 	for (size_t i = 0; i < ARRAY_SIZE_(seq_sizes); i++) {
@@ -235,10 +229,7 @@ TEST(half_close_both_ways)
 
 	/* Host-initiated: host SHUT_WR, guest reads 0, guest still sends, then closes. */
 	ls = g_listen(g, SOCK_STREAM, 6000);
-	hfd2 = hs_connect_guest(u.uds[0], 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd2, 0);
-	gfd2 = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd2, 0);
+	gfd2 = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &hfd2);
 	g_set_timeouts(gfd2, WAIT_MS);
 	hs_write_all(hfd2, "ask", 3);
 	ASSERT_EQ(shutdown(hfd2, SHUT_WR), 0);
@@ -524,10 +515,7 @@ TEST(vmm_disconnect_and_reconnect)
 	ASSERT_TRUE(hs_wait_eof(hfd, WAIT_MS));
 	close(hfd);
 	uvsock_close(gfd);
-	hfd = hs_connect_guest(u.uds[0], 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &hfd);
 	g_set_timeouts(gfd, WAIT_MS);
 	hs_write_all(hfd, "b", 1);
 	ASSERT_EQ(uvsock_recv(gfd, &c, 1, 0), 1);
@@ -560,10 +548,7 @@ TEST(backend_restart_with_a_new_cid)
 	g = guest_new(u.sock[0]);
 	ASSERT_EQ(uvsock_ctx_local_cid(g), 3);
 	ls = g_listen(g, SOCK_STREAM, 6000);
-	hfd = hs_connect_guest(u.uds[0], 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &hfd);
 
 	ASSERT_EQ(uvd_kill(&u), 0);
 	ASSERT_NE(g_wait_events(gfd, POLLERR | POLLHUP, WAIT_MS), 0);
@@ -577,10 +562,7 @@ TEST(backend_restart_with_a_new_cid)
 	uvd_restart_one(&u, 7);
 	ASSERT_EQ(uvsock_ctx_guest_reconnect(g), 0);
 	ASSERT_EQ(uvsock_ctx_local_cid(g), 7);
-	hfd = hs_connect_guest(u.uds[0], 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &hfd);
 	ASSERT_EQ(uvsock_getsockname(gfd, (struct sockaddr *)&me, &len), 0);
 	ASSERT_EQ(me.svm_cid, 7);
 	g_set_timeouts(gfd, WAIT_MS);

@@ -178,10 +178,7 @@ TEST(host_to_guest_stream_and_seqpacket)
 	ls = g_listen(g, SOCK_STREAM, 6000);
 	lq = g_listen(g, SOCK_SEQPACKET, 6001);
 
-	hfd = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
 	g_set_timeouts(gfd, WAIT_MS);
 	hs_write_all(hfd, "hello", 5);
 	ASSERT_EQ(uvsock_recv(gfd, buf, 5, MSG_WAITALL), 5);
@@ -193,10 +190,7 @@ TEST(host_to_guest_stream_and_seqpacket)
 	ASSERT_TRUE(hs_wait_eof(hfd, WAIT_MS));
 	close(hfd);
 
-	hfd = hs_connect_guest(t.uds, 6001, SOCK_SEQPACKET, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(lq, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(lq, t.uds, SOCK_SEQPACKET, 6001, &hfd);
 	g_set_timeouts(gfd, WAIT_MS);
 	ASSERT_EQ(send(hfd, "one", 3, 0), 3);
 	ASSERT_EQ(send(hfd, "second", 6, 0), 6);
@@ -255,10 +249,7 @@ TEST(rx_buffers_grow_under_bulk_traffic)
 	ASSERT_LT(st.rx_buf_len, 4096 + 44 + 64);
 	ASSERT_EQ(st.rx_posted, 128);
 	ls = g_listen(g, SOCK_STREAM, 6000);
-	hfd = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
 	g_set_timeouts(gfd, WAIT_MS);
 	hw = (struct host_io){ .fd = hfd, .total = total, .seed = 9 };
 	ASSERT_EQ(pthread_create(&th, NULL, host_send_main, &hw), 0);
@@ -337,10 +328,7 @@ TEST(transport_reset_resets_connected_and_keeps_listeners)
 	tdev_start(&t, 3);
 	g = guest_new(&t);
 	ls = g_listen(g, SOCK_STREAM, 6000);
-	hfd = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
 
 	ASSERT_EQ(uvsock_ctx_guest_transport_reset(g), 0);
 	assert_reset(gfd);
@@ -351,10 +339,7 @@ TEST(transport_reset_resets_connected_and_keeps_listeners)
 	ASSERT_EQ(st.resets, 1);
 
 	/* The listener survived: a new host connection works. */
-	hfd2 = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd2, 0);
-	gfd2 = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd2, 0);
+	gfd2 = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd2);
 	g_set_timeouts(gfd2, WAIT_MS);
 	hs_write_all(hfd2, "k", 1);
 	ASSERT_EQ(uvsock_recv(gfd2, &c, 1, 0), 1);
@@ -377,19 +362,13 @@ TEST(reconnect_resets_connections_and_keeps_listeners)
 	tdev_start(&t, 3);
 	g = guest_new(&t);
 	ls = g_listen(g, SOCK_STREAM, 6000);
-	hfd = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
 
 	ASSERT_EQ(uvsock_ctx_guest_reconnect(g), 0);
 	assert_reset(gfd);
 	/* The device dropped the old VM's host sockets. */
 	ASSERT_TRUE(hs_wait_eof(hfd, WAIT_MS));
-	hfd2 = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd2, 0);
-	gfd2 = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd2, 0);
+	gfd2 = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd2);
 	g_set_timeouts(gfd2, WAIT_MS);
 	hs_write_all(hfd2, "r", 1);
 	ASSERT_EQ(uvsock_recv(gfd2, &c, 1, 0), 1);
@@ -413,10 +392,7 @@ TEST(backend_loss_resets_sockets_and_connect_fails_fast)
 	tdev_start(&t, 3);
 	g = guest_new(&t);
 	ls = g_listen(g, SOCK_STREAM, 6000);
-	hfd = hs_connect_guest(t.uds, 6000, SOCK_STREAM, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	gfd = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(gfd, 0);
+	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
 	tdev_stop(&t); /* the back-end goes away with the VMM connection */
 	assert_reset(gfd);
 	close(hfd);
