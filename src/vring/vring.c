@@ -285,18 +285,6 @@ static int walk_chain(struct vring_dev_queue *q, uint16_t head, struct iovec *ou
 	return 0;
 }
 
-/* Reads and checks the head at last_avail_idx; the caller made sure one is available. */
-static int read_head(struct vring_dev_queue *q, uint16_t *ret_head)
-{
-	uint16_t head = vring_load16_relaxed(&q->avail->ring[q->last_avail_idx & q->mask]);
-
-	if (unlikely(head >= q->num))
-		return set_broken(q, VRING_ERR_HEAD, "avail[%u] = %u >= num %u", q->last_avail_idx,
-				  head, q->num);
-	*ret_head = head;
-	return 0;
-}
-
 /* Ensures a chain is available at last_avail_idx. Returns 0, -EAGAIN or -EIO. */
 static int have_avail(struct vring_dev_queue *q)
 {
@@ -310,6 +298,25 @@ static int have_avail(struct vring_dev_queue *q)
 	if (r < 0)
 		return r;
 	return r == 0 ? -EAGAIN : 0;
+}
+
+/*
+ * Reads and checks the head at last_avail_idx once a chain is available there.
+ * Returns 0, -EAGAIN (none available) or -EIO (queue broken).
+ */
+static int next_head(struct vring_dev_queue *q, uint16_t *ret_head)
+{
+	uint16_t head;
+	int r = have_avail(q);
+
+	if (r < 0)
+		return r;
+	head = vring_load16_relaxed(&q->avail->ring[q->last_avail_idx & q->mask]);
+	if (unlikely(head >= q->num))
+		return set_broken(q, VRING_ERR_HEAD, "avail[%u] = %u >= num %u", q->last_avail_idx,
+				  head, q->num);
+	*ret_head = head;
+	return 0;
 }
 
 static inline void consumed(struct vring_dev_queue *q)
@@ -329,10 +336,7 @@ int vring_dev_pop(struct vring_dev_queue *q, struct iovec *out_iov, unsigned out
 	uint16_t head = 0;
 	int r;
 
-	r = have_avail(q);
-	if (r < 0)
-		return r;
-	r = read_head(q, &head);
+	r = next_head(q, &head);
 	if (r < 0)
 		return r;
 	r = walk_chain(q, head, out_iov, out_max, in_iov, in_max, &c);
@@ -348,10 +352,7 @@ int vring_dev_skip(struct vring_dev_queue *q, uint16_t *ret_head)
 	uint16_t head = 0;
 	int r;
 
-	r = have_avail(q);
-	if (r < 0)
-		return r;
-	r = read_head(q, &head);
+	r = next_head(q, &head);
 	if (r < 0)
 		return r;
 	consumed(q);
