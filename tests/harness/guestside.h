@@ -19,6 +19,17 @@
 #define WAIT_MS 5000
 #endif
 
+/* A guest-role context on the vhost-user socket `sock` (opts may be NULL); fails the case if none. */
+static inline struct uvsock_ctx *g_guest_new(const char *sock, const struct uvsock_guest_opts *o)
+{
+	struct uvsock_ctx *ctx = uvsock_ctx_new_guest(sock, o);
+
+	if (!ctx)
+		test_fail(__FILE__, __LINE__, "uvsock_ctx_new_guest(%s): %s", sock,
+			  strerror(errno));
+	return ctx;
+}
+
 static inline int g_connect(struct uvsock_ctx *ctx, int type, uint32_t cid, uint32_t port)
 {
 	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = cid, .svm_port = port };

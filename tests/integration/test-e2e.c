@@ -21,16 +21,6 @@
 #define MiB (1024u * 1024u)
 #define ARRAY_SIZE_(a) (sizeof(a) / sizeof((a)[0]))
 
-static struct uvsock_ctx *guest_new(const char *sock)
-{
-	struct uvsock_ctx *ctx = uvsock_ctx_new_guest(sock, NULL);
-
-	if (!ctx)
-		test_fail(__FILE__, __LINE__, "uvsock_ctx_new_guest(%s): %s", sock,
-			  strerror(errno));
-	return ctx;
-}
-
 static void one_vm(struct uvd *u)
 {
 	static const uint32_t cid3[] = { 3 };
@@ -54,7 +44,7 @@ static void stream_g2h(size_t w, size_t total)
 	uint64_t t0;
 
 	one_vm(&u);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 	hr = (struct host_io){ .fd = hfd, .total = total, .seed = w, .chunk = w };
 	t0 = hs_now_ms();
@@ -86,7 +76,7 @@ static void stream_h2g(size_t w, size_t total)
 	char c;
 
 	one_vm(&u);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	ls = g_listen(g, SOCK_STREAM, 6000);
 	gfd = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &hfd);
 	g_set_timeouts(gfd, WAIT_MS);
@@ -142,7 +132,7 @@ TEST(seqpacket_guest_to_host_keeps_boundaries)
 
 	ASSERT_TRUE(buf != NULL);
 	one_vm(&u);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	gfd = g_connect_host(g, u.uds[0], SOCK_SEQPACKET, 5001, WAIT_MS, &lfd, &hfd);
 	for (int round = 0; round < 3; round++) {
 		for (size_t i = 0; i < ARRAY_SIZE_(seq_sizes); i++) {
@@ -175,7 +165,7 @@ TEST(seqpacket_host_to_guest_keeps_boundaries)
 
 	ASSERT_TRUE(buf != NULL);
 	one_vm(&u);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	ls = g_listen(g, SOCK_SEQPACKET, 6001);
 	gfd = g_accept_host(ls, u.uds[0], SOCK_SEQPACKET, 6001, &hfd);
 	g_set_timeouts(gfd, WAIT_MS);
@@ -210,7 +200,7 @@ TEST(half_close_both_ways)
 	int lfd, hfd, gfd, ls, hfd2, gfd2;
 
 	one_vm(&u);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	/* Guest-initiated: guest SHUT_WR, host reads EOF, then answers, then closes. */
 	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 	ASSERT_EQ(uvsock_send(gfd, "request", 7, 0), 7);
@@ -254,7 +244,7 @@ TEST(refused_port_fails_fast_with_econnreset)
 	uint64_t t0;
 
 	one_vm(&u);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	for (int i = 0; i < 20; i++) {
 		t0 = hs_now_ms();
 		ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 7000 + i), -1);
@@ -335,7 +325,7 @@ TEST(thousand_concurrent_connections)
 	uint64_t t0 = hs_now_ms();
 
 	one_vm(&u);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
 	srv = (struct echo_srv){ .lfd = hs_listen(lpath, SOCK_STREAM), .n = N };
 	ASSERT_EQ(pthread_create(&th, NULL, echo_main, &srv), 0);
@@ -402,8 +392,8 @@ TEST(sibling_guests_talk_through_the_daemon)
 	socklen_t plen = sizeof(peer);
 
 	uvd_start(&u, 2, cids, "web", NULL);
-	g3 = guest_new(u.sock[0]);
-	g4 = guest_new(u.sock[1]);
+	g3 = g_guest_new(u.sock[0], NULL);
+	g4 = g_guest_new(u.sock[1], NULL);
 	ASSERT_EQ(uvsock_ctx_local_cid(g3), 3);
 	ASSERT_EQ(uvsock_ctx_local_cid(g4), 4);
 	ls = g_listen(g4, SOCK_STREAM, 9000);
@@ -492,7 +482,7 @@ TEST(vmm_disconnect_and_reconnect)
 	lfd = hs_listen(lpath, SOCK_STREAM);
 	/* A VMM comes and goes three times, each with a live connection when it leaves. */
 	for (int round = 0; round < 3; round++) {
-		g = guest_new(u.sock[0]);
+		g = g_guest_new(u.sock[0], NULL);
 		gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
 		ASSERT_GE(gfd, 0);
 		hfd = hs_accept(lfd, WAIT_MS);
@@ -504,7 +494,7 @@ TEST(vmm_disconnect_and_reconnect)
 		close(hfd);
 	}
 	/* In-place reconnect: listeners survive, the old connection is reset. */
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	ls = g_listen(g, SOCK_STREAM, 6000);
 	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
 	ASSERT_GE(gfd, 0);
@@ -545,7 +535,7 @@ TEST(backend_restart_with_a_new_cid)
 	char c;
 
 	one_vm(&u);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	ASSERT_EQ(uvsock_ctx_local_cid(g), 3);
 	ls = g_listen(g, SOCK_STREAM, 6000);
 	gfd = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &hfd);
@@ -625,7 +615,7 @@ TEST(slow_host_reader_keeps_daemon_memory_bounded)
 	const size_t total = 256 * MiB;
 
 	one_vm(&u);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, 30000, &lfd, &hfd);
 	rss0 = uvd_rss_kib(&u);
 	ASSERT_GT(rss0, 0);
@@ -678,7 +668,7 @@ struct vm_job {
 static void *vm_job_main(void *arg)
 {
 	struct vm_job *j = arg;
-	struct uvsock_ctx *g = guest_new(j->u->sock[j->i]);
+	struct uvsock_ctx *g = g_guest_new(j->u->sock[j->i], NULL);
 	struct host_io hr;
 	pthread_t th;
 	int lfd, hfd, gfd;

@@ -104,22 +104,9 @@ static void tdev_stop(struct tdev *t)
 	ASSERT_EQ(rmdir(t->dir), 0);
 }
 
-static struct uvsock_ctx *guest_new_opts(struct tdev *t, const struct uvsock_guest_opts *o)
-{
-	struct uvsock_ctx *ctx = uvsock_ctx_new_guest(t->sock, o);
-
-	if (!ctx)
-		test_fail(__FILE__, __LINE__, "uvsock_ctx_new_guest: %s", strerror(errno));
-	return ctx;
-}
-
 static struct uvsock_ctx *guest_new(struct tdev *t)
 {
-	struct uvsock_ctx *ctx = uvsock_ctx_new_guest(t->sock, NULL);
-
-	if (!ctx)
-		test_fail(__FILE__, __LINE__, "uvsock_ctx_new_guest: %s", strerror(errno));
-	return ctx;
+	return g_guest_new(t->sock, NULL);
 }
 
 TEST(guest_to_host_stream_both_ways_with_half_close)
@@ -465,7 +452,7 @@ static void both_ways_with_queue_size(unsigned qsize, uint32_t rx_min, uint32_t 
 	const size_t total = 8u << 20;
 
 	tdev_start(&t, 3);
-	g = guest_new_opts(&t, &o);
+	g = g_guest_new(t.sock, &o);
 	gfd = g_connect_host(g, t.uds, SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 	hr = (struct host_io){ .fd = hfd, .total = total, .seed = 11 };
 	hw = (struct host_io){ .fd = hfd, .total = total, .seed = 12, .chunk = 3000 };

@@ -64,16 +64,6 @@ static void uvd_start_ctl(struct uvd *u, const uint32_t *cid)
 	close(fd);
 }
 
-static struct uvsock_ctx *guest_new(const char *sock)
-{
-	struct uvsock_ctx *ctx = uvsock_ctx_new_guest(sock, NULL);
-
-	if (!ctx)
-		test_fail(__FILE__, __LINE__, "uvsock_ctx_new_guest(%s): %s", sock,
-			  strerror(errno));
-	return ctx;
-}
-
 TEST(counters_and_listing_of_a_live_daemon)
 {
 	static const uint32_t cid3[] = { 3 };
@@ -92,7 +82,7 @@ TEST(counters_and_listing_of_a_live_daemon)
 	ops_json_free(v);
 
 	/* A guest connects to host port 5000 and sends "hello". */
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]); /* the listener, as listed below */
 	ASSERT_EQ(uvsock_send(gfd, "hello", 5, 0), 5);
@@ -181,7 +171,7 @@ static struct ctr_snap ctr_snap(const char *sock)
 /* One session: a connection to host port 5000 (then reset by the guest) and one refused. */
 static void session(struct uvd *u, int lfd)
 {
-	struct uvsock_ctx *g = guest_new(u->sock[0]);
+	struct uvsock_ctx *g = g_guest_new(u->sock[0], NULL);
 	char buf[4];
 	int gfd, hfd;
 
@@ -327,7 +317,7 @@ TEST(capture_of_a_live_daemon_with_uvsock_stat)
 	pid_t child;
 
 	uvd_start_ctl(&u, cid3);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	snprintf(file, sizeof(file), "%s/live.pcap", u.dir);
 	snprintf(ctl, sizeof(ctl), "%s.ctl", u.sock[0]);
 	child = fork();
@@ -412,7 +402,7 @@ TEST(capture_from_start_up_with_the_daemon_option)
 	unlink(file);
 	snprintf(arg, sizeof(arg), "--capture=%s", file);
 	uvd_start(&u, 1, cid3, NULL, arg);
-	g = guest_new(u.sock[0]);
+	g = g_guest_new(u.sock[0], NULL);
 	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
 	lfd = hs_listen(lpath, SOCK_STREAM);
 	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
