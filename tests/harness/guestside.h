@@ -173,6 +173,20 @@ static inline void *g_send_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Guest to guest: sends total patterned bytes (seed) on `from` in writes of chunk bytes from a
+ * thread, while this thread receives and checks them on `to`.
+ */
+static inline void g_transfer(int from, int to, size_t total, size_t chunk, uint64_t seed)
+{
+	struct g_io io = { .fd = from, .total = total, .chunk = chunk, .seed = seed };
+	pthread_t th;
+
+	ASSERT_EQ(pthread_create(&th, NULL, g_send_main, &io), 0);
+	g_recv_pattern(to, total, seed);
+	pthread_join(th, NULL);
+}
+
 /* A host-side transfer on a plain fd, run on its own thread; chunk 0 means 64 KiB. */
 struct host_io {
 	int fd;

@@ -384,8 +384,6 @@ TEST(sibling_guests_talk_through_the_daemon)
 	static const uint32_t cids[] = { 3, 4 };
 	struct uvd u;
 	struct uvsock_ctx *g3, *g4;
-	struct g_io io;
-	pthread_t th;
 	int ls, c, s;
 	const size_t total = 64 * MiB;
 	struct sockaddr_vm peer;
@@ -404,14 +402,8 @@ TEST(sibling_guests_talk_through_the_daemon)
 	ASSERT_EQ(peer.svm_cid, 3);
 	g_set_timeouts(c, WAIT_MS);
 	g_set_timeouts(s, WAIT_MS);
-	io = (struct g_io){ .fd = c, .total = total, .chunk = 65536, .seed = 33 };
-	ASSERT_EQ(pthread_create(&th, NULL, g_send_main, &io), 0);
-	g_recv_pattern(s, total, 33);
-	pthread_join(th, NULL);
-	io = (struct g_io){ .fd = s, .total = total, .chunk = 4096, .seed = 44 };
-	ASSERT_EQ(pthread_create(&th, NULL, g_send_main, &io), 0);
-	g_recv_pattern(c, total, 44);
-	pthread_join(th, NULL);
+	g_transfer(c, s, total, 65536, 33);
+	g_transfer(s, c, total, 4096, 44);
 	/* SEQPACKET between the siblings: messages larger than a packet (the engine cuts them)
 	 * and than an RX buffer (the daemon splits them) arrive whole, boundaries kept. */
 	{

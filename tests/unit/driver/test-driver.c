@@ -401,8 +401,6 @@ TEST(siblings_talk_guest_to_guest)
 	struct uvsock_ctx *ga, *gb;
 	int ls, ca, sb;
 	const size_t total = 8u << 20;
-	struct g_io io;
-	pthread_t th;
 	ASSERT_OK(vsock_router_new(&r));
 	tdev_new(&a, r, 3);
 	tdev_new(&b, r, 4);
@@ -419,14 +417,8 @@ TEST(siblings_talk_guest_to_guest)
 	ASSERT_GE(sb, 0);
 	g_set_timeouts(ca, WAIT_MS);
 	g_set_timeouts(sb, WAIT_MS);
-	io = (struct g_io){ .fd = ca, .total = total, .chunk = 30000, .seed = 7 };
-	ASSERT_EQ(pthread_create(&th, NULL, g_send_main, &io), 0);
-	g_recv_pattern(sb, total, 7);
-	pthread_join(th, NULL);
-	io = (struct g_io){ .fd = sb, .total = total, .chunk = 65536, .seed = 8 };
-	ASSERT_EQ(pthread_create(&th, NULL, g_send_main, &io), 0);
-	g_recv_pattern(ca, total, 8);
-	pthread_join(th, NULL);
+	g_transfer(ca, sb, total, 30000, 7);
+	g_transfer(sb, ca, total, 65536, 8);
 	uvsock_close(ca);
 	uvsock_close(sb);
 	uvsock_close(ls);
