@@ -184,7 +184,9 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 	return ctx;
 }
 
-int uvsock_ctx_guest_transport_reset(struct uvsock_ctx *ctx)
+/* Runs op on ctx's driver, in the public API's convention: 0, or -1 with errno (EINVAL: not a
+ * guest-role context). */
+static int guest_op(struct uvsock_ctx *ctx, int (*op)(struct vdrv *d))
 {
 	struct vdrv *d = reg_find(ctx);
 	int r;
@@ -193,7 +195,7 @@ int uvsock_ctx_guest_transport_reset(struct uvsock_ctx *ctx)
 		errno = EINVAL;
 		return -1;
 	}
-	r = vdrv_transport_reset(d);
+	r = op(d);
 	if (r < 0) {
 		errno = -r;
 		return -1;
@@ -201,21 +203,14 @@ int uvsock_ctx_guest_transport_reset(struct uvsock_ctx *ctx)
 	return 0;
 }
 
+int uvsock_ctx_guest_transport_reset(struct uvsock_ctx *ctx)
+{
+	return guest_op(ctx, vdrv_transport_reset);
+}
+
 int uvsock_ctx_guest_reconnect(struct uvsock_ctx *ctx)
 {
-	struct vdrv *d = reg_find(ctx);
-	int r;
-
-	if (!d) {
-		errno = EINVAL;
-		return -1;
-	}
-	r = vdrv_reconnect(d);
-	if (r < 0) {
-		errno = -r;
-		return -1;
-	}
-	return 0;
+	return guest_op(ctx, vdrv_reconnect);
 }
 
 int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats *ret)
