@@ -61,8 +61,9 @@ if ! "$REPO/scripts/install-deps.sh" interop; then
 fi
 
 T=$(mktemp -d /tmp/uvsock-interop.XXXXXX) || exit 1
-declare -A QPID HPID VMSTART VMNOTE VMCASES BOOTMS
+declare -A QPID HPID VMSTART VMNOTE VMCASES BOOTMS VMARGS VMTRIES
 DPID=""
+RETRIES=()   # one line per boot that died before /init and was retried
 cleanup() {
 	local p
 	for p in "${QPID[@]}" "${HPID[@]}" $DPID; do
@@ -151,6 +152,14 @@ vm_start() {
 	done
 	local extra=""
 	[ -n "${UVSOCK_INTEROP_TRACE:-}" ] && extra=" uvsock.trace=$UVSOCK_INTEROP_TRACE"
+	VMTRIES[$name]=$((${VMTRIES[$name]:-0} + 1))
+	VMARGS[$name]="$cid|$cases|$hold|${INTEROP_REBOOT:-0}"
+	# Test knob: the first boot attempt of this VM panics before /init (no initramfs init, no
+	# root fs: "VFS: Unable to mount root fs"), to exercise the boot retry.
+	case ",${UVSOCK_INTEROP_FAULT:-}," in
+	*",boot-panic:$name,"* | *",boot-panic:${name%-*},"*)
+		[ "${VMTRIES[$name]}" = 1 ] && extra+=" rdinit=/nonexistent" ;;
+	esac
 	qemu_args "$KDIR" "$INITRD" "uvsock.cases=$cases uvsock.bulk=$BULK$extra" "$T/$name.serial" \
 		"$vsock" "$ctl"
 	: >"$T/$name.serial"
@@ -162,12 +171,74 @@ vm_start() {
 	BOOTMS[$name]=""
 }
 
+# What a kernel that dies on its own prints (panic, oops, BUG, exceptions).
+PANIC_RE='Kernel panic|Oops|BUG:|general protection fault|invalid opcode|Fatal exception'
+
+# boot_died NAME: succeed (printing why) if the VM died before its /init ran: no UVSOCK-INIT line
+# yet, and the serial log shows a panic/oops or QEMU has exited (while uvsockd is alive, and not
+# because of vhost-user, which is our code). Nothing after UVSOCK-INIT counts: such failures are
+# never retried.
+boot_died() {
+	local name=$1 pre line
+	# The log up to and including the first UVSOCK-INIT (a rebooting QEMU may boot again).
+	pre=$(tr -d '\r' <"$T/$name.serial" 2>/dev/null | sed '/^UVSOCK-INIT/q')
+	line=$(printf '%s\n' "$pre" | grep -a -m1 -E "$PANIC_RE") && { echo "${line:0:160}"; return 0; }
+	printf '%s\n' "$pre" | grep -a -q '^UVSOCK-INIT' && return 1
+	kill -0 "${QPID[$name]}" 2>/dev/null && return 1
+	daemon_alive || [ -z "$DPID" ] || return 1
+	grep -a -q -i 'vhost' "$T/$name.qemu.log" 2>/dev/null && return 1
+	echo "QEMU exited: $(tail -n 2 "$T/$name.qemu.log" 2>/dev/null | tr '\n' ' ')"
+}
+
+# vm_retry NAME WHY: end the dead attempt (QEMU and host helper, by PID), keep its logs as
+# NAME.*.attempt1, print the loud line and its last serial lines, and start the VM again with the
+# same arguments. Fails (leaving the VM for vm_wait to report) after 2 attempts.
+vm_retry() {
+	local name=$1 why=$2 n=${VMTRIES[$1]} cid cases hold reboot f
+	[ "$n" -lt 2 ] || return 1
+	kill -9 "${QPID[$name]}" 2>/dev/null; wait "${QPID[$name]}" 2>/dev/null
+	kill -9 "${HPID[$name]}" 2>/dev/null; wait "${HPID[$name]}" 2>/dev/null
+	unset "QPID[$name]" "HPID[$name]"
+	for f in serial host.log qemu.log; do mv -f "$T/$name.$f" "$T/$name.$f.attempt$n" 2>/dev/null; done
+	rm -f "$T/$name.ctl"
+	RETRIES+=("$name: attempt $n died before /init after $(($(now_ms) - VMSTART[$name])) ms ($why)")
+	echo "interop: $name boot attempt $n died before /init ($why): retrying"
+	echo "    --- $name attempt $n: serial (last 12 lines) ---"
+	tr -d '\r' <"$T/$name.serial.attempt$n" | tail -n 12 | sed 's/^/    | /'
+	IFS='|' read -r cid cases hold reboot <<<"${VMARGS[$name]}"
+	INTEROP_REBOOT=$reboot vm_start "$name" "$cid" "$cases" "$hold"
+}
+
+# vm_boot NAME...: wait (up to 120 s) until each VM's /init has printed UVSOCK-INIT; a VM whose
+# kernel dies before that is started once more (vm_retry), while the others keep running. VMs
+# that fail otherwise are left to vm_wait, which reports them.
+vm_boot() {
+	local end=$(($(now_ms) + 120000)) name why pending
+	while [ "$(now_ms)" -lt "$end" ]; do
+		pending=0
+		for name in "$@"; do
+			[ -n "${QPID[$name]:-}" ] || continue
+			if why=$(boot_died "$name"); then
+				vm_retry "$name" "$why" || continue
+			elif ! kill -0 "${QPID[$name]}" 2>/dev/null ||
+				tr -d '\r' <"$T/$name.serial" 2>/dev/null | grep -a -q '^UVSOCK-INIT'; then
+				continue
+			fi
+			pending=1
+		done
+		[ $pending = 0 ] && return 0
+		sleep 0.2
+	done
+	return 0   # still booting: vm_wait's boot limit decides
+}
+
 # Lines of the serial log that mark progress, without the console's \r.
 markers() { tr -d '\r' <"$T/$1.serial" 2>/dev/null | grep -a -E '^UVSOCK-(GUEST|BEGIN|CASE|DONE)'; }
 
 # vm_wait NAME: watch the VM until it powers off, with a limit per phase: boot 120 s, each case
 # its own limit (from the guest's BEGIN line) + 30 s, power-off 30 s. Kills QEMU on overrun.
 vm_wait() {
+	[ -n "${QPID[$1]:-}" ] || return 1   # not started (vm_start set VMNOTE)
 	local name=$1 qpid=${QPID[$1]} seen=-1 phase_start limit=120 phase=boot m n last
 	phase_start=$(now_ms)
 	while kill -0 "$qpid" 2>/dev/null; do
@@ -278,6 +349,7 @@ run_kernel() {
 
 	if [ $SELFTEST = 1 ]; then
 		vm_start "self-$k" -1 "$SELF_CASES" || { result "$k" boot FAIL 0 "${VMNOTE[self-$k]}"; return; }
+		vm_boot "self-$k"
 		vm_wait "self-$k"
 		echo "  guest: $(tr -d '\r' <"$T/self-$k.serial" | grep -a -m1 '^UVSOCK-GUEST')"
 		echo "  boot to the guest program: ${BOOTMS[self-$k]:-?} ms; modules: $(tr -d '\r' <"$T/self-$k.serial" | grep -a -m1 '^UVSOCK-MODULES' | cut -d' ' -f2-)"
@@ -292,7 +364,7 @@ run_kernel() {
 	daemon_start "$k" || { result "$k" uvsockd-start FAIL 0 "uvsockd did not start"; return; }
 
 	# Cases 1-7 and 10 in one boot of CID 3.
-	vm_start "main-$k" 3 "$MAIN_CASES" && vm_wait "main-$k"
+	vm_start "main-$k" 3 "$MAIN_CASES" && vm_boot "main-$k" && vm_wait "main-$k"
 	echo "  guest: $(tr -d '\r' <"$T/main-$k.serial" | grep -a -m1 '^UVSOCK-GUEST'); boot ${BOOTMS[main-$k]:-?} ms"
 	vm_results "$k" "main-$k"
 	[ -n "${VMNOTE[main-$k]}" ] && vm_log_tail "main-$k"
@@ -311,8 +383,11 @@ run_kernel() {
 	local t0
 	t0=$(now_ms)
 	vm_start "sibsrv-$k" 4 "hello,sib_server" && vm_start "sibcli-$k" 3 "hello,sib_client:4"
-	[ -n "${QPID[sibsrv-$k]:-}" ] && vm_wait "sibsrv-$k"
-	[ -n "${QPID[sibcli-$k]:-}" ] && vm_wait "sibcli-$k"
+	# Each is retried alone if its kernel dies before /init; the partner keeps running (the
+	# client retries its connect for 120 s, the server waits 240 s for it).
+	vm_boot "sibsrv-$k" "sibcli-$k"
+	vm_wait "sibsrv-$k"
+	vm_wait "sibcli-$k"
 	vm_results "$k" "sibsrv-$k" hello
 	vm_results "$k" "sibcli-$k" hello
 	[ -n "${VMNOTE[sibsrv-$k]}${VMNOTE[sibcli-$k]}" ] && { vm_log_tail "sibsrv-$k"; vm_log_tail "sibcli-$k"; }
@@ -323,22 +398,24 @@ run_kernel() {
 	rm -f "$hold"
 	t0=$(now_ms)
 	vm_start "surv-$k" 4 "hello,survive,g2h_echo,h2g_echo,g2h_bulk:8388608" "$hold"
-	if ! wait_for_line "$T/surv-$k.host.log" '^UVSOCK-HOST HOLDING' 150 "${QPID[surv-$k]}" >/dev/null; then
+	vm_boot "surv-$k"
+	if ! wait_for_line "$T/surv-$k.host.log" '^UVSOCK-HOST HOLDING' 150 "${QPID[surv-$k]:-}" >/dev/null; then
 		why="CID 4 never reached the survive case"
 	fi
 	if [ -z "$why" ]; then
 		vm_start "victim-$k" 3 "hello,flood"
-		if wait_for_line "$T/victim-$k.host.log" '^UVSOCK-HOST FLOWING' 150 "${QPID[victim-$k]}" >/dev/null; then
+		vm_boot "victim-$k"
+		if wait_for_line "$T/victim-$k.host.log" '^UVSOCK-HOST FLOWING' 150 "${QPID[victim-$k]:-}" >/dev/null; then
 			kill -9 "${QPID[victim-$k]}"
 			wait "${QPID[victim-$k]}" 2>/dev/null
 			echo "  killed QEMU of CID 3 mid-transfer at +$(($(now_ms) - t0)) ms"
 		else
 			why="CID 3's transfer never started"
-			kill -9 "${QPID[victim-$k]}" 2>/dev/null
-			wait "${QPID[victim-$k]}" 2>/dev/null
+			kill -9 "${QPID[victim-$k]:-}" 2>/dev/null
+			wait "${QPID[victim-$k]:-}" 2>/dev/null
 		fi
 		unset "QPID[victim-$k]"
-		local hp=${HPID[victim-$k]}
+		local hp=${HPID[victim-$k]:-}
 		kill -9 "$hp" 2>/dev/null; wait "$hp" 2>/dev/null; unset "HPID[victim-$k]"
 	fi
 	daemon_alive || why="${why:+$why; }uvsockd died when QEMU was killed"
@@ -348,7 +425,7 @@ run_kernel() {
 	if daemon_alive; then
 		# ... and a guest reboot inside that QEMU re-initialises the device (case 10).
 		INTEROP_REBOOT=1 vm_start "again-$k" 3 "hello,g2h_echo,h2g_echo,g2h_bulk:8388608,reboot,hello,g2h_echo,h2g_echo" &&
-			vm_wait "again-$k"
+			vm_boot "again-$k" && vm_wait "again-$k"
 		vm_results "$k" "again-$k"
 		line=$(markers "again-$k" | grep -m4 '^UVSOCK-CASE' | grep -c ' PASS ')
 		[ "$line" = 4 ] || why="${why:+$why; }the new QEMU on CID 3's socket did not work"
@@ -388,4 +465,6 @@ for r in "${RESULTS[@]}"; do
 done
 echo "1..$n"
 echo "# $((${#RESULTS[@]} - FAILS)) passed, $FAILS failed"
+echo "# boots retried after dying before /init: ${#RETRIES[@]}"
+for r in "${RETRIES[@]}"; do echo "#   $r"; done
 [ ${#RESULTS[@]} -gt 0 ] && [ $FAILS = 0 ]

@@ -211,14 +211,17 @@ kernel_image() {
 }
 
 # qemu_args KDIR INITRD APPEND CONSOLE [VHOST_SOCK [CTL_SOCK]]: fill the array QEMU_ARGS.
-# Environment: UVSOCK_INTEROP_MEM (MiB, 512), UVSOCK_INTEROP_SMP (2), INTEROP_REBOOT (0).
+# Environment: UVSOCK_INTEROP_MEM (MiB, 512), UVSOCK_INTEROP_SMP (2), INTEROP_REBOOT (0),
+# UVSOCK_INTEROP_TCG_THREAD (multi: one host thread per vCPU, QEMU's default; or single).
 # CONSOLE is "stdio" for an interactive console or a file name for the serial log. VHOST_SOCK is
 # the vhost-user socket of uvsockd (QEMU connects as client); CTL_SOCK a Unix listener that
 # becomes the guest's second serial port /dev/ttyS1 (the test control channel).
 qemu_args() {
 	local kdir=$1 initrd=$2 append=$3 console=$4 vsock=${5:-} ctl=${6:-}
 	local mem=${UVSOCK_INTEROP_MEM:-512} smp=${UVSOCK_INTEROP_SMP:-2}
-	QEMU_ARGS=(-machine q35,accel=tcg,memory-backend=mem0 -cpu max -smp "$smp" -m "${mem}M"
+	local thread=${UVSOCK_INTEROP_TCG_THREAD:-multi}
+	QEMU_ARGS=(-machine q35,memory-backend=mem0 -accel "tcg,thread=$thread" -cpu max -smp "$smp"
+		-m "${mem}M"
 		-object "memory-backend-memfd,id=mem0,size=${mem}M,share=on"
 		-nodefaults -display none -no-user-config
 		-kernel "$(kernel_image "$kdir")" -initrd "$initrd"
