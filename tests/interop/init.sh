@@ -18,8 +18,12 @@ mode=test
 for w in $(cat /proc/cmdline); do
 	case $w in
 	uvsock.mode=*) mode=${w#uvsock.mode=} ;;
+	uvsock.fault=panic) fault=panic ;;
 	esac
 done
+# Test knob of the harness (UVSOCK_INTEROP_FAULT=init-panic:VM): a kernel panic right after
+# UVSOCK-INIT, which the harness must report as a failure and never retry.
+[ "${fault:-}" = panic ] && echo c >/proc/sysrq-trigger
 
 for m in $(cat /etc/uvsock/load-order); do
 	insmod "/lib/modules/$m" || echo "UVSOCK-MODFAIL $m"

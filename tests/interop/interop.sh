@@ -18,7 +18,12 @@
 #   "hello,g2h_echo"), UVSOCK_INTEROP_KEEP=1 (keep the temp dir), UVSOCK_INTEROP_CACHE,
 #   UVSOCK_INTEROP_SMP, UVSOCK_INTEROP_MEM, UVSOCK_INTEROP_BOOT=bzimage,
 #   UVSOCK_INTEROP_DAEMON_ARGS (extra uvsockd options, e.g. "--log-level debug"),
-#   UVSOCK_INTEROP_TRACE=PORT|all (the guest prints its virtio-vsock packets: UVSOCK-TRACE).
+#   UVSOCK_INTEROP_TRACE=PORT|all (the guest prints its virtio-vsock packets: UVSOCK-TRACE),
+#   UVSOCK_INTEROP_TCG_THREAD=multi|single, UVSOCK_INTEROP_FAULT (test knob, comma list:
+#   boot-panic:VM = VM's first boot attempt panics before /init, init-panic:VM = VM panics
+#   right after UVSOCK-INIT; VM is main, sibsrv, sibcli, surv, victim, again or self).
+# A boot whose kernel dies before /init prints UVSOCK-INIT is retried once (loudly); nothing
+# after UVSOCK-INIT is ever retried.
 # Exit: 0 all passed, 1 a failure, 77 cannot run here (printed loudly).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -160,6 +165,10 @@ vm_start() {
 	*",boot-panic:$name,"* | *",boot-panic:${name%-*},"*)
 		[ "${VMTRIES[$name]}" = 1 ] && extra+=" rdinit=/nonexistent" ;;
 	esac
+	# Test knob: the guest panics right after UVSOCK-INIT (must fail, never be retried).
+	case ",${UVSOCK_INTEROP_FAULT:-}," in
+	*",init-panic:$name,"* | *",init-panic:${name%-*},"*) extra+=" uvsock.fault=panic" ;;
+	esac
 	qemu_args "$KDIR" "$INITRD" "uvsock.cases=$cases uvsock.bulk=$BULK$extra" "$T/$name.serial" \
 		"$vsock" "$ctl"
 	: >"$T/$name.serial"
@@ -203,8 +212,8 @@ vm_retry() {
 	rm -f "$T/$name.ctl"
 	RETRIES+=("$name: attempt $n died before /init after $(($(now_ms) - VMSTART[$name])) ms ($why)")
 	echo "interop: $name boot attempt $n died before /init ($why): retrying"
-	echo "    --- $name attempt $n: serial (last 12 lines) ---"
-	tr -d '\r' <"$T/$name.serial.attempt$n" | tail -n 12 | sed 's/^/    | /'
+	echo "    --- $name attempt $n: serial (last 25 lines) ---"
+	tr -d '\r' <"$T/$name.serial.attempt$n" | tail -n 25 | sed 's/^/    | /'
 	IFS='|' read -r cid cases hold reboot <<<"${VMARGS[$name]}"
 	INTEROP_REBOOT=$reboot vm_start "$name" "$cid" "$cases" "$hold"
 }
