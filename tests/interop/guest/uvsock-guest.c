@@ -1312,13 +1312,16 @@ static int c_close_rst(const char *arg, char *d)
 
 		if (i == 4) {
 			/*
-			 * 400000 B still buffered (the host stalls; more than its Unix
-			 * socket takes, so part waits inside uvsockd) when the guest
-			 * closes; the host then reads everything, sees EOF and closes:
-			 * only now can uvsockd end it with RST.
+			 * 300000 B still buffered (the host stalls; more than its Unix
+			 * socket takes, ~220 KB at most, so part waits inside uvsockd)
+			 * when the guest closes; the host then reads everything, sees EOF
+			 * and closes: only now can uvsockd end it with RST. It must fit
+			 * without the host reading: uvsockd's buf_alloc (256 KiB) plus
+			 * what the Unix socket took, 64 KiB at least (g2h_backpressure saw
+			 * the writer block after 320 KiB once; 400000 B then hung here).
 			 */
 			struct xfer_hdr h = {
-				.magic = XFER_MAGIC, .mode = XM_STALL, .c2s = 400000, .seed = 23
+				.magic = XFER_MAGIC, .mode = XM_STALL, .c2s = 300000, .seed = 23
 			};
 			int r;
 
