@@ -837,8 +837,6 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 		}
 		n = iov_skip(msg->msg_iov, (int)msg->msg_iovlen, (size_t)total, io.iov);
 		r = vsock_sock_send(us->vs, io.iov, n, eflags);
-		if (r == -EINVAL && vsock_sock_state(us->vs) == VSOCK_SS_LISTEN)
-			r = -ENOTCONN; /* Linux: send on a listener is ENOTCONN */
 		if (r > 0) {
 			total += r;
 			if (total >= len)

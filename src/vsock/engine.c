@@ -1894,7 +1894,7 @@ ssize_t vsock_sock_send(struct vsock_sock *s, const struct iovec *iov, int iovcn
 		goto out;
 	}
 	if (s->state != VSOCK_SS_CONNECTED) {
-		r = s->state == VSOCK_SS_LISTEN ? -EINVAL : -ENOTCONN;
+		r = -ENOTCONN; /* listeners too, as engine.h and Linux say */
 		goto out;
 	}
 	if (total == 0) {
