@@ -105,4 +105,29 @@ void test_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 			test_fail(__FILE__, __LINE__, "memcmp(%s, %s, %s) != 0", #a, #b, #n);      \
 	} while (0)
 
+/*
+ * Polls cond every millisecond until it holds or timeout_ms passes; true if it held. For
+ * conditions another thread or process makes true (a counter, a file, a state): tests wait on
+ * the event itself, never on a fixed sleep. The bound keeps a hang from eating the case's limit.
+ */
+#define WAIT_FOR(cond, timeout_ms)                                                                 \
+	({                                                                                         \
+		uint64_t until_ = test_now_ms() + (uint64_t)(timeout_ms);                          \
+		bool ok_;                                                                          \
+		while (!(ok_ = (cond)) && test_now_ms() < until_)                                  \
+			test_sleep_ms(1);                                                          \
+		ok_;                                                                               \
+	})
+/* WAIT_FOR that fails the case, naming the condition, when the time runs out. */
+#define ASSERT_WAIT_FOR(cond, timeout_ms)                                                          \
+	do {                                                                                       \
+		if (!WAIT_FOR(cond, timeout_ms))                                                   \
+			test_fail(__FILE__, __LINE__, "timed out after %u ms waiting for %s",      \
+				  (unsigned)(timeout_ms), #cond);                                  \
+	} while (0)
+/* Sleeps ms milliseconds (restarted on EINTR). */
+void test_sleep_ms(unsigned ms);
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t test_now_ms(void);
+
 #endif
