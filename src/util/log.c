@@ -6,7 +6,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
+
+#include "util/time.h"
 
 #define RL_BURST 10
 #define RL_INTERVAL_MS 5000
@@ -60,17 +61,9 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	va_end(ap);
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 void log_ratelimited(struct log_ratelimit *rl, enum log_level lvl, const char *fmt, ...)
 {
-	uint64_t now = now_ms();
+	uint64_t now = mono_ms();
 	uint32_t suppressed = 0;
 	int print;
 	va_list ap;

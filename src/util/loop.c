@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "util/macros.h"
+#include "util/time.h"
 
 #define LOOP_MAX_EVENTS 64
 
@@ -58,10 +58,7 @@ struct loop {
 
 uint64_t loop_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return mono_ns();
 }
 
 /* ---- timers: binary heap ------------------------------------------------------------------ */
@@ -391,7 +388,7 @@ static int timeout_for(struct loop *l, int timeout_ms)
 	if (d <= now)
 		return 0;
 	/* Round up so that a timer never wakes us just before it is due. */
-	ms = (d - now + 999999) / 1000000;
+	ms = (d - now + NS_PER_MS - 1) / NS_PER_MS;
 	if (ms > INT32_MAX)
 		ms = INT32_MAX;
 	if (timeout_ms < 0 || (uint64_t)timeout_ms > ms)
