@@ -331,7 +331,8 @@ static void *writer_main(void *arg)
 {
 	struct writer *w = arg;
 
-	while (!atomic_load(&w->go))
+	/* Relaxed: a start signal only (pthread_create already published *w). */
+	while (!atomic_load_explicit(&w->go, memory_order_relaxed))
 		;
 	for (uint64_t off = 0; off < w->bytes;) {
 		size_t n = w->bytes - off < w->size ? (size_t)(w->bytes - off) : w->size;
@@ -372,7 +373,7 @@ static struct sample run_tput(struct env *e, enum kind k, size_t size, uint64_t 
 	if (backend)
 		d0 = cpu_pid_s(e->daemon);
 	t0 = mono_ns();
-	atomic_store(&w.go, 1);
+	atomic_store_explicit(&w.go, 1, memory_order_relaxed); /* the start signal (writer_main) */
 	while (got < bytes) {
 		ssize_t r = c_recv(&rx, rbuf, READ_SIZE);
 

@@ -13,7 +13,7 @@
 #define RL_BURST 10
 #define RL_INTERVAL_MS 5000
 
-static enum log_level cur_level = LOG_LVL_INFO;
+static _Atomic(enum log_level) cur_level = LOG_LVL_INFO; /* relaxed: orders nothing else */
 static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *const level_names[_LOG_LVL_MAX] = {
 	[LOG_LVL_ERROR] = "error",
@@ -41,12 +41,12 @@ static uint64_t rl_now_ms(void)
 
 void log_set_level(enum log_level lvl)
 {
-	__atomic_store_n(&cur_level, lvl, __ATOMIC_RELAXED);
+	atomic_store_explicit(&cur_level, lvl, memory_order_relaxed);
 }
 
 enum log_level log_get_level(void)
 {
-	return __atomic_load_n(&cur_level, __ATOMIC_RELAXED);
+	return atomic_load_explicit(&cur_level, memory_order_relaxed);
 }
 
 int log_level_from_string(const char *s)

@@ -144,7 +144,7 @@ static int refresh_avail(struct vring_dev_queue *q)
 {
 	/* Acquire: orders this load of avail->idx before the loads of avail->ring[] and of the
 	 * descriptors it publishes (driver side: its wmb between those stores and avail->idx). */
-	uint16_t idx = le16toh(__atomic_load_n(&q->avail->idx, __ATOMIC_ACQUIRE));
+	uint16_t idx = vring_load16_acquire(&q->avail->idx);
 	uint16_t count = (uint16_t)(idx - q->last_avail_idx);
 
 	if (unlikely(count > q->num))
@@ -371,8 +371,8 @@ int vring_dev_fill(struct vring_dev_queue *q, uint16_t head, uint32_t len)
 	e = &q->used->ring[q->used_idx & q->mask];
 	/* Plain (relaxed) stores: the release store of used->idx in vring_dev_flush() publishes
 	 * them. */
-	__atomic_store_n(&e->id, htole32(head), __ATOMIC_RELAXED);
-	__atomic_store_n(&e->len, htole32(len), __ATOMIC_RELAXED);
+	vring_store32_relaxed(&e->id, head);
+	vring_store32_relaxed(&e->len, len);
 	q->used_idx++;
 	q->inflight--;
 	return 0;
@@ -384,7 +384,7 @@ void vring_dev_flush(struct vring_dev_queue *q)
 		return;
 	/* Release: orders the stores of buffer contents and used->ring[] entries before this
 	 * store of used->idx (driver side: its rmb after loading used->idx). */
-	__atomic_store_n(&q->used->idx, htole16(q->used_idx), __ATOMIC_RELEASE);
+	vring_store16_release(&q->used->idx, q->used_idx);
 	q->published_used = q->used_idx;
 }
 

@@ -81,8 +81,12 @@ static inline size_t vring_used_size(unsigned num)
 }
 
 /*
- * Single, untorn relaxed accesses of a little-endian u16 field in the shared rings (both roles;
- * ordering against other fields is the caller's, with its own commented barrier).
+ * The only accesses of guest memory's shared ring fields (both roles): single, untorn loads and
+ * stores of little-endian fields, in CPU order. Guest memory is not C11 _Atomic objects (the
+ * guest shares it), so these are the tree's only GCC __atomic builtins. The relaxed ones order
+ * nothing: ordering against other fields is the caller's, with its own commented barrier. The
+ * acquire load and the release store are the index publications of the split ring (virtio 1.2
+ * §2.7.13 and §2.7.8): the caller's comment names the accesses each orders.
  */
 static inline uint16_t vring_load16_relaxed(const uint16_t *p)
 {
@@ -91,6 +95,22 @@ static inline uint16_t vring_load16_relaxed(const uint16_t *p)
 static inline void vring_store16_relaxed(uint16_t *p, uint16_t v)
 {
 	__atomic_store_n(p, htole16(v), __ATOMIC_RELAXED);
+}
+static inline uint16_t vring_load16_acquire(const uint16_t *p)
+{
+	return le16toh(__atomic_load_n(p, __ATOMIC_ACQUIRE));
+}
+static inline void vring_store16_release(uint16_t *p, uint16_t v)
+{
+	__atomic_store_n(p, htole16(v), __ATOMIC_RELEASE);
+}
+static inline uint32_t vring_load32_relaxed(const uint32_t *p)
+{
+	return le32toh(__atomic_load_n(p, __ATOMIC_RELAXED));
+}
+static inline void vring_store32_relaxed(uint32_t *p, uint32_t v)
+{
+	__atomic_store_n(p, htole32(v), __ATOMIC_RELAXED);
 }
 
 /* The event-idx trailers (§2.7.10): used_event after avail's ring, avail_event after used's. */
