@@ -3,31 +3,9 @@
  * log_vm(): tags and per-VM rate limiting. stderr is redirected to a memfd in each (forked) case
  * and the lines are counted.
  */
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include "../util/stderr-capture.h"
 #include "ops/vmlog.h"
 #include "test.h"
-
-static int capture_stderr(void)
-{
-	int fd = memfd_create("stderr", 0);
-
-	ASSERT_TRUE(fd >= 0);
-	ASSERT_EQ(dup2(fd, 2), 2);
-	return fd;
-}
-
-/* Returns the captured text (static buffer). */
-static const char *captured(int fd)
-{
-	static char buf[1 << 16];
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-
-	ASSERT_TRUE(n >= 0);
-	buf[n] = '\0';
-	return buf;
-}
 
 static int count(const char *hay, const char *needle)
 {

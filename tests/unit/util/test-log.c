@@ -3,9 +3,7 @@
  * util/log: level names and the rate limiter, whose windows are driven by a fake clock
  * (log_set_clock) instead of by sleeping. stderr is redirected to a memfd in each (forked) case.
  */
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include "stderr-capture.h"
 #include "test.h"
 #include "util/log.h"
 
@@ -17,26 +15,6 @@ static uint64_t fake_ms = 1000000;
 static uint64_t fake_now_ms(void)
 {
 	return fake_ms;
-}
-
-static int capture_stderr(void)
-{
-	int fd = memfd_create("stderr", 0);
-
-	ASSERT_TRUE(fd >= 0);
-	ASSERT_EQ(dup2(fd, 2), 2);
-	return fd;
-}
-
-/* Returns the captured text (static buffer). */
-static const char *captured(int fd)
-{
-	static char buf[1 << 16];
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-
-	ASSERT_TRUE(n >= 0);
-	buf[n] = '\0';
-	return buf;
 }
 
 TEST(level_from_string)
