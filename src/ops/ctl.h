@@ -80,7 +80,8 @@ int ops_ctl_start(const struct ops_ctl_config *cfg, struct ops_ctl **ret);
 
 /*
  * Stops the thread, ends a running capture (detaching every tap), closes every client and
- * removes the socket file if it is still the one we bound (uds_unlink_owned). Safe on NULL. Context: any thread but the control thread.
+ * removes the socket file if it is still the one we bound (uds_unlink_owned). Safe on NULL.
+ * Context: any thread but the control thread.
  */
 void ops_ctl_stop(struct ops_ctl *c);
 

@@ -139,7 +139,7 @@ void ops_tap_packet(struct ops_tap *t, const struct vsock_hdr *h, const struct i
  */
 #define OPS_TAP(t, h, iov, iovcnt)                                                                 \
 	do {                                                                                       \
-		if (__builtin_expect(atomic_load_explicit(&(t)->on, memory_order_relaxed) != 0, 0)) \
+		if (__builtin_expect(atomic_load_explicit(&(t)->on, memory_order_relaxed), 0))     \
 			ops_tap_packet((t), (h), (iov), (iovcnt));                                 \
 	} while (0)
 

@@ -467,7 +467,7 @@ int loop_run(struct loop *l)
 		if (r < 0)
 			break;
 	}
-	/* A stop requested before loop_run started still ends this run; the next run starts fresh. */
+	/* A stop requested before loop_run started still ends this run, not the next one. */
 	atomic_store_explicit(&l->stop, 0, memory_order_relaxed);
 	return r < 0 ? r : 0;
 }

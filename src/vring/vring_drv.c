@@ -9,7 +9,8 @@
  * us. A used element is checked (id < num, chain in flight, len <= writable bytes, used->idx not
  * ahead of what is in flight) before anything is freed; a violation breaks the ring (-EIO).
  *
- * Memory ordering (reference §7.4.4), driver side:
+ * Memory ordering, driver side (docs/vring.md, "Barriers"; virtio 1.2 §2.7.13 and §2.7.14; Linux
+ * drivers/virtio/virtio_ring.c, virtqueue_kick_prepare_split() and virtqueue_get_buf_ctx_split()):
  *   1. stores of descriptors and avail->ring[]  →  store avail->idx (release);
  *   2. store avail->idx  →  full fence  →  load avail_event / used->flags (kick decision);
  *   3. load used->idx (acquire)  →  loads of used->ring[] and of the buffers' contents;

@@ -386,7 +386,7 @@ TEST(indirect_table_valid)
 	set_desc_in(t, 0, BUF, 44, VRING_DESC_F_NEXT, 2);
 	set_desc_in(t, 2, BUF + 0x100, 100, VRING_DESC_F_NEXT | VRING_DESC_F_WRITE, 1);
 	set_desc_in(t, 1, BUF + 0x200, 200, VRING_DESC_F_WRITE, 0);
-	/* The pointer descriptor's WRITE flag is ignored (§2.7.5.3). */
+	/* The pointer descriptor's WRITE flag is ignored (virtio 1.2 §2.7.5.3). */
 	set_desc(&f, 4, RB + 0x1000, 3 * 16, VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE, 0);
 	post(&f, 4);
 	ASSERT_OK(pop(&f, &c, out, in));
