@@ -47,6 +47,7 @@
 
 #include <uvsock/uvsock.h>
 
+#include "util/time.h"
 #include "vsock/engine.h"
 
 #define MAX_RUNS 15
@@ -57,12 +58,10 @@ static double duration_s = 0.3;
 static int runs = 5;
 static int rtt_iters = 20000;
 
+/* Seconds on the tree's monotonic clock (util/time.h), for rates. */
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)mono_ns() / (double)NS_PER_SEC;
 }
 
 static void die(const char *what)
@@ -352,7 +351,7 @@ struct eng_bench {
 static uint64_t eng_now(void *opaque)
 {
 	(void)opaque;
-	return (uint64_t)(now_s() * 1e9);
+	return mono_ns();
 }
 
 static void eng_event(void *opaque, struct vsock_sock *s, void *user, unsigned mask)

@@ -32,6 +32,8 @@
 #include <uvsock/guest.h>
 #include <uvsock/uvsock.h>
 
+#include "util/time.h"
+
 #define G2H_PORT 5000      /* guest -> host STREAM greeting (host listens on <uds>_5000) */
 #define G2H_SEQ_PORT 5001  /* guest -> host SEQPACKET (<uds>_5001) */
 #define G2H_BULK_PORT 5002 /* guest -> host throughput (<uds>_5002) */
@@ -78,12 +80,10 @@ static void on_alarm(int sig)
 	_exit(1);
 }
 
+/* Seconds on the tree's monotonic clock (util/time.h), for rates. */
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)mono_ns() / (double)NS_PER_SEC;
 }
 
 /* ---- the host program: plain Unix sockets ---------------------------------------------- */

@@ -51,6 +51,8 @@
 #include <uvsock/guest.h>
 #include <uvsock/uvsock.h>
 
+#include "util/time.h"
+
 #define READ_SIZE (128u * 1024u)
 #define MAX_SIZES 16
 #define HOST_PORT 5000u
@@ -148,14 +150,6 @@ static void die(const char *fmt, ...)
 	va_end(ap);
 	cleanup();
 	exit(1);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static double cpu_self_s(void)
@@ -337,7 +331,8 @@ static void *writer_main(void *arg)
 {
 	struct writer *w = arg;
 
-	while (!atomic_load(&w->go))
+	/* Relaxed: a start signal only (pthread_create already published *w). */
+	while (!atomic_load_explicit(&w->go, memory_order_relaxed))
 		;
 	for (uint64_t off = 0; off < w->bytes;) {
 		size_t n = w->bytes - off < w->size ? (size_t)(w->bytes - off) : w->size;
@@ -377,8 +372,8 @@ static struct sample run_tput(struct env *e, enum kind k, size_t size, uint64_t 
 	c0 = cpu_self_s();
 	if (backend)
 		d0 = cpu_pid_s(e->daemon);
-	t0 = now_ns();
-	atomic_store(&w.go, 1);
+	t0 = mono_ns();
+	atomic_store_explicit(&w.go, 1, memory_order_relaxed); /* the start signal (writer_main) */
 	while (got < bytes) {
 		ssize_t r = c_recv(&rx, rbuf, READ_SIZE);
 
@@ -389,7 +384,7 @@ static struct sample run_tput(struct env *e, enum kind k, size_t size, uint64_t 
 			    got, bytes, r == 0 ? "end of stream" : strerror(errno));
 		got += (uint64_t)r;
 	}
-	t1 = now_ns();
+	t1 = mono_ns();
 	c1 = cpu_self_s();
 	if (backend)
 		d1 = cpu_pid_s(e->daemon);
@@ -461,7 +456,7 @@ static void run_rtt(struct env *e, enum kind k, int count, double *med, double *
 	if (pthread_create(&th, NULL, echo_main, &ec) != 0)
 		die("pthread_create");
 	for (int i = 0; i < count + warm; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		size_t got = 0;
 
 		if (c_send(&tx, buf, sizeof(buf)) != (ssize_t)sizeof(buf))
@@ -474,7 +469,7 @@ static void run_rtt(struct env *e, enum kind k, int count, double *med, double *
 			got += (size_t)r;
 		}
 		if (i >= warm)
-			lat[i - warm] = now_ns() - t0;
+			lat[i - warm] = mono_ns() - t0;
 	}
 	pthread_join(th, NULL);
 	if (ec.err)

@@ -389,57 +389,64 @@ static int split_kv(struct parser *p, const char *s, size_t *klen, const char **
 	return 0;
 }
 
-static int item_key(struct parser *p, const char *s)
+/* The VM keys not in vm_key_names: another program's name for one of ours, or a refusal. */
+static int vm_key_alias(struct parser *p, const char *s, size_t klen)
 {
-	char val[OPS_CFG_MAX_LINE];
-	const char *v;
-	size_t klen;
-	bool flow;
+	if (key_eq(s, klen, "socket_path"))
+		return K_SOCKET;
+	if (key_eq(s, klen, "forward_cid") || key_eq(s, klen, "forward_listen"))
+		return fail(p, "%.*s is not supported by uvsockd (no host AF_VSOCK "
+			    "forwarding; use uds_path)", (int)klen, s);
+	return fail(p, "unknown key '%.*s'", (int)klen, s);
+}
+
+/*
+ * Reads a "key: value" line: finds the key in names[0..count) (else through alias, when given),
+ * refuses a key given twice (seen[key] is the line of its first use, 0 if none) and parses the
+ * value into val[OPS_CFG_MAX_LINE]. Returns the key's index or -EINVAL (recorded).
+ */
+static int read_kv(struct parser *p, const char *s, const char *const *names, int count,
+		   int (*alias)(struct parser *p, const char *s, size_t klen), unsigned *seen,
+		   char *val, bool *flow)
+{
+	const char *v = NULL;
+	size_t klen = 0;
 	int key, r;
 
 	r = split_kv(p, s, &klen, &v);
 	if (r < 0)
 		return r;
-	key = lookup(s, klen, vm_key_names, _K_MAX);
-	if (key < 0) {
-		if (key_eq(s, klen, "socket_path"))
-			key = K_SOCKET;
-		else if (key_eq(s, klen, "forward_cid") || key_eq(s, klen, "forward_listen"))
-			return fail(p, "%.*s is not supported by uvsockd (no host AF_VSOCK "
-				    "forwarding; use uds_path)", (int)klen, s);
-		else
-			return fail(p, "unknown key '%.*s'", (int)klen, s);
-	}
-	if (p->seen[key])
-		return fail(p, "%s given twice (first on line %u)", vm_key_names[key], p->seen[key]);
-	p->seen[key] = p->line;
-	r = parse_value(p, v, val, sizeof(val), &flow);
-	if (r < 0)
-		return r;
+	key = lookup(s, klen, names, count);
+	if (key < 0)
+		key = alias ? alias(p, s, klen) : fail(p, "unknown key '%.*s'", (int)klen, s);
+	if (key < 0)
+		return key;
+	if (seen[key])
+		return fail(p, "%s given twice (first on line %u)", names[key], seen[key]);
+	seen[key] = p->line;
+	r = parse_value(p, v, val, OPS_CFG_MAX_LINE, flow);
+	return r < 0 ? r : key;
+}
+
+static int item_key(struct parser *p, const char *s)
+{
+	char val[OPS_CFG_MAX_LINE];
+	bool flow;
+	int key = read_kv(p, s, vm_key_names, _K_MAX, vm_key_alias, p->seen, val, &flow);
+
+	if (key < 0)
+		return key;
 	return set_vm_key(p, key, val, flow);
 }
 
 static int top_key(struct parser *p, const char *s)
 {
 	char val[OPS_CFG_MAX_LINE];
-	const char *v;
-	size_t klen;
 	bool flow;
-	int key, r;
+	int r, key = read_kv(p, s, top_key_names, _T_MAX, NULL, p->top_seen, val, &flow);
 
-	r = split_kv(p, s, &klen, &v);
-	if (r < 0)
-		return r;
-	key = lookup(s, klen, top_key_names, _T_MAX);
 	if (key < 0)
-		return fail(p, "unknown key '%.*s'", (int)klen, s);
-	if (p->top_seen[key])
-		return fail(p, "%s given twice (first on line %u)", top_key_names[key],
-			    p->top_seen[key]);
-	p->top_seen[key] = p->line;
-	r = parse_value(p, v, val, sizeof(val), &flow);
-	if (r < 0)
-		return r;
+		return key;
 	switch (key) {
 	case T_VMS:
 		if (flow || *val)

@@ -70,17 +70,18 @@ struct ops_ctl_config {
 };
 
 /*
- * Binds and listens on cfg->path (a stale socket file is replaced; a live one is -EADDRINUSE;
- * another kind of file is -EEXIST), makes it mode 0600 and starts the control thread.
- * Context: any thread, typically main() before the VM threads start.
- * Returns 0, -EINVAL (missing ops, path too long), -ENOMEM, or the errno of socket/bind/listen/
- * pthread_create.
+ * Binds and listens on cfg->path with uds_listen() (a stale socket file is replaced; a live one
+ * is -EADDRINUSE; another kind of file is -EEXIST), makes it mode 0600 and starts the control
+ * thread. Context: any thread, typically main() before the VM threads start.
+ * Returns 0, -EINVAL (missing ops, path too long), -ENOMEM, or the errno of epoll_create1/
+ * eventfd/socket/bind/listen/pthread_create.
  */
 int ops_ctl_start(const struct ops_ctl_config *cfg, struct ops_ctl **ret);
 
 /*
  * Stops the thread, ends a running capture (detaching every tap), closes every client and
- * removes the socket file. Safe on NULL. Context: any thread but the control thread.
+ * removes the socket file if it is still the one we bound (uds_unlink_owned). Safe on NULL.
+ * Context: any thread but the control thread.
  */
 void ops_ctl_stop(struct ops_ctl *c);
 

@@ -27,7 +27,7 @@
 
 struct ops_pcap {
 	pthread_mutex_t lock;
-	int refs;            /* atomic */
+	atomic_int refs;
 	int fd;
 	bool nanosecond;
 	uint32_t snaplen;
@@ -138,7 +138,7 @@ int ops_pcap_open_fd(int fd, const struct ops_pcap_opts *o, struct ops_pcap **re
 		goto fail_fd;
 	}
 	pthread_mutex_init(&p->lock, NULL);
-	p->refs = 1;
+	atomic_init(&p->refs, 1);
 	p->fd = fd;
 	p->nanosecond = o && o->nanosecond;
 	p->snaplen = o && o->snaplen ? MIN(o->snaplen, OPS_PCAP_SNAPLEN_MAX) : OPS_PCAP_SNAPLEN_MAX;
@@ -184,7 +184,7 @@ int ops_pcap_open_path(const char *path, const struct ops_pcap_opts *o, struct o
 
 struct ops_pcap *ops_pcap_ref(struct ops_pcap *p)
 {
-	__atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED);
+	atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
 	return p;
 }
 
@@ -193,7 +193,7 @@ void ops_pcap_unref(struct ops_pcap *p)
 	if (!p)
 		return;
 	/* acq_rel: every write made under earlier references happens before the close below. */
-	if (__atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) != 0)
+	if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
 		return;
 	pthread_mutex_lock(&p->lock);
 	flush_locked(p);
@@ -280,7 +280,7 @@ void ops_pcap_get_status(struct ops_pcap *p, struct ops_pcap_status *ret)
 
 void ops_tap_init(struct ops_tap *t)
 {
-	t->on = 0;
+	atomic_init(&t->on, 0);
 	t->pcap = NULL;
 	pthread_mutex_init(&t->lock, NULL);
 }
@@ -303,7 +303,7 @@ int ops_tap_attach(struct ops_tap *t, struct ops_pcap *p)
 	} else {
 		t->pcap = ops_pcap_ref(p);
 		/* Relaxed is enough: the data path re-reads t->pcap under t->lock. */
-		__atomic_store_n(&t->on, 1, __ATOMIC_RELAXED);
+		atomic_store_explicit(&t->on, 1, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&t->lock);
 	return r;
@@ -314,7 +314,7 @@ bool ops_tap_detach(struct ops_tap *t)
 	struct ops_pcap *old;
 
 	pthread_mutex_lock(&t->lock);
-	__atomic_store_n(&t->on, 0, __ATOMIC_RELAXED);
+	atomic_store_explicit(&t->on, 0, memory_order_relaxed);
 	old = t->pcap;
 	t->pcap = NULL;
 	pthread_mutex_unlock(&t->lock);

@@ -22,6 +22,7 @@
 #define UVSOCK_OPS_PCAP_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -104,7 +105,7 @@ void ops_pcap_get_status(struct ops_pcap *p, struct ops_pcap_status *ret);
 /* ---- Per-VM tap ----------------------------------------------------------------------- */
 
 struct ops_tap {
-	int on;                /* relaxed-read on the data path: nonzero while a file is attached */
+	atomic_int on;         /* relaxed-read on the data path: nonzero while a file is attached */
 	pthread_mutex_t lock;  /* protects pcap */
 	struct ops_pcap *pcap; /* one reference, or NULL */
 };
@@ -138,7 +139,7 @@ void ops_tap_packet(struct ops_tap *t, const struct vsock_hdr *h, const struct i
  */
 #define OPS_TAP(t, h, iov, iovcnt)                                                                 \
 	do {                                                                                       \
-		if (__builtin_expect(__atomic_load_n(&(t)->on, __ATOMIC_RELAXED) != 0, 0))         \
+		if (__builtin_expect(atomic_load_explicit(&(t)->on, memory_order_relaxed), 0))     \
 			ops_tap_packet((t), (h), (iov), (iovcnt));                                 \
 	} while (0)
 

@@ -22,6 +22,7 @@
 
 #include "ops/ctl.h"
 #include "ops/stats.h"
+#include "util/time.h"
 
 #define REQ_TIMEOUT_MS 10000
 
@@ -97,14 +98,6 @@ static int send_all(int fd, const char *buf, size_t len, int pass_fd)
 		len -= (size_t)n;
 	}
 	return 0;
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 int ops_ctl_request(int fd, const char *req, int pass_fd, int timeout_ms, char **ret_raw,

@@ -4,14 +4,16 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
+
+#include "util/time.h"
 
 #define RL_BURST 10
 #define RL_INTERVAL_MS 5000
 
-static enum log_level cur_level = LOG_LVL_INFO;
+static _Atomic(enum log_level) cur_level = LOG_LVL_INFO; /* relaxed: orders nothing else */
 static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *const level_names[_LOG_LVL_MAX] = {
 	[LOG_LVL_ERROR] = "error",
@@ -20,14 +22,31 @@ static const char *const level_names[_LOG_LVL_MAX] = {
 	[LOG_LVL_DEBUG] = "debug",
 };
 
+typedef uint64_t (*log_clock_fn)(void);
+
+/* The rate limiter's clock; NULL: mono_ms(). Relaxed: it orders nothing else. */
+static _Atomic(log_clock_fn) rl_clock;
+
+void log_set_clock(uint64_t (*now_ms)(void))
+{
+	atomic_store_explicit(&rl_clock, now_ms, memory_order_relaxed);
+}
+
+static uint64_t rl_now_ms(void)
+{
+	log_clock_fn f = atomic_load_explicit(&rl_clock, memory_order_relaxed);
+
+	return f ? f() : mono_ms();
+}
+
 void log_set_level(enum log_level lvl)
 {
-	__atomic_store_n(&cur_level, lvl, __ATOMIC_RELAXED);
+	atomic_store_explicit(&cur_level, lvl, memory_order_relaxed);
 }
 
 enum log_level log_get_level(void)
 {
-	return __atomic_load_n(&cur_level, __ATOMIC_RELAXED);
+	return atomic_load_explicit(&cur_level, memory_order_relaxed);
 }
 
 int log_level_from_string(const char *s)
@@ -60,17 +79,9 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	va_end(ap);
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 void log_ratelimited(struct log_ratelimit *rl, enum log_level lvl, const char *fmt, ...)
 {
-	uint64_t now = now_ms();
+	uint64_t now = rl_now_ms();
 	uint32_t suppressed = 0;
 	int print;
 	va_list ap;

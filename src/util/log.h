@@ -27,6 +27,13 @@ struct log_ratelimit {
 void log_ratelimited(struct log_ratelimit *rl, enum log_level lvl, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/*
+ * Replaces the rate limiter's clock (monotonic milliseconds) with now_ms; NULL restores the real
+ * one, mono_ms() of util/time.h. For tests, which drive the windows without sleeping. Any
+ * thread; now_ms must be callable from every thread that logs.
+ */
+void log_set_clock(uint64_t (*now_ms)(void));
+
 #define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LVL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LVL_INFO, __VA_ARGS__)

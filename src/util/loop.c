@@ -7,13 +7,14 @@
 #include "util/loop.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "util/macros.h"
+#include "util/time.h"
 
 #define LOOP_MAX_EVENTS 64
 
@@ -40,7 +41,7 @@ struct loop_timer {
 
 struct loop_async {
 	struct loop_watch w; /* kind WATCH_ASYNC; w.fd is the eventfd */
-	int pending;         /* 1 while a wakeup is requested and not yet started; atomic */
+	atomic_int pending;  /* 1 while a wakeup is requested and not yet started */
 	loop_async_cb cb;
 	void *opaque;
 };
@@ -48,7 +49,7 @@ struct loop_async {
 struct loop {
 	int epfd;
 	bool dispatching;
-	int stop;                 /* atomic */
+	atomic_int stop;          /* set by loop_stop(), any thread */
 	struct loop_async *stop_async;
 	struct loop_watch *zombies;
 	struct loop_timer **heap; /* min-heap on deadline */
@@ -58,10 +59,7 @@ struct loop {
 
 uint64_t loop_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return mono_ns();
 }
 
 /* ---- timers: binary heap ------------------------------------------------------------------ */
@@ -309,7 +307,7 @@ void loop_async_send(struct loop_async *a)
 	 * store, which the callback's exchange reads with acquire. If the flag was already set, the
 	 * callback has not cleared it yet and will see those writes; otherwise wake it.
 	 */
-	if (__atomic_exchange_n(&a->pending, 1, __ATOMIC_ACQ_REL))
+	if (atomic_exchange_explicit(&a->pending, 1, memory_order_acq_rel))
 		return;
 	/* EAGAIN only if the counter is saturated, which still means "wake up". */
 	while (write(a->w.fd, &one, sizeof(one)) < 0 && errno == EINTR)
@@ -329,7 +327,7 @@ static void async_dispatch(struct loop *l, struct loop_async *a)
 
 	(void)!read(a->w.fd, &v, sizeof(v));
 	/* Pairs with the exchange in loop_async_send: makes the senders' writes visible to cb. */
-	__atomic_exchange_n(&a->pending, 0, __ATOMIC_ACQ_REL);
+	atomic_exchange_explicit(&a->pending, 0, memory_order_acq_rel);
 	a->cb(l, a->opaque);
 }
 
@@ -391,7 +389,7 @@ static int timeout_for(struct loop *l, int timeout_ms)
 	if (d <= now)
 		return 0;
 	/* Round up so that a timer never wakes us just before it is due. */
-	ms = (d - now + 999999) / 1000000;
+	ms = (d - now + NS_PER_MS - 1) / NS_PER_MS;
 	if (ms > INT32_MAX)
 		ms = INT32_MAX;
 	if (timeout_ms < 0 || (uint64_t)timeout_ms > ms)
@@ -463,18 +461,20 @@ int loop_run(struct loop *l)
 {
 	int r = 0;
 
-	while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
+	/* Acquire: pairs with loop_stop's release; what its caller wrote before is visible here. */
+	while (!atomic_load_explicit(&l->stop, memory_order_acquire)) {
 		r = loop_run_once(l, -1);
 		if (r < 0)
 			break;
 	}
-	/* A stop requested before loop_run started still ends this run; the next run starts fresh. */
-	__atomic_store_n(&l->stop, 0, __ATOMIC_RELAXED);
+	/* A stop requested before loop_run started still ends this run, not the next one. */
+	atomic_store_explicit(&l->stop, 0, memory_order_relaxed);
 	return r < 0 ? r : 0;
 }
 
 void loop_stop(struct loop *l)
 {
-	__atomic_store_n(&l->stop, 1, __ATOMIC_RELEASE);
+	/* Release: orders the caller's earlier writes before the flag loop_run() reads. */
+	atomic_store_explicit(&l->stop, 1, memory_order_release);
 	loop_async_send(l->stop_async);
 }

@@ -26,7 +26,7 @@ typedef void (*loop_fd_cb)(struct loop *l, int fd, uint32_t events, void *opaque
 typedef void (*loop_timer_cb)(struct loop *l, struct loop_timer *t, void *opaque);
 typedef void (*loop_async_cb)(struct loop *l, void *opaque);
 
-/* Monotonic clock in nanoseconds (CLOCK_MONOTONIC). Any thread. */
+/* The timers' time base: mono_ns() of util/time.h (CLOCK_MONOTONIC, ns). Any thread. */
 uint64_t loop_now_ns(void);
 
 /*

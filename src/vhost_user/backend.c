@@ -286,12 +286,19 @@ static int reply_u64(struct vhu_reply *r, uint64_t v)
 	return 0;
 }
 
-/* A SET_*FEATURES value must be a subset of what we offered. Returns 0 or -EINVAL (recorded). */
-static int check_offered(struct vhu_backend *b, const char *what, uint64_t f, uint64_t offered)
+/*
+ * The value of a SET_*FEATURES message into *ret, which must be a subset of what we offered.
+ * Returns 0 or -EINVAL (recorded; *ret untouched).
+ */
+static int take_offered(struct vhu_backend *b, const struct vhu_msg *m, const char *what,
+			uint64_t offered, uint64_t *ret)
 {
+	uint64_t f = m->payload.u64;
+
 	if (f & ~offered)
 		return fail(b, -EINVAL, "%s 0x%llx include bits not offered (0x%llx)", what,
 			    (unsigned long long)f, (unsigned long long)(f & ~offered));
+	*ret = f;
 	return 0;
 }
 
@@ -302,8 +309,8 @@ static int h_get_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_r
 
 static int h_set_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
-	uint64_t f = m->payload.u64;
-	int ret = check_offered(b, "features", f, b->offered_features);
+	uint64_t f = 0;
+	int ret = take_offered(b, m, "features", b->offered_features, &f);
 
 	if (ret < 0)
 		return ret;
@@ -377,16 +384,32 @@ static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 	return reconcile_all(b);
 }
 
-static int h_set_vring_num(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+/*
+ * The payload of SET_VRING_NUM/BASE into *ret, for a valid queue that is not started.
+ * Returns 0, -EINVAL or -EBUSY (recorded).
+ */
+static int stopped_ring_state(struct vhu_backend *b, const struct vhu_msg *m,
+			      const struct vhu_vring_state **ret)
 {
 	const struct vhu_vring_state *s = &m->payload.state;
-	int ret = check_index(b, s->index);
+	int r = check_index(b, s->index);
+
+	if (r < 0)
+		return r;
+	if (b->rings[s->index].started)
+		return fail(b, -EBUSY, "queue %u is started", s->index);
+	*ret = s;
+	return 0;
+}
+
+static int h_set_vring_num(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	const struct vhu_vring_state *s = NULL;
+	int ret = stopped_ring_state(b, m, &s);
 
 	if (ret < 0)
 		return ret;
-	if (b->rings[s->index].started)
-		return fail(b, -EBUSY, "queue %u is started", s->index);
-	/* VIRTIO 1.x 2.7: Queue Size value is always a power of 2, at most 32768. */
+	/* virtio 1.2 §2.7: Queue Size value is always a power of 2, at most 32768. */
 	if (s->num == 0 || (s->num & (s->num - 1)) || s->num > b->cfg.queue_size_max)
 		return fail(b, -EINVAL, "queue %u size %u is not a power of 2 in [1, %u]", s->index,
 			    s->num, b->cfg.queue_size_max);
@@ -425,13 +448,11 @@ static int h_set_vring_addr(struct vhu_backend *b, struct vhu_msg *m, struct vhu
 
 static int h_set_vring_base(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
-	const struct vhu_vring_state *s = &m->payload.state;
-	int ret = check_index(b, s->index);
+	const struct vhu_vring_state *s = NULL;
+	int ret = stopped_ring_state(b, m, &s);
 
 	if (ret < 0)
 		return ret;
-	if (b->rings[s->index].started)
-		return fail(b, -EBUSY, "queue %u is started", s->index);
 	if (s->num > UINT16_MAX)
 		return fail(b, -EINVAL, "queue %u base %u is not a 16-bit index", s->index, s->num);
 	b->rings[s->index].last_avail_idx = (uint16_t)s->num;
@@ -532,13 +553,7 @@ static int h_get_protocol_features(struct vhu_backend *b, struct vhu_msg *m, str
 
 static int h_set_protocol_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
-	uint64_t f = m->payload.u64;
-	int ret = check_offered(b, "protocol features", f, b->offered_proto);
-
-	if (ret < 0)
-		return ret;
-	b->proto_features = f;
-	return 0;
+	return take_offered(b, m, "protocol features", b->offered_proto, &b->proto_features);
 }
 
 static int h_get_queue_num(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)

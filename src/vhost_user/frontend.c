@@ -17,9 +17,9 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "util/time.h"
 #include "vhost_user/msg.h"
 
 #define FRONT_NUM_QUEUES 2u
@@ -129,20 +129,12 @@ void vhu_front_free(struct vhu_front *f)
 	free(f);
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int vhu_front_connect(const char *path, const struct vhu_front_config *cfg,
 		      struct vhu_front **ret)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int timeout = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : VHU_MSG_TIMEOUT_MS;
-	int64_t deadline = now_ms() + timeout;
+	int64_t deadline = (int64_t)mono_ms() + timeout;
 	int fd, r;
 
 	if (!path || !cfg || !ret)
@@ -160,7 +152,7 @@ int vhu_front_connect(const char *path, const struct vhu_front_config *cfg,
 		close(fd);
 		if (r != -ECONNREFUSED && r != -ENOENT && r != -EAGAIN)
 			return r;
-		if (now_ms() >= deadline)
+		if ((int64_t)mono_ms() >= deadline)
 			return -ETIMEDOUT;
 		/* The back-end may not be listening yet: poll for it every 10 ms. */
 		poll(NULL, 0, 10);

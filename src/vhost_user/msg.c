@@ -14,16 +14,9 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "util/time.h"
 
 /* Waits until fd has events or the deadline (-1: none) passes. */
 static int wait_fd(int fd, short events, int64_t deadline)
@@ -34,7 +27,7 @@ static int wait_fd(int fd, short events, int64_t deadline)
 		int r;
 
 		if (deadline >= 0) {
-			int64_t left = deadline - now_ms();
+			int64_t left = deadline - (int64_t)mono_ms();
 
 			if (left <= 0)
 				return -ETIMEDOUT;
@@ -156,7 +149,7 @@ static int recv_exact(int fd, void *buf, size_t len, struct vhu_msg *m, bool *go
 
 int vhu_msg_recv(int fd, struct vhu_msg *m, int timeout_ms)
 {
-	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : (int64_t)mono_ms() + timeout_ms;
 	uint32_t hdr[3];
 	bool got = false;
 	int r;
@@ -191,7 +184,7 @@ fail:
 int vhu_msg_send(int fd, uint32_t request, uint32_t flags, const void *payload, uint32_t size,
 		 const int *fds, unsigned nfds, int timeout_ms)
 {
-	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : (int64_t)mono_ms() + timeout_ms;
 	uint32_t hdr[3] = { request, flags, size };
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * VHU_MAX_FDS)];

@@ -10,7 +10,8 @@
  * descriptors; every buffer is translated through guest_mem, which clamps lengths to regions.
  * A violation sets q->err and makes every later data-path call fail with -EIO.
  *
- * Memory ordering (reference §7.4), device side:
+ * Memory ordering, device side (docs/vring.md, "Barriers"; virtio 1.2 §2.7.13 and §2.7.14 give
+ * the driver's half):
  *   1. load avail->idx (acquire)  →  loads of avail->ring[] and descriptors;
  *   2. stores of buffer contents and used->ring[] →  store used->idx (release);
  *   3. store used->idx  →  full fence  →  load used_event / avail->flags (interrupt decision);
@@ -122,7 +123,8 @@ int vring_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *cfg
 	n.event_idx = cfg->features & (1ull << VRING_FEAT_EVENT_IDX);
 	n.last_avail_idx = cfg->last_avail_idx;
 	n.shadow_avail_idx = cfg->last_avail_idx;
-	/* Continue where the guest sees the used ring, never from 0 (reference §6.7). */
+	/* Continue where the guest sees the used ring, never from 0 (docs/vhost-user.md, "Ring
+	 * states"). */
 	n.used_idx = vring_load16_relaxed(&n.used->idx);
 	n.published_used = n.used_idx;
 	n.signalled_used = n.used_idx;
@@ -144,7 +146,7 @@ static int refresh_avail(struct vring_dev_queue *q)
 {
 	/* Acquire: orders this load of avail->idx before the loads of avail->ring[] and of the
 	 * descriptors it publishes (driver side: its wmb between those stores and avail->idx). */
-	uint16_t idx = le16toh(__atomic_load_n(&q->avail->idx, __ATOMIC_ACQUIRE));
+	uint16_t idx = vring_load16_acquire(&q->avail->idx);
 	uint16_t count = (uint16_t)(idx - q->last_avail_idx);
 
 	if (unlikely(count > q->num))
@@ -240,7 +242,7 @@ static int walk_chain(struct vring_dev_queue *q, uint16_t head, struct iovec *ou
 			continue;
 		}
 
-		/* Chains never exceed the queue size (§2.7.5.2); more means a loop. */
+		/* Chains never exceed the queue size (virtio 1.2 §2.7.5.2); more means a loop. */
 		if (unlikely(++visited > q->num))
 			return set_broken(q, VRING_ERR_LOOP, "head %u: more than %u descriptors",
 					  head, q->num);
@@ -371,8 +373,8 @@ int vring_dev_fill(struct vring_dev_queue *q, uint16_t head, uint32_t len)
 	e = &q->used->ring[q->used_idx & q->mask];
 	/* Plain (relaxed) stores: the release store of used->idx in vring_dev_flush() publishes
 	 * them. */
-	__atomic_store_n(&e->id, htole32(head), __ATOMIC_RELAXED);
-	__atomic_store_n(&e->len, htole32(len), __ATOMIC_RELAXED);
+	vring_store32_relaxed(&e->id, head);
+	vring_store32_relaxed(&e->len, len);
 	q->used_idx++;
 	q->inflight--;
 	return 0;
@@ -384,7 +386,7 @@ void vring_dev_flush(struct vring_dev_queue *q)
 		return;
 	/* Release: orders the stores of buffer contents and used->ring[] entries before this
 	 * store of used->idx (driver side: its rmb after loading used->idx). */
-	__atomic_store_n(&q->used->idx, htole16(q->used_idx), __ATOMIC_RELEASE);
+	vring_store16_release(&q->used->idx, q->used_idx);
 	q->published_used = q->used_idx;
 }
 
@@ -406,7 +408,7 @@ bool vring_dev_should_notify(struct vring_dev_queue *q)
 		return false;
 	/* Full barrier: orders the store of used->idx (vring_dev_flush) before the loads of
 	 * used_event / avail->flags below; without it a store→load reordering loses an interrupt
-	 * (reference §7.4.3). */
+	 * (the smp_mb() in Linux drivers/vhost/vhost.c, vhost_notify()). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!q->event_idx)
 		return !(vring_load16_relaxed(&q->avail->flags) & VRING_AVAIL_F_NO_INTERRUPT);
@@ -444,7 +446,8 @@ bool vring_dev_enable_notify(struct vring_dev_queue *q)
 	}
 	/* Full barrier: orders the store of avail_event / used->flags above before the load of
 	 * avail->idx in refresh_avail(): either the guest sees the re-enable and kicks, or we see
-	 * its new avail->idx here (reference §7.3). */
+	 * its new avail->idx here (the smp_mb() in Linux drivers/vhost/vhost.c,
+	 * vhost_enable_notify(); docs/vring.md, "Notifications"). */
 	atomic_thread_fence(memory_order_seq_cst);
 	return refresh_avail(q) > 0;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Split virtqueue (VIRTIO 1.x §2.7), device side: what vhost does with a ring the guest driver
+ * Split virtqueue (virtio 1.2 §2.7), device side: what vhost does with a ring the guest driver
  * fills. Pop a descriptor chain into caller-provided readable ("out") and writable ("in") iovec
  * arrays, push used elements (one at a time or as a batch with one used->idx publication), decide
  * whether the guest needs an interrupt, and suppress / re-enable guest kicks. The ring layout
@@ -28,7 +28,7 @@
 
 #include "vring/guest_mem.h"
 
-/* Layout constants (VIRTIO 1.x §2.7). Fields in guest memory are little-endian. */
+/* Layout constants (virtio 1.2 §2.7). Fields in guest memory are little-endian. */
 #define VRING_MAX_SIZE 32768u
 #define VRING_DESC_F_NEXT 1
 #define VRING_DESC_F_WRITE 2
@@ -81,8 +81,12 @@ static inline size_t vring_used_size(unsigned num)
 }
 
 /*
- * Single, untorn relaxed accesses of a little-endian u16 field in the shared rings (both roles;
- * ordering against other fields is the caller's, with its own commented barrier).
+ * The only accesses of guest memory's shared ring fields (both roles): single, untorn loads and
+ * stores of little-endian fields, in CPU order. Guest memory is not C11 _Atomic objects (the
+ * guest shares it), so these are the tree's only GCC __atomic builtins. The relaxed ones order
+ * nothing: ordering against other fields is the caller's, with its own commented barrier. The
+ * acquire load and the release store are the index publications of the split ring (virtio 1.2
+ * §2.7.13 and §2.7.14; docs/vring.md, "Barriers"): the caller's comment names what each orders.
  */
 static inline uint16_t vring_load16_relaxed(const uint16_t *p)
 {
@@ -92,8 +96,27 @@ static inline void vring_store16_relaxed(uint16_t *p, uint16_t v)
 {
 	__atomic_store_n(p, htole16(v), __ATOMIC_RELAXED);
 }
+static inline uint16_t vring_load16_acquire(const uint16_t *p)
+{
+	return le16toh(__atomic_load_n(p, __ATOMIC_ACQUIRE));
+}
+static inline void vring_store16_release(uint16_t *p, uint16_t v)
+{
+	__atomic_store_n(p, htole16(v), __ATOMIC_RELEASE);
+}
+static inline uint32_t vring_load32_relaxed(const uint32_t *p)
+{
+	return le32toh(__atomic_load_n(p, __ATOMIC_RELAXED));
+}
+static inline void vring_store32_relaxed(uint32_t *p, uint32_t v)
+{
+	__atomic_store_n(p, htole32(v), __ATOMIC_RELAXED);
+}
 
-/* The event-idx trailers (§2.7.10): used_event after avail's ring, avail_event after used's. */
+/*
+ * The event-idx trailers (virtio 1.2 §2.7.10): used_event after avail's ring, avail_event after
+ * used's.
+ */
 static inline uint16_t *vring_used_event(struct vring_avail_le *avail, unsigned num)
 {
 	return &avail->ring[num];
@@ -122,7 +145,7 @@ static inline bool vring_size_valid(unsigned num)
 }
 
 /*
- * VIRTIO §2.7.10: true if moving an index from old to new_idx passed event, i.e. the other side
+ * virtio 1.2 §2.7.10: true if moving an index from old to new_idx passed event, i.e. the other side
  * asked to be notified when idx reaches event + 1. All u16 arithmetic (wraps).
  */
 static inline bool vring_idx_passed_event(uint16_t event, uint16_t new_idx, uint16_t old)

@@ -9,7 +9,8 @@
  * us. A used element is checked (id < num, chain in flight, len <= writable bytes, used->idx not
  * ahead of what is in flight) before anything is freed; a violation breaks the ring (-EIO).
  *
- * Memory ordering (reference §7.4.4), driver side:
+ * Memory ordering, driver side (docs/vring.md, "Barriers"; virtio 1.2 §2.7.13 and §2.7.14; Linux
+ * drivers/virtio/virtio_ring.c, virtqueue_kick_prepare_split() and virtqueue_get_buf_ctx_split()):
  *   1. stores of descriptors and avail->ring[]  →  store avail->idx (release);
  *   2. store avail->idx  →  full fence  →  load avail_event / used->flags (kick decision);
  *   3. load used->idx (acquire)  →  loads of used->ring[] and of the buffers' contents;
@@ -218,7 +219,7 @@ void vring_drv_publish(struct vring_drv *d)
 {
 	/* Release: orders the stores of the descriptors (and indirect tables) and of avail->ring[]
 	 * before this store of avail->idx (device side: its acquire load of avail->idx). */
-	__atomic_store_n(&d->avail->idx, htole16(d->avail_idx), __ATOMIC_RELEASE);
+	vring_store16_release(&d->avail->idx, d->avail_idx);
 }
 
 bool vring_drv_kick_prepare(struct vring_drv *d)
@@ -258,15 +259,15 @@ int vring_drv_get_used(struct vring_drv *d, uint32_t *ret_len, void **ret_cookie
 		return -EIO;
 	/* Acquire: orders this load of used->idx before the loads of used->ring[] and of the
 	 * buffer contents the device wrote (device side: its release store of used->idx). */
-	used_idx = le16toh(__atomic_load_n(&d->used->idx, __ATOMIC_ACQUIRE));
+	used_idx = vring_load16_acquire(&d->used->idx);
 	pending = (uint16_t)(used_idx - d->last_used);
 	if (pending == 0)
 		return -EAGAIN;
 	if (pending > d->inflight)
 		return broken(d);
 	e = &d->used->ring[d->last_used & d->mask];
-	id = le32toh(__atomic_load_n(&e->id, __ATOMIC_RELAXED));
-	len = le32toh(__atomic_load_n(&e->len, __ATOMIC_RELAXED));
+	id = vring_load32_relaxed(&e->id);
+	len = vring_load32_relaxed(&e->len);
 	if (id >= d->num || !d->slot[id].cookie || len > d->slot[id].in_len)
 		return broken(d);
 

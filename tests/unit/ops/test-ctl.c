@@ -16,6 +16,7 @@
 #include "fakectl.h"
 #include "ops/json.h"
 #include "ops/statcli.h"
+#include "util/time.h"
 
 static int conn(struct fake_daemon *f)
 {
@@ -45,14 +46,6 @@ static void expect_error(int fd, const char *line, const char *errno_name, const
 		test_fail(__FILE__, __LINE__, "error '%s' lacks '%s'", ops_json_str(v, "error", ""),
 			  msg);
 	ops_json_free(v);
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* Waits (bounded) until the peer closes fd; returns true if it did within ms. */
@@ -301,6 +294,19 @@ TEST(pipelined_requests)
 	fake_stop(&f);
 }
 
+/* A fresh connection asks "version": true if it was served (not refused). */
+static bool version_served(struct fake_daemon *f)
+{
+	struct ops_jv *v = NULL;
+	int fd = conn(f);
+	bool ok = ops_ctl_request(fd, "version", -1, 5000, NULL, &v) == 0 &&
+		  ops_json_bool(v, "ok", false);
+
+	close(fd);
+	ops_json_free(v);
+	return ok;
+}
+
 TEST(client_limit)
 {
 	struct fake_daemon f;
@@ -323,21 +329,7 @@ TEST(client_limit)
 	close(extra);
 	/* One leaves: a new one is served. */
 	close(fds[0]);
-	uint64_t end = mono_ms() + 5000;
-	for (;;) {
-		struct ops_jv *v = NULL;
-		int fd = conn(&f);
-		int r = ops_ctl_request(fd, "version", -1, 5000, NULL, &v);
-
-		close(fd);
-		if (r == 0 && ops_json_bool(v, "ok", false)) {
-			ops_json_free(v);
-			break;
-		}
-		ops_json_free(v);
-		ASSERT_LT(mono_ms(), end);
-		usleep(10000);
-	}
+	ASSERT_WAIT_FOR(version_served(&f), 5000);
 	close(fds[1]);
 	close(fds[2]);
 	fake_stop(&f);
@@ -427,6 +419,17 @@ static struct ops_jv *status(int fd)
 	return v;
 }
 
+/* The status answer once no capture runs anymore; NULL while one still does. */
+static struct ops_jv *stopped_status(int fd)
+{
+	struct ops_jv *v = status(fd);
+
+	if (!ops_json_bool(ops_json_get(v, "capture"), "running", true))
+		return v;
+	ops_json_free(v);
+	return NULL;
+}
+
 TEST(capture_to_path_one_vm)
 {
 	struct fake_daemon f;
@@ -504,23 +507,13 @@ TEST(capture_to_passed_fd_ends_with_owner)
 	tap_some(&f, 1, 3);
 	close(fd); /* owner gone */
 	int other = conn(&f);
-	uint64_t end = mono_ms() + 5000;
-	for (;;) {
-		struct ops_jv *v = status(other);
-		const struct ops_jv *cap = ops_json_get(v, "capture");
-		bool running = ops_json_bool(cap, "running", true);
-
-		if (!running) {
-			ASSERT_STREQ(ops_json_str(cap, "stopped_by", ""), "client closed");
-			ASSERT_EQ_U64(ops_json_u64(cap, "pkts", 0), 5);
-			ASSERT_TRUE(ops_json_bool(cap, "nanosecond", false));
-			ops_json_free(v);
-			break;
-		}
-		ops_json_free(v);
-		ASSERT_LT(mono_ms(), end);
-		usleep(10000);
-	}
+	struct ops_jv *v = NULL;
+	ASSERT_WAIT_FOR((v = stopped_status(other)) != NULL, 5000);
+	const struct ops_jv *cap = ops_json_get(v, "capture");
+	ASSERT_STREQ(ops_json_str(cap, "stopped_by", ""), "client closed");
+	ASSERT_EQ_U64(ops_json_u64(cap, "pkts", 0), 5);
+	ASSERT_TRUE(ops_json_bool(cap, "nanosecond", false));
+	ops_json_free(v);
 	ASSERT_FALSE(ops_tap_attached(&f.taps[0]));
 	ASSERT_EQ(lseek(mfd, 0, SEEK_END), 24 + 5 * (16 + 79));
 	uint8_t magic[4];
@@ -548,21 +541,11 @@ TEST(capture_detached_with_duration)
 	ASSERT_LE(ops_json_u64(ops_json_get(v, "capture"), "remaining_ms", 99999), 1000);
 	ops_json_free(v);
 	tap_some(&f, 0, 4);
-	uint64_t end = mono_ms() + 10000;
-	for (;;) {
-		v = status(fd);
-		const struct ops_jv *cap = ops_json_get(v, "capture");
-
-		if (!ops_json_bool(cap, "running", true)) {
-			ASSERT_STREQ(ops_json_str(cap, "stopped_by", ""), "duration");
-			ASSERT_EQ_U64(ops_json_u64(cap, "pkts", 0), 4);
-			ops_json_free(v);
-			break;
-		}
-		ops_json_free(v);
-		ASSERT_LT(mono_ms(), end);
-		usleep(20000);
-	}
+	ASSERT_WAIT_FOR((v = stopped_status(fd)) != NULL, 10000);
+	const struct ops_jv *cap = ops_json_get(v, "capture");
+	ASSERT_STREQ(ops_json_str(cap, "stopped_by", ""), "duration");
+	ASSERT_EQ_U64(ops_json_u64(cap, "pkts", 0), 4);
+	ops_json_free(v);
 	close(fd);
 	close(mfd);
 	fake_stop(&f);
@@ -661,7 +644,7 @@ TEST(accept_without_descriptors_does_not_spin)
 	strcpy(sa.sun_path, f.path);
 	ASSERT_EQ(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0); /* in the backlog */
 	uint64_t c0 = cpu_ms(), t0 = mono_ms();
-	usleep(500 * 1000);
+	test_sleep_ms(500); /* a fixed window: the CPU the control thread burns in it */
 	uint64_t used = cpu_ms() - c0, wall = mono_ms() - t0;
 	test_note("control thread used %llu ms of CPU in %llu ms", (unsigned long long)used,
 		  (unsigned long long)wall);

@@ -235,6 +235,7 @@ struct writer_arg {
 	struct ops_tap *tap;
 	uint32_t cid;
 	int n;
+	atomic_int sent; /* packets offered to the tap so far (relaxed: a progress count only) */
 };
 
 static void *tap_writer(void *arg)
@@ -249,6 +250,7 @@ static void *tap_writer(void *arg)
 
 		h.src_cid = a->cid;
 		OPS_TAP(a->tap, &h, &iov, 1);
+		atomic_fetch_add_explicit(&a->sent, 1, memory_order_relaxed);
 	}
 	return NULL;
 }
@@ -272,7 +274,7 @@ TEST(two_vms_one_file_concurrently)
 	ops_pcap_unref(p); /* the taps hold it now */
 	for (int i = 0; i < 2; i++)
 		ASSERT_EQ(pthread_create(&th[i], NULL, tap_writer, &a[i]), 0);
-	usleep(2000);
+	ASSERT_WAIT_FOR(atomic_load_explicit(&a[1].sent, memory_order_relaxed) > 0, 5000);
 	ops_tap_detach(&t[1]); /* mid-stream, while thread 1 may be writing */
 	for (int i = 0; i < 2; i++)
 		pthread_join(th[i], NULL);

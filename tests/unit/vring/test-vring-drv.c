@@ -8,12 +8,12 @@
  */
 #include "test.h"
 #include "util/macros.h"
+#include "util/time.h"
 #include "vring/vring_drv.h"
 
 #include <endian.h>
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 
 #define MEMSZ 0x40000ull /* one region at gpa 0x100000 */
 #define GPA0 0x100000ull
@@ -447,15 +447,12 @@ struct thr {
 	struct pair *p;
 	unsigned ops;
 	int err;
-	struct timespec deadline;
+	uint64_t deadline_ms; /* mono_ms() */
 };
 
-static bool past(const struct timespec *d)
+static bool past(uint64_t deadline_ms)
 {
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return now.tv_sec > d->tv_sec || (now.tv_sec == d->tv_sec && now.tv_nsec > d->tv_nsec);
+	return mono_ms() > deadline_ms;
 }
 
 static void *dev_thread(void *arg)
@@ -469,7 +466,7 @@ static void *dev_thread(void *arg)
 		int r = vring_dev_pop(&t->p->dev, out, 2, in, 2, &c);
 
 		if (r == -EAGAIN) {
-			if (past(&t->deadline)) {
+			if (past(t->deadline_ms)) {
 				t->err = -ETIMEDOUT;
 				return NULL;
 			}
@@ -505,10 +502,9 @@ TEST(two_threads_wraparound)
 	unsigned added = 0, done = 0;
 
 	pair_init(&p, 64, F_EVT);
-	clock_gettime(CLOCK_MONOTONIC, &t.deadline);
-	t.deadline.tv_sec += 40;
+	t.deadline_ms = mono_ms() + 40 * 1000;
 	ASSERT_EQ(pthread_create(&th, NULL, dev_thread, &t), 0);
-	while (done < t.ops && !past(&t.deadline)) {
+	while (done < t.ops && !past(t.deadline_ms)) {
 		uint32_t len;
 		void *ck;
 
