@@ -9,8 +9,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/random.h>
-#include <time.h>
 
+#include "util/time.h"
 #include "vsock/hdr.h"
 
 struct ct_bucket {
@@ -229,9 +229,9 @@ static uint32_t random_u32(void)
 
 	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v))
 		return v;
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return mix32((uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec);
+	uint64_t t = mono_ns();
+
+	return mix32((uint32_t)(t % NS_PER_SEC) ^ (uint32_t)(t / NS_PER_SEC));
 }
 
 int vsock_ct_bind_auto(struct vsock_conn_table *t, struct vsock_ct_node *n, uint32_t cid,

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/iov.h"
 #include "util/macros.h"
 #include "vsock/credit.h"
 #include "vsock/engine_internal.h"
@@ -35,72 +36,10 @@ static uint64_t now_ns(struct vsock_engine *e)
 	return e->ops->now(e->opaque);
 }
 
-static size_t iov_total(const struct iovec *iov, int iovcnt)
+/* The engine's calls count iovecs in int (as readv); a negative count means none. */
+static size_t iov_count(int iovcnt)
 {
-	size_t n = 0;
-
-	for (int i = 0; i < iovcnt; i++)
-		n += iov[i].iov_len;
-	return n;
-}
-
-/* Sequential reader/writer over an iovec array. */
-struct iov_cur {
-	const struct iovec *iov;
-	int cnt, idx;
-	size_t off;
-};
-
-static void iov_cur_init(struct iov_cur *c, const struct iovec *iov, int cnt)
-{
-	c->iov = iov;
-	c->cnt = cnt;
-	c->idx = 0;
-	c->off = 0;
-}
-
-/* Copies up to len bytes from the cursor into dst; returns bytes copied. */
-static size_t iov_cur_read(struct iov_cur *c, void *dst, size_t len)
-{
-	uint8_t *d = dst;
-	size_t done = 0;
-
-	while (done < len && c->idx < c->cnt) {
-		size_t avail = c->iov[c->idx].iov_len - c->off;
-		size_t n = MIN(avail, len - done);
-
-		if (n)
-			memcpy(d + done, (const uint8_t *)c->iov[c->idx].iov_base + c->off, n);
-		done += n;
-		c->off += n;
-		if (c->off == c->iov[c->idx].iov_len) {
-			c->idx++;
-			c->off = 0;
-		}
-	}
-	return done;
-}
-
-/* Copies up to len bytes from src to the cursor; returns bytes copied. */
-static size_t iov_cur_write(struct iov_cur *c, const void *src, size_t len)
-{
-	const uint8_t *s = src;
-	size_t done = 0;
-
-	while (done < len && c->idx < c->cnt) {
-		size_t avail = c->iov[c->idx].iov_len - c->off;
-		size_t n = MIN(avail, len - done);
-
-		if (n)
-			memcpy((uint8_t *)c->iov[c->idx].iov_base + c->off, s + done, n);
-		done += n;
-		c->off += n;
-		if (c->off == c->iov[c->idx].iov_len) {
-			c->idx++;
-			c->off = 0;
-		}
-	}
-	return done;
+	return iovcnt > 0 ? (size_t)iovcnt : 0;
 }
 
 static uint32_t pow2_at_least(uint64_t v, uint32_t min)
@@ -945,7 +884,7 @@ static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsoc
 		rxq_append(s, c);
 	}
 copy:
-	iov_cur_init(&cur, iov, iovcnt);
+	iov_cur_init(&cur, iov, iov_count(iovcnt));
 	iov_cur_read(&cur, c->data + c->end, len);
 	c->end += len;
 	if (eom) {
@@ -1204,7 +1143,7 @@ static void held_release(struct vsock_sock **held)
 static int rx_packet(struct vsock_engine *e, struct rx_ctx *cx, struct vsock_sock **held,
 		     const struct vsock_hdr *h, const struct iovec *iov, int iovcnt)
 {
-	size_t len = iov_total(iov, iovcnt);
+	size_t len = iov_total(iov, iov_count(iovcnt));
 	enum vsock_hdr_error herr;
 	struct vsock_sock *s = *held;
 
@@ -1322,7 +1261,7 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 		uint64_t n = MIN((uint64_t)max_payload, (uint64_t)e->cfg.max_pkt);
 
 		n = MIN(n, (uint64_t)sock_credit(s));
-		n = MIN(n, (uint64_t)iov_total(iov, iovcnt));
+		n = MIN(n, (uint64_t)iov_total(iov, iov_count(iovcnt)));
 		if (s->type == VSOCK_TYPE_SEQPACKET) {
 			struct tx_msg *m = &s->msgs[s->msg_head & (s->msg_cap - 1)];
 
@@ -1343,7 +1282,7 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 				return -EAGAIN;
 		}
 		len = (uint32_t)n;
-		iov_cur_init(&cur, iov, iovcnt);
+		iov_cur_init(&cur, iov, iov_count(iovcnt));
 		tx_ring_read(s, &cur, len);
 		h->op = VSOCK_OP_RW;
 		s->tx_cnt += len;
@@ -1875,7 +1814,7 @@ static void tx_ring_write(struct vsock_sock *s, const struct iovec *iov, int iov
 	uint32_t first = MIN(n, s->tx_cap - tail);
 	struct iov_cur cur;
 
-	iov_cur_init(&cur, iov, iovcnt);
+	iov_cur_init(&cur, iov, iov_count(iovcnt));
 	iov_cur_read(&cur, s->txbuf + tail, first);
 	if (n > first)
 		iov_cur_read(&cur, s->txbuf, n - first);
@@ -1884,7 +1823,7 @@ static void tx_ring_write(struct vsock_sock *s, const struct iovec *iov, int iov
 
 ssize_t vsock_sock_send(struct vsock_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
-	size_t total = iov_total(iov, iovcnt);
+	size_t total = iov_total(iov, iov_count(iovcnt));
 	ssize_t r;
 	uint32_t space;
 
@@ -2021,7 +1960,7 @@ static bool sock_rx_eof(const struct vsock_sock *s)
 static ssize_t seqpacket_recv(struct vsock_sock *s, const struct iovec *iov, int iovcnt,
 			      int flags, int *ret_msg_flags)
 {
-	size_t space = iov_total(iov, iovcnt);
+	size_t space = iov_total(iov, iov_count(iovcnt));
 	bool peek = flags & VSOCK_MSG_PEEK;
 	uint32_t msglen = 0, copied = 0;
 	struct rx_chunk *c = s->rxq_head;
@@ -2030,7 +1969,7 @@ static ssize_t seqpacket_recv(struct vsock_sock *s, const struct iovec *iov, int
 
 	if (s->rx_msgs == 0)
 		return sock_rx_eof(s) ? 0 : -EAGAIN;
-	iov_cur_init(&cur, iov, iovcnt);
+	iov_cur_init(&cur, iov, iov_count(iovcnt));
 	for (; c; c = c->next) {
 		uint32_t avail = c->end - c->start;
 
@@ -2067,7 +2006,7 @@ static ssize_t seqpacket_recv(struct vsock_sock *s, const struct iovec *iov, int
 ssize_t vsock_sock_recv(struct vsock_sock *s, const struct iovec *iov, int iovcnt, int flags,
 			int *ret_msg_flags)
 {
-	size_t len = iov_total(iov, iovcnt);
+	size_t len = iov_total(iov, iov_count(iovcnt));
 	ssize_t r;
 
 	sock_lock(s);
@@ -2107,7 +2046,7 @@ ssize_t vsock_sock_recv(struct vsock_sock *s, const struct iovec *iov, int iovcn
 	{
 		struct iov_cur cur;
 
-		iov_cur_init(&cur, iov, iovcnt);
+		iov_cur_init(&cur, iov, iov_count(iovcnt));
 		r = stream_copy_out(s, &cur, (uint32_t)MIN(len, (size_t)UINT32_MAX),
 				    flags & VSOCK_MSG_PEEK);
 	}
