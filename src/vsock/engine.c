@@ -109,6 +109,15 @@ struct rx_ctx {
 	struct vsock_sock *def[RX_DEFER_MAX];
 };
 
+/* Calls ops->sock_event for s with its current poll mask. s locked. */
+static void sock_event_call(struct vsock_sock *s)
+{
+	struct vsock_engine *e = s->e;
+
+	e->ops->sock_event(e->opaque, s, atomic_load_explicit(&s->user, memory_order_relaxed),
+			   vsock_sk_poll_locked(s));
+}
+
 /* Reports a possible poll-mask change of s. Called with s locked. */
 void vsock_sk_event(struct rx_ctx *cx, struct vsock_sock *s)
 {
@@ -126,7 +135,7 @@ void vsock_sk_event(struct rx_ctx *cx, struct vsock_sock *s)
 			return;
 		}
 	}
-	e->ops->sock_event(e->opaque, s, s->user, vsock_sk_poll_locked(s));
+	sock_event_call(s);
 }
 
 static void rx_ctx_flush(struct rx_ctx *cx)
@@ -137,7 +146,7 @@ static void rx_ctx_flush(struct rx_ctx *cx)
 		sock_lock(s);
 		if (s->ev_deferred) {
 			s->ev_deferred = false;
-			s->e->ops->sock_event(s->e->opaque, s, s->user, vsock_sk_poll_locked(s));
+			sock_event_call(s);
 		}
 		sock_unlock(s);
 		sock_unref(s);
@@ -163,7 +172,11 @@ static bool sock_pullable(const struct vsock_sock *s)
 	return s->tx_len && sock_can_send_data(s) && sock_credit(s) > 0;
 }
 
-/* Publishes tx_n + nosock_n for the lock-free "nothing to pull" check. e->tx_lock held. */
+/*
+ * Publishes tx_n + nosock_n for the lock-free "nothing to pull" check. e->tx_lock held. The
+ * release pairs with the acquire in vsock_engine_pull/has_pending: a reader that sees a non-zero
+ * count also sees the queue entries it counts.
+ */
 static void tx_pending_update(struct vsock_engine *e)
 {
 	atomic_store_explicit(&e->tx_pending, e->tx_n + e->nosock_n, memory_order_release);
@@ -337,7 +350,11 @@ static void heap_remove(struct vsock_engine *e, struct vsock_sock *s)
 	heap_down(e, (uint32_t)last->heap_idx);
 }
 
-/* Publishes the earliest deadline for vsock_engine_next_deadline. e->timer_lock held. */
+/*
+ * Publishes the earliest deadline for vsock_engine_next_deadline. e->timer_lock held. The
+ * release pairs with the acquire there: a transport that sees the new deadline also sees the
+ * heap change behind it (what vsock_engine_run_timers will then find).
+ */
 static void next_deadline_update(struct vsock_engine *e)
 {
 	atomic_store_explicit(&e->next_deadline, e->heap_n ? e->heap[0]->deadline : UINT64_MAX,
@@ -455,14 +472,15 @@ struct vsock_sock *vsock_sk_alloc(struct vsock_engine *e, enum vsock_type type, 
 {
 	struct vsock_sock *s;
 
-	if (atomic_fetch_add(&e->socks_open, 1) >= e->cfg.max_socks) {
-		atomic_fetch_sub(&e->socks_open, 1);
+	/* Relaxed: socks_open is a count against max_socks; it orders nothing. */
+	if (atomic_fetch_add_explicit(&e->socks_open, 1, memory_order_relaxed) >= e->cfg.max_socks) {
+		atomic_fetch_sub_explicit(&e->socks_open, 1, memory_order_relaxed);
 		*err = -EMFILE;
 		return NULL;
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s) {
-		atomic_fetch_sub(&e->socks_open, 1);
+		atomic_fetch_sub_explicit(&e->socks_open, 1, memory_order_relaxed);
 		*err = -ENOMEM;
 		return NULL;
 	}
@@ -515,7 +533,7 @@ void vsock_sk_destroy(struct vsock_sock *s)
 	if (s->all_next)
 		s->all_next->all_prev = s->all_prev;
 	pthread_mutex_unlock(&e->all_lock);
-	atomic_fetch_sub(&e->socks_open, 1);
+	atomic_fetch_sub_explicit(&e->socks_open, 1, memory_order_relaxed);
 	sock_free_mem(s);
 }
 
@@ -635,12 +653,12 @@ bool vsock_engine_can_feed(const struct vsock_engine *e)
 
 void vsock_engine_get_stats(struct vsock_engine *e, struct vsock_engine_stats *ret)
 {
-	const uint64_t *src = (const uint64_t *)&e->st;
-	uint64_t *dst = (uint64_t *)ret;
-
-	for (size_t i = 0; i < sizeof(*ret) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-	ret->socks_open = atomic_load(&e->socks_open);
+#define STAT_COPY(name) ret->name = atomic_load_explicit(&e->st.name, memory_order_relaxed);
+	VSOCK_ENGINE_STATS(STAT_COPY)
+#undef STAT_COPY
+	for (size_t i = 0; i < ARRAY_SIZE(ret->rx_dropped); i++)
+		ret->rx_dropped[i] = atomic_load_explicit(&e->st.rx_dropped[i], memory_order_relaxed);
+	ret->socks_open = atomic_load_explicit(&e->socks_open, memory_order_relaxed);
 }
 
 /* ---- receive path ---------------------------------------------------------------------------- */
@@ -1228,7 +1246,7 @@ void vsock_engine_run_timers(struct vsock_engine *e)
 
 uint64_t vsock_engine_next_deadline(struct vsock_engine *e)
 {
-	/* Stored under timer_lock at every heap change (next_deadline_update). */
+	/* Stored under timer_lock at every heap change; acquire: see next_deadline_update. */
 	return atomic_load_explicit(&e->next_deadline, memory_order_acquire);
 }
 
@@ -1249,10 +1267,16 @@ static ssize_t collect_socks(struct vsock_engine *e, struct vsock_sock ***ret)
 		return -ENOMEM;
 	}
 	for (struct vsock_sock *s = e->all; s; s = s->all_next) {
-		/* A socket whose last reference is being dropped right now is skipped. */
-		unsigned r = atomic_load(&s->refs);
+		/*
+		 * A socket whose last reference is being dropped right now is skipped. Relaxed, as
+		 * sock_ref: all_lock keeps s allocated (vsock_sk_destroy unlinks it under all_lock
+		 * before freeing), and the reference we take orders nothing by itself.
+		 */
+		unsigned r = atomic_load_explicit(&s->refs, memory_order_relaxed);
 
-		while (r && !atomic_compare_exchange_weak(&s->refs, &r, r + 1))
+		while (r && !atomic_compare_exchange_weak_explicit(&s->refs, &r, r + 1,
+								   memory_order_relaxed,
+								   memory_order_relaxed))
 			;
 		if (r)
 			v[i++] = s;
@@ -1268,12 +1292,12 @@ void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid)
 	ssize_t n = collect_socks(e, &v);
 
 	pthread_mutex_lock(&e->tx_lock);
-	atomic_fetch_sub(&e->replies, e->nosock_n);
+	atomic_fetch_sub_explicit(&e->replies, e->nosock_n, memory_order_relaxed);
 	e->nosock_n = 0;
 	tx_pending_update(e);
 	pthread_mutex_unlock(&e->tx_lock);
 	if (new_cid != VMADDR_CID_ANY)
-		atomic_store(&e->local_cid, new_cid);
+		atomic_store_explicit(&e->local_cid, new_cid, memory_order_relaxed);
 	for (ssize_t i = 0; i < n; i++) {
 		struct vsock_sock *s = v[i];
 

@@ -178,23 +178,39 @@ void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid);
 
 uint32_t vsock_engine_local_cid(const struct vsock_engine *e);
 
-/* Counters; each is monotonic. Read with vsock_engine_get_stats (a consistent-enough snapshot). */
+/*
+ * The engine's counters but rx_dropped[], one X(name) each, so that code can declare, copy or
+ * print them all from one list (struct vsock_engine_stats below, the engine's own atomic copy,
+ * vsock_engine_get_stats). Each is monotonic except socks_open.
+ */
+#define VSOCK_ENGINE_STATS(X)                                                                      \
+	X(rx_pkts)              /* packets fed */                                                  \
+	X(rx_bytes)             /* payload bytes delivered */                                      \
+	X(tx_pkts)              /* packets pulled */                                               \
+	X(tx_bytes)             /* payload bytes pulled */                                         \
+	X(rx_no_socket)         /* no matching socket: answered with RST */                        \
+	X(rx_type_mismatch)     /* socket type differs: RST */                                     \
+	X(rx_unexpected)        /* op not valid in the socket's state */                           \
+	X(rst_sent)                                                                                \
+	X(rst_received)                                                                            \
+	X(credit_violations)    /* peer sent beyond our credit: reset */                           \
+	X(rx_mem_resets)        /* receive memory bound hit (tiny-packet flood): reset */          \
+	X(credit_stalls)        /* a send found zero peer credit */                                \
+	X(credit_updates_sent)                                                                     \
+	X(credit_requests_sent)                                                                    \
+	X(backlog_refused)      /* REQUEST refused: accept queue full or listener gone */          \
+	X(socks_open)           /* live sockets now */                                             \
+	X(socks_total)          /* sockets ever created */                                         \
+	X(connects_timed_out)                                                                      \
+	X(close_timeouts)                                                                          \
+	X(rst_dropped)          /* no-socket RST not queued: reply ring full */
+
+/* Counters. Read with vsock_engine_get_stats (a consistent-enough snapshot). */
 struct vsock_engine_stats {
-	uint64_t rx_pkts, rx_bytes;           /* packets fed / payload bytes delivered */
-	uint64_t tx_pkts, tx_bytes;           /* packets pulled / payload bytes pulled */
+#define VSOCK_ENGINE_STAT_FIELD_(name) uint64_t name;
+	VSOCK_ENGINE_STATS(VSOCK_ENGINE_STAT_FIELD_)
+#undef VSOCK_ENGINE_STAT_FIELD_
 	uint64_t rx_dropped[_VSOCK_HDR_ERROR_MAX]; /* malformed, by vsock_hdr_error */
-	uint64_t rx_no_socket;                /* no matching socket: answered with RST */
-	uint64_t rx_type_mismatch;            /* socket type differs: RST */
-	uint64_t rx_unexpected;               /* op not valid in the socket's state */
-	uint64_t rst_sent, rst_received;
-	uint64_t credit_violations;           /* peer sent beyond our credit: reset */
-	uint64_t rx_mem_resets;               /* receive memory bound hit (tiny-packet flood): reset */
-	uint64_t credit_stalls;               /* a send found zero peer credit */
-	uint64_t credit_updates_sent, credit_requests_sent;
-	uint64_t backlog_refused;             /* REQUEST refused: accept queue full or listener gone */
-	uint64_t socks_open, socks_total;     /* live sockets now / ever created */
-	uint64_t connects_timed_out, close_timeouts;
-	uint64_t rst_dropped;                 /* no-socket RST not queued: reply ring full */
 };
 void vsock_engine_get_stats(struct vsock_engine *e, struct vsock_engine_stats *ret);
 

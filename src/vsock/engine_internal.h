@@ -74,8 +74,10 @@ struct vsock_sock {
 	struct vsock_ct_node bnode; /* bound table */
 	struct vsock_ct_node cnode; /* connected table */
 
+	/* Written under lock, read without it by vsock_sock_get_user (relaxed: a plain value). */
+	_Atomic(void *) user;
+
 	/* Everything below is protected by lock. */
-	void *user;
 	enum vsock_state state;
 	enum sock_timer timer;
 	bool bound, in_conn, app_closed, deferred, wildcard, was_connected, done;
@@ -143,10 +145,20 @@ struct vsock_engine {
 	struct vsock_sock *wildcard[3]; /* by type; Protected by all_lock */
 
 	atomic_uint socks_open;
-	struct vsock_engine_stats st; /* updated with relaxed atomics */
+	/*
+	 * The counters of struct vsock_engine_stats, added to from any thread with relaxed atomics
+	 * (each counts on its own; nothing is ordered by them). st.socks_open is unused: the
+	 * snapshot reads socks_open above.
+	 */
+	struct {
+#define ENGINE_STAT_FIELD(name) _Atomic uint64_t name;
+		VSOCK_ENGINE_STATS(ENGINE_STAT_FIELD)
+#undef ENGINE_STAT_FIELD
+		_Atomic uint64_t rx_dropped[_VSOCK_HDR_ERROR_MAX];
+	} st;
 };
 
-#define STAT_ADD(e, field, n) __atomic_fetch_add(&(e)->st.field, (n), __ATOMIC_RELAXED)
+#define STAT_ADD(e, field, n) atomic_fetch_add_explicit(&(e)->st.field, (n), memory_order_relaxed)
 #define STAT_INC(e, field) STAT_ADD(e, field, 1)
 
 /* ---- helpers for engine.c and sock.c -------------------------------------------------------- */
@@ -182,6 +194,7 @@ static inline void sock_unref(struct vsock_sock *s)
 /* Drops a reference that is known not to be the last (the caller holds another). */
 static inline void sock_put_locked(struct vsock_sock *s)
 {
+	/* acq_rel, as in sock_unref. */
 	unsigned prev = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel);
 
 	assert(prev > 1);

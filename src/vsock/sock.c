@@ -44,13 +44,13 @@ int vsock_sock_new(struct vsock_engine *e, enum vsock_type type, struct vsock_so
 void vsock_sock_set_user(struct vsock_sock *s, void *user)
 {
 	sock_lock(s);
-	__atomic_store_n(&s->user, user, __ATOMIC_RELAXED);
+	atomic_store_explicit(&s->user, user, memory_order_relaxed);
 	sock_unlock(s);
 }
 
 void *vsock_sock_get_user(const struct vsock_sock *s)
 {
-	return __atomic_load_n(&s->user, __ATOMIC_RELAXED);
+	return atomic_load_explicit(&s->user, memory_order_relaxed);
 }
 
 static int sock_bind_locked(struct vsock_sock *s, uint32_t cid, uint32_t port)
