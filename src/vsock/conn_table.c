@@ -106,6 +106,18 @@ void vsock_conn_table_free(struct vsock_conn_table *t)
 	free(t);
 }
 
+/* Keys n and puts it at the head of bucket b (under b's lock). */
+static void link_node(struct ct_bucket *b, struct vsock_ct_node *n, uint32_t cid, uint32_t port,
+		      uint32_t lport)
+{
+	n->cid = cid;
+	n->port = port;
+	n->lport = lport;
+	n->next = b->head;
+	n->linked = true;
+	b->head = n;
+}
+
 static void unlink_node(struct ct_bucket *b, struct vsock_ct_node *n)
 {
 	for (struct vsock_ct_node **pp = &b->head; *pp; pp = &(*pp)->next) {
@@ -148,12 +160,7 @@ int vsock_ct_insert_connected(struct vsock_conn_table *t, struct vsock_ct_node *
 			goto out;
 		}
 	}
-	n->cid = peer_cid;
-	n->port = peer_port;
-	n->lport = local_port;
-	n->next = b->head;
-	n->linked = true;
-	b->head = n;
+	link_node(b, n, peer_cid, peer_port, local_port);
 out:
 	pthread_mutex_unlock(&b->lock);
 	return r;
@@ -212,12 +219,7 @@ int vsock_ct_insert_bound(struct vsock_conn_table *t, struct vsock_ct_node *n, u
 		r = -EADDRINUSE;
 		goto out;
 	}
-	n->cid = cid;
-	n->port = port;
-	n->lport = 0;
-	n->next = b->head;
-	n->linked = true;
-	b->head = n;
+	link_node(b, n, cid, port, 0);
 out:
 	pthread_mutex_unlock(&b->lock);
 	return r;

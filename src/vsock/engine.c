@@ -410,22 +410,26 @@ static void timer_cancel(struct vsock_sock *s)
 
 /* ---- socket lifecycle helpers ---------------------------------------------------------------- */
 
+/* Takes s out of one table if *in says it is there, dropping that table's reference. */
+static void sock_unlink(struct vsock_sock *s, bool *in,
+			bool (*remove)(struct vsock_conn_table *t, struct vsock_ct_node *n),
+			struct vsock_ct_node *node)
+{
+	if (!*in)
+		return;
+	remove(s->e->ct, node);
+	*in = false;
+	sock_put_locked(s);
+}
+
 void vsock_sk_unlink_conn(struct vsock_sock *s)
 {
-	if (!s->in_conn)
-		return;
-	vsock_ct_remove_connected(s->e->ct, &s->cnode);
-	s->in_conn = false;
-	sock_put_locked(s);
+	sock_unlink(s, &s->in_conn, vsock_ct_remove_connected, &s->cnode);
 }
 
 void vsock_sk_unlink_bound(struct vsock_sock *s)
 {
-	if (!s->bound)
-		return;
-	vsock_ct_remove_bound(s->e->ct, &s->bnode);
-	s->bound = false;
-	sock_put_locked(s);
+	sock_unlink(s, &s->bound, vsock_ct_remove_bound, &s->bnode);
 }
 
 static void sock_drop_tx(struct vsock_sock *s)
