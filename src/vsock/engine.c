@@ -475,9 +475,11 @@ static void sock_abort(struct rx_ctx *cx, struct vsock_sock *s, int err)
 struct vsock_sock *vsock_sk_alloc(struct vsock_engine *e, enum vsock_type type, int *err)
 {
 	struct vsock_sock *s;
+	unsigned prev;
 
 	/* Relaxed: socks_open is a count against max_socks; it orders nothing. */
-	if (atomic_fetch_add_explicit(&e->socks_open, 1, memory_order_relaxed) >= e->cfg.max_socks) {
+	prev = atomic_fetch_add_explicit(&e->socks_open, 1, memory_order_relaxed);
+	if (prev >= e->cfg.max_socks) {
 		atomic_fetch_sub_explicit(&e->socks_open, 1, memory_order_relaxed);
 		*err = -EMFILE;
 		return NULL;
@@ -661,7 +663,8 @@ void vsock_engine_get_stats(struct vsock_engine *e, struct vsock_engine_stats *r
 	VSOCK_ENGINE_STATS(STAT_COPY)
 #undef STAT_COPY
 	for (size_t i = 0; i < ARRAY_SIZE(ret->rx_dropped); i++)
-		ret->rx_dropped[i] = atomic_load_explicit(&e->st.rx_dropped[i], memory_order_relaxed);
+		ret->rx_dropped[i] =
+			atomic_load_explicit(&e->st.rx_dropped[i], memory_order_relaxed);
 	ret->socks_open = atomic_load_explicit(&e->socks_open, memory_order_relaxed);
 }
 
@@ -697,7 +700,10 @@ static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsoc
 	return 0;
 }
 
-/* A REQUEST reached a listener: create the child (reference 2.4 LISTEN row). s locked. */
+/*
+ * A REQUEST reached a listener: create the child (docs/vsock-protocol.md §2.3, LISTEN row; Linux
+ * virtio_transport_recv_listen()). s locked.
+ */
 static int listener_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_hdr *h)
 {
 	struct vsock_engine *e = s->e;
@@ -865,7 +871,7 @@ static int sock_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_h
 		return listener_rx(cx, s, h);
 	if (s->state == VSOCK_SS_FREE || s->state == VSOCK_SS_CLOSED ||
 	    s->peer_cid != (uint32_t)h->src_cid || s->peer_port != h->src_port) {
-		/* Not a live connection with this peer (reference 2.3 step 4). */
+		/* Not a live connection with this peer (docs/vsock-protocol.md §2.1, step 4). */
 		STAT_INC(e, rx_no_socket);
 		if (h->op == VSOCK_OP_RST)
 			return -ENOTCONN;
@@ -873,7 +879,7 @@ static int sock_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_h
 		return -ECONNRESET;
 	}
 
-	/* Step 5: credit from every packet. */
+	/* Step 5: credit from every packet (Linux virtio_transport_space_update()). */
 	space_before = sock_send_space(s);
 	s->peer_buf_alloc = h->buf_alloc;
 	s->peer_fwd_cnt = h->fwd_cnt;

@@ -7,7 +7,7 @@
  *   packets out:  vsock_engine_pull()  (only when the caller has room; -EAGAIN when nothing)
  *   time:         ops->now() supplies monotonic ns; vsock_engine_run_timers() fires what is due,
  *                 vsock_engine_next_deadline() says when to call it next
- *   sockets:      vsock_sock_*(): non-blocking socket calls with Linux AF_VSOCK semantics and errno;
+ *   sockets:      vsock_sock_*(): non-blocking socket calls, Linux AF_VSOCK semantics and errno;
  *                 blocking is built on top of them by the API layer (src/lib)
  *
  * One engine is one CID's socket namespace: the device role has one per VM (local CID 2, the
@@ -134,7 +134,8 @@ struct vsock_pkt_ref {
 	int iovcnt;
 };
 /*
- * Feeds n packets as one batch (seed 001): one table lookup and one socket-lock hold per run of
+ * Feeds n packets as one batch (docs/vsock-protocol.md §2.1; the idea of the Linux series "vsock:
+ * reduce RX per-packet socket overhead"): one table lookup and one socket-lock hold per run of
  * consecutive packets of the same flow; write-space events are coalesced and readable events are
  * delivered once per socket at the end of the batch. Same semantics as n calls to feed.
  */
@@ -143,7 +144,9 @@ void vsock_engine_feed_batch(struct vsock_engine *e, const struct vsock_pkt_ref 
 /*
  * True while the number of queued control replies is below reply_limit. A transport stops
  * taking packets from its peer (e.g. stops draining a TX ring) while this is false, and resumes
- * after pulling (the spec's bounded-side-storage rule, reference 5.5).
+ * after pulling: the spec's rule to keep processing with bounded side storage (virtio 1.2
+ * §5.10.6.1 "Virtqueue Flow Control"), which Linux implements by counting queued replies
+ * (drivers/vhost/vsock.c, vhost_vsock_more_replies(); docs/vsock-protocol.md §5).
  */
 bool vsock_engine_can_feed(const struct vsock_engine *e);
 
@@ -170,7 +173,8 @@ void vsock_engine_run_timers(struct vsock_engine *e);
 uint64_t vsock_engine_next_deadline(struct vsock_engine *e);
 
 /*
- * The transport was reset (guest role: TRANSPORT_RESET event, reference 1.8; device role: the
+ * The transport was reset (guest role: the TRANSPORT_RESET event of the event queue, handled by
+ * Linux in net/vmw_vsock/virtio_transport.c, virtio_vsock_event_handle(); device role: the
  * VMM went away). Every connected or connecting socket becomes CLOSED with error ECONNRESET and
  * no RST is sent; listeners survive. new_cid (if not VMADDR_CID_ANY) becomes the local CID.
  */
@@ -306,7 +310,8 @@ void vsock_sock_rx_consume(struct vsock_sock *s, size_t n);
 size_t vsock_sock_send_space(struct vsock_sock *s);
 
 /*
- * Queues a CREDIT_REQUEST to the peer (reference 3.5: Linux never sends one, but answers it).
+ * Queues a CREDIT_REQUEST to the peer (docs/vsock-protocol.md §3: Linux never sends one, but
+ * answers it, virtio_transport_recv_connected()).
  * For a transport that found zero credit and wants a fresh CREDIT_UPDATE instead of waiting.
  * Returns 0, -ENOTCONN.
  */

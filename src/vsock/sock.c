@@ -410,7 +410,7 @@ int vsock_sock_request_credit(struct vsock_sock *s)
 	return r;
 }
 
-/* After the application consumed bytes: credit update per reference 3.4. s locked. */
+/* After the application consumed bytes: credit update (docs/vsock-protocol.md §3, rules 1, 2). */
 static void sock_consumed(struct vsock_sock *s, uint32_t n, bool message)
 {
 	s->fwd_cnt += n;
@@ -699,7 +699,7 @@ static void sock_apply_buffer_size(struct vsock_sock *s, uint64_t val)
 				s->rx_limit = s->buf_alloc;
 		}
 		if (s->state == VSOCK_SS_CONNECTED)
-			vsock_sk_pend_set(s, PEND_CREDIT_UPDATE); /* announced at once (ref. 3.4 rule 4) */
+			vsock_sk_pend_set(s, PEND_CREDIT_UPDATE); /* at once (§3 rule 4) */
 		vsock_sk_event(NULL, s);
 	}
 }

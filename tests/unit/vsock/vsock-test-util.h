@@ -40,7 +40,9 @@ static inline uint64_t w_now(void *opaque)
 
 static inline void w_tx_ready(void *opaque)
 {
-	atomic_fetch_add_explicit(&((struct world *)opaque)->tx_ready_calls, 1, memory_order_relaxed);
+	struct world *w = opaque;
+
+	atomic_fetch_add_explicit(&w->tx_ready_calls, 1, memory_order_relaxed);
 }
 
 static inline void w_event(void *opaque, struct vsock_sock *s, void *user, unsigned mask)
