@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The vsock protocol engine, sans-I/O: the part Linux calls virtio_transport_common.c plus the
- * socket-level semantics of af_vsock.c. It never touches a file descriptor or a ring.
+ * socket-level semantics of af_vsock.c. It never touches a file descriptor or a ring. Implemented
+ * by engine.c (packets, states, credit, pull, timers), sock.c (the vsock_sock_* calls) and rxq.c
+ * (the receive queue).
  *
  *   packets in:   vsock_engine_feed() / vsock_engine_feed_batch()  (always consume the packet)
  *   packets out:  vsock_engine_pull()  (only when the caller has room; -EAGAIN when nothing)
