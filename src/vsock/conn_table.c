@@ -9,8 +9,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/random.h>
-#include <time.h>
 
+#include "util/time.h"
 #include "vsock/hdr.h"
 
 struct ct_bucket {
@@ -106,6 +106,18 @@ void vsock_conn_table_free(struct vsock_conn_table *t)
 	free(t);
 }
 
+/* Keys n and puts it at the head of bucket b (under b's lock). */
+static void link_node(struct ct_bucket *b, struct vsock_ct_node *n, uint32_t cid, uint32_t port,
+		      uint32_t lport)
+{
+	n->cid = cid;
+	n->port = port;
+	n->lport = lport;
+	n->next = b->head;
+	n->linked = true;
+	b->head = n;
+}
+
 static void unlink_node(struct ct_bucket *b, struct vsock_ct_node *n)
 {
 	for (struct vsock_ct_node **pp = &b->head; *pp; pp = &(*pp)->next) {
@@ -148,12 +160,7 @@ int vsock_ct_insert_connected(struct vsock_conn_table *t, struct vsock_ct_node *
 			goto out;
 		}
 	}
-	n->cid = peer_cid;
-	n->port = peer_port;
-	n->lport = local_port;
-	n->next = b->head;
-	n->linked = true;
-	b->head = n;
+	link_node(b, n, peer_cid, peer_port, local_port);
 out:
 	pthread_mutex_unlock(&b->lock);
 	return r;
@@ -212,12 +219,7 @@ int vsock_ct_insert_bound(struct vsock_conn_table *t, struct vsock_ct_node *n, u
 		r = -EADDRINUSE;
 		goto out;
 	}
-	n->cid = cid;
-	n->port = port;
-	n->lport = 0;
-	n->next = b->head;
-	n->linked = true;
-	b->head = n;
+	link_node(b, n, cid, port, 0);
 out:
 	pthread_mutex_unlock(&b->lock);
 	return r;
@@ -229,9 +231,9 @@ static uint32_t random_u32(void)
 
 	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v))
 		return v;
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return mix32((uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec);
+	uint64_t t = mono_ns();
+
+	return mix32((uint32_t)(t % NS_PER_SEC) ^ (uint32_t)(t / NS_PER_SEC));
 }
 
 int vsock_ct_bind_auto(struct vsock_conn_table *t, struct vsock_ct_node *n, uint32_t cid,

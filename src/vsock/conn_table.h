@@ -2,7 +2,8 @@
 /*
  * The connection table: two hash tables of intrusive nodes, one for connected sockets keyed by
  * (peer cid, peer port, local port) and one for bound sockets keyed by (local cid or CID_ANY,
- * port), plus the Linux port allocator (reference 2.2).
+ * port), plus the port allocator of Linux net/vmw_vsock/af_vsock.c, __vsock_bind_connectible()
+ * (docs/vsock-protocol.md §2.4).
  *
  * Each bucket has its own mutex, so lookups on the data path never take a table-wide lock.
  * The table does not own what it links: the owner embeds a struct vsock_ct_node per table,

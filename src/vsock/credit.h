@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Credit-based flow control (virtio spec 5.10.6.3, reference section 3) as pure functions.
+ * Credit-based flow control (virtio 1.2 §5.10.6.3 "Buffer Space Management";
+ * docs/vsock-protocol.md §3) as pure functions.
  *
  * All counters are free-running uint32_t that wrap modulo 2^32: tx_cnt (bytes we handed to the
  * transport), fwd_cnt (bytes our application consumed), and the peer's copies of its own. The
@@ -59,7 +60,8 @@ static inline bool vsock_credit_rx_fits(uint32_t rx_bytes, uint32_t len, uint32_
 
 /*
  * Whether a STREAM receiver should send a CREDIT_UPDATE after its application consumed bytes
- * (Linux 6.1.76+, reference 3.4): something unannounced was consumed, and either the free space
+ * (Linux 6.1.76+, net/vmw_vsock/virtio_transport_common.c, virtio_transport_stream_do_dequeue();
+ * docs/vsock-protocol.md §3, rule 1): something unannounced was consumed, and either the free space
  * the peer believes in is below one maximum packet (64 KiB) or the queue fell below rcvlowat.
  * The free space is computed in 64 bits so a buf_alloc smaller than the unannounced count (the
  * buffer was shrunk) counts as "low" instead of wrapping to a huge value.

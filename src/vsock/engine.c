@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The vsock protocol engine: packet dispatch (reference 2.3), the per-socket state machine
- * (table 2.4 and docs/vsock-protocol.md), credit accounting (section 3), the receive chunk
- * queue, pending replies and the send list, timers, and the socket calls of engine.h.
+ * The vsock protocol engine, per packet: dispatch of received packets (docs/vsock-protocol.md
+ * §2.1), the per-socket state machine (§2.2, §2.3), credit accounting (§3), pending replies and
+ * the send list that pull hands out (§5), the timers, and the whole-engine operations (create,
+ * free, stats, transport reset, listing). The socket calls of engine.h are in sock.c and the
+ * receive chunk queue in rxq.c; engine_internal.h holds what engine.c and sock.c share. Linux
+ * splits the same way: net/vmw_vsock/virtio_transport_common.c holds the protocol, af_vsock.c
+ * the socket calls.
  *
  * Security model: every fed packet is untrusted. It is validated by vsock_hdr_check() and
  * counted by reason when rejected; a peer can make us hold at most the credit we advertised
- * (rx_limit), in chunks whose total allocation (rx_mem) is bounded by rx_mem_limit(), plus one
- * emptied spare chunk of at most RX_SPARE_MAX kept per socket for reuse; replies to
+ * (rx_limit), in chunks whose total allocation (rxq.mem) is bounded by vsock_rxq_mem_limit(),
+ * plus one emptied spare chunk of at most RX_SPARE_MAX kept per socket for reuse; replies to
  * packets that matched no socket go to a bounded ring; per-socket replies are bits, so a socket
  * never has more than a handful queued; sockets are capped by max_socks. Nothing here asserts
  * on input.
@@ -16,11 +20,11 @@
  * holds a reference on it for the duration, so references dropped while the socket is locked
  * are never the last one (sock_put_locked asserts that).
  */
-#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/iov.h"
 #include "util/macros.h"
 #include "vsock/credit.h"
 #include "vsock/engine_internal.h"
@@ -28,114 +32,7 @@
 #define RX_DEFER_MAX 64u  /* sockets whose events one batch defers before flushing early */
 #define BATCH_RUN_MAX 256u /* packets handled under one socket lock hold in a batch */
 
-/* ---- small helpers ------------------------------------------------------------------------ */
-
-static uint64_t now_ns(struct vsock_engine *e)
-{
-	return e->ops->now(e->opaque);
-}
-
-static size_t iov_total(const struct iovec *iov, int iovcnt)
-{
-	size_t n = 0;
-
-	for (int i = 0; i < iovcnt; i++)
-		n += iov[i].iov_len;
-	return n;
-}
-
-/* Sequential reader/writer over an iovec array. */
-struct iov_cur {
-	const struct iovec *iov;
-	int cnt, idx;
-	size_t off;
-};
-
-static void iov_cur_init(struct iov_cur *c, const struct iovec *iov, int cnt)
-{
-	c->iov = iov;
-	c->cnt = cnt;
-	c->idx = 0;
-	c->off = 0;
-}
-
-/* Copies up to len bytes from the cursor into dst; returns bytes copied. */
-static size_t iov_cur_read(struct iov_cur *c, void *dst, size_t len)
-{
-	uint8_t *d = dst;
-	size_t done = 0;
-
-	while (done < len && c->idx < c->cnt) {
-		size_t avail = c->iov[c->idx].iov_len - c->off;
-		size_t n = MIN(avail, len - done);
-
-		if (n)
-			memcpy(d + done, (const uint8_t *)c->iov[c->idx].iov_base + c->off, n);
-		done += n;
-		c->off += n;
-		if (c->off == c->iov[c->idx].iov_len) {
-			c->idx++;
-			c->off = 0;
-		}
-	}
-	return done;
-}
-
-/* Copies up to len bytes from src to the cursor; returns bytes copied. */
-static size_t iov_cur_write(struct iov_cur *c, const void *src, size_t len)
-{
-	const uint8_t *s = src;
-	size_t done = 0;
-
-	while (done < len && c->idx < c->cnt) {
-		size_t avail = c->iov[c->idx].iov_len - c->off;
-		size_t n = MIN(avail, len - done);
-
-		if (n)
-			memcpy((uint8_t *)c->iov[c->idx].iov_base + c->off, s + done, n);
-		done += n;
-		c->off += n;
-		if (c->off == c->iov[c->idx].iov_len) {
-			c->idx++;
-			c->off = 0;
-		}
-	}
-	return done;
-}
-
-static uint32_t pow2_at_least(uint64_t v, uint32_t min)
-{
-	uint64_t p = min;
-
-	while (p < v)
-		p <<= 1;
-	return p > (1u << 31) ? (1u << 31) : (uint32_t)p;
-}
-
-/* ---- references and locks ---------------------------------------------------------------- */
-
-static void sock_destroy(struct vsock_sock *s);
-
-static void sock_ref(struct vsock_sock *s)
-{
-	atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
-}
-
-static void sock_unref(struct vsock_sock *s)
-{
-	/* acq_rel: every access made under another holder's reference happens before the free. */
-	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
-		sock_destroy(s);
-}
-
-/* Drops a reference that is known not to be the last (the caller holds another). */
-static void sock_put_locked(struct vsock_sock *s)
-{
-	unsigned prev = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel);
-
-	assert(prev > 1);
-	(void)prev;
-}
+/* ---- references and locks -------------------------------------------------------------------- */
 
 static void ct_ref(struct vsock_ct_node *n, bool connected)
 {
@@ -150,7 +47,6 @@ static void ct_ref(struct vsock_ct_node *n, bool connected)
  */
 static pthread_mutexattr_t adaptive_attr;
 static pthread_once_t adaptive_once = PTHREAD_ONCE_INIT;
-
 static void adaptive_attr_init(void)
 {
 	pthread_mutexattr_init(&adaptive_attr);
@@ -165,51 +61,9 @@ static void mutex_init_adaptive(pthread_mutex_t *m)
 	pthread_mutex_init(m, &adaptive_attr);
 }
 
-static void sock_lock(struct vsock_sock *s)
-{
-	pthread_mutex_lock(&s->lock);
-}
+/* ---- poll mask and events -------------------------------------------------------------------- */
 
-/* Unlocks, then tells the transport there is something to pull if that became true. */
-static void sock_unlock(struct vsock_sock *s)
-{
-	struct vsock_engine *e = s->e;
-	bool kick = s->kick;
-
-	s->kick = false;
-	pthread_mutex_unlock(&s->lock);
-	if (kick && e->ops->tx_ready)
-		e->ops->tx_ready(e->opaque);
-}
-
-/* ---- credit views ------------------------------------------------------------------------- */
-
-static uint32_t sock_credit(const struct vsock_sock *s)
-{
-	return vsock_credit_avail(s->peer_buf_alloc, s->buf_alloc, s->tx_cnt, s->peer_fwd_cnt);
-}
-
-/* Bytes send() may queue now: credit not yet claimed by queued bytes. */
-static uint32_t sock_send_space(const struct vsock_sock *s)
-{
-	uint32_t c = sock_credit(s);
-
-	return c > s->tx_len ? c - s->tx_len : 0;
-}
-
-static bool sock_can_send_data(const struct vsock_sock *s)
-{
-	return s->state == VSOCK_SS_CONNECTED || s->state == VSOCK_SS_CLOSING;
-}
-
-static uint64_t rx_mem_limit(const struct vsock_sock *s)
-{
-	return 2ull * s->rx_limit + VSOCK_MAX_PKT_PAYLOAD + 2ull * RX_CHUNK_OVERHEAD;
-}
-
-/* ---- poll mask and events ----------------------------------------------------------------- */
-
-static unsigned sock_poll_locked(const struct vsock_sock *s)
+unsigned vsock_sk_poll_locked(const struct vsock_sock *s)
 {
 	unsigned m = 0;
 	bool eof;
@@ -226,9 +80,9 @@ static unsigned sock_poll_locked(const struct vsock_sock *s)
 	if (eof)
 		m |= VSOCK_POLLRDHUP | VSOCK_POLLIN;
 	if (s->type == VSOCK_TYPE_STREAM) {
-		if (s->rx_bytes && s->rx_bytes >= s->rcvlowat)
+		if (s->rxq.bytes && s->rxq.bytes >= s->rcvlowat)
 			m |= VSOCK_POLLIN;
-	} else if (s->rx_msgs) {
+	} else if (s->rxq.msgs) {
 		m |= VSOCK_POLLIN;
 	}
 	if (s->err)
@@ -255,8 +109,17 @@ struct rx_ctx {
 	struct vsock_sock *def[RX_DEFER_MAX];
 };
 
+/* Calls ops->sock_event for s with its current poll mask. s locked. */
+static void sock_event_call(struct vsock_sock *s)
+{
+	struct vsock_engine *e = s->e;
+
+	e->ops->sock_event(e->opaque, s, atomic_load_explicit(&s->user, memory_order_relaxed),
+			   vsock_sk_poll_locked(s));
+}
+
 /* Reports a possible poll-mask change of s. Called with s locked. */
-static void sock_event(struct rx_ctx *cx, struct vsock_sock *s)
+void vsock_sk_event(struct rx_ctx *cx, struct vsock_sock *s)
 {
 	struct vsock_engine *e = s->e;
 
@@ -272,7 +135,7 @@ static void sock_event(struct rx_ctx *cx, struct vsock_sock *s)
 			return;
 		}
 	}
-	e->ops->sock_event(e->opaque, s, s->user, sock_poll_locked(s));
+	sock_event_call(s);
 }
 
 static void rx_ctx_flush(struct rx_ctx *cx)
@@ -283,7 +146,7 @@ static void rx_ctx_flush(struct rx_ctx *cx)
 		sock_lock(s);
 		if (s->ev_deferred) {
 			s->ev_deferred = false;
-			s->e->ops->sock_event(s->e->opaque, s, s->user, sock_poll_locked(s));
+			sock_event_call(s);
 		}
 		sock_unlock(s);
 		sock_unref(s);
@@ -291,7 +154,7 @@ static void rx_ctx_flush(struct rx_ctx *cx)
 	cx->ndef = 0;
 }
 
-/* ---- send list and pending replies --------------------------------------------------------- */
+/* ---- send list and pending replies ----------------------------------------------------------- */
 
 /* A SHUTDOWN carrying SEND ends the data queued before it, so it goes after that data. */
 static bool shutdown_waits(const struct vsock_sock *s)
@@ -309,14 +172,18 @@ static bool sock_pullable(const struct vsock_sock *s)
 	return s->tx_len && sock_can_send_data(s) && sock_credit(s) > 0;
 }
 
-/* Publishes tx_n + nosock_n for the lock-free "nothing to pull" check. e->tx_lock held. */
+/*
+ * Publishes tx_n + nosock_n for the lock-free "nothing to pull" check. e->tx_lock held. The
+ * release pairs with the acquire in vsock_engine_pull/has_pending: a reader that sees a non-zero
+ * count also sees the queue entries it counts.
+ */
 static void tx_pending_update(struct vsock_engine *e)
 {
 	atomic_store_explicit(&e->tx_pending, e->tx_n + e->nosock_n, memory_order_release);
 }
 
 /* Puts s on the send list if it has something to pull. Called with s locked. */
-static void sock_kick_tx(struct vsock_sock *s)
+void vsock_sk_kick_tx(struct vsock_sock *s)
 {
 	struct vsock_engine *e = s->e;
 	bool was_empty = false;
@@ -359,7 +226,7 @@ static unsigned reply_bits(unsigned x)
 	return n;
 }
 
-static void pend_set(struct vsock_sock *s, unsigned bits)
+void vsock_sk_pend_set(struct vsock_sock *s, unsigned bits)
 {
 	unsigned added = bits & ~s->pend;
 	unsigned n = reply_bits(added);
@@ -367,10 +234,10 @@ static void pend_set(struct vsock_sock *s, unsigned bits)
 	s->pend |= bits;
 	if (n)
 		atomic_fetch_add_explicit(&s->e->replies, n, memory_order_relaxed);
-	sock_kick_tx(s);
+	vsock_sk_kick_tx(s);
 }
 
-static void pend_clear(struct vsock_sock *s, unsigned bits)
+void vsock_sk_pend_clear(struct vsock_sock *s, unsigned bits)
 {
 	unsigned removed = bits & s->pend;
 	unsigned n = reply_bits(removed);
@@ -425,7 +292,7 @@ static void queue_nosock_rst(struct vsock_engine *e, const struct vsock_hdr *in,
 	}
 }
 
-/* ---- timers: a min-heap of sockets keyed by deadline, under timer_lock --------------------- */
+/* ---- timers: a min-heap of sockets keyed by deadline, under timer_lock ----------------------- */
 
 static void heap_set(struct vsock_engine *e, uint32_t i, struct vsock_sock *s)
 {
@@ -483,7 +350,11 @@ static void heap_remove(struct vsock_engine *e, struct vsock_sock *s)
 	heap_down(e, (uint32_t)last->heap_idx);
 }
 
-/* Publishes the earliest deadline for vsock_engine_next_deadline. e->timer_lock held. */
+/*
+ * Publishes the earliest deadline for vsock_engine_next_deadline. e->timer_lock held. The
+ * release pairs with the acquire there: a transport that sees the new deadline also sees the
+ * heap change behind it (what vsock_engine_run_timers will then find).
+ */
 static void next_deadline_update(struct vsock_engine *e)
 {
 	atomic_store_explicit(&e->next_deadline, e->heap_n ? e->heap[0]->deadline : UINT64_MAX,
@@ -491,7 +362,7 @@ static void next_deadline_update(struct vsock_engine *e)
 }
 
 /* Arms (or re-arms) s's single timer. Called with s locked. */
-static void timer_arm(struct vsock_sock *s, enum sock_timer kind, uint64_t deadline)
+void vsock_sk_timer_arm(struct vsock_sock *s, enum sock_timer kind, uint64_t deadline)
 {
 	struct vsock_engine *e = s->e;
 	bool first;
@@ -537,133 +408,28 @@ static void timer_cancel(struct vsock_sock *s)
 		sock_put_locked(s);
 }
 
-/* ---- receive queue ----------------------------------------------------------------------- */
+/* ---- socket lifecycle helpers ---------------------------------------------------------------- */
 
-/* Frees the queued chunks and empties the queue; the byte and message counts are left as is. */
-static void rxq_free_chunks(struct vsock_sock *s)
+/* Takes s out of one table if *in says it is there, dropping that table's reference. */
+static void sock_unlink(struct vsock_sock *s, bool *in,
+			bool (*remove)(struct vsock_conn_table *t, struct vsock_ct_node *n),
+			struct vsock_ct_node *node)
 {
-	struct rx_chunk *c = s->rxq_head;
-
-	while (c) {
-		struct rx_chunk *n = c->next;
-		free(c);
-		c = n;
-	}
-	s->rxq_head = s->rxq_tail = NULL;
-	s->rx_mem = 0;
-}
-
-static void rxq_free_all(struct vsock_sock *s)
-{
-	rxq_free_chunks(s);
-	s->rx_msgs = 0;
-	s->rx_bytes = 0;
-	free(s->rx_spare);
-	s->rx_spare = NULL;
-}
-
-static struct rx_chunk *chunk_new(uint32_t cap)
-{
-	struct rx_chunk *c = malloc(sizeof(*c) + cap);
-
-	if (!c)
-		return NULL;
-	c->next = NULL;
-	c->cap = cap;
-	c->start = c->end = 0;
-	c->eom = c->eor = 0;
-	return c;
-}
-
-/*
- * A chunk of exactly `cap` bytes of room: the socket's spare if it has that size (steady flows
- * of one packet size, and every run of small payloads, which all start RX_SMALL_CHUNK chunks),
- * else a new allocation. Exact size only, so reuse never inflates rx_mem. s locked.
- */
-static struct rx_chunk *chunk_get(struct vsock_sock *s, uint32_t cap)
-{
-	struct rx_chunk *c = s->rx_spare;
-
-	if (!c || c->cap != cap)
-		return chunk_new(cap);
-	s->rx_spare = NULL;
-	c->next = NULL;
-	c->start = c->end = 0;
-	c->eom = c->eor = 0;
-	return c;
-}
-
-/* Releases an emptied chunk: it becomes the spare (replacing an older one) if small enough. */
-static void chunk_put(struct vsock_sock *s, struct rx_chunk *c)
-{
-	if (c->cap > RX_SPARE_MAX) {
-		free(c);
+	if (!*in)
 		return;
-	}
-	free(s->rx_spare);
-	s->rx_spare = c;
-}
-
-static void rxq_append(struct vsock_sock *s, struct rx_chunk *c)
-{
-	if (s->rxq_tail)
-		s->rxq_tail->next = c;
-	else
-		s->rxq_head = c;
-	s->rxq_tail = c;
-	s->rx_mem += c->cap + RX_CHUNK_OVERHEAD;
-}
-
-static void rxq_pop_head(struct vsock_sock *s)
-{
-	struct rx_chunk *c = s->rxq_head;
-
-	s->rxq_head = c->next;
-	if (!s->rxq_head)
-		s->rxq_tail = NULL;
-	s->rx_mem -= c->cap + RX_CHUNK_OVERHEAD;
-	chunk_put(s, c);
-}
-
-/*
- * STREAM only: copies all queued bytes into one chunk with room for `extra` more, so that a
- * stream of odd-sized packets never costs more than the bytes plus one chunk's overhead.
- * Amortised O(1) per byte: it runs only when rx_mem doubled past the data it holds.
- */
-static int rxq_compact(struct vsock_sock *s, uint32_t extra)
-{
-	struct rx_chunk *n = chunk_new(s->rx_bytes + extra);
-	struct rx_chunk *c;
-
-	if (!n)
-		return -ENOMEM;
-	for (c = s->rxq_head; c; c = c->next) {
-		memcpy(n->data + n->end, c->data + c->start, c->end - c->start);
-		n->end += c->end - c->start;
-	}
-	rxq_free_chunks(s);
-	rxq_append(s, n);
-	return 0;
-}
-
-/* ---- socket lifecycle helpers -------------------------------------------------------------- */
-
-static void sock_unlink_conn(struct vsock_sock *s)
-{
-	if (!s->in_conn)
-		return;
-	vsock_ct_remove_connected(s->e->ct, &s->cnode);
-	s->in_conn = false;
+	remove(s->e->ct, node);
+	*in = false;
 	sock_put_locked(s);
 }
 
-static void sock_unlink_bound(struct vsock_sock *s)
+void vsock_sk_unlink_conn(struct vsock_sock *s)
 {
-	if (!s->bound)
-		return;
-	vsock_ct_remove_bound(s->e->ct, &s->bnode);
-	s->bound = false;
-	sock_put_locked(s);
+	sock_unlink(s, &s->in_conn, vsock_ct_remove_connected, &s->cnode);
+}
+
+void vsock_sk_unlink_bound(struct vsock_sock *s)
+{
+	sock_unlink(s, &s->bound, vsock_ct_remove_bound, &s->bnode);
 }
 
 static void sock_drop_tx(struct vsock_sock *s)
@@ -680,22 +446,22 @@ static void sock_drop_tx(struct vsock_sock *s)
  * unsent data and pending replies dropped; with send_rst an RST carrying our credit is queued.
  * err (positive errno or 0) becomes the pending error. Called with s locked.
  */
-static void sock_terminate(struct rx_ctx *cx, struct vsock_sock *s, bool send_rst, int err)
+void vsock_sk_terminate(struct rx_ctx *cx, struct vsock_sock *s, bool send_rst, int err)
 {
 	timer_cancel(s);
 	sock_drop_tx(s);
-	pend_clear(s, ~0u);
+	vsock_sk_pend_clear(s, ~0u);
 	s->state = VSOCK_SS_CLOSED;
 	if (err)
 		s->err = err;
-	sock_unlink_conn(s);
+	vsock_sk_unlink_conn(s);
 	if (send_rst)
-		pend_set(s, PEND_RST);
+		vsock_sk_pend_set(s, PEND_RST);
 	if (s->app_closed) {
-		sock_unlink_bound(s);
-		rxq_free_all(s);
+		vsock_sk_unlink_bound(s);
+		vsock_rxq_free(&s->rxq);
 	}
-	sock_event(cx, s);
+	vsock_sk_event(cx, s);
 }
 
 /* The peer broke the connection's rules: reset it (RST to the peer, err locally). */
@@ -703,21 +469,24 @@ static void sock_abort(struct rx_ctx *cx, struct vsock_sock *s, int err)
 {
 	s->done = true;
 	s->peer_shutdown = VSOCK_SHUTDOWN_MASK;
-	sock_terminate(cx, s, true, err);
+	vsock_sk_terminate(cx, s, true, err);
 }
 
-static struct vsock_sock *sock_alloc(struct vsock_engine *e, enum vsock_type type, int *err)
+struct vsock_sock *vsock_sk_alloc(struct vsock_engine *e, enum vsock_type type, int *err)
 {
 	struct vsock_sock *s;
+	unsigned prev;
 
-	if (atomic_fetch_add(&e->socks_open, 1) >= e->cfg.max_socks) {
-		atomic_fetch_sub(&e->socks_open, 1);
+	/* Relaxed: socks_open is a count against max_socks; it orders nothing. */
+	prev = atomic_fetch_add_explicit(&e->socks_open, 1, memory_order_relaxed);
+	if (prev >= e->cfg.max_socks) {
+		atomic_fetch_sub_explicit(&e->socks_open, 1, memory_order_relaxed);
 		*err = -EMFILE;
 		return NULL;
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s) {
-		atomic_fetch_sub(&e->socks_open, 1);
+		atomic_fetch_sub_explicit(&e->socks_open, 1, memory_order_relaxed);
 		*err = -ENOMEM;
 		return NULL;
 	}
@@ -751,14 +520,14 @@ static struct vsock_sock *sock_alloc(struct vsock_engine *e, enum vsock_type typ
 
 static void sock_free_mem(struct vsock_sock *s)
 {
-	rxq_free_all(s);
+	vsock_rxq_free(&s->rxq);
 	free(s->txbuf);
 	free(s->msgs);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
 
-static void sock_destroy(struct vsock_sock *s)
+void vsock_sk_destroy(struct vsock_sock *s)
 {
 	struct vsock_engine *e = s->e;
 
@@ -770,11 +539,11 @@ static void sock_destroy(struct vsock_sock *s)
 	if (s->all_next)
 		s->all_next->all_prev = s->all_prev;
 	pthread_mutex_unlock(&e->all_lock);
-	atomic_fetch_sub(&e->socks_open, 1);
+	atomic_fetch_sub_explicit(&e->socks_open, 1, memory_order_relaxed);
 	sock_free_mem(s);
 }
 
-/* ---- engine -------------------------------------------------------------------------------- */
+/* ---- engine ---------------------------------------------------------------------------------- */
 
 const char *vsock_state_to_string(enum vsock_state st)
 {
@@ -890,77 +659,51 @@ bool vsock_engine_can_feed(const struct vsock_engine *e)
 
 void vsock_engine_get_stats(struct vsock_engine *e, struct vsock_engine_stats *ret)
 {
-	const uint64_t *src = (const uint64_t *)&e->st;
-	uint64_t *dst = (uint64_t *)ret;
-
-	for (size_t i = 0; i < sizeof(*ret) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-	ret->socks_open = atomic_load(&e->socks_open);
+#define STAT_COPY(name) ret->name = atomic_load_explicit(&e->st.name, memory_order_relaxed);
+	VSOCK_ENGINE_STATS(STAT_COPY)
+#undef STAT_COPY
+	for (size_t i = 0; i < ARRAY_SIZE(ret->rx_dropped); i++)
+		ret->rx_dropped[i] =
+			atomic_load_explicit(&e->st.rx_dropped[i], memory_order_relaxed);
+	ret->socks_open = atomic_load_explicit(&e->socks_open, memory_order_relaxed);
 }
 
-/* ---- receive path ------------------------------------------------------------------------- */
+/* ---- receive path ---------------------------------------------------------------------------- */
 
-/* Queues an RW payload (credit check, small-payload merge, memory bound). s locked. */
+/* Queues an RW payload (credit check, then rxq.c: small-payload merge, memory bound). s locked. */
 static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_hdr *h,
 		      const struct iovec *iov, int iovcnt, uint32_t len)
 {
 	struct vsock_engine *e = s->e;
 	bool seq = s->type == VSOCK_TYPE_SEQPACKET;
 	bool eom = seq && (h->flags & VSOCK_SEQ_EOM);
-	struct rx_chunk *c = s->rxq_tail;
-	struct iov_cur cur;
+	int r;
 
 	if (len == 0 && !eom)
 		return 0;
-	if (!vsock_credit_rx_fits(s->rx_bytes, len, s->rx_limit)) {
+	if (!vsock_credit_rx_fits(s->rxq.bytes, len, s->rx_limit)) {
 		STAT_INC(e, credit_violations);
 		sock_abort(cx, s, ENOBUFS);
 		return -ENOBUFS;
 	}
-	if (!(len <= VSOCK_GOOD_COPY_LEN && c && !c->eom && c->cap - c->end >= len)) {
-		uint32_t cap = len;
-
-		if (len <= VSOCK_GOOD_COPY_LEN && !eom)
-			cap = RX_SMALL_CHUNK; /* room for the small payloads that follow */
-		if (s->rx_mem + cap + RX_CHUNK_OVERHEAD > rx_mem_limit(s))
-			cap = len;
-		if (s->rx_mem + cap + RX_CHUNK_OVERHEAD > rx_mem_limit(s) && !seq && s->rxq_head) {
-			if (rxq_compact(s, len) < 0) {
-				sock_abort(cx, s, ENOMEM);
-				return -ENOMEM;
-			}
-			c = s->rxq_tail;
-			goto copy;
-		}
-		if (s->rx_mem + cap + RX_CHUNK_OVERHEAD > rx_mem_limit(s)) {
+	r = vsock_rxq_push(&s->rxq, iov, iov_count(iovcnt), len, seq, eom,
+			   eom && (h->flags & VSOCK_SEQ_EOR), s->rx_limit);
+	if (r < 0) {
+		if (r == -ENOBUFS)
 			STAT_INC(e, rx_mem_resets);
-			sock_abort(cx, s, ENOBUFS);
-			return -ENOBUFS;
-		}
-		c = chunk_get(s, cap);
-		if (!c) {
-			sock_abort(cx, s, ENOMEM);
-			return -ENOMEM;
-		}
-		rxq_append(s, c);
+		sock_abort(cx, s, -r);
+		return r;
 	}
-copy:
-	iov_cur_init(&cur, iov, iovcnt);
-	iov_cur_read(&cur, c->data + c->end, len);
-	c->end += len;
-	if (eom) {
-		c->eom = 1;
-		c->eor = (h->flags & VSOCK_SEQ_EOR) ? 1 : 0;
-		s->rx_msgs++;
-	}
-	s->rx_bytes += len;
 	s->bytes_in += len;
 	STAT_ADD(e, rx_bytes, len);
-	sock_event(cx, s);
+	vsock_sk_event(cx, s);
 	return 0;
 }
 
-/* A REQUEST reached a listener: create the child (reference 2.4 LISTEN row). s locked. */
+/*
+ * A REQUEST reached a listener: create the child (docs/vsock-protocol.md §2.3, LISTEN row; Linux
+ * virtio_transport_recv_listen()). s locked.
+ */
 static int listener_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_hdr *h)
 {
 	struct vsock_engine *e = s->e;
@@ -979,7 +722,7 @@ static int listener_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vso
 		queue_nosock_rst(e, h, s);
 		return -ECONNREFUSED;
 	}
-	c = sock_alloc(e, s->type, &r);
+	c = vsock_sk_alloc(e, s->type, &r);
 	if (!c) {
 		STAT_INC(e, backlog_refused);
 		queue_nosock_rst(e, h, s);
@@ -1013,7 +756,7 @@ static int listener_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vso
 	sock_ref(c); /* the connected table's reference */
 	c->in_conn = true;
 	if (!s->deferred)
-		pend_set(c, PEND_RESPONSE);
+		vsock_sk_pend_set(c, PEND_RESPONSE);
 	if (c->kick) {
 		c->kick = false;
 		s->kick = true; /* tx_ready after the listener unlocks */
@@ -1027,7 +770,7 @@ static int listener_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vso
 		s->acc_head = c;
 	s->acc_tail = c;
 	s->acc_len++;
-	sock_event(cx, s);
+	vsock_sk_event(cx, s);
 	return 0;
 }
 
@@ -1039,18 +782,18 @@ static int connecting_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct v
 		s->state = VSOCK_SS_CONNECTED;
 		s->was_connected = true;
 		s->err = 0;
-		sock_kick_tx(s);
-		sock_event(cx, s);
+		vsock_sk_kick_tx(s);
+		vsock_sk_event(cx, s);
 		return 0;
 	case VSOCK_OP_INVALID:
 		return 0;
 	case VSOCK_OP_RST:
 		STAT_INC(s->e, rst_received);
-		sock_terminate(cx, s, false, ECONNRESET);
+		vsock_sk_terminate(cx, s, false, ECONNRESET);
 		return 0;
 	default:
 		STAT_INC(s->e, rx_unexpected);
-		sock_terminate(cx, s, true, EPROTO);
+		vsock_sk_terminate(cx, s, true, EPROTO);
 		return -EPROTO;
 	}
 }
@@ -1064,22 +807,22 @@ static int connected_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vs
 	case VSOCK_OP_CREDIT_UPDATE:
 		return 0; /* credit applied already; the writer was woken */
 	case VSOCK_OP_CREDIT_REQUEST:
-		pend_set(s, PEND_CREDIT_UPDATE);
+		vsock_sk_pend_set(s, PEND_CREDIT_UPDATE);
 		return 0;
 	case VSOCK_OP_SHUTDOWN:
 		s->peer_shutdown |= h->flags & VSOCK_SHUTDOWN_MASK;
-		if (s->peer_shutdown == VSOCK_SHUTDOWN_MASK && !s->rxq_head && !s->done) {
+		if (s->peer_shutdown == VSOCK_SHUTDOWN_MASK && !s->rxq.head && !s->done) {
 			s->done = true;
-			sock_terminate(cx, s, true, 0);
+			vsock_sk_terminate(cx, s, true, 0);
 		} else if (h->flags & VSOCK_SHUTDOWN_MASK) {
-			sock_event(cx, s);
+			vsock_sk_event(cx, s);
 		}
 		return 0;
 	case VSOCK_OP_RST:
 		STAT_INC(s->e, rst_received);
 		s->done = true;
 		s->peer_shutdown = VSOCK_SHUTDOWN_MASK;
-		sock_terminate(cx, s, false, 0);
+		vsock_sk_terminate(cx, s, false, 0);
 		return 0;
 	default: /* REQUEST, RESPONSE, INVALID: ignored */
 		STAT_INC(s->e, rx_unexpected);
@@ -1094,13 +837,13 @@ static int closing_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsoc
 	case VSOCK_OP_RST:
 		STAT_INC(s->e, rst_received);
 		s->done = true;
-		sock_terminate(cx, s, false, 0);
+		vsock_sk_terminate(cx, s, false, 0);
 		return 0;
 	case VSOCK_OP_SHUTDOWN:
 		s->peer_shutdown |= h->flags & VSOCK_SHUTDOWN_MASK;
 		if (s->peer_shutdown == VSOCK_SHUTDOWN_MASK) {
 			s->done = true;
-			sock_terminate(cx, s, true, 0);
+			vsock_sk_terminate(cx, s, true, 0);
 		}
 		return 0;
 	case VSOCK_OP_CREDIT_UPDATE:
@@ -1128,7 +871,7 @@ static int sock_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_h
 		return listener_rx(cx, s, h);
 	if (s->state == VSOCK_SS_FREE || s->state == VSOCK_SS_CLOSED ||
 	    s->peer_cid != (uint32_t)h->src_cid || s->peer_port != h->src_port) {
-		/* Not a live connection with this peer (reference 2.3 step 4). */
+		/* Not a live connection with this peer (docs/vsock-protocol.md §2.1, step 4). */
 		STAT_INC(e, rx_no_socket);
 		if (h->op == VSOCK_OP_RST)
 			return -ENOTCONN;
@@ -1136,15 +879,15 @@ static int sock_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_h
 		return -ECONNRESET;
 	}
 
-	/* Step 5: credit from every packet. */
+	/* Step 5: credit from every packet (Linux virtio_transport_space_update()). */
 	space_before = sock_send_space(s);
 	s->peer_buf_alloc = h->buf_alloc;
 	s->peer_fwd_cnt = h->fwd_cnt;
 	if (s->tx_len)
-		sock_kick_tx(s);
+		vsock_sk_kick_tx(s);
 	if (sock_send_space(s) > space_before && s->state == VSOCK_SS_CONNECTED &&
 	    h->op != VSOCK_OP_RST && h->op != VSOCK_OP_SHUTDOWN)
-		sock_event(cx, s); /* write space */
+		vsock_sk_event(cx, s); /* write space */
 
 	switch (s->state) {
 	case VSOCK_SS_CONNECTING:
@@ -1157,7 +900,7 @@ static int sock_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_h
 		if (h->op == VSOCK_OP_RST) {
 			STAT_INC(e, rst_received);
 			s->done = true;
-			sock_terminate(cx, s, false, ECONNRESET);
+			vsock_sk_terminate(cx, s, false, ECONNRESET);
 			return 0;
 		}
 		STAT_INC(e, rx_unexpected);
@@ -1204,7 +947,7 @@ static void held_release(struct vsock_sock **held)
 static int rx_packet(struct vsock_engine *e, struct rx_ctx *cx, struct vsock_sock **held,
 		     const struct vsock_hdr *h, const struct iovec *iov, int iovcnt)
 {
-	size_t len = iov_total(iov, iovcnt);
+	size_t len = iov_total(iov, iov_count(iovcnt));
 	enum vsock_hdr_error herr;
 	struct vsock_sock *s = *held;
 
@@ -1273,7 +1016,7 @@ void vsock_engine_feed_batch(struct vsock_engine *e, const struct vsock_pkt_ref 
 	rx_ctx_flush(cx);
 }
 
-/* ---- send path ---------------------------------------------------------------------------- */
+/* ---- send path ------------------------------------------------------------------------------- */
 
 static void tx_ring_read(struct vsock_sock *s, struct iov_cur *cur, uint32_t n)
 {
@@ -1302,27 +1045,27 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 	};
 	if (s->pend & PEND_RST) {
 		h->op = VSOCK_OP_RST;
-		pend_clear(s, ~0u);
+		vsock_sk_pend_clear(s, ~0u);
 		sock_drop_tx(s);
 		STAT_INC(e, rst_sent);
 	} else if (s->pend & PEND_RESPONSE) {
 		h->op = VSOCK_OP_RESPONSE;
-		pend_clear(s, PEND_RESPONSE);
+		vsock_sk_pend_clear(s, PEND_RESPONSE);
 	} else if (s->pend & PEND_REQUEST) {
 		h->op = VSOCK_OP_REQUEST;
-		pend_clear(s, PEND_REQUEST);
+		vsock_sk_pend_clear(s, PEND_REQUEST);
 		s->request_sent = true;
 	} else if ((s->pend & PEND_SHUTDOWN) && !shutdown_waits(s)) {
 		h->op = VSOCK_OP_SHUTDOWN;
 		h->flags = s->shutdown;
 		s->shutdown_sent = s->shutdown;
-		pend_clear(s, PEND_SHUTDOWN);
+		vsock_sk_pend_clear(s, PEND_SHUTDOWN);
 	} else if (s->tx_len && sock_can_send_data(s) && sock_credit(s) > 0 && max_payload > 0) {
 		struct iov_cur cur;
 		uint64_t n = MIN((uint64_t)max_payload, (uint64_t)e->cfg.max_pkt);
 
 		n = MIN(n, (uint64_t)sock_credit(s));
-		n = MIN(n, (uint64_t)iov_total(iov, iovcnt));
+		n = MIN(n, (uint64_t)iov_total(iov, iov_count(iovcnt)));
 		if (s->type == VSOCK_TYPE_SEQPACKET) {
 			struct tx_msg *m = &s->msgs[s->msg_head & (s->msg_cap - 1)];
 
@@ -1343,14 +1086,14 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 				return -EAGAIN;
 		}
 		len = (uint32_t)n;
-		iov_cur_init(&cur, iov, iovcnt);
+		iov_cur_init(&cur, iov, iov_count(iovcnt));
 		tx_ring_read(s, &cur, len);
 		h->op = VSOCK_OP_RW;
 		s->tx_cnt += len;
 		s->bytes_out += len;
 	} else if (s->pend & PEND_CREDIT_REQUEST) {
 		h->op = VSOCK_OP_CREDIT_REQUEST;
-		pend_clear(s, PEND_CREDIT_REQUEST);
+		vsock_sk_pend_clear(s, PEND_CREDIT_REQUEST);
 		STAT_INC(e, credit_requests_sent);
 	} else if (s->pend & PEND_CREDIT_UPDATE) {
 		h->op = VSOCK_OP_CREDIT_UPDATE;
@@ -1363,7 +1106,7 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 	h->buf_alloc = s->buf_alloc;
 	h->fwd_cnt = s->fwd_cnt;
 	s->last_fwd_cnt = s->fwd_cnt;
-	pend_clear(s, PEND_CREDIT_UPDATE);
+	vsock_sk_pend_clear(s, PEND_CREDIT_UPDATE);
 	STAT_INC(e, tx_pkts);
 	STAT_ADD(e, tx_bytes, len);
 	return len;
@@ -1461,7 +1204,7 @@ bool vsock_engine_has_pending(struct vsock_engine *e)
 	return r;
 }
 
-/* ---- timers --------------------------------------------------------------------------------- */
+/* ---- timers ---------------------------------------------------------------------------------- */
 
 static void sock_timer_fire(struct vsock_sock *s)
 {
@@ -1474,11 +1217,11 @@ static void sock_timer_fire(struct vsock_sock *s)
 
 		STAT_INC(e, connects_timed_out);
 		/* A REQUEST still queued is cancelled; one already sent is cancelled with RST. */
-		sock_terminate(NULL, s, sent, ETIMEDOUT);
+		vsock_sk_terminate(NULL, s, sent, ETIMEDOUT);
 	} else if (kind == TIMER_CLOSE && s->state == VSOCK_SS_CLOSING) {
 		STAT_INC(e, close_timeouts);
 		s->done = true;
-		sock_terminate(NULL, s, true, 0);
+		vsock_sk_terminate(NULL, s, true, 0);
 	}
 }
 
@@ -1513,11 +1256,11 @@ void vsock_engine_run_timers(struct vsock_engine *e)
 
 uint64_t vsock_engine_next_deadline(struct vsock_engine *e)
 {
-	/* Stored under timer_lock at every heap change (next_deadline_update). */
+	/* Stored under timer_lock at every heap change; acquire: see next_deadline_update. */
 	return atomic_load_explicit(&e->next_deadline, memory_order_acquire);
 }
 
-/* ---- whole-engine operations -------------------------------------------------------------- */
+/* ---- whole-engine operations ----------------------------------------------------------------- */
 
 /* Snapshot of every live socket, each referenced. Returns the count, or -ENOMEM. */
 static ssize_t collect_socks(struct vsock_engine *e, struct vsock_sock ***ret)
@@ -1534,10 +1277,16 @@ static ssize_t collect_socks(struct vsock_engine *e, struct vsock_sock ***ret)
 		return -ENOMEM;
 	}
 	for (struct vsock_sock *s = e->all; s; s = s->all_next) {
-		/* A socket whose last reference is being dropped right now is skipped. */
-		unsigned r = atomic_load(&s->refs);
+		/*
+		 * A socket whose last reference is being dropped right now is skipped. Relaxed, as
+		 * sock_ref: all_lock keeps s allocated (vsock_sk_destroy unlinks it under all_lock
+		 * before freeing), and the reference we take orders nothing by itself.
+		 */
+		unsigned r = atomic_load_explicit(&s->refs, memory_order_relaxed);
 
-		while (r && !atomic_compare_exchange_weak(&s->refs, &r, r + 1))
+		while (r && !atomic_compare_exchange_weak_explicit(&s->refs, &r, r + 1,
+								   memory_order_relaxed,
+								   memory_order_relaxed))
 			;
 		if (r)
 			v[i++] = s;
@@ -1553,12 +1302,12 @@ void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid)
 	ssize_t n = collect_socks(e, &v);
 
 	pthread_mutex_lock(&e->tx_lock);
-	atomic_fetch_sub(&e->replies, e->nosock_n);
+	atomic_fetch_sub_explicit(&e->replies, e->nosock_n, memory_order_relaxed);
 	e->nosock_n = 0;
 	tx_pending_update(e);
 	pthread_mutex_unlock(&e->tx_lock);
 	if (new_cid != VMADDR_CID_ANY)
-		atomic_store(&e->local_cid, new_cid);
+		atomic_store_explicit(&e->local_cid, new_cid, memory_order_relaxed);
 	for (ssize_t i = 0; i < n; i++) {
 		struct vsock_sock *s = v[i];
 
@@ -1570,10 +1319,10 @@ void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid)
 		case VSOCK_SS_CLOSING:
 			s->done = s->state != VSOCK_SS_CONNECTING;
 			s->peer_shutdown = VSOCK_SHUTDOWN_MASK;
-			sock_terminate(NULL, s, false, ECONNRESET);
+			vsock_sk_terminate(NULL, s, false, ECONNRESET);
 			break;
 		default:
-			pend_clear(s, ~0u);
+			vsock_sk_pend_clear(s, ~0u);
 			break;
 		}
 		sock_unlock(s);
@@ -1581,850 +1330,6 @@ void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid)
 	}
 	if (n >= 0)
 		free(v);
-}
-
-/* ---- socket calls ------------------------------------------------------------------------ */
-
-int vsock_sock_new(struct vsock_engine *e, enum vsock_type type, struct vsock_sock **ret)
-{
-	struct vsock_sock *s;
-	int r;
-
-	if (type != VSOCK_TYPE_STREAM && type != VSOCK_TYPE_SEQPACKET)
-		return -ESOCKTNOSUPPORT;
-	s = sock_alloc(e, type, &r);
-	if (!s)
-		return r;
-	*ret = s;
-	return 0;
-}
-
-void vsock_sock_set_user(struct vsock_sock *s, void *user)
-{
-	sock_lock(s);
-	__atomic_store_n(&s->user, user, __ATOMIC_RELAXED);
-	sock_unlock(s);
-}
-
-void *vsock_sock_get_user(const struct vsock_sock *s)
-{
-	return __atomic_load_n(&s->user, __ATOMIC_RELAXED);
-}
-
-static int sock_bind_locked(struct vsock_sock *s, uint32_t cid, uint32_t port)
-{
-	struct vsock_engine *e = s->e;
-	int r;
-
-	if (s->bound || s->local_port != VMADDR_PORT_ANY)
-		return -EINVAL;
-	if (cid != VMADDR_CID_ANY && cid != vsock_engine_local_cid(e))
-		return -EADDRNOTAVAIL;
-	if (port == VMADDR_PORT_ANY) {
-		uint32_t p = 0;
-
-		r = vsock_ct_bind_auto(e->ct, &s->bnode, cid, e->cfg.port_lo, e->cfg.port_hi, &p);
-		if (r < 0)
-			return r == -EINVAL ? -EADDRNOTAVAIL : r;
-		port = p;
-	} else {
-		r = vsock_ct_insert_bound(e->ct, &s->bnode, cid, port);
-		if (r < 0)
-			return r;
-	}
-	sock_ref(s); /* the bound table's reference */
-	s->bound = true;
-	s->bound_cid = cid;
-	s->local_port = port;
-	return 0;
-}
-
-int vsock_sock_bind(struct vsock_sock *s, uint32_t cid, uint32_t port)
-{
-	int r;
-
-	sock_lock(s);
-	r = sock_bind_locked(s, cid, port);
-	sock_unlock(s);
-	return r;
-}
-
-static int sock_listen_common(struct vsock_sock *s, int backlog, bool deferred, bool wildcard)
-{
-	struct vsock_engine *e = s->e;
-	int r = 0;
-
-	sock_lock(s);
-	if (s->type == VSOCK_TYPE_SEQPACKET && !e->cfg.seqpacket) {
-		r = -EPROTONOSUPPORT;
-		goto out;
-	}
-	if (!(s->state == VSOCK_SS_FREE || s->state == VSOCK_SS_LISTEN ||
-	      (s->state == VSOCK_SS_CLOSED && !s->was_connected && !s->in_conn))) {
-		r = -EINVAL;
-		goto out;
-	}
-	if (!s->bound) {
-		r = sock_bind_locked(s, VMADDR_CID_ANY, VMADDR_PORT_ANY);
-		if (r < 0)
-			goto out;
-	}
-	if (wildcard && !s->wildcard) {
-		pthread_mutex_lock(&e->all_lock);
-		if (e->wildcard[s->type])
-			r = -EADDRINUSE;
-		else
-			e->wildcard[s->type] = s;
-		pthread_mutex_unlock(&e->all_lock);
-		if (r < 0)
-			goto out;
-		s->wildcard = true;
-	}
-	if (backlog < 0)
-		backlog = 0;
-	if (backlog > 4096)
-		backlog = 4096;
-	s->backlog = backlog;
-	s->deferred = deferred;
-	s->err = 0;
-	s->state = VSOCK_SS_LISTEN;
-out:
-	sock_unlock(s);
-	return r;
-}
-
-int vsock_sock_listen(struct vsock_sock *s, int backlog)
-{
-	return sock_listen_common(s, backlog, false, false);
-}
-
-int vsock_sock_listen_deferred(struct vsock_sock *s, int backlog, bool wildcard)
-{
-	return sock_listen_common(s, backlog, true, wildcard);
-}
-
-int vsock_sock_accept_pending(struct vsock_sock *c)
-{
-	int r = 0;
-
-	sock_lock(c);
-	if (c->state == VSOCK_SS_PENDING) {
-		c->state = VSOCK_SS_CONNECTED;
-		pend_set(c, PEND_RESPONSE);
-		sock_event(NULL, c);
-	} else if (c->state == VSOCK_SS_CLOSED) {
-		r = -ECONNRESET;
-	} else {
-		r = -EINVAL;
-	}
-	sock_unlock(c);
-	return r;
-}
-
-void vsock_sock_reject(struct vsock_sock *c)
-{
-	sock_lock(c);
-	if (c->state == VSOCK_SS_PENDING) {
-		c->done = true;
-		sock_terminate(NULL, c, true, ECONNREFUSED);
-	}
-	sock_unlock(c);
-}
-
-int vsock_sock_accept(struct vsock_sock *s, struct vsock_sock **ret)
-{
-	struct vsock_sock *c;
-	int r = 0;
-
-	sock_lock(s);
-	if (s->state != VSOCK_SS_LISTEN) {
-		r = -EINVAL;
-	} else if (!s->acc_head) {
-		r = -EAGAIN;
-	} else {
-		c = s->acc_head;
-		s->acc_head = c->acc_next;
-		if (!s->acc_head)
-			s->acc_tail = NULL;
-		s->acc_len--;
-		c->acc_next = NULL;
-		*ret = c; /* the queue's reference goes to the caller */
-	}
-	sock_unlock(s);
-	return r;
-}
-
-int vsock_sock_connect(struct vsock_sock *s, uint32_t cid, uint32_t port)
-{
-	struct vsock_engine *e = s->e;
-	int r;
-
-	sock_lock(s);
-	if (s->type == VSOCK_TYPE_SEQPACKET && !e->cfg.seqpacket) {
-		r = -EPROTONOSUPPORT;
-		goto out;
-	}
-	switch (s->state) {
-	case VSOCK_SS_CONNECTED:
-	case VSOCK_SS_PENDING:
-	case VSOCK_SS_CLOSING:
-		r = -EISCONN;
-		goto out;
-	case VSOCK_SS_CONNECTING:
-		r = -EALREADY;
-		goto out;
-	case VSOCK_SS_LISTEN:
-		r = -EINVAL;
-		goto out;
-	case VSOCK_SS_CLOSED:
-		if (s->was_connected) {
-			r = -EISCONN;
-			goto out;
-		}
-		break;
-	default:
-		break;
-	}
-	if (cid == VMADDR_CID_ANY) {
-		r = -ENETUNREACH;
-		goto out;
-	}
-	if (!s->bound) {
-		r = sock_bind_locked(s, VMADDR_CID_ANY, VMADDR_PORT_ANY);
-		if (r < 0)
-			goto out;
-	}
-	r = vsock_ct_insert_connected(e->ct, &s->cnode, cid, port, s->local_port);
-	if (r < 0) {
-		r = -EADDRINUSE;
-		goto out;
-	}
-	sock_ref(s);
-	s->in_conn = true;
-	s->peer_cid = cid;
-	s->peer_port = port;
-	s->err = 0;
-	s->done = false;
-	s->shutdown = s->shutdown_sent = s->peer_shutdown = 0;
-	s->request_sent = false;
-	s->peer_buf_alloc = s->peer_fwd_cnt = s->tx_cnt = 0;
-	s->fwd_cnt = s->last_fwd_cnt = 0;
-	s->buf_alloc = (uint32_t)s->buf_size;
-	s->rx_limit = s->buf_alloc;
-	rxq_free_all(s);
-	s->state = VSOCK_SS_CONNECTING;
-	pend_clear(s, ~0u); /* e.g. the RST of a previous, failed attempt */
-	pend_set(s, PEND_REQUEST);
-	timer_arm(s, TIMER_CONNECT, now_ns(e) + s->connect_timeout_ns);
-	r = -EINPROGRESS;
-out:
-	sock_unlock(s);
-	return r;
-}
-
-static int tx_reserve(struct vsock_sock *s, uint32_t need)
-{
-	uint8_t *nb;
-	uint32_t ncap;
-
-	if (need <= s->tx_cap)
-		return 0;
-	ncap = pow2_at_least(need, 4096);
-	if (ncap < need)
-		return -ENOMEM;
-	nb = malloc(ncap);
-	if (!nb)
-		return -ENOMEM;
-	if (s->tx_len) {
-		uint32_t first = MIN(s->tx_len, s->tx_cap - s->tx_head);
-
-		memcpy(nb, s->txbuf + s->tx_head, first);
-		memcpy(nb + first, s->txbuf, s->tx_len - first);
-	}
-	free(s->txbuf);
-	s->txbuf = nb;
-	s->tx_cap = ncap;
-	s->tx_head = 0;
-	return 0;
-}
-
-static int msg_reserve(struct vsock_sock *s)
-{
-	struct tx_msg *nm;
-	uint32_t ncap;
-
-	if (s->msg_n < s->msg_cap)
-		return 0;
-	ncap = s->msg_cap ? s->msg_cap * 2 : 16;
-	nm = malloc(ncap * sizeof(*nm));
-	if (!nm)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < s->msg_n; i++)
-		nm[i] = s->msgs[(s->msg_head + i) & (s->msg_cap - 1)];
-	free(s->msgs);
-	s->msgs = nm;
-	s->msg_cap = ncap;
-	s->msg_head = 0;
-	return 0;
-}
-
-/* Appends n bytes from the iov to the TX ring (space reserved by the caller). */
-static void tx_ring_write(struct vsock_sock *s, const struct iovec *iov, int iovcnt, uint32_t n)
-{
-	uint32_t tail = (s->tx_head + s->tx_len) & (s->tx_cap - 1);
-	uint32_t first = MIN(n, s->tx_cap - tail);
-	struct iov_cur cur;
-
-	iov_cur_init(&cur, iov, iovcnt);
-	iov_cur_read(&cur, s->txbuf + tail, first);
-	if (n > first)
-		iov_cur_read(&cur, s->txbuf, n - first);
-	s->tx_len += n;
-}
-
-ssize_t vsock_sock_send(struct vsock_sock *s, const struct iovec *iov, int iovcnt, int flags)
-{
-	size_t total = iov_total(iov, iovcnt);
-	ssize_t r;
-	uint32_t space;
-
-	sock_lock(s);
-	if ((s->shutdown & VSOCK_SHUTDOWN_SEND) || (s->peer_shutdown & VSOCK_SHUTDOWN_RCV)) {
-		r = -EPIPE;
-		goto out;
-	}
-	if (s->state != VSOCK_SS_CONNECTED) {
-		r = -ENOTCONN; /* listeners too, as engine.h and Linux say */
-		goto out;
-	}
-	if (total == 0) {
-		r = 0;
-		goto out;
-	}
-	space = sock_send_space(s);
-	if (s->type == VSOCK_TYPE_SEQPACKET) {
-		if (total > vsock_credit_max_msg(s->peer_buf_alloc, s->buf_alloc)) {
-			r = -EMSGSIZE;
-			goto out;
-		}
-		if (total > space) {
-			STAT_INC(s->e, credit_stalls);
-			r = -EAGAIN;
-			goto out;
-		}
-		if (tx_reserve(s, s->tx_len + (uint32_t)total) < 0 || msg_reserve(s) < 0) {
-			r = -ENOMEM;
-			goto out;
-		}
-		tx_ring_write(s, iov, iovcnt, (uint32_t)total);
-		s->msgs[(s->msg_head + s->msg_n) & (s->msg_cap - 1)] =
-			(struct tx_msg){(uint32_t)total, (flags & VSOCK_MSG_EOR) ? 1u : 0u};
-		s->msg_n++;
-		r = (ssize_t)total;
-	} else {
-		uint32_t n;
-
-		if (space == 0) {
-			STAT_INC(s->e, credit_stalls);
-			r = -EAGAIN;
-			goto out;
-		}
-		n = (uint32_t)MIN((size_t)space, total);
-		if (tx_reserve(s, s->tx_len + n) < 0) {
-			r = -ENOMEM;
-			goto out;
-		}
-		tx_ring_write(s, iov, iovcnt, n);
-		r = n;
-	}
-	sock_kick_tx(s);
-out:
-	sock_unlock(s);
-	return r;
-}
-
-size_t vsock_sock_send_space(struct vsock_sock *s)
-{
-	size_t r = 0;
-
-	sock_lock(s);
-	if (s->state == VSOCK_SS_CONNECTED && !(s->shutdown & VSOCK_SHUTDOWN_SEND) &&
-	    !(s->peer_shutdown & VSOCK_SHUTDOWN_RCV))
-		r = sock_send_space(s);
-	sock_unlock(s);
-	return r;
-}
-
-int vsock_sock_request_credit(struct vsock_sock *s)
-{
-	int r = 0;
-
-	sock_lock(s);
-	if (s->state == VSOCK_SS_CONNECTED)
-		pend_set(s, PEND_CREDIT_REQUEST);
-	else
-		r = -ENOTCONN;
-	sock_unlock(s);
-	return r;
-}
-
-/* After the application consumed bytes: credit update per reference 3.4. s locked. */
-static void sock_consumed(struct vsock_sock *s, uint32_t n, bool message)
-{
-	s->fwd_cnt += n;
-	if (s->state != VSOCK_SS_CONNECTED)
-		return;
-	if (message || vsock_credit_need_update(s->buf_alloc, s->fwd_cnt, s->last_fwd_cnt,
-						s->rx_bytes, s->rcvlowat))
-		pend_set(s, PEND_CREDIT_UPDATE);
-}
-
-/* Consumes (or with peek, copies) up to len STREAM bytes into cur. Returns bytes. s locked. */
-static uint32_t stream_copy_out(struct vsock_sock *s, struct iov_cur *cur, uint32_t len,
-				bool peek)
-{
-	uint32_t done = 0;
-	struct rx_chunk *c = s->rxq_head;
-
-	while (c && done < len) {
-		uint32_t avail = c->end - c->start;
-		uint32_t n = MIN(avail, len - done);
-
-		if (cur)
-			iov_cur_write(cur, c->data + c->start, n);
-		done += n;
-		if (peek) {
-			c = c->next;
-			continue;
-		}
-		c->start += n;
-		if (c->start == c->end) {
-			struct rx_chunk *next = c->next;
-			rxq_pop_head(s);
-			c = next;
-		}
-	}
-	if (!peek) {
-		s->rx_bytes -= done;
-		if (done)
-			sock_consumed(s, done, false);
-	}
-	return done;
-}
-
-/* The read side is finished: EOF (recv returns 0) once the queue is empty. */
-static bool sock_rx_eof(const struct vsock_sock *s)
-{
-	return s->done || (s->peer_shutdown & VSOCK_SHUTDOWN_SEND) || s->state == VSOCK_SS_CLOSED;
-}
-
-static ssize_t seqpacket_recv(struct vsock_sock *s, const struct iovec *iov, int iovcnt,
-			      int flags, int *ret_msg_flags)
-{
-	size_t space = iov_total(iov, iovcnt);
-	bool peek = flags & VSOCK_MSG_PEEK;
-	uint32_t msglen = 0, copied = 0;
-	struct rx_chunk *c = s->rxq_head;
-	struct iov_cur cur;
-	int mflags = 0;
-
-	if (s->rx_msgs == 0)
-		return sock_rx_eof(s) ? 0 : -EAGAIN;
-	iov_cur_init(&cur, iov, iovcnt);
-	for (; c; c = c->next) {
-		uint32_t avail = c->end - c->start;
-
-		if (copied < space) {
-			uint32_t n = (uint32_t)MIN((size_t)avail, space - copied);
-			iov_cur_write(&cur, c->data + c->start, n);
-			copied += n;
-		}
-		msglen += avail;
-		if (c->eom) {
-			if (c->eor)
-				mflags |= VSOCK_MSG_EOR;
-			break;
-		}
-	}
-	if (msglen > copied)
-		mflags |= VSOCK_MSG_TRUNC;
-	if (!peek) {
-		bool last;
-
-		do {
-			last = s->rxq_head->eom;
-			rxq_pop_head(s);
-		} while (!last);
-		s->rx_bytes -= msglen;
-		s->rx_msgs--;
-		sock_consumed(s, msglen, true);
-	}
-	if (ret_msg_flags)
-		*ret_msg_flags = mflags;
-	return (flags & VSOCK_MSG_TRUNC) ? (ssize_t)msglen : (ssize_t)copied;
-}
-
-ssize_t vsock_sock_recv(struct vsock_sock *s, const struct iovec *iov, int iovcnt, int flags,
-			int *ret_msg_flags)
-{
-	size_t len = iov_total(iov, iovcnt);
-	ssize_t r;
-
-	sock_lock(s);
-	if (s->state == VSOCK_SS_LISTEN) {
-		r = -EINVAL;
-		goto out;
-	}
-	if (s->state != VSOCK_SS_CONNECTED && s->state != VSOCK_SS_CLOSING &&
-	    !(s->state == VSOCK_SS_CLOSED && s->was_connected)) {
-		r = -ENOTCONN;
-		goto out;
-	}
-	if (s->shutdown & VSOCK_SHUTDOWN_RCV) {
-		r = 0;
-		goto out;
-	}
-	if (s->type == VSOCK_TYPE_SEQPACKET) {
-		r = seqpacket_recv(s, iov, iovcnt, flags, ret_msg_flags);
-		goto out;
-	}
-	if (ret_msg_flags)
-		*ret_msg_flags = 0;
-	if (len == 0) {
-		r = 0;
-		goto out;
-	}
-	if (s->rx_bytes == 0 || s->rx_bytes < MIN((size_t)s->rcvlowat, len)) {
-		if (!sock_rx_eof(s)) {
-			r = -EAGAIN;
-			goto out;
-		}
-		if (s->rx_bytes == 0) {
-			r = 0;
-			goto out;
-		}
-	}
-	{
-		struct iov_cur cur;
-
-		iov_cur_init(&cur, iov, iovcnt);
-		r = stream_copy_out(s, &cur, (uint32_t)MIN(len, (size_t)UINT32_MAX),
-				    flags & VSOCK_MSG_PEEK);
-	}
-out:
-	sock_unlock(s);
-	return r;
-}
-
-ssize_t vsock_sock_rx_peek_iov(struct vsock_sock *s, struct iovec *iov, int iovcnt)
-{
-	ssize_t total = 0;
-	int i = 0;
-
-	sock_lock(s);
-	if (s->type == VSOCK_TYPE_STREAM && !(s->shutdown & VSOCK_SHUTDOWN_RCV)) {
-		for (struct rx_chunk *c = s->rxq_head; c && i < iovcnt; c = c->next) {
-			if (c->end == c->start)
-				continue;
-			iov[i].iov_base = c->data + c->start;
-			iov[i].iov_len = c->end - c->start;
-			total += (ssize_t)iov[i].iov_len;
-			i++;
-		}
-	}
-	sock_unlock(s);
-	return total;
-}
-
-void vsock_sock_rx_consume(struct vsock_sock *s, size_t n)
-{
-	sock_lock(s);
-	if (s->type == VSOCK_TYPE_STREAM)
-		(void)stream_copy_out(s, NULL, (uint32_t)MIN(n, (size_t)s->rx_bytes), false);
-	sock_unlock(s);
-}
-
-int vsock_sock_shutdown(struct vsock_sock *s, unsigned how)
-{
-	int r = 0;
-
-	if (how == 0 || (how & ~VSOCK_SHUTDOWN_MASK))
-		return -EINVAL;
-	sock_lock(s);
-	if (s->state == VSOCK_SS_CONNECTED) {
-		if ((s->shutdown | how) != s->shutdown) {
-			s->shutdown |= how;
-			pend_set(s, PEND_SHUTDOWN);
-		}
-		sock_event(NULL, s);
-	} else if (s->state == VSOCK_SS_CLOSED && s->was_connected) {
-		s->shutdown |= how;
-		sock_event(NULL, s);
-	} else {
-		r = -ENOTCONN;
-	}
-	sock_unlock(s);
-	return r;
-}
-
-void vsock_sock_close(struct vsock_sock *s)
-{
-	struct vsock_sock *children = NULL;
-	struct vsock_engine *e;
-
-	if (!s)
-		return;
-	e = s->e;
-	sock_lock(s);
-	s->app_closed = true;
-	switch (s->state) {
-	case VSOCK_SS_LISTEN:
-		children = s->acc_head;
-		s->acc_head = s->acc_tail = NULL;
-		s->acc_len = 0;
-		s->state = VSOCK_SS_CLOSED;
-		if (s->wildcard) {
-			pthread_mutex_lock(&e->all_lock);
-			if (e->wildcard[s->type] == s)
-				e->wildcard[s->type] = NULL;
-			pthread_mutex_unlock(&e->all_lock);
-			s->wildcard = false;
-		}
-		sock_unlink_bound(s);
-		break;
-	case VSOCK_SS_CONNECTING:
-		s->done = true;
-		sock_terminate(NULL, s, s->request_sent, 0);
-		break;
-	case VSOCK_SS_PENDING:
-		s->done = true;
-		sock_terminate(NULL, s, true, 0);
-		break;
-	case VSOCK_SS_CONNECTED:
-		rxq_free_all(s); /* unread data is discarded, as Linux purges at release */
-		if (s->peer_shutdown == VSOCK_SHUTDOWN_MASK) {
-			s->done = true;
-			sock_terminate(NULL, s, true, 0);
-			break;
-		}
-		if (s->shutdown_sent != VSOCK_SHUTDOWN_MASK) {
-			s->shutdown = VSOCK_SHUTDOWN_MASK;
-			pend_set(s, PEND_SHUTDOWN);
-		}
-		s->state = VSOCK_SS_CLOSING;
-		timer_arm(s, TIMER_CLOSE, now_ns(e) + e->cfg.close_timeout_ns);
-		break;
-	default: /* FREE, CLOSED */
-		sock_unlink_conn(s);
-		sock_unlink_bound(s);
-		rxq_free_all(s);
-		if (!(s->pend & PEND_RST))
-			pend_clear(s, ~0u);
-		break;
-	}
-	sock_unlock(s);
-	while (children) {
-		struct vsock_sock *c = children;
-
-		children = c->acc_next;
-		c->acc_next = NULL;
-		vsock_sock_close(c); /* releases the queue's reference */
-	}
-	sock_unref(s);
-}
-
-unsigned vsock_sock_poll(struct vsock_sock *s)
-{
-	unsigned m;
-
-	sock_lock(s);
-	m = sock_poll_locked(s);
-	sock_unlock(s);
-	return m;
-}
-
-int vsock_sock_take_error(struct vsock_sock *s)
-{
-	int r;
-
-	sock_lock(s);
-	r = s->err;
-	s->err = 0;
-	sock_unlock(s);
-	return r;
-}
-
-enum vsock_state vsock_sock_state(struct vsock_sock *s)
-{
-	enum vsock_state st;
-
-	sock_lock(s);
-	st = s->state;
-	sock_unlock(s);
-	return st;
-}
-
-enum vsock_type vsock_sock_type(const struct vsock_sock *s)
-{
-	return s->type;
-}
-
-int vsock_sock_local_addr(struct vsock_sock *s, uint32_t *ret_cid, uint32_t *ret_port)
-{
-	sock_lock(s);
-	if (s->in_conn || s->state == VSOCK_SS_CONNECTED || s->state == VSOCK_SS_CLOSING ||
-	    s->state == VSOCK_SS_PENDING)
-		*ret_cid = vsock_engine_local_cid(s->e);
-	else
-		*ret_cid = s->bound_cid;
-	*ret_port = s->local_port;
-	sock_unlock(s);
-	return 0;
-}
-
-int vsock_sock_peer_addr(struct vsock_sock *s, uint32_t *ret_cid, uint32_t *ret_port)
-{
-	int r = 0;
-
-	sock_lock(s);
-	if (s->state == VSOCK_SS_CONNECTED || s->state == VSOCK_SS_CLOSING ||
-	    s->state == VSOCK_SS_PENDING || (s->state == VSOCK_SS_CLOSED && s->was_connected)) {
-		*ret_cid = s->peer_cid;
-		*ret_port = s->peer_port;
-	} else {
-		r = -ENOTCONN;
-	}
-	sock_unlock(s);
-	return r;
-}
-
-static void sock_apply_buffer_size(struct vsock_sock *s, uint64_t val)
-{
-	/* Linux order: clamp to max, then min (min wins if they cross); u32 for virtio. */
-	if (val > s->buf_max)
-		val = s->buf_max;
-	if (val < s->buf_min)
-		val = s->buf_min;
-	if (val > UINT32_MAX)
-		val = UINT32_MAX;
-	if (val != s->buf_size || val != s->buf_alloc) {
-		s->buf_size = val;
-		if (s->state == VSOCK_SS_FREE || s->state == VSOCK_SS_LISTEN ||
-		    s->state == VSOCK_SS_CONNECTED || s->state == VSOCK_SS_CONNECTING ||
-		    s->state == VSOCK_SS_PENDING) {
-			s->buf_alloc = (uint32_t)val;
-			if (s->buf_alloc > s->rx_limit)
-				s->rx_limit = s->buf_alloc;
-		}
-		if (s->state == VSOCK_SS_CONNECTED)
-			pend_set(s, PEND_CREDIT_UPDATE); /* announced at once (ref. 3.4 rule 4) */
-		sock_event(NULL, s);
-	}
-}
-
-int vsock_sock_setopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t val)
-{
-	int r = 0;
-
-	sock_lock(s);
-	switch (opt) {
-	case VSOCK_OPT_BUFFER_SIZE:
-		sock_apply_buffer_size(s, val);
-		break;
-	case VSOCK_OPT_BUFFER_MIN_SIZE:
-		s->buf_min = MIN(val, (uint64_t)UINT32_MAX);
-		sock_apply_buffer_size(s, s->buf_size);
-		break;
-	case VSOCK_OPT_BUFFER_MAX_SIZE:
-		s->buf_max = MIN(val, (uint64_t)UINT32_MAX);
-		sock_apply_buffer_size(s, s->buf_size);
-		break;
-	case VSOCK_OPT_CONNECT_TIMEOUT:
-		s->connect_timeout_ns = val ? val : s->e->cfg.connect_timeout_ns;
-		break;
-	case VSOCK_OPT_RCVLOWAT:
-		if (val > s->buf_size) {
-			r = -EINVAL;
-			break;
-		}
-		s->rcvlowat = val ? (uint32_t)val : 1;
-		if (s->state == VSOCK_SS_CONNECTED && s->type == VSOCK_TYPE_STREAM &&
-		    vsock_credit_need_update(s->buf_alloc, s->fwd_cnt, s->last_fwd_cnt,
-					     s->rx_bytes, s->rcvlowat))
-			pend_set(s, PEND_CREDIT_UPDATE);
-		sock_event(NULL, s);
-		break;
-	default:
-		r = -ENOPROTOOPT;
-		break;
-	}
-	sock_unlock(s);
-	return r;
-}
-
-int vsock_sock_getopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t *ret)
-{
-	int r = 0;
-	uint64_t v = 0;
-
-	sock_lock(s);
-	switch (opt) {
-	case VSOCK_OPT_BUFFER_SIZE:
-		v = s->buf_size;
-		break;
-	case VSOCK_OPT_BUFFER_MIN_SIZE:
-		v = s->buf_min;
-		break;
-	case VSOCK_OPT_BUFFER_MAX_SIZE:
-		v = s->buf_max;
-		break;
-	case VSOCK_OPT_CONNECT_TIMEOUT:
-		v = s->connect_timeout_ns;
-		break;
-	case VSOCK_OPT_RCVLOWAT:
-		v = s->rcvlowat;
-		break;
-	default:
-		r = -ENOPROTOOPT;
-		break;
-	}
-	sock_unlock(s);
-	if (r == 0)
-		*ret = v;
-	return r;
-}
-
-static void sock_info_locked(struct vsock_sock *s, struct vsock_sock_info *i)
-{
-	*i = (struct vsock_sock_info){
-		.type = s->type,
-		.state = s->state,
-		.local_cid = (s->in_conn || s->was_connected) ? vsock_engine_local_cid(s->e)
-							      : s->bound_cid,
-		.local_port = s->local_port,
-		.peer_cid = s->peer_cid,
-		.peer_port = s->peer_port,
-		.buf_alloc = s->buf_alloc,
-		.fwd_cnt = s->fwd_cnt,
-		.last_fwd_cnt = s->last_fwd_cnt,
-		.rx_bytes = s->rx_bytes,
-		.rx_mem = (uint32_t)MIN(s->rx_mem, (uint64_t)UINT32_MAX),
-		.peer_buf_alloc = s->peer_buf_alloc,
-		.peer_fwd_cnt = s->peer_fwd_cnt,
-		.tx_cnt = s->tx_cnt,
-		.tx_queued = s->tx_len,
-		.bytes_in = s->bytes_in,
-		.bytes_out = s->bytes_out,
-		.shutdown = s->shutdown,
-		.peer_shutdown = s->peer_shutdown,
-	};
-}
-
-void vsock_sock_get_info(struct vsock_sock *s, struct vsock_sock_info *ret)
-{
-	sock_lock(s);
-	sock_info_locked(s, ret);
-	sock_unlock(s);
 }
 
 void vsock_engine_foreach_sock(struct vsock_engine *e,

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The vsock protocol engine, sans-I/O: the part Linux calls virtio_transport_common.c plus the
- * socket-level semantics of af_vsock.c. It never touches a file descriptor or a ring.
+ * socket-level semantics of af_vsock.c. It never touches a file descriptor or a ring. Implemented
+ * by engine.c (packets, states, credit, pull, timers), sock.c (the vsock_sock_* calls) and rxq.c
+ * (the receive queue).
  *
  *   packets in:   vsock_engine_feed() / vsock_engine_feed_batch()  (always consume the packet)
  *   packets out:  vsock_engine_pull()  (only when the caller has room; -EAGAIN when nothing)
  *   time:         ops->now() supplies monotonic ns; vsock_engine_run_timers() fires what is due,
  *                 vsock_engine_next_deadline() says when to call it next
- *   sockets:      vsock_sock_*(): non-blocking socket calls with Linux AF_VSOCK semantics and errno;
+ *   sockets:      vsock_sock_*(): non-blocking socket calls, Linux AF_VSOCK semantics and errno;
  *                 blocking is built on top of them by the API layer (src/lib)
  *
  * One engine is one CID's socket namespace: the device role has one per VM (local CID 2, the
@@ -134,7 +136,8 @@ struct vsock_pkt_ref {
 	int iovcnt;
 };
 /*
- * Feeds n packets as one batch (seed 001): one table lookup and one socket-lock hold per run of
+ * Feeds n packets as one batch (docs/vsock-protocol.md §2.1; the idea of the Linux series "vsock:
+ * reduce RX per-packet socket overhead"): one table lookup and one socket-lock hold per run of
  * consecutive packets of the same flow; write-space events are coalesced and readable events are
  * delivered once per socket at the end of the batch. Same semantics as n calls to feed.
  */
@@ -143,7 +146,9 @@ void vsock_engine_feed_batch(struct vsock_engine *e, const struct vsock_pkt_ref 
 /*
  * True while the number of queued control replies is below reply_limit. A transport stops
  * taking packets from its peer (e.g. stops draining a TX ring) while this is false, and resumes
- * after pulling (the spec's bounded-side-storage rule, reference 5.5).
+ * after pulling: the spec's rule to keep processing with bounded side storage (virtio 1.2
+ * §5.10.6.1 "Virtqueue Flow Control"), which Linux implements by counting queued replies
+ * (drivers/vhost/vsock.c, vhost_vsock_more_replies(); docs/vsock-protocol.md §5).
  */
 bool vsock_engine_can_feed(const struct vsock_engine *e);
 
@@ -170,7 +175,8 @@ void vsock_engine_run_timers(struct vsock_engine *e);
 uint64_t vsock_engine_next_deadline(struct vsock_engine *e);
 
 /*
- * The transport was reset (guest role: TRANSPORT_RESET event, reference 1.8; device role: the
+ * The transport was reset (guest role: the TRANSPORT_RESET event of the event queue, handled by
+ * Linux in net/vmw_vsock/virtio_transport.c, virtio_vsock_event_handle(); device role: the
  * VMM went away). Every connected or connecting socket becomes CLOSED with error ECONNRESET and
  * no RST is sent; listeners survive. new_cid (if not VMADDR_CID_ANY) becomes the local CID.
  */
@@ -178,23 +184,39 @@ void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid);
 
 uint32_t vsock_engine_local_cid(const struct vsock_engine *e);
 
-/* Counters; each is monotonic. Read with vsock_engine_get_stats (a consistent-enough snapshot). */
+/*
+ * The engine's counters but rx_dropped[], one X(name) each, so that code can declare, copy or
+ * print them all from one list (struct vsock_engine_stats below, the engine's own atomic copy,
+ * vsock_engine_get_stats). Each is monotonic except socks_open.
+ */
+#define VSOCK_ENGINE_STATS(X)                                                                      \
+	X(rx_pkts)              /* packets fed */                                                  \
+	X(rx_bytes)             /* payload bytes delivered */                                      \
+	X(tx_pkts)              /* packets pulled */                                               \
+	X(tx_bytes)             /* payload bytes pulled */                                         \
+	X(rx_no_socket)         /* no matching socket: answered with RST */                        \
+	X(rx_type_mismatch)     /* socket type differs: RST */                                     \
+	X(rx_unexpected)        /* op not valid in the socket's state */                           \
+	X(rst_sent)                                                                                \
+	X(rst_received)                                                                            \
+	X(credit_violations)    /* peer sent beyond our credit: reset */                           \
+	X(rx_mem_resets)        /* receive memory bound hit (tiny-packet flood): reset */          \
+	X(credit_stalls)        /* a send found zero peer credit */                                \
+	X(credit_updates_sent)                                                                     \
+	X(credit_requests_sent)                                                                    \
+	X(backlog_refused)      /* REQUEST refused: accept queue full or listener gone */          \
+	X(socks_open)           /* live sockets now */                                             \
+	X(socks_total)          /* sockets ever created */                                         \
+	X(connects_timed_out)                                                                      \
+	X(close_timeouts)                                                                          \
+	X(rst_dropped)          /* no-socket RST not queued: reply ring full */
+
+/* Counters. Read with vsock_engine_get_stats (a consistent-enough snapshot). */
 struct vsock_engine_stats {
-	uint64_t rx_pkts, rx_bytes;           /* packets fed / payload bytes delivered */
-	uint64_t tx_pkts, tx_bytes;           /* packets pulled / payload bytes pulled */
+#define VSOCK_ENGINE_STAT_FIELD_(name) uint64_t name;
+	VSOCK_ENGINE_STATS(VSOCK_ENGINE_STAT_FIELD_)
+#undef VSOCK_ENGINE_STAT_FIELD_
 	uint64_t rx_dropped[_VSOCK_HDR_ERROR_MAX]; /* malformed, by vsock_hdr_error */
-	uint64_t rx_no_socket;                /* no matching socket: answered with RST */
-	uint64_t rx_type_mismatch;            /* socket type differs: RST */
-	uint64_t rx_unexpected;               /* op not valid in the socket's state */
-	uint64_t rst_sent, rst_received;
-	uint64_t credit_violations;           /* peer sent beyond our credit: reset */
-	uint64_t rx_mem_resets;               /* receive memory bound hit (tiny-packet flood): reset */
-	uint64_t credit_stalls;               /* a send found zero peer credit */
-	uint64_t credit_updates_sent, credit_requests_sent;
-	uint64_t backlog_refused;             /* REQUEST refused: accept queue full or listener gone */
-	uint64_t socks_open, socks_total;     /* live sockets now / ever created */
-	uint64_t connects_timed_out, close_timeouts;
-	uint64_t rst_dropped;                 /* no-socket RST not queued: reply ring full */
 };
 void vsock_engine_get_stats(struct vsock_engine *e, struct vsock_engine_stats *ret);
 
@@ -290,7 +312,8 @@ void vsock_sock_rx_consume(struct vsock_sock *s, size_t n);
 size_t vsock_sock_send_space(struct vsock_sock *s);
 
 /*
- * Queues a CREDIT_REQUEST to the peer (reference 3.5: Linux never sends one, but answers it).
+ * Queues a CREDIT_REQUEST to the peer (docs/vsock-protocol.md §3: Linux never sends one, but
+ * answers it, virtio_transport_recv_connected()).
  * For a transport that found zero credit and wants a fresh CREDIT_UPDATE instead of waiting.
  * Returns 0, -ENOTCONN.
  */

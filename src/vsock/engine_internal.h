@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Private structures of the vsock engine, shared by engine.c (dispatch, state machine, pull,
- * timers) and sock.c (the socket calls). Nothing outside src/vsock includes this.
+ * timers) and sock.c (the socket calls): struct vsock_sock and struct vsock_engine, the lock
+ * order, the small inline helpers both use, and the vsock_sk_* functions engine.c provides to
+ * sock.c. Nothing outside src/vsock includes this.
  *
  * Locks, in the only order they may nest:
  *   listener socket lock  ->  child socket lock  ->  { tx_lock, timer_lock, all_lock,
@@ -12,11 +14,14 @@
 #ifndef UVSOCK_VSOCK_ENGINE_INTERNAL_H
 #define UVSOCK_VSOCK_ENGINE_INTERNAL_H
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
 #include "vsock/conn_table.h"
+#include "vsock/credit.h"
 #include "vsock/engine.h"
+#include "vsock/rxq.h"
 
 /* Pending-reply bits, in the order pull hands them out. RW data is not a bit ("tx_len > 0"); it
  * goes after SHUTDOWN, except that a SHUTDOWN with the SEND flag waits for the data queued
@@ -40,26 +45,6 @@ enum {
 
 enum sock_timer { TIMER_NONE, TIMER_CONNECT, TIMER_CLOSE };
 
-/* A received payload buffer. Small payloads are merged into the tail chunk (seed 003). */
-struct rx_chunk {
-	struct rx_chunk *next;
-	uint32_t cap;   /* bytes allocated in data[] */
-	uint32_t start; /* first unread byte */
-	uint32_t end;   /* one past the last written byte */
-	uint8_t eom;    /* SEQPACKET: this chunk ends a message */
-	uint8_t eor;    /* SEQPACKET: that message carried EOR */
-	uint8_t data[];
-};
-/* What one chunk costs besides its payload room: the struct and a malloc header. */
-#define RX_CHUNK_OVERHEAD ((uint32_t)sizeof(struct rx_chunk) + 16u)
-/* Room given to a new chunk started by a small payload, so later small ones merge into it. */
-#define RX_SMALL_CHUNK 4096u
-/*
- * Largest emptied chunk a socket keeps as its spare (rx_spare) for the next payload needing the
- * same room, so a steady flow allocates nothing per packet. One spare per socket, outside rx_mem.
- */
-#define RX_SPARE_MAX VSOCK_MAX_PKT_PAYLOAD
-
 /* A queued outgoing SEQPACKET message boundary. */
 struct tx_msg {
 	uint32_t len;
@@ -76,7 +61,7 @@ struct vsock_sock {
 	struct vsock_sock *all_prev, *all_next;
 
 	/* Protected by e->tx_lock. on_txlist is written under tx_lock only, but also read under
-	 * this socket's lock alone (sock_kick_tx's fast path), hence atomic. */
+	 * this socket's lock alone (vsock_sk_kick_tx's fast path), hence atomic. */
 	struct vsock_sock *tx_next;
 	atomic_bool on_txlist;
 
@@ -89,8 +74,10 @@ struct vsock_sock {
 	struct vsock_ct_node bnode; /* bound table */
 	struct vsock_ct_node cnode; /* connected table */
 
+	/* Written under lock, read without it by vsock_sock_get_user (relaxed: a plain value). */
+	_Atomic(void *) user;
+
 	/* Everything below is protected by lock. */
-	void *user;
 	enum vsock_state state;
 	enum sock_timer timer;
 	bool bound, in_conn, app_closed, deferred, wildcard, was_connected, done;
@@ -111,10 +98,8 @@ struct vsock_sock {
 	/* receive side (credit we grant) */
 	uint32_t buf_alloc;     /* what we advertise */
 	uint32_t rx_limit;      /* largest buf_alloc ever advertised on this connection */
-	uint32_t fwd_cnt, last_fwd_cnt, rx_bytes, rx_msgs;
-	uint64_t rx_mem;
-	struct rx_chunk *rxq_head, *rxq_tail;
-	struct rx_chunk *rx_spare; /* emptied chunk kept for reuse (cap <= RX_SPARE_MAX), or NULL */
+	uint32_t fwd_cnt, last_fwd_cnt;
+	struct vsock_rxq rxq;   /* received bytes not yet read */
 
 	/* send side (credit the peer grants) */
 	uint32_t peer_buf_alloc, peer_fwd_cnt, tx_cnt;
@@ -160,10 +145,122 @@ struct vsock_engine {
 	struct vsock_sock *wildcard[3]; /* by type; Protected by all_lock */
 
 	atomic_uint socks_open;
-	struct vsock_engine_stats st; /* updated with relaxed atomics */
+	/*
+	 * The counters of struct vsock_engine_stats, added to from any thread with relaxed atomics
+	 * (each counts on its own; nothing is ordered by them). st.socks_open is unused: the
+	 * snapshot reads socks_open above.
+	 */
+	struct {
+#define ENGINE_STAT_FIELD(name) _Atomic uint64_t name;
+		VSOCK_ENGINE_STATS(ENGINE_STAT_FIELD)
+#undef ENGINE_STAT_FIELD
+		_Atomic uint64_t rx_dropped[_VSOCK_HDR_ERROR_MAX];
+	} st;
 };
 
-#define STAT_ADD(e, field, n) __atomic_fetch_add(&(e)->st.field, (n), __ATOMIC_RELAXED)
+#define STAT_ADD(e, field, n) atomic_fetch_add_explicit(&(e)->st.field, (n), memory_order_relaxed)
 #define STAT_INC(e, field) STAT_ADD(e, field, 1)
+
+/* ---- helpers for engine.c and sock.c -------------------------------------------------------- */
+
+struct rx_ctx; /* engine.c: a receive call's deferred events; NULL outside the receive path */
+
+/* engine.c: unlinks s from the engine's list and frees it; sock_unref calls it for the last. */
+void vsock_sk_destroy(struct vsock_sock *s);
+
+static inline uint64_t now_ns(struct vsock_engine *e)
+{
+	return e->ops->now(e->opaque);
+}
+
+/* The engine's calls count iovecs in int (as readv); a negative count means none. */
+static inline size_t iov_count(int iovcnt)
+{
+	return iovcnt > 0 ? (size_t)iovcnt : 0;
+}
+
+static inline void sock_ref(struct vsock_sock *s)
+{
+	atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
+
+static inline void sock_unref(struct vsock_sock *s)
+{
+	/* acq_rel: every access made under another holder's reference happens before the free. */
+	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
+		vsock_sk_destroy(s);
+}
+
+/* Drops a reference that is known not to be the last (the caller holds another). */
+static inline void sock_put_locked(struct vsock_sock *s)
+{
+	/* acq_rel, as in sock_unref. */
+	unsigned prev = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel);
+
+	assert(prev > 1);
+	(void)prev;
+}
+
+static inline void sock_lock(struct vsock_sock *s)
+{
+	pthread_mutex_lock(&s->lock);
+}
+
+/* Unlocks, then tells the transport there is something to pull if that became true. */
+static inline void sock_unlock(struct vsock_sock *s)
+{
+	struct vsock_engine *e = s->e;
+	bool kick = s->kick;
+
+	s->kick = false;
+	pthread_mutex_unlock(&s->lock);
+	if (kick && e->ops->tx_ready)
+		e->ops->tx_ready(e->opaque);
+}
+
+static inline uint32_t sock_credit(const struct vsock_sock *s)
+{
+	return vsock_credit_avail(s->peer_buf_alloc, s->buf_alloc, s->tx_cnt, s->peer_fwd_cnt);
+}
+
+/* Bytes send() may queue now: credit not yet claimed by queued bytes. */
+static inline uint32_t sock_send_space(const struct vsock_sock *s)
+{
+	uint32_t c = sock_credit(s);
+
+	return c > s->tx_len ? c - s->tx_len : 0;
+}
+
+static inline bool sock_can_send_data(const struct vsock_sock *s)
+{
+	return s->state == VSOCK_SS_CONNECTED || s->state == VSOCK_SS_CLOSING;
+}
+
+/* ---- provided by engine.c to sock.c; all but vsock_sk_alloc are called with s locked ------ */
+
+/*
+ * A new socket with the engine's defaults, one reference held by the caller; NULL and *err set
+ * to -EMFILE (max_socks) or -ENOMEM. Takes all_lock (a leaf), so any socket lock may be held.
+ */
+struct vsock_sock *vsock_sk_alloc(struct vsock_engine *e, enum vsock_type type, int *err);
+/* s's current poll mask (VSOCK_POLL*). */
+unsigned vsock_sk_poll_locked(const struct vsock_sock *s);
+/* Reports a possible poll-mask change of s (ops->sock_event), deferred to a batch's end by cx. */
+void vsock_sk_event(struct rx_ctx *cx, struct vsock_sock *s);
+/* Puts s on the send list if it has something to pull. */
+void vsock_sk_kick_tx(struct vsock_sock *s);
+/* Sets / clears PEND_* bits, keeping the engine's reply count; setting also kicks the send list. */
+void vsock_sk_pend_set(struct vsock_sock *s, unsigned bits);
+void vsock_sk_pend_clear(struct vsock_sock *s, unsigned bits);
+/* Arms (or re-arms) s's single timer at deadline (ops->now() ns). */
+void vsock_sk_timer_arm(struct vsock_sock *s, enum sock_timer kind, uint64_t deadline);
+/* Takes s out of the connected / bound table, dropping the table's reference, if it is in it. */
+void vsock_sk_unlink_conn(struct vsock_sock *s);
+void vsock_sk_unlink_bound(struct vsock_sock *s);
+/*
+ * Ends the connection locally (state CLOSED); with send_rst an RST is queued; err (positive
+ * errno or 0) becomes the pending error.
+ */
+void vsock_sk_terminate(struct rx_ctx *cx, struct vsock_sock *s, bool send_rst, int err);
 
 #endif

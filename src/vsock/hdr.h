@@ -16,7 +16,11 @@
 
 #define VSOCK_HDR_SIZE 44u
 #define VSOCK_MAX_PKT_PAYLOAD 65536u   /* VIRTIO_VSOCK_MAX_PKT_BUF_SIZE */
-#define VSOCK_GOOD_COPY_LEN 128u       /* small-payload merge threshold (reference 5.3) */
+/*
+ * Small-payload merge threshold (Linux virtio_transport_recv_enqueue(), GOOD_COPY_LEN;
+ * docs/vsock-protocol.md §4).
+ */
+#define VSOCK_GOOD_COPY_LEN 128u
 
 /* Context IDs, as linux/vm_sockets.h defines them (kept compatible when both are included). */
 #ifndef VMADDR_CID_HYPERVISOR
@@ -112,7 +116,7 @@ static inline void vsock_le16_put_(uint8_t *p, uint16_t v)
 	memcpy(p, &v, 2);
 }
 
-/* Decodes 44 wire bytes (any alignment) into host order. Never fails; check with vsock_hdr_check(). */
+/* Decodes 44 wire bytes (any alignment) into host order. Never fails; see vsock_hdr_check(). */
 static inline void vsock_hdr_decode(const void *wire, struct vsock_hdr *h)
 {
 	const uint8_t *p = wire;

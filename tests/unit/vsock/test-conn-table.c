@@ -5,17 +5,18 @@
  * configured range, and concurrent use from several threads.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "test.h"
 #include "vsock/conn_table.h"
 #include "vsock/hdr.h"
 
-static int refs;
+static atomic_int refs; /* references taken through ref_cb, from any worker thread */
 static void ref_cb(struct vsock_ct_node *n, bool connected)
 {
 	(void)n;
 	(void)connected;
-	__atomic_fetch_add(&refs, 1, __ATOMIC_RELAXED);
+	atomic_fetch_add_explicit(&refs, 1, memory_order_relaxed);
 }
 
 static struct vsock_conn_table *table(void)
@@ -23,7 +24,7 @@ static struct vsock_conn_table *table(void)
 	struct vsock_conn_table *t = NULL;
 
 	ASSERT_OK(vsock_conn_table_new(128, ref_cb, &t));
-	refs = 0;
+	atomic_store_explicit(&refs, 0, memory_order_relaxed);
 	return t;
 }
 
@@ -42,7 +43,7 @@ TEST(connected_lookup)
 	ASSERT_TRUE(vsock_ct_lookup_connected(t, 3, 1001, 5000) == &b);
 	ASSERT_TRUE(vsock_ct_lookup_connected(t, 4, 1000, 5000) == &c);
 	ASSERT_TRUE(vsock_ct_lookup_connected(t, 4, 1000, 5001) == NULL);
-	ASSERT_EQ(refs, 3);
+	ASSERT_EQ(atomic_load_explicit(&refs, memory_order_relaxed), 3);
 	ASSERT_TRUE(vsock_ct_remove_connected(t, &b));
 	ASSERT_FALSE(vsock_ct_remove_connected(t, &b));
 	ASSERT_TRUE(vsock_ct_lookup_connected(t, 3, 1001, 5000) == NULL);
@@ -70,7 +71,7 @@ TEST(bound_lookup_and_conflicts)
 	ASSERT_TRUE(vsock_ct_lookup_bound(t, 1, 1235) == &other);
 	ASSERT_TRUE(vsock_ct_lookup_bound(t, 3, 1235) == NULL);
 	ASSERT_TRUE(vsock_ct_lookup_bound(t, 2, 1236) == NULL);
-	ASSERT_EQ(refs, 3);
+	ASSERT_EQ(atomic_load_explicit(&refs, memory_order_relaxed), 3);
 	ASSERT_TRUE(vsock_ct_remove_bound(t, &any));
 	ASSERT_TRUE(vsock_ct_lookup_bound(t, 77, 1234) == NULL);
 	ASSERT_OK(vsock_ct_insert_bound(t, &any, 2, 1234));
@@ -195,7 +196,7 @@ TEST(concurrent_insert_lookup_remove)
 	}
 	for (int i = 0; i < 4; i++)
 		pthread_join(th[i], NULL);
-	ASSERT_EQ(refs, 4 * 200 * 64);
+	ASSERT_EQ(atomic_load_explicit(&refs, memory_order_relaxed), 4 * 200 * 64);
 	vsock_conn_table_free(t);
 }
 

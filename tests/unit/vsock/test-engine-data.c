@@ -387,7 +387,7 @@ static void scenario_outcome(struct scenario *s, struct outcome *o)
 	char b[64];
 
 	memset(o, 0, sizeof(*o));
-	o->events = s->w->events;
+	o->events = w_events(s->w);
 	vsock_engine_get_stats(s->w->h, &o->st);
 	for (int i = 0; i < 2; i++) {
 		vsock_sock_get_info(s->a[i], &o->info[i]);
@@ -416,7 +416,7 @@ TEST(feed_batch_equals_individual_feeds)
 
 	scenario_setup(&one);
 	scenario_setup(&bat);
-	unsigned ev1 = one.w->events, ev2 = bat.w->events;
+	unsigned ev1 = w_events(one.w), ev2 = w_events(bat.w);
 	for (int i = 0; i < one.n; i++) {
 		struct iovec iov = {one.payload[i], one.hdrs[i].len};
 		(void)vsock_engine_feed(one.w->h, &one.hdrs[i], &iov, 1);

@@ -5,9 +5,10 @@
  * round-robin, foreach_sock, and concurrent application threads against a pump thread.
  */
 #include <pthread.h>
-#include <time.h>
+#include <stdatomic.h>
 
 #include "util/macros.h"
+#include "util/time.h"
 #include "vsock-test-util.h"
 
 TEST(malformed_packets_counted_by_reason)
@@ -353,20 +354,12 @@ TEST(foreach_sock_lists_everything)
 struct thr {
 	struct world *w;
 	struct vsock_sock *s;
-	int stop;
+	atomic_int stop; /* relaxed: pthread_join orders what the thread wrote */
 	uint8_t *buf;
 	size_t done;
 	int failed;
 	pthread_mutex_t pump_lock;
 };
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void *sender(void *p)
 {
@@ -405,7 +398,7 @@ static void *pumper(void *p)
 {
 	struct thr *t = p;
 
-	while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE))
+	while (!atomic_load_explicit(&t->stop, memory_order_relaxed))
 		pump(t->w);
 	return NULL;
 }
@@ -428,7 +421,7 @@ TEST(concurrent_app_threads_and_pump)
 	ASSERT_EQ(pthread_create(&th[2], NULL, receiver, &tr), 0);
 	pthread_join(th[1], NULL);
 	pthread_join(th[2], NULL);
-	__atomic_store_n(&tp.stop, 1, __ATOMIC_RELEASE);
+	atomic_store_explicit(&tp.stop, 1, memory_order_relaxed);
 	pthread_join(th[0], NULL);
 	ASSERT_EQ(ts.failed, 0);
 	ASSERT_EQ(tr.failed, 0);
@@ -448,7 +441,7 @@ TEST(concurrent_app_threads_and_pump)
 /* One direction of the wire, for two pump threads running at once (no packet log). */
 struct dir_pump {
 	struct vsock_engine *from, *to;
-	int stop;
+	atomic_int stop; /* relaxed: pthread_join orders what the thread wrote */
 	uint8_t buf[65536];
 };
 
@@ -456,7 +449,7 @@ static void *dir_pumper(void *p)
 {
 	struct dir_pump *d = p;
 
-	while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
+	while (!atomic_load_explicit(&d->stop, memory_order_relaxed)) {
 		struct vsock_hdr h;
 		struct iovec iov = {d->buf, sizeof(d->buf)};
 		ssize_t n = vsock_engine_pull(d->from, &h, &iov, 1, sizeof(d->buf));
@@ -473,9 +466,17 @@ struct churn {
 	struct world *w;
 	int id;
 	int failed;
-	int done;
+	atomic_int done; /* relaxed: the counters are read after pthread_join */
 	int connected, pings;
 };
+
+static uint64_t socks_open(struct vsock_engine *e)
+{
+	struct vsock_engine_stats st;
+
+	vsock_engine_get_stats(e, &st);
+	return st.socks_open;
+}
 
 /* Connect, exchange, close, many times, while the other churners do the same. */
 static void *churner(void *p)
@@ -495,7 +496,7 @@ static void *churner(void *p)
 		if (vsock_sock_connect(s, 2, 970) != -EINPROGRESS)
 			c->failed = 2;
 		while (mono_ms() < deadline && vsock_sock_state(s) == VSOCK_SS_CONNECTING)
-			;
+			; /* spin: CONNECTED can be brief here (the server closes at once) */
 		if (vsock_sock_state(s) == VSOCK_SS_CONNECTED) {
 			c->connected++;
 			for (int k = 0; k < 20 && mono_ms() < deadline; k++) {
@@ -508,7 +509,7 @@ static void *churner(void *p)
 		c->pings += ok;
 		vsock_sock_close(s);
 	}
-	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+	atomic_store_explicit(&c->done, 1, memory_order_relaxed);
 	return NULL;
 }
 
@@ -546,7 +547,7 @@ TEST(concurrent_connect_close_churn)
 		}
 		finished = 0;
 		for (int i = 0; i < 3; i++)
-			finished += __atomic_load_n(&ch[i].done, __ATOMIC_ACQUIRE);
+			finished += atomic_load_explicit(&ch[i].done, memory_order_relaxed);
 	}
 	for (int i = 0; i < 3; i++)
 		pthread_join(ct[i], NULL);
@@ -555,17 +556,9 @@ TEST(concurrent_connect_close_churn)
 	while (vsock_sock_accept(l, &a) == 0)
 		vsock_sock_close(a);
 	vsock_sock_close(l);
-	uint64_t settle = mono_ms() + 2000;
-	while (mono_ms() < settle) {
-		struct vsock_engine_stats sg, sh;
-
-		vsock_engine_get_stats(w->g, &sg);
-		vsock_engine_get_stats(w->h, &sh);
-		if (sg.socks_open == 0 && sh.socks_open == 0)
-			break;
-	}
-	__atomic_store_n(&gp.stop, 1, __ATOMIC_RELEASE);
-	__atomic_store_n(&hp.stop, 1, __ATOMIC_RELEASE);
+	(void)WAIT_FOR(socks_open(w->g) == 0 && socks_open(w->h) == 0, 2000);
+	atomic_store_explicit(&gp.stop, 1, memory_order_relaxed);
+	atomic_store_explicit(&hp.stop, 1, memory_order_relaxed);
 	pthread_join(pt[0], NULL);
 	pthread_join(pt[1], NULL);
 	w->now += 20000000000ull;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The state x op table (reference 2.4, docs/vsock-protocol.md): for every socket state and every
+ * The state x op table (docs/vsock-protocol.md §2.3; Linux virtio_transport_recv_pkt() and its
+ * per-state handlers in net/vmw_vsock/virtio_transport_common.c): for every socket state and every
  * op 0..7, a socket of engine CID 2 is put into that state against peer (3, 7000), the op is fed
  * as a hand-made header, and the reply (op and which RST variant), the resulting state and the
  * pending error are checked. Never is an RST answered with an RST.

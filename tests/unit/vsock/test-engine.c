@@ -413,9 +413,9 @@ TEST(zero_credit_stall_and_resume)
 	ASSERT_ERR(send_buf(c, big, sizeof(big), 0), EAGAIN);
 	/* The reader takes 1000 bytes: free space 3096 < 64 KiB, so a credit update goes. */
 	ASSERT_EQ(recv_buf(a, got, 1000, 0, NULL), 1000);
-	unsigned ev = w->events;
+	unsigned ev = w_events(w);
 	pump(w);
-	ASSERT_GT(w->events, ev);
+	ASSERT_GT(w_events(w), ev);
 	ASSERT_TRUE(vsock_sock_poll(c) & VSOCK_POLLOUT);
 	ASSERT_EQ(vsock_sock_send_space(c), 1000);
 	size_t sent = 4096, rcvd = 1000;

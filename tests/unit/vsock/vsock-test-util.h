@@ -7,6 +7,7 @@
 #ifndef UVSOCK_TEST_VSOCK_UTIL_H
 #define UVSOCK_TEST_VSOCK_UTIL_H
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,10 +20,11 @@ struct world {
 	uint64_t now;
 	struct vsock_engine *g; /* CID 3 */
 	struct vsock_engine *h; /* CID 2 */
-	unsigned tx_ready_calls;
-	unsigned events;
-	unsigned last_mask;
-	struct vsock_sock *last_event_sock;
+	/* Written by the engine callbacks, possibly from several threads: relaxed counters. */
+	atomic_uint tx_ready_calls;
+	atomic_uint events;
+	atomic_uint last_mask;
+	_Atomic(struct vsock_sock *) last_event_sock;
 	/* Every packet the pump moved: header, and which engine sent it (0 = g, 1 = h). */
 	struct vsock_hdr log[W_LOG_MAX];
 	int log_from[W_LOG_MAX];
@@ -38,7 +40,9 @@ static inline uint64_t w_now(void *opaque)
 
 static inline void w_tx_ready(void *opaque)
 {
-	__atomic_fetch_add(&((struct world *)opaque)->tx_ready_calls, 1, __ATOMIC_RELAXED);
+	struct world *w = opaque;
+
+	atomic_fetch_add_explicit(&w->tx_ready_calls, 1, memory_order_relaxed);
 }
 
 static inline void w_event(void *opaque, struct vsock_sock *s, void *user, unsigned mask)
@@ -47,9 +51,15 @@ static inline void w_event(void *opaque, struct vsock_sock *s, void *user, unsig
 
 	(void)user;
 	/* Called under the socket's lock, possibly from several threads at once. */
-	__atomic_fetch_add(&w->events, 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&w->last_mask, mask, __ATOMIC_RELAXED);
-	__atomic_store_n(&w->last_event_sock, s, __ATOMIC_RELAXED);
+	atomic_fetch_add_explicit(&w->events, 1, memory_order_relaxed);
+	atomic_store_explicit(&w->last_mask, mask, memory_order_relaxed);
+	atomic_store_explicit(&w->last_event_sock, s, memory_order_relaxed);
+}
+
+/* sock_event calls so far. */
+static inline unsigned w_events(struct world *w)
+{
+	return atomic_load_explicit(&w->events, memory_order_relaxed);
 }
 
 static const struct vsock_engine_ops w_ops = {

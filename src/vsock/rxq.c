@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The receive chunk queue (rxq.h): chunks and the spare, the small-payload merge into the tail
+ * chunk, STREAM compaction, the receive-memory bound with its per-chunk overhead, and the reads
+ * that consume, peek at or free what is queued. No locks, no sockets, no credit.
+ */
+#include "vsock/rxq.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/iov.h"
+#include "util/macros.h"
+
+/* Frees the queued chunks and empties the queue; the byte and message counts are left as is. */
+static void rxq_free_chunks(struct vsock_rxq *q)
+{
+	struct rx_chunk *c = q->head;
+
+	while (c) {
+		struct rx_chunk *n = c->next;
+		free(c);
+		c = n;
+	}
+	q->head = q->tail = NULL;
+	q->mem = 0;
+}
+
+void vsock_rxq_free(struct vsock_rxq *q)
+{
+	rxq_free_chunks(q);
+	q->msgs = 0;
+	q->bytes = 0;
+	free(q->spare);
+	q->spare = NULL;
+}
+
+static struct rx_chunk *chunk_new(uint32_t cap)
+{
+	struct rx_chunk *c = malloc(sizeof(*c) + cap);
+
+	if (!c)
+		return NULL;
+	c->next = NULL;
+	c->cap = cap;
+	c->start = c->end = 0;
+	c->eom = c->eor = 0;
+	return c;
+}
+
+/*
+ * A chunk of exactly `cap` bytes of room: the queue's spare if it has that size (steady flows
+ * of one packet size, and every run of small payloads, which all start RX_SMALL_CHUNK chunks),
+ * else a new allocation. Exact size only, so reuse never inflates mem.
+ */
+static struct rx_chunk *chunk_get(struct vsock_rxq *q, uint32_t cap)
+{
+	struct rx_chunk *c = q->spare;
+
+	if (!c || c->cap != cap)
+		return chunk_new(cap);
+	q->spare = NULL;
+	c->next = NULL;
+	c->start = c->end = 0;
+	c->eom = c->eor = 0;
+	return c;
+}
+
+/* Releases an emptied chunk: it becomes the spare (replacing an older one) if small enough. */
+static void chunk_put(struct vsock_rxq *q, struct rx_chunk *c)
+{
+	if (c->cap > RX_SPARE_MAX) {
+		free(c);
+		return;
+	}
+	free(q->spare);
+	q->spare = c;
+}
+
+static void rxq_append(struct vsock_rxq *q, struct rx_chunk *c)
+{
+	if (q->tail)
+		q->tail->next = c;
+	else
+		q->head = c;
+	q->tail = c;
+	q->mem += c->cap + RX_CHUNK_OVERHEAD;
+}
+
+static void rxq_pop_head(struct vsock_rxq *q)
+{
+	struct rx_chunk *c = q->head;
+
+	q->head = c->next;
+	if (!q->head)
+		q->tail = NULL;
+	q->mem -= c->cap + RX_CHUNK_OVERHEAD;
+	chunk_put(q, c);
+}
+
+/*
+ * STREAM only: copies all queued bytes into one chunk with room for `extra` more, so that a
+ * stream of odd-sized packets never costs more than the bytes plus one chunk's overhead.
+ * Amortised O(1) per byte: it runs only when mem doubled past the data it holds.
+ */
+static int rxq_compact(struct vsock_rxq *q, uint32_t extra)
+{
+	struct rx_chunk *n = chunk_new(q->bytes + extra);
+	struct rx_chunk *c;
+
+	if (!n)
+		return -ENOMEM;
+	for (c = q->head; c; c = c->next) {
+		memcpy(n->data + n->end, c->data + c->start, c->end - c->start);
+		n->end += c->end - c->start;
+	}
+	rxq_free_chunks(q);
+	rxq_append(q, n);
+	return 0;
+}
+
+uint64_t vsock_rxq_mem_limit(uint32_t rx_limit)
+{
+	return 2ull * rx_limit + VSOCK_MAX_PKT_PAYLOAD + 2ull * RX_CHUNK_OVERHEAD;
+}
+
+int vsock_rxq_push(struct vsock_rxq *q, const struct iovec *iov, size_t iovcnt, uint32_t len,
+		   bool seq, bool eom, bool eor, uint32_t rx_limit)
+{
+	uint64_t limit = vsock_rxq_mem_limit(rx_limit);
+	struct rx_chunk *c = q->tail;
+	struct iov_cur cur;
+
+	if (!(len <= VSOCK_GOOD_COPY_LEN && c && !c->eom && c->cap - c->end >= len)) {
+		uint32_t cap = len;
+
+		if (len <= VSOCK_GOOD_COPY_LEN && !eom)
+			cap = RX_SMALL_CHUNK; /* room for the small payloads that follow */
+		if (q->mem + cap + RX_CHUNK_OVERHEAD > limit)
+			cap = len;
+		if (q->mem + cap + RX_CHUNK_OVERHEAD > limit && !seq && q->head) {
+			if (rxq_compact(q, len) < 0)
+				return -ENOMEM;
+			c = q->tail;
+			goto copy;
+		}
+		if (q->mem + cap + RX_CHUNK_OVERHEAD > limit)
+			return -ENOBUFS;
+		c = chunk_get(q, cap);
+		if (!c)
+			return -ENOMEM;
+		rxq_append(q, c);
+	}
+copy:
+	iov_cur_init(&cur, iov, iovcnt);
+	iov_cur_read(&cur, c->data + c->end, len);
+	c->end += len;
+	if (eom) {
+		c->eom = 1;
+		c->eor = eor ? 1 : 0;
+		q->msgs++;
+	}
+	q->bytes += len;
+	return 0;
+}
+
+uint32_t vsock_rxq_read(struct vsock_rxq *q, const struct iovec *iov, size_t iovcnt,
+			uint32_t len, bool peek)
+{
+	uint32_t done = 0;
+	struct rx_chunk *c = q->head;
+	struct iov_cur cur;
+
+	iov_cur_init(&cur, iov, iovcnt);
+	while (c && done < len) {
+		uint32_t avail = c->end - c->start;
+		uint32_t n = MIN(avail, len - done);
+
+		iov_cur_write(&cur, c->data + c->start, n);
+		done += n;
+		if (peek) {
+			c = c->next;
+			continue;
+		}
+		c->start += n;
+		if (c->start == c->end) {
+			struct rx_chunk *next = c->next;
+			rxq_pop_head(q);
+			c = next;
+		}
+	}
+	if (!peek)
+		q->bytes -= done;
+	return done;
+}
+
+uint32_t vsock_rxq_read_msg(struct vsock_rxq *q, const struct iovec *iov, size_t iovcnt,
+			    bool peek, uint32_t *ret_copied, bool *ret_eor)
+{
+	size_t space = iov_total(iov, iovcnt);
+	uint32_t msglen = 0, copied = 0;
+	struct rx_chunk *c = q->head;
+	struct iov_cur cur;
+	bool eor = false;
+
+	*ret_copied = 0;
+	*ret_eor = false;
+	if (q->msgs == 0)
+		return 0;
+	iov_cur_init(&cur, iov, iovcnt);
+	for (; c; c = c->next) {
+		uint32_t avail = c->end - c->start;
+
+		if (copied < space) {
+			uint32_t n = (uint32_t)MIN((size_t)avail, space - copied);
+			iov_cur_write(&cur, c->data + c->start, n);
+			copied += n;
+		}
+		msglen += avail;
+		if (c->eom) {
+			eor = c->eor;
+			break;
+		}
+	}
+	if (!peek) {
+		bool last;
+
+		do {
+			last = q->head->eom;
+			rxq_pop_head(q);
+		} while (!last);
+		q->bytes -= msglen;
+		q->msgs--;
+	}
+	*ret_copied = copied;
+	*ret_eor = eor;
+	return msglen;
+}
+
+size_t vsock_rxq_peek_iov(const struct vsock_rxq *q, struct iovec *iov, size_t iovcnt)
+{
+	size_t total = 0, i = 0;
+
+	for (struct rx_chunk *c = q->head; c && i < iovcnt; c = c->next) {
+		if (c->end == c->start)
+			continue;
+		iov[i].iov_base = c->data + c->start;
+		iov[i].iov_len = c->end - c->start;
+		total += iov[i].iov_len;
+		i++;
+	}
+	return total;
+}
