@@ -50,21 +50,7 @@ static uint32_t ctl_vm_cid(void *opaque, unsigned idx)
 
 static void ctl_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 {
-	struct vsock_dev *d = ((struct daemon_ctx *)opaque)->vms[idx].dev;
-	struct vsock_dev_status st;
-	struct vsock_dev_stats ds;
-
-	vsock_dev_get_status(d, &st);
-	vsock_dev_get_stats(d, &ds);
-	ret->cid = vsock_dev_guest_cid(d);
-	snprintf(ret->name, sizeof(ret->name), "%s", vsock_dev_name(d));
-	ret->vmm_connected = st.vmm_connected;
-	ret->broken = st.broken;
-	ret->have_engine = st.have_engine;
-	if (st.have_engine)
-		ret->eng = st.eng;
-	/* Engine-derived counters summed over VMM sessions: they do not restart on reconnect. */
-	ops_counters_from_sources(&ret->c, &ds, &st.eng_total, st.listeners);
+	vsock_dev_get_ops_stats(((struct daemon_ctx *)opaque)->vms[idx].dev, ret);
 }
 
 struct conns_walk {

@@ -778,23 +778,6 @@ out_free:
 	return r;
 }
 
-/*
- * acc += s for every counter of an ended engine, except the gauge socks_open; socks_total without
- * the device's own listeners. Every field of struct vsock_engine_stats is a uint64_t.
- */
-static void eng_stats_accumulate(struct vsock_engine_stats *acc,
-				 const struct vsock_engine_stats *s, unsigned listeners)
-{
-	uint64_t *a = (uint64_t *)acc;
-	const uint64_t *v = (const uint64_t *)s;
-	uint64_t open = acc->socks_open;
-
-	for (size_t i = 0; i < sizeof(*acc) / sizeof(uint64_t); i++)
-		a[i] += v[i];
-	acc->socks_open = open;
-	acc->socks_total -= MIN((uint64_t)listeners, s->socks_total);
-}
-
 /* Drops every connection of the VM: host sockets closed, engine freed (nothing is sent). */
 static void engine_destroy(struct vsock_dev *d)
 {
@@ -808,7 +791,7 @@ static void engine_destroy(struct vsock_dev *d)
 		struct vsock_engine_stats es;
 
 		vsock_engine_get_stats(e, &es);
-		eng_stats_accumulate(&d->eng_past, &es, !!d->lst[0] + !!d->lst[1]);
+		dev_eng_stats_accumulate(&d->eng_past, &es, !!d->lst[0] + !!d->lst[1]);
 	}
 	d->eng = NULL;
 	pthread_mutex_unlock(&d->eng_lock);
@@ -1521,16 +1504,6 @@ void vsock_dev_free(struct vsock_dev *d)
 	free(d);
 }
 
-void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret)
-{
-	const uint64_t *src = (const uint64_t *)&d->stats;
-	uint64_t *dst = (uint64_t *)ret;
-
-	for (size_t i = 0; i < sizeof(*ret) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-	ret->sibling_dropped += __atomic_load_n(&d->port->peer_dropped, __ATOMIC_RELAXED);
-}
-
 uint32_t vsock_dev_guest_cid(const struct vsock_dev *d)
 {
 	return d->cid;
@@ -1549,31 +1522,4 @@ const char *vsock_dev_name(const struct vsock_dev *d)
 struct ops_tap *vsock_dev_tap(struct vsock_dev *d)
 {
 	return &d->tap;
-}
-
-void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret)
-{
-	memset(ret, 0, sizeof(*ret));
-	ret->vmm_connected = __atomic_load_n(&d->vmm_connected, __ATOMIC_RELAXED);
-	ret->broken = __atomic_load_n(&d->broken, __ATOMIC_RELAXED);
-	pthread_mutex_lock(&d->eng_lock);
-	ret->eng_total = d->eng_past;
-	if (d->eng) {
-		ret->have_engine = true;
-		/* lst[] is set before eng is published and cleared after it is withdrawn. */
-		ret->listeners = !!d->lst[0] + !!d->lst[1];
-		vsock_engine_get_stats(d->eng, &ret->eng);
-		eng_stats_accumulate(&ret->eng_total, &ret->eng, 0);
-		ret->eng_total.socks_open = ret->eng.socks_open;
-	}
-	pthread_mutex_unlock(&d->eng_lock);
-}
-
-void vsock_dev_foreach_sock(struct vsock_dev *d,
-			    void (*fn)(void *arg, const struct vsock_sock_info *info), void *arg)
-{
-	pthread_mutex_lock(&d->eng_lock);
-	if (d->eng)
-		vsock_engine_foreach_sock(d->eng, fn, arg);
-	pthread_mutex_unlock(&d->eng_lock);
 }

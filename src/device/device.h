@@ -147,4 +147,37 @@ void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret);
 void vsock_dev_foreach_sock(struct vsock_dev *d,
 			    void (*fn)(void *arg, const struct vsock_sock_info *info), void *arg);
 
+struct ops_vm_counters;
+struct ops_vm_stats;
+
+/*
+ * The operators' counters (src/ops/stats.h) from what the device and its engine count: packets,
+ * bytes, ring errors, spoofed/no-route/malformed drops and refused connects from d; RSTs, credit
+ * stalls, header drops by reason (op, type, oversize, the rest as malformed) and connections
+ * from e. e may be NULL (no engine: no VMM connected); `listeners` is how many of e's sockets
+ * are listeners of the device itself, not connections (subtracted from socks_open/socks_total).
+ * The one place this mapping is made (uvsockd's control socket and uvsock_dev_get_stats both
+ * use it). Pure; ret is fully overwritten.
+ */
+void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev_stats *d,
+			     const struct vsock_engine_stats *e, unsigned listeners);
+
+/*
+ * Fills *ret (zeroed first) for uvsock-stat: CID, name, state, the current engine's counters and
+ * the operators' counters (vsock_dev_counters_from over vsock_dev_get_stats and the engines of
+ * every VMM session, vsock_dev_get_status). Context: any thread (as vsock_dev_get_status).
+ */
+void vsock_dev_get_ops_stats(struct vsock_dev *d, struct ops_vm_stats *ret);
+
+/*
+ * Transitional: the name tests/unit/ops/test-stats.c (from_sources_mapping) still calls; remove
+ * it once that test is gone (the mapping is tested in tests/unit/device/test-device.c).
+ */
+static inline void ops_counters_from_sources(struct ops_vm_counters *ret,
+					     const struct vsock_dev_stats *d,
+					     const struct vsock_engine_stats *e, unsigned listeners)
+{
+	vsock_dev_counters_from(ret, d, e, listeners);
+}
+
 #endif

@@ -220,6 +220,14 @@ void host_accept_guest_conns(struct vsock_dev *d);
 void host_service_dirty(struct vsock_dev *d);
 void host_mark_dirty(struct hconn *c);
 
+/* counters.c */
+/*
+ * acc += s for every counter of an ended engine, except the gauge socks_open; socks_total without
+ * the device's own listeners.
+ */
+void dev_eng_stats_accumulate(struct vsock_engine_stats *acc, const struct vsock_engine_stats *s,
+			      unsigned listeners);
+
 /* device.c */
 void dev_settle(struct vsock_dev *d);
 /*

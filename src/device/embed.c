@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "device/device_internal.h"
+#include "ops/stats.h"
 #include "util/log.h"
 #include "vhost_user/backend.h"
 #include "vring/guest_mem.h"
@@ -472,26 +473,27 @@ void uvsock_dev_get_stats(struct uvsock_dev *u, struct uvsock_dev_stats *ret)
 	struct vsock_dev *d = dev_of(u);
 	struct vsock_dev_status st;
 	struct vsock_dev_stats ds;
-	uint64_t total;
+	struct ops_vm_counters c;
 
 	vsock_dev_get_status(d, &st);
 	vsock_dev_get_stats(d, &ds);
+	/* Connections and refusals summed over every session of the device (see struct
+	 * vsock_dev_status); host_connects_refused: refused by the device (no host listener,
+	 * connection limit, host connect timeout) plus refused by the engine before the device saw
+	 * them (accept queue full, or no socket left under max_conns + 8): every one got an RST. */
+	vsock_dev_counters_from(&c, &ds, &st.eng_total, st.listeners);
 	memset(ret, 0, sizeof(*ret));
-	ret->tx_pkts = ds.tx_pkts;
-	ret->tx_bytes = ds.tx_bytes;
-	ret->rx_pkts = ds.rx_pkts;
-	ret->rx_bytes = ds.rx_bytes;
+	ret->tx_pkts = c.tx_pkts;
+	ret->tx_bytes = c.tx_bytes;
+	ret->rx_pkts = c.rx_pkts;
+	ret->rx_bytes = c.rx_bytes;
+	/* Only what the device itself dropped (the engine's header drops are not counted here). */
 	ret->dropped = ds.tx_bad_chain + ds.tx_bad_src_cid + ds.tx_bad_dst_cid + ds.sibling_dropped;
-	ret->ring_errors = ds.ring_errors;
+	ret->ring_errors = c.ring_errors;
 	ret->interrupts = ds.interrupts;
-	ret->conns_open = st.eng_total.socks_open > st.listeners
-				  ? st.eng_total.socks_open - st.listeners : 0;
-	total = st.eng_total.socks_total;
-	ret->conns_total = total > st.listeners ? total - st.listeners : 0;
-	/* Refused by the device (no host listener, connection limit, host connect timeout) plus
-	 * refused by the engine before the device saw them (its only listeners are the device's:
-	 * accept queue full, or no socket left under max_conns + 8): every one got an RST. */
-	ret->host_connects_refused = ds.guest_conns_refused + st.eng_total.backlog_refused;
+	ret->conns_open = c.conns_open;
+	ret->conns_total = c.conns_total;
+	ret->host_connects_refused = c.host_connects_refused;
 	ret->broken = st.broken;
 	ret->running = st.have_engine;
 }

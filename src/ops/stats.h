@@ -7,9 +7,8 @@
  * with relaxed atomic loads (each value is whole; the set is a "consistent enough" snapshot, as
  * /proc/net/snmp).
  *
- * ops_counters_from_sources() builds the same model from the counters the device role
- * (struct vsock_dev_stats) and the engine (struct vsock_engine_stats) already keep, so that the
- * daemon can serve the model before the device counts into it natively.
+ * The device role builds this model from the counters it and its engine keep
+ * (vsock_dev_counters_from in src/device/counters.c); this file is only the model.
  *
  * OPS_VM_COUNTERS() lists the scalar fields once; the JSON writer, the JSON reader of uvsock-stat
  * and the tests iterate it, so a new counter is one line here.
@@ -21,8 +20,6 @@
 #include <stdint.h>
 
 #include "vsock/engine.h"
-
-struct vsock_dev_stats;
 
 /* Why the device dropped a guest packet without handing it to the engine or a sibling. */
 enum ops_drop_reason {
@@ -75,17 +72,6 @@ void ops_counters_read(const struct ops_vm_counters *src, struct ops_vm_counters
 
 /* acc += c, field by field (the gauge too). For totals over VMs or over engine lifetimes. */
 void ops_counters_add(struct ops_vm_counters *acc, const struct ops_vm_counters *c);
-
-/*
- * Builds the model from what the device and its engine count today: packets, bytes, ring
- * errors, spoofed/no-route/malformed drops and refused connects from d; RSTs, credit stalls,
- * header drops by reason (op, type, oversize, the rest as malformed) and connections from e.
- * e may be NULL (no engine: no VMM connected); `listeners` is how many of e's sockets are
- * listeners of the device itself, not connections (subtracted from socks_open/socks_total).
- * Pure; ret is fully overwritten.
- */
-void ops_counters_from_sources(struct ops_vm_counters *ret, const struct vsock_dev_stats *d,
-			       const struct vsock_engine_stats *e, unsigned listeners);
 
 /* What the control thread gathers for one VM (ops_ctl_ops.vm_stats fills it). */
 struct ops_vm_stats {
