@@ -15,7 +15,7 @@
  *     socket lookup and lock per run of same-flow packets, readable events deferred to the end of
  *     the batch), pulls what the engine has to send, and runs the engine's timers.
  *
- * The protocol engine is not created here: the caller (src/driver/guest_ctx.c, the socket API's
+ * The protocol engine is not created here: the caller (src/lib/guest.c, the socket API's
  * guest transport) creates it with the CID this module read and attaches it with vdrv_start().
  *
  * Notifications use the event index both ways when the back-end offers it: while the I/O thread

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The socket API's guest transport: uvsock_ctx_new_guest() builds a vdrv (driver.h), creates
+ * The socket API's guest transport (include/uvsock/guest.h), beside the loopback one
+ * (loopback.c): uvsock_ctx_new_guest() builds a vdrv (src/driver/driver.h), creates
  * the context's engine with the CID the back-end reported, and attaches the two. The context
  * calls back into here through struct uvsock_transport_ops (src/lib/lib.h).
  *
