@@ -38,6 +38,7 @@
 #include "device/device_internal.h"
 #include "ops/vmlog.h"
 #include "uvsock/device.h"
+#include "util/iov.h"
 #include "util/log.h"
 #include "util/macros.h"
 
@@ -50,80 +51,6 @@ struct vsock_router {
 static char listener_mark;
 
 /* ---- small helpers ---------------------------------------------------------------------- */
-
-/* Copies len bytes from src into the iovecs starting at byte offset off. */
-static void iov_write(const struct iovec *iov, unsigned n, size_t off, const void *src, size_t len)
-{
-	const uint8_t *p = src;
-
-	for (unsigned i = 0; i < n && len; i++) {
-		size_t l = iov[i].iov_len;
-
-		if (off >= l) {
-			off -= l;
-			continue;
-		}
-		l -= off;
-		if (l > len)
-			l = len;
-		memcpy((uint8_t *)iov[i].iov_base + off, p, l);
-		p += l;
-		len -= l;
-		off = 0;
-	}
-}
-
-/* Copies len bytes out of the iovecs starting at byte offset off. */
-static void iov_read(const struct iovec *iov, unsigned n, size_t off, void *dst, size_t len)
-{
-	uint8_t *p = dst;
-
-	for (unsigned i = 0; i < n && len; i++) {
-		size_t l = iov[i].iov_len;
-
-		if (off >= l) {
-			off -= l;
-			continue;
-		}
-		l -= off;
-		if (l > len)
-			l = len;
-		memcpy(p, (const uint8_t *)iov[i].iov_base + off, l);
-		p += l;
-		len -= l;
-		off = 0;
-	}
-}
-
-/*
- * Makes dst describe bytes [off, off + len) of src (at most max entries). Returns the count, or
- * -1 if more than max entries would be needed or src is shorter.
- */
-static int iov_slice(const struct iovec *src, unsigned n, size_t off, size_t len,
-		     struct iovec *dst, unsigned max)
-{
-	unsigned k = 0;
-
-	for (unsigned i = 0; i < n && len; i++) {
-		size_t l = src[i].iov_len;
-
-		if (off >= l) {
-			off -= l;
-			continue;
-		}
-		if (k == max)
-			return -1;
-		l -= off;
-		if (l > len)
-			l = len;
-		dst[k].iov_base = (uint8_t *)src[i].iov_base + off;
-		dst[k].iov_len = l;
-		k++;
-		len -= l;
-		off = 0;
-	}
-	return len ? -1 : (int)k;
-}
 
 static void signal_fd(struct vsock_dev *d, int fd)
 {
@@ -444,7 +371,7 @@ static void rx_fill(struct vsock_dev *d)
 			h.len = (uint32_t)n;
 			if ((size_t)n < left)
 				h.flags &= ~(VSOCK_SEQ_EOM | VSOCK_SEQ_EOR);
-			iov_write(piov, (unsigned)pn, 0, p->data + p->off, (size_t)n);
+			iov_write_at(piov, (unsigned)pn, 0, p->data + p->off, (size_t)n);
 			p->off += (uint32_t)n;
 			if (p->off == p->hdr.len) {
 				free(p);
@@ -455,7 +382,7 @@ static void rx_fill(struct vsock_dev *d)
 			d->rx_sib_turn = !d->rx_sib_turn;
 		vsock_hdr_encode(&h, wire);
 		OPS_TAP(&d->tap, &h, piov, pn);
-		iov_write(iov, ch.in_num, 0, wire, VSOCK_HDR_SIZE);
+		iov_write_at(iov, ch.in_num, 0, wire, VSOCK_HDR_SIZE);
 		(void)vring_dev_fill(&dq->q, ch.head, VSOCK_HDR_SIZE + (uint32_t)n);
 		filled = true;
 		pkts++;
@@ -490,7 +417,7 @@ static enum tx_verdict tx_to_sibling(struct vsock_dev *d, struct sib_port *t,
 	}
 	p->hdr = *h;
 	p->off = 0;
-	iov_read(iov, n, VSOCK_HDR_SIZE, p->data, h->len);
+	iov_read_at(iov, n, VSOCK_HDR_SIZE, p->data, h->len);
 	/* Before the push: once in the target's inbox, p belongs to the target's thread. A staged
 	 * packet is not captured again when it is handed over later. */
 	OPS_TAP(&d->tap, &p->hdr, (&(struct iovec){ p->data, p->hdr.len }), 1);
@@ -563,7 +490,7 @@ static enum tx_verdict tx_classify(struct vsock_dev *d, const struct vring_chain
 	if (iov[0].iov_len >= VSOCK_HDR_SIZE) {
 		vsock_hdr_decode(iov[0].iov_base, &h);
 	} else {
-		iov_read(iov, ch->out_num, 0, wire, VSOCK_HDR_SIZE);
+		iov_read_at(iov, ch->out_num, 0, wire, VSOCK_HDR_SIZE);
 		vsock_hdr_decode(wire, &h);
 	}
 	/* The payload must fit the chain (Linux vhost rule); extra chain bytes are ignored. */
