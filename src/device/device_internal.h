@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Private state of a device (device.c: vhost-user, rings, routing; host_uds.c: host sockets).
+ * Private state of a device, shared by the files of src/device: device.c (the core: rings, engine,
+ * settle, construction), sibling.c (the sibling port), host_uds.c (host sockets), embed.c (the
+ * device API), counters.c (readers). The vhost-user glue (vhu.c) does not see it (vhu.h).
  * Everything here is owned by the device's thread except the sibling port (its own lock and
  * reference count, shared with the linked devices) and the counters (single writer, read with
  * relaxed atomics).
@@ -127,16 +129,12 @@ struct dev_queue {
 struct vsock_dev {
 	char name[32];
 	uint32_t cid;
-	char socket_path[108], uds_path[108], uds_seq_path[108];
+	char uds_path[108], uds_seq_path[108];
 	uint32_t buf_alloc, queue_size_max, max_conns;
 	struct vsock_router *router;
 	struct loop *loop;
 
-	/* vhost-user */
-	int vhu_listen_fd;
-	struct loop_watch *vhu_listen_w;
-	struct vhu_backend *vhu;
-	struct loop_watch *vhu_w;
+	struct dev_vhu *vhu;           /* the vhost-user glue (vhu.c), or NULL (device API) */
 	struct dev_queue rxq, txq;
 	/* guest memory the rings use: the vhost-user back-end's map (borrowed) or, for the device
 	 * API, mem_owned (uvsock_dev_set_mem_table) */
@@ -144,7 +142,7 @@ struct vsock_dev {
 	struct guest_mem *mem_owned;
 	uint64_t features;
 	bool broken;      /* ring error: no processing until the rings restart; atomic for readers */
-	bool vmm_connected; /* atomic: d->vhu != NULL, for readers on other threads */
+	bool vmm_connected; /* atomic: a VMM is connected (dev_vhu_vmm_state), for other threads */
 
 	/* engine: exists while the device runs (TX ring started since the last reset); eng is
 	 * written under eng_lock (readers on other threads: status, listing) */
@@ -228,8 +226,34 @@ void host_mark_dirty(struct hconn *c);
 void dev_eng_stats_accumulate(struct vsock_engine_stats *acc, const struct vsock_engine_stats *s,
 			      unsigned listeners);
 
+/* sibling.c */
+enum dev_tx_verdict { DEV_TX_ENGINE, DEV_TX_SIBLING_SENT, DEV_TX_SIBLING_FULL, DEV_TX_DROP };
+/* Creates d's port and the loop objects siblings wake it with. Returns 0, -ENOMEM. */
+int dev_sib_init(struct vsock_dev *d);
+/* The port of the sibling with that CID, or NULL (not linked). */
+struct sib_port *dev_sib_lookup(struct vsock_dev *d, uint64_t cid);
+/* Copies a packet of our guest for sibling t and hands it over, or stages it if t is full. */
+enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
+				 const struct iovec *iov, unsigned n);
+/* Retries the staged sibling packet. Returns true if it is gone (delivered or dropped). */
+bool dev_sib_retry_staged(struct vsock_dev *d);
+/* Drops the staged packet uncounted (the session ends) and stops its timer. */
+void dev_sib_drop_staged(struct vsock_dev *d);
+/* Wakes the siblings our last TX batch handed packets to. */
+void dev_sib_wake_targets(struct vsock_dev *d);
+/* Something of a sibling waits for our guest's RX ring. */
+bool dev_sib_pending(struct vsock_dev *d);
+ssize_t dev_sib_pull(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
+		     unsigned pn, size_t room);
+/* Drops everything queued for our guest (RX not running), counted in sibling_dropped. */
+void dev_sib_drop_all(struct vsock_dev *d);
+/* vsock_dev_free's part: see sibling.c. */
+void dev_sib_detach(struct vsock_dev *d);
+
 /* device.c */
 void dev_settle(struct vsock_dev *d);
+/* Drains the TX ring (one pass, within DEV_PASS_PKTS / DEV_PASS_BYTES). */
+void dev_tx_drain(struct vsock_dev *d);
 /*
  * The device API's entry points (embed.c calls them on the device thread; the vhost-user
  * callbacks reach them through the API). dev_queue_start: cfg->mem must stay valid until the

@@ -3,7 +3,7 @@
  * The device API of <uvsock/device.h>: a C VMM drives the device role directly. A struct
  * uvsock_dev is a struct vsock_dev (device.c) created without a vhost-user socket; the functions
  * here check their arguments, hand the work to the device thread with dev_call() (run directly
- * when called on that thread, as uvsockd's vhost-user callbacks are, or before the thread is
+ * when called on that thread, as the vhost-user glue (vhu.c) is, or before the thread is
  * started), and call the device's entry points (dev_queue_start, dev_queue_stop, dev_reset).
  * With UVSOCK_DEV_EXTERNAL_LOOP there is no device thread: the VMM's loop thread runs the
  * device's event loop one non-blocking iteration at a time (uvsock_dev_process), and the
