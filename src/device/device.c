@@ -35,9 +35,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "device/device_internal.h"
@@ -689,30 +686,12 @@ int dev_call(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), voi
 
 /* ---- construction ------------------------------------------------------------------------- */
 
-int dev_listen_unix(const char *path, int type, int *ret_fd)
+void dev_log_listen_error(const struct vsock_dev *d, const char *path, int err)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct stat st;
-	int fd, r;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode))
-			return -EEXIST;
-		unlink(path);
-	}
-	fd = socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
-		r = -errno;
-		close(fd);
-		return r;
-	}
-	*ret_fd = fd;
-	return 0;
+	if (err == -EADDRINUSE)
+		log_error("%s: cannot listen on %s: another process serves it", d->name, path);
+	else
+		log_error("%s: cannot listen on %s: %s", d->name, path, strerror(-err));
 }
 
 int vsock_router_new(struct vsock_router **ret)
@@ -749,7 +728,7 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
-	d->uds_fd = d->uds_seq_fd = -1;
+	d->uds_l.fd = d->uds_seq_l.fd = -1;
 	d->rxq.kick_fd = d->rxq.call_fd = d->txq.kick_fd = d->txq.call_fd = -1;
 	d->rxq.dev = d->txq.dev = d;
 	d->rxq.idx = 0;
@@ -798,8 +777,7 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	if (cfg->socket_path) {
 		r = dev_vhu_new(d, cfg->socket_path, d->queue_size_max, &d->vhu);
 		if (r < 0) {
-			log_error("%s: cannot listen on %s: %s", d->name, cfg->socket_path,
-				  strerror(-r));
+			dev_log_listen_error(d, cfg->socket_path, r);
 			goto out_free;
 		}
 	}

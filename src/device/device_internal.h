@@ -19,6 +19,7 @@
 #include "device/uds_connect.h"
 #include "ops/pcap.h"
 #include "util/loop.h"
+#include "util/uds.h"
 #include "vhost_user/backend.h"
 #include "vring/vring.h"
 #include "vsock/engine.h"
@@ -159,7 +160,7 @@ struct vsock_dev {
 	bool tx_throttled;             /* stopped draining TX: !can_feed or sibling full */
 
 	/* host side */
-	int uds_fd, uds_seq_fd;
+	struct uds_listener uds_l, uds_seq_l; /* <uds_path>, <uds_path>_seqpacket */
 	struct loop_watch *uds_w, *uds_seq_w;
 	struct hconn *conns;
 	struct hconn *dirty;
@@ -252,6 +253,8 @@ void dev_sib_detach(struct vsock_dev *d);
 
 /* device.c */
 void dev_settle(struct vsock_dev *d);
+/* Logs that listening on path failed (-EADDRINUSE: another process serves it). */
+void dev_log_listen_error(const struct vsock_dev *d, const char *path, int err);
 /* Drains the TX ring (one pass, within DEV_PASS_PKTS / DEV_PASS_BYTES). */
 void dev_tx_drain(struct vsock_dev *d);
 /*
@@ -279,8 +282,5 @@ int dev_call(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), voi
 /* embed.c: devices of uvsock_dev_new alive, i.e. references on their shared router (0: the
  * router is freed). For tests. Any thread. */
 unsigned dev_api_router_refs(void);
-/* Binds and listens on a Unix socket (type SOCK_STREAM/SOCK_SEQPACKET), replacing a stale
- * socket file; another kind of file there is -EEXIST. */
-int dev_listen_unix(const char *path, int type, int *ret_fd);
 
 #endif
