@@ -15,34 +15,43 @@
 #include "ops/stats.h"
 #include "util/macros.h"
 
+/* The counters of struct vsock_engine_stats that add up over engines: all but the gauge
+ * socks_open (and the array rx_dropped, added below). */
+#define ENG_SUMMED(X)                                                                              \
+	X(rx_pkts) X(rx_bytes) X(tx_pkts) X(tx_bytes) X(rx_no_socket) X(rx_type_mismatch)          \
+	X(rx_unexpected) X(rst_sent) X(rst_received) X(credit_violations) X(rx_mem_resets)          \
+	X(credit_stalls) X(credit_updates_sent) X(credit_requests_sent) X(backlog_refused)          \
+	X(socks_total) X(connects_timed_out) X(close_timeouts) X(rst_dropped)
+
+_Static_assert(sizeof(struct vsock_engine_stats) ==
+		       (19 + 1 + _VSOCK_HDR_ERROR_MAX) * sizeof(uint64_t),
+	       "struct vsock_engine_stats changed: update ENG_SUMMED");
+
 void dev_eng_stats_accumulate(struct vsock_engine_stats *acc, const struct vsock_engine_stats *s,
 			      unsigned listeners)
 {
-	uint64_t *a = (uint64_t *)acc;
-	const uint64_t *v = (const uint64_t *)s;
-	uint64_t open = acc->socks_open;
-
-	for (size_t i = 0; i < sizeof(*acc) / sizeof(uint64_t); i++)
-		a[i] += v[i];
-	acc->socks_open = open;
+#define ENG_ADD_(f) acc->f += s->f;
+	ENG_SUMMED(ENG_ADD_)
+#undef ENG_ADD_
+	for (unsigned i = 0; i < _VSOCK_HDR_ERROR_MAX; i++)
+		acc->rx_dropped[i] += s->rx_dropped[i];
 	acc->socks_total -= MIN((uint64_t)listeners, s->socks_total);
 }
 
 void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret)
 {
-	const uint64_t *src = (const uint64_t *)&d->stats;
-	uint64_t *dst = (uint64_t *)ret;
-
-	for (size_t i = 0; i < sizeof(*ret) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-	ret->sibling_dropped += __atomic_load_n(&d->port->peer_dropped, __ATOMIC_RELAXED);
+	/* Relaxed: each counter is a whole value; the set is not a consistent snapshot. */
+#define DEV_STATS_READ_(f) ret->f = atomic_load_explicit(&d->stats.f, memory_order_relaxed);
+	VSOCK_DEV_STATS(DEV_STATS_READ_)
+#undef DEV_STATS_READ_
+	ret->sibling_dropped += atomic_load_explicit(&d->port->peer_dropped, memory_order_relaxed);
 }
 
 void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret)
 {
 	memset(ret, 0, sizeof(*ret));
-	ret->vmm_connected = __atomic_load_n(&d->vmm_connected, __ATOMIC_RELAXED);
-	ret->broken = __atomic_load_n(&d->broken, __ATOMIC_RELAXED);
+	ret->vmm_connected = atomic_load_explicit(&d->vmm_connected, memory_order_relaxed);
+	ret->broken = dev_broken(d);
 	pthread_mutex_lock(&d->eng_lock);
 	ret->eng_total = d->eng_past;
 	if (d->eng) {
@@ -68,32 +77,34 @@ void vsock_dev_foreach_sock(struct vsock_dev *d,
 void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev_stats *d,
 			     const struct vsock_engine_stats *e, unsigned listeners)
 {
+	/* ret is zeroed, then each source is added into its model field. */
 	memset(ret, 0, sizeof(*ret));
 	if (d) {
-		ret->tx_pkts = d->tx_pkts;
-		ret->tx_bytes = d->tx_bytes;
-		ret->rx_pkts = d->rx_pkts;
-		ret->rx_bytes = d->rx_bytes;
-		ret->ring_errors = d->ring_errors;
-		ret->host_connects_refused = d->guest_conns_refused;
-		ret->dropped[OPS_DROP_SPOOFED_CID] = d->tx_bad_src_cid;
-		ret->dropped[OPS_DROP_NO_ROUTE] = d->tx_bad_dst_cid + d->sibling_dropped;
-		ret->dropped[OPS_DROP_MALFORMED] = d->tx_bad_chain;
+		OPS_CTR_ADD(ret, tx_pkts, d->tx_pkts);
+		OPS_CTR_ADD(ret, tx_bytes, d->tx_bytes);
+		OPS_CTR_ADD(ret, rx_pkts, d->rx_pkts);
+		OPS_CTR_ADD(ret, rx_bytes, d->rx_bytes);
+		OPS_CTR_ADD(ret, ring_errors, d->ring_errors);
+		OPS_CTR_ADD(ret, host_connects_refused, d->guest_conns_refused);
+		OPS_CTR_ADD(ret, dropped[OPS_DROP_SPOOFED_CID], d->tx_bad_src_cid);
+		OPS_CTR_ADD(ret, dropped[OPS_DROP_NO_ROUTE], d->tx_bad_dst_cid + d->sibling_dropped);
+		OPS_CTR_ADD(ret, dropped[OPS_DROP_MALFORMED], d->tx_bad_chain);
 	}
 	if (e) {
-		ret->conns_open = e->socks_open > listeners ? e->socks_open - listeners : 0;
-		ret->conns_total = e->socks_total > listeners ? e->socks_total - listeners : 0;
-		ret->rst_sent = e->rst_sent;
-		ret->rst_received = e->rst_received;
-		ret->credit_stalls = e->credit_stalls;
+		OPS_CTR_ADD(ret, conns_open, e->socks_open > listeners ? e->socks_open - listeners : 0);
+		OPS_CTR_ADD(ret, conns_total,
+			    e->socks_total > listeners ? e->socks_total - listeners : 0);
+		OPS_CTR_ADD(ret, rst_sent, e->rst_sent);
+		OPS_CTR_ADD(ret, rst_received, e->rst_received);
+		OPS_CTR_ADD(ret, credit_stalls, e->credit_stalls);
 		/* The engine's only listeners are the device's: a full backlog refused a guest. */
-		ret->host_connects_refused += e->backlog_refused;
-		ret->dropped[OPS_DROP_BAD_OP] = e->rx_dropped[VSOCK_HDR_BAD_OP];
-		ret->dropped[OPS_DROP_BAD_TYPE] = e->rx_dropped[VSOCK_HDR_BAD_TYPE];
-		ret->dropped[OPS_DROP_OVERSIZE] = e->rx_dropped[VSOCK_HDR_OVERSIZE];
-		ret->dropped[OPS_DROP_MALFORMED] += e->rx_dropped[VSOCK_HDR_BAD_CID] +
-						    e->rx_dropped[VSOCK_HDR_BAD_LEN] +
-						    e->rx_dropped[VSOCK_HDR_BAD_FLAGS];
+		OPS_CTR_ADD(ret, host_connects_refused, e->backlog_refused);
+		OPS_CTR_ADD(ret, dropped[OPS_DROP_BAD_OP], e->rx_dropped[VSOCK_HDR_BAD_OP]);
+		OPS_CTR_ADD(ret, dropped[OPS_DROP_BAD_TYPE], e->rx_dropped[VSOCK_HDR_BAD_TYPE]);
+		OPS_CTR_ADD(ret, dropped[OPS_DROP_OVERSIZE], e->rx_dropped[VSOCK_HDR_OVERSIZE]);
+		OPS_CTR_ADD(ret, dropped[OPS_DROP_MALFORMED],
+			    e->rx_dropped[VSOCK_HDR_BAD_CID] + e->rx_dropped[VSOCK_HDR_BAD_LEN] +
+				    e->rx_dropped[VSOCK_HDR_BAD_FLAGS]);
 	}
 }
 

@@ -75,9 +75,9 @@ static void queue_notify(struct vsock_dev *d, struct dev_queue *dq)
 
 static void mark_broken(struct vsock_dev *d, struct dev_queue *dq, const char *what)
 {
-	if (d->broken)
+	if (dev_broken(d))
 		return;
-	__atomic_store_n(&d->broken, true, __ATOMIC_RELAXED);
+	atomic_store_explicit(&d->broken, true, memory_order_relaxed);
 	DEV_STAT_ADD(d, ring_errors, 1);
 	log_vm_dev(LOG_LVL_WARN, d->cid,
 		   "%s ring error: %s; device stopped until the rings restart",
@@ -104,7 +104,7 @@ static void rx_fill(struct vsock_dev *d)
 	bool filled = false;
 
 	d->rx_more = false;
-	if (!dq->running || d->broken) {
+	if (!dq->running || dev_broken(d)) {
 		if (!dq->running)
 			dev_sib_drop_all(d);
 		return;
@@ -271,7 +271,7 @@ void dev_tx_drain(struct vsock_dev *d)
 
 	d->tx_more = false;
 	d->tx_throttled = false;
-	if (!dq->running || d->broken || !d->eng)
+	if (!dq->running || dev_broken(d) || !d->eng)
 		return;
 	if (!dev_sib_retry_staged(d)) {
 		d->tx_throttled = true;
@@ -343,7 +343,7 @@ void dev_tx_drain(struct vsock_dev *d)
 			queue_notify(d, dq);
 		dev_sib_wake_targets(d);
 	}
-	if (!d->tx_more && !d->tx_throttled && !d->broken && vring_dev_enable_notify(&dq->q))
+	if (!d->tx_more && !d->tx_throttled && !dev_broken(d) && vring_dev_enable_notify(&dq->q))
 		d->tx_more = true;
 }
 
@@ -548,7 +548,7 @@ int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_c
 	dq->num = cfg->num;
 	dq->running = true;
 	d->features = cfg->features;
-	__atomic_store_n(&d->broken, false, __ATOMIC_RELAXED);
+	atomic_store_explicit(&d->broken, false, memory_order_relaxed);
 	if (qidx == 1 && !d->eng) {
 		r = engine_create(d, cfg->num);
 		if (r < 0) {
@@ -594,7 +594,7 @@ void dev_reset(struct vsock_dev *d)
 	dev_queue_stop(d, 1);
 	engine_destroy(d);
 	dev_sib_drop_all(d);
-	__atomic_store_n(&d->broken, false, __ATOMIC_RELAXED);
+	atomic_store_explicit(&d->broken, false, memory_order_relaxed);
 }
 
 /* ---- services for the vhost-user glue (vhu.h) --------------------------------------------- */
@@ -622,7 +622,7 @@ void dev_vhu_drop_mem(struct vsock_dev *d)
 
 void dev_vhu_vmm_state(struct vsock_dev *d, bool connected)
 {
-	__atomic_store_n(&d->vmm_connected, connected, __ATOMIC_RELAXED);
+	atomic_store_explicit(&d->vmm_connected, connected, memory_order_relaxed);
 	if (connected)
 		DEV_STAT_ADD(d, vmm_connects, 1);
 }
@@ -664,7 +664,8 @@ int dev_call(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), voi
 {
 	struct dev_call c = { .fn = fn, .arg = arg };
 
-	if (!__atomic_load_n(&d->thread_running, __ATOMIC_ACQUIRE) ||
+	/* acquire: pairs with the release in vsock_dev_run, so d->thread is the running one's. */
+	if (!atomic_load_explicit(&d->thread_running, memory_order_acquire) ||
 	    pthread_equal(pthread_self(), d->thread)) {
 		/* No settle here: on the device thread the caller (a vhost-user message, a
 		 * callback) settles when it is done; without a thread nothing runs yet. */
@@ -803,9 +804,11 @@ int vsock_dev_run(struct vsock_dev *d)
 	int r;
 
 	d->thread = pthread_self();
-	__atomic_store_n(&d->thread_running, true, __ATOMIC_RELEASE);
+	/* release: publishes d->thread to dev_call and uvsock_dev_start (acquire). */
+	atomic_store_explicit(&d->thread_running, true, memory_order_release);
 	r = loop_run(d->loop);
-	__atomic_store_n(&d->thread_running, false, __ATOMIC_RELEASE);
+	/* release: everything the loop did happens before a dev_call that sees false runs fn. */
+	atomic_store_explicit(&d->thread_running, false, memory_order_release);
 	return r;
 }
 

@@ -11,6 +11,7 @@
 #define UVSOCK_DEVICE_DEVICE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -45,8 +46,20 @@
 #define DEV_HOST_PORT_LO (1u << 30)
 #define DEV_HOST_PORT_HI ((1u << 31) - 1)
 
+/* The device's counters as it keeps them (vsock_dev_get_stats copies them out). */
+struct dev_counters {
+#define DEV_COUNTER_FIELD_(f) _Atomic uint64_t f;
+	VSOCK_DEV_STATS(DEV_COUNTER_FIELD_)
+#undef DEV_COUNTER_FIELD_
+};
+
+/* Single-writer update (the device thread only): a relaxed load and store, no read-modify-write;
+ * readers on other threads load each counter relaxed (a whole value, no ordering needed). */
 #define DEV_STAT_ADD(d, field, n)                                                                  \
-	__atomic_store_n(&(d)->stats.field, (d)->stats.field + (uint64_t)(n), __ATOMIC_RELAXED)
+	atomic_store_explicit(&(d)->stats.field,                                                   \
+			      atomic_load_explicit(&(d)->stats.field, memory_order_relaxed) +       \
+				      (uint64_t)(n),                                                \
+			      memory_order_relaxed)
 
 /* A guest packet on its way to a sibling (header in host order, payload copied). */
 struct sib_pkt {
@@ -59,7 +72,8 @@ struct sib_pkt {
 struct sib_inbox {
 	pthread_mutex_t lock;
 	struct sib_pkt *ring[DEV_INBOX_PKTS];
-	unsigned head, count;
+	unsigned head;
+	atomic_uint count; /* written under lock; read without it as a hint (relaxed) */
 	size_t bytes;
 	bool want_room; /* a sender found it full and waits for room_async */
 	bool congested; /* a sender waited DEV_SIB_STALL_NS in vain: drop while full */
@@ -77,15 +91,15 @@ struct sib_inbox {
  */
 struct sib_port {
 	struct sib_inbox inbox;
-	unsigned refs;                 /* atomic; the last sib_port_unref frees the port */
+	atomic_uint refs;              /* the last sib_port_unref frees the port */
 	uint32_t cid;                  /* constant */
 	char name[32];                 /* constant (log name of the device) */
-	bool closed;                   /* written under inbox.lock; read without it as a hint */
+	atomic_bool closed;            /* written under inbox.lock; read without it as a hint */
 	struct loop_async *inbox_async; /* the owner's: packets arrived (valid while !closed) */
 	struct loop_async *room_async;  /* the owner's: a sibling's inbox has room again (same) */
-	/* atomic: this device's guest packets dropped because the sibling holding them was freed
-	 * (added by that sibling's vsock_dev_free; reported in sibling_dropped) */
-	uint64_t peer_dropped;
+	/* this device's guest packets dropped because the sibling holding them was freed (added by
+	 * that sibling's vsock_dev_free; reported in sibling_dropped); relaxed */
+	_Atomic uint64_t peer_dropped;
 };
 
 enum hconn_state {
@@ -142,8 +156,8 @@ struct vsock_dev {
 	const struct guest_mem *mem;
 	struct guest_mem *mem_owned;
 	uint64_t features;
-	bool broken;      /* ring error: no processing until the rings restart; atomic for readers */
-	bool vmm_connected; /* atomic: a VMM is connected (dev_vhu_vmm_state), for other threads */
+	atomic_bool broken; /* ring error: no processing until the rings restart; relaxed */
+	atomic_bool vmm_connected; /* a VMM is connected (dev_vhu_vmm_state); relaxed */
 
 	/* engine: exists while the device runs (TX ring started since the last reset); eng is
 	 * written under eng_lock (readers on other threads: status, listing) */
@@ -191,7 +205,7 @@ struct vsock_dev {
 
 	/* device API (embed.c): the device thread, and calls handed to it from other threads */
 	pthread_t thread;
-	bool thread_running;           /* atomic: vsock_dev_run() is running on `thread` */
+	atomic_bool thread_running;    /* vsock_dev_run() is running on `thread` (release/acquire) */
 	bool api_thread;               /* embed.c started api_th (joined by uvsock_dev_free) */
 	pthread_t api_th;
 	pthread_mutex_t call_lock;
@@ -201,9 +215,9 @@ struct vsock_dev {
 	/* device API, UVSOCK_DEV_EXTERNAL_LOOP: no device thread; the VMM's loop thread runs the
 	 * loop through uvsock_dev_process (embed.c) */
 	bool api_ext_loop;
-	const void *api_owner;         /* atomic: the loop thread's mark once it ran, or NULL */
+	const void *_Atomic api_owner; /* the loop thread's mark once it ran, or NULL */
 
-	struct vsock_dev_stats stats;
+	struct dev_counters stats;
 	struct ops_tap tap;            /* packet capture: every packet each way, once */
 	struct vsock_dev *router_next;
 };
@@ -252,6 +266,12 @@ void dev_sib_drop_all(struct vsock_dev *d);
 void dev_sib_detach(struct vsock_dev *d);
 
 /* device.c */
+/* Ring error: nothing is processed until the rings restart. Device thread (other threads load
+ * it too, relaxed: a status flag, nothing is published with it). */
+static inline bool dev_broken(struct vsock_dev *d)
+{
+	return atomic_load_explicit(&d->broken, memory_order_relaxed);
+}
 void dev_settle(struct vsock_dev *d);
 /* Logs that listening on path failed (-EADDRINUSE: another process serves it). */
 void dev_log_listen_error(const struct vsock_dev *d, const char *path, int err);

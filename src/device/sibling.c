@@ -24,6 +24,32 @@
 
 /* ---- the ports and the inbox ----------------------------------------------------------------- */
 
+/* Packets in the inbox: exact under in->lock, a hint without it (relaxed: the lock, not count,
+ * publishes the packets). */
+static unsigned inbox_count(struct sib_inbox *in)
+{
+	return atomic_load_explicit(&in->count, memory_order_relaxed);
+}
+
+/* Appends p (room checked by the caller). Under in->lock. */
+static void inbox_put(struct sib_inbox *in, struct sib_pkt *p)
+{
+	unsigned n = inbox_count(in);
+
+	in->ring[(in->head + n) % DEV_INBOX_PKTS] = p;
+	atomic_store_explicit(&in->count, n + 1, memory_order_relaxed);
+}
+
+/* Removes the oldest packet (the inbox is not empty). Under in->lock. */
+static struct sib_pkt *inbox_get(struct sib_inbox *in)
+{
+	struct sib_pkt *p = in->ring[in->head];
+
+	in->head = (in->head + 1) % DEV_INBOX_PKTS;
+	atomic_store_explicit(&in->count, inbox_count(in) - 1, memory_order_relaxed);
+	return p;
+}
+
 struct sib_port *dev_sib_lookup(struct vsock_dev *d, uint64_t cid)
 {
 	unsigned lo = 0, hi = d->n_sibs;
@@ -44,7 +70,8 @@ struct sib_port *dev_sib_lookup(struct vsock_dev *d, uint64_t cid)
 
 static void sib_port_unref(struct sib_port *p)
 {
-	if (!p || __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) != 0)
+	/* acq_rel: each holder's use of p happens before the last one frees it. */
+	if (!p || atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
 		return;
 	/* Closed by its device before the device's own reference went: the inbox is empty. */
 	pthread_mutex_destroy(&p->inbox.lock);
@@ -53,7 +80,7 @@ static void sib_port_unref(struct sib_port *p)
 
 static bool sib_port_closed(struct sib_port *p)
 {
-	return __atomic_load_n(&p->closed, __ATOMIC_RELAXED);
+	return atomic_load_explicit(&p->closed, memory_order_relaxed);
 }
 
 /*
@@ -64,7 +91,7 @@ static bool sib_port_closed(struct sib_port *p)
 static void sib_port_signal(struct sib_port *p, bool room)
 {
 	pthread_mutex_lock(&p->inbox.lock);
-	if (!p->closed)
+	if (!sib_port_closed(p))
 		loop_async_send(room ? p->room_async : p->inbox_async);
 	pthread_mutex_unlock(&p->inbox.lock);
 }
@@ -79,17 +106,17 @@ static int sib_push(struct sib_port *t, struct sib_pkt *p)
 	int r = 0;
 
 	pthread_mutex_lock(&in->lock);
-	if (t->closed) {
+	if (sib_port_closed(t)) {
 		r = -EPIPE;
-	} else if (in->count == DEV_INBOX_PKTS || in->bytes + p->hdr.len > DEV_INBOX_BYTES) {
+	} else if (inbox_count(in) == DEV_INBOX_PKTS ||
+		   in->bytes + p->hdr.len > DEV_INBOX_BYTES) {
 		/* A congested target is not waited for: its guest is not taking packets. */
 		r = in->congested ? -EBUSY : -ENOBUFS;
 		if (r == -ENOBUFS)
 			in->want_room = true;
 	} else {
-		in->ring[(in->head + in->count) % DEV_INBOX_PKTS] = p;
-		/* Published under the lock; count is also read without it as a hint (atomic). */
-		__atomic_store_n(&in->count, in->count + 1, __ATOMIC_RELAXED);
+		/* Published under the lock; count is also read without it as a hint. */
+		inbox_put(in, p);
 		in->bytes += p->hdr.len;
 	}
 	pthread_mutex_unlock(&in->lock);
@@ -120,9 +147,8 @@ static bool sib_queue_rst(struct sib_port *t2, const struct vsock_hdr *h)
 	};
 	p->off = 0;
 	pthread_mutex_lock(&in->lock);
-	if (!t2->closed && in->count < DEV_INBOX_PKTS) {
-		in->ring[(in->head + in->count) % DEV_INBOX_PKTS] = p;
-		__atomic_store_n(&in->count, in->count + 1, __ATOMIC_RELAXED);
+	if (!sib_port_closed(t2) && inbox_count(in) < DEV_INBOX_PKTS) {
+		inbox_put(in, p);
 		queued = true;
 	}
 	pthread_mutex_unlock(&in->lock);
@@ -155,15 +181,13 @@ static struct sib_pkt *sib_take(struct vsock_dev *d)
 	struct sib_pkt *p = NULL;
 	bool wake = false;
 
-	if (!__atomic_load_n(&in->count, __ATOMIC_RELAXED))
+	if (!inbox_count(in))
 		return NULL;
 	pthread_mutex_lock(&in->lock);
-	if (in->count) {
-		p = in->ring[in->head];
-		in->head = (in->head + 1) % DEV_INBOX_PKTS;
-		__atomic_store_n(&in->count, in->count - 1, __ATOMIC_RELAXED);
+	if (inbox_count(in)) {
+		p = inbox_get(in);
 		in->bytes -= p->hdr.len;
-		if (in->count <= DEV_INBOX_PKTS / 2 && in->bytes <= DEV_INBOX_BYTES / 2) {
+		if (inbox_count(in) <= DEV_INBOX_PKTS / 2 && in->bytes <= DEV_INBOX_BYTES / 2) {
 			in->congested = false;
 			if (in->want_room) {
 				in->want_room = false;
@@ -179,7 +203,7 @@ static struct sib_pkt *sib_take(struct vsock_dev *d)
 
 bool dev_sib_pending(struct vsock_dev *d)
 {
-	return d->rx_cur || __atomic_load_n(&d->port->inbox.count, __ATOMIC_RELAXED);
+	return d->rx_cur || inbox_count(&d->port->inbox);
 }
 
 /* Drops everything queued for our guest (RX not running). */
@@ -379,7 +403,7 @@ int dev_sib_init(struct vsock_dev *d)
 	if (!d->port)
 		return -ENOMEM;
 	pthread_mutex_init(&d->port->inbox.lock, NULL);
-	d->port->refs = 1;
+	atomic_init(&d->port->refs, 1);
 	d->port->cid = d->cid;
 	memcpy(d->port->name, d->name, sizeof(d->port->name));
 	r = loop_timer_new(d->loop, stage_timer_cb, d, &d->stage_timer);
@@ -424,7 +448,8 @@ static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
 	d->wake = w;
 	for (i = d->n_sibs; i > 0 && d->sibs[i - 1]->cid > s->cid; i--)
 		d->sibs[i] = d->sibs[i - 1];
-	__atomic_add_fetch(&s->port->refs, 1, __ATOMIC_RELAXED);
+	/* relaxed: we hold a reference through s already (taking one orders nothing). */
+	atomic_fetch_add_explicit(&s->port->refs, 1, memory_order_relaxed);
 	d->sibs[i] = s->port;
 	d->n_sibs++;
 	return 0;
@@ -448,14 +473,10 @@ void dev_sib_detach(struct vsock_dev *d)
 		return;
 	in = &port->inbox;
 	pthread_mutex_lock(&in->lock);
-	__atomic_store_n(&port->closed, true, __ATOMIC_RELAXED);
+	atomic_store_explicit(&port->closed, true, memory_order_relaxed);
 	port->inbox_async = port->room_async = NULL;
-	while (n < in->count) {
-		left[n++] = in->ring[in->head];
-		in->head = (in->head + 1) % DEV_INBOX_PKTS;
-	}
-	/* count is read without the lock as a hint (atomic), as in sib_push and sib_take. */
-	__atomic_store_n(&in->count, 0, __ATOMIC_RELAXED);
+	while (inbox_count(in))
+		left[n++] = inbox_get(in);
 	in->bytes = 0;
 	pthread_mutex_unlock(&in->lock);
 	if (d->rx_cur) {
@@ -467,7 +488,7 @@ void dev_sib_detach(struct vsock_dev *d)
 
 		/* Not a sibling's: an RST sib_gone queued for our own guest. */
 		if (from && !sib_port_closed(from)) {
-			__atomic_add_fetch(&from->peer_dropped, 1, __ATOMIC_RELAXED);
+			atomic_fetch_add_explicit(&from->peer_dropped, 1, memory_order_relaxed);
 			if (sib_queue_rst(from, &left[i]->hdr))
 				sib_port_signal(from, false);
 		}

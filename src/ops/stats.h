@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Per-VM counters of uvsockd: the numbers an operator reads with `uvsock-stat` (docs/operations.md
- * says what each one means). One struct ops_vm_counters per VM, written by that VM's thread only
- * (single writer, plain load + relaxed atomic store: the same instructions as `x += n` on every
- * 64-bit target we build for, so the data path pays nothing extra), read from the control thread
- * with relaxed atomic loads (each value is whole; the set is a "consistent enough" snapshot, as
- * /proc/net/snmp).
+ * says what each one means). The fields are C11 atomics so that one struct ops_vm_counters can be
+ * written by one thread (OPS_CTR_ADD: single writer, relaxed load + relaxed store, the same
+ * instructions as `x += n` on every 64-bit target we build for, so the data path pays nothing
+ * extra) while another reads it (ops_counters_read: relaxed loads; each value is whole, the set
+ * is a "consistent enough" snapshot, as /proc/net/snmp). A snapshot is a struct of the same type
+ * owned by its reader.
  *
  * The device role builds this model from the counters it and its engine keep
  * (vsock_dev_counters_from in src/device/counters.c); this file is only the model.
@@ -16,6 +17,7 @@
 #ifndef UVSOCK_OPS_STATS_H
 #define UVSOCK_OPS_STATS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -48,16 +50,21 @@ enum ops_drop_reason {
 	  "guest connects refused on the host side (nobody listening at <uds-path>_<port>)")
 
 struct ops_vm_counters {
-#define OPS_X_FIELD_(f, name, help) uint64_t f;
+#define OPS_X_FIELD_(f, name, help) _Atomic uint64_t f;
 	OPS_VM_COUNTERS(OPS_X_FIELD_)
 #undef OPS_X_FIELD_
-	uint64_t dropped[_OPS_DROP_MAX];
+	_Atomic uint64_t dropped[_OPS_DROP_MAX];
 };
 
 /* Single-writer update (VM thread only). n may be "negative" for the gauge: (uint64_t)-1. */
 #define OPS_CTR_ADD(ctrs, field, n)                                                                \
-	__atomic_store_n(&(ctrs)->field, (ctrs)->field + (uint64_t)(n), __ATOMIC_RELAXED)
+	atomic_store_explicit(&(ctrs)->field,                                                      \
+			      atomic_load_explicit(&(ctrs)->field, memory_order_relaxed) +          \
+				      (uint64_t)(n),                                                \
+			      memory_order_relaxed)
 #define OPS_CTR_INC(ctrs, field) OPS_CTR_ADD(ctrs, field, 1)
+/* One counter's value (relaxed: whole, orders nothing). Any thread. */
+#define OPS_CTR_GET(ctrs, field) atomic_load_explicit(&(ctrs)->field, memory_order_relaxed)
 #define OPS_CTR_DEC(ctrs, field) OPS_CTR_ADD(ctrs, field, (uint64_t)-1)
 #define OPS_CTR_DROP(ctrs, reason) OPS_CTR_ADD(ctrs, dropped[reason], 1)
 
