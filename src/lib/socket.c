@@ -745,12 +745,25 @@ static int sock_io_begin(struct usock *us, struct sock_io *io, const struct msgh
 	return r;
 }
 
-/* Ends a data call started by sock_io_begin: unlocks mu, frees the scratch iovec. */
-static void sock_io_end(struct sock_io *io, pthread_mutex_t *mu)
+/*
+ * Ends a data call started by sock_io_begin: unlocks mu, frees the scratch iovec. Returns the
+ * call's result: the `total` bytes moved if any (STREAM: a partial count wins over the error
+ * that stopped the loop), else r.
+ */
+static ssize_t sock_io_end(struct sock_io *io, pthread_mutex_t *mu, ssize_t total, ssize_t r)
 {
 	pthread_mutex_unlock(mu);
 	if (io->iov != io->stack_iov)
 		free(io->iov);
+	return total > 0 ? total : r;
+}
+
+/* The last step of every data call: poll state refreshed, the reference dropped, errno set. */
+static ssize_t sock_data_done(struct usock *us, ssize_t r)
+{
+	pollfd_refresh(us);
+	sock_put(us);
+	return ret_errno_ssize(r);
 }
 
 /*
@@ -803,12 +816,8 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 	r = sock_io_begin(us, &io, msg, flags, &us->sndtimeo, &us->tx_mu);
 	if (r < 0)
 		goto out_put;
-	for (;;) {
-		n = sock_io_round(us, &io, msg, (size_t)total, (size_t)len, &seq);
-		if (n < 0) {
-			r = n;
-			break;
-		}
+	/* Each round: what is left of msg's iovecs, or the socket closed meanwhile (n < 0). */
+	while ((n = sock_io_round(us, &io, msg, (size_t)total, (size_t)len, &seq)) >= 0) {
 		r = vsock_sock_send(us->vs, io.iov, n, eflags);
 		if (r > 0) {
 			total += r;
@@ -819,14 +828,9 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 		if (!sock_retry(us, r, seq, io.nonblock, io.deadline))
 			break;
 	}
-	sock_io_end(&io, &us->tx_mu);
-	/* STREAM: a partial count wins over the error that stopped the loop. */
-	if (total > 0)
-		r = total;
+	r = sock_io_end(&io, &us->tx_mu, total, n < 0 ? n : r);
 out_put:
-	pollfd_refresh(us);
-	sock_put(us);
-	return ret_errno_ssize(r);
+	return sock_data_done(us, r);
 }
 
 ssize_t uvsock_send(int fd, const void *buf, size_t len, int flags)
@@ -895,12 +899,8 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 	r = sock_io_begin(us, &io, msg, flags, &us->rcvtimeo, &us->rx_mu);
 	if (r < 0)
 		goto out_put;
-	for (;;) {
-		n = sock_io_round(us, &io, msg, (size_t)total, (size_t)len, &seq);
-		if (n < 0) {
-			r = n;
-			break;
-		}
+	/* Each round: what is left of msg's iovecs, or the socket closed meanwhile (n < 0). */
+	while ((n = sock_io_round(us, &io, msg, (size_t)total, (size_t)len, &seq)) >= 0) {
 		mflags = 0;
 		r = vsock_sock_recv(us->vs, io.iov, n, eflags, &mflags);
 		if (r == -EINVAL && vsock_sock_state(us->vs) == VSOCK_SS_LISTEN)
@@ -911,20 +911,15 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 				break;
 			continue;
 		}
-		if (r >= 0) {
+		if (r < 0 && sock_retry(us, r, seq, io.nonblock, io.deadline))
+			continue;
+		if (r >= 0)
 			msg->msg_flags = mflags;
-			break;
-		}
-		if (!sock_retry(us, r, seq, io.nonblock, io.deadline))
-			break;
+		break;
 	}
-	sock_io_end(&io, &us->rx_mu);
-	if (total > 0)
-		r = total;
+	r = sock_io_end(&io, &us->rx_mu, total, n < 0 ? n : r);
 out_put:
-	pollfd_refresh(us);
-	sock_put(us);
-	return ret_errno_ssize(r);
+	return sock_data_done(us, r);
 }
 
 ssize_t uvsock_recv(int fd, void *buf, size_t len, int flags)
@@ -1176,9 +1171,8 @@ int uvsock_getsockopt(int fd, int level, int optname, void *optval, socklen_t *o
 	case SO_ACCEPTCONN:
 		r = int_out(vsock_sock_state(us->vs) == VSOCK_SS_LISTEN, optval, optlen);
 		break;
-	default:
+	default: /* an option we do not know */
 		r = -ENOPROTOOPT;
-		break;
 	}
 out:
 	sock_put(us);
