@@ -19,8 +19,8 @@
  * socks_open (and the array rx_dropped, added below). */
 #define ENG_SUMMED(X)                                                                              \
 	X(rx_pkts) X(rx_bytes) X(tx_pkts) X(tx_bytes) X(rx_no_socket) X(rx_type_mismatch)          \
-	X(rx_unexpected) X(rst_sent) X(rst_received) X(credit_violations) X(rx_mem_resets)          \
-	X(credit_stalls) X(credit_updates_sent) X(credit_requests_sent) X(backlog_refused)          \
+	X(rx_unexpected) X(rst_sent) X(rst_received) X(credit_violations) X(rx_mem_resets)         \
+	X(credit_stalls) X(credit_updates_sent) X(credit_requests_sent) X(backlog_refused)         \
 	X(socks_total) X(connects_timed_out) X(close_timeouts) X(rst_dropped)
 
 _Static_assert(sizeof(struct vsock_engine_stats) ==
@@ -87,11 +87,13 @@ void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev
 		OPS_CTR_ADD(ret, ring_errors, d->ring_errors);
 		OPS_CTR_ADD(ret, host_connects_refused, d->guest_conns_refused);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_SPOOFED_CID], d->tx_bad_src_cid);
-		OPS_CTR_ADD(ret, dropped[OPS_DROP_NO_ROUTE], d->tx_bad_dst_cid + d->sibling_dropped);
+		OPS_CTR_ADD(ret, dropped[OPS_DROP_NO_ROUTE],
+			    d->tx_bad_dst_cid + d->sibling_dropped);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_MALFORMED], d->tx_bad_chain);
 	}
 	if (e) {
-		OPS_CTR_ADD(ret, conns_open, e->socks_open > listeners ? e->socks_open - listeners : 0);
+		OPS_CTR_ADD(ret, conns_open,
+			    e->socks_open > listeners ? e->socks_open - listeners : 0);
 		OPS_CTR_ADD(ret, conns_total,
 			    e->socks_total > listeners ? e->socks_total - listeners : 0);
 		OPS_CTR_ADD(ret, rst_sent, e->rst_sent);

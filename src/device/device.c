@@ -15,7 +15,8 @@
  * and counted.
  * Every chain is returned with used.len 0; one used-index publication and at most one interrupt
  * per batch. Draining stops while the engine cannot take more (queued replies at the TX ring size,
- * reference 5.5) or a sibling's inbox is full, and after DEV_PASS_PKTS / DEV_PASS_BYTES per pass.
+ * docs/vsock-protocol.md §5, as Linux drivers/vhost/vsock.c, vhost_vsock_more_replies()) or a
+ * sibling's inbox is full, and after DEV_PASS_PKTS / DEV_PASS_BYTES per pass.
  *
  * RX (device to guest): each guest RX chain gets one packet: from the engine (pulled with
  * max_payload = chain room - 44, so it always fits) or from the sibling inbox (split over as
@@ -467,7 +468,7 @@ void dev_settle(struct vsock_dev *d)
 			host_accept_guest_conns(d);
 		host_service_dirty(d);
 		rx_fill(d);
-		/* Pulling replies may have made room for TX again (reference 5.5). */
+		/* Pulling replies may have made room for TX again (docs/vsock-protocol.md §5). */
 		if (d->eng && d->tx_throttled && !d->tx_staged && vsock_engine_can_feed(d->eng))
 			dev_tx_drain(d);
 		if (!d->dirty && !(d->accept_pending && d->eng) && !d->rx_more)

@@ -92,20 +92,20 @@ void vsock_dev_free(struct vsock_dev *d);
  * field into this plain struct. Read from any thread.
  */
 #define VSOCK_DEV_STATS(X)                                                                         \
-	X(tx_pkts)               /* guest TX packets accepted (to host or sibling) */               \
-	X(tx_bytes)              /* their payload bytes */                                          \
-	X(rx_pkts)               /* packets put in guest RX buffers */                              \
-	X(rx_bytes)              /* their payload bytes */                                          \
+	X(tx_pkts)               /* guest TX packets accepted (to host or sibling) */              \
+	X(tx_bytes)              /* their payload bytes */                                         \
+	X(rx_pkts)               /* packets put in guest RX buffers */                             \
+	X(rx_bytes)              /* their payload bytes */                                         \
 	X(tx_bad_chain)          /* TX chain dropped: short, writable, len mismatch, big */        \
-	X(tx_bad_src_cid)        /* TX packet whose src_cid is not the VM's CID */                  \
+	X(tx_bad_src_cid)        /* TX packet whose src_cid is not the VM's CID */                 \
 	X(tx_bad_dst_cid)        /* TX packet to a CID that is neither 2 nor a sibling */          \
-	X(sibling_fwd_pkts)      /* packets handed to a sibling VM */                               \
+	X(sibling_fwd_pkts)      /* packets handed to a sibling VM */                              \
 	X(sibling_dropped)       /* sibling packets dropped: target not running, congested, or  \
-				  * freed (then also those it held) */                              \
+				  * freed (then also those it held) */                             \
 	X(ring_errors)           /* times the device was marked broken */                          \
-	X(interrupts)            /* call eventfd writes */                                          \
+	X(interrupts)            /* call eventfd writes */                                         \
 	X(host_conns_accepted)   /* host programs that connected to uds-path */                    \
-	X(host_connect_bad_line) /* CONNECT lines rejected (garbage, overlong, early close) */      \
+	X(host_connect_bad_line) /* CONNECT lines rejected (garbage, overlong, early close) */     \
 	X(host_connect_timeouts) /* CONNECT line or guest answer not within 2 s */                 \
 	X(guest_conns_refused)   /* guest connects with no host listener: RST */                   \
 	X(vmm_connects)          /* VMM sessions */

@@ -57,8 +57,8 @@ struct dev_counters {
  * readers on other threads load each counter relaxed (a whole value, no ordering needed). */
 #define DEV_STAT_ADD(d, field, n)                                                                  \
 	atomic_store_explicit(&(d)->stats.field,                                                   \
-			      atomic_load_explicit(&(d)->stats.field, memory_order_relaxed) +       \
-				      (uint64_t)(n),                                                \
+			      atomic_load_explicit(&(d)->stats.field, memory_order_relaxed) +      \
+				      (uint64_t)(n),                                               \
 			      memory_order_relaxed)
 
 /* A guest packet on its way to a sibling (header in host order, payload copied). */
@@ -205,7 +205,7 @@ struct vsock_dev {
 
 	/* device API (embed.c): the device thread, and calls handed to it from other threads */
 	pthread_t thread;
-	atomic_bool thread_running;    /* vsock_dev_run() is running on `thread` (release/acquire) */
+	atomic_bool thread_running;    /* vsock_dev_run() runs on `thread` (release/acquire) */
 	bool api_thread;               /* embed.c started api_th (joined by uvsock_dev_free) */
 	pthread_t api_th;
 	pthread_mutex_t call_lock;

@@ -173,7 +173,7 @@ static void vhu_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	log_info("%s: VMM connected", cfg.name);
 }
 
-/* ---- life -------------------------------------------------------------------------------------- */
+/* ---- life ------------------------------------------------------------------------------------ */
 
 int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 		struct dev_vhu **ret)

@@ -52,7 +52,7 @@ struct loop *dev_loop(struct vsock_dev *d);
  * features exactly as acked (transport bits included), as vring_dev_init takes them.
  */
 void dev_vhu_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t features);
-/* A new memory table arrives; every ring was stopped by the back-end: no guest pointer is in use. */
+/* A new memory table arrives; the back-end stopped every ring: no guest pointer is in use. */
 void dev_vhu_drop_mem(struct vsock_dev *d);
 
 /* A VMM connected (counted in vmm_connects) or disconnected: the operators' vmm_connected. */

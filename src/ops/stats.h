@@ -59,8 +59,8 @@ struct ops_vm_counters {
 /* Single-writer update (VM thread only). n may be "negative" for the gauge: (uint64_t)-1. */
 #define OPS_CTR_ADD(ctrs, field, n)                                                                \
 	atomic_store_explicit(&(ctrs)->field,                                                      \
-			      atomic_load_explicit(&(ctrs)->field, memory_order_relaxed) +          \
-				      (uint64_t)(n),                                                \
+			      atomic_load_explicit(&(ctrs)->field, memory_order_relaxed) +         \
+				      (uint64_t)(n),                                               \
 			      memory_order_relaxed)
 #define OPS_CTR_INC(ctrs, field) OPS_CTR_ADD(ctrs, field, 1)
 /* One counter's value (relaxed: whole, orders nothing). Any thread. */
