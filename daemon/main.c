@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "device/device.h"
@@ -19,6 +20,8 @@
 #include "ops/stats.h"
 #include "options.h"
 #include "util/log.h"
+#include "util/macros.h"
+#include "util/uds.h"
 
 #ifndef UVSOCK_VERSION
 #define UVSOCK_VERSION "unknown"
@@ -50,21 +53,7 @@ static uint32_t ctl_vm_cid(void *opaque, unsigned idx)
 
 static void ctl_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 {
-	struct vsock_dev *d = ((struct daemon_ctx *)opaque)->vms[idx].dev;
-	struct vsock_dev_status st;
-	struct vsock_dev_stats ds;
-
-	vsock_dev_get_status(d, &st);
-	vsock_dev_get_stats(d, &ds);
-	ret->cid = vsock_dev_guest_cid(d);
-	snprintf(ret->name, sizeof(ret->name), "%s", vsock_dev_name(d));
-	ret->vmm_connected = st.vmm_connected;
-	ret->broken = st.broken;
-	ret->have_engine = st.have_engine;
-	if (st.have_engine)
-		ret->eng = st.eng;
-	/* Engine-derived counters summed over VMM sessions: they do not restart on reconnect. */
-	ops_counters_from_sources(&ret->c, &ds, &st.eng_total, st.listeners);
+	vsock_dev_get_ops_stats(((struct daemon_ctx *)opaque)->vms[idx].dev, ret);
 }
 
 struct conns_walk {
@@ -129,6 +118,30 @@ static int capture_at_startup(const char *path, struct vm_thread *vms, unsigned 
 		(void)ops_tap_attach(vsock_dev_tap(vms[i].dev), p);
 	*ret = p;
 	return 0;
+}
+
+/*
+ * Why vsock_dev_new failed for v. -EADDRINUSE: a live listener is on one of its paths (another
+ * uvsockd, or anything else); name that path instead of replacing it.
+ */
+static void print_dev_error(const struct uvsockd_vm_config *v, int r)
+{
+	char seq[UVSOCKD_SUN_PATH_MAX + 16];
+	const char *paths[3] = { v->socket_path, v->uds_path, seq };
+	const int types[3] = { SOCK_STREAM, SOCK_STREAM, SOCK_SEQPACKET };
+
+	snprintf(seq, sizeof(seq), "%s_seqpacket", v->uds_path);
+	for (unsigned i = 0; r == -EADDRINUSE && i < ARRAY_SIZE(paths); i++) {
+		if (uds_probe(paths[i], types[i]) == -EADDRINUSE) {
+			fprintf(stderr,
+				"uvsockd: guest-cid %u: %s is in use: another process serves it "
+				"(stop it, or choose another path)\n",
+				v->guest_cid, paths[i]);
+			return;
+		}
+	}
+	fprintf(stderr, "uvsockd: guest-cid %u: cannot set up sockets: %s\n", v->guest_cid,
+		strerror(-r));
 }
 
 static void *vm_main(void *arg)
@@ -211,8 +224,7 @@ int main(int argc, char **argv)
 		dc.name = name;
 		r = vsock_dev_new(router, &dc, &vms[i].dev);
 		if (r < 0) {
-			fprintf(stderr, "uvsockd: guest-cid %u: cannot set up sockets: %s\n",
-				v->guest_cid, strerror(-r));
+			print_dev_error(v, r);
 			goto out;
 		}
 	}

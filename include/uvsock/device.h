@@ -7,7 +7,7 @@
  * host (CID 2) reach Unix sockets in the Firecracker "hybrid vsock" convention (uds-path), host
  * programs reach guest ports with "CONNECT <port>\n", and devices linked as siblings route
  * guest-to-guest traffic. This is exactly what uvsockd's vhost-user back-end does: its vhost-user
- * callbacks call these functions (src/device/device.c), so vhost-user is one way to drive this
+ * callbacks call these functions (src/device/vhu.c), so vhost-user is one way to drive this
  * API, a VMM's own virtio transport is another.
  *
  * Queues: 0 is RX (device to guest), 1 is TX (guest to device). The event queue (2, transport

@@ -86,23 +86,34 @@ void vsock_dev_stop(struct vsock_dev *d);
  */
 void vsock_dev_free(struct vsock_dev *d);
 
-/* Device counters (monotonic). Read from any thread: values are individually atomic. */
+/*
+ * Device counters (monotonic), listed once: X(field) for each, in order. The device keeps them
+ * as C11 atomics (single writer, the device thread); vsock_dev_get_stats copies them field by
+ * field into this plain struct. Read from any thread.
+ */
+#define VSOCK_DEV_STATS(X)                                                                         \
+	X(tx_pkts)               /* guest TX packets accepted (to host or sibling) */              \
+	X(tx_bytes)              /* their payload bytes */                                         \
+	X(rx_pkts)               /* packets put in guest RX buffers */                             \
+	X(rx_bytes)              /* their payload bytes */                                         \
+	X(tx_bad_chain)          /* TX chain dropped: short, writable, len mismatch, big */        \
+	X(tx_bad_src_cid)        /* TX packet whose src_cid is not the VM's CID */                 \
+	X(tx_bad_dst_cid)        /* TX packet to a CID that is neither 2 nor a sibling */          \
+	X(sibling_fwd_pkts)      /* packets handed to a sibling VM */                              \
+	X(sibling_dropped)       /* sibling packets dropped: target not running, congested, or  \
+				  * freed (then also those it held) */                             \
+	X(ring_errors)           /* times the device was marked broken */                          \
+	X(interrupts)            /* call eventfd writes */                                         \
+	X(host_conns_accepted)   /* host programs that connected to uds-path */                    \
+	X(host_connect_bad_line) /* CONNECT lines rejected (garbage, overlong, early close) */     \
+	X(host_connect_timeouts) /* CONNECT line or guest answer not within 2 s */                 \
+	X(guest_conns_refused)   /* guest connects with no host listener: RST */                   \
+	X(vmm_connects)          /* VMM sessions */
+
 struct vsock_dev_stats {
-	uint64_t tx_pkts, tx_bytes;        /* guest TX packets accepted (to host or sibling) */
-	uint64_t rx_pkts, rx_bytes;        /* packets / payload bytes put in guest RX buffers */
-	uint64_t tx_bad_chain;             /* TX chain dropped: short, writable, len mismatch, big */
-	uint64_t tx_bad_src_cid;           /* TX packet whose src_cid is not the VM's CID */
-	uint64_t tx_bad_dst_cid;           /* TX packet to a CID that is neither 2 nor a sibling */
-	uint64_t sibling_fwd_pkts;         /* packets handed to a sibling VM */
-	uint64_t sibling_dropped;          /* sibling packets dropped: target not running,
-					    * congested, or freed (then also those it held) */
-	uint64_t ring_errors;              /* times the device was marked broken */
-	uint64_t interrupts;               /* call eventfd writes */
-	uint64_t host_conns_accepted;      /* host programs that connected to uds-path */
-	uint64_t host_connect_bad_line;    /* CONNECT lines rejected (garbage, overlong, early close) */
-	uint64_t host_connect_timeouts;    /* CONNECT line or guest answer not within 2 s */
-	uint64_t guest_conns_refused;      /* guest connects with no host listener: RST */
-	uint64_t vmm_connects;             /* VMM sessions */
+#define VSOCK_DEV_STATS_FIELD_(f) uint64_t f;
+	VSOCK_DEV_STATS(VSOCK_DEV_STATS_FIELD_)
+#undef VSOCK_DEV_STATS_FIELD_
 };
 void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret);
 
@@ -146,5 +157,38 @@ void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret);
  */
 void vsock_dev_foreach_sock(struct vsock_dev *d,
 			    void (*fn)(void *arg, const struct vsock_sock_info *info), void *arg);
+
+struct ops_vm_counters;
+struct ops_vm_stats;
+
+/*
+ * The operators' counters (src/ops/stats.h) from what the device and its engine count: packets,
+ * bytes, ring errors, spoofed/no-route/malformed drops and refused connects from d; RSTs, credit
+ * stalls, header drops by reason (op, type, oversize, the rest as malformed) and connections
+ * from e. e may be NULL (no engine: no VMM connected); `listeners` is how many of e's sockets
+ * are listeners of the device itself, not connections (subtracted from socks_open/socks_total).
+ * The one place this mapping is made (uvsockd's control socket and uvsock_dev_get_stats both
+ * use it). Pure; ret is fully overwritten.
+ */
+void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev_stats *d,
+			     const struct vsock_engine_stats *e, unsigned listeners);
+
+/*
+ * Fills *ret (zeroed first) for uvsock-stat: CID, name, state, the current engine's counters and
+ * the operators' counters (vsock_dev_counters_from over vsock_dev_get_stats and the engines of
+ * every VMM session, vsock_dev_get_status). Context: any thread (as vsock_dev_get_status).
+ */
+void vsock_dev_get_ops_stats(struct vsock_dev *d, struct ops_vm_stats *ret);
+
+/*
+ * Transitional: the name tests/unit/ops/test-stats.c (from_sources_mapping) still calls; remove
+ * it once that test is gone (the mapping is tested in tests/unit/device/test-device.c).
+ */
+static inline void ops_counters_from_sources(struct ops_vm_counters *ret,
+					     const struct vsock_dev_stats *d,
+					     const struct vsock_engine_stats *e, unsigned listeners)
+{
+	vsock_dev_counters_from(ret, d, e, listeners);
+}
 
 #endif

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Private state of a device (device.c: vhost-user, rings, routing; host_uds.c: host sockets).
+ * Private state of a device, shared by the files of src/device: device.c (the core: rings, engine,
+ * settle, construction), sibling.c (the sibling port), host_uds.c (host sockets), embed.c (the
+ * device API), counters.c (readers). The vhost-user glue (vhu.c) does not see it (vhu.h).
  * Everything here is owned by the device's thread except the sibling port (its own lock and
  * reference count, shared with the linked devices) and the counters (single writer, read with
  * relaxed atomics).
@@ -9,6 +11,7 @@
 #define UVSOCK_DEVICE_DEVICE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -17,6 +20,7 @@
 #include "device/uds_connect.h"
 #include "ops/pcap.h"
 #include "util/loop.h"
+#include "util/uds.h"
 #include "vhost_user/backend.h"
 #include "vring/vring.h"
 #include "vsock/engine.h"
@@ -42,8 +46,20 @@
 #define DEV_HOST_PORT_LO (1u << 30)
 #define DEV_HOST_PORT_HI ((1u << 31) - 1)
 
+/* The device's counters as it keeps them (vsock_dev_get_stats copies them out). */
+struct dev_counters {
+#define DEV_COUNTER_FIELD_(f) _Atomic uint64_t f;
+	VSOCK_DEV_STATS(DEV_COUNTER_FIELD_)
+#undef DEV_COUNTER_FIELD_
+};
+
+/* Single-writer update (the device thread only): a relaxed load and store, no read-modify-write;
+ * readers on other threads load each counter relaxed (a whole value, no ordering needed). */
 #define DEV_STAT_ADD(d, field, n)                                                                  \
-	__atomic_store_n(&(d)->stats.field, (d)->stats.field + (uint64_t)(n), __ATOMIC_RELAXED)
+	atomic_store_explicit(&(d)->stats.field,                                                   \
+			      atomic_load_explicit(&(d)->stats.field, memory_order_relaxed) +      \
+				      (uint64_t)(n),                                               \
+			      memory_order_relaxed)
 
 /* A guest packet on its way to a sibling (header in host order, payload copied). */
 struct sib_pkt {
@@ -56,7 +72,8 @@ struct sib_pkt {
 struct sib_inbox {
 	pthread_mutex_t lock;
 	struct sib_pkt *ring[DEV_INBOX_PKTS];
-	unsigned head, count;
+	unsigned head;
+	atomic_uint count; /* written under lock; read without it as a hint (relaxed) */
 	size_t bytes;
 	bool want_room; /* a sender found it full and waits for room_async */
 	bool congested; /* a sender waited DEV_SIB_STALL_NS in vain: drop while full */
@@ -74,15 +91,15 @@ struct sib_inbox {
  */
 struct sib_port {
 	struct sib_inbox inbox;
-	unsigned refs;                 /* atomic; the last sib_port_unref frees the port */
+	atomic_uint refs;              /* the last sib_port_unref frees the port */
 	uint32_t cid;                  /* constant */
 	char name[32];                 /* constant (log name of the device) */
-	bool closed;                   /* written under inbox.lock; read without it as a hint */
+	atomic_bool closed;            /* written under inbox.lock; read without it as a hint */
 	struct loop_async *inbox_async; /* the owner's: packets arrived (valid while !closed) */
 	struct loop_async *room_async;  /* the owner's: a sibling's inbox has room again (same) */
-	/* atomic: this device's guest packets dropped because the sibling holding them was freed
-	 * (added by that sibling's vsock_dev_free; reported in sibling_dropped) */
-	uint64_t peer_dropped;
+	/* this device's guest packets dropped because the sibling holding them was freed (added by
+	 * that sibling's vsock_dev_free; reported in sibling_dropped); relaxed */
+	_Atomic uint64_t peer_dropped;
 };
 
 enum hconn_state {
@@ -127,24 +144,20 @@ struct dev_queue {
 struct vsock_dev {
 	char name[32];
 	uint32_t cid;
-	char socket_path[108], uds_path[108], uds_seq_path[108];
+	char uds_path[108], uds_seq_path[108];
 	uint32_t buf_alloc, queue_size_max, max_conns;
 	struct vsock_router *router;
 	struct loop *loop;
 
-	/* vhost-user */
-	int vhu_listen_fd;
-	struct loop_watch *vhu_listen_w;
-	struct vhu_backend *vhu;
-	struct loop_watch *vhu_w;
+	struct dev_vhu *vhu;           /* the vhost-user glue (vhu.c), or NULL (device API) */
 	struct dev_queue rxq, txq;
 	/* guest memory the rings use: the vhost-user back-end's map (borrowed) or, for the device
 	 * API, mem_owned (uvsock_dev_set_mem_table) */
 	const struct guest_mem *mem;
 	struct guest_mem *mem_owned;
 	uint64_t features;
-	bool broken;      /* ring error: no processing until the rings restart; atomic for readers */
-	bool vmm_connected; /* atomic: d->vhu != NULL, for readers on other threads */
+	atomic_bool broken; /* ring error: no processing until the rings restart; relaxed */
+	atomic_bool vmm_connected; /* a VMM is connected (dev_vhu_vmm_state); relaxed */
 
 	/* engine: exists while the device runs (TX ring started since the last reset); eng is
 	 * written under eng_lock (readers on other threads: status, listing) */
@@ -161,7 +174,7 @@ struct vsock_dev {
 	bool tx_throttled;             /* stopped draining TX: !can_feed or sibling full */
 
 	/* host side */
-	int uds_fd, uds_seq_fd;
+	struct uds_listener uds_l, uds_seq_l; /* <uds_path>, <uds_path>_seqpacket */
 	struct loop_watch *uds_w, *uds_seq_w;
 	struct hconn *conns;
 	struct hconn *dirty;
@@ -192,7 +205,7 @@ struct vsock_dev {
 
 	/* device API (embed.c): the device thread, and calls handed to it from other threads */
 	pthread_t thread;
-	bool thread_running;           /* atomic: vsock_dev_run() is running on `thread` */
+	atomic_bool thread_running;    /* vsock_dev_run() runs on `thread` (release/acquire) */
 	bool api_thread;               /* embed.c started api_th (joined by uvsock_dev_free) */
 	pthread_t api_th;
 	pthread_mutex_t call_lock;
@@ -202,9 +215,9 @@ struct vsock_dev {
 	/* device API, UVSOCK_DEV_EXTERNAL_LOOP: no device thread; the VMM's loop thread runs the
 	 * loop through uvsock_dev_process (embed.c) */
 	bool api_ext_loop;
-	const void *api_owner;         /* atomic: the loop thread's mark once it ran, or NULL */
+	const void *_Atomic api_owner; /* the loop thread's mark once it ran, or NULL */
 
-	struct vsock_dev_stats stats;
+	struct dev_counters stats;
 	struct ops_tap tap;            /* packet capture: every packet each way, once */
 	struct vsock_dev *router_next;
 };
@@ -220,8 +233,50 @@ void host_accept_guest_conns(struct vsock_dev *d);
 void host_service_dirty(struct vsock_dev *d);
 void host_mark_dirty(struct hconn *c);
 
+/* counters.c */
+/*
+ * acc += s for every counter of an ended engine, except the gauge socks_open; socks_total without
+ * the device's own listeners.
+ */
+void dev_eng_stats_accumulate(struct vsock_engine_stats *acc, const struct vsock_engine_stats *s,
+			      unsigned listeners);
+
+/* sibling.c */
+enum dev_tx_verdict { DEV_TX_ENGINE, DEV_TX_SIBLING_SENT, DEV_TX_SIBLING_FULL, DEV_TX_DROP };
+/* Creates d's port and the loop objects siblings wake it with. Returns 0, -ENOMEM. */
+int dev_sib_init(struct vsock_dev *d);
+/* The port of the sibling with that CID, or NULL (not linked). */
+struct sib_port *dev_sib_lookup(struct vsock_dev *d, uint64_t cid);
+/* Copies a packet of our guest for sibling t and hands it over, or stages it if t is full. */
+enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
+				 const struct iovec *iov, unsigned n);
+/* Retries the staged sibling packet. Returns true if it is gone (delivered or dropped). */
+bool dev_sib_retry_staged(struct vsock_dev *d);
+/* Drops the staged packet uncounted (the session ends) and stops its timer. */
+void dev_sib_drop_staged(struct vsock_dev *d);
+/* Wakes the siblings our last TX batch handed packets to. */
+void dev_sib_wake_targets(struct vsock_dev *d);
+/* Something of a sibling waits for our guest's RX ring. */
+bool dev_sib_pending(struct vsock_dev *d);
+ssize_t dev_sib_pull(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
+		     unsigned pn, size_t room);
+/* Drops everything queued for our guest (RX not running), counted in sibling_dropped. */
+void dev_sib_drop_all(struct vsock_dev *d);
+/* vsock_dev_free's part: see sibling.c. */
+void dev_sib_detach(struct vsock_dev *d);
+
 /* device.c */
+/* Ring error: nothing is processed until the rings restart. Device thread (other threads load
+ * it too, relaxed: a status flag, nothing is published with it). */
+static inline bool dev_broken(struct vsock_dev *d)
+{
+	return atomic_load_explicit(&d->broken, memory_order_relaxed);
+}
 void dev_settle(struct vsock_dev *d);
+/* Logs that listening on path failed (-EADDRINUSE: another process serves it). */
+void dev_log_listen_error(const struct vsock_dev *d, const char *path, int err);
+/* Drains the TX ring (one pass, within DEV_PASS_PKTS / DEV_PASS_BYTES). */
+void dev_tx_drain(struct vsock_dev *d);
 /*
  * The device API's entry points (embed.c calls them on the device thread; the vhost-user
  * callbacks reach them through the API). dev_queue_start: cfg->mem must stay valid until the
@@ -247,8 +302,5 @@ int dev_call(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), voi
 /* embed.c: devices of uvsock_dev_new alive, i.e. references on their shared router (0: the
  * router is freed). For tests. Any thread. */
 unsigned dev_api_router_refs(void);
-/* Binds and listens on a Unix socket (type SOCK_STREAM/SOCK_SEQPACKET), replacing a stale
- * socket file; another kind of file there is -EEXIST. */
-int dev_listen_unix(const char *path, int type, int *ret_fd);
 
 #endif

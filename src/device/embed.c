@@ -3,7 +3,7 @@
  * The device API of <uvsock/device.h>: a C VMM drives the device role directly. A struct
  * uvsock_dev is a struct vsock_dev (device.c) created without a vhost-user socket; the functions
  * here check their arguments, hand the work to the device thread with dev_call() (run directly
- * when called on that thread, as uvsockd's vhost-user callbacks are, or before the thread is
+ * when called on that thread, as the vhost-user glue (vhu.c) is, or before the thread is
  * started), and call the device's entry points (dev_queue_start, dev_queue_stop, dev_reset).
  * With UVSOCK_DEV_EXTERNAL_LOOP there is no device thread: the VMM's loop thread runs the
  * device's event loop one non-blocking iteration at a time (uvsock_dev_process), and the
@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "device/device_internal.h"
+#include "ops/stats.h"
 #include "util/log.h"
 #include "vhost_user/backend.h"
 #include "vring/guest_mem.h"
@@ -62,7 +63,7 @@ static bool caller_ok(struct vsock_dev *d)
 	if (!d->api_ext_loop)
 		return true;
 	/* acquire: pairs with the release in claim_owner (the owner is set once). */
-	o = __atomic_load_n(&d->api_owner, __ATOMIC_ACQUIRE);
+	o = atomic_load_explicit(&d->api_owner, memory_order_acquire);
 	return !o || o == &thread_mark;
 }
 
@@ -71,8 +72,10 @@ static int claim_owner(struct vsock_dev *d)
 {
 	const void *expected = NULL;
 
-	if (__atomic_compare_exchange_n(&d->api_owner, &expected, &thread_mark, false,
-					__ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
+	/* release on success: what the set-up calls before did is visible to a thread that sees
+	 * the owner (caller_ok); acquire on failure: pairs with the winner's release. */
+	if (atomic_compare_exchange_strong_explicit(&d->api_owner, &expected, &thread_mark,
+						    memory_order_release, memory_order_acquire))
 		return 0;
 	return expected == &thread_mark ? 0 : -EPERM;
 }
@@ -192,8 +195,9 @@ int uvsock_dev_link(struct uvsock_dev *a, struct uvsock_dev *b)
 	struct vsock_dev *da = dev_of(a), *db = dev_of(b);
 
 	if (!a || !b || da->api_thread || db->api_thread ||
-	    __atomic_load_n(&da->api_owner, __ATOMIC_ACQUIRE) ||
-	    __atomic_load_n(&db->api_owner, __ATOMIC_ACQUIRE))
+	    /* acquire: as in caller_ok */
+	    atomic_load_explicit(&da->api_owner, memory_order_acquire) ||
+	    atomic_load_explicit(&db->api_owner, memory_order_acquire))
 		return -EINVAL;
 	return vsock_dev_link_sibling(da, db);
 }
@@ -234,7 +238,8 @@ int uvsock_dev_start(struct uvsock_dev *u)
 		return -r;
 	d->api_thread = true;
 	/* Wait until the thread runs its loop: afterwards every call goes through dev_call. */
-	while (!__atomic_load_n(&d->thread_running, __ATOMIC_ACQUIRE))
+	/* acquire: pairs with the release in vsock_dev_run (d->thread is set). */
+	while (!atomic_load_explicit(&d->thread_running, memory_order_acquire))
 		sched_yield();
 	return dev_call(d, kick_all, NULL);
 }
@@ -472,26 +477,27 @@ void uvsock_dev_get_stats(struct uvsock_dev *u, struct uvsock_dev_stats *ret)
 	struct vsock_dev *d = dev_of(u);
 	struct vsock_dev_status st;
 	struct vsock_dev_stats ds;
-	uint64_t total;
+	struct ops_vm_counters c;
 
 	vsock_dev_get_status(d, &st);
 	vsock_dev_get_stats(d, &ds);
+	/* Connections and refusals summed over every session of the device (see struct
+	 * vsock_dev_status); host_connects_refused: refused by the device (no host listener,
+	 * connection limit, host connect timeout) plus refused by the engine before the device saw
+	 * them (accept queue full, or no socket left under max_conns + 8): every one got an RST. */
+	vsock_dev_counters_from(&c, &ds, &st.eng_total, st.listeners);
 	memset(ret, 0, sizeof(*ret));
-	ret->tx_pkts = ds.tx_pkts;
-	ret->tx_bytes = ds.tx_bytes;
-	ret->rx_pkts = ds.rx_pkts;
-	ret->rx_bytes = ds.rx_bytes;
+	ret->tx_pkts = OPS_CTR_GET(&c, tx_pkts);
+	ret->tx_bytes = OPS_CTR_GET(&c, tx_bytes);
+	ret->rx_pkts = OPS_CTR_GET(&c, rx_pkts);
+	ret->rx_bytes = OPS_CTR_GET(&c, rx_bytes);
+	/* Only what the device itself dropped (the engine's header drops are not counted here). */
 	ret->dropped = ds.tx_bad_chain + ds.tx_bad_src_cid + ds.tx_bad_dst_cid + ds.sibling_dropped;
-	ret->ring_errors = ds.ring_errors;
+	ret->ring_errors = OPS_CTR_GET(&c, ring_errors);
 	ret->interrupts = ds.interrupts;
-	ret->conns_open = st.eng_total.socks_open > st.listeners
-				  ? st.eng_total.socks_open - st.listeners : 0;
-	total = st.eng_total.socks_total;
-	ret->conns_total = total > st.listeners ? total - st.listeners : 0;
-	/* Refused by the device (no host listener, connection limit, host connect timeout) plus
-	 * refused by the engine before the device saw them (its only listeners are the device's:
-	 * accept queue full, or no socket left under max_conns + 8): every one got an RST. */
-	ret->host_connects_refused = ds.guest_conns_refused + st.eng_total.backlog_refused;
+	ret->conns_open = OPS_CTR_GET(&c, conns_open);
+	ret->conns_total = OPS_CTR_GET(&c, conns_total);
+	ret->host_connects_refused = OPS_CTR_GET(&c, host_connects_refused);
 	ret->broken = st.broken;
 	ret->running = st.have_engine;
 }

@@ -34,6 +34,7 @@
 #include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/uds.h"
 
 #define HOST_IOV_MAX 32
 /* Host bytes moved to the guest per readiness event of one connection (fairness). */
@@ -173,44 +174,52 @@ static void uds_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 
 	(void)l;
 	(void)events;
-	uds_accept(d, fd, fd == d->uds_seq_fd);
+	uds_accept(d, fd, fd == d->uds_seq_l.fd);
 	dev_settle(d);
+}
+
+/* Listens on path for host programs (a stale socket file is replaced; a live one is not ours). */
+static int listen_one(struct vsock_dev *d, const char *path, int type, struct uds_listener *l,
+		      struct loop_watch **w)
+{
+	int r = uds_listen(path, type, 128, 0, l);
+
+	if (r < 0) {
+		l->fd = -1;
+		dev_log_listen_error(d, path, r);
+		return r;
+	}
+	if (l->flags & UDS_REPLACED_STALE)
+		log_info("%s: replaced the stale socket file %s", d->name, path);
+	return loop_watch_add(d->loop, l->fd, EPOLLIN, uds_listen_cb, d, w);
+}
+
+/* Stops listening and removes the socket file if it is still the one we bound. */
+static void close_one(const char *path, struct uds_listener *l, struct loop_watch **w)
+{
+	if (l->fd < 0)
+		return;
+	loop_watch_del(*w);
+	*w = NULL;
+	close(l->fd);
+	(void)uds_unlink_owned(path, l);
+	l->fd = -1;
 }
 
 int host_open_listeners(struct vsock_dev *d)
 {
 	int r;
 
-	r = dev_listen_unix(d->uds_path, SOCK_STREAM, &d->uds_fd);
-	if (r < 0) {
-		log_error("%s: cannot listen on %s: %s", d->name, d->uds_path, strerror(-r));
-		return r;
-	}
-	r = loop_watch_add(d->loop, d->uds_fd, EPOLLIN, uds_listen_cb, d, &d->uds_w);
+	r = listen_one(d, d->uds_path, SOCK_STREAM, &d->uds_l, &d->uds_w);
 	if (r < 0)
 		return r;
-	r = dev_listen_unix(d->uds_seq_path, SOCK_SEQPACKET, &d->uds_seq_fd);
-	if (r < 0) {
-		log_error("%s: cannot listen on %s: %s", d->name, d->uds_seq_path, strerror(-r));
-		return r;
-	}
-	return loop_watch_add(d->loop, d->uds_seq_fd, EPOLLIN, uds_listen_cb, d, &d->uds_seq_w);
+	return listen_one(d, d->uds_seq_path, SOCK_SEQPACKET, &d->uds_seq_l, &d->uds_seq_w);
 }
 
 void host_close_listeners(struct vsock_dev *d)
 {
-	if (d->uds_fd >= 0) {
-		loop_watch_del(d->uds_w);
-		close(d->uds_fd);
-		unlink(d->uds_path);
-		d->uds_fd = -1;
-	}
-	if (d->uds_seq_fd >= 0) {
-		loop_watch_del(d->uds_seq_w);
-		close(d->uds_seq_fd);
-		unlink(d->uds_seq_path);
-		d->uds_seq_fd = -1;
-	}
+	close_one(d->uds_path, &d->uds_l, &d->uds_w);
+	close_one(d->uds_seq_path, &d->uds_seq_l, &d->uds_seq_w);
 }
 
 /* The CONNECT line is complete: connect to the guest's port. */

@@ -40,6 +40,7 @@
 #include "driver/rxsize.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/time.h"
 #include "vhost_user/frontend.h"
 #include "vring/vring.h"
 #include "vring/vring_drv.h"
@@ -105,14 +106,6 @@ struct vdrv {
 
 /* The driver whose I/O thread is the current thread, if any. */
 static __thread struct vdrv *tls_io;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void vdrv_config_default(struct vdrv_config *cfg)
 {
@@ -464,7 +457,7 @@ static bool ring_work(struct vdrv *d)
  */
 static void final_flush(struct vdrv *d)
 {
-	uint64_t until = now_ns() + FLUSH_MS * 1000000ull;
+	uint64_t until = mono_ns() + FLUSH_MS * NS_PER_MS;
 
 	while (!atomic_load(&d->dead)) {
 		struct pollfd p = { .fd = d->tx_call, .events = POLLIN };
@@ -473,7 +466,7 @@ static void final_flush(struct vdrv *d)
 		tx_pass(d);
 		if (d->tx_nfree == d->ntx && !vsock_engine_has_pending(d->e))
 			break;
-		if (now_ns() >= until)
+		if (mono_ns() >= until)
 			break;
 		if (vring_drv_enable_cb(d->tx))
 			continue;
@@ -508,7 +501,7 @@ static void *io_main(void *arg)
 		} else {
 			busy |= tx_discard(d);
 		}
-		now = now_ns();
+		now = mono_ns();
 		deadline = vsock_engine_next_deadline(d->e);
 		if (deadline <= now) {
 			vsock_engine_run_timers(d->e);
@@ -520,7 +513,7 @@ static void *io_main(void *arg)
 			uint64_t until = now + (uint64_t)d->cfg.busy_poll_us * 1000u;
 			bool work = false;
 
-			while (!(work = ring_work(d)) && now_ns() < until && !atomic_load(&d->stop))
+			while (!(work = ring_work(d)) && mono_ns() < until && !atomic_load(&d->stop))
 				;
 			if (work)
 				continue;
@@ -551,7 +544,7 @@ static void *io_main(void *arg)
 					 (dead ? VDRV_SLEPT_DEAD : 0u));
 		timeout = POLL_MAX_MS;
 		deadline = vsock_engine_next_deadline(d->e);
-		now = now_ns();
+		now = mono_ns();
 		if (deadline != UINT64_MAX) {
 			uint64_t ms = deadline > now ? (deadline - now + 999999u) / 1000000u : 0;
 

@@ -15,7 +15,7 @@
  *     socket lookup and lock per run of same-flow packets, readable events deferred to the end of
  *     the batch), pulls what the engine has to send, and runs the engine's timers.
  *
- * The protocol engine is not created here: the caller (src/driver/guest_ctx.c, the socket API's
+ * The protocol engine is not created here: the caller (src/lib/guest.c, the socket API's
  * guest transport) creates it with the CID this module read and attaches it with vdrv_start().
  *
  * Notifications use the event index both ways when the back-end offers it: while the I/O thread
@@ -105,8 +105,10 @@ int vdrv_start(struct vdrv *d, struct vsock_engine *e);
 void vdrv_tx_ready(struct vdrv *d);
 
 /*
- * TRANSPORT_RESET as Linux handles it (reference 1.8): re-reads the guest CID with GET_CONFIG,
- * then every connected or connecting socket becomes closed with ECONNRESET (no RST is sent) and
+ * TRANSPORT_RESET as Linux handles it (net/vmw_vsock/virtio_transport.c,
+ * virtio_vsock_event_handle() and virtio_vsock_reset_sock()): re-reads the guest CID with
+ * GET_CONFIG, then every connected or connecting socket becomes closed with ECONNRESET (no RST
+ * is sent) and
  * listeners survive, adopting the new CID. With vhost-user the event queue belongs to the VMM,
  * so this is how a VMM (or a test) delivers the event. Returns 0 or a front-end error (then the
  * sockets are still reset, with the old CID kept).

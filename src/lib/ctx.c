@@ -15,14 +15,7 @@
 #include <unistd.h>
 
 #include "lib/ctx.h"
-
-uint64_t uvsock_now_ns_(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "util/time.h"
 
 int uvsock_futex_wait_(atomic_uint *word, unsigned val, uint64_t deadline_ns)
 {
@@ -30,8 +23,8 @@ int uvsock_futex_wait_(atomic_uint *word, unsigned val, uint64_t deadline_ns)
 	long r;
 
 	if (deadline_ns != UINT64_MAX) {
-		ts.tv_sec = (time_t)(deadline_ns / 1000000000ull);
-		ts.tv_nsec = (long)(deadline_ns % 1000000000ull);
+		ts.tv_sec = (time_t)(deadline_ns / NS_PER_SEC);
+		ts.tv_nsec = (long)(deadline_ns % NS_PER_SEC);
 		tsp = &ts;
 	}
 	/* Absolute CLOCK_MONOTONIC timeout: FUTEX_WAIT_BITSET takes an absolute time. */
@@ -49,7 +42,7 @@ void uvsock_futex_wake_(atomic_uint *word)
 
 static uint64_t ctx_now(void *opaque)
 {
-	return uvsock_now_ns_();
+	return mono_ns();
 }
 
 static void ctx_tx_ready(void *opaque)

@@ -71,9 +71,6 @@ int uvsock_ctx_create_(const struct uvsock_transport_ops *ops, void *tp,
 struct vsock_engine *uvsock_ctx_engine_(struct uvsock_ctx *ctx);
 void *uvsock_ctx_transport_(struct uvsock_ctx *ctx);
 
-/* CLOCK_MONOTONIC in ns; the engine's clock for every context. */
-uint64_t uvsock_now_ns_(void);
-
 /*
  * Waits until *word != val or the absolute CLOCK_MONOTONIC deadline (ns, UINT64_MAX = none).
  * Returns 0 (woken or value changed, may be spurious), -ETIMEDOUT.

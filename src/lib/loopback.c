@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "lib/lib.h"
+#include "util/time.h"
 
 #define LB_BATCH 32
 #define LB_ARENA (512u * 1024u)
@@ -162,7 +163,7 @@ static void *timer_main(void *arg)
 
 	pthread_mutex_lock(&lb->tmu);
 	while (!lb->stopping) {
-		uint64_t now = uvsock_now_ns_(), d, until;
+		uint64_t now = mono_ns(), d, until;
 		struct timespec ts;
 
 		d = vsock_engine_next_deadline(lb->e);
@@ -175,8 +176,8 @@ static void *timer_main(void *arg)
 		}
 		until = d - now > LB_TIMER_MAX_SLEEP_NS ? now + LB_TIMER_MAX_SLEEP_NS : d;
 		atomic_store(&lb->timer_target, d);
-		ts.tv_sec = (time_t)(until / 1000000000ull);
-		ts.tv_nsec = (long)(until % 1000000000ull);
+		ts.tv_sec = (time_t)(until / NS_PER_SEC);
+		ts.tv_nsec = (long)(until % NS_PER_SEC);
 		pthread_cond_timedwait(&lb->tcond, &lb->tmu, &ts);
 	}
 	pthread_mutex_unlock(&lb->tmu);

@@ -37,9 +37,10 @@
 #include <unistd.h>
 
 #include "lib/ctx.h"
+#include "util/iov.h"
 #include "util/macros.h"
+#include "util/time.h"
 
-#define NS_PER_S 1000000000ull
 #define NS_PER_US 1000ull
 #define NO_DEADLINE UINT64_MAX
 /* SO_RCVTIMEO/SO_SNDTIMEO value meaning "do not wait" (a negative tv_sec, as Linux). */
@@ -291,7 +292,7 @@ static int sock_wait(struct usock *us, unsigned seq, uint64_t deadline)
 {
 	int r = 0;
 
-	if (deadline != NO_DEADLINE && uvsock_now_ns_() >= deadline)
+	if (deadline != NO_DEADLINE && mono_ns() >= deadline)
 		return -ETIMEDOUT;
 	atomic_fetch_add(&us->waiters, 1);
 	atomic_store(&us->wake_arm, ARM_BIT | seq);
@@ -305,7 +306,7 @@ static uint64_t deadline_after(uint64_t timeo_ns)
 {
 	if (timeo_ns == 0)
 		return NO_DEADLINE;
-	return uvsock_now_ns_() + timeo_ns;
+	return mono_ns() + timeo_ns;
 }
 
 /* Locks m before the deadline; with deadline 0 only tries. Returns 0 or -EAGAIN. */
@@ -319,8 +320,8 @@ static int lock_until(pthread_mutex_t *m, bool nonblock, uint64_t deadline)
 		pthread_mutex_lock(m);
 		return 0;
 	}
-	ts.tv_sec = (time_t)(deadline / NS_PER_S);
-	ts.tv_nsec = (long)(deadline % NS_PER_S);
+	ts.tv_sec = (time_t)(deadline / NS_PER_SEC);
+	ts.tv_nsec = (long)(deadline % NS_PER_SEC);
 	return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts) == 0 ? 0 : -EAGAIN;
 }
 
@@ -693,48 +694,6 @@ out:
 
 /* ---- Data ------------------------------------------------------------------------------- */
 
-#define IOV_MAX_ 1024
-
-/* Validates an iovec array and returns its total length, or -EINVAL / -EMSGSIZE. */
-static ssize_t iov_total(const struct iovec *iov, size_t n)
-{
-	size_t total = 0;
-
-	if (n > IOV_MAX_)
-		return -EMSGSIZE;
-	if (n && !iov)
-		return -EINVAL;
-	for (size_t i = 0; i < n; i++) {
-		if (iov[i].iov_len && !iov[i].iov_base)
-			return -EINVAL;
-		if (iov[i].iov_len > (size_t)SSIZE_MAX - total)
-			return -EINVAL;
-		total += iov[i].iov_len;
-	}
-	return (ssize_t)total;
-}
-
-/*
- * Copies the iovec array `src` (n entries) into dst, skipping the first `skip` bytes.
- * Returns the number of entries written to dst (at most n).
- */
-static int iov_skip(const struct iovec *src, int n, size_t skip, struct iovec *dst)
-{
-	int k = 0;
-
-	for (int i = 0; i < n; i++) {
-		if (skip >= src[i].iov_len) {
-			skip -= src[i].iov_len;
-			continue;
-		}
-		dst[k].iov_base = (char *)src[i].iov_base + skip;
-		dst[k].iov_len = src[i].iov_len - skip;
-		skip = 0;
-		k++;
-	}
-	return k;
-}
-
 /* Linux's checks for a send that moves no bytes (len 0): EPIPE, ENOTCONN, else 0. */
 static int send_zero_len(struct usock *us)
 {
@@ -750,7 +709,7 @@ static int send_zero_len(struct usock *us)
 
 /*
  * State of one sendmsg/recvmsg call between sock_io_begin and sock_io_end: the scratch iovec the
- * loop fills with iov_skip, whether it may block, and its deadline.
+ * loop fills with sock_io_round, whether it may block, and its deadline.
  */
 struct sock_io {
 	struct iovec stack_iov[16];
@@ -786,12 +745,40 @@ static int sock_io_begin(struct usock *us, struct sock_io *io, const struct msgh
 	return r;
 }
 
-/* Ends a data call started by sock_io_begin: unlocks mu, frees the scratch iovec. */
-static void sock_io_end(struct sock_io *io, pthread_mutex_t *mu)
+/*
+ * Ends a data call started by sock_io_begin: unlocks mu, frees the scratch iovec. Returns the
+ * call's result: the `total` bytes moved if any (STREAM: a partial count wins over the error
+ * that stopped the loop), else r.
+ */
+static ssize_t sock_io_end(struct sock_io *io, pthread_mutex_t *mu, ssize_t total, ssize_t r)
 {
 	pthread_mutex_unlock(mu);
 	if (io->iov != io->stack_iov)
 		free(io->iov);
+	return total > 0 ? total : r;
+}
+
+/* The last step of every data call: poll state refreshed, the reference dropped, errno set. */
+static ssize_t sock_data_done(struct usock *us, ssize_t r)
+{
+	pollfd_refresh(us);
+	sock_put(us);
+	return ret_errno_ssize(r);
+}
+
+/*
+ * Starts one round of a send or recv loop: notes the event sequence the round may wait on
+ * (*seq) and points io->iov at what is left of msg's iovecs after `done` of `len` bytes.
+ * Returns the entry count, or -EBADF if the socket was closed meanwhile.
+ */
+static int sock_io_round(struct usock *us, struct sock_io *io, const struct msghdr *msg,
+			 size_t done, size_t len, unsigned *seq)
+{
+	*seq = atomic_load(&us->evseq);
+	if (atomic_load(&us->closed))
+		return -EBADF;
+	return iov_slice(msg->msg_iov, msg->msg_iovlen, done, len - done, io->iov,
+			 msg->msg_iovlen);
 }
 
 ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
@@ -816,7 +803,7 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 		r = vsock_sock_state(us->vs) == VSOCK_SS_CONNECTED ? -EISCONN : -EOPNOTSUPP;
 		goto out_put;
 	}
-	len = iov_total(msg->msg_iov, msg->msg_iovlen);
+	len = iov_check(msg->msg_iov, msg->msg_iovlen);
 	if (len < 0) {
 		r = len;
 		goto out_put;
@@ -829,13 +816,8 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 	r = sock_io_begin(us, &io, msg, flags, &us->sndtimeo, &us->tx_mu);
 	if (r < 0)
 		goto out_put;
-	for (;;) {
-		seq = atomic_load(&us->evseq);
-		if (atomic_load(&us->closed)) {
-			r = -EBADF;
-			break;
-		}
-		n = iov_skip(msg->msg_iov, (int)msg->msg_iovlen, (size_t)total, io.iov);
+	/* Each round: what is left of msg's iovecs, or the socket closed meanwhile (n < 0). */
+	while ((n = sock_io_round(us, &io, msg, (size_t)total, (size_t)len, &seq)) >= 0) {
 		r = vsock_sock_send(us->vs, io.iov, n, eflags);
 		if (r > 0) {
 			total += r;
@@ -846,14 +828,9 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 		if (!sock_retry(us, r, seq, io.nonblock, io.deadline))
 			break;
 	}
-	sock_io_end(&io, &us->tx_mu);
-	/* STREAM: a partial count wins over the error that stopped the loop. */
-	if (total > 0)
-		r = total;
+	r = sock_io_end(&io, &us->tx_mu, total, n < 0 ? n : r);
 out_put:
-	pollfd_refresh(us);
-	sock_put(us);
-	return ret_errno_ssize(r);
+	return sock_data_done(us, r);
 }
 
 ssize_t uvsock_send(int fd, const void *buf, size_t len, int flags)
@@ -897,7 +874,7 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 		r = -EOPNOTSUPP;
 		goto out_put;
 	}
-	len = iov_total(msg->msg_iov, msg->msg_iovlen);
+	len = iov_check(msg->msg_iov, msg->msg_iovlen);
 	if (len < 0) {
 		r = len;
 		goto out_put;
@@ -922,13 +899,8 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 	r = sock_io_begin(us, &io, msg, flags, &us->rcvtimeo, &us->rx_mu);
 	if (r < 0)
 		goto out_put;
-	for (;;) {
-		seq = atomic_load(&us->evseq);
-		if (atomic_load(&us->closed)) {
-			r = -EBADF;
-			break;
-		}
-		n = iov_skip(msg->msg_iov, (int)msg->msg_iovlen, (size_t)total, io.iov);
+	/* Each round: what is left of msg's iovecs, or the socket closed meanwhile (n < 0). */
+	while ((n = sock_io_round(us, &io, msg, (size_t)total, (size_t)len, &seq)) >= 0) {
 		mflags = 0;
 		r = vsock_sock_recv(us->vs, io.iov, n, eflags, &mflags);
 		if (r == -EINVAL && vsock_sock_state(us->vs) == VSOCK_SS_LISTEN)
@@ -939,20 +911,15 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 				break;
 			continue;
 		}
-		if (r >= 0) {
+		if (r < 0 && sock_retry(us, r, seq, io.nonblock, io.deadline))
+			continue;
+		if (r >= 0)
 			msg->msg_flags = mflags;
-			break;
-		}
-		if (!sock_retry(us, r, seq, io.nonblock, io.deadline))
-			break;
+		break;
 	}
-	sock_io_end(&io, &us->rx_mu);
-	if (total > 0)
-		r = total;
+	r = sock_io_end(&io, &us->rx_mu, total, n < 0 ? n : r);
 out_put:
-	pollfd_refresh(us);
-	sock_put(us);
-	return ret_errno_ssize(r);
+	return sock_data_done(us, r);
 }
 
 ssize_t uvsock_recv(int fd, void *buf, size_t len, int flags)
@@ -998,10 +965,10 @@ static int timeval_to_ns(const void *val, socklen_t len, bool allow_negative, ui
 		*ret = TIMEO_IMMEDIATE;
 		return 0;
 	}
-	if ((uint64_t)tv.tv_sec > (UINT64_MAX / NS_PER_S) - 1)
+	if ((uint64_t)tv.tv_sec > (UINT64_MAX / NS_PER_SEC) - 1)
 		*ret = 0;
 	else
-		*ret = (uint64_t)tv.tv_sec * NS_PER_S + (uint64_t)tv.tv_usec * NS_PER_US;
+		*ret = (uint64_t)tv.tv_sec * NS_PER_SEC + (uint64_t)tv.tv_usec * NS_PER_US;
 	return 0;
 }
 
@@ -1010,8 +977,8 @@ static int ns_to_timeval(uint64_t ns, void *val, socklen_t *len, bool truncate)
 	struct timeval tv = { 0 };
 
 	if (ns != TIMEO_IMMEDIATE) {
-		tv.tv_sec = (time_t)(ns / NS_PER_S);
-		tv.tv_usec = (suseconds_t)((ns % NS_PER_S + NS_PER_US - 1) / NS_PER_US);
+		tv.tv_sec = (time_t)(ns / NS_PER_SEC);
+		tv.tv_usec = (suseconds_t)((ns % NS_PER_SEC + NS_PER_US - 1) / NS_PER_US);
 		if (tv.tv_usec == 1000000) {
 			tv.tv_sec++;
 			tv.tv_usec = 0;
@@ -1078,11 +1045,11 @@ int uvsock_setsockopt(int fd, int level, int optname, const void *optval, sockle
 			memcpy(&tv, optval, sizeof(tv));
 			if (tv.tv_sec < 0 || tv.tv_usec < 0 || tv.tv_usec >= 1000000 ||
 			    (uint64_t)tv.tv_sec >= CONNECT_TIMEOUT_MAX_S ||
-			    (uint64_t)tv.tv_sec > UINT64_MAX / NS_PER_S - 1) {
+			    (uint64_t)tv.tv_sec > UINT64_MAX / NS_PER_SEC - 1) {
 				r = -ERANGE;
 				goto out;
 			}
-			v = (uint64_t)tv.tv_sec * NS_PER_S + (uint64_t)tv.tv_usec * NS_PER_US;
+			v = (uint64_t)tv.tv_sec * NS_PER_SEC + (uint64_t)tv.tv_usec * NS_PER_US;
 		} else {
 			if (!optval || optlen < (socklen_t)sizeof(v)) {
 				r = -EINVAL;
@@ -1204,9 +1171,8 @@ int uvsock_getsockopt(int fd, int level, int optname, void *optval, socklen_t *o
 	case SO_ACCEPTCONN:
 		r = int_out(vsock_sock_state(us->vs) == VSOCK_SS_LISTEN, optval, optlen);
 		break;
-	default:
+	default: /* an option we do not know */
 		r = -ENOPROTOOPT;
-		break;
 	}
 out:
 	sock_put(us);
@@ -1328,7 +1294,7 @@ static int poll_scan(struct pollfd *fds, nfds_t nfds, struct pollfd *kfds, bool 
 int uvsock_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 {
 	uint64_t deadline = timeout_ms < 0 ? NO_DEADLINE
-					   : uvsock_now_ns_() + (uint64_t)timeout_ms * 1000000ull;
+					   : mono_ns() + (uint64_t)timeout_ms * NS_PER_MS;
 	struct pollfd *kfds;
 	int ready;
 
@@ -1339,7 +1305,7 @@ int uvsock_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 		return ret_errno(-ENOMEM);
 	ready = poll_scan(fds, nfds, kfds, true);
 	while (ready == 0) {
-		uint64_t now = uvsock_now_ns_();
+		uint64_t now = mono_ns();
 		int ms;
 
 		if (now >= deadline)

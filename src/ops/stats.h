@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Per-VM counters of uvsockd: the numbers an operator reads with `uvsock-stat` (docs/operations.md
- * says what each one means). One struct ops_vm_counters per VM, written by that VM's thread only
- * (single writer, plain load + relaxed atomic store: the same instructions as `x += n` on every
- * 64-bit target we build for, so the data path pays nothing extra), read from the control thread
- * with relaxed atomic loads (each value is whole; the set is a "consistent enough" snapshot, as
- * /proc/net/snmp).
+ * says what each one means). The fields are C11 atomics so that one struct ops_vm_counters can be
+ * written by one thread (OPS_CTR_ADD: single writer, relaxed load + relaxed store, the same
+ * instructions as `x += n` on every 64-bit target we build for, so the data path pays nothing
+ * extra) while another reads it (ops_counters_read: relaxed loads; each value is whole, the set
+ * is a "consistent enough" snapshot, as /proc/net/snmp). A snapshot is a struct of the same type
+ * owned by its reader.
  *
- * ops_counters_from_sources() builds the same model from the counters the device role
- * (struct vsock_dev_stats) and the engine (struct vsock_engine_stats) already keep, so that the
- * daemon can serve the model before the device counts into it natively.
+ * The device role builds this model from the counters it and its engine keep
+ * (vsock_dev_counters_from in src/device/counters.c); this file is only the model.
  *
  * OPS_VM_COUNTERS() lists the scalar fields once; the JSON writer, the JSON reader of uvsock-stat
  * and the tests iterate it, so a new counter is one line here.
@@ -17,12 +17,11 @@
 #ifndef UVSOCK_OPS_STATS_H
 #define UVSOCK_OPS_STATS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "vsock/engine.h"
-
-struct vsock_dev_stats;
 
 /* Why the device dropped a guest packet without handing it to the engine or a sibling. */
 enum ops_drop_reason {
@@ -51,16 +50,21 @@ enum ops_drop_reason {
 	  "guest connects refused on the host side (nobody listening at <uds-path>_<port>)")
 
 struct ops_vm_counters {
-#define OPS_X_FIELD_(f, name, help) uint64_t f;
+#define OPS_X_FIELD_(f, name, help) _Atomic uint64_t f;
 	OPS_VM_COUNTERS(OPS_X_FIELD_)
 #undef OPS_X_FIELD_
-	uint64_t dropped[_OPS_DROP_MAX];
+	_Atomic uint64_t dropped[_OPS_DROP_MAX];
 };
 
 /* Single-writer update (VM thread only). n may be "negative" for the gauge: (uint64_t)-1. */
 #define OPS_CTR_ADD(ctrs, field, n)                                                                \
-	__atomic_store_n(&(ctrs)->field, (ctrs)->field + (uint64_t)(n), __ATOMIC_RELAXED)
+	atomic_store_explicit(&(ctrs)->field,                                                      \
+			      atomic_load_explicit(&(ctrs)->field, memory_order_relaxed) +         \
+				      (uint64_t)(n),                                               \
+			      memory_order_relaxed)
 #define OPS_CTR_INC(ctrs, field) OPS_CTR_ADD(ctrs, field, 1)
+/* One counter's value (relaxed: whole, orders nothing). Any thread. */
+#define OPS_CTR_GET(ctrs, field) atomic_load_explicit(&(ctrs)->field, memory_order_relaxed)
 #define OPS_CTR_DEC(ctrs, field) OPS_CTR_ADD(ctrs, field, (uint64_t)-1)
 #define OPS_CTR_DROP(ctrs, reason) OPS_CTR_ADD(ctrs, dropped[reason], 1)
 
@@ -75,17 +79,6 @@ void ops_counters_read(const struct ops_vm_counters *src, struct ops_vm_counters
 
 /* acc += c, field by field (the gauge too). For totals over VMs or over engine lifetimes. */
 void ops_counters_add(struct ops_vm_counters *acc, const struct ops_vm_counters *c);
-
-/*
- * Builds the model from what the device and its engine count today: packets, bytes, ring
- * errors, spoofed/no-route/malformed drops and refused connects from d; RSTs, credit stalls,
- * header drops by reason (op, type, oversize, the rest as malformed) and connections from e.
- * e may be NULL (no engine: no VMM connected); `listeners` is how many of e's sockets are
- * listeners of the device itself, not connections (subtracted from socks_open/socks_total).
- * Pure; ret is fully overwritten.
- */
-void ops_counters_from_sources(struct ops_vm_counters *ret, const struct vsock_dev_stats *d,
-			       const struct vsock_engine_stats *e, unsigned listeners);
 
 /* What the control thread gathers for one VM (ops_ctl_ops.vm_stats fills it). */
 struct ops_vm_stats {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "device/device.h"
+#include "ops/stats.h"
 #include "test.h"
 #include "util/log.h"
 #include "util/loop.h"
@@ -1105,6 +1106,62 @@ TEST(ring_error_marks_device_broken_until_restart)
 	ASSERT_EQ(st.ring_errors, 1);
 	tg_disconnect(&g);
 	tdev_stop(&t);
+}
+
+/*
+ * The operators' counters are built from the device's and the engine's counters in one place
+ * (vsock_dev_counters_from): every source field lands in its model field, the device's own
+ * listeners are not connections, and a missing source leaves its fields zero.
+ */
+TEST(operator_counters_mapping)
+{
+	struct vsock_dev_stats ds = { 0 };
+	struct vsock_engine_stats es = { 0 };
+	struct ops_vm_counters m;
+
+	ds.tx_pkts = 1;
+	ds.tx_bytes = 2;
+	ds.rx_pkts = 3;
+	ds.rx_bytes = 4;
+	ds.ring_errors = 5;
+	ds.guest_conns_refused = 6;
+	ds.tx_bad_src_cid = 7;
+	ds.tx_bad_dst_cid = 8;
+	ds.sibling_dropped = 9;
+	ds.tx_bad_chain = 10;
+	es.socks_open = 3;
+	es.socks_total = 30;
+	es.rst_sent = 11;
+	es.rst_received = 12;
+	es.credit_stalls = 13;
+	es.backlog_refused = 14;
+	for (unsigned i = 0; i < _VSOCK_HDR_ERROR_MAX; i++)
+		es.rx_dropped[i] = 100u << i;
+	vsock_dev_counters_from(&m, &ds, &es, 2);
+	ASSERT_EQ_U64(m.tx_pkts + m.tx_bytes + m.rx_pkts + m.rx_bytes, 10);
+	ASSERT_EQ_U64(m.ring_errors, 5);
+	ASSERT_EQ_U64(m.host_connects_refused, 6 + 14);
+	ASSERT_EQ_U64(m.conns_open, 1);
+	ASSERT_EQ_U64(m.conns_total, 28);
+	ASSERT_EQ_U64(m.rst_sent + m.rst_received + m.credit_stalls, 36);
+	ASSERT_EQ_U64(m.dropped[OPS_DROP_SPOOFED_CID], 7);
+	ASSERT_EQ_U64(m.dropped[OPS_DROP_NO_ROUTE], 17);
+	ASSERT_EQ_U64(m.dropped[OPS_DROP_BAD_OP], es.rx_dropped[VSOCK_HDR_BAD_OP]);
+	ASSERT_EQ_U64(m.dropped[OPS_DROP_BAD_TYPE], es.rx_dropped[VSOCK_HDR_BAD_TYPE]);
+	ASSERT_EQ_U64(m.dropped[OPS_DROP_OVERSIZE], es.rx_dropped[VSOCK_HDR_OVERSIZE]);
+	ASSERT_EQ_U64(m.dropped[OPS_DROP_MALFORMED],
+		      10 + es.rx_dropped[VSOCK_HDR_BAD_CID] + es.rx_dropped[VSOCK_HDR_BAD_LEN] +
+			      es.rx_dropped[VSOCK_HDR_BAD_FLAGS]);
+
+	vsock_dev_counters_from(&m, NULL, &es, 5);
+	ASSERT_EQ_U64(m.tx_pkts, 0);
+	ASSERT_EQ_U64(m.conns_open, 0);
+	ASSERT_EQ_U64(m.dropped[OPS_DROP_MALFORMED], es.rx_dropped[VSOCK_HDR_BAD_CID] +
+		      es.rx_dropped[VSOCK_HDR_BAD_LEN] + es.rx_dropped[VSOCK_HDR_BAD_FLAGS]);
+	vsock_dev_counters_from(&m, &ds, NULL, 2);
+	ASSERT_EQ_U64(m.rst_sent, 0);
+	ASSERT_EQ_U64(m.host_connects_refused, 6);
+	ASSERT_EQ_U64(m.dropped[OPS_DROP_MALFORMED], 10);
 }
 
 TEST_MAIN()

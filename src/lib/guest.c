@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The socket API's guest transport: uvsock_ctx_new_guest() builds a vdrv (driver.h), creates
+ * The socket API's guest transport (include/uvsock/guest.h), beside the loopback one
+ * (loopback.c): uvsock_ctx_new_guest() builds a vdrv (src/driver/driver.h), creates
  * the context's engine with the CID the back-end reported, and attaches the two. The context
  * calls back into here through struct uvsock_transport_ops (src/lib/lib.h).
  *
@@ -158,7 +159,8 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 	vsock_engine_config_default(&cfg);
 	cfg.local_cid = vdrv_guest_cid(g->d);
 	cfg.max_socks = o.max_sockets ? o.max_sockets : 65536;
-	/* Linux stops taking RX while queued replies reach the RX ring size (reference 5.5). */
+	/* Linux stops taking RX while queued replies reach the RX ring size (docs/vsock-protocol.md
+	 * §5; Linux net/vmw_vsock/virtio_transport.c, virtio_transport_more_replies()). */
 	cfg.reply_limit = dc.queue_size;
 	cfg.seqpacket = vdrv_seqpacket(g->d);
 	if (o.buf_size) {

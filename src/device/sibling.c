@@ -1,0 +1,520 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The sibling port of a device (device.h: guest-to-guest routing between devices of one
+ * process, as vhost-device-vsock's groups): the reference-counted struct sib_port with its
+ * bounded inbox (device_internal.h), the hand-off of our guest's packets to a sibling's inbox
+ * (copied; staged with a stall limit while the target is full, dropped once it is congested),
+ * the delivery of our inbox to our guest's RX ring in pieces (dev_sib_pull, for rx_fill in
+ * device.c), the wakeups between the devices' loops, linking (vsock_dev_link_sibling), and the
+ * detach of a device that is freed while its siblings run (dev_sib_detach: what was queued for
+ * it is dropped and answered with an RST, as sib_gone does for what is sent to it later).
+ *
+ * Threads: everything here runs on the owning device's thread, except what touches another
+ * device's port: its inbox under inbox.lock, its wakeups only while it is not closed.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device_internal.h"
+#include "ops/vmlog.h"
+#include "util/iov.h"
+#include "util/log.h"
+#include "util/macros.h"
+
+/* ---- the ports and the inbox ----------------------------------------------------------------- */
+
+/* Packets in the inbox: exact under in->lock, a hint without it (relaxed: the lock, not count,
+ * publishes the packets). */
+static unsigned inbox_count(struct sib_inbox *in)
+{
+	return atomic_load_explicit(&in->count, memory_order_relaxed);
+}
+
+/* Appends p (room checked by the caller). Under in->lock. */
+static void inbox_put(struct sib_inbox *in, struct sib_pkt *p)
+{
+	unsigned n = inbox_count(in);
+
+	in->ring[(in->head + n) % DEV_INBOX_PKTS] = p;
+	atomic_store_explicit(&in->count, n + 1, memory_order_relaxed);
+}
+
+/* Removes the oldest packet (the inbox is not empty). Under in->lock. */
+static struct sib_pkt *inbox_get(struct sib_inbox *in)
+{
+	struct sib_pkt *p = in->ring[in->head];
+
+	in->head = (in->head + 1) % DEV_INBOX_PKTS;
+	atomic_store_explicit(&in->count, inbox_count(in) - 1, memory_order_relaxed);
+	return p;
+}
+
+struct sib_port *dev_sib_lookup(struct vsock_dev *d, uint64_t cid)
+{
+	unsigned lo = 0, hi = d->n_sibs;
+
+	while (lo < hi) {
+		unsigned mid = (lo + hi) / 2;
+		struct sib_port *s = d->sibs[mid];
+
+		if (s->cid == cid)
+			return s;
+		if (s->cid < cid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static void sib_port_unref(struct sib_port *p)
+{
+	/* acq_rel: each holder's use of p happens before the last one frees it. */
+	if (!p || atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	/* Closed by its device before the device's own reference went: the inbox is empty. */
+	pthread_mutex_destroy(&p->inbox.lock);
+	free(p);
+}
+
+static bool sib_port_closed(struct sib_port *p)
+{
+	return atomic_load_explicit(&p->closed, memory_order_relaxed);
+}
+
+/*
+ * Wakes the loop of p's device: its inbox_async (room false) or its room_async (room true),
+ * unless the device was freed. Under p's lock: vsock_dev_free closes p under it before it frees
+ * the loop the wakeups belong to.
+ */
+static void sib_port_signal(struct sib_port *p, bool room)
+{
+	pthread_mutex_lock(&p->inbox.lock);
+	if (!sib_port_closed(p))
+		loop_async_send(room ? p->room_async : p->inbox_async);
+	pthread_mutex_unlock(&p->inbox.lock);
+}
+
+/*
+ * Hands p to t's inbox. Returns 0, -ENOBUFS if full (t will wake our room_async later), -EBUSY
+ * if full and congested (drop p), or -EPIPE if t's device was freed (drop p).
+ */
+static int sib_push(struct sib_port *t, struct sib_pkt *p)
+{
+	struct sib_inbox *in = &t->inbox;
+	int r = 0;
+
+	pthread_mutex_lock(&in->lock);
+	if (sib_port_closed(t)) {
+		r = -EPIPE;
+	} else if (inbox_count(in) == DEV_INBOX_PKTS ||
+		   in->bytes + p->hdr.len > DEV_INBOX_BYTES) {
+		/* A congested target is not waited for: its guest is not taking packets. */
+		r = in->congested ? -EBUSY : -ENOBUFS;
+		if (r == -ENOBUFS)
+			in->want_room = true;
+	} else {
+		/* Published under the lock; count is also read without it as a hint. */
+		inbox_put(in, p);
+		in->bytes += p->hdr.len;
+	}
+	pthread_mutex_unlock(&in->lock);
+	return r;
+}
+
+/*
+ * Queues an RST from h's destination to h's source (a packet h sent to the sibling port t, whose
+ * device was freed) into t2's inbox, as Linux answers a packet for which no socket exists: the
+ * guest's connection to the freed VM fails at once instead of waiting for its own timeouts.
+ * Nothing is sent for an RST, if t2's inbox is full (the guest times out instead), or if t2 is
+ * closed too. Returns true if queued (the caller wakes t2's device).
+ */
+static bool sib_queue_rst(struct sib_port *t2, const struct vsock_hdr *h)
+{
+	struct sib_inbox *in = &t2->inbox;
+	struct sib_pkt *p;
+	bool queued = false;
+
+	if (h->op == VSOCK_OP_RST)
+		return false;
+	p = malloc(sizeof(*p));
+	if (!p)
+		return false;
+	p->hdr = (struct vsock_hdr){
+		.src_cid = h->dst_cid, .dst_cid = h->src_cid, .src_port = h->dst_port,
+		.dst_port = h->src_port, .type = h->type, .op = VSOCK_OP_RST,
+	};
+	p->off = 0;
+	pthread_mutex_lock(&in->lock);
+	if (!sib_port_closed(t2) && inbox_count(in) < DEV_INBOX_PKTS) {
+		inbox_put(in, p);
+		queued = true;
+	}
+	pthread_mutex_unlock(&in->lock);
+	if (!queued)
+		free(p);
+	return queued;
+}
+
+/*
+ * Our guest sent h to a sibling whose device was freed: dropped (counted as a sibling drop, which
+ * operators see as no_route) and answered with an RST from that CID (to be delivered by rx_fill).
+ */
+static void sib_gone(struct vsock_dev *d, const struct vsock_hdr *h)
+{
+	DEV_STAT_ADD(d, sibling_dropped, 1);
+	if (sib_queue_rst(d->port, h))
+		d->rx_more = true;
+}
+
+static void sib_wake_senders(struct vsock_dev *d)
+{
+	for (unsigned i = 0; i < d->n_sibs; i++)
+		sib_port_signal(d->sibs[i], true);
+}
+
+/* Takes the oldest packet of our inbox, or NULL. */
+static struct sib_pkt *sib_take(struct vsock_dev *d)
+{
+	struct sib_inbox *in = &d->port->inbox;
+	struct sib_pkt *p = NULL;
+	bool wake = false;
+
+	if (!inbox_count(in))
+		return NULL;
+	pthread_mutex_lock(&in->lock);
+	if (inbox_count(in)) {
+		p = inbox_get(in);
+		in->bytes -= p->hdr.len;
+		if (inbox_count(in) <= DEV_INBOX_PKTS / 2 && in->bytes <= DEV_INBOX_BYTES / 2) {
+			in->congested = false;
+			if (in->want_room) {
+				in->want_room = false;
+				wake = true;
+			}
+		}
+	}
+	pthread_mutex_unlock(&in->lock);
+	if (wake)
+		sib_wake_senders(d);
+	return p;
+}
+
+bool dev_sib_pending(struct vsock_dev *d)
+{
+	return d->rx_cur || inbox_count(&d->port->inbox);
+}
+
+/* Drops everything queued for our guest (RX not running). */
+void dev_sib_drop_all(struct vsock_dev *d)
+{
+	struct sib_pkt *p;
+
+	if (d->rx_cur) {
+		free(d->rx_cur);
+		d->rx_cur = NULL;
+		DEV_STAT_ADD(d, sibling_dropped, 1);
+	}
+	while ((p = sib_take(d))) {
+		free(p);
+		DEV_STAT_ADD(d, sibling_dropped, 1);
+	}
+}
+
+/*
+ * The sibling half of rx_fill: puts the next piece of the oldest sibling packet (taken from the
+ * inbox, or the one partly delivered) into piov (room bytes at most), vhost-style: each piece
+ * has its own header with len = piece, EOM/EOR only on the last piece. Returns the payload
+ * bytes put, or -EAGAIN if no packet is queued.
+ */
+ssize_t dev_sib_pull(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
+		     unsigned pn, size_t room)
+{
+	struct sib_pkt *p = d->rx_cur ? d->rx_cur : sib_take(d);
+	size_t left, n;
+
+	if (!p)
+		return -EAGAIN;
+	d->rx_cur = p;
+	left = p->hdr.len - p->off;
+	n = MIN(left, room);
+	*h = p->hdr;
+	h->len = (uint32_t)n;
+	if (n < left)
+		h->flags &= ~(VSOCK_SEQ_EOM | VSOCK_SEQ_EOR);
+	iov_write_at(piov, pn, 0, p->data + p->off, n);
+	p->off += (uint32_t)n;
+	if (p->off == p->hdr.len) {
+		free(p);
+		d->rx_cur = NULL;
+	}
+	return (ssize_t)n;
+}
+
+void dev_sib_wake_targets(struct vsock_dev *d)
+{
+	for (unsigned i = 0; i < d->n_wake; i++)
+		sib_port_signal(d->wake[i], false);
+	d->n_wake = 0;
+}
+
+static void sib_note_target(struct vsock_dev *d, struct sib_port *t)
+{
+	for (unsigned i = 0; i < d->n_wake; i++)
+		if (d->wake[i] == t)
+			return;
+	d->wake[d->n_wake++] = t;
+}
+
+
+/* ---- TX: our guest's packets to a sibling ------------------------------------------------- */
+
+/* Copies a sibling-bound packet and hands it over (or stages it if the target is full). */
+enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
+				 const struct iovec *iov, unsigned n)
+{
+	struct sib_pkt *p;
+
+	/* A hint: a port closed after this check makes sib_push fail with -EPIPE instead. */
+	if (sib_port_closed(t)) {
+		sib_gone(d, h);
+		return DEV_TX_DROP;
+	}
+	p = malloc(sizeof(*p) + h->len);
+	if (!p) {
+		DEV_STAT_ADD(d, sibling_dropped, 1);
+		return DEV_TX_DROP;
+	}
+	p->hdr = *h;
+	p->off = 0;
+	iov_read_at(iov, n, VSOCK_HDR_SIZE, p->data, h->len);
+	/* Before the push: once in the target's inbox, p belongs to the target's thread. A staged
+	 * packet is not captured again when it is handed over later. */
+	OPS_TAP(&d->tap, &p->hdr, (&(struct iovec){ p->data, p->hdr.len }), 1);
+	switch (sib_push(t, p)) {
+	case 0:
+		break;
+	case -ENOBUFS:
+		d->tx_staged = p;
+		d->tx_staged_to = t;
+		loop_timer_arm(d->stage_timer, loop_now_ns() + DEV_SIB_STALL_NS);
+		return DEV_TX_SIBLING_FULL;
+	case -EPIPE:
+		sib_gone(d, &p->hdr);
+		free(p);
+		return DEV_TX_DROP;
+	default:
+		free(p);
+		DEV_STAT_ADD(d, sibling_dropped, 1);
+		return DEV_TX_DROP;
+	}
+	DEV_STAT_ADD(d, sibling_fwd_pkts, 1);
+	sib_note_target(d, t);
+	return DEV_TX_SIBLING_SENT;
+}
+
+/* Retries the staged sibling packet. Returns true if it is gone (delivered or dropped). */
+bool dev_sib_retry_staged(struct vsock_dev *d)
+{
+	int r;
+
+	if (!d->tx_staged)
+		return true;
+	r = sib_push(d->tx_staged_to, d->tx_staged);
+	if (r == -ENOBUFS)
+		return false;
+	if (r == -EPIPE) {
+		/* The target was freed while we waited for room: its vsock_dev_free woke us. */
+		sib_gone(d, &d->tx_staged->hdr);
+		free(d->tx_staged);
+	} else if (r < 0) {
+		free(d->tx_staged);
+		DEV_STAT_ADD(d, sibling_dropped, 1);
+	} else {
+		DEV_STAT_ADD(d, sibling_fwd_pkts, 1);
+		sib_note_target(d, d->tx_staged_to);
+	}
+	loop_timer_disarm(d->stage_timer);
+	d->tx_staged = NULL;
+	d->tx_staged_to = NULL;
+	return true;
+}
+
+/* ---- wakeups and the stall timer ------------------------------------------------------- */
+
+/* A sibling did not make room within DEV_SIB_STALL_NS: drop the packet, mark it congested. */
+static void stage_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
+{
+	struct vsock_dev *d = opaque;
+	struct sib_inbox *in;
+
+	(void)l;
+	(void)t;
+	if (!d->tx_staged || dev_sib_retry_staged(d)) {
+		dev_settle(d);
+		return;
+	}
+	/* The port stays valid (our reference) even if its device was freed meanwhile. */
+	in = &d->tx_staged_to->inbox;
+	pthread_mutex_lock(&in->lock);
+	in->congested = true;
+	pthread_mutex_unlock(&in->lock);
+	log_vm_dev(LOG_LVL_WARN, d->cid, "sibling %s takes no packets; dropping what is sent to it",
+		   d->tx_staged_to->name);
+	free(d->tx_staged);
+	d->tx_staged = NULL;
+	d->tx_staged_to = NULL;
+	DEV_STAT_ADD(d, sibling_dropped, 1);
+	dev_tx_drain(d);
+	dev_settle(d);
+}
+
+static void inbox_cb(struct loop *l, void *opaque)
+{
+	struct vsock_dev *d = opaque;
+
+	(void)l;
+	dev_settle(d);
+}
+
+static void room_cb(struct loop *l, void *opaque)
+{
+	struct vsock_dev *d = opaque;
+
+	(void)l;
+	if (d->tx_staged) {
+		if (!dev_sib_retry_staged(d))
+			return;
+		dev_sib_wake_targets(d);
+	}
+	if (d->tx_throttled)
+		dev_tx_drain(d);
+	dev_settle(d);
+}
+
+/* ---- life and links ----------------------------------------------------------------------- */
+
+int dev_sib_init(struct vsock_dev *d)
+{
+	int r;
+
+	d->port = calloc(1, sizeof(*d->port));
+	if (!d->port)
+		return -ENOMEM;
+	pthread_mutex_init(&d->port->inbox.lock, NULL);
+	atomic_init(&d->port->refs, 1);
+	d->port->cid = d->cid;
+	memcpy(d->port->name, d->name, sizeof(d->port->name));
+	r = loop_timer_new(d->loop, stage_timer_cb, d, &d->stage_timer);
+	if (r < 0)
+		return r;
+	r = loop_async_new(d->loop, inbox_cb, d, &d->inbox_async);
+	if (r < 0)
+		return r;
+	r = loop_async_new(d->loop, room_cb, d, &d->room_async);
+	if (r < 0)
+		return r;
+	/* Siblings reach our loop through the port (nobody holds it yet). */
+	d->port->inbox_async = d->inbox_async;
+	d->port->room_async = d->room_async;
+	return 0;
+}
+
+void dev_sib_drop_staged(struct vsock_dev *d)
+{
+	if (d->tx_staged) {
+		free(d->tx_staged);
+		d->tx_staged = NULL;
+		d->tx_staged_to = NULL;
+	}
+	if (d->stage_timer)
+		loop_timer_disarm(d->stage_timer);
+}
+
+/* Adds s's port to d's siblings (a reference). Returns 0 or -ENOMEM. */
+static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
+{
+	struct sib_port **v = realloc(d->sibs, (d->n_sibs + 1) * sizeof(*v));
+	struct sib_port **w;
+	unsigned i;
+
+	if (!v)
+		return -ENOMEM;
+	d->sibs = v;
+	w = realloc(d->wake, (d->n_sibs + 1) * sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	d->wake = w;
+	for (i = d->n_sibs; i > 0 && d->sibs[i - 1]->cid > s->cid; i--)
+		d->sibs[i] = d->sibs[i - 1];
+	/* relaxed: we hold a reference through s already (taking one orders nothing). */
+	atomic_fetch_add_explicit(&s->port->refs, 1, memory_order_relaxed);
+	d->sibs[i] = s->port;
+	d->n_sibs++;
+	return 0;
+}
+
+/*
+ * Detaches a device that is being freed (not running) from its siblings, which may be running:
+ * closes its port, so that no push or wakeup reaches it any more; drops what they had queued for
+ * it, counted on each sender (peer_dropped) and answered with an RST as sib_gone does for what
+ * they send later; wakes every sibling's room_async, so that one waiting for room in our inbox
+ * (tx_staged) retries at once, finds the port closed and goes on; drops our references.
+ */
+void dev_sib_detach(struct vsock_dev *d)
+{
+	struct sib_port *port = d->port;
+	struct sib_pkt *left[DEV_INBOX_PKTS + 1];
+	struct sib_inbox *in;
+	unsigned n = 0;
+
+	if (!port)
+		return;
+	in = &port->inbox;
+	pthread_mutex_lock(&in->lock);
+	atomic_store_explicit(&port->closed, true, memory_order_relaxed);
+	port->inbox_async = port->room_async = NULL;
+	while (inbox_count(in))
+		left[n++] = inbox_get(in);
+	in->bytes = 0;
+	pthread_mutex_unlock(&in->lock);
+	if (d->rx_cur) {
+		left[n++] = d->rx_cur;
+		d->rx_cur = NULL;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct sib_port *from = dev_sib_lookup(d, left[i]->hdr.src_cid);
+
+		/* Not a sibling's: an RST sib_gone queued for our own guest. */
+		if (from && !sib_port_closed(from)) {
+			atomic_fetch_add_explicit(&from->peer_dropped, 1, memory_order_relaxed);
+			if (sib_queue_rst(from, &left[i]->hdr))
+				sib_port_signal(from, false);
+		}
+		free(left[i]);
+	}
+	for (unsigned i = 0; i < d->n_sibs; i++) {
+		sib_port_signal(d->sibs[i], true);
+		sib_port_unref(d->sibs[i]);
+	}
+	free(d->sibs);
+	d->sibs = NULL;
+	d->n_sibs = 0;
+	sib_port_unref(port);
+	d->port = NULL;
+}
+
+int vsock_dev_link_sibling(struct vsock_dev *a, struct vsock_dev *b)
+{
+	int r;
+
+	if (a == b || a->router != b->router || !a->router || a->cid == b->cid)
+		return -EINVAL;
+	if (dev_sib_lookup(a, b->cid))
+		return 0;
+	r = sib_add(a, b);
+	if (r < 0)
+		return r;
+	return sib_add(b, a);
+}

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The vhost-user glue of a device (vhu.h): listens on the vhost-user socket, accepts one VMM at a
+ * time into a vhost-user back-end (src/vhost_user/backend.h), and turns the back-end's callbacks
+ * into calls of the public device API (<uvsock/device.h>): queue_start -> uvsock_dev_queue_start
+ * (ring addresses already translated: UVSOCK_DEV_QUEUE_HOST_ADDRS), queue_stop ->
+ * uvsock_dev_queue_stop, call_fd_changed -> uvsock_dev_set_call_fd, features_set ->
+ * uvsock_dev_set_features, and a VMM disconnect -> uvsock_dev_reset. What the public API lacks
+ * for this (the loop, the borrowed memory map, the VMM state, the end of a message) comes from
+ * the device core through vhu.h. Everything runs on the device's thread.
+ */
+#include "device/vhu.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "device/device.h"
+#include "util/log.h"
+#include "util/loop.h"
+#include "util/uds.h"
+#include "uvsock/device.h"
+#include "vhost_user/backend.h"
+
+struct dev_vhu {
+	struct vsock_dev *d;
+	uint32_t queue_size_max;
+	char path[108];
+	struct uds_listener listener;  /* the vhost-user socket */
+	struct loop_watch *listen_w;
+	struct vhu_backend *vhu;       /* the VMM's connection, or NULL */
+	struct loop_watch *vhu_w;
+};
+
+static struct uvsock_dev *api(struct dev_vhu *v)
+{
+	return dev_api(v->d);
+}
+
+/* ---- the back-end's callbacks: the device API ------------------------------------------------ */
+
+static int vq_start(void *opaque, unsigned qidx, const struct vhu_vring_info *info)
+{
+	struct dev_vhu *v = opaque;
+	struct uvsock_dev_queue q = {
+		.num = info->num,
+		.desc_addr = (uint64_t)(uintptr_t)info->desc,
+		.avail_addr = (uint64_t)(uintptr_t)info->avail,
+		.used_addr = (uint64_t)(uintptr_t)info->used,
+		.last_avail_idx = info->last_avail_idx,
+		.kick_fd = info->kick_fd,
+		.call_fd = info->call_fd,
+		.flags = UVSOCK_DEV_QUEUE_HOST_ADDRS,
+	};
+
+	if (info->kick_fd < 0) {
+		log_error("%s: ring %u without a kick eventfd (polling mode) is not supported",
+			  vsock_dev_name(v->d), qidx);
+		return -EOPNOTSUPP;
+	}
+	/* The back-end's map (borrowed until mem_table_changing); features as acked. */
+	dev_vhu_borrow_mem(v->d, info->mem, info->features);
+	return uvsock_dev_queue_start(api(v), qidx, &q);
+}
+
+static uint16_t vq_stop(void *opaque, unsigned qidx)
+{
+	uint16_t idx = 0;
+
+	(void)uvsock_dev_queue_stop(api(opaque), qidx, &idx);
+	return idx;
+}
+
+static void vq_call_changed(void *opaque, unsigned qidx, int call_fd)
+{
+	(void)uvsock_dev_set_call_fd(api(opaque), qidx, call_fd);
+}
+
+static void vq_features_set(void *opaque, uint64_t features)
+{
+	/* PROTOCOL_FEATURES and other transport bits are vhost-user's business, not the device's. */
+	(void)uvsock_dev_set_features(api(opaque), features & uvsock_dev_features());
+}
+
+static void vq_mem_changing(void *opaque)
+{
+	struct dev_vhu *v = opaque;
+
+	/* Every ring was stopped by the back-end: no guest pointer is in use. */
+	dev_vhu_drop_mem(v->d);
+}
+
+static const struct vhu_backend_ops vhu_ops = {
+	.queue_start = vq_start,
+	.queue_stop = vq_stop,
+	.call_fd_changed = vq_call_changed,
+	.features_set = vq_features_set,
+	.mem_table_changing = vq_mem_changing,
+};
+
+/* ---- the VMM connection ---------------------------------------------------------------------- */
+
+static void vmm_disconnect(struct dev_vhu *v, int why)
+{
+	if (!v->vhu)
+		return;
+	dev_vhu_vmm_state(v->d, false);
+	if (why == -ECONNRESET)
+		log_info("%s: VMM disconnected", vsock_dev_name(v->d));
+	else
+		log_warn("%s: closing VMM connection: %s", vsock_dev_name(v->d), strerror(-why));
+	loop_watch_del(v->vhu_w);
+	v->vhu_w = NULL;
+	vhu_backend_free(v->vhu); /* stops both rings through vq_stop */
+	v->vhu = NULL;
+	(void)uvsock_dev_reset(api(v));
+	/* Serve the socket again: the next VMM (a restarted VM) is accepted by vhu_listen_cb. */
+	(void)loop_watch_mod(v->listen_w, EPOLLIN);
+}
+
+static void vhu_cb(struct loop *l, int fd, uint32_t events, void *opaque)
+{
+	struct dev_vhu *v = opaque;
+	int r;
+
+	(void)l;
+	(void)fd;
+	(void)events;
+	r = vhu_backend_process(v->vhu);
+	if (r < 0) {
+		vmm_disconnect(v, r);
+		return;
+	}
+	dev_vhu_message_done(v->d);
+}
+
+static void vhu_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
+{
+	struct dev_vhu *v = opaque;
+	struct vhu_backend_config cfg;
+	int s, r;
+
+	(void)l;
+	(void)events;
+	s = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+	if (s < 0)
+		return;
+	if (v->vhu) {
+		close(s);
+		return;
+	}
+	vhu_backend_config_init(&cfg);
+	cfg.guest_cid = vsock_dev_guest_cid(v->d);
+	cfg.queue_size_max = v->queue_size_max;
+	cfg.name = vsock_dev_name(v->d);
+	r = vhu_backend_new(s, &cfg, &vhu_ops, v, &v->vhu);
+	if (r < 0) {
+		log_error("%s: vhost-user set-up failed: %s", cfg.name, strerror(-r));
+		close(s);
+		return;
+	}
+	r = loop_watch_add(dev_loop(v->d), vhu_backend_fd(v->vhu), EPOLLIN, vhu_cb, v, &v->vhu_w);
+	if (r < 0) {
+		vhu_backend_free(v->vhu);
+		v->vhu = NULL;
+		return;
+	}
+	/* One VMM at a time: further connections wait in the backlog. */
+	(void)loop_watch_mod(v->listen_w, 0);
+	dev_vhu_vmm_state(v->d, true);
+	log_info("%s: VMM connected", cfg.name);
+}
+
+/* ---- life ------------------------------------------------------------------------------------ */
+
+int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
+		struct dev_vhu **ret)
+{
+	struct dev_vhu *v;
+	int r;
+
+	if (strlen(path) >= sizeof(v->path))
+		return -ENAMETOOLONG;
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	v->d = d;
+	v->queue_size_max = queue_size_max;
+	strcpy(v->path, path);
+	r = uds_listen(v->path, SOCK_STREAM, 128, 0, &v->listener);
+	if (r < 0) {
+		free(v);
+		return r;
+	}
+	if (v->listener.flags & UDS_REPLACED_STALE)
+		log_info("%s: replaced the stale socket file %s", vsock_dev_name(d), v->path);
+	r = loop_watch_add(dev_loop(d), v->listener.fd, EPOLLIN, vhu_listen_cb, v,
+			   &v->listen_w);
+	if (r < 0) {
+		dev_vhu_free(v);
+		return r;
+	}
+	*ret = v;
+	return 0;
+}
+
+void dev_vhu_free(struct dev_vhu *v)
+{
+	if (!v)
+		return;
+	if (v->vhu) {
+		loop_watch_del(v->vhu_w);
+		vhu_backend_free(v->vhu);
+		v->vhu = NULL;
+	}
+	loop_watch_del(v->listen_w);
+	close(v->listener.fd);
+	(void)uds_unlink_owned(v->path, &v->listener);
+	free(v);
+}

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The vhost-user glue of a device (vhu.c) and what it needs of the device core (device.c).
+ *
+ * The glue is a user of the public device API (<uvsock/device.h>) like any VMM: the back-end's
+ * ring, feature, call-fd and reset callbacks become uvsock_dev_queue_start/_queue_stop/
+ * _set_call_fd/_set_features/_reset on the device's handle (dev_api). It runs on the device's
+ * thread (its sockets are watched by the device's loop), where the API calls run directly.
+ * The services below are what a vhost-user back-end needs that the public API does not offer
+ * (why, in each comment); each runs on the device thread.
+ */
+#ifndef UVSOCK_DEVICE_VHU_H
+#define UVSOCK_DEVICE_VHU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct dev_vhu;
+struct guest_mem;
+struct loop;
+struct uvsock_dev;
+struct vsock_dev;
+
+/* ---- the glue (vhu.c), for the core ---------------------------------------------------------- */
+
+/*
+ * Listens on the vhost-user socket at path (a stale socket file is replaced) on d's loop and
+ * serves one VMM at a time with rings of at most queue_size_max entries; a VMM that disconnects
+ * resets the device (uvsock_dev_reset) and the next one is accepted. Context: device creation.
+ * Returns 0, -ENOMEM, or the errno of listening (-EEXIST, -EADDRINUSE, ...).
+ */
+int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
+		struct dev_vhu **ret);
+
+/*
+ * Drops the VMM connection (its rings are stopped through the API), closes the listening socket
+ * and removes its file if it is still ours. The device is not running. Safe on NULL.
+ */
+void dev_vhu_free(struct dev_vhu *v);
+
+/* ---- services of the core (device.c), for the glue ------------------------------------------- */
+
+/* The public handle of d (a struct vsock_dev is a struct uvsock_dev). */
+struct uvsock_dev *dev_api(struct vsock_dev *d);
+
+/* d's event loop, where the glue watches its sockets (the API has no way to add an fd). */
+struct loop *dev_loop(struct vsock_dev *d);
+
+/*
+ * The rings started next use the back-end's own guest memory map, borrowed until
+ * dev_vhu_drop_mem (uvsock_dev_set_mem_table would map the regions a second time), and the
+ * features exactly as acked (transport bits included), as vring_dev_init takes them.
+ */
+void dev_vhu_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t features);
+/* A new memory table arrives; the back-end stopped every ring: no guest pointer is in use. */
+void dev_vhu_drop_mem(struct vsock_dev *d);
+
+/* A VMM connected (counted in vmm_connects) or disconnected: the operators' vmm_connected. */
+void dev_vhu_vmm_state(struct vsock_dev *d, bool connected);
+
+/*
+ * After each vhost-user message: if the TX ring was stopped and not restarted within it (the
+ * guest reset the device), drops every connection but leaves the RX ring to the back-end (the
+ * API's uvsock_dev_reset would stop it too); then runs what the message made possible, as the
+ * device thread does after each API call.
+ */
+void dev_vhu_message_done(struct vsock_dev *d);
+
+#endif
