@@ -180,15 +180,4 @@ void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev
  */
 void vsock_dev_get_ops_stats(struct vsock_dev *d, struct ops_vm_stats *ret);
 
-/*
- * Transitional: the name tests/unit/ops/test-stats.c (from_sources_mapping) still calls; remove
- * it once that test is gone (the mapping is tested in tests/unit/device/test-device.c).
- */
-static inline void ops_counters_from_sources(struct ops_vm_counters *ret,
-					     const struct vsock_dev_stats *d,
-					     const struct vsock_engine_stats *e, unsigned listeners)
-{
-	vsock_dev_counters_from(ret, d, e, listeners);
-}
-
 #endif
