@@ -51,7 +51,7 @@ if [ -z "$GUEST" ]; then
 fi
 if [ -z "$GUEST" ]; then
 	# Not built yet (or built without -Dinterop): build it here, statically.
-	gcc -static -O2 -std=gnu11 -D_GNU_SOURCE -I "$REPO/tests/interop/common" \
+	gcc -static -O2 -std=gnu11 -D_GNU_SOURCE -I "$REPO/tests/interop/common" -I "$REPO/src" \
 		"$REPO/tests/interop/guest/uvsock-guest.c" "$REPO/tests/interop/common/xfer.c" \
 		-o "$T/uvsock-guest"
 	GUEST=$T/uvsock-guest

@@ -69,12 +69,12 @@ static void reset_client(struct conf_args *a)
 {
 	struct sockaddr_vm addr = conf_addr(a->env->server_cid, a->port);
 	int fd = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
-	uint64_t t0 = conf_now_ms();
+	uint64_t t0 = test_now_ms();
 
 	ASSERT_SYS(fd);
 	ASSERT_ERRNO(uvsock_connect(fd, sa(&addr), sizeof(addr)), ECONNRESET);
 	/* An RST, not the 2 s connect timeout. */
-	ASSERT_LT(conf_now_ms() - t0, 1000);
+	ASSERT_LT(test_now_ms() - t0, 1000);
 	ASSERT_SYS(uvsock_close(fd));
 }
 
@@ -353,9 +353,9 @@ static void seq_timeout_server(struct conf_args *a)
 	ASSERT_SYS(uvsock_getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len));
 	ASSERT_EQ(tv.tv_sec, 0);
 	ASSERT_EQ(tv.tv_usec, 300000);
-	t0 = conf_now_ms();
+	t0 = test_now_ms();
 	ASSERT_ERRNO(uvsock_recv(fd, &c, 1, 0), EAGAIN);
-	dt = conf_now_ms() - t0;
+	dt = test_now_ms() - t0;
 	ASSERT_GE(dt, 299);
 	ASSERT_LT(dt, 300 + 1000);
 	ctl_send(a, "DONE");
@@ -549,11 +549,9 @@ static void shut_rd_client(struct conf_args *a)
 	 * arrived. The control channel can overtake the SHUTDOWN packet (a transport may deliver
 	 * later), and no poll bit announces a peer's receive shutdown, so retry until EPIPE.
 	 */
-	uint64_t deadline = conf_now_ms() + 5000;
 	ssize_t r;
 	int err = 0;
-	while ((r = uvsock_send(fd, "x", 1, MSG_DONTWAIT)) == 1 && conf_now_ms() < deadline)
-		usleep(1000);
+	WAIT_FOR((r = uvsock_send(fd, "x", 1, MSG_DONTWAIT)) != 1, 5000);
 	if (r < 0)
 		err = errno;
 	ASSERT_EQ(r, -1);
@@ -796,6 +794,15 @@ static void nb_refused_client(struct conf_args *a)
 	ASSERT_SYS(uvsock_close(fd));
 }
 
+/* Live sockets of the client context (lingering ones included). */
+static uint64_t client_socks(struct conf_args *a)
+{
+	struct uvsock_ctx_stats st;
+
+	ASSERT_SYS(uvsock_ctx_get_stats(a->env->client_ctx, &st));
+	return st.socks_open;
+}
+
 /* ---- Close with unread data ------------------------------------------------------------- */
 
 static void wait_client_socks(struct conf_args *a, uint64_t expect_max_shared,
@@ -816,19 +823,11 @@ static void wait_socks_drained(struct conf_args *a, uint64_t expect_max, int tim
 static void wait_client_socks(struct conf_args *a, uint64_t expect_max_shared,
 			      uint64_t expect_max_separate, int timeout_ms)
 {
-	struct uvsock_ctx_stats st;
-	uint64_t t0 = conf_now_ms();
 	uint64_t expect_max = a->env->shared_engine ? expect_max_shared : expect_max_separate;
 
-	for (;;) {
-		ASSERT_SYS(uvsock_ctx_get_stats(a->env->client_ctx, &st));
-		if (st.socks_open <= expect_max)
-			return;
-		if (conf_now_ms() - t0 > (uint64_t)timeout_ms)
-			test_fail(__FILE__, __LINE__, "%llu sockets still open after %d ms",
-				  (unsigned long long)st.socks_open, timeout_ms);
-		usleep(2000);
-	}
+	if (!WAIT_FOR(client_socks(a) <= expect_max, timeout_ms))
+		test_fail(__FILE__, __LINE__, "%llu sockets still open after %d ms",
+			  (unsigned long long)client_socks(a), timeout_ms);
 }
 
 static void close_unread_client(struct conf_args *a)
@@ -967,9 +966,9 @@ static void connect_timeout_client(struct conf_args *a)
 	ASSERT_SYS(uvsock_getsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &got, &len));
 	ASSERT_EQ(got.tv_sec, 0);
 	ASSERT_EQ(got.tv_usec, 300000);
-	t0 = conf_now_ms();
+	t0 = test_now_ms();
 	ASSERT_ERRNO(uvsock_connect(fd, sa(&addr), sizeof(addr)), ETIMEDOUT);
-	dt = conf_now_ms() - t0;
+	dt = test_now_ms() - t0;
 	ASSERT_GE(dt, 290);
 	ASSERT_LT(dt, 1900); /* not the 2 s default */
 	ASSERT_SYS(uvsock_close(fd));
@@ -987,11 +986,11 @@ static void nb_connect_timeout_client(struct conf_args *a)
 	fd = uvsock_socket(a->env->client_ctx, SOCK_STREAM | SOCK_NONBLOCK, 0);
 	ASSERT_SYS(fd);
 	ASSERT_SYS(uvsock_setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv)));
-	t0 = conf_now_ms();
+	t0 = test_now_ms();
 	ASSERT_ERRNO(uvsock_connect(fd, sa(&addr), sizeof(addr)), EINPROGRESS);
 	ASSERT_ERRNO(uvsock_connect(fd, sa(&addr), sizeof(addr)), EALREADY);
 	ASSERT_TRUE(conf_wait_events(fd, POLLOUT, 5000) & POLLERR);
-	dt = conf_now_ms() - t0;
+	dt = test_now_ms() - t0;
 	ASSERT_GE(dt, 190);
 	ASSERT_EQ(get_so_error(fd), ETIMEDOUT);
 	ASSERT_SYS(uvsock_close(fd));
@@ -1231,15 +1230,15 @@ static void rcvtimeo_server(struct conf_args *a)
 	ASSERT_ERRNO(uvsock_setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bad, sizeof(bad)), EDOM);
 	ASSERT_ERRNO(uvsock_setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bad, 4), EINVAL);
 	set_timeval_opt(fd, SOL_SOCKET, SO_RCVTIMEO, 200);
-	t0 = conf_now_ms();
+	t0 = test_now_ms();
 	ASSERT_ERRNO(uvsock_recv(fd, &c, 1, 0), EAGAIN);
-	dt = conf_now_ms() - t0;
+	dt = test_now_ms() - t0;
 	ASSERT_GE(dt, 199);
 	ASSERT_LT(dt, 1200);
 	/* MSG_DONTWAIT does not wait at all. */
-	t0 = conf_now_ms();
+	t0 = test_now_ms();
 	ASSERT_ERRNO(uvsock_recv(fd, &c, 1, MSG_DONTWAIT), EAGAIN);
-	ASSERT_LT(conf_now_ms() - t0, 100);
+	ASSERT_LT(test_now_ms() - t0, 100);
 	/* accept() honours SO_RCVTIMEO too. */
 	set_timeval_opt(lfd, SOL_SOCKET, SO_RCVTIMEO, 100);
 	ASSERT_ERRNO(uvsock_accept(lfd, NULL, NULL), EAGAIN);
@@ -1261,9 +1260,9 @@ static void sndtimeo_client(struct conf_args *a)
 	fd = conf_connect(a, SOCK_STREAM, a->port);
 	set_timeval_opt(fd, SOL_SOCKET, SO_SNDTIMEO, 200);
 	/* The peer does not read: 256 KiB of credit, then the timeout; partial count. */
-	t0 = conf_now_ms();
+	t0 = test_now_ms();
 	n = uvsock_send(fd, buf, big, 0);
-	dt = conf_now_ms() - t0;
+	dt = test_now_ms() - t0;
 	ASSERT_EQ(n, 256 * 1024);
 	ASSERT_GE(dt, 199);
 	ASSERT_LT(dt, 1200);
@@ -1849,9 +1848,9 @@ static void close_wakes_client(struct conf_args *a)
 	ctl_expect(a, "LISTENING");
 	c.fd = conf_connect(a, SOCK_STREAM, a->port);
 	ASSERT_EQ(pthread_create(&th, NULL, closer_main, &c), 0);
-	t0 = conf_now_ms();
+	t0 = test_now_ms();
 	ASSERT_ERRNO(uvsock_recv(c.fd, buf, sizeof(buf), 0), EBADF);
-	ASSERT_LT(conf_now_ms() - t0, 3000);
+	ASSERT_LT(test_now_ms() - t0, 3000);
 	ASSERT_EQ(pthread_join(th, NULL), 0);
 	ctl_send(a, "DONE");
 }

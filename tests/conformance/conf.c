@@ -23,14 +23,6 @@
 
 static const struct conf_factory *factory;
 
-uint64_t conf_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 uint64_t conf_fnv1a(uint64_t h, const void *buf, size_t len)
 {
 	const uint8_t *p = buf;

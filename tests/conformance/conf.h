@@ -72,7 +72,6 @@ int conf_connect(struct conf_args *a, int type, uint32_t port);
 int conf_accept(int lfd);
 void conf_send_all(int fd, const void *buf, size_t len);
 void conf_recv_all(int fd, void *buf, size_t len);
-uint64_t conf_now_ms(void);
 /* Waits (bounded) until uvsock_poll_events(fd) has any of `events`; returns the mask. */
 unsigned conf_wait_events(int fd, unsigned events, int timeout_ms);
 uint64_t conf_fnv1a(uint64_t h, const void *buf, size_t len);

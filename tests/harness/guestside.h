@@ -67,6 +67,22 @@ static inline void g_set_timeouts(int fd, int ms)
 }
 
 /*
+ * A guest → host connection to a host listener that is already there (lfd, from
+ * hs_listen_port): connects a guest socket of ctx to host port `port` (asserted) and accepts the
+ * host end within WAIT_MS (asserted). Returns the guest fd; *ret_hfd gets the accepted fd.
+ */
+static inline int g_connect_accept(struct uvsock_ctx *ctx, int lfd, int type, uint32_t port,
+				   int *ret_hfd)
+{
+	int gfd = g_connect(ctx, type, VMADDR_CID_HOST, port);
+
+	ASSERT_GE(gfd, 0);
+	*ret_hfd = hs_accept(lfd, WAIT_MS);
+	ASSERT_GE(*ret_hfd, 0);
+	return gfd;
+}
+
+/*
  * A guest → host connection through the host-side convention: listens on <uds>_<port> (type),
  * connects a guest socket of ctx to host port `port` (asserted), gives it timeout_ms send and
  * receive timeouts, and accepts the host end within WAIT_MS (asserted). Returns the guest fd;
@@ -75,18 +91,11 @@ static inline void g_set_timeouts(int fd, int ms)
 static inline int g_connect_host(struct uvsock_ctx *ctx, const char *uds, int type, uint32_t port,
 				 int timeout_ms, int *ret_lfd, int *ret_hfd)
 {
-	char lpath[200];
-	int lfd, hfd, gfd;
+	int gfd;
 
-	snprintf(lpath, sizeof(lpath), "%s_%u", uds, port);
-	lfd = hs_listen(lpath, type);
-	gfd = g_connect(ctx, type, VMADDR_CID_HOST, port);
-	ASSERT_GE(gfd, 0);
+	*ret_lfd = hs_listen_port(uds, port, type);
+	gfd = g_connect_accept(ctx, *ret_lfd, type, port, ret_hfd);
 	g_set_timeouts(gfd, timeout_ms);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	*ret_lfd = lfd;
-	*ret_hfd = hfd;
 	return gfd;
 }
 
@@ -144,12 +153,13 @@ static inline void g_recv_pattern_chunk(int fd, size_t total, uint64_t seed, siz
 	free(buf);
 }
 
-/* Waits (bounded) until the socket's event mask has any of events. */
+/* Receives total bytes in reads of at most 64 KiB, checking the pattern. */
 static inline void g_recv_pattern(int fd, size_t total, uint64_t seed)
 {
 	g_recv_pattern_chunk(fd, total, seed, 65536);
 }
 
+/* Waits (bounded) until the socket's event mask has any of events; returns those it has. */
 static inline unsigned g_wait_events(int fd, unsigned events, int timeout_ms)
 {
 	struct pollfd p = { .fd = fd, .events = (short)(events & (POLLIN | POLLOUT | POLLRDHUP)) };

@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/time.h"
+
 #define MAX_TESTS 512
 #define EXIT_SKIP 77
 #define DEFAULT_TIMEOUT_S 60
@@ -76,7 +78,7 @@ static int run_one(const struct test_case *tc, int timeout_s)
 {
 	pid_t pid, w;
 	int status = 0;
-	struct timespec start, now;
+	uint64_t end;
 
 	fflush(stdout);
 	if (getenv("UVSOCK_TEST_NOFORK")) {
@@ -96,7 +98,7 @@ static int run_one(const struct test_case *tc, int timeout_s)
 		fflush(stdout);
 		_exit(0);
 	}
-	clock_gettime(CLOCK_MONOTONIC, &start);
+	end = test_now_ms() + (uint64_t)timeout_s * 1000u;
 	for (;;) {
 		w = waitpid(pid, &status, WNOHANG);
 		if (w == pid)
@@ -105,14 +107,13 @@ static int run_one(const struct test_case *tc, int timeout_s)
 			perror("waitpid");
 			return 1;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (now.tv_sec - start.tv_sec >= timeout_s) {
+		if (test_now_ms() >= end) {
 			printf("# TIMEOUT after %d s\n", timeout_s);
 			kill(pid, SIGKILL);
 			waitpid(pid, &status, 0);
 			return 1;
 		}
-		usleep(2000);
+		test_sleep_ms(2);
 	}
 	if (WIFSIGNALED(status)) {
 		printf("# killed by signal %d\n", WTERMSIG(status));
@@ -185,8 +186,5 @@ void test_sleep_ms(unsigned ms)
 
 uint64_t test_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	return mono_ms();
 }

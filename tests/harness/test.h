@@ -127,7 +127,7 @@ void test_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 	} while (0)
 /* Sleeps ms milliseconds (restarted on EINTR). */
 void test_sleep_ms(unsigned ms);
-/* CLOCK_MONOTONIC in milliseconds. */
+/* CLOCK_MONOTONIC in milliseconds: mono_ms() of src/util/time.h, for test files. */
 uint64_t test_now_ms(void);
 
 #endif

@@ -77,28 +77,36 @@ static inline void uvd_spawn(struct uvd *u, char *const *argv, bool append)
  * Bounded wait (5 s) until every VM's vhost-user socket is there; fails the test case if the
  * daemon exits first or time runs out (messages name `what`: "start-up" or "restart").
  */
+/* True once every VM's vhost-user socket exists. */
+static inline bool uvd_sockets_ready(const struct uvd *u)
+{
+	struct stat sb;
+
+	for (int i = 0; i < u->nvms; i++)
+		if (stat(u->sock[i], &sb) != 0 || !S_ISSOCK(sb.st_mode))
+			return false;
+	return true;
+}
+
+/* True (and u->pid cleared, *st set) once the daemon has exited. */
+static inline bool uvd_exited(struct uvd *u, int *st)
+{
+	if (u->pid <= 0 || waitpid(u->pid, st, WNOHANG) != u->pid)
+		return false;
+	u->pid = 0;
+	return true;
+}
+
 static inline void uvd_wait_ready(struct uvd *u, const char *what)
 {
-	uint64_t end = hs_now_ms() + 5000;
+	int st = 0;
 
-	for (;;) {
-		int ready = 0, st;
-		struct stat sb;
-
-		for (int i = 0; i < u->nvms; i++)
-			ready += stat(u->sock[i], &sb) == 0 && S_ISSOCK(sb.st_mode);
-		if (ready == u->nvms)
-			break;
-		if (waitpid(u->pid, &st, WNOHANG) == u->pid) {
-			u->pid = 0;
-			test_fail(__FILE__, __LINE__, "uvsockd (%s) exited at %s (status %d); log: %s",
-				  uvd_binary(), what, st, u->log);
-		}
-		if (hs_now_ms() > end)
-			test_fail(__FILE__, __LINE__, "uvsockd sockets not ready within 5 s (%s)",
-				  what);
-		usleep(2000);
-	}
+	if (WAIT_FOR(uvd_sockets_ready(u) || uvd_exited(u, &st), 5000) && uvd_sockets_ready(u))
+		return;
+	if (u->pid == 0)
+		test_fail(__FILE__, __LINE__, "uvsockd (%s) exited at %s (status %d); log: %s",
+			  uvd_binary(), what, st, u->log);
+	test_fail(__FILE__, __LINE__, "uvsockd sockets not ready within 5 s (%s)", what);
 }
 
 /*
@@ -144,24 +152,15 @@ static inline void uvd_start(struct uvd *u, int nvms, const uint32_t *cids, cons
 static inline int uvd_kill(struct uvd *u)
 {
 	int st = 0, ret = -1;
-	uint64_t end = hs_now_ms() + 5000;
 
 	if (u->pid <= 0)
 		return -1;
 	kill(u->pid, SIGTERM);
-	for (;;) {
-		pid_t r = waitpid(u->pid, &st, WNOHANG);
-
-		if (r == u->pid) {
-			ret = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-			break;
-		}
-		if (hs_now_ms() > end) {
-			kill(u->pid, SIGKILL);
-			waitpid(u->pid, &st, 0);
-			break;
-		}
-		usleep(2000);
+	if (WAIT_FOR(uvd_exited(u, &st), 5000)) {
+		ret = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	} else {
+		kill(u->pid, SIGKILL);
+		waitpid(u->pid, &st, 0);
 	}
 	u->pid = 0;
 	return ret;

@@ -30,7 +30,7 @@ static void one_vm(struct uvd *u)
 
 static double secs_since(uint64_t t0_ms)
 {
-	return (double)(hs_now_ms() - t0_ms) / 1000.0;
+	return (double)(test_now_ms() - t0_ms) / 1000.0;
 }
 
 /* Guest sends total bytes in writes of w bytes; the host reads them in reads of w bytes. */
@@ -47,7 +47,7 @@ static void stream_g2h(size_t w, size_t total)
 	g = g_guest_new(u.sock[0], NULL);
 	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 	hr = (struct host_io){ .fd = hfd, .total = total, .seed = w, .chunk = w };
-	t0 = hs_now_ms();
+	t0 = test_now_ms();
 	ASSERT_EQ(pthread_create(&th, NULL, host_recv_main, &hr), 0);
 	g_send_pattern(gfd, total, w, w);
 	pthread_join(th, NULL);
@@ -81,7 +81,7 @@ static void stream_h2g(size_t w, size_t total)
 	gfd = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &hfd);
 	g_set_timeouts(gfd, WAIT_MS);
 	hw = (struct host_io){ .fd = hfd, .total = total, .seed = w + 1, .chunk = w };
-	t0 = hs_now_ms();
+	t0 = test_now_ms();
 	ASSERT_EQ(pthread_create(&th, NULL, host_send_main, &hw), 0);
 	g_recv_pattern_chunk(gfd, total, w + 1, w);
 	pthread_join(th, NULL);
@@ -246,10 +246,10 @@ TEST(refused_port_fails_fast_with_econnreset)
 	one_vm(&u);
 	g = g_guest_new(u.sock[0], NULL);
 	for (int i = 0; i < 20; i++) {
-		t0 = hs_now_ms();
+		t0 = test_now_ms();
 		ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 7000 + i), -1);
 		ASSERT_EQ(errno, ECONNRESET);
-		ASSERT_LT(hs_now_ms() - t0, 1000); /* an RST, not the 2 s connect timeout */
+		ASSERT_LT(test_now_ms() - t0, 1000); /* an RST, not the 2 s connect timeout */
 		ASSERT_EQ(g_connect(g, SOCK_SEQPACKET, VMADDR_CID_HOST, 7000 + i), -1);
 		ASSERT_EQ(errno, ECONNRESET);
 	}
@@ -270,14 +270,14 @@ static void *echo_main(void *arg)
 	struct echo_srv *s = arg;
 	struct pollfd *p = calloc((size_t)s->n + 1, sizeof(*p));
 	int nconn = 0, open_ = 0;
-	uint64_t end = hs_now_ms() + 30000;
+	uint64_t end = test_now_ms() + 30000;
 	char buf[4096];
 
 	s->ok = false;
 	if (!p)
 		return NULL;
 	p[0] = (struct pollfd){ .fd = s->lfd, .events = POLLIN };
-	while (hs_now_ms() < end) {
+	while (test_now_ms() < end) {
 		if (nconn == s->n && open_ == 0)
 			break;
 		if (poll(p, (nfds_t)nconn + 1, 100) <= 0)
@@ -320,14 +320,12 @@ TEST(thousand_concurrent_connections)
 	struct uvsock_ctx *g;
 	struct echo_srv srv;
 	pthread_t th;
-	char lpath[200];
 	static int fds[N];
-	uint64_t t0 = hs_now_ms();
+	uint64_t t0 = test_now_ms();
 
 	one_vm(&u);
 	g = g_guest_new(u.sock[0], NULL);
-	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
-	srv = (struct echo_srv){ .lfd = hs_listen(lpath, SOCK_STREAM), .n = N };
+	srv = (struct echo_srv){ .lfd = hs_listen_port(u.uds[0], 5000, SOCK_STREAM), .n = N };
 	ASSERT_EQ(pthread_create(&th, NULL, echo_main, &srv), 0);
 	/* All N open at the same time. */
 	for (int i = 0; i < N; i++) {
@@ -377,6 +375,15 @@ TEST(thousand_concurrent_connections)
 	close(srv.lfd);
 	uvsock_ctx_free(g);
 	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+/* Sockets the context still holds (the engine's count). */
+static uint64_t socks_open(struct uvsock_ctx *g)
+{
+	struct uvsock_ctx_stats st;
+
+	ASSERT_EQ(uvsock_ctx_get_stats(g, &st), 0);
+	return st.socks_open;
 }
 
 TEST(sibling_guests_talk_through_the_daemon)
@@ -445,18 +452,9 @@ TEST(sibling_guests_talk_through_the_daemon)
 	uvsock_close(ls);
 	/* The close handshake (SHUTDOWN, then RST back) completes through the daemon: no socket
 	 * is left lingering for the 8 s close timeout. */
-	for (uint64_t end = hs_now_ms() + 3000;;) {
-		struct uvsock_ctx_stats a, b;
-
-		ASSERT_EQ(uvsock_ctx_get_stats(g3, &a), 0);
-		ASSERT_EQ(uvsock_ctx_get_stats(g4, &b), 0);
-		if (a.socks_open == 0 && b.socks_open == 0)
-			break;
-		if (hs_now_ms() > end)
-			test_fail(__FILE__, __LINE__, "sockets still open: %" PRIu64 " + %" PRIu64,
-				  a.socks_open, b.socks_open);
-		usleep(2000);
-	}
+	if (!WAIT_FOR(socks_open(g3) == 0 && socks_open(g4) == 0, 3000))
+		test_fail(__FILE__, __LINE__, "sockets still open: %" PRIu64 " + %" PRIu64,
+			  socks_open(g3), socks_open(g4));
 	uvsock_ctx_free(g3);
 	uvsock_ctx_free(g4);
 	ASSERT_EQ(uvd_stop(&u), 0);
@@ -466,19 +464,15 @@ TEST(vmm_disconnect_and_reconnect)
 {
 	struct uvd u;
 	struct uvsock_ctx *g;
-	char lpath[200], c;
+	char c;
 	int lfd, hfd, gfd, ls;
 
 	one_vm(&u);
-	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
-	lfd = hs_listen(lpath, SOCK_STREAM);
+	lfd = hs_listen_port(u.uds[0], 5000, SOCK_STREAM);
 	/* A VMM comes and goes three times, each with a live connection when it leaves. */
 	for (int round = 0; round < 3; round++) {
 		g = g_guest_new(u.sock[0], NULL);
-		gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-		ASSERT_GE(gfd, 0);
-		hfd = hs_accept(lfd, WAIT_MS);
-		ASSERT_GE(hfd, 0);
+		gfd = g_connect_accept(g, lfd, SOCK_STREAM, 5000, &hfd);
 		ASSERT_EQ(uvsock_send(gfd, "a", 1, 0), 1);
 		ASSERT_EQ(hs_read_full(hfd, &c, 1, WAIT_MS), 1);
 		uvsock_ctx_free(g); /* closes the front-end: the VMM is gone */
@@ -488,10 +482,7 @@ TEST(vmm_disconnect_and_reconnect)
 	/* In-place reconnect: listeners survive, the old connection is reset. */
 	g = g_guest_new(u.sock[0], NULL);
 	ls = g_listen(g, SOCK_STREAM, 6000);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	gfd = g_connect_accept(g, lfd, SOCK_STREAM, 5000, &hfd);
 	ASSERT_EQ(uvsock_ctx_guest_reconnect(g), 0);
 	ASSERT_NE(g_wait_events(gfd, POLLERR | POLLHUP, WAIT_MS), 0);
 	ASSERT_TRUE(hs_wait_eof(hfd, WAIT_MS));
@@ -588,7 +579,7 @@ static void *slow_reader_main(void *arg)
 		off += (size_t)r;
 		atomic_store(&s->got, off);
 		if (!atomic_load(&s->fast))
-			usleep(20000);
+			test_sleep_ms(20); /* the reader's pace, not a wait for something */
 	}
 	s->ok = off == s->total;
 	free(buf);
@@ -616,8 +607,8 @@ TEST(slow_host_reader_keeps_daemon_memory_bounded)
 	io = (struct g_io){ .fd = gfd, .total = total, .chunk = 65536, .seed = 77 };
 	ASSERT_EQ(pthread_create(&tw, NULL, g_send_main, &io), 0);
 	/* 3 s of a guest pushing against a reader taking ~3 MiB/s. */
-	end = hs_now_ms() + 3000;
-	while (hs_now_ms() < end) {
+	end = test_now_ms() + 3000;
+	while (test_now_ms() < end) {
 		uint64_t r = uvd_rss_kib(&u);
 		struct uvsock_guest_stats gs;
 
@@ -628,7 +619,7 @@ TEST(slow_host_reader_keeps_daemon_memory_bounded)
 		ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &gs), 0);
 		if (gs.tx_bytes - atomic_load(&sr.got) > max_gap)
 			max_gap = gs.tx_bytes - atomic_load(&sr.got);
-		usleep(50000);
+		test_sleep_ms(50); /* the sampling interval */
 	}
 	test_note("uvsockd VmRSS: %" PRIu64 " KiB at start, at most %" PRIu64
 		  " KiB while the guest pushed at a slow reader; host read %" PRIu64
@@ -693,7 +684,7 @@ TEST(eight_vms_at_once)
 	for (int i = 0; i < NVM; i++)
 		cids[i] = 3 + (uint32_t)i;
 	uvd_start(&u, NVM, cids, NULL, NULL);
-	t0 = hs_now_ms();
+	t0 = test_now_ms();
 	for (int i = 0; i < NVM; i++) {
 		jobs[i] = (struct vm_job){ .u = &u, .i = i, .total = 32 * MiB };
 		ASSERT_EQ(pthread_create(&th[i], NULL, vm_job_main, &jobs[i]), 0);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The real-guest interop run: for each of two Debian guest kernels (6.1 via linux-image-amd64,
-# 6.12 via linux-image-6.12-amd64; fetched with apt-get download and cached, never installed),
+# 6.12 via linux-image-6.12-amd64; taken from the cache that scripts/fetch-kernels.sh fills with
+# apt-get download, never installed; this script itself installs and fetches nothing),
 # start uvsockd with two VMs (CIDs 3 and 4, one group), boot QEMU (TCG, q35, vhost-user-vsock-pci)
 # with an initramfs holding busybox, the vsock modules and tests/interop/guest/uvsock-guest, and
 # run the cases: the guest program runs them in the VM (AF_VSOCK there only) and prints
@@ -24,15 +25,16 @@
 #   right after UVSOCK-INIT; VM is main, sibsrv, sibcli, surv, victim, again or self).
 # A boot whose kernel dies before /init prints UVSOCK-INIT is retried once (loudly); nothing
 # after UVSOCK-INIT is ever retried.
-# Exit: 0 all passed, 1 a failure, 77 cannot run here (printed loudly).
+# Exit: 0 all passed, 1 a failure, 77 cannot run here (printed loudly): a program or a cached
+# kernel is missing; `make interop-deps` (scripts/install-deps.sh interop, then
+# scripts/fetch-kernels.sh) provides both, and `make check` runs it first.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 
 GUEST="" HOST="" DAEMON="" SELFTEST=0
-KERNELS=${UVSOCK_INTEROP_KERNELS:-"linux-image-amd64 linux-image-6.12-amd64"}
+KERNELS=$INTEROP_KERNELS
 BULK=${UVSOCK_INTEROP_BULK:-$((64 << 20))}
 VM_LIMIT=${UVSOCK_INTEROP_VM_LIMIT:-900}   # seconds one VM may run in all
 while [ $# -gt 0 ]; do
@@ -59,11 +61,15 @@ if [ $SELFTEST = 0 ] && [ ! -x "$DAEMON" ]; then
 	exit 1
 fi
 
-# Packages (qemu, busybox-static, cpio, kmod...): install what is missing, as root only.
-if ! "$REPO/scripts/install-deps.sh" interop; then
-	[ "$(id -u)" = 0 ] || skip "not root and the interop packages are missing (scripts/install-deps.sh interop)"
-	skip "could not install the interop packages (no package archive reachable?)"
-fi
+# What the run needs is installed and fetched before the test (make interop-deps), never here.
+HOWTO="run 'make interop-deps' (scripts/install-deps.sh interop && scripts/fetch-kernels.sh)"
+for p in qemu-system-x86_64 cpio; do
+	command -v "$p" >/dev/null 2>&1 || skip "$p is not installed: $HOWTO"
+done
+static_busybox >/dev/null || skip "no static busybox (package busybox-static): $HOWTO"
+for meta in $KERNELS; do
+	kernel_cached "$meta" || skip "kernel $meta is not in the cache $(interop_cache_dir): $HOWTO"
+done
 
 T=$(mktemp -d /tmp/uvsock-interop.XXXXXX) || exit 1
 declare -A QPID HPID VMSTART VMNOTE VMCASES BOOTMS VMARGS VMTRIES
@@ -342,15 +348,8 @@ MAIN_CASES=${UVSOCK_INTEROP_CASES:-}
 SELF_CASES="ctl,lo_refused,lo_seqpacket,lo_stream"
 
 run_kernel() {
-	local meta=$1 k rc
-	fetch_kernel "$meta"
-	rc=$?
-	if [ $rc = 2 ]; then
-		skip "cannot fetch $meta from the Debian archive and nothing cached"
-	elif [ $rc != 0 ]; then
-		result "?" "fetch:$meta" FAIL 0 "kernel fetch/unpack failed"
-		return
-	fi
+	local meta=$1 k
+	kernel_cached "$meta" || skip "kernel $meta is not in the cache $(interop_cache_dir): $HOWTO"
 	k=$(kinfo "$KDIR" kver | cut -d. -f1,2)
 	echo "== kernel $(kinfo "$KDIR" package) $(kinfo "$KDIR" version) ($(kinfo "$KDIR" kver)), boot image $(basename "$(kernel_image "$KDIR")")"
 	INITRD="$T/initrd-$k.cpio"

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: MIT
-# Shared shell functions of the real-guest interop run (tests/interop/interop.sh) and of
-# scripts/vm-shell.sh: where the cache lives, fetching and unpacking the two Debian guest kernels
-# (never installing them), recovering the uncompressed vmlinux from a bzImage, computing the
-# module load order from modules.dep, building the initramfs, starting QEMU, and waiting with a
-# deadline for a line to appear in a file. Sourced by bash scripts; every function reports
-# failure through its exit status and a message on stderr.
+# Shared shell functions of the real-guest interop run (tests/interop/interop.sh), of
+# scripts/fetch-kernels.sh and of scripts/vm-shell.sh: where the cache lives, fetching and
+# unpacking the two Debian guest kernels (never installing them; only fetch_kernel touches the
+# network, and the test itself only looks in the cache with kernel_cached), recovering the
+# uncompressed vmlinux from a bzImage, computing the module load order from modules.dep, building
+# the initramfs, starting QEMU, and waiting with a deadline for a line to appear in a file.
+# Sourced by bash scripts; every function reports failure through its exit status and a message
+# on stderr.
 
 # Directory that holds unpacked kernels between runs; keyed below by package name and version.
 interop_cache_dir() {
@@ -19,6 +21,10 @@ interop_cache_dir() {
 
 # Bump when the layout of a cached kernel directory changes, so old entries are not reused.
 INTEROP_CACHE_LAYOUT=2
+
+# The guest kernels of the run: Debian meta packages (6.1 and 6.12). UVSOCK_INTEROP_KERNELS
+# overrides, for the test and for scripts/fetch-kernels.sh alike.
+INTEROP_KERNELS=${UVSOCK_INTEROP_KERNELS:-"linux-image-amd64 linux-image-6.12-amd64"}
 
 # Modules the guest needs (with everything modules.dep says they need). Built-in ones are skipped.
 INTEROP_MODULES="virtio_pci vmw_vsock_virtio_transport vsock_loopback vsock_diag vsockmon"
@@ -79,6 +85,32 @@ _module_order() {
 	' "$dir/lib/modules/$kver/modules.dep"
 }
 
+# _kernel_key META PKG VER: the cache directory name of one kernel package version.
+_kernel_key() { echo "$1.${2}_${3//:/%}.v$INTEROP_CACHE_LAYOUT"; }
+
+# kernel_cached META: set KDIR to META's kernel in the cache without fetching anything: the
+# version the local package lists resolve META to when that one is cached, else the newest
+# cached one. Returns 0, or 2 when nothing is cached for META (scripts/fetch-kernels.sh fetches).
+kernel_cached() {
+	local meta=$1 cache pkg ver dir
+	cache=$(interop_cache_dir)
+	pkg=$(_resolve_image_pkg "$meta")
+	if [ -n "$pkg" ]; then
+		ver=$(apt-cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
+		dir="$cache/kernels/$(_kernel_key "$meta" "$pkg" "$ver")"
+		if [ -n "$ver" ] && [ -f "$dir/.complete" ]; then
+			KDIR=$dir
+			return 0
+		fi
+	fi
+	dir=$(ls -d "$cache/kernels/$meta".*".v$INTEROP_CACHE_LAYOUT"/ 2>/dev/null | tail -n 1)
+	if [ -n "$dir" ] && [ -f "$dir/.complete" ]; then
+		KDIR=${dir%/}
+		return 0
+	fi
+	return 2
+}
+
 # fetch_kernel META: make sure the kernel that META (a Debian meta package) currently resolves to
 # is unpacked in the cache, and set KDIR to its directory. The directory holds: vmlinuz, vmlinux
 # (when it could be recovered), config, modules/ (only the modules the guest needs, uncompressed),
@@ -96,10 +128,8 @@ fetch_kernel() {
 	fi
 	if [ -z "$pkg" ]; then
 		# Offline, but maybe a previous run cached something for this meta package.
-		dir=$(ls -d "$cache/kernels/$meta".*/ 2>/dev/null | tail -n 1)
-		if [ -n "$dir" ] && [ -f "$dir/.complete" ]; then
-			KDIR=${dir%/}
-			ilog "$meta not resolvable; using cached $(cat "$KDIR/info" | tr '\n' ' ')"
+		if kernel_cached "$meta"; then
+			ilog "$meta not resolvable; using cached $(tr '\n' ' ' <"$KDIR/info")"
 			return 0
 		fi
 		ilog "cannot resolve $meta to a kernel image package (no package lists?)"
@@ -107,7 +137,7 @@ fetch_kernel() {
 	fi
 	ver=$(apt-cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
 	[ -n "$ver" ] || { ilog "no version for $pkg"; return 2; }
-	key="$meta.${pkg}_${ver//:/%}.v$INTEROP_CACHE_LAYOUT"
+	key=$(_kernel_key "$meta" "$pkg" "$ver")
 	dir="$cache/kernels/$key"
 	KDIR=$dir
 	[ -f "$dir/.complete" ] && return 0
@@ -169,16 +199,21 @@ fetch_kernel() {
 # kinfo KDIR KEY: one value from a cached kernel's info file.
 kinfo() { sed -n "s/^$2=//p" "$1/info"; }
 
+# static_busybox: print the path of a statically linked busybox (the initramfs has no libc), or
+# fail.
+static_busybox() {
+	local bb
+	bb=$(command -v busybox || echo /bin/busybox)
+	[ -x "$bb" ] && ! readelf -l "$bb" 2>/dev/null | grep -q 'interpreter' && echo "$bb"
+}
+
 # build_initramfs KDIR GUEST_BIN OUT: an uncompressed newc cpio with busybox, /init, the vsock
 # modules of KDIR (uncompressed, with their load order) and the in-guest test program.
 # Uncompressed because decompressing under TCG costs boot time; it is a few MiB.
 build_initramfs() {
 	local kdir=$1 guest=$2 out=$3 here root bb
 	here=$(dirname "${BASH_SOURCE[0]}")
-	bb=$(command -v busybox || echo /bin/busybox)
-	if [ ! -x "$bb" ] || readelf -l "$bb" 2>/dev/null | grep -q 'interpreter'; then
-		ilog "need a static busybox (package busybox-static)"; return 1
-	fi
+	bb=$(static_busybox) || { ilog "need a static busybox (package busybox-static)"; return 1; }
 	root=$(mktemp -d "${TMPDIR:-/tmp}/uvsock-initramfs.XXXXXX") || return 1
 	mkdir -p "$root"/{bin,dev,proc,sys,tmp,etc/uvsock,lib/modules}
 	cp "$bb" "$root/bin/busybox"

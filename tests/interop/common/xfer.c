@@ -17,14 +17,13 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include "util/time.h"
+
 enum { ST_CONNECT, ST_PRE_W, ST_PRE_R, ST_HDR, ST_RUN, ST_TRL_OUT, ST_EOFWAIT, ST_DONE };
 
 int64_t xfer_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)mono_ms();
 }
 
 /* splitmix64 of (seed, block): 8 pattern bytes per 8-byte block of the stream. */

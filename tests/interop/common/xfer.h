@@ -98,7 +98,7 @@ struct xfer {
 /* A session that moves no byte for this long fails even before its deadline. */
 #define XFER_STALL_MS 60000
 
-/* xfer_now_ms: CLOCK_MONOTONIC in milliseconds. */
+/* xfer_now_ms: CLOCK_MONOTONIC in milliseconds (mono_ms() of src/util/time.h). */
 int64_t xfer_now_ms(void);
 
 /* xfer_pattern_fill: write the pattern bytes [off, off+len) of stream @seed into @buf. */

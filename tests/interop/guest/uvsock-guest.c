@@ -1384,7 +1384,13 @@ static int c_close_rst(const char *arg, char *d)
 					close(fd);
 					return fail(d, "%s: no clean EOF from the host", what[i]);
 				}
-				usleep(100 * 1000); /* let uvsockd see the host's close */
+				/*
+				 * The host answers VERDICT once its session has ended, i.e. after
+				 * it closed its end: an acknowledgement that the close is on its
+				 * way to uvsockd. Only the answer counts here, not the verdict.
+				 */
+				(void)req(host, sizeof(host), 10, "VERDICT %llu",
+					  (unsigned long long)h.id);
 			} else if (recv_full(fd, buf, 4096) < 0) {
 				close(fd);
 				return fail(d, "%s: echo failed", what[i]);
@@ -1415,7 +1421,13 @@ static int c_close_rst(const char *arg, char *d)
 					return fail(d, "%s: got %llu of 4096 B before EOF", what[i],
 						    (unsigned long long)got);
 				}
-				usleep(100 * 1000);
+				/* The host answers HCLOSE after it closed its end: wait for that
+				 * acknowledgement before closing ours. */
+				if (req_wait(tag, host, sizeof(host), 30) < 0) {
+					close(fd);
+					return fail(d, "%s: %s", what[i], host);
+				}
+				tag = 0;
 			} else if (recv_full(fd, buf, 4096) < 0) {
 				close(fd);
 				req_wait(tag, host, sizeof(host), 5);
@@ -1516,6 +1528,9 @@ static const char *op_name(unsigned op)
  * "UVSOCK-TRACE" line each; runs of RW packets in one direction are summed into one line.
  * Never returns unless setting up the tap fails.
  */
+/* The write end of the pipe the tracer acknowledges its start on (-1: nobody waits). */
+static int trace_ready_fd = -1;
+
 static int trace(uint32_t port)
 {
 	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL) };
@@ -1543,6 +1558,11 @@ static int trace(uint32_t port)
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rb, sizeof(rb));
 	printf("UVSOCK-INFO trace: capturing port %s on vsockmon0\n", port ? "filter" : "all");
 	fflush(stdout);
+	if (trace_ready_fd >= 0) {
+		(void)!write(trace_ready_fd, "R", 1);
+		close(trace_ready_fd);
+		trace_ready_fd = -1;
+	}
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		int pr = poll(&p, 1, 200);
@@ -1896,10 +1916,27 @@ static int run(void)
 	pid_t tracer = -1;
 
 	if (cmdline_value(cmdline, "uvsock.trace", val, sizeof(val))) {
+		int rp[2] = { -1, -1 };
+
+		/* The tracer says when it captures (a byte on rp, or EOF if it gave up); the
+		 * cases start after that, or after 5 s at most. */
+		if (pipe2(rp, O_CLOEXEC) < 0)
+			rp[0] = rp[1] = -1;
 		tracer = fork();
-		if (tracer == 0)
+		if (tracer == 0) {
+			close(rp[0]);
+			trace_ready_fd = rp[1];
 			_exit(trace(strcmp(val, "all") ? (uint32_t)strtoul(val, NULL, 0) : 0));
-		usleep(500 * 1000);
+		}
+		close(rp[1]);
+		if (rp[0] >= 0) {
+			struct pollfd p = { .fd = rp[0], .events = POLLIN };
+			char c;
+
+			if (poll(&p, 1, 5000) > 0)
+				(void)!read(rp[0], &c, 1);
+			close(rp[0]);
+		}
 	}
 	g.cid = local_cid();
 	/* After a guest reboot (case "reboot"), continue after the reboot that was done. */

@@ -50,17 +50,12 @@ static const struct ops_jv *vm0(const struct ops_jv *v)
 static void uvd_start_ctl(struct uvd *u, const uint32_t *cid)
 {
 	char ctl[200];
-	uint64_t end;
-	int fd;
+	int fd = -1;
 
 	uvd_start(u, 1, cid, NULL, NULL);
 	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
-	end = hs_now_ms() + WAIT_MS;
-	while (ops_ctl_connect(ctl, &fd) < 0) {
-		if (hs_now_ms() > end)
-			test_fail(__FILE__, __LINE__, "%s does not answer", ctl);
-		usleep(5000);
-	}
+	if (!WAIT_FOR(ops_ctl_connect(ctl, &fd) >= 0, WAIT_MS))
+		test_fail(__FILE__, __LINE__, "%s does not answer", ctl);
 	close(fd);
 }
 
@@ -130,22 +125,21 @@ TEST(counters_and_listing_of_a_live_daemon)
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
+/* What the daemon says of VM 3's VMM (dflt if it does not say). */
+static bool vmm_connected(const char *sock, bool dflt)
+{
+	struct ops_jv *v = stat_json(sock);
+	bool c = ops_json_bool(vm0(v), "vmm_connected", dflt);
+
+	ops_json_free(v);
+	return c;
+}
+
 /* Waits until the daemon says whether a VMM is connected to VM 3. */
 static void wait_vmm(const char *sock, bool connected)
 {
-	uint64_t end = hs_now_ms() + WAIT_MS;
-
-	for (;;) {
-		struct ops_jv *v = stat_json(sock);
-		bool c = ops_json_bool(vm0(v), "vmm_connected", !connected);
-
-		ops_json_free(v);
-		if (c == connected)
-			return;
-		if (hs_now_ms() > end)
-			test_fail(__FILE__, __LINE__, "vmm_connected did not become %d", connected);
-		usleep(10000);
-	}
+	if (!WAIT_FOR(vmm_connected(sock, !connected) == connected, WAIT_MS))
+		test_fail(__FILE__, __LINE__, "vmm_connected did not become %d", connected);
 }
 
 struct ctr_snap {
@@ -175,11 +169,8 @@ static void session(struct uvd *u, int lfd)
 	char buf[4];
 	int gfd, hfd;
 
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
+	gfd = g_connect_accept(g, lfd, SOCK_STREAM, 5000, &hfd);
 	g_set_timeouts(gfd, WAIT_MS);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
 	ASSERT_EQ(uvsock_send(gfd, "ping", 4, 0), 4);
 	ASSERT_EQ(hs_read_full(hfd, buf, 4, WAIT_MS), 4);
 	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5001), -1);
@@ -198,13 +189,11 @@ TEST(counters_keep_growing_across_vmm_sessions)
 {
 	static const uint32_t cid3[] = { 3 };
 	struct ctr_snap a, b, c;
-	char lpath[200];
 	struct uvd u;
 	int lfd;
 
 	uvd_start_ctl(&u, cid3);
-	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
-	lfd = hs_listen(lpath, SOCK_STREAM);
+	lfd = hs_listen_port(u.uds[0], 5000, SOCK_STREAM);
 	session(&u, lfd);
 	wait_vmm(u.sock[0], false);
 	a = ctr_snap(u.sock[0]);
@@ -225,26 +214,26 @@ TEST(counters_keep_growing_across_vmm_sessions)
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
+/* Whether the daemon's capture runs, asked over the control connection cfd. */
+static bool capture_running(int cfd)
+{
+	struct ops_jv *v;
+	bool running;
+
+	ASSERT_OK(ops_ctl_request(cfd, "capture status", -1, 5000, NULL, &v));
+	running = ops_json_bool(ops_json_get(v, "capture"), "running", false);
+	ops_json_free(v);
+	return running;
+}
+
 /* Waits until the daemon's capture is running (started by the uvsock-stat child). */
 static void wait_capture_running(const char *ctl)
 {
-	uint64_t end = hs_now_ms() + WAIT_MS;
 	int cfd;
 
 	ASSERT_OK(ops_ctl_connect(ctl, &cfd));
-	for (;;) {
-		struct ops_jv *v;
-		bool running;
-
-		ASSERT_OK(ops_ctl_request(cfd, "capture status", -1, 5000, NULL, &v));
-		running = ops_json_bool(ops_json_get(v, "capture"), "running", false);
-		ops_json_free(v);
-		if (running)
-			break;
-		if (hs_now_ms() > end)
-			test_fail(__FILE__, __LINE__, "capture did not start within %d ms", WAIT_MS);
-		usleep(10000);
-	}
+	if (!WAIT_FOR(capture_running(cfd), WAIT_MS))
+		test_fail(__FILE__, __LINE__, "capture did not start within %d ms", WAIT_MS);
 	close(cfd);
 }
 
@@ -345,11 +334,9 @@ TEST(capture_of_a_live_daemon_with_uvsock_stat)
 	 * and exits 0. */
 	ASSERT_OK(kill(child, SIGINT));
 	{
-		uint64_t end = hs_now_ms() + WAIT_MS;
-		pid_t w;
+		pid_t w = 0;
 
-		while ((w = waitpid(child, &st, WNOHANG)) == 0 && hs_now_ms() < end)
-			usleep(10000);
+		WAIT_FOR((w = waitpid(child, &st, WNOHANG)) != 0, WAIT_MS);
 		if (w != child) {
 			kill(child, SIGKILL);
 			waitpid(child, &st, 0);
@@ -393,7 +380,7 @@ TEST(capture_from_start_up_with_the_daemon_option)
 {
 	static const uint32_t cid3[] = { 3 };
 	static struct cap_pkt pkts[256];
-	char file[128], arg[160], lpath[200], buf[8];
+	char file[128], arg[160], buf[8];
 	struct uvsock_ctx *g;
 	struct uvd u;
 	int lfd, hfd, gfd, n;
@@ -403,12 +390,8 @@ TEST(capture_from_start_up_with_the_daemon_option)
 	snprintf(arg, sizeof(arg), "--capture=%s", file);
 	uvd_start(&u, 1, cid3, NULL, arg);
 	g = g_guest_new(u.sock[0], NULL);
-	snprintf(lpath, sizeof(lpath), "%s_5000", u.uds[0]);
-	lfd = hs_listen(lpath, SOCK_STREAM);
-	gfd = g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000);
-	ASSERT_GE(gfd, 0);
-	hfd = hs_accept(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
+	lfd = hs_listen_port(u.uds[0], 5000, SOCK_STREAM);
+	gfd = g_connect_accept(g, lfd, SOCK_STREAM, 5000, &hfd);
 	ASSERT_EQ(uvsock_send(gfd, "early", 5, 0), 5);
 	ASSERT_EQ(hs_read_full(hfd, buf, 5, WAIT_MS), 5);
 	uvsock_close(gfd);

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Fetches the guest kernels of the real-guest interop run into its cache (apt-get download and
+# dpkg-deb -x, never installed; see tests/interop/lib.sh fetch_kernel and docs/interop.md), so
+# that the interop test itself never touches the network: it only looks in the cache and skips
+# (exit 77, loudly) when a kernel is missing. `make check` runs this (target interop-deps).
+#   scripts/fetch-kernels.sh [META...]   (default: the run's kernels, $UVSOCK_INTEROP_KERNELS)
+# Exit: 0 every kernel is cached, 2 one could not be fetched (no package archive), 1 an error.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=../tests/interop/lib.sh
+source "$REPO/tests/interop/lib.sh"
+
+rc=0
+for meta in ${@:-$INTEROP_KERNELS}; do
+	fetch_kernel "$meta"
+	r=$?
+	if [ $r = 0 ]; then
+		ilog "$meta: $(kinfo "$KDIR" package) $(kinfo "$KDIR" version) in $KDIR"
+	else
+		ilog "$meta: could not be fetched (status $r)"
+		[ $rc = 1 ] || rc=$r
+	fi
+done
+exit $rc
