@@ -10,14 +10,23 @@
  * must be large enough to back the mapping so that touching it cannot SIGBUS). Every translation
  * clamps the length to the region that holds the address; an address outside every region is a
  * NULL / -EFAULT result, never a crash.
+ *
+ * The front-end keeps its fd and may shrink the file after we mapped it. A memfd that allows
+ * sealing is sealed with F_SEAL_SHRINK before it is checked and mapped, so it cannot; every
+ * mapped region is also registered with the fault guard (vring/fault.h), which turns a SIGBUS
+ * in it into zero pages and sets the map's poisoned flag.
  */
 #include "vring/guest_mem.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+
+#include "vring/fault.h"
 
 struct gm_region {
 	uint64_t gpa;         /* first guest-physical address */
@@ -26,11 +35,13 @@ struct gm_region {
 	uint8_t *host;        /* host pointer of the first byte */
 	void *mmap_base;      /* what mmap returned (NULL for local maps) */
 	size_t mmap_len;      /* size + mmap_offset when mapped here */
+	int fault_id;         /* fault guard slot of the mapping; -1 if none */
 };
 
 struct guest_mem {
 	unsigned n;
 	struct gm_region r[GUEST_MEM_MAX_REGIONS];
+	atomic_bool poisoned; /* set by the SIGBUS handler (vring/fault.c) */
 };
 
 /* Checks one descriptor in isolation: non-zero size, no arithmetic wrap. */
@@ -69,9 +80,28 @@ static int table_valid(const struct guest_mem_region_desc *regions, unsigned n)
 
 static void unmap_all(struct guest_mem *m)
 {
-	for (unsigned i = 0; i < m->n; i++)
-		if (m->r[i].mmap_base)
-			(void)munmap(m->r[i].mmap_base, m->r[i].mmap_len);
+	for (unsigned i = 0; i < m->n; i++) {
+		if (!m->r[i].mmap_base)
+			continue;
+		/* Unprotect first: the address range may be reused by the next mmap. */
+		fault_unregister(m->r[i].fault_id);
+		(void)munmap(m->r[i].mmap_base, m->r[i].mmap_len);
+	}
+}
+
+/*
+ * Seals a memfd that allows it against shrinking, so that the front-end cannot truncate memory
+ * we have mapped (QEMU's memory-backend-memfd seals it so itself by default). Other files,
+ * memfds without MFD_ALLOW_SEALING and memfds already sealed with F_SEAL_SEAL stay as they are:
+ * the fault guard covers those. Best effort, no error.
+ */
+static void seal_shrink(int fd)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)))
+		return;
+	(void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);
 }
 
 int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struct guest_mem **ret)
@@ -87,6 +117,7 @@ int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struc
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
+	atomic_init(&m->poisoned, false);
 
 	for (unsigned i = 0; i < n; i++) {
 		const struct guest_mem_region_desc *d = &regions[i];
@@ -98,6 +129,8 @@ int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struc
 			r = -EINVAL;
 			goto out_unmap;
 		}
+		/* Before the size check, so that the size cannot change after it. */
+		seal_shrink(d->fd);
 		/* A file shorter than the mapping would turn guest accesses into SIGBUS. */
 		if (fstat(d->fd, &st) < 0) {
 			r = -errno;
@@ -121,8 +154,13 @@ int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struc
 			.host = (uint8_t *)base + d->mmap_offset,
 			.mmap_base = base,
 			.mmap_len = (size_t)total,
+			.fault_id = fault_register(base, (size_t)total, &m->poisoned),
 		};
 		m->n = i + 1;
+		if (m->r[i].fault_id < 0) {
+			r = m->r[i].fault_id;
+			goto out_unmap;
+		}
 	}
 	*ret = m;
 	return 0;
@@ -151,16 +189,24 @@ int guest_mem_new_local(const struct guest_mem_region_desc *regions, void *const
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
+	atomic_init(&m->poisoned, false);
 	for (unsigned i = 0; i < n; i++)
 		m->r[i] = (struct gm_region){
 			.gpa = regions[i].guest_phys_addr,
 			.size = regions[i].memory_size,
 			.uva = regions[i].userspace_addr,
 			.host = host_base[i],
+			.fault_id = -1,
 		};
 	m->n = n;
 	*ret = m;
 	return 0;
+}
+
+bool guest_mem_poisoned(const struct guest_mem *m)
+{
+	/* Relaxed: the flag orders nothing; the handler may run on this or another thread. */
+	return m && atomic_load_explicit(&m->poisoned, memory_order_relaxed);
 }
 
 void guest_mem_free(struct guest_mem *m)

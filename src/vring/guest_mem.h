@@ -13,6 +13,7 @@
 #ifndef UVSOCK_VRING_GUEST_MEM_H
 #define UVSOCK_VRING_GUEST_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -33,7 +34,10 @@ struct guest_mem;
  * Maps n regions (MAP_SHARED, from file offset 0 as libvhost-user does, since mmap_offset need not
  * be page aligned). Regions with overlapping guest-physical ranges, zero size or sizes that
  * overflow are refused. The fds are borrowed: the caller closes them (mapping keeps the memory).
- * Returns 0, -EINVAL, -E2BIG (n > GUEST_MEM_MAX_REGIONS), -ENOMEM or the mmap errno.
+ * A memfd that allows sealing gets F_SEAL_SHRINK (the front-end can no longer shrink it), and
+ * every mapping is protected by the fault guard (vring/fault.h, guest_mem_poisoned()).
+ * Returns 0, -EINVAL, -E2BIG (n > GUEST_MEM_MAX_REGIONS), -ENOMEM, -ENOSPC (fault guard slots
+ * exhausted) or the mmap errno.
  */
 int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struct guest_mem **ret);
 
@@ -44,6 +48,13 @@ int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struc
  */
 int guest_mem_new_local(const struct guest_mem_region_desc *regions, void *const *host_base,
 			unsigned n, struct guest_mem **ret);
+
+/*
+ * True once a SIGBUS in this map's memory was caught (the front-end shrank a file behind it,
+ * see vring/fault.h): its regions are zero pages from then on, so the rings in it must be
+ * treated as broken. Safe to call from any thread; false for local maps and NULL.
+ */
+bool guest_mem_poisoned(const struct guest_mem *m);
 
 /* Unmaps (if it mapped) and frees. Safe on NULL. */
 void guest_mem_free(struct guest_mem *m);
