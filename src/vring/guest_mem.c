@@ -6,8 +6,8 @@
  *
  * Security model: the front-end (SET_MEM_TABLE) and the guest (descriptor addresses) are
  * untrusted. Region tables are validated once when the map is built (no zero size, no wrap of
- * gpa+size, uva+size or mmap_offset+size, no overlapping guest-physical ranges, a regular file
- * must be large enough to back the mapping so that touching it cannot SIGBUS). Every translation
+ * gpa+size, uva+size or mmap_offset+size, no overlapping guest-physical ranges, each fd a regular
+ * file (a memfd) large enough to back the mapping so that touching it cannot SIGBUS). Every translation
  * clamps the length to the region that holds the address; an address outside every region is a
  * NULL / -EFAULT result, never a crash.
  *
@@ -24,8 +24,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
+#include "util/fdcheck.h"
 #include "vring/fault.h"
 
 struct gm_region {
@@ -122,7 +122,6 @@ int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struc
 	for (unsigned i = 0; i < n; i++) {
 		const struct guest_mem_region_desc *d = &regions[i];
 		uint64_t total = d->memory_size + d->mmap_offset;
-		struct stat st;
 		void *base;
 
 		if (total < d->memory_size || total > SIZE_MAX || d->fd < 0) {
@@ -131,15 +130,13 @@ int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struc
 		}
 		/* Before the size check, so that the size cannot change after it. */
 		seal_shrink(d->fd);
-		/* A file shorter than the mapping would turn guest accesses into SIGBUS. */
-		if (fstat(d->fd, &st) < 0) {
-			r = -errno;
+		/* Only a file of at least the mapping's size: a device (/dev/zero), pipe or socket
+		 * is no guest memory, and a shorter file would SIGBUS at the first access. */
+		r = fd_check_guest_memory(d->fd, total);
+		if (r == -ERANGE)
+			r = -EINVAL; /* the errno uvsock_dev_set_mem_table() documents */
+		if (r < 0)
 			goto out_unmap;
-		}
-		if (S_ISREG(st.st_mode) && (uint64_t)st.st_size < total) {
-			r = -EINVAL;
-			goto out_unmap;
-		}
 		/* From offset 0: mmap_offset need not be page (or hugepage) aligned. */
 		base = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
 			    d->fd, 0);

@@ -36,8 +36,10 @@ struct guest_mem;
  * overflow are refused. The fds are borrowed: the caller closes them (mapping keeps the memory).
  * A memfd that allows sealing gets F_SEAL_SHRINK (the front-end can no longer shrink it), and
  * every mapping is protected by the fault guard (vring/fault.h, guest_mem_poisoned()).
- * Returns 0, -EINVAL, -E2BIG (n > GUEST_MEM_MAX_REGIONS), -ENOMEM, -ENOSPC (fault guard slots
- * exhausted) or the mmap errno.
+ * Each fd must be a regular file (a memfd, or a tmpfs or hugetlbfs file) of at least
+ * mmap_offset + memory_size bytes. Returns 0, -EINVAL (bad table, negative fd, fd not a regular
+ * file or shorter than its region), -EBADF, -E2BIG (n > GUEST_MEM_MAX_REGIONS), -ENOMEM,
+ * -ENOSPC (fault guard slots exhausted) or the mmap errno.
  */
 int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struct guest_mem **ret);
 

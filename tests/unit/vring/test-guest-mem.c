@@ -8,6 +8,7 @@
 #include "util/macros.h"
 #include "vring/guest_mem.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -202,6 +203,11 @@ TEST(memfd_too_short_or_bad_fd_refused)
 	d.mmap_offset = 0;
 	d.fd = -1;
 	ASSERT_ERR(guest_mem_new(&d, 1, &m), EINVAL);
+	/* Not a regular file: /dev/zero maps without a size to check, and is no guest memory. */
+	d.fd = open("/dev/zero", O_RDWR | O_CLOEXEC);
+	ASSERT_GE(d.fd, 0);
+	ASSERT_ERR(guest_mem_new(&d, 1, &m), EINVAL);
+	close(d.fd);
 	close(fd);
 	d.fd = fd; /* now closed */
 	ASSERT_ERR(guest_mem_new(&d, 1, &m), EBADF);
