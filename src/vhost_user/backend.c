@@ -340,6 +340,16 @@ static int h_reset_owner(struct vhu_backend *b, struct vhu_msg *m, struct vhu_re
 	return 0;
 }
 
+/*
+ * Logs the reason fail() recorded for a refused fd or memory table (the device only logs the
+ * errno when it closes the connection) and returns err.
+ */
+static int warn_refusal(struct vhu_backend *b, int err)
+{
+	log_warn("vhost-user %s: %s", b->cfg.name ? b->cfg.name : "-", b->errbuf);
+	return err;
+}
+
 static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
 	const struct vhu_mem_table *t = &m->payload.mem;
@@ -367,15 +377,26 @@ static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 			ret = fail(b, -EINVAL, "region %u: %s", i,
 				   ret == -EINVAL ? "the fd is not a regular file or memfd"
 						  : "the file is shorter than mmap_offset + memory_size");
-			log_warn("vhost-user %s: %s", b->cfg.name ? b->cfg.name : "-", b->errbuf);
-			return ret;
+			return warn_refusal(b, ret);
 		}
 	}
 	ret = guest_mem_new(d, t->nregions, &nm);
 	if (ret < 0) {
-		ret = fail(b, ret, "cannot map %u regions: %s", t->nregions, strerror(-ret));
-		log_warn("vhost-user %s: %s", b->cfg.name ? b->cfg.name : "-", b->errbuf);
-		return ret;
+		uint64_t per_map, process;
+
+		guest_mem_get_limits(&per_map, &process);
+		if (ret == -E2BIG)
+			ret = fail(b, ret, "guest memory over the per-VM cap of %llu bytes",
+				   (unsigned long long)per_map);
+		else if (ret == -ENOMEM)
+			ret = fail(b, ret,
+				   "out of memory, or the process cap on mapped guest memory "
+				   "(%llu bytes, %llu in use) would be passed",
+				   (unsigned long long)process,
+				   (unsigned long long)guest_mem_mapped_bytes());
+		else
+			ret = fail(b, ret, "cannot map %u regions: %s", t->nregions, strerror(-ret));
+		return warn_refusal(b, ret);
 	}
 
 	/* The device must drop every guest pointer before the old map goes away. */
@@ -493,8 +514,7 @@ static int vring_file(struct vhu_backend *b, struct vhu_msg *m, const char *what
 	*ret_q = v & VHU_VRING_IDX_MASK;
 	if (!nofd && fd_check_eventfd(m->fds[0]) < 0) {
 		ret = fail(b, -EINVAL, "queue %u: the %s fd is not an eventfd", *ret_q, what);
-		log_warn("vhost-user %s: %s", b->cfg.name ? b->cfg.name : "-", b->errbuf);
-		return ret;
+		return warn_refusal(b, ret);
 	}
 	*ret_fd = nofd ? -1 : vhu_msg_take_fd(m, 0);
 	return 0;

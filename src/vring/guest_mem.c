@@ -41,8 +41,56 @@ struct gm_region {
 struct guest_mem {
 	unsigned n;
 	struct gm_region r[GUEST_MEM_MAX_REGIONS];
+	uint64_t budget;      /* bytes taken from mapped_bytes (0 for local maps) */
 	atomic_bool poisoned; /* set by the SIGBUS handler (vring/fault.c) */
 };
+
+/* The caps (guest_mem_set_limits()) and the process total of mapped bytes. */
+static _Atomic uint64_t limit_per_map = GUEST_MEM_DEFAULT_PER_MAP_MAX;
+static _Atomic uint64_t limit_process = GUEST_MEM_DEFAULT_PROCESS_MAX;
+static _Atomic uint64_t mapped_bytes;
+
+void guest_mem_set_limits(uint64_t per_map_max, uint64_t process_max)
+{
+	/* Relaxed: each cap is one value read on its own; no other memory goes with it. */
+	atomic_store_explicit(&limit_per_map, per_map_max ? per_map_max : GUEST_MEM_DEFAULT_PER_MAP_MAX,
+			      memory_order_relaxed);
+	atomic_store_explicit(&limit_process, process_max ? process_max : GUEST_MEM_DEFAULT_PROCESS_MAX,
+			      memory_order_relaxed);
+}
+
+void guest_mem_get_limits(uint64_t *per_map_max, uint64_t *process_max)
+{
+	if (per_map_max)
+		*per_map_max = atomic_load_explicit(&limit_per_map, memory_order_relaxed);
+	if (process_max)
+		*process_max = atomic_load_explicit(&limit_process, memory_order_relaxed);
+}
+
+uint64_t guest_mem_mapped_bytes(void)
+{
+	return atomic_load_explicit(&mapped_bytes, memory_order_relaxed);
+}
+
+/* Takes bytes from the process budget: 0, or -ENOMEM if it would pass the process cap. */
+static int budget_take(uint64_t bytes)
+{
+	uint64_t max = atomic_load_explicit(&limit_process, memory_order_relaxed);
+	uint64_t cur = atomic_load_explicit(&mapped_bytes, memory_order_relaxed);
+
+	/* Relaxed: a counter; the CAS makes concurrent maps see each other's bytes. */
+	do {
+		if (bytes > max || cur > max - bytes)
+			return -ENOMEM;
+	} while (!atomic_compare_exchange_weak_explicit(&mapped_bytes, &cur, cur + bytes,
+							memory_order_relaxed, memory_order_relaxed));
+	return 0;
+}
+
+static void budget_give(uint64_t bytes)
+{
+	atomic_fetch_sub_explicit(&mapped_bytes, bytes, memory_order_relaxed);
+}
 
 /* Checks one descriptor in isolation: non-zero size, no arithmetic wrap. */
 static bool region_desc_valid(const struct guest_mem_region_desc *d)
@@ -87,6 +135,8 @@ static void unmap_all(struct guest_mem *m)
 		fault_unregister(m->r[i].fault_id);
 		(void)munmap(m->r[i].mmap_base, m->r[i].mmap_len);
 	}
+	budget_give(m->budget);
+	m->budget = 0;
 }
 
 /*
@@ -104,9 +154,32 @@ static void seal_shrink(int fd)
 	(void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);
 }
 
+/*
+ * Adds up what a table maps (mmap_offset + memory_size a region) and takes it from the process
+ * budget. Returns 0 with *bytes set, -EINVAL on overflow, -E2BIG over the per-map cap, -ENOMEM
+ * over the process cap.
+ */
+static int map_budget(const struct guest_mem_region_desc *regions, unsigned n, uint64_t *bytes)
+{
+	uint64_t sum = 0, max = atomic_load_explicit(&limit_per_map, memory_order_relaxed);
+
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t total = regions[i].memory_size + regions[i].mmap_offset;
+
+		if (total < regions[i].memory_size || total > SIZE_MAX || sum + total < sum)
+			return -EINVAL;
+		sum += total;
+	}
+	if (sum > max)
+		return -E2BIG;
+	*bytes = sum;
+	return budget_take(sum);
+}
+
 int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struct guest_mem **ret)
 {
 	struct guest_mem *m;
+	uint64_t bytes;
 	int r;
 
 	if (!ret)
@@ -114,9 +187,15 @@ int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struc
 	r = table_valid(regions, n);
 	if (r < 0)
 		return r;
+	r = map_budget(regions, n, &bytes);
+	if (r < 0)
+		return r;
 	m = calloc(1, sizeof(*m));
-	if (!m)
+	if (!m) {
+		budget_give(bytes);
 		return -ENOMEM;
+	}
+	m->budget = bytes;
 	atomic_init(&m->poisoned, false);
 
 	for (unsigned i = 0; i < n; i++) {
@@ -124,7 +203,7 @@ int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struc
 		uint64_t total = d->memory_size + d->mmap_offset;
 		void *base;
 
-		if (total < d->memory_size || total > SIZE_MAX || d->fd < 0) {
+		if (d->fd < 0) {
 			r = -EINVAL;
 			goto out_unmap;
 		}

@@ -44,6 +44,28 @@ struct guest_mem;
 int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struct guest_mem **ret);
 
 /*
+ * Caps on mapped guest memory, counted in bytes of address space (mmap_offset + memory_size of
+ * each region): a sparse memfd costs the front-end no RAM, so without a cap one VMM could take
+ * all of the process's address space and make the next VM's mapping fail. A map over
+ * per_map_max (one VM's table) is refused with -E2BIG; one that would bring the process total
+ * over process_max with -ENOMEM. Defaults: 1 TiB per map (more RAM than a VM on one host is
+ * given today), 16 TiB per process (an eighth of the 128 TiB x86-64 user address space, room for
+ * 16 such VMs, or many smaller ones, beside everything else). docs/security.md says more.
+ */
+#define GUEST_MEM_DEFAULT_PER_MAP_MAX (1ull << 40)
+#define GUEST_MEM_DEFAULT_PROCESS_MAX (16ull << 40)
+
+/*
+ * Sets the caps for maps built from now on (maps that exist stay); 0 selects the default.
+ * Thread-safe. The process total of mapped bytes is kept whatever the caps.
+ */
+void guest_mem_set_limits(uint64_t per_map_max, uint64_t process_max);
+void guest_mem_get_limits(uint64_t *per_map_max, uint64_t *process_max);
+
+/* Bytes currently mapped by guest_mem_new() maps of this process (freed maps excluded). */
+uint64_t guest_mem_mapped_bytes(void);
+
+/*
  * A map over memory the caller already has (the guest role and unit tests: the guest's own RAM).
  * host_base[i] is the host pointer of region i; userspace_addr is ignored unless used for VA
  * translation. Nothing is unmapped on free.

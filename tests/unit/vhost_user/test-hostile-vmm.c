@@ -18,6 +18,7 @@
 #include "test.h"
 #include "util/fdcheck.h"
 #include "vhost_user/msg.h"
+#include "vring/guest_mem.h"
 
 #define RAM (1u << 20)
 
@@ -181,6 +182,21 @@ TEST(right_sized_memfd_is_still_taken)
 	ASSERT_OK(ftruncate(fd, RAM));
 	ASSERT_OK(set_mem_fd(fd, RAM));
 	ASSERT_TRUE(h.dev.mem != NULL);
+	close(fd);
+	hostile_teardown();
+}
+
+TEST(huge_sparse_memfd_is_refused_by_the_per_vm_cap)
+{
+	int fd;
+
+	hostile_setup();
+	fd = memfd_create("guest", MFD_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	ASSERT_OK(ftruncate(fd, (off_t)(128ull << 40))); /* 128 TiB, costs no memory */
+	expect_refused(set_mem_fd(fd, 128ull << 40), E2BIG, "per-VM cap");
+	ASSERT_TRUE(h.dev.mem == NULL);
+	ASSERT_EQ_U64(guest_mem_mapped_bytes(), 0);
 	close(fd);
 	hostile_teardown();
 }
