@@ -33,15 +33,12 @@ int fd_check_eventfd(int fd)
 	return 0;
 }
 
-int eventfd_signal_nb(int fd)
+/* 0 if fd is ready for events right now, -EAGAIN if not, -EBADF or the poll() errno. */
+static int ready_now(int fd, short events)
 {
-	struct pollfd p = { .fd = fd, .events = POLLOUT };
-	uint64_t one = 1;
+	struct pollfd p = { .fd = fd, .events = events };
 	int r;
 
-	if (fd < 0)
-		return -EBADF;
-	/* An eventfd is writable (POLLOUT) while its counter can take 1 more without blocking. */
 	do
 		r = poll(&p, 1, 0);
 	while (r < 0 && errno == EINTR);
@@ -49,21 +46,33 @@ int eventfd_signal_nb(int fd)
 		return -errno;
 	if (p.revents & POLLNVAL)
 		return -EBADF;
-	if (!(p.revents & POLLOUT))
-		return -EAGAIN;
-	do
-		r = (int)write(fd, &one, sizeof(one));
-	while (r < 0 && errno == EINTR);
+	return p.revents & events ? 0 : -EAGAIN;
+}
+
+int eventfd_signal_nb(int fd)
+{
+	uint64_t one = 1;
+	ssize_t n;
+	int r;
+
+	if (fd < 0)
+		return -EBADF;
+	/* An eventfd is writable (POLLOUT) while its counter can take 1 more without blocking. */
+	r = ready_now(fd, POLLOUT);
 	if (r < 0)
+		return r;
+	do
+		n = write(fd, &one, sizeof(one));
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
 		return -errno;
-	return r == sizeof(one) ? 0 : -EIO;
+	return n == sizeof(one) ? 0 : -EIO;
 }
 
 int eventfd_consume_nb(int fd, uint64_t *value)
 {
 	uint64_t v;
 	struct iovec iov = { .iov_base = &v, .iov_len = sizeof(v) };
-	struct pollfd p = { .fd = fd, .events = POLLIN };
 	ssize_t n;
 
 	do
@@ -71,17 +80,10 @@ int eventfd_consume_nb(int fd, uint64_t *value)
 	while (n < 0 && errno == EINTR);
 	if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS)) {
 		/* A kernel without RWF_NOWAIT for eventfds: poll first. */
-		int r;
+		int r = ready_now(fd, POLLIN);
 
-		do
-			r = poll(&p, 1, 0);
-		while (r < 0 && errno == EINTR);
 		if (r < 0)
-			return -errno;
-		if (p.revents & POLLNVAL)
-			return -EBADF;
-		if (!(p.revents & POLLIN))
-			return -EAGAIN;
+			return r;
 		do
 			n = read(fd, &v, sizeof(v));
 		while (n < 0 && errno == EINTR);

@@ -375,8 +375,9 @@ static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 		ret = fd_check_guest_memory(d[i].fd, d[i].mmap_offset + d[i].memory_size);
 		if (ret == -EINVAL || ret == -ERANGE) {
 			ret = fail(b, -EINVAL, "region %u: %s", i,
-				   ret == -EINVAL ? "the fd is not a regular file or memfd"
-						  : "the file is shorter than mmap_offset + memory_size");
+				   ret == -EINVAL
+					   ? "the fd is not a regular file or memfd"
+					   : "the file is shorter than mmap_offset + memory_size");
 			return warn_refusal(b, ret);
 		}
 	}
@@ -395,7 +396,8 @@ static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 				   (unsigned long long)process,
 				   (unsigned long long)guest_mem_mapped_bytes());
 		else
-			ret = fail(b, ret, "cannot map %u regions: %s", t->nregions, strerror(-ret));
+			ret = fail(b, ret, "cannot map %u regions: %s", t->nregions,
+				   strerror(-ret));
 		return warn_refusal(b, ret);
 	}
 

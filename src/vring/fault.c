@@ -33,6 +33,9 @@ struct fault_slot {
 	_Atomic(atomic_bool *) flag;
 };
 
+/* What replaces a faulting region: private anonymous zero pages at the same address. */
+#define ZERO_MAP_FLAGS (MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
+
 static struct fault_slot slots[FAULT_MAX_REGIONS];
 static atomic_uint slots_used; /* 1 + the highest slot index ever claimed: the handler's bound */
 
@@ -88,10 +91,10 @@ static void sigbus_handler(int sig, siginfo_t *si, void *uctx)
 		if (!slot_read(&slots[i], &base, &len, &flag) || a - base >= len)
 			continue;
 		/* Ours: zero pages over the whole region; the faulting access is then retried. */
-		if (mmap((void *)base, len, PROT_READ | PROT_WRITE,
-			 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+		if (mmap((void *)base, len, PROT_READ | PROT_WRITE, ZERO_MAP_FLAGS, -1, 0) ==
+		    MAP_FAILED)
 			break; /* cannot repair: crash as if there were no guard */
-		/* Relaxed: the flag orders nothing; the owner reads it on the same or a later pass. */
+		/* Relaxed: the flag orders nothing; the owner reads it after the access. */
 		atomic_store_explicit(flag, true, memory_order_relaxed);
 		errno = saved_errno;
 		return;

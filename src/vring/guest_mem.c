@@ -7,9 +7,9 @@
  * Security model: the front-end (SET_MEM_TABLE) and the guest (descriptor addresses) are
  * untrusted. Region tables are validated once when the map is built (no zero size, no wrap of
  * gpa+size, uva+size or mmap_offset+size, no overlapping guest-physical ranges, each fd a regular
- * file (a memfd) large enough to back the mapping so that touching it cannot SIGBUS). Every translation
- * clamps the length to the region that holds the address; an address outside every region is a
- * NULL / -EFAULT result, never a crash.
+ * file (a memfd) large enough to back the mapping so that touching it cannot SIGBUS). Every
+ * translation clamps the length to the region that holds the address; an address outside every
+ * region is a NULL / -EFAULT result, never a crash.
  *
  * The front-end keeps its fd and may shrink the file after we mapped it. A memfd that allows
  * sealing is sealed with F_SEAL_SHRINK before it is checked and mapped, so it cannot; every
@@ -53,10 +53,12 @@ static _Atomic uint64_t mapped_bytes;
 void guest_mem_set_limits(uint64_t per_map_max, uint64_t process_max)
 {
 	/* Relaxed: each cap is one value read on its own; no other memory goes with it. */
-	atomic_store_explicit(&limit_per_map, per_map_max ? per_map_max : GUEST_MEM_DEFAULT_PER_MAP_MAX,
-			      memory_order_relaxed);
-	atomic_store_explicit(&limit_process, process_max ? process_max : GUEST_MEM_DEFAULT_PROCESS_MAX,
-			      memory_order_relaxed);
+	if (!per_map_max)
+		per_map_max = GUEST_MEM_DEFAULT_PER_MAP_MAX;
+	if (!process_max)
+		process_max = GUEST_MEM_DEFAULT_PROCESS_MAX;
+	atomic_store_explicit(&limit_per_map, per_map_max, memory_order_relaxed);
+	atomic_store_explicit(&limit_process, process_max, memory_order_relaxed);
 }
 
 void guest_mem_get_limits(uint64_t *per_map_max, uint64_t *process_max)
@@ -83,7 +85,8 @@ static int budget_take(uint64_t bytes)
 		if (bytes > max || cur > max - bytes)
 			return -ENOMEM;
 	} while (!atomic_compare_exchange_weak_explicit(&mapped_bytes, &cur, cur + bytes,
-							memory_order_relaxed, memory_order_relaxed));
+							memory_order_relaxed,
+							memory_order_relaxed));
 	return 0;
 }
 

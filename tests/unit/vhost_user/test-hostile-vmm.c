@@ -42,7 +42,8 @@ static void hostile_setup(void)
 	ASSERT_OK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
 	h.sock = sv[0];
 	ASSERT_OK(vhu_backend_new(sv[1], &cfg, &fakedev_ops, &h.dev, &h.b));
-	ASSERT_OK(vhu_msg_send(h.sock, VHU_REQ_SET_OWNER, VHU_FLAG_VERSION, NULL, 0, NULL, 0, 1000));
+	ASSERT_OK(vhu_msg_send(h.sock, VHU_REQ_SET_OWNER, VHU_FLAG_VERSION, NULL, 0, NULL, 0,
+			       1000));
 	ASSERT_OK(vhu_backend_process(h.b));
 }
 
@@ -72,6 +73,16 @@ static int set_mem_fd(int fd, uint64_t size)
 	t.regions[0] = (struct vhu_mem_region){ .guest_phys_addr = 0, .memory_size = size,
 						.userspace_addr = 0x7f0000000000ull };
 	return send_fd_req(VHU_REQ_SET_MEM_TABLE, &t, 8 + 32, fd);
+}
+
+/* A memfd of size bytes (sparse: nothing is written). */
+static int memfd_of(uint64_t size)
+{
+	int fd = memfd_create("guest", MFD_CLOEXEC);
+
+	ASSERT_GE(fd, 0);
+	ASSERT_OK(ftruncate(fd, (off_t)size));
+	return fd;
 }
 
 /* The connection ended with -err and an error text naming what, and stays ended. */
@@ -145,31 +156,33 @@ TEST(eventfds_are_still_taken)
 
 /* ---- guest memory fds ------------------------------------------------------------------- */
 
+/* SET_MEM_TABLE of one region of size bytes in fd ends the connection with -err and text what. */
+static void mem_refused(int fd, uint64_t size, int err, const char *what)
+{
+	ASSERT_GE(fd, 0);
+	hostile_setup();
+	expect_refused(set_mem_fd(fd, size), err, what);
+	ASSERT_TRUE(h.dev.mem == NULL);
+	ASSERT_EQ_U64(guest_mem_mapped_bytes(), 0);
+	hostile_teardown();
+	close(fd);
+}
+
 TEST(dev_zero_as_guest_memory_is_refused)
 {
-	int fd;
-
-	hostile_setup();
-	fd = open("/dev/zero", O_RDWR | O_CLOEXEC);
-	ASSERT_GE(fd, 0);
-	expect_refused(set_mem_fd(fd, RAM), EINVAL, "region 0: the fd is not a regular file");
-	ASSERT_TRUE(h.dev.mem == NULL);
-	close(fd);
-	hostile_teardown();
+	mem_refused(open("/dev/zero", O_RDWR | O_CLOEXEC), RAM, EINVAL,
+		    "region 0: the fd is not a regular file");
 }
 
 TEST(too_small_memfd_as_guest_memory_is_refused)
 {
-	int fd;
+	mem_refused(memfd_of(RAM / 2), RAM, EINVAL, "region 0: the file is shorter");
+}
 
-	hostile_setup();
-	fd = memfd_create("guest", MFD_CLOEXEC);
-	ASSERT_GE(fd, 0);
-	ASSERT_OK(ftruncate(fd, RAM / 2));
-	expect_refused(set_mem_fd(fd, RAM), EINVAL, "region 0: the file is shorter");
-	ASSERT_TRUE(h.dev.mem == NULL);
-	close(fd);
-	hostile_teardown();
+TEST(huge_sparse_memfd_is_refused_by_the_per_vm_cap)
+{
+	/* 128 TiB that cost the front-end no memory. */
+	mem_refused(memfd_of(128ull << 40), 128ull << 40, E2BIG, "per-VM cap");
 }
 
 TEST(right_sized_memfd_is_still_taken)
@@ -177,26 +190,9 @@ TEST(right_sized_memfd_is_still_taken)
 	int fd;
 
 	hostile_setup();
-	fd = memfd_create("guest", MFD_CLOEXEC);
-	ASSERT_GE(fd, 0);
-	ASSERT_OK(ftruncate(fd, RAM));
+	fd = memfd_of(RAM);
 	ASSERT_OK(set_mem_fd(fd, RAM));
 	ASSERT_TRUE(h.dev.mem != NULL);
-	close(fd);
-	hostile_teardown();
-}
-
-TEST(huge_sparse_memfd_is_refused_by_the_per_vm_cap)
-{
-	int fd;
-
-	hostile_setup();
-	fd = memfd_create("guest", MFD_CLOEXEC);
-	ASSERT_GE(fd, 0);
-	ASSERT_OK(ftruncate(fd, (off_t)(128ull << 40))); /* 128 TiB, costs no memory */
-	expect_refused(set_mem_fd(fd, 128ull << 40), E2BIG, "per-VM cap");
-	ASSERT_TRUE(h.dev.mem == NULL);
-	ASSERT_EQ_U64(guest_mem_mapped_bytes(), 0);
 	close(fd);
 	hostile_teardown();
 }
