@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/fdcheck.h"
 #include "util/log.h"
 #include "util/macros.h"
 #include "vhost_user/msg.h"
@@ -346,6 +347,16 @@ static int h_reset_owner(struct vhu_backend *b, struct vhu_msg *m, struct vhu_re
 	return 0;
 }
 
+/*
+ * Logs the reason fail() recorded for a refused fd or memory table (the device only logs the
+ * errno when it closes the connection) and returns err.
+ */
+static int warn_refusal(struct vhu_backend *b, int err)
+{
+	log_warn("vhost-user %s: %s", b->cfg.name ? b->cfg.name : "-", b->errbuf);
+	return err;
+}
+
 static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
 	const struct vhu_mem_table *t = &m->payload.mem;
@@ -367,10 +378,35 @@ static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 			.mmap_offset = t->regions[i].mmap_offset,
 			.fd = m->fds[i], /* borrowed; the dispatcher closes it (the map stays) */
 		};
+		/* guest_mem_new() checks this too; here for an error that says which and why. */
+		ret = fd_check_guest_memory(d[i].fd, d[i].mmap_offset + d[i].memory_size);
+		if (ret == -EINVAL || ret == -ERANGE) {
+			ret = fail(b, -EINVAL, "region %u: %s", i,
+				   ret == -EINVAL
+					   ? "the fd is not a regular file or memfd"
+					   : "the file is shorter than mmap_offset + memory_size");
+			return warn_refusal(b, ret);
+		}
 	}
 	ret = guest_mem_new(d, t->nregions, &nm);
-	if (ret < 0)
-		return fail(b, ret, "cannot map %u regions: %s", t->nregions, strerror(-ret));
+	if (ret < 0) {
+		uint64_t per_map, process;
+
+		guest_mem_get_limits(&per_map, &process);
+		if (ret == -E2BIG)
+			ret = fail(b, ret, "guest memory over the per-VM cap of %llu bytes",
+				   (unsigned long long)per_map);
+		else if (ret == -ENOMEM)
+			ret = fail(b, ret,
+				   "out of memory, or the process cap on mapped guest memory "
+				   "(%llu bytes, %llu in use) would be passed",
+				   (unsigned long long)process,
+				   (unsigned long long)guest_mem_mapped_bytes());
+		else
+			ret = fail(b, ret, "cannot map %u regions: %s", t->nregions,
+				   strerror(-ret));
+		return warn_refusal(b, ret);
+	}
 
 	/* The device must drop every guest pointer before the old map goes away. */
 	stop_all(b);
@@ -478,8 +514,13 @@ static int h_get_vring_base(struct vhu_backend *b, struct vhu_msg *m, struct vhu
 	return 0;
 }
 
-/* Common part of SET_VRING_KICK/CALL/ERR: validates the u64 and claims the fd (-1 for "none"). */
-static int vring_file(struct vhu_backend *b, struct vhu_msg *m, unsigned *ret_q, int *ret_fd)
+/*
+ * Common part of SET_VRING_KICK/CALL/ERR: validates the u64 and claims the fd (-1 for "none"),
+ * which must be an eventfd: a pipe whose writer is gone polls readable for ever (a spinning
+ * thread), and a write to anything else may block the thread. what names the fd in errors.
+ */
+static int vring_file(struct vhu_backend *b, struct vhu_msg *m, const char *what, unsigned *ret_q,
+		      int *ret_fd)
 {
 	uint64_t v = m->payload.u64;
 	bool nofd = v & VHU_VRING_NOFD_MASK;
@@ -494,6 +535,10 @@ static int vring_file(struct vhu_backend *b, struct vhu_msg *m, unsigned *ret_q,
 		return fail(b, -EPROTO, "%u fds with the no-fd bit %s", m->nfds,
 			    nofd ? "set" : "clear");
 	*ret_q = v & VHU_VRING_IDX_MASK;
+	if (!nofd && fd_check_eventfd(m->fds[0]) < 0) {
+		ret = fail(b, -EINVAL, "queue %u: the %s fd is not an eventfd", *ret_q, what);
+		return warn_refusal(b, ret);
+	}
 	*ret_fd = nofd ? -1 : vhu_msg_take_fd(m, 0);
 	return 0;
 }
@@ -501,7 +546,7 @@ static int vring_file(struct vhu_backend *b, struct vhu_msg *m, unsigned *ret_q,
 static int h_set_vring_kick(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
 	unsigned q;
-	int fd, ret = vring_file(b, m, &q, &fd);
+	int fd, ret = vring_file(b, m, "kick", &q, &fd);
 
 	if (ret < 0)
 		return ret;
@@ -517,7 +562,7 @@ static int h_set_vring_call(struct vhu_backend *b, struct vhu_msg *m, struct vhu
 {
 	struct vhu_ring *ring;
 	unsigned q;
-	int old, fd, ret = vring_file(b, m, &q, &fd);
+	int old, fd, ret = vring_file(b, m, "call", &q, &fd);
 
 	if (ret < 0)
 		return ret;
@@ -537,7 +582,7 @@ static int h_set_vring_call(struct vhu_backend *b, struct vhu_msg *m, struct vhu
 static int h_set_vring_err(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
 {
 	unsigned q;
-	int fd, ret = vring_file(b, m, &q, &fd);
+	int fd, ret = vring_file(b, m, "error", &q, &fd);
 
 	if (ret < 0)
 		return ret;

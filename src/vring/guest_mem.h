@@ -13,6 +13,7 @@
 #ifndef UVSOCK_VRING_GUEST_MEM_H
 #define UVSOCK_VRING_GUEST_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -33,9 +34,36 @@ struct guest_mem;
  * Maps n regions (MAP_SHARED, from file offset 0 as libvhost-user does, since mmap_offset need not
  * be page aligned). Regions with overlapping guest-physical ranges, zero size or sizes that
  * overflow are refused. The fds are borrowed: the caller closes them (mapping keeps the memory).
- * Returns 0, -EINVAL, -E2BIG (n > GUEST_MEM_MAX_REGIONS), -ENOMEM or the mmap errno.
+ * A memfd that allows sealing gets F_SEAL_SHRINK (the front-end can no longer shrink it), and
+ * every mapping is protected by the fault guard (vring/fault.h, guest_mem_poisoned()).
+ * Each fd must be a regular file (a memfd, or a tmpfs or hugetlbfs file) of at least
+ * mmap_offset + memory_size bytes. Returns 0, -EINVAL (bad table, negative fd, fd not a regular
+ * file or shorter than its region), -EBADF, -E2BIG (n > GUEST_MEM_MAX_REGIONS), -ENOMEM,
+ * -ENOSPC (fault guard slots exhausted) or the mmap errno.
  */
 int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struct guest_mem **ret);
+
+/*
+ * Caps on mapped guest memory, counted in bytes of address space (mmap_offset + memory_size of
+ * each region): a sparse memfd costs the front-end no RAM, so without a cap one VMM could take
+ * all of the process's address space and make the next VM's mapping fail. A map over
+ * per_map_max (one VM's table) is refused with -E2BIG; one that would bring the process total
+ * over process_max with -ENOMEM. Defaults: 1 TiB per map (more RAM than a VM on one host is
+ * given today), 16 TiB per process (an eighth of the 128 TiB x86-64 user address space, room for
+ * 16 such VMs, or many smaller ones, beside everything else). docs/security.md says more.
+ */
+#define GUEST_MEM_DEFAULT_PER_MAP_MAX (1ull << 40)
+#define GUEST_MEM_DEFAULT_PROCESS_MAX (16ull << 40)
+
+/*
+ * Sets the caps for maps built from now on (maps that exist stay); 0 selects the default.
+ * Thread-safe. The process total of mapped bytes is kept whatever the caps.
+ */
+void guest_mem_set_limits(uint64_t per_map_max, uint64_t process_max);
+void guest_mem_get_limits(uint64_t *per_map_max, uint64_t *process_max);
+
+/* Bytes currently mapped by guest_mem_new() maps of this process (freed maps excluded). */
+uint64_t guest_mem_mapped_bytes(void);
 
 /*
  * A map over memory the caller already has (the guest role and unit tests: the guest's own RAM).
@@ -44,6 +72,13 @@ int guest_mem_new(const struct guest_mem_region_desc *regions, unsigned n, struc
  */
 int guest_mem_new_local(const struct guest_mem_region_desc *regions, void *const *host_base,
 			unsigned n, struct guest_mem **ret);
+
+/*
+ * True once a SIGBUS in this map's memory was caught (the front-end shrank a file behind it,
+ * see vring/fault.h): its regions are zero pages from then on, so the rings in it must be
+ * treated as broken. Safe to call from any thread; false for local maps and NULL.
+ */
+bool guest_mem_poisoned(const struct guest_mem *m);
 
 /* Unmaps (if it mapped) and frees. Safe on NULL. */
 void guest_mem_free(struct guest_mem *m);

@@ -8,6 +8,7 @@
 #include "util/macros.h"
 #include "vring/guest_mem.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -202,10 +203,105 @@ TEST(memfd_too_short_or_bad_fd_refused)
 	d.mmap_offset = 0;
 	d.fd = -1;
 	ASSERT_ERR(guest_mem_new(&d, 1, &m), EINVAL);
+	/* Not a regular file: /dev/zero maps without a size to check, and is no guest memory. */
+	d.fd = open("/dev/zero", O_RDWR | O_CLOEXEC);
+	ASSERT_GE(d.fd, 0);
+	ASSERT_ERR(guest_mem_new(&d, 1, &m), EINVAL);
+	close(d.fd);
 	close(fd);
 	d.fd = fd; /* now closed */
 	ASSERT_ERR(guest_mem_new(&d, 1, &m), EBADF);
 	ASSERT_TRUE(m == NULL);
+}
+
+/* A memfd of size bytes that costs no memory (nothing is ever written to it). */
+static int sparse_fd(uint64_t size)
+{
+	int fd = memfd_create("sparse-guest-ram", MFD_CLOEXEC);
+
+	ASSERT_GE(fd, 0);
+	ASSERT_OK(ftruncate(fd, (off_t)size));
+	return fd;
+}
+
+static int map_sparse(int fd, uint64_t size, struct guest_mem **m)
+{
+	struct guest_mem_region_desc d = { .guest_phys_addr = 0, .memory_size = size, .fd = fd };
+
+	return guest_mem_new(&d, 1, m);
+}
+
+TEST(default_caps_refuse_a_map_over_1_tib)
+{
+	const uint64_t tib = 1ull << 40;
+	int fd = sparse_fd(128 * tib); /* what a hostile front-end may hand us for free */
+	struct guest_mem *m = NULL;
+	uint64_t per_map, process;
+
+	guest_mem_get_limits(&per_map, &process);
+	ASSERT_EQ_U64(per_map, GUEST_MEM_DEFAULT_PER_MAP_MAX);
+	ASSERT_EQ_U64(process, GUEST_MEM_DEFAULT_PROCESS_MAX);
+	ASSERT_EQ_U64(per_map, tib);
+	ASSERT_EQ_U64(process, 16 * tib);
+	ASSERT_ERR(map_sparse(fd, 128 * tib, &m), E2BIG);
+	ASSERT_ERR(map_sparse(fd, tib + 1, &m), E2BIG);
+	ASSERT_TRUE(m == NULL);
+	ASSERT_EQ_U64(guest_mem_mapped_bytes(), 0);
+	ASSERT_OK(map_sparse(fd, tib, &m));
+	ASSERT_EQ_U64(guest_mem_mapped_bytes(), tib);
+	guest_mem_free(m);
+	ASSERT_EQ_U64(guest_mem_mapped_bytes(), 0);
+	close(fd);
+}
+
+TEST(per_map_and_process_caps)
+{
+	const uint64_t mib = 1ull << 20;
+	int fd = sparse_fd(4 * mib);
+	struct guest_mem *m[4] = { NULL };
+	struct guest_mem_region_desc d[2] = {
+		{ .guest_phys_addr = 0, .memory_size = mib / 2, .fd = fd },
+		{ .guest_phys_addr = mib, .memory_size = mib / 2, .mmap_offset = 1, .fd = fd },
+	};
+
+	guest_mem_set_limits(mib, 3 * mib);
+	/* Per map: one region over the cap, or regions that are together (offsets count). */
+	ASSERT_ERR(map_sparse(fd, mib + 1, &m[0]), E2BIG);
+	ASSERT_ERR(guest_mem_new(d, 2, &m[0]), E2BIG);
+	d[1].mmap_offset = 0;
+	ASSERT_OK(guest_mem_new(d, 2, &m[0]));
+	ASSERT_EQ_U64(guest_mem_mapped_bytes(), mib);
+	/* Per process: the fourth map of 1 MiB is one too many... */
+	ASSERT_OK(map_sparse(fd, mib, &m[1]));
+	ASSERT_OK(map_sparse(fd, mib, &m[2]));
+	ASSERT_ERR(map_sparse(fd, mib, &m[3]), ENOMEM);
+	ASSERT_TRUE(m[3] == NULL);
+	ASSERT_EQ_U64(guest_mem_mapped_bytes(), 3 * mib);
+	/* ...until another map is freed. A refused map accounted nothing. */
+	guest_mem_free(m[1]);
+	ASSERT_EQ_U64(guest_mem_mapped_bytes(), 2 * mib);
+	ASSERT_OK(map_sparse(fd, mib, &m[3]));
+	/* Local maps map nothing and count nothing. */
+	static uint8_t ram[64];
+	void *hb[1] = { ram };
+	struct guest_mem *l = NULL;
+	struct guest_mem_region_desc ld = { .memory_size = sizeof(ram) };
+
+	ASSERT_OK(guest_mem_new_local(&ld, hb, 1, &l));
+	ASSERT_EQ_U64(guest_mem_mapped_bytes(), 3 * mib);
+	guest_mem_free(l);
+	guest_mem_free(m[0]);
+	guest_mem_free(m[2]);
+	guest_mem_free(m[3]);
+	ASSERT_EQ_U64(guest_mem_mapped_bytes(), 0);
+	/* 0 restores the defaults. */
+	guest_mem_set_limits(0, 0);
+	uint64_t per_map, process;
+
+	guest_mem_get_limits(&per_map, &process);
+	ASSERT_EQ_U64(per_map, GUEST_MEM_DEFAULT_PER_MAP_MAX);
+	ASSERT_EQ_U64(process, GUEST_MEM_DEFAULT_PROCESS_MAX);
+	close(fd);
 }
 
 TEST_MAIN()
