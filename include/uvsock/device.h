@@ -206,8 +206,12 @@ struct uvsock_dev_mem_region {
  * (as vhost-user's SET_MEM_TABLE stops them); connections survive, so stop, replace, restart
  * (with the last_avail_idx queue_stop returned) keeps them.
  * Returns 0, -EPERM, -EBUSY (a queue is running), -EINVAL (n 0, NULL regions, mixed kinds,
- * size 0, overlap, an fd region whose file is too short), -E2BIG (more than 8), -ENOMEM, or the
- * errno of mmap/fstat. On error the old table stays.
+ * size 0, overlap, an fd region that is not a regular file or memfd or whose file is too short),
+ * -E2BIG (more than 8 regions, or a region above the per-device cap on mapped guest memory,
+ * 1 TiB by default), -ENOMEM (the process-wide cap, 16 TiB by default, or no memory), -ENOSPC
+ * (the SIGBUS guard's region slots are used up), or the errno of mmap/fstat. On error the old
+ * table stays. A memfd that allows sealing is sealed against shrinking (F_SEAL_SHRINK), so the
+ * memory can no longer be truncated under the device; see docs/security.md.
  */
 int uvsock_dev_set_mem_table(struct uvsock_dev *d, const struct uvsock_dev_mem_region *regions,
 			     unsigned n);
@@ -232,8 +236,8 @@ struct uvsock_dev_queue {
  * Starts queue qidx (UVSOCK_DEV_QUEUE_RX or _TX). The used index is taken from the ring in guest
  * memory (never assumed 0). Starting TX after uvsock_dev_new or uvsock_dev_reset begins a new
  * session (fresh connection table, the device's wildcard listeners for guest connects).
- * Returns 0, -EPERM, -EINVAL (qidx, num, kick_fd < 0, unknown flags, misaligned addresses,
- * no memory table), -EFAULT (a ring part outside the memory table), -EBUSY (already running),
+ * Returns 0, -EPERM, -EINVAL (qidx, num, kick_fd < 0, a kick or call fd that is not an eventfd,
+ * unknown flags, misaligned addresses, no memory table), -EFAULT (a ring part outside the memory table), -EBUSY (already running),
  * -ENOMEM, or the errno of epoll_ctl on kick_fd (-EBADF...).
  */
 int uvsock_dev_queue_start(struct uvsock_dev *d, unsigned qidx, const struct uvsock_dev_queue *q);
@@ -249,7 +253,7 @@ int uvsock_dev_queue_stop(struct uvsock_dev *d, unsigned qidx, uint16_t *ret_las
 /*
  * Replaces the call eventfd of a queue (e.g. the guest changed its MSI-X vector and the VMM its
  * irqfd); -1: no interrupts. The old fd is not used after this returns.
- * Returns 0, -EINVAL (qidx), -EPERM.
+ * Returns 0, -EINVAL (qidx, or a call fd that is not an eventfd), -EPERM.
  */
 int uvsock_dev_set_call_fd(struct uvsock_dev *d, unsigned qidx, int call_fd);
 

@@ -42,9 +42,11 @@
 #include "device/vhu.h"
 #include "ops/vmlog.h"
 #include "uvsock/device.h"
+#include "util/fdcheck.h"
 #include "util/iov.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "vring/guest_mem.h"
 
 struct vsock_router {
 	pthread_mutex_t lock;
@@ -56,14 +58,19 @@ static char listener_mark;
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
+/*
+ * Interrupts the guest. Never blocks, even on a call eventfd the VMM left in blocking mode: a
+ * saturated counter (-EAGAIN) means an interrupt is pending already.
+ */
 static void signal_fd(struct vsock_dev *d, int fd)
 {
-	uint64_t one = 1;
+	int r;
 
 	if (fd < 0)
 		return;
-	if (write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		log_vm_dev(LOG_LVL_WARN, d->cid, "call eventfd write failed: %s", strerror(errno));
+	r = eventfd_signal_nb(fd);
+	if (r < 0 && r != -EAGAIN)
+		log_vm_dev(LOG_LVL_WARN, d->cid, "call eventfd write failed: %s", strerror(-r));
 	DEV_STAT_ADD(d, interrupts, 1);
 }
 
@@ -86,6 +93,19 @@ static void mark_broken(struct vsock_dev *d, struct dev_queue *dq, const char *w
 		   vring_dev_error(&dq->q) != VRING_ERR_NONE ? vring_dev_error_msg(&dq->q) : what);
 }
 
+/*
+ * False (and the device marked broken) once the front-end truncated the guest memory under us:
+ * the SIGBUS guard (src/vring/fault.h) mapped zeros over the region and poisoned the map, so
+ * nothing read from it since can be trusted. The map stays poisoned until a new memory table.
+ */
+static bool mem_intact(struct vsock_dev *d, struct dev_queue *dq)
+{
+	if (!d->mem || !guest_mem_poisoned(d->mem))
+		return true;
+	mark_broken(d, dq, "guest memory shrank under the device");
+	return false;
+}
+
 static void cont_schedule(struct vsock_dev *d)
 {
 	if (!loop_timer_armed(d->cont_timer))
@@ -105,7 +125,7 @@ static void rx_fill(struct vsock_dev *d)
 	bool filled = false;
 
 	d->rx_more = false;
-	if (!dq->running || dev_broken(d)) {
+	if (!dq->running || dev_broken(d) || !mem_intact(d, dq)) {
 		if (!dq->running)
 			dev_sib_drop_all(d);
 		return;
@@ -272,7 +292,7 @@ void dev_tx_drain(struct vsock_dev *d)
 
 	d->tx_more = false;
 	d->tx_throttled = false;
-	if (!dq->running || dev_broken(d) || !d->eng)
+	if (!dq->running || dev_broken(d) || !d->eng || !mem_intact(d, dq))
 		return;
 	if (!dev_sib_retry_staged(d)) {
 		d->tx_throttled = true;
@@ -336,6 +356,8 @@ void dev_tx_drain(struct vsock_dev *d)
 			if (stop)
 				break;
 		}
+		if (!mem_intact(d, dq))
+			return;
 		if (n)
 			vsock_engine_feed_batch(d->eng, d->tx_refs, n);
 		for (unsigned i = 0; i < nh; i++)
@@ -515,11 +537,17 @@ static void kick_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 {
 	struct dev_queue *dq = opaque;
 	struct vsock_dev *d = dq->dev;
-	uint64_t v;
 
 	(void)l;
-	(void)events;
-	(void)!read(fd, &v, sizeof(v));
+	if (events & (EPOLLHUP | EPOLLERR)) {
+		/* epoll reports these whatever was asked: stop watching, or the thread would spin. */
+		loop_watch_del(dq->kick_w);
+		dq->kick_w = NULL;
+		mark_broken(d, dq, "kick fd hung up or failed");
+		return;
+	}
+	/* Never blocks, even if the VMM read the counter between our wakeup and this read. */
+	(void)eventfd_consume_nb(fd, NULL);
 	if (dq == &d->txq)
 		dev_tx_drain(d);
 	dev_settle(d);

@@ -25,6 +25,7 @@
 
 #include "device/device_internal.h"
 #include "ops/stats.h"
+#include "util/fdcheck.h"
 #include "util/log.h"
 #include "vhost_user/backend.h"
 #include "vring/guest_mem.h"
@@ -409,6 +410,10 @@ int uvsock_dev_queue_start(struct uvsock_dev *u, unsigned qidx, const struct uvs
 	if (!q || qidx > UVSOCK_DEV_QUEUE_TX || q->kick_fd < 0 ||
 	    (q->flags & ~UVSOCK_DEV_QUEUE_HOST_ADDRS) || !vring_size_valid(q->num))
 		return -EINVAL;
+	/* Only eventfds: a pipe at EOF as kick fd would spin the device thread, a full pipe as
+	 * call fd would block it. */
+	if (fd_check_eventfd(q->kick_fd) < 0 || (q->call_fd >= 0 && fd_check_eventfd(q->call_fd) < 0))
+		return -EINVAL;
 	return api_run(u, do_queue_start, &a);
 }
 
@@ -454,6 +459,9 @@ static int do_set_call_fd(struct vsock_dev *d, void *arg)
 int uvsock_dev_set_call_fd(struct uvsock_dev *u, unsigned qidx, int call_fd)
 {
 	struct call_arg a = { .qidx = qidx, .fd = call_fd < 0 ? -1 : call_fd };
+
+	if (call_fd >= 0 && fd_check_eventfd(call_fd) < 0)
+		return -EINVAL;
 
 	if (qidx > UVSOCK_DEV_QUEUE_TX)
 		return -EINVAL;
