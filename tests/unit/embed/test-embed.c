@@ -6,14 +6,16 @@
  * data both ways for host- and guest-initiated connections, configuration before and after the
  * device thread starts, refused connects, stopping the queues and replacing the memory table
  * with connections kept, guest driver reset, host-pointer memory tables, sibling devices (one
- * of them freed while the others run, also under concurrent traffic), and a ring error repaired
- * by a reset.
+ * of them freed while the others run, also under concurrent traffic), a ring error repaired
+ * by a reset, and a hostile VMM (guest memory truncated under the device, a saturated blocking
+ * call eventfd, kick and call fds that are not eventfds).
  */
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -1188,6 +1190,112 @@ TEST(shared_router_is_freed_with_the_last_device)
 	uvsock_dev_free(a);
 	ASSERT_EQ(dev_api_router_refs(), 0);
 	ASSERT_OK(rmdir(dir));
+}
+
+/* ---- a hostile VMM: memory and eventfds ---------------------------------------------------- */
+
+/*
+ * The VMM truncates the guest memory under a running device (a memfd without sealing, so the
+ * device cannot seal it): the device thread's next ring access faults. Only that device breaks;
+ * the process lives and another device keeps serving its guest. (Before the SIGBUS guard the
+ * whole process died.) The test never touches a's RAM after the truncation: its own mapping
+ * would fault too.
+ */
+TEST(truncated_guest_memory_breaks_only_that_device)
+{
+	struct uvsock_dev_stats st;
+	uint32_t port, fwd = 0;
+	struct env a, b;
+	uint64_t one = 1;
+	int fd;
+
+	env_new(&a, 3);
+	env_new(&b, 4);
+	env_configure(&a);
+	env_configure(&b);
+	ASSERT_OK(uvsock_dev_start(a.dev));
+	ASSERT_OK(uvsock_dev_start(b.dev));
+	ASSERT_OK(ftruncate(a.g.memfd, 0));
+	ASSERT_EQ(write(a.g.kick[1], &one, 8), 8);
+	ASSERT_WAIT_FOR((uvsock_dev_get_stats(a.dev, &st), st.broken), WAIT_MS);
+	ASSERT_EQ(st.ring_errors, 1);
+	fd = host_connects(&b, &port);
+	exchange(&b, fd, port, &fwd, "b is fine", "still");
+	close(fd);
+	uvsock_dev_get_stats(b.dev, &st);
+	ASSERT_EQ(st.broken, 0);
+	env_free(&a);
+	env_free(&b);
+}
+
+/*
+ * The VMM hands a blocking call eventfd whose counter is saturated (0xfffffffffffffffe): a
+ * write() would block forever. The device must skip the interrupt (one is pending anyway) and
+ * keep serving: the configuration call below needs the device thread, which hung before.
+ */
+TEST(saturated_blocking_call_fd_never_blocks_the_device)
+{
+	uint64_t full = 0xfffffffffffffffeull;
+	struct uvsock_dev_stats st;
+	struct vsock_hdr h, o;
+	char line[64], buf[64];
+	size_t n = 0;
+	struct env e;
+	uint32_t port;
+	int sat, fd;
+
+	env_new(&e, 3);
+	env_configure(&e);
+	ASSERT_OK(uvsock_dev_start(e.dev));
+	sat = eventfd(0, EFD_CLOEXEC); /* blocking */
+	ASSERT_GE(sat, 0);
+	ASSERT_EQ(write(sat, &full, 8), 8);
+	ASSERT_OK(uvsock_dev_set_call_fd(e.dev, UVSOCK_DEV_QUEUE_RX, sat));
+	fd = unix_connect(e.uds);
+	ASSERT_EQ(write(fd, "CONNECT 1234\n", 13), 13);
+	/* The REQUEST reached the RX ring and its interrupt was attempted on the full eventfd. */
+	ASSERT_WAIT_FOR((uvsock_dev_get_stats(e.dev, &st), st.rx_pkts >= 1 && st.interrupts >= 1),
+			WAIT_MS);
+	ASSERT_OK(uvsock_dev_set_call_fd(e.dev, UVSOCK_DEV_QUEUE_RX, e.g.call[0]));
+	recv_pkt(&e.g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_REQUEST);
+	o = eg_hdr(&e.g, 1234, h.src_port, VSOCK_OP_RESPONSE, 0, 0);
+	ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
+	while (n < sizeof(line) - 1 && read_full(fd, line + n, 1) == 1 && line[n++] != '\n')
+		;
+	line[n] = '\0';
+	ASSERT_EQ(sscanf(line, "OK %u\n", &port), 1);
+	close(fd);
+	close(sat);
+	env_free(&e);
+}
+
+/* Kick and call fds must be eventfds: a pipe whose writer closed is always readable (a spinning
+ * device thread), a full pipe blocks its writer. */
+TEST(kick_and_call_fds_must_be_eventfds)
+{
+	struct uvsock_dev_mem_region r;
+	struct uvsock_dev_queue q;
+	int p[2];
+	struct env e;
+
+	env_new(&e, 3);
+	ASSERT_OK(pipe2(p, O_CLOEXEC | O_NONBLOCK));
+	close(p[1]);
+	r = eg_region(&e.g);
+	ASSERT_OK(uvsock_dev_set_features(e.dev, e.g.features));
+	ASSERT_OK(uvsock_dev_set_mem_table(e.dev, &r, 1));
+	q = eg_queue(&e.g, UVSOCK_DEV_QUEUE_TX);
+	q.kick_fd = p[0];
+	ASSERT_ERR(uvsock_dev_queue_start(e.dev, UVSOCK_DEV_QUEUE_TX, &q), EINVAL);
+	q = eg_queue(&e.g, UVSOCK_DEV_QUEUE_TX);
+	q.call_fd = p[0];
+	ASSERT_ERR(uvsock_dev_queue_start(e.dev, UVSOCK_DEV_QUEUE_TX, &q), EINVAL);
+	ASSERT_ERR(uvsock_dev_set_call_fd(e.dev, UVSOCK_DEV_QUEUE_TX, p[0]), EINVAL);
+	q = eg_queue(&e.g, UVSOCK_DEV_QUEUE_TX);
+	ASSERT_OK(uvsock_dev_queue_start(e.dev, UVSOCK_DEV_QUEUE_TX, &q));
+	close(p[0]);
+	env_free(&e);
 }
 
 TEST_MAIN()
