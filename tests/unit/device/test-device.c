@@ -158,6 +158,16 @@ static void tg_reclaim_tx(struct tguest *g)
 		g->txbusy[(uintptr_t)cookie - 1] = false;
 }
 
+/* Takes back the TX buffers the device used; the index of a free one, or -1 if all are busy. */
+static int tg_free_tx(struct tguest *g)
+{
+	tg_reclaim_tx(g);
+	for (int i = 0; i < NTX; i++)
+		if (!g->txbusy[i])
+			return i;
+	return -1;
+}
+
 /*
  * Sends one packet (payload copied into a TX buffer after the header), waiting up to wait_ms for
  * a free TX buffer. Returns 0 or -ETIMEDOUT (the device is not returning TX buffers).
@@ -166,19 +176,10 @@ static int tg_send_wait(struct tguest *g, const struct vsock_hdr *h, const void 
 			int wait_ms)
 {
 	struct vring_drv_buf b;
-	uint64_t deadline = loop_now_ns() + (uint64_t)wait_ms * 1000000ull;
 	int i;
 
-	for (;;) {
-		tg_reclaim_tx(g);
-		for (i = 0; i < NTX && g->txbusy[i]; i++)
-			;
-		if (i < NTX)
-			break;
-		if (loop_now_ns() >= deadline)
-			return -ETIMEDOUT;
-		usleep(1000);
-	}
+	if (!WAIT_FOR((i = tg_free_tx(g)) >= 0, wait_ms))
+		return -ETIMEDOUT;
 	vsock_hdr_encode(h, g->txb[i]);
 	if (h->len)
 		memcpy(g->txb[i] + 44, payload, h->len);
@@ -613,7 +614,6 @@ TEST(guest_flood_of_bad_packets_is_logged_tagged_and_rate_limited)
 	struct tguest g;
 	struct vsock_hdr h;
 	struct vsock_dev_stats st;
-	uint64_t end;
 	int mfd = memfd_create("stderr", 0);
 	ssize_t n;
 
@@ -630,13 +630,8 @@ TEST(guest_flood_of_bad_packets_is_logged_tagged_and_rate_limited)
 		h = mkhdr(&g, 9, 40000 + (uint32_t)i, 5000, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
 		tg_send(&g, &h, NULL);
 	}
-	end = loop_now_ns() + (uint64_t)WAIT_MS * 1000000ull;
-	do {
-		vsock_dev_get_stats(t.d, &st);
-		if (st.tx_bad_src_cid == N && st.tx_bad_dst_cid == N)
-			break;
-		usleep(1000);
-	} while (loop_now_ns() < end);
+	WAIT_FOR((vsock_dev_get_stats(t.d, &st), st.tx_bad_src_cid == N && st.tx_bad_dst_cid == N),
+		 WAIT_MS);
 	ASSERT_EQ(st.tx_bad_src_cid, N);
 	ASSERT_EQ(st.tx_bad_dst_cid, N);
 	tg_disconnect(&g);
@@ -824,20 +819,10 @@ TEST(sibling_vmm_disconnect_keeps_the_device)
 	ASSERT_EQ(r.src_port, 1111);
 
 	tg_disconnect(&gb);
-	for (uint64_t end = loop_now_ns() + WAIT_MS * 1000000ull;; usleep(1000)) {
-		vsock_dev_get_status(tb.d, &ds);
-		if (!ds.vmm_connected)
-			break;
-		ASSERT_LT(loop_now_ns(), end);
-	}
+	ASSERT_WAIT_FOR((vsock_dev_get_status(tb.d, &ds), !ds.vmm_connected), WAIT_MS);
 	h = mkhdr(&ga, 4, 1112, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
 	tg_send(&ga, &h, NULL);
-	for (uint64_t end = loop_now_ns() + WAIT_MS * 1000000ull;; usleep(1000)) {
-		vsock_dev_get_stats(tb.d, &st);
-		if (st.sibling_dropped)
-			break;
-		ASSERT_LT(loop_now_ns(), end);
-	}
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(tb.d, &st), st.sibling_dropped), WAIT_MS);
 	ASSERT_EQ(st.sibling_dropped, 1);
 	/* A still reaches the host (no listener there: RST at once). */
 	h = mkhdr(&ga, 2, 1113, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
@@ -1077,7 +1062,6 @@ TEST(ring_error_marks_device_broken_until_restart)
 	struct vsock_dev_stats st;
 	struct vring_drv_buf b = { .addr = 1ull << 40, .len = 44, .write = false };
 	char buf[64];
-	uint64_t deadline;
 
 	tdev_start(&t, NULL, 3);
 	tdev_run(&t);
@@ -1085,12 +1069,7 @@ TEST(ring_error_marks_device_broken_until_restart)
 	/* A TX buffer outside guest memory. */
 	ASSERT_GE(vring_drv_add(g.tx, &b, 1, (void *)(uintptr_t)1000), 0);
 	tg_kick(&g, 1);
-	deadline = loop_now_ns() + WAIT_MS * 1000000ull;
-	do {
-		usleep(1000);
-		vsock_dev_get_stats(t.d, &st);
-		ASSERT_LT(loop_now_ns(), deadline);
-	} while (st.ring_errors == 0);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(t.d, &st), st.ring_errors), WAIT_MS);
 	ASSERT_EQ(st.ring_errors, 1);
 	/* Broken: nothing is processed any more. */
 	h = mkhdr(&g, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);

@@ -371,11 +371,7 @@ TEST(guest_initiated_and_refused)
 	o = eg_hdr(&e.g, 40002, 5000, VSOCK_OP_REQUEST, 0, 0);
 	o.src_cid = 9;
 	ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
-	for (uint64_t end = eg_now_ms() + WAIT_MS; eg_now_ms() < end; usleep(1000)) {
-		uvsock_dev_get_stats(e.dev, &st);
-		if (st.dropped)
-			break;
-	}
+	WAIT_FOR((uvsock_dev_get_stats(e.dev, &st), st.dropped), WAIT_MS);
 	ASSERT_EQ(st.dropped, 1);
 	close(fd);
 	close(lfd);
@@ -543,11 +539,7 @@ TEST(linked_devices_route_between_guests)
 	o = eg_hdr(&a.g, 40001, 77, VSOCK_OP_REQUEST, 0, 0);
 	o.dst_cid = 6;
 	ASSERT_OK(eg_send(&a.g, &o, NULL, WAIT_MS));
-	for (uint64_t end = eg_now_ms() + WAIT_MS; eg_now_ms() < end; usleep(1000)) {
-		uvsock_dev_get_stats(a.dev, &st);
-		if (st.dropped)
-			break;
-	}
+	WAIT_FOR((uvsock_dev_get_stats(a.dev, &st), st.dropped), WAIT_MS);
 	ASSERT_EQ(st.dropped, 1);
 	env_free(&a);
 	env_free(&b);
@@ -573,11 +565,7 @@ TEST(ring_error_is_repaired_by_reset)
 						  l.avail_off);
 	__atomic_store_n(&avail->idx, (uint16_t)(EG_QSIZE * 4), __ATOMIC_RELEASE);
 	ASSERT_EQ(write(e.g.kick[1], &one, 8), 8);
-	for (uint64_t end = eg_now_ms() + WAIT_MS; eg_now_ms() < end; usleep(1000)) {
-		uvsock_dev_get_stats(e.dev, &st);
-		if (st.broken)
-			break;
-	}
+	WAIT_FOR((uvsock_dev_get_stats(e.dev, &st), st.broken), WAIT_MS);
 	ASSERT_EQ(st.broken, 1);
 	ASSERT_EQ(st.ring_errors, 1);
 	ASSERT_OK(uvsock_dev_reset(e.dev));
@@ -601,6 +589,12 @@ TEST(ring_error_is_repaired_by_reset)
 }
 
 /* ---- external loop: the test's poll() loop runs the device ------------------------------- */
+
+/* One pass of the test's own loop (at most 10 ms): an external-loop device runs in it. */
+static void loop_step(struct uvsock_dev *dev)
+{
+	ASSERT_GE(eg_loop_once(dev, -1, 0, eg_now_ms() + 10), 0);
+}
 
 /* Threads of this process now (/proc/self/status), or -1. */
 static int thread_count(void)
@@ -686,12 +680,7 @@ TEST(external_loop_data_both_ways_without_a_thread)
 	ASSERT_EQ(h.dst_port, 1234);
 	o = eg_hdr(&e.g, 1234, port, VSOCK_OP_RST, 0, fwd);
 	ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
-	for (uint64_t end = eg_now_ms() + WAIT_MS; eg_now_ms() < end;) {
-		ASSERT_GE(eg_loop_once(e.dev, -1, 0, eg_now_ms() + 10), 0);
-		uvsock_dev_get_stats(e.dev, &st);
-		if (st.conns_open == 0)
-			break;
-	}
+	WAIT_FOR((loop_step(e.dev), uvsock_dev_get_stats(e.dev, &st), st.conns_open == 0), WAIT_MS);
 	ASSERT_EQ(st.conns_open, 0);
 	ASSERT_EQ(thread_count(), threads);
 	close(lfd);
@@ -838,7 +827,7 @@ TEST(external_loop_thread_rules)
 TEST(external_loop_timers_run_from_the_timeout)
 {
 	struct pollfd p;
-	uint64_t start, end;
+	uint64_t start;
 	struct env e;
 	int fd, ms = -1;
 
@@ -846,12 +835,7 @@ TEST(external_loop_timers_run_from_the_timeout)
 	env_configure(&e);
 	fd = unix_connect(e.uds); /* and never sends its CONNECT line */
 	start = eg_now_ms();
-	for (end = start + WAIT_MS; eg_now_ms() < end;) {
-		ASSERT_GE(eg_loop_once(e.dev, -1, 0, eg_now_ms() + 10), 0);
-		ms = uvsock_dev_timeout_ms(e.dev);
-		if (ms > 0)
-			break;
-	}
+	WAIT_FOR((loop_step(e.dev), (ms = uvsock_dev_timeout_ms(e.dev)) > 0), WAIT_MS);
 	/* Accepted: only its 2 s limit is left, and nothing makes the fd readable. */
 	ASSERT_GT(ms, 1000);
 	ASSERT_LE(ms, 2000);
@@ -879,11 +863,8 @@ static uint64_t wait_dropped(struct uvsock_dev *u, uint64_t dropped)
 {
 	struct uvsock_dev_stats st;
 
-	for (uint64_t end = eg_now_ms() + WAIT_MS;; usleep(1000)) {
-		uvsock_dev_get_stats(u, &st);
-		if (st.dropped >= dropped || eg_now_ms() >= end)
-			return st.dropped;
-	}
+	WAIT_FOR((uvsock_dev_get_stats(u, &st), st.dropped >= dropped), WAIT_MS);
+	return st.dropped;
 }
 
 /* Guest `from` sends op (payload len bytes of buf) from port sp to CID to_cid's port dp. */
@@ -975,18 +956,14 @@ TEST(freeing_a_linked_device_while_its_siblings_run)
 		sib_send(&b, 5, 50000 + i, 77, VSOCK_OP_REQUEST, NULL, 0);
 	for (int i = 0; i < 64; i++)
 		sib_send(&a, 5, 40001, 77, VSOCK_OP_RW, big, sizeof(big));
-	for (uint64_t end = eg_now_ms() + WAIT_MS; inbox_count(c.dev) < 67; usleep(1000))
-		ASSERT_LT(eg_now_ms(), end);
+	ASSERT_WAIT_FOR(inbox_count(c.dev) >= 67, WAIT_MS);
 	/* Three more: the first is staged in A (no room in C), A stops taking its TX ring. */
 	uvsock_dev_get_stats(a.dev, &st);
 	a_tx = st.tx_pkts;
 	t0 = eg_now_ms();
 	for (int i = 0; i < 3; i++)
 		sib_send(&a, 5, 40001, 77, VSOCK_OP_RW, "x", 1);
-	for (uint64_t end = eg_now_ms() + WAIT_MS; st.tx_pkts < a_tx + 1; usleep(1000)) {
-		ASSERT_LT(eg_now_ms(), end);
-		uvsock_dev_get_stats(a.dev, &st);
-	}
+	ASSERT_WAIT_FOR((uvsock_dev_get_stats(a.dev, &st), st.tx_pkts >= a_tx + 1), WAIT_MS);
 	ASSERT_EQ(inbox_count(c.dev), 67);
 
 	env_free(&c);
@@ -1079,6 +1056,16 @@ static unsigned pump_rx(struct pump *p, uint32_t cid, bool rst)
 	return __atomic_load_n(rst ? &p->rst[cid] : &p->rx[cid], __ATOMIC_RELAXED);
 }
 
+/* Every one of the n pumps has received at least `want` packets from each of its peers. */
+static bool pumps_got(struct pump *p, unsigned n, unsigned want)
+{
+	for (unsigned i = 0; i < n; i++)
+		for (unsigned k = 0; k < 2; k++)
+			if (pump_rx(&p[i], p[i].peers[k], false) < want)
+				return false;
+	return true;
+}
+
 /*
  * Three linked devices with every guest sending to both others as fast as it can; C is freed in
  * the middle of that (its guest still sending: it just gets no more service). A and B keep
@@ -1106,27 +1093,16 @@ TEST(freeing_a_linked_device_under_traffic)
 		ASSERT_EQ(pthread_create(&p[i].th, NULL, pump_main, &p[i]), 0);
 	}
 	/* Traffic flows every way. */
-	for (uint64_t end = eg_now_ms() + WAIT_MS;; usleep(1000)) {
-		bool all = true;
-
-		for (unsigned i = 0; i < 3; i++)
-			for (unsigned k = 0; k < 2; k++)
-				all = all && pump_rx(&p[i], p[i].peers[k], false) >= 20;
-		if (all)
-			break;
-		ASSERT_LT(eg_now_ms(), end);
-	}
+	ASSERT_WAIT_FOR(pumps_got(p, 3, 20), WAIT_MS);
 	uvsock_dev_free(e[2].dev);
 	e[2].dev = NULL;
 	ab0 = pump_rx(&p[1], 3, false);
 	ba0 = pump_rx(&p[0], 4, false);
 	/* A and B still reach each other; what they send C is refused. */
-	for (uint64_t end = eg_now_ms() + WAIT_MS;; usleep(1000)) {
-		if (pump_rx(&p[0], 5, true) && pump_rx(&p[1], 5, true) &&
-		    pump_rx(&p[1], 3, false) >= ab0 + 50 && pump_rx(&p[0], 4, false) >= ba0 + 50)
-			break;
-		ASSERT_LT(eg_now_ms(), end);
-	}
+	ASSERT_WAIT_FOR(pump_rx(&p[0], 5, true) && pump_rx(&p[1], 5, true) &&
+				pump_rx(&p[1], 3, false) >= ab0 + 50 &&
+				pump_rx(&p[0], 4, false) >= ba0 + 50,
+			WAIT_MS);
 	for (unsigned i = 0; i < 3; i++) {
 		__atomic_store_n(&p[i].stop, true, __ATOMIC_RELAXED);
 		pthread_join(p[i].th, NULL);

@@ -317,7 +317,7 @@ TEST(close_races_with_calls)
 			h[i] = (struct hammer){ .fd = i % 2 ? c : s };
 			ASSERT_EQ(pthread_create(&th[i], NULL, hammer_main, &h[i]), 0);
 		}
-		usleep(2000);
+		test_sleep_ms(2); /* deliberately: let the hammers get into their calls first */
 		ASSERT_EQ(uvsock_close(c), 0);
 		ASSERT_EQ(uvsock_close(s), 0);
 		for (int i = 0; i < 4; i++)

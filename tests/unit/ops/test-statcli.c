@@ -222,7 +222,7 @@ static void *feed(void *arg)
 
 		OPS_TAP(&x->f->taps[0], &h, &iov, 1);
 		x->n++;
-		usleep(1000);
+		test_sleep_ms(1); /* pacing: a packet a millisecond while the capture runs */
 	}
 	return NULL;
 }
