@@ -834,7 +834,7 @@ TEST(external_loop_timers_run_from_the_timeout)
 	env_new_cfg(&e, 3, UVSOCK_DEV_EXTERNAL_LOOP, 0);
 	env_configure(&e);
 	fd = unix_connect(e.uds); /* and never sends its CONNECT line */
-	start = eg_now_ms();
+	start = test_now_ms();
 	WAIT_FOR((loop_step(e.dev), (ms = uvsock_dev_timeout_ms(e.dev)) > 0), WAIT_MS);
 	/* Accepted: only its 2 s limit is left, and nothing makes the fd readable. */
 	ASSERT_GT(ms, 1000);
@@ -843,7 +843,7 @@ TEST(external_loop_timers_run_from_the_timeout)
 	ASSERT_EQ(poll(&p, 1, 0), 0);
 	/* Our loop sleeps until the timer; the device then closes the host socket. */
 	ASSERT_TRUE(wait_eof(fd));
-	ASSERT_GE(eg_now_ms() - start, 1900);
+	ASSERT_GE(test_now_ms() - start, 1900);
 	close(fd);
 	env_free(&e);
 }
@@ -960,7 +960,7 @@ TEST(freeing_a_linked_device_while_its_siblings_run)
 	/* Three more: the first is staged in A (no room in C), A stops taking its TX ring. */
 	uvsock_dev_get_stats(a.dev, &st);
 	a_tx = st.tx_pkts;
-	t0 = eg_now_ms();
+	t0 = test_now_ms();
 	for (int i = 0; i < 3; i++)
 		sib_send(&a, 5, 40001, 77, VSOCK_OP_RW, "x", 1);
 	ASSERT_WAIT_FOR((uvsock_dev_get_stats(a.dev, &st), st.tx_pkts >= a_tx + 1), WAIT_MS);
@@ -973,7 +973,7 @@ TEST(freeing_a_linked_device_while_its_siblings_run)
 	 * In a very slow run (500 ms or more) A may have dropped some of them as congested, without
 	 * RSTs (the drop count is the same): then the 64 RSTs are checked and later ones skipped.
 	 */
-	fast = eg_now_ms() - t0 < 500;
+	fast = test_now_ms() - t0 < 500;
 	expect_rst = fast ? 64 + 3 : 64;
 	for (unsigned i = 0; i < expect_rst; i++)
 		sib_expect(&a, 5, 77, 40001, VSOCK_OP_RST, NULL);
@@ -982,7 +982,7 @@ TEST(freeing_a_linked_device_while_its_siblings_run)
 	 * would have refused the staged packet too: 500 ms of slack for these few packets.
 	 */
 	if (fast)
-		ASSERT_LT(eg_now_ms() - t0, 1000);
+		ASSERT_LT(test_now_ms() - t0, 1000);
 	else
 		skip_rst_to = 40001;
 	for (int i = 0; i < 3; i++) {
