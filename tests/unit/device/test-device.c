@@ -19,6 +19,7 @@
 #include "device/device.h"
 #include "ops/stats.h"
 #include "stderr-capture.h"
+#include "tdev.h"
 #include "test.h"
 #include "util/log.h"
 #include "util/macros.h"
@@ -33,13 +34,6 @@
 #define TXBUF (44 + 65536)
 #define WAIT_MS 3000
 
-struct tdev {
-	struct vsock_dev *d;
-	pthread_t th;
-	char dir[64];
-	char sock[128], uds[128];
-};
-
 struct tguest {
 	struct vhu_front *f;
 	struct vring_drv *rx, *tx;
@@ -51,41 +45,9 @@ struct tguest {
 	bool txbusy[NTX];
 };
 
-static void *dev_thread(void *arg)
-{
-	struct tdev *t = arg;
-
-	vsock_dev_run(t->d);
-	return NULL;
-}
-
-static void tdev_start(struct tdev *t, struct vsock_router *r, uint32_t cid)
-{
-	struct vsock_dev_config cfg = {
-		.guest_cid = cid,
-		.buf_alloc = 256 * 1024,
-		.queue_size_max = 1024,
-	};
-
-	snprintf(t->dir, sizeof(t->dir), "/tmp/uvsock-dev-XXXXXX");
-	ASSERT_TRUE(mkdtemp(t->dir) != NULL);
-	snprintf(t->sock, sizeof(t->sock), "%s/vm.sock", t->dir);
-	snprintf(t->uds, sizeof(t->uds), "%s/vm.vsock", t->dir);
-	cfg.socket_path = t->sock;
-	cfg.uds_path = t->uds;
-	ASSERT_OK(vsock_dev_new(r, &cfg, &t->d));
-}
-
-static void tdev_run(struct tdev *t)
-{
-	ASSERT_EQ(pthread_create(&t->th, NULL, dev_thread, t), 0);
-}
-
 static void tdev_stop(struct tdev *t)
 {
-	vsock_dev_stop(t->d);
-	pthread_join(t->th, NULL);
-	vsock_dev_free(t->d);
+	tdev_halt(t);
 	/* The device removed its socket files: the directory must be empty now. */
 	ASSERT_OK(rmdir(t->dir));
 }
@@ -308,7 +270,7 @@ TEST(guest_connect_without_host_listener_gets_rst_at_once)
 	uint8_t buf[64];
 	uint64_t t0;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	tg_connect(&g, &t);
 	ASSERT_EQ(g.cid, 3);
@@ -335,7 +297,7 @@ TEST(guest_to_host_stream_with_half_close)
 	char path[160], buf[256];
 	int lfd, hfd;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	snprintf(path, sizeof(path), "%s_1234", t.uds);
 	lfd = unix_listen(path, SOCK_STREAM);
 	tdev_run(&t);
@@ -397,7 +359,7 @@ TEST(guest_close_with_unread_data_ends_with_rst_after_host_close)
 	ssize_t n;
 	int lfd, hfd, i;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	snprintf(path, sizeof(path), "%s_1234", t.uds);
 	lfd = unix_listen(path, SOCK_STREAM);
 	tdev_run(&t);
@@ -474,7 +436,7 @@ TEST(host_to_guest_stream_connect_ok)
 	char buf[64];
 	int fd;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	tg_connect(&g, &t);
 	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
@@ -504,7 +466,7 @@ TEST(host_to_guest_seqpacket_keeps_boundaries)
 	char buf[64];
 	int fd;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	tg_connect(&g, &t);
 	ASSERT_TRUE(vhu_front_features(g.f) & (1ull << VIRTIO_VSOCK_F_SEQPACKET));
@@ -542,7 +504,7 @@ TEST(bad_connect_lines_and_timeout_close_the_socket)
 	uint64_t t0;
 	int fd;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	tg_connect(&g, &t);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -576,7 +538,7 @@ TEST(spoofed_source_cid_is_dropped_and_counted)
 	struct vsock_dev_stats st;
 	char buf[64];
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	tg_connect(&g, &t);
 	h = mkhdr(&g, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
@@ -617,7 +579,7 @@ TEST(guest_flood_of_bad_packets_is_logged_tagged_and_rate_limited)
 	const char *out;
 
 	log_set_level(LOG_LVL_INFO);
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	tg_connect(&g, &t);
 	for (int i = 0; i < N; i++) {
@@ -656,7 +618,7 @@ TEST(vmm_disconnect_resets_and_reconnect_works)
 	char buf[64];
 	int fd;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	tg_connect(&g, &t);
 	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
@@ -689,8 +651,8 @@ TEST(siblings_route_and_split_large_packets)
 	for (size_t i = 0; i < sizeof(big); i++)
 		big[i] = (uint8_t)(i * 7 + 1);
 	ASSERT_OK(vsock_router_new(&router));
-	tdev_start(&ta, router, 3);
-	tdev_start(&tb, router, 4);
+	tdev_new(&ta, router, 3);
+	tdev_new(&tb, router, 4);
 	ASSERT_OK(vsock_dev_link_sibling(ta.d, tb.d));
 	tdev_run(&ta);
 	tdev_run(&tb);
@@ -748,8 +710,8 @@ TEST(congested_sibling_does_not_stall_sender)
 	char buf[64];
 
 	ASSERT_OK(vsock_router_new(&router));
-	tdev_start(&ta, router, 3);
-	tdev_start(&tb, router, 4);
+	tdev_new(&ta, router, 3);
+	tdev_new(&tb, router, 4);
 	ASSERT_OK(vsock_dev_link_sibling(ta.d, tb.d));
 	tdev_run(&ta);
 	tdev_run(&tb);
@@ -802,8 +764,8 @@ TEST(sibling_vmm_disconnect_keeps_the_device)
 	char buf[64];
 
 	ASSERT_OK(vsock_router_new(&router));
-	tdev_start(&ta, router, 3);
-	tdev_start(&tb, router, 4);
+	tdev_new(&ta, router, 3);
+	tdev_new(&tb, router, 4);
 	ASSERT_OK(vsock_dev_link_sibling(ta.d, tb.d));
 	tdev_run(&ta);
 	tdev_run(&tb);
@@ -879,7 +841,7 @@ TEST(status_and_socket_listing_for_operators)
 	struct walk w = { 0 };
 	int fd;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	vsock_dev_get_status(t.d, &st);
 	ASSERT_FALSE(st.vmm_connected);
 	ASSERT_FALSE(st.have_engine);
@@ -961,7 +923,7 @@ TEST(host_to_guest_respects_guest_credit)
 	uint32_t fwd = 0;
 	int fd;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	tg_connect(&g, &t);
 	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
@@ -1010,7 +972,7 @@ TEST(tx_pauses_at_reply_limit_and_resumes)
 	char buf[64];
 	int sent = 0, rsts = 0;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	/* No RX buffers: every RST reply stays queued in the device. */
 	tg_connect_nrx(&g, &t, 0);
@@ -1059,7 +1021,7 @@ TEST(ring_error_marks_device_broken_until_restart)
 	struct vring_drv_buf b = { .addr = 1ull << 40, .len = 44, .write = false };
 	char buf[64];
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	tg_connect(&g, &t);
 	/* A TX buffer outside guest memory. */

@@ -25,51 +25,8 @@
 #undef VMADDR_CID_HOST
 #undef VMADDR_CID_ANY
 #undef VMADDR_PORT_ANY
-#include "device/device.h"
+#include "tdev.h"
 #include "test.h"
-
-
-struct tdev {
-	struct vsock_router *router;
-	struct vsock_dev *d;
-	pthread_t th;
-	bool running;
-	char dir[64];
-	char sock[128], uds[128];
-};
-
-static void *dev_thread(void *arg)
-{
-	struct tdev *t = arg;
-
-	vsock_dev_run(t->d);
-	return NULL;
-}
-
-static void tdev_new(struct tdev *t, struct vsock_router *r, uint32_t cid)
-{
-	struct vsock_dev_config cfg = {
-		.guest_cid = cid,
-		.buf_alloc = 256 * 1024,
-		.queue_size_max = 1024,
-	};
-
-	memset(t, 0, sizeof(*t));
-	t->router = r;
-	snprintf(t->dir, sizeof(t->dir), "/tmp/uvsock-drv-XXXXXX");
-	ASSERT_TRUE(mkdtemp(t->dir) != NULL);
-	snprintf(t->sock, sizeof(t->sock), "%s/vm.sock", t->dir);
-	snprintf(t->uds, sizeof(t->uds), "%s/vm.vsock", t->dir);
-	cfg.socket_path = t->sock;
-	cfg.uds_path = t->uds;
-	ASSERT_OK(vsock_dev_new(r, &cfg, &t->d));
-}
-
-static void tdev_run(struct tdev *t)
-{
-	ASSERT_EQ(pthread_create(&t->th, NULL, dev_thread, t), 0);
-	t->running = true;
-}
 
 static void tdev_start(struct tdev *t, uint32_t cid)
 {
@@ -79,13 +36,7 @@ static void tdev_start(struct tdev *t, uint32_t cid)
 
 static void tdev_stop(struct tdev *t)
 {
-	if (t->running) {
-		vsock_dev_stop(t->d);
-		pthread_join(t->th, NULL);
-		t->running = false;
-	}
-	vsock_dev_free(t->d);
-	t->d = NULL;
+	tdev_halt(t);
 	/* The device removed its sockets; the test's host listeners (<uds>_<port>) go here. */
 	{
 		DIR *dir = opendir(t->dir);
