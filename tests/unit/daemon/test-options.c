@@ -14,6 +14,7 @@
 #include "manpage.h"
 #include "options.h"
 #include "test.h"
+#include "vmconfig.h"
 
 static char err[512];
 
@@ -65,19 +66,11 @@ TEST(vm_full_spec)
 	ASSERT_EQ(c.action, UVSOCKD_RUN);
 	ASSERT_EQ(c.log_level, LOG_LVL_DEBUG);
 	ASSERT_EQ(c.n_vms, 2);
-	ASSERT_EQ(c.vms[0].guest_cid, 4);
-	ASSERT_STREQ(c.vms[0].socket_path, "/tmp/a.sock");
-	ASSERT_STREQ(c.vms[0].uds_path, "/tmp/a.vsock");
-	ASSERT_EQ(c.vms[0].tx_buffer_size, 65536);
-	ASSERT_EQ(c.vms[0].queue_size, 256);
-	ASSERT_EQ(c.vms[0].n_groups, 2);
+	ASSERT_VM(c.vms[0], 4, "/tmp/a.sock", "/tmp/a.vsock", 65536, 256, 2);
 	ASSERT_STREQ(c.vms[0].groups[0], "g1");
 	ASSERT_STREQ(c.vms[0].groups[1], "g2");
 	ASSERT_EQ(c.vms[1].guest_cid, 5);
-	ASSERT_EQ(c.vms[1].tx_buffer_size, UVSOCKD_DEFAULT_TX_BUFFER_SIZE);
-	ASSERT_EQ(c.vms[1].queue_size, UVSOCKD_DEFAULT_QUEUE_SIZE);
-	ASSERT_EQ(c.vms[1].n_groups, 1);
-	ASSERT_STREQ(c.vms[1].groups[0], "default");
+	ASSERT_VM_DEFAULTS(c.vms[1]);
 	ASSERT_FALSE(uvsockd_vms_share_group(&c.vms[0], &c.vms[1]));
 	uvsockd_config_clear(&c);
 	uvsockd_config_clear(&c);
