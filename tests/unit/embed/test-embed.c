@@ -22,6 +22,7 @@
 
 #include "../../../examples/embed-guest.h"
 #include "device/device_internal.h"
+#include "hostside.h"
 #include "test.h"
 
 #define WAIT_MS 5000
@@ -93,24 +94,20 @@ static void env_free(struct env *e)
 
 static int unix_connect(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = hs_addr(path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	ASSERT_GE(fd, 0);
-	ASSERT_LT(strlen(path), sizeof(sa.sun_path));
-	memcpy(sa.sun_path, path, strlen(path) + 1);
 	ASSERT_OK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)));
 	return fd;
 }
 
 static int unix_listen(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = hs_addr(path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	ASSERT_GE(fd, 0);
-	ASSERT_LT(strlen(path), sizeof(sa.sun_path));
-	memcpy(sa.sun_path, path, strlen(path) + 1);
 	ASSERT_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
 	ASSERT_OK(listen(fd, 4));
 	return fd;
@@ -190,6 +187,15 @@ static int host_connects(struct env *e, uint32_t *ret_host_port)
 	return fd;
 }
 
+/* A running, configured device for guest CID 3 with one host-initiated connection (host_connects). */
+static int env_with_host_conn(struct env *e, uint32_t *ret_host_port)
+{
+	env_new(e, 3);
+	ASSERT_OK(uvsock_dev_start(e->dev));
+	env_configure(e);
+	return host_connects(e, ret_host_port);
+}
+
 /* Host -> guest and guest -> host bytes on an open host-initiated connection. */
 static void exchange(struct env *e, int fd, uint32_t host_port, uint32_t *fwd_cnt,
 		     const char *down, const char *up)
@@ -207,6 +213,40 @@ static void exchange(struct env *e, int fd, uint32_t host_port, uint32_t *fwd_cn
 	ASSERT_OK(eg_send(&e->g, &o, up, WAIT_MS));
 	ASSERT_EQ(read_full(fd, buf, strlen(up)), strlen(up));
 	ASSERT_MEMEQ(buf, up, strlen(up));
+}
+
+/*
+ * The guest's port 40000 connects to host port 5000: a host listener at <uds>_5000 (path, *lfd),
+ * REQUEST, RESPONSE, the host accepts (connected before the RESPONSE: queued), then "ping" up and
+ * "pong" down. Returns the accepted host fd.
+ */
+static int guest_connects(struct env *e, char *path, size_t cap, int *lfd)
+{
+	struct vsock_hdr h, o;
+	char buf[64];
+	int fd;
+
+	snprintf(path, cap, "%s_5000", e->uds);
+	*lfd = unix_listen(path);
+	o = eg_hdr(&e->g, 40000, 5000, VSOCK_OP_REQUEST, 0, 0);
+	ASSERT_OK(eg_send(&e->g, &o, NULL, WAIT_MS));
+	recv_pkt(&e->g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_RESPONSE);
+	ASSERT_EQ(h.src_port, 5000);
+	ASSERT_EQ(h.dst_port, 40000);
+	fd = accept4(*lfd, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	o = eg_hdr(&e->g, 40000, 5000, VSOCK_OP_RW, 4, 0);
+	ASSERT_OK(eg_send(&e->g, &o, "ping", WAIT_MS));
+	ASSERT_EQ(read_full(fd, buf, 4), 4);
+	ASSERT_MEMEQ(buf, "ping", 4);
+	ASSERT_EQ(write(fd, "pong", 4), 4);
+	recv_pkt(&e->g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_RW);
+	ASSERT_EQ(h.dst_port, 40000);
+	ASSERT_EQ(h.len, 4);
+	ASSERT_MEMEQ(buf, "pong", 4);
+	return fd;
 }
 
 /* ---- tests -------------------------------------------------------------------------------- */
@@ -340,25 +380,7 @@ TEST(guest_initiated_and_refused)
 	env_new(&e, 5);
 	ASSERT_OK(uvsock_dev_start(e.dev));
 	env_configure(&e);
-	snprintf(path, sizeof(path), "%s_5000", e.uds);
-	lfd = unix_listen(path);
-	o = eg_hdr(&e.g, 40000, 5000, VSOCK_OP_REQUEST, 0, 0);
-	ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
-	recv_pkt(&e.g, &h, buf, sizeof(buf));
-	ASSERT_EQ(h.op, VSOCK_OP_RESPONSE);
-	ASSERT_EQ(h.src_port, 5000);
-	ASSERT_EQ(h.dst_port, 40000);
-	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-	ASSERT_GE(fd, 0);
-	o = eg_hdr(&e.g, 40000, 5000, VSOCK_OP_RW, 4, 0);
-	ASSERT_OK(eg_send(&e.g, &o, "ping", WAIT_MS));
-	ASSERT_EQ(read_full(fd, buf, 4), 4);
-	ASSERT_MEMEQ(buf, "ping", 4);
-	ASSERT_EQ(write(fd, "pong", 4), 4);
-	recv_pkt(&e.g, &h, buf, sizeof(buf));
-	ASSERT_EQ(h.op, VSOCK_OP_RW);
-	ASSERT_EQ(h.len, 4);
-	ASSERT_MEMEQ(buf, "pong", 4);
+	fd = guest_connects(&e, path, sizeof(path), &lfd);
 	/* Nobody listens on 5001: RST at once, counted. */
 	o = eg_hdr(&e.g, 40001, 5001, VSOCK_OP_REQUEST, 0, 0);
 	ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
@@ -388,10 +410,7 @@ TEST(queue_stop_and_memory_replacement_keep_connections)
 	struct env e;
 	int fd;
 
-	env_new(&e, 3);
-	ASSERT_OK(uvsock_dev_start(e.dev));
-	env_configure(&e);
-	fd = host_connects(&e, &port);
+	fd = env_with_host_conn(&e, &port);
 	exchange(&e, fd, port, &fwd, "before", "reply one");
 	for (unsigned q = 0; q < 2; q++)
 		ASSERT_OK(uvsock_dev_queue_stop(e.dev, q, &idx[q]));
@@ -435,10 +454,7 @@ TEST(reset_drops_connections_and_a_new_session_works)
 	struct env e;
 	int fd;
 
-	env_new(&e, 3);
-	ASSERT_OK(uvsock_dev_start(e.dev));
-	env_configure(&e);
-	fd = host_connects(&e, &port);
+	fd = env_with_host_conn(&e, &port);
 	exchange(&e, fd, port, &fwd, "one", "uno");
 	ASSERT_OK(uvsock_dev_reset(e.dev));
 	ASSERT_TRUE(wait_eof(fd));
@@ -640,25 +656,7 @@ TEST(external_loop_data_both_ways_without_a_thread)
 	exchange(&e, hfd, port, &fwd, "second", "answer two");
 
 	/* Guest-initiated: the device connects to <uds>_5000. */
-	snprintf(path, sizeof(path), "%s_5000", e.uds);
-	lfd = unix_listen(path);
-	o = eg_hdr(&e.g, 40000, 5000, VSOCK_OP_REQUEST, 0, 0);
-	ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
-	recv_pkt(&e.g, &h, buf, sizeof(buf));
-	ASSERT_EQ(h.op, VSOCK_OP_RESPONSE);
-	ASSERT_EQ(h.dst_port, 40000);
-	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC); /* connected before the RESPONSE: queued */
-	ASSERT_GE(fd, 0);
-	o = eg_hdr(&e.g, 40000, 5000, VSOCK_OP_RW, 4, 0);
-	ASSERT_OK(eg_send(&e.g, &o, "ping", WAIT_MS));
-	ASSERT_EQ(read_full(fd, buf, 4), 4);
-	ASSERT_MEMEQ(buf, "ping", 4);
-	ASSERT_EQ(write(fd, "pong", 4), 4);
-	recv_pkt(&e.g, &h, buf, sizeof(buf));
-	ASSERT_EQ(h.op, VSOCK_OP_RW);
-	ASSERT_EQ(h.dst_port, 40000);
-	ASSERT_EQ(h.len, 4);
-	ASSERT_MEMEQ(buf, "pong", 4);
+	fd = guest_connects(&e, path, sizeof(path), &lfd);
 	uvsock_dev_get_stats(e.dev, &st);
 	ASSERT_EQ(st.conns_open, 2);
 	ASSERT_EQ(st.conns_total, 2);
