@@ -60,6 +60,20 @@ static struct uvsock_ctx *guest_new(struct tdev *t)
 	return g_guest_new(t->sock, NULL);
 }
 
+/*
+ * Ends a test with one connection: closes its guest end gfd and host end hfd, the host listener
+ * lfd (or -1 for none), frees the guest context and stops the device.
+ */
+static void guest_conn_free(struct tdev *t, struct uvsock_ctx *g, int gfd, int hfd, int lfd)
+{
+	uvsock_close(gfd);
+	close(hfd);
+	if (lfd >= 0)
+		close(lfd);
+	uvsock_ctx_free(g);
+	tdev_stop(t);
+}
+
 TEST(guest_to_host_stream_both_ways_with_half_close)
 {
 	struct tdev t;
@@ -198,10 +212,7 @@ TEST(rx_buffers_grow_under_bulk_traffic)
 		  st.rx_bufs, st.rx_batches, st.rx_buf_len, st.wakeups);
 	ASSERT_GT(st.rx_buf_len, 4096 + 44 + 64);
 	ASSERT_EQ(st.rx_dropped, 0);
-	uvsock_close(gfd);
-	close(hfd);
-	uvsock_ctx_free(g);
-	tdev_stop(&t);
+	guest_conn_free(&t, g, gfd, hfd, -1);
 }
 
 /* Guest -> host bulk: every publication either kicked or was suppressed by avail_event. */
@@ -230,11 +241,30 @@ TEST(tx_kicks_follow_the_event_index)
 	/* At most one kick per packet; 32 MiB in <= 64 KiB packets is >= 512 packets. */
 	ASSERT_GE(st.tx_pkts, total / 65536);
 	ASSERT_LE(st.kicks, st.tx_pkts + 2 * st.rx_bufs + 2);
+	guest_conn_free(&t, g, gfd, hfd, lfd);
+}
+
+/* A device for CID 3, a guest on it listening on port 6000, and one host connection accepted. */
+static int guest_accepted(struct tdev *t, struct uvsock_ctx **g, int *ls, int *hfd)
+{
+	tdev_start(t, 3);
+	*g = guest_new(t);
+	*ls = g_listen(*g, SOCK_STREAM, 6000);
+	return g_accept_host(*ls, t->uds, SOCK_STREAM, 6000, hfd);
+}
+
+/* The guest listener ls (port 6000) accepts a new host connection, and a byte goes through. */
+static void listener_still_accepts(struct tdev *t, int ls, char byte)
+{
+	int hfd, gfd = g_accept_host(ls, t->uds, SOCK_STREAM, 6000, &hfd);
+	char c;
+
+	g_set_timeouts(gfd, WAIT_MS);
+	hs_write_all(hfd, &byte, 1);
+	ASSERT_EQ(uvsock_recv(gfd, &c, 1, 0), 1);
+	ASSERT_EQ(c, byte);
 	uvsock_close(gfd);
 	close(hfd);
-	close(lfd);
-	uvsock_ctx_free(g);
-	tdev_stop(&t);
 }
 
 /* Reads SO_ERROR or a failing recv: the connection must have been reset. */
@@ -260,13 +290,9 @@ TEST(transport_reset_resets_connected_and_keeps_listeners)
 	struct tdev t;
 	struct uvsock_ctx *g;
 	struct uvsock_guest_stats st;
-	int ls, hfd, gfd, hfd2, gfd2;
-	char c;
+	int ls, hfd, gfd;
 
-	tdev_start(&t, 3);
-	g = guest_new(&t);
-	ls = g_listen(g, SOCK_STREAM, 6000);
-	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
+	gfd = guest_accepted(&t, &g, &ls, &hfd);
 
 	ASSERT_EQ(uvsock_ctx_guest_transport_reset(g), 0);
 	assert_reset(gfd);
@@ -277,46 +303,24 @@ TEST(transport_reset_resets_connected_and_keeps_listeners)
 	ASSERT_EQ(st.resets, 1);
 
 	/* The listener survived: a new host connection works. */
-	gfd2 = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd2);
-	g_set_timeouts(gfd2, WAIT_MS);
-	hs_write_all(hfd2, "k", 1);
-	ASSERT_EQ(uvsock_recv(gfd2, &c, 1, 0), 1);
-	ASSERT_EQ(c, 'k');
-	uvsock_close(gfd);
-	uvsock_close(gfd2);
-	close(hfd);
-	close(hfd2);
-	uvsock_ctx_free(g);
-	tdev_stop(&t);
+	listener_still_accepts(&t, ls, 'k');
+	guest_conn_free(&t, g, gfd, hfd, -1);
 }
 
 TEST(reconnect_resets_connections_and_keeps_listeners)
 {
 	struct tdev t;
 	struct uvsock_ctx *g;
-	int ls, hfd, gfd, hfd2, gfd2;
-	char c;
+	int ls, hfd, gfd;
 
-	tdev_start(&t, 3);
-	g = guest_new(&t);
-	ls = g_listen(g, SOCK_STREAM, 6000);
-	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
+	gfd = guest_accepted(&t, &g, &ls, &hfd);
 
 	ASSERT_EQ(uvsock_ctx_guest_reconnect(g), 0);
 	assert_reset(gfd);
 	/* The device dropped the old VM's host sockets. */
 	ASSERT_TRUE(hs_wait_eof(hfd, WAIT_MS));
-	gfd2 = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd2);
-	g_set_timeouts(gfd2, WAIT_MS);
-	hs_write_all(hfd2, "r", 1);
-	ASSERT_EQ(uvsock_recv(gfd2, &c, 1, 0), 1);
-	ASSERT_EQ(c, 'r');
-	uvsock_close(gfd);
-	uvsock_close(gfd2);
-	close(hfd);
-	close(hfd2);
-	uvsock_ctx_free(g);
-	tdev_stop(&t);
+	listener_still_accepts(&t, ls, 'r');
+	guest_conn_free(&t, g, gfd, hfd, -1);
 }
 
 TEST(backend_loss_resets_sockets_and_connect_fails_fast)
@@ -327,10 +331,7 @@ TEST(backend_loss_resets_sockets_and_connect_fails_fast)
 	int ls, hfd, gfd;
 	uint64_t t0;
 
-	tdev_start(&t, 3);
-	g = guest_new(&t);
-	ls = g_listen(g, SOCK_STREAM, 6000);
-	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
+	gfd = guest_accepted(&t, &g, &ls, &hfd);
 	tdev_stop(&t); /* the back-end goes away with the VMM connection */
 	assert_reset(gfd);
 	close(hfd);
@@ -421,11 +422,7 @@ static void both_ways_with_queue_size(unsigned qsize, uint32_t rx_min, uint32_t 
 	ASSERT_GE(st.rx_buf_len, (rx_min ? rx_min : 4096) + 44);
 	ASSERT_LE(st.rx_buf_len, (rx_max ? rx_max : 65536) + 44);
 	ASSERT_EQ(st.rx_dropped, 0);
-	uvsock_close(gfd);
-	close(hfd);
-	close(lfd);
-	uvsock_ctx_free(g);
-	tdev_stop(&t);
+	guest_conn_free(&t, g, gfd, hfd, lfd);
 }
 
 TEST(tiny_rings_both_ways)
