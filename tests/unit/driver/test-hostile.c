@@ -296,7 +296,7 @@ static void evil_raw_used(struct evil *e, uint32_t id, uint32_t len)
 	u->ring[idx % e->info[0].num].id = htole32(id);
 	u->ring[idx % e->info[0].num].len = htole32(len);
 	/* Release: the element above is written before the index that publishes it. */
-	__atomic_store_n(&u->idx, htole16((uint16_t)(idx + 1)), __ATOMIC_RELEASE);
+	vring_store16_release(&u->idx, (uint16_t)(idx + 1));
 	evil_signal(e, 0);
 }
 

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -187,7 +188,7 @@ static int host_connects(struct env *e, uint32_t *ret_host_port)
 	return fd;
 }
 
-/* A running, configured device for guest CID 3 with one host-initiated connection (host_connects). */
+/* A started, configured device for guest CID 3 with one host-initiated connection. */
 static int env_with_host_conn(struct env *e, uint32_t *ret_host_port)
 {
 	env_new(e, 3);
@@ -579,7 +580,8 @@ TEST(ring_error_is_repaired_by_reset)
 	ASSERT_OK(vring_layout(EG_QSIZE, &l));
 	avail = (struct vring_avail_le *)(void *)((uint8_t *)eg_host(&e.g, EG_RING_GPA(1)) +
 						  l.avail_off);
-	__atomic_store_n(&avail->idx, (uint16_t)(EG_QSIZE * 4), __ATOMIC_RELEASE);
+	/* Published as every avail index is (release); no new descriptor is behind it. */
+	vring_store16_release(&avail->idx, (uint16_t)(EG_QSIZE * 4));
 	ASSERT_EQ(write(e.g.kick[1], &one, 8), 8);
 	WAIT_FOR((uvsock_dev_get_stats(e.dev, &st), st.broken), WAIT_MS);
 	ASSERT_EQ(st.broken, 1);
@@ -1017,10 +1019,11 @@ struct pump {
 	struct env *e;
 	uint32_t peers[2];
 	pthread_t th;
-	bool stop;          /* atomic */
-	unsigned rx[8];     /* atomic: packets received from CID i */
-	unsigned rst[8];    /* atomic: RSTs among them */
-	int err;            /* atomic: eg_recv failed (0: no) */
+	/* Relaxed: counters and flags read while the pump runs; pthread_join orders the rest. */
+	atomic_bool stop;
+	atomic_uint rx[8];  /* packets received from CID i */
+	atomic_uint rst[8]; /* RSTs among them */
+	atomic_int err;     /* eg_recv failed (0: no) */
 };
 
 static void *pump_main(void *arg)
@@ -1031,7 +1034,7 @@ static void *pump_main(void *arg)
 	struct vsock_hdr h, o;
 	int r;
 
-	for (unsigned i = 0; !__atomic_load_n(&p->stop, __ATOMIC_RELAXED); i++) {
+	for (unsigned i = 0; !atomic_load_explicit(&p->stop, memory_order_relaxed); i++) {
 		o = eg_hdr(&p->e->g, 30000 + (i & 7), 77, VSOCK_OP_RW, sizeof(payload), 0);
 		o.dst_cid = p->peers[i % 2];
 		/* -ETIMEDOUT: no free TX buffer for now (or the device is gone); go on. */
@@ -1039,19 +1042,20 @@ static void *pump_main(void *arg)
 		while ((r = eg_recv(&p->e->g, &h, buf, sizeof(buf), 0)) == 0) {
 			if (h.src_cid >= 8)
 				continue;
-			__atomic_add_fetch(&p->rx[h.src_cid], 1, __ATOMIC_RELAXED);
+			atomic_fetch_add_explicit(&p->rx[h.src_cid], 1, memory_order_relaxed);
 			if (h.op == VSOCK_OP_RST)
-				__atomic_add_fetch(&p->rst[h.src_cid], 1, __ATOMIC_RELAXED);
+				atomic_fetch_add_explicit(&p->rst[h.src_cid], 1,
+							  memory_order_relaxed);
 		}
 		if (r != -ETIMEDOUT)
-			__atomic_store_n(&p->err, r, __ATOMIC_RELAXED);
+			atomic_store_explicit(&p->err, r, memory_order_relaxed);
 	}
 	return NULL;
 }
 
 static unsigned pump_rx(struct pump *p, uint32_t cid, bool rst)
 {
-	return __atomic_load_n(rst ? &p->rst[cid] : &p->rx[cid], __ATOMIC_RELAXED);
+	return atomic_load_explicit(rst ? &p->rst[cid] : &p->rx[cid], memory_order_relaxed);
 }
 
 /* Every one of the n pumps has received at least `want` packets from each of its peers. */
@@ -1102,7 +1106,7 @@ TEST(freeing_a_linked_device_under_traffic)
 				pump_rx(&p[0], 4, false) >= ba0 + 50,
 			WAIT_MS);
 	for (unsigned i = 0; i < 3; i++) {
-		__atomic_store_n(&p[i].stop, true, __ATOMIC_RELAXED);
+		atomic_store_explicit(&p[i].stop, true, memory_order_relaxed);
 		pthread_join(p[i].th, NULL);
 		ASSERT_EQ(p[i].err, 0);
 	}

@@ -5,6 +5,7 @@
  * thread for what a broken or foreign daemon may answer.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -200,7 +201,7 @@ TEST(man_page_lists_every_option)
 
 struct feeder {
 	struct fake_daemon *f;
-	volatile int stop;
+	atomic_bool stop; /* relaxed: pthread_join orders what the feeder wrote */
 	int n;
 };
 
@@ -208,7 +209,7 @@ static void *feed(void *arg)
 {
 	struct feeder *x = arg;
 
-	while (!x->stop) {
+	while (!atomic_load_explicit(&x->stop, memory_order_relaxed)) {
 		struct vsock_hdr h = { .src_cid = 3, .dst_cid = 2, .src_port = 1, .dst_port = 2,
 				       .type = 1, .op = VSOCK_OP_RW, .len = 5 };
 		struct iovec iov = { "hello", 5 };
@@ -232,7 +233,7 @@ TEST(capture_for_a_duration)
 	ASSERT_EQ(pthread_create(&th, NULL, feed, &x), 0);
 	struct run r = stat_run((const char *[]){ "-s", f.path, "--capture", file, "--vm", "3",
 						  "--duration", "1", "--snaplen", "80", NULL });
-	x.stop = 1;
+	atomic_store_explicit(&x.stop, true, memory_order_relaxed);
 	pthread_join(th, NULL);
 	ASSERT_EQ(r.rc, 0);
 	ASSERT_TRUE(strstr(r.err, "capturing to ") != NULL);
