@@ -14,6 +14,7 @@
 #include <uvsock/uvsock.h>
 
 #include "hostside.h"
+#include "vmaddr.h"
 
 #ifndef WAIT_MS
 #define WAIT_MS 5000
@@ -32,7 +33,7 @@ static inline struct uvsock_ctx *g_guest_new(const char *sock, const struct uvso
 
 static inline int g_connect(struct uvsock_ctx *ctx, int type, uint32_t cid, uint32_t port)
 {
-	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = cid, .svm_port = port };
+	struct sockaddr_vm a = vm_addr(cid, port);
 	int fd = uvsock_socket(ctx, type, 0);
 
 	ASSERT_GE(fd, 0);
@@ -48,8 +49,7 @@ static inline int g_connect(struct uvsock_ctx *ctx, int type, uint32_t cid, uint
 
 static inline int g_listen(struct uvsock_ctx *ctx, int type, uint32_t port)
 {
-	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY,
-				 .svm_port = port };
+	struct sockaddr_vm a = vm_addr(VMADDR_CID_ANY, port);
 	int fd = uvsock_socket(ctx, type, 0);
 
 	ASSERT_GE(fd, 0);

@@ -19,12 +19,6 @@
 
 #include "test.h"
 
-/* The harness clock (test_now_ms); kept under this name for the tests that still use it. */
-static inline uint64_t hs_now_ms(void)
-{
-	return test_now_ms();
-}
-
 static inline struct sockaddr_un hs_addr(const char *path)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };

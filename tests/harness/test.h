@@ -105,6 +105,18 @@ void test_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 			test_fail(__FILE__, __LINE__, "memcmp(%s, %s, %s) != 0", #a, #b, #n);      \
 	} while (0)
 
+/* xorshift64: the next of a fixed pseudo-random sequence (*state != 0), for the fuzz loops. */
+static inline uint64_t test_xorshift64(uint64_t *state)
+{
+	uint64_t x = *state;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	*state = x;
+	return x;
+}
+
 /*
  * Polls cond every millisecond until it holds or timeout_ms passes; true if it held. For
  * conditions another thread or process makes true (a counter, a file, a state): tests wait on

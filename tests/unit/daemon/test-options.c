@@ -11,8 +11,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "manpage.h"
 #include "options.h"
 #include "test.h"
+#include "vmconfig.h"
 
 static char err[512];
 
@@ -64,19 +66,11 @@ TEST(vm_full_spec)
 	ASSERT_EQ(c.action, UVSOCKD_RUN);
 	ASSERT_EQ(c.log_level, LOG_LVL_DEBUG);
 	ASSERT_EQ(c.n_vms, 2);
-	ASSERT_EQ(c.vms[0].guest_cid, 4);
-	ASSERT_STREQ(c.vms[0].socket_path, "/tmp/a.sock");
-	ASSERT_STREQ(c.vms[0].uds_path, "/tmp/a.vsock");
-	ASSERT_EQ(c.vms[0].tx_buffer_size, 65536);
-	ASSERT_EQ(c.vms[0].queue_size, 256);
-	ASSERT_EQ(c.vms[0].n_groups, 2);
+	ASSERT_VM(c.vms[0], 4, "/tmp/a.sock", "/tmp/a.vsock", 65536, 256, 2);
 	ASSERT_STREQ(c.vms[0].groups[0], "g1");
 	ASSERT_STREQ(c.vms[0].groups[1], "g2");
 	ASSERT_EQ(c.vms[1].guest_cid, 5);
-	ASSERT_EQ(c.vms[1].tx_buffer_size, UVSOCKD_DEFAULT_TX_BUFFER_SIZE);
-	ASSERT_EQ(c.vms[1].queue_size, UVSOCKD_DEFAULT_QUEUE_SIZE);
-	ASSERT_EQ(c.vms[1].n_groups, 1);
-	ASSERT_STREQ(c.vms[1].groups[0], "default");
+	ASSERT_VM_DEFAULTS(c.vms[1]);
 	ASSERT_FALSE(uvsockd_vms_share_group(&c.vms[0], &c.vms[1]));
 	uvsockd_config_clear(&c);
 	uvsockd_config_clear(&c);
@@ -335,84 +329,17 @@ TEST(usage_mentions_every_option)
 	free(buf);
 }
 
-/* Collects every "--long-option" token of text (man escapes "\\-" already undone). */
-static unsigned collect_opts(const char *text, char opts[][32], unsigned max)
-{
-	unsigned n = 0;
-
-	for (const char *p = strstr(text, "--"); p; p = strstr(p + 2, "--")) {
-		size_t len = 2;
-		bool dup = false;
-
-		while ((p[len] >= 'a' && p[len] <= 'z') || p[len] == '-')
-			len++;
-		if (len <= 2 || len >= 32 || (p > text && p[-1] != ' ' && p[-1] != '\n' &&
-					     p[-1] != '[' && p[-1] != '|' && p[-1] != '('))
-			continue;
-		for (unsigned i = 0; i < n; i++)
-			if (strlen(opts[i]) == len && memcmp(opts[i], p, len) == 0)
-				dup = true;
-		if (!dup && n < max) {
-			memcpy(opts[n], p, len);
-			opts[n][len] = '\0';
-			n++;
-		}
-	}
-	return n;
-}
-
+/* The man page and --help list the same long options (tests/harness/manpage.h). */
 TEST(help_and_man_page_list_the_same_options)
 {
-	static char uopts[64][32], mopts[64][32];
-	char *usage = NULL, *man, *q;
-	size_t ulen = 0, mlen = 0;
-	unsigned nu, nm;
+	char *usage = NULL;
+	size_t ulen = 0;
 	FILE *f = open_memstream(&usage, &ulen);
 
 	uvsockd_print_usage(f, "uvsockd");
 	fclose(f);
-	f = fopen(UVSOCKD_MAN_PAGE, "r");
-	ASSERT_TRUE(f != NULL);
-	man = calloc(1, 1 << 16);
-	mlen = fread(man, 1, (1 << 16) - 1, f);
-	fclose(f);
-	ASSERT_GT(mlen, 0);
-	/* Undo groff escapes: "\-" is '-', font changes are dropped. */
-	q = man;
-	for (size_t i = 0; i < mlen; i++) {
-		if (man[i] == '\\' && man[i + 1] == '-') {
-			*q++ = '-';
-			i++;
-		} else if (man[i] == '\\' && man[i + 1] == 'f') {
-			i += 2;
-		} else {
-			*q++ = man[i];
-		}
-	}
-	*q = '\0';
-	nu = collect_opts(usage, uopts, 64);
-	nm = collect_opts(man, mopts, 64);
-	ASSERT_GE(nu, 10);
-	for (unsigned i = 0; i < nu; i++) {
-		bool found = false;
-
-		for (unsigned j = 0; j < nm; j++)
-			found |= strcmp(uopts[i], mopts[j]) == 0;
-		if (!found)
-			test_fail(__FILE__, __LINE__, "%s is in --help but not in the man page",
-				  uopts[i]);
-	}
-	for (unsigned j = 0; j < nm; j++) {
-		bool found = false;
-
-		for (unsigned i = 0; i < nu; i++)
-			found |= strcmp(uopts[i], mopts[j]) == 0;
-		if (!found)
-			test_fail(__FILE__, __LINE__, "%s is in the man page but not in --help",
-				  mopts[j]);
-	}
+	man_check_options(usage, "uvsockd", UVSOCKD_MAN_PAGE, false, 10);
 	free(usage);
-	free(man);
 }
 
 TEST_MAIN()

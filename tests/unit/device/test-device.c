@@ -17,10 +17,12 @@
 #include <unistd.h>
 
 #include "device/device.h"
+#include "hostside.h"
 #include "ops/stats.h"
+#include "stderr-capture.h"
+#include "tdev.h"
 #include "test.h"
 #include "util/log.h"
-#include "util/loop.h"
 #include "util/macros.h"
 #include "vhost_user/frontend.h"
 #include "vring/vring.h"
@@ -33,13 +35,6 @@
 #define TXBUF (44 + 65536)
 #define WAIT_MS 3000
 
-struct tdev {
-	struct vsock_dev *d;
-	pthread_t th;
-	char dir[64];
-	char sock[128], uds[128];
-};
-
 struct tguest {
 	struct vhu_front *f;
 	struct vring_drv *rx, *tx;
@@ -51,41 +46,9 @@ struct tguest {
 	bool txbusy[NTX];
 };
 
-static void *dev_thread(void *arg)
-{
-	struct tdev *t = arg;
-
-	vsock_dev_run(t->d);
-	return NULL;
-}
-
-static void tdev_start(struct tdev *t, struct vsock_router *r, uint32_t cid)
-{
-	struct vsock_dev_config cfg = {
-		.guest_cid = cid,
-		.buf_alloc = 256 * 1024,
-		.queue_size_max = 1024,
-	};
-
-	snprintf(t->dir, sizeof(t->dir), "/tmp/uvsock-dev-XXXXXX");
-	ASSERT_TRUE(mkdtemp(t->dir) != NULL);
-	snprintf(t->sock, sizeof(t->sock), "%s/vm.sock", t->dir);
-	snprintf(t->uds, sizeof(t->uds), "%s/vm.vsock", t->dir);
-	cfg.socket_path = t->sock;
-	cfg.uds_path = t->uds;
-	ASSERT_OK(vsock_dev_new(r, &cfg, &t->d));
-}
-
-static void tdev_run(struct tdev *t)
-{
-	ASSERT_EQ(pthread_create(&t->th, NULL, dev_thread, t), 0);
-}
-
 static void tdev_stop(struct tdev *t)
 {
-	vsock_dev_stop(t->d);
-	pthread_join(t->th, NULL);
-	vsock_dev_free(t->d);
+	tdev_halt(t);
 	/* The device removed its socket files: the directory must be empty now. */
 	ASSERT_OK(rmdir(t->dir));
 }
@@ -158,6 +121,16 @@ static void tg_reclaim_tx(struct tguest *g)
 		g->txbusy[(uintptr_t)cookie - 1] = false;
 }
 
+/* Takes back the TX buffers the device used; the index of a free one, or -1 if all are busy. */
+static int tg_free_tx(struct tguest *g)
+{
+	tg_reclaim_tx(g);
+	for (int i = 0; i < NTX; i++)
+		if (!g->txbusy[i])
+			return i;
+	return -1;
+}
+
 /*
  * Sends one packet (payload copied into a TX buffer after the header), waiting up to wait_ms for
  * a free TX buffer. Returns 0 or -ETIMEDOUT (the device is not returning TX buffers).
@@ -166,19 +139,10 @@ static int tg_send_wait(struct tguest *g, const struct vsock_hdr *h, const void 
 			int wait_ms)
 {
 	struct vring_drv_buf b;
-	uint64_t deadline = loop_now_ns() + (uint64_t)wait_ms * 1000000ull;
 	int i;
 
-	for (;;) {
-		tg_reclaim_tx(g);
-		for (i = 0; i < NTX && g->txbusy[i]; i++)
-			;
-		if (i < NTX)
-			break;
-		if (loop_now_ns() >= deadline)
-			return -ETIMEDOUT;
-		usleep(1000);
-	}
+	if (!WAIT_FOR((i = tg_free_tx(g)) >= 0, wait_ms))
+		return -ETIMEDOUT;
 	vsock_hdr_encode(h, g->txb[i]);
 	if (h->len)
 		memcpy(g->txb[i] + 44, payload, h->len);
@@ -216,7 +180,7 @@ static struct vsock_hdr mkhdr(struct tguest *g, uint64_t dst_cid, uint32_t sport
 static int tg_recv(struct tguest *g, struct vsock_hdr *h, void *buf, size_t cap, int timeout_ms,
 		   bool skip_credit)
 {
-	uint64_t deadline = loop_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	uint64_t deadline = test_now_ms() + (uint64_t)timeout_ms;
 	int call = vhu_front_ring(g->f, 0)->call_fd;
 
 	for (;;) {
@@ -239,7 +203,7 @@ static int tg_recv(struct tguest *g, struct vsock_hdr *h, void *buf, size_t cap,
 			return 0;
 		}
 		{
-			uint64_t now = loop_now_ns(), v;
+			uint64_t now = test_now_ms(), v;
 			struct pollfd p = { .fd = call, .events = POLLIN };
 
 			if (now >= deadline)
@@ -247,7 +211,7 @@ static int tg_recv(struct tguest *g, struct vsock_hdr *h, void *buf, size_t cap,
 			/* Ask for an interrupt; used buffers that came meanwhile are taken first. */
 			if (vring_drv_enable_cb(g->rx))
 				continue;
-			if (poll(&p, 1, (int)MIN((deadline - now) / 1000000 + 1, 1000)) > 0)
+			if (poll(&p, 1, (int)MIN(deadline - now + 1, 1000)) > 0)
 				(void)!read(call, &v, 8);
 		}
 	}
@@ -255,12 +219,10 @@ static int tg_recv(struct tguest *g, struct vsock_hdr *h, void *buf, size_t cap,
 
 static int unix_listen(const char *path, int type)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = hs_addr(path);
 	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
 
 	ASSERT_GE(fd, 0);
-	ASSERT_LT(strlen(path), sizeof(sa.sun_path));
-	memcpy(sa.sun_path, path, strlen(path) + 1);
 	ASSERT_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
 	ASSERT_OK(listen(fd, 8));
 	return fd;
@@ -268,12 +230,10 @@ static int unix_listen(const char *path, int type)
 
 static int unix_connect(const char *path, int type)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = hs_addr(path);
 	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
 
 	ASSERT_GE(fd, 0);
-	ASSERT_LT(strlen(path), sizeof(sa.sun_path));
-	memcpy(sa.sun_path, path, strlen(path) + 1);
 	ASSERT_OK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)));
 	return fd;
 }
@@ -297,6 +257,77 @@ static int accept_wait(int lfd, int timeout_ms)
 	return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 }
 
+/* A device for guest CID 3 on its own thread, and the test's guest connected to it as its VMM. */
+static void solo_start(struct tdev *t, struct tguest *g)
+{
+	tdev_new(t, NULL, 3);
+	tdev_run(t);
+	tg_connect(g, t);
+}
+
+static void solo_stop(struct tdev *t, struct tguest *g)
+{
+	tg_disconnect(g);
+	tdev_stop(t);
+}
+
+/*
+ * solo_start with a host listener at <uds>_1234 (path, made before the device runs; *lfd) and the
+ * guest's port 40001 connected to it (REQUEST, RESPONSE checked). Returns the accepted host fd.
+ */
+static int solo_start_guest_conn(struct tdev *t, struct tguest *g, char *path, size_t cap,
+				 int *lfd)
+{
+	struct vsock_hdr h, r;
+	uint8_t buf[64];
+	int hfd;
+
+	tdev_new(t, NULL, 3);
+	snprintf(path, cap, "%s_1234", t->uds);
+	*lfd = unix_listen(path, SOCK_STREAM);
+	tdev_run(t);
+	tg_connect(g, t);
+	h = mkhdr(g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(g, &h, NULL);
+	hfd = accept_wait(*lfd, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
+	ASSERT_EQ(r.dst_port, 40001);
+	ASSERT_EQ(r.src_port, 1234);
+	ASSERT_GT(r.buf_alloc, 0);
+	return hfd;
+}
+
+/* Two linked sibling devices (CIDs 3 and 4) on one new router, each on its own thread. */
+static void sib_start(struct vsock_router **router, struct tdev *ta, struct tdev *tb)
+{
+	ASSERT_OK(vsock_router_new(router));
+	tdev_new(ta, *router, 3);
+	tdev_new(tb, *router, 4);
+	ASSERT_OK(vsock_dev_link_sibling(ta->d, tb->d));
+	tdev_run(ta);
+	tdev_run(tb);
+}
+
+static void sib_stop(struct vsock_router *router, struct tdev *ta, struct tdev *tb,
+		     struct tguest *ga, struct tguest *gb)
+{
+	tg_disconnect(ga);
+	tg_disconnect(gb);
+	tdev_stop(ta);
+	tdev_stop(tb);
+	vsock_router_free(router);
+}
+
+/* Checks that the len bytes at buf are the writer's pattern from stream offset off on. */
+static void check_pattern(const uint8_t *buf, size_t len, size_t off)
+{
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] != (uint8_t)((off + i) % 251))
+			test_fail(__FILE__, __LINE__, "byte %zu corrupted", off + i);
+}
+
 /* ---- tests -------------------------------------------------------------------------------- */
 
 TEST(guest_connect_without_host_listener_gets_rst_at_once)
@@ -307,12 +338,10 @@ TEST(guest_connect_without_host_listener_gets_rst_at_once)
 	uint8_t buf[64];
 	uint64_t t0;
 
-	tdev_start(&t, NULL, 3);
-	tdev_run(&t);
-	tg_connect(&g, &t);
+	solo_start(&t, &g);
 	ASSERT_EQ(g.cid, 3);
 	h = mkhdr(&g, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
-	t0 = loop_now_ns();
+	t0 = test_now_ms();
 	tg_send(&g, &h, NULL);
 	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
 	ASSERT_EQ(r.op, VSOCK_OP_RST);
@@ -321,9 +350,8 @@ TEST(guest_connect_without_host_listener_gets_rst_at_once)
 	ASSERT_EQ(r.src_port, 1234);
 	ASSERT_EQ(r.dst_port, 40000);
 	/* Not the 2 s connect timeout: the refusal is immediate. */
-	ASSERT_LT(loop_now_ns() - t0, 1500000000ull);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	ASSERT_LT(test_now_ms() - t0, 1500);
+	solo_stop(&t, &g);
 }
 
 TEST(guest_to_host_stream_with_half_close)
@@ -334,21 +362,7 @@ TEST(guest_to_host_stream_with_half_close)
 	char path[160], buf[256];
 	int lfd, hfd;
 
-	tdev_start(&t, NULL, 3);
-	snprintf(path, sizeof(path), "%s_1234", t.uds);
-	lfd = unix_listen(path, SOCK_STREAM);
-	tdev_run(&t);
-	tg_connect(&g, &t);
-
-	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
-	tg_send(&g, &h, NULL);
-	hfd = accept_wait(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
-	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
-	ASSERT_EQ(r.dst_port, 40001);
-	ASSERT_EQ(r.src_port, 1234);
-	ASSERT_GT(r.buf_alloc, 0);
+	hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
 
 	/* guest -> host */
 	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 5);
@@ -381,8 +395,7 @@ TEST(guest_to_host_stream_with_half_close)
 	close(hfd);
 	close(lfd);
 	unlink(path);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	solo_stop(&t, &g);
 }
 
 TEST(guest_close_with_unread_data_ends_with_rst_after_host_close)
@@ -396,17 +409,7 @@ TEST(guest_close_with_unread_data_ends_with_rst_after_host_close)
 	ssize_t n;
 	int lfd, hfd, i;
 
-	tdev_start(&t, NULL, 3);
-	snprintf(path, sizeof(path), "%s_1234", t.uds);
-	lfd = unix_listen(path, SOCK_STREAM);
-	tdev_run(&t);
-	tg_connect(&g, &t);
-	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
-	tg_send(&g, &h, NULL);
-	hfd = accept_wait(lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	ASSERT_OK(tg_recv(&g, &r, rb, sizeof(rb), WAIT_MS, true));
-	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
+	hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
 	/* 248 KiB while the host reads nothing: more than its socket buffer takes. */
 	for (i = 0; i < 62; i++) {
 		memset(payload, i, sizeof(payload));
@@ -433,8 +436,7 @@ TEST(guest_close_with_unread_data_ends_with_rst_after_host_close)
 	ASSERT_EQ(r.op, VSOCK_OP_RST);
 	close(lfd);
 	unlink(path);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	solo_stop(&t, &g);
 }
 
 static void host_initiated(struct tdev *t, struct tguest *g, int type, int *ret_fd,
@@ -473,9 +475,7 @@ TEST(host_to_guest_stream_connect_ok)
 	char buf[64];
 	int fd;
 
-	tdev_start(&t, NULL, 3);
-	tdev_run(&t);
-	tg_connect(&g, &t);
+	solo_start(&t, &g);
 	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
 	ASSERT_EQ(write(fd, "ping", 4), 4);
 	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
@@ -491,8 +491,7 @@ TEST(host_to_guest_stream_connect_ok)
 	tg_send(&g, &h, NULL);
 	ASSERT_EQ(read_wait(fd, buf, sizeof(buf), WAIT_MS), 0);
 	close(fd);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	solo_stop(&t, &g);
 }
 
 TEST(host_to_guest_seqpacket_keeps_boundaries)
@@ -503,9 +502,7 @@ TEST(host_to_guest_seqpacket_keeps_boundaries)
 	char buf[64];
 	int fd;
 
-	tdev_start(&t, NULL, 3);
-	tdev_run(&t);
-	tg_connect(&g, &t);
+	solo_start(&t, &g);
 	ASSERT_TRUE(vhu_front_features(g.f) & (1ull << VIRTIO_VSOCK_F_SEQPACKET));
 	host_initiated(&t, &g, SOCK_SEQPACKET, &fd, &req);
 	ASSERT_EQ(write(fd, "one", 3), 3);
@@ -527,8 +524,7 @@ TEST(host_to_guest_seqpacket_keeps_boundaries)
 	ASSERT_EQ(read_wait(fd, buf, sizeof(buf), WAIT_MS), 3);
 	ASSERT_MEMEQ(buf, "cde", 3);
 	close(fd);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	solo_stop(&t, &g);
 }
 
 TEST(bad_connect_lines_and_timeout_close_the_socket)
@@ -541,9 +537,7 @@ TEST(bad_connect_lines_and_timeout_close_the_socket)
 	uint64_t t0;
 	int fd;
 
-	tdev_start(&t, NULL, 3);
-	tdev_run(&t);
-	tg_connect(&g, &t);
+	solo_start(&t, &g);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		fd = unix_connect(t.uds, SOCK_STREAM);
 		ASSERT_EQ(write(fd, bad[i], strlen(bad[i])), (ssize_t)strlen(bad[i]));
@@ -556,15 +550,14 @@ TEST(bad_connect_lines_and_timeout_close_the_socket)
 	close(fd);
 	/* Silence: closed after the 2 s limit, not before. */
 	fd = unix_connect(t.uds, SOCK_STREAM);
-	t0 = loop_now_ns();
+	t0 = test_now_ms();
 	ASSERT_EQ(read_wait(fd, buf, sizeof(buf), 5000), 0);
-	ASSERT_GE(loop_now_ns() - t0, 1500000000ull);
+	ASSERT_GE(test_now_ms() - t0, 1500);
 	close(fd);
 	vsock_dev_get_stats(t.d, &st);
 	ASSERT_EQ(st.host_connect_bad_line, 4);
 	ASSERT_EQ(st.host_connect_timeouts, 1);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	solo_stop(&t, &g);
 }
 
 TEST(spoofed_source_cid_is_dropped_and_counted)
@@ -575,9 +568,7 @@ TEST(spoofed_source_cid_is_dropped_and_counted)
 	struct vsock_dev_stats st;
 	char buf[64];
 
-	tdev_start(&t, NULL, 3);
-	tdev_run(&t);
-	tg_connect(&g, &t);
+	solo_start(&t, &g);
 	h = mkhdr(&g, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
 	h.src_cid = 7;
 	tg_send(&g, &h, NULL);
@@ -587,8 +578,7 @@ TEST(spoofed_source_cid_is_dropped_and_counted)
 	vsock_dev_get_stats(t.d, &st);
 	ASSERT_EQ(st.tx_bad_src_cid, 1);
 	ASSERT_EQ(st.tx_bad_dst_cid, 1);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	solo_stop(&t, &g);
 }
 
 static int count_str(const char *hay, const char *needle)
@@ -608,21 +598,15 @@ static int count_str(const char *hay, const char *needle)
 TEST(guest_flood_of_bad_packets_is_logged_tagged_and_rate_limited)
 {
 	enum { N = 300 };
-	static char out[1 << 16];
 	struct tdev t;
 	struct tguest g;
 	struct vsock_hdr h;
 	struct vsock_dev_stats st;
-	uint64_t end;
-	int mfd = memfd_create("stderr", 0);
-	ssize_t n;
+	int mfd = capture_stderr();
+	const char *out;
 
-	ASSERT_GE(mfd, 0);
-	ASSERT_EQ(dup2(mfd, 2), 2);
 	log_set_level(LOG_LVL_INFO);
-	tdev_start(&t, NULL, 3);
-	tdev_run(&t);
-	tg_connect(&g, &t);
+	solo_start(&t, &g);
 	for (int i = 0; i < N; i++) {
 		h = mkhdr(&g, 2, 40000 + (uint32_t)i, 5000, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
 		h.src_cid = 7;
@@ -630,20 +614,13 @@ TEST(guest_flood_of_bad_packets_is_logged_tagged_and_rate_limited)
 		h = mkhdr(&g, 9, 40000 + (uint32_t)i, 5000, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
 		tg_send(&g, &h, NULL);
 	}
-	end = loop_now_ns() + (uint64_t)WAIT_MS * 1000000ull;
-	do {
-		vsock_dev_get_stats(t.d, &st);
-		if (st.tx_bad_src_cid == N && st.tx_bad_dst_cid == N)
-			break;
-		usleep(1000);
-	} while (loop_now_ns() < end);
+	WAIT_FOR((vsock_dev_get_stats(t.d, &st), st.tx_bad_src_cid == N && st.tx_bad_dst_cid == N),
+		 WAIT_MS);
 	ASSERT_EQ(st.tx_bad_src_cid, N);
 	ASSERT_EQ(st.tx_bad_dst_cid, N);
-	tg_disconnect(&g);
-	tdev_stop(&t);
-	n = pread(mfd, out, sizeof(out) - 1, 0);
-	ASSERT_GT(n, 0);
-	out[n] = '\0';
+	solo_stop(&t, &g);
+	out = captured(mfd);
+	ASSERT_TRUE(*out);
 	/* Tagged with the VM and the two ports (lp: the host side, pp: the guest's). */
 	ASSERT_TRUE(strstr(out, "uvsock warn: vm=3 lp=5000 pp=40000: tx packet with spoofed "
 				"src_cid 7 dropped\n") != NULL);
@@ -665,9 +642,7 @@ TEST(vmm_disconnect_resets_and_reconnect_works)
 	char buf[64];
 	int fd;
 
-	tdev_start(&t, NULL, 3);
-	tdev_run(&t);
-	tg_connect(&g, &t);
+	solo_start(&t, &g);
 	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
 	tg_disconnect(&g);
 	/* The VM is gone: its host connection is closed. */
@@ -679,8 +654,7 @@ TEST(vmm_disconnect_resets_and_reconnect_works)
 	tg_send(&g, &h, NULL);
 	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
 	ASSERT_EQ(r.op, VSOCK_OP_RST);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	solo_stop(&t, &g);
 }
 
 TEST(siblings_route_and_split_large_packets)
@@ -697,12 +671,7 @@ TEST(siblings_route_and_split_large_packets)
 
 	for (size_t i = 0; i < sizeof(big); i++)
 		big[i] = (uint8_t)(i * 7 + 1);
-	ASSERT_OK(vsock_router_new(&router));
-	tdev_start(&ta, router, 3);
-	tdev_start(&tb, router, 4);
-	ASSERT_OK(vsock_dev_link_sibling(ta.d, tb.d));
-	tdev_run(&ta);
-	tdev_run(&tb);
+	sib_start(&router, &ta, &tb);
 	tg_connect(&ga, &ta);
 	tg_connect(&gb, &tb);
 
@@ -740,11 +709,7 @@ TEST(siblings_route_and_split_large_packets)
 	vsock_dev_get_stats(ta.d, &st);
 	ASSERT_EQ(st.sibling_fwd_pkts, 2);
 
-	tg_disconnect(&ga);
-	tg_disconnect(&gb);
-	tdev_stop(&ta);
-	tdev_stop(&tb);
-	vsock_router_free(router);
+	sib_stop(router, &ta, &tb, &ga, &gb);
 }
 
 TEST(congested_sibling_does_not_stall_sender)
@@ -756,12 +721,7 @@ TEST(congested_sibling_does_not_stall_sender)
 	struct vsock_dev_stats st;
 	char buf[64];
 
-	ASSERT_OK(vsock_router_new(&router));
-	tdev_start(&ta, router, 3);
-	tdev_start(&tb, router, 4);
-	ASSERT_OK(vsock_dev_link_sibling(ta.d, tb.d));
-	tdev_run(&ta);
-	tdev_run(&tb);
+	sib_start(&router, &ta, &tb);
 	tg_connect(&ga, &ta);
 	/* B's guest posts no RX buffers: its inbox (512 packets) fills and stays full. */
 	tg_connect_nrx(&gb, &tb, 0);
@@ -789,11 +749,7 @@ TEST(congested_sibling_does_not_stall_sender)
 	tg_send(&ga, &h, NULL);
 	ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, false));
 	ASSERT_EQ(r.src_port, 9999);
-	tg_disconnect(&ga);
-	tg_disconnect(&gb);
-	tdev_stop(&ta);
-	tdev_stop(&tb);
-	vsock_router_free(router);
+	sib_stop(router, &ta, &tb, &ga, &gb);
 }
 
 /*
@@ -810,12 +766,7 @@ TEST(sibling_vmm_disconnect_keeps_the_device)
 	struct vsock_hdr h, r;
 	char buf[64];
 
-	ASSERT_OK(vsock_router_new(&router));
-	tdev_start(&ta, router, 3);
-	tdev_start(&tb, router, 4);
-	ASSERT_OK(vsock_dev_link_sibling(ta.d, tb.d));
-	tdev_run(&ta);
-	tdev_run(&tb);
+	sib_start(&router, &ta, &tb);
 	tg_connect(&ga, &ta);
 	tg_connect(&gb, &tb);
 	h = mkhdr(&ga, 4, 1111, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
@@ -824,20 +775,10 @@ TEST(sibling_vmm_disconnect_keeps_the_device)
 	ASSERT_EQ(r.src_port, 1111);
 
 	tg_disconnect(&gb);
-	for (uint64_t end = loop_now_ns() + WAIT_MS * 1000000ull;; usleep(1000)) {
-		vsock_dev_get_status(tb.d, &ds);
-		if (!ds.vmm_connected)
-			break;
-		ASSERT_LT(loop_now_ns(), end);
-	}
+	ASSERT_WAIT_FOR((vsock_dev_get_status(tb.d, &ds), !ds.vmm_connected), WAIT_MS);
 	h = mkhdr(&ga, 4, 1112, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
 	tg_send(&ga, &h, NULL);
-	for (uint64_t end = loop_now_ns() + WAIT_MS * 1000000ull;; usleep(1000)) {
-		vsock_dev_get_stats(tb.d, &st);
-		if (st.sibling_dropped)
-			break;
-		ASSERT_LT(loop_now_ns(), end);
-	}
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(tb.d, &st), st.sibling_dropped), WAIT_MS);
 	ASSERT_EQ(st.sibling_dropped, 1);
 	/* A still reaches the host (no listener there: RST at once). */
 	h = mkhdr(&ga, 2, 1113, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
@@ -898,7 +839,7 @@ TEST(status_and_socket_listing_for_operators)
 	struct walk w = { 0 };
 	int fd;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	vsock_dev_get_status(t.d, &st);
 	ASSERT_FALSE(st.vmm_connected);
 	ASSERT_FALSE(st.have_engine);
@@ -980,9 +921,7 @@ TEST(host_to_guest_respects_guest_credit)
 	uint32_t fwd = 0;
 	int fd;
 
-	tdev_start(&t, NULL, 3);
-	tdev_run(&t);
-	tg_connect(&g, &t);
+	solo_start(&t, &g);
 	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
 	wa.fd = fd;
 	wa.len = 600 * 1024;
@@ -990,9 +929,7 @@ TEST(host_to_guest_respects_guest_credit)
 	/* No credit update from the guest: exactly its 256 KiB buf_alloc may arrive. */
 	while (tg_recv(&g, &r, buf, sizeof(buf), 300, true) == 0) {
 		ASSERT_EQ(r.op, VSOCK_OP_RW);
-		for (uint32_t i = 0; i < r.len; i++)
-			if (buf[i] != (uint8_t)((total + i) % 251))
-				test_fail(__FILE__, __LINE__, "byte %zu corrupted", total + i);
+		check_pattern(buf, r.len, total);
 		total += r.len;
 	}
 	stalled_at = total;
@@ -1008,16 +945,13 @@ TEST(host_to_guest_respects_guest_credit)
 		}
 		ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
 		ASSERT_EQ(r.op, VSOCK_OP_RW);
-		for (uint32_t i = 0; i < r.len; i++)
-			if (buf[i] != (uint8_t)((total + i) % 251))
-				test_fail(__FILE__, __LINE__, "byte %zu corrupted", total + i);
+		check_pattern(buf, r.len, total);
 		total += r.len;
 	}
 	ASSERT_EQ(total, wa.len);
 	pthread_join(th, NULL);
 	close(fd);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	solo_stop(&t, &g);
 }
 
 TEST(tx_pauses_at_reply_limit_and_resumes)
@@ -1029,7 +963,7 @@ TEST(tx_pauses_at_reply_limit_and_resumes)
 	char buf[64];
 	int sent = 0, rsts = 0;
 
-	tdev_start(&t, NULL, 3);
+	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
 	/* No RX buffers: every RST reply stays queued in the device. */
 	tg_connect_nrx(&g, &t, 0);
@@ -1065,8 +999,7 @@ TEST(tx_pauses_at_reply_limit_and_resumes)
 	/* Every REQUEST got its RST, except those beyond the bounded reply queue. */
 	ASSERT_GE(rsts, 100 + 128);
 	ASSERT_LE(rsts, sent + 100);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	solo_stop(&t, &g);
 }
 
 TEST(ring_error_marks_device_broken_until_restart)
@@ -1077,20 +1010,12 @@ TEST(ring_error_marks_device_broken_until_restart)
 	struct vsock_dev_stats st;
 	struct vring_drv_buf b = { .addr = 1ull << 40, .len = 44, .write = false };
 	char buf[64];
-	uint64_t deadline;
 
-	tdev_start(&t, NULL, 3);
-	tdev_run(&t);
-	tg_connect(&g, &t);
+	solo_start(&t, &g);
 	/* A TX buffer outside guest memory. */
 	ASSERT_GE(vring_drv_add(g.tx, &b, 1, (void *)(uintptr_t)1000), 0);
 	tg_kick(&g, 1);
-	deadline = loop_now_ns() + WAIT_MS * 1000000ull;
-	do {
-		usleep(1000);
-		vsock_dev_get_stats(t.d, &st);
-		ASSERT_LT(loop_now_ns(), deadline);
-	} while (st.ring_errors == 0);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(t.d, &st), st.ring_errors), WAIT_MS);
 	ASSERT_EQ(st.ring_errors, 1);
 	/* Broken: nothing is processed any more. */
 	h = mkhdr(&g, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
@@ -1104,8 +1029,7 @@ TEST(ring_error_marks_device_broken_until_restart)
 	ASSERT_EQ(r.op, VSOCK_OP_RST);
 	vsock_dev_get_stats(t.d, &st);
 	ASSERT_EQ(st.ring_errors, 1);
-	tg_disconnect(&g);
-	tdev_stop(&t);
+	solo_stop(&t, &g);
 }
 
 /*

@@ -7,6 +7,7 @@
  */
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -196,7 +197,7 @@ TEST(many_timers_heap)
 
 struct async_ctx {
 	struct loop_async *a;
-	int produced; /* written by the thread before each send */
+	atomic_int produced; /* relaxed: stored before each send, whose wakeup orders it */
 	int seen;
 	int calls;
 	struct loop *l;
@@ -208,7 +209,7 @@ static void async_cb(struct loop *l, void *opaque)
 
 	(void)l;
 	c->calls++;
-	c->seen = __atomic_load_n(&c->produced, __ATOMIC_RELAXED);
+	c->seen = atomic_load_explicit(&c->produced, memory_order_relaxed);
 	if (c->seen == 1000)
 		loop_stop(c->l);
 }
@@ -218,7 +219,7 @@ static void *async_thread(void *arg)
 	struct async_ctx *c = arg;
 
 	for (int i = 1; i <= 1000; i++) {
-		__atomic_store_n(&c->produced, i, __ATOMIC_RELAXED);
+		atomic_store_explicit(&c->produced, i, memory_order_relaxed);
 		loop_async_send(c->a);
 	}
 	return NULL;

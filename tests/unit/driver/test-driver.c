@@ -25,51 +25,8 @@
 #undef VMADDR_CID_HOST
 #undef VMADDR_CID_ANY
 #undef VMADDR_PORT_ANY
-#include "device/device.h"
+#include "tdev.h"
 #include "test.h"
-
-
-struct tdev {
-	struct vsock_router *router;
-	struct vsock_dev *d;
-	pthread_t th;
-	bool running;
-	char dir[64];
-	char sock[128], uds[128];
-};
-
-static void *dev_thread(void *arg)
-{
-	struct tdev *t = arg;
-
-	vsock_dev_run(t->d);
-	return NULL;
-}
-
-static void tdev_new(struct tdev *t, struct vsock_router *r, uint32_t cid)
-{
-	struct vsock_dev_config cfg = {
-		.guest_cid = cid,
-		.buf_alloc = 256 * 1024,
-		.queue_size_max = 1024,
-	};
-
-	memset(t, 0, sizeof(*t));
-	t->router = r;
-	snprintf(t->dir, sizeof(t->dir), "/tmp/uvsock-drv-XXXXXX");
-	ASSERT_TRUE(mkdtemp(t->dir) != NULL);
-	snprintf(t->sock, sizeof(t->sock), "%s/vm.sock", t->dir);
-	snprintf(t->uds, sizeof(t->uds), "%s/vm.vsock", t->dir);
-	cfg.socket_path = t->sock;
-	cfg.uds_path = t->uds;
-	ASSERT_OK(vsock_dev_new(r, &cfg, &t->d));
-}
-
-static void tdev_run(struct tdev *t)
-{
-	ASSERT_EQ(pthread_create(&t->th, NULL, dev_thread, t), 0);
-	t->running = true;
-}
 
 static void tdev_start(struct tdev *t, uint32_t cid)
 {
@@ -79,13 +36,7 @@ static void tdev_start(struct tdev *t, uint32_t cid)
 
 static void tdev_stop(struct tdev *t)
 {
-	if (t->running) {
-		vsock_dev_stop(t->d);
-		pthread_join(t->th, NULL);
-		t->running = false;
-	}
-	vsock_dev_free(t->d);
-	t->d = NULL;
+	tdev_halt(t);
 	/* The device removed its sockets; the test's host listeners (<uds>_<port>) go here. */
 	{
 		DIR *dir = opendir(t->dir);
@@ -107,6 +58,20 @@ static void tdev_stop(struct tdev *t)
 static struct uvsock_ctx *guest_new(struct tdev *t)
 {
 	return g_guest_new(t->sock, NULL);
+}
+
+/*
+ * Ends a test with one connection: closes its guest end gfd and host end hfd, the host listener
+ * lfd (or -1 for none), frees the guest context and stops the device.
+ */
+static void guest_conn_free(struct tdev *t, struct uvsock_ctx *g, int gfd, int hfd, int lfd)
+{
+	uvsock_close(gfd);
+	close(hfd);
+	if (lfd >= 0)
+		close(lfd);
+	uvsock_ctx_free(g);
+	tdev_stop(t);
 }
 
 TEST(guest_to_host_stream_both_ways_with_half_close)
@@ -207,11 +172,11 @@ TEST(refused_port_fails_fast_with_econnreset)
 
 	tdev_start(&t, 3);
 	g = guest_new(&t);
-	t0 = hs_now_ms();
+	t0 = test_now_ms();
 	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 7777), -1);
 	ASSERT_EQ(errno, ECONNRESET);
 	/* Far below the 2 s connect timeout: the RST came at once. */
-	ASSERT_LT(hs_now_ms() - t0, 1500);
+	ASSERT_LT(test_now_ms() - t0, 1500);
 	/* Connecting to our own CID has no transport (no loopback in this namespace). */
 	ASSERT_EQ(g_connect(g, SOCK_STREAM, 3, 1), -1);
 	ASSERT_EQ(errno, ENODEV);
@@ -247,10 +212,7 @@ TEST(rx_buffers_grow_under_bulk_traffic)
 		  st.rx_bufs, st.rx_batches, st.rx_buf_len, st.wakeups);
 	ASSERT_GT(st.rx_buf_len, 4096 + 44 + 64);
 	ASSERT_EQ(st.rx_dropped, 0);
-	uvsock_close(gfd);
-	close(hfd);
-	uvsock_ctx_free(g);
-	tdev_stop(&t);
+	guest_conn_free(&t, g, gfd, hfd, -1);
 }
 
 /* Guest -> host bulk: every publication either kicked or was suppressed by avail_event. */
@@ -279,11 +241,30 @@ TEST(tx_kicks_follow_the_event_index)
 	/* At most one kick per packet; 32 MiB in <= 64 KiB packets is >= 512 packets. */
 	ASSERT_GE(st.tx_pkts, total / 65536);
 	ASSERT_LE(st.kicks, st.tx_pkts + 2 * st.rx_bufs + 2);
+	guest_conn_free(&t, g, gfd, hfd, lfd);
+}
+
+/* A device for CID 3, a guest on it listening on port 6000, and one host connection accepted. */
+static int guest_accepted(struct tdev *t, struct uvsock_ctx **g, int *ls, int *hfd)
+{
+	tdev_start(t, 3);
+	*g = guest_new(t);
+	*ls = g_listen(*g, SOCK_STREAM, 6000);
+	return g_accept_host(*ls, t->uds, SOCK_STREAM, 6000, hfd);
+}
+
+/* The guest listener ls (port 6000) accepts a new host connection, and a byte goes through. */
+static void listener_still_accepts(struct tdev *t, int ls, char byte)
+{
+	int hfd, gfd = g_accept_host(ls, t->uds, SOCK_STREAM, 6000, &hfd);
+	char c;
+
+	g_set_timeouts(gfd, WAIT_MS);
+	hs_write_all(hfd, &byte, 1);
+	ASSERT_EQ(uvsock_recv(gfd, &c, 1, 0), 1);
+	ASSERT_EQ(c, byte);
 	uvsock_close(gfd);
 	close(hfd);
-	close(lfd);
-	uvsock_ctx_free(g);
-	tdev_stop(&t);
 }
 
 /* Reads SO_ERROR or a failing recv: the connection must have been reset. */
@@ -309,13 +290,9 @@ TEST(transport_reset_resets_connected_and_keeps_listeners)
 	struct tdev t;
 	struct uvsock_ctx *g;
 	struct uvsock_guest_stats st;
-	int ls, hfd, gfd, hfd2, gfd2;
-	char c;
+	int ls, hfd, gfd;
 
-	tdev_start(&t, 3);
-	g = guest_new(&t);
-	ls = g_listen(g, SOCK_STREAM, 6000);
-	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
+	gfd = guest_accepted(&t, &g, &ls, &hfd);
 
 	ASSERT_EQ(uvsock_ctx_guest_transport_reset(g), 0);
 	assert_reset(gfd);
@@ -326,46 +303,24 @@ TEST(transport_reset_resets_connected_and_keeps_listeners)
 	ASSERT_EQ(st.resets, 1);
 
 	/* The listener survived: a new host connection works. */
-	gfd2 = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd2);
-	g_set_timeouts(gfd2, WAIT_MS);
-	hs_write_all(hfd2, "k", 1);
-	ASSERT_EQ(uvsock_recv(gfd2, &c, 1, 0), 1);
-	ASSERT_EQ(c, 'k');
-	uvsock_close(gfd);
-	uvsock_close(gfd2);
-	close(hfd);
-	close(hfd2);
-	uvsock_ctx_free(g);
-	tdev_stop(&t);
+	listener_still_accepts(&t, ls, 'k');
+	guest_conn_free(&t, g, gfd, hfd, -1);
 }
 
 TEST(reconnect_resets_connections_and_keeps_listeners)
 {
 	struct tdev t;
 	struct uvsock_ctx *g;
-	int ls, hfd, gfd, hfd2, gfd2;
-	char c;
+	int ls, hfd, gfd;
 
-	tdev_start(&t, 3);
-	g = guest_new(&t);
-	ls = g_listen(g, SOCK_STREAM, 6000);
-	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
+	gfd = guest_accepted(&t, &g, &ls, &hfd);
 
 	ASSERT_EQ(uvsock_ctx_guest_reconnect(g), 0);
 	assert_reset(gfd);
 	/* The device dropped the old VM's host sockets. */
 	ASSERT_TRUE(hs_wait_eof(hfd, WAIT_MS));
-	gfd2 = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd2);
-	g_set_timeouts(gfd2, WAIT_MS);
-	hs_write_all(hfd2, "r", 1);
-	ASSERT_EQ(uvsock_recv(gfd2, &c, 1, 0), 1);
-	ASSERT_EQ(c, 'r');
-	uvsock_close(gfd);
-	uvsock_close(gfd2);
-	close(hfd);
-	close(hfd2);
-	uvsock_ctx_free(g);
-	tdev_stop(&t);
+	listener_still_accepts(&t, ls, 'r');
+	guest_conn_free(&t, g, gfd, hfd, -1);
 }
 
 TEST(backend_loss_resets_sockets_and_connect_fails_fast)
@@ -376,19 +331,16 @@ TEST(backend_loss_resets_sockets_and_connect_fails_fast)
 	int ls, hfd, gfd;
 	uint64_t t0;
 
-	tdev_start(&t, 3);
-	g = guest_new(&t);
-	ls = g_listen(g, SOCK_STREAM, 6000);
-	gfd = g_accept_host(ls, t.uds, SOCK_STREAM, 6000, &hfd);
+	gfd = guest_accepted(&t, &g, &ls, &hfd);
 	tdev_stop(&t); /* the back-end goes away with the VMM connection */
 	assert_reset(gfd);
 	close(hfd);
 	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
 	ASSERT_EQ(st.backend_lost, 1);
-	t0 = hs_now_ms();
+	t0 = test_now_ms();
 	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000), -1);
 	ASSERT_EQ(errno, ENETUNREACH);
-	ASSERT_LT(hs_now_ms() - t0, 1000);
+	ASSERT_LT(test_now_ms() - t0, 1000);
 	uvsock_close(gfd);
 	uvsock_close(ls);
 	uvsock_ctx_free(g);
@@ -470,11 +422,7 @@ static void both_ways_with_queue_size(unsigned qsize, uint32_t rx_min, uint32_t 
 	ASSERT_GE(st.rx_buf_len, (rx_min ? rx_min : 4096) + 44);
 	ASSERT_LE(st.rx_buf_len, (rx_max ? rx_max : 65536) + 44);
 	ASSERT_EQ(st.rx_dropped, 0);
-	uvsock_close(gfd);
-	close(hfd);
-	close(lfd);
-	uvsock_ctx_free(g);
-	tdev_stop(&t);
+	guest_conn_free(&t, g, gfd, hfd, lfd);
 }
 
 TEST(tiny_rings_both_ways)

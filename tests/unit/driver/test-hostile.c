@@ -102,7 +102,6 @@ static struct uvsock_ctx *evil_start_features(struct evil *e, uint64_t features)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	struct uvsock_ctx *g;
-	uint64_t end;
 
 	memset(e, 0, sizeof(*e));
 	e->features = features;
@@ -121,10 +120,7 @@ static struct uvsock_ctx *evil_start_features(struct evil *e, uint64_t features)
 	g = uvsock_ctx_new_guest(e->path, NULL);
 	if (!g)
 		test_fail(__FILE__, __LINE__, "uvsock_ctx_new_guest: %s", strerror(errno));
-	for (end = hs_now_ms() + WAIT_MS; atomic_load(&e->started) != 3;) {
-		ASSERT_LT(hs_now_ms(), end);
-		usleep(1000);
-	}
+	ASSERT_WAIT_FOR(atomic_load(&e->started) == 3, WAIT_MS);
 	pthread_mutex_lock(&e->mu);
 	for (unsigned q = 0; q < 2; q++) {
 		struct vring_dev_config c = {
@@ -192,16 +188,12 @@ static void evil_rx(struct evil *e, const struct vsock_hdr *h, uint32_t len_writ
 /* Waits (bounded) for the guest's next TX packet and returns its header. */
 static struct vsock_hdr evil_tx(struct evil *e)
 {
-	uint64_t end = hs_now_ms() + WAIT_MS;
 	struct iovec out[4];
 	struct vring_chain ch;
 	struct vsock_hdr h;
 	int r;
 
-	while ((r = vring_dev_pop(&e->q[1], out, 4, NULL, 0, &ch)) == -EAGAIN) {
-		ASSERT_LT(hs_now_ms(), end);
-		usleep(500);
-	}
+	ASSERT_WAIT_FOR((r = vring_dev_pop(&e->q[1], out, 4, NULL, 0, &ch)) != -EAGAIN, WAIT_MS);
 	ASSERT_OK(r);
 	ASSERT_GE(out[0].iov_len, VSOCK_HDR_SIZE);
 	vsock_hdr_decode(out[0].iov_base, &h);
@@ -230,23 +222,22 @@ static struct vsock_hdr request(uint32_t dport)
 	};
 }
 
-static uint64_t wait_stat(struct uvsock_ctx *g, size_t off, uint64_t want)
+/* The guest's stats now (asserted to be readable). */
+static struct uvsock_guest_stats guest_stats(struct uvsock_ctx *g)
 {
-	uint64_t end = hs_now_ms() + WAIT_MS, v = 0;
+	struct uvsock_guest_stats st;
 
-	while (hs_now_ms() < end) {
-		struct uvsock_guest_stats st;
-
-		ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
-		memcpy(&v, (const char *)&st + off, sizeof(v));
-		if (v >= want)
-			break;
-		usleep(1000);
-	}
-	return v;
+	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
+	return st;
 }
 
-#define WAIT_STAT(g, field, want) wait_stat(g, offsetof(struct uvsock_guest_stats, field), want)
+/* Waits (up to WAIT_MS) until the guest's counter `field` reaches want; its value then. */
+#define WAIT_STAT(g, field, want)                                                                  \
+	({                                                                                         \
+		uint64_t v_, want_ = (want);                                                       \
+		WAIT_FOR((v_ = guest_stats(g).field) >= want_, WAIT_MS);                           \
+		v_;                                                                                \
+	})
 
 TEST(malformed_rx_buffers_are_dropped_and_the_guest_keeps_working)
 {
@@ -305,7 +296,7 @@ static void evil_raw_used(struct evil *e, uint32_t id, uint32_t len)
 	u->ring[idx % e->info[0].num].id = htole32(id);
 	u->ring[idx % e->info[0].num].len = htole32(len);
 	/* Release: the element above is written before the index that publishes it. */
-	__atomic_store_n(&u->idx, htole16((uint16_t)(idx + 1)), __ATOMIC_RELEASE);
+	vring_store16_release(&u->idx, (uint16_t)(idx + 1));
 	evil_signal(e, 0);
 }
 
@@ -327,10 +318,10 @@ static void broken_device_case(uint32_t id, uint32_t len)
 	evil_raw_used(&e, id == UINT32_MAX ? e.info[0].num + 7 : id, len);
 	ASSERT_EQ(WAIT_STAT(g, backend_lost, 1), 1);
 	ASSERT_NE(g_wait_events(fd, POLLERR | POLLHUP, WAIT_MS), 0);
-	t0 = hs_now_ms();
+	t0 = test_now_ms();
 	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000), -1);
 	ASSERT_EQ(errno, ENETUNREACH);
-	ASSERT_LT(hs_now_ms() - t0, 1000);
+	ASSERT_LT(test_now_ms() - t0, 1000);
 	uvsock_close(fd);
 	uvsock_close(ls);
 	evil_stop(&e, g);

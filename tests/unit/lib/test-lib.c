@@ -13,17 +13,7 @@
 #include <uvsock/uvsock.h>
 
 #include "test.h"
-
-static struct sockaddr_vm addr(uint32_t cid, uint32_t port)
-{
-	struct sockaddr_vm a;
-
-	memset(&a, 0, sizeof(a));
-	a.svm_family = AF_VSOCK;
-	a.svm_cid = cid;
-	a.svm_port = port;
-	return a;
-}
+#include "vmaddr.h"
 
 static int count_fds(void)
 {
@@ -41,7 +31,7 @@ static int count_fds(void)
 
 static int listener(struct uvsock_ctx *ctx, uint32_t port)
 {
-	struct sockaddr_vm a = addr(VMADDR_CID_ANY, port);
+	struct sockaddr_vm a = vm_addr(VMADDR_CID_ANY, port);
 	int fd = uvsock_socket(ctx, SOCK_STREAM, 0);
 
 	ASSERT_GE(fd, 0);
@@ -52,7 +42,7 @@ static int listener(struct uvsock_ctx *ctx, uint32_t port)
 
 static int connector(struct uvsock_ctx *ctx, uint32_t port)
 {
-	struct sockaddr_vm a = addr(VMADDR_CID_LOCAL, port);
+	struct sockaddr_vm a = vm_addr(VMADDR_CID_LOCAL, port);
 	int fd = uvsock_socket(ctx, SOCK_STREAM, 0);
 
 	ASSERT_GE(fd, 0);
@@ -108,7 +98,7 @@ TEST(unprivileged_reserved_port)
 {
 	struct uvsock_loopback_opts o = { .flags = UVSOCK_CTX_UNPRIVILEGED };
 	struct uvsock_ctx *priv = uvsock_ctx_new_loopback(NULL), *unpriv;
-	struct sockaddr_vm a = addr(VMADDR_CID_ANY, 80);
+	struct sockaddr_vm a = vm_addr(VMADDR_CID_ANY, 80);
 	int fd;
 
 	ASSERT_TRUE(priv);
@@ -144,7 +134,7 @@ TEST(max_sockets)
 TEST(contexts_are_isolated)
 {
 	struct uvsock_ctx *a = uvsock_ctx_new_loopback(NULL), *b = uvsock_ctx_new_loopback(NULL);
-	struct sockaddr_vm sa = addr(VMADDR_CID_LOCAL, 600);
+	struct sockaddr_vm sa = vm_addr(VMADDR_CID_LOCAL, 600);
 	int fd;
 
 	ASSERT_TRUE(a && b);
@@ -160,7 +150,7 @@ TEST(contexts_are_isolated)
 TEST(stats_and_dropped)
 {
 	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(NULL);
-	struct sockaddr_vm sa = addr(42, 1);
+	struct sockaddr_vm sa = vm_addr(42, 1);
 	struct uvsock_ctx_stats st;
 	int fd;
 
@@ -317,7 +307,7 @@ TEST(close_races_with_calls)
 			h[i] = (struct hammer){ .fd = i % 2 ? c : s };
 			ASSERT_EQ(pthread_create(&th[i], NULL, hammer_main, &h[i]), 0);
 		}
-		usleep(2000);
+		test_sleep_ms(2); /* deliberately: let the hammers get into their calls first */
 		ASSERT_EQ(uvsock_close(c), 0);
 		ASSERT_EQ(uvsock_close(s), 0);
 		for (int i = 0; i < 4; i++)

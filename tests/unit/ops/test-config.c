@@ -12,6 +12,7 @@
 #include "ops/config_uvsockd.h"
 #include "test.h"
 #include "util/macros.h"
+#include "vmconfig.h"
 
 static int parse(const char *text, struct ops_config *c, char *err, size_t errlen)
 {
@@ -50,21 +51,13 @@ TEST(documented_example)
 	ASSERT_TRUE(c.have_log_level);
 	ASSERT_EQ(c.log_level, LOG_LVL_DEBUG);
 	ASSERT_EQ(c.n_vms, 2);
-	ASSERT_EQ(c.vms[0].guest_cid, 4);
+	ASSERT_VM(c.vms[0], 4, "/run/vhost4.socket", "/run/vm4.vsock", 65536, 512, 2);
 	ASSERT_EQ(c.vms[0].line, 5);
-	ASSERT_STREQ(c.vms[0].socket_path, "/run/vhost4.socket");
-	ASSERT_STREQ(c.vms[0].uds_path, "/run/vm4.vsock");
-	ASSERT_EQ(c.vms[0].tx_buffer_size, 65536);
-	ASSERT_EQ(c.vms[0].queue_size, 512);
-	ASSERT_EQ(c.vms[0].n_groups, 2);
 	ASSERT_STREQ(c.vms[0].groups[0], "group1");
 	ASSERT_STREQ(c.vms[0].groups[1], "groupA");
 	/* Defaults as the command line. */
 	ASSERT_EQ(c.vms[1].guest_cid, 5);
-	ASSERT_EQ(c.vms[1].tx_buffer_size, UVSOCKD_DEFAULT_TX_BUFFER_SIZE);
-	ASSERT_EQ(c.vms[1].queue_size, UVSOCKD_DEFAULT_QUEUE_SIZE);
-	ASSERT_EQ(c.vms[1].n_groups, 1);
-	ASSERT_STREQ(c.vms[1].groups[0], "default");
+	ASSERT_VM_DEFAULTS(c.vms[1]);
 	ops_config_clear(&c);
 	ops_config_clear(&c); /* twice: safe */
 }
@@ -355,9 +348,7 @@ TEST(random_mutations_never_crash)
 
 		memcpy(buf, seed, len);
 		for (int k = 0; k < 1 + i % 3; k++) {
-			x ^= x << 13;
-			x ^= x >> 7;
-			x ^= x << 17;
+			test_xorshift64(&x);
 			if (len == 0)
 				break;
 			size_t at = (size_t)(x % len);

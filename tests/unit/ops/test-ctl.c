@@ -593,9 +593,7 @@ TEST(random_requests_each_get_one_answer)
 		struct ops_jv *v = NULL;
 
 		for (int k = 0; k < nw; k++) {
-			x ^= x << 13;
-			x ^= x >> 7;
-			x ^= x << 17;
+			test_xorshift64(&x);
 			len += (size_t)snprintf(line + len, sizeof(line) - len, "%s%s", k ? " " : "",
 						words[x % (sizeof(words) / sizeof(words[0]))]);
 		}

@@ -131,9 +131,7 @@ TEST(random_mutations_never_crash)
 
 		memcpy(buf, seed, len);
 		for (int k = 0; k < 1 + i % 4; k++) {
-			x ^= x << 13;
-			x ^= x >> 7;
-			x ^= x << 17;
+			test_xorshift64(&x);
 			if (len == 0)
 				break;
 			size_t at = (size_t)(x % len);

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "hdrcheck.h"
 #include "ops/pcap.h"
 #include "test.h"
 
@@ -93,16 +94,7 @@ TEST(file_layout)
 	ASSERT_EQ(vsock_le16_get_(m + 28), 44);
 	ASSERT_EQ(m[30] | m[31], 0);
 	vsock_hdr_decode(m + 32, &d);
-	ASSERT_EQ_U64(d.src_cid, h.src_cid);
-	ASSERT_EQ_U64(d.dst_cid, h.dst_cid);
-	ASSERT_EQ(d.src_port, h.src_port);
-	ASSERT_EQ(d.dst_port, h.dst_port);
-	ASSERT_EQ(d.len, h.len);
-	ASSERT_EQ(d.type, h.type);
-	ASSERT_EQ(d.op, h.op);
-	ASSERT_EQ(d.flags, h.flags);
-	ASSERT_EQ(d.buf_alloc, h.buf_alloc);
-	ASSERT_EQ(d.fwd_cnt, h.fwd_cnt);
+	ASSERT_HDR_EQ(&d, &h);
 	ASSERT_MEMEQ(m + 32 + 44, "hello", 5);
 	free(b);
 	close(dfd);

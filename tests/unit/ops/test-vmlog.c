@@ -3,7 +3,7 @@
  * log_vm(): tags and per-VM rate limiting. stderr is redirected to a memfd in each (forked) case
  * and the lines are counted.
  */
-#include "../util/stderr-capture.h"
+#include "stderr-capture.h"
 #include "ops/vmlog.h"
 #include "test.h"
 

@@ -61,11 +61,7 @@ TEST(seqpacket_boundaries_eor_split)
 	/* Every dequeued message sends a credit update. */
 	pump(w);
 	ASSERT_EQ(log_count(w, VSOCK_OP_CREDIT_UPDATE, 1), 1);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(seqpacket_truncation)
@@ -97,11 +93,7 @@ TEST(seqpacket_truncation)
 	ASSERT_EQ(info.rx_bytes, 0);
 	ASSERT_EQ(info.fwd_cnt, 204);
 	ASSERT_EQ(info.rx_mem, 0);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(seqpacket_emsgsize_and_all_or_nothing)
@@ -131,11 +123,7 @@ TEST(seqpacket_emsgsize_and_all_or_nothing)
 	ASSERT_EQ(send_buf(c, big, 2000, 0), 2000);
 	/* Own buffer smaller than the peer's also caps the message size. */
 	ASSERT_ERR(send_buf(a, big, 262145, 0), EMSGSIZE);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 /* Feeds 1-byte RW packets of `type` from the client's address to the accepted socket. */
@@ -178,10 +166,7 @@ TEST(stream_one_byte_flood_memory_bound)
 	vsock_engine_get_stats(w->h, &st);
 	ASSERT_EQ(st.credit_violations, 1);
 	ASSERT_EQ(st.rx_mem_resets, 0);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(stream_mixed_size_flood_is_compacted_not_reset)
@@ -213,10 +198,7 @@ TEST(stream_mixed_size_flood_is_compacted_not_reset)
 	ASSERT_EQ(vsock_sock_state(a), VSOCK_SS_CONNECTED);
 	vsock_sock_get_info(a, &info);
 	ASSERT_EQ(info.rx_bytes, total);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(seqpacket_tiny_message_flood_is_reset)
@@ -246,10 +228,7 @@ TEST(seqpacket_tiny_message_flood_is_reset)
 	char b[8];
 	ASSERT_EQ(pull_one(w->h, &h, b, sizeof(b)), 0);
 	ASSERT_EQ(h.op, VSOCK_OP_RST);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(small_payload_merge_respects_message_boundary)
@@ -275,10 +254,7 @@ TEST(small_payload_merge_respects_message_boundary)
 	ASSERT_EQ(mf, 0);
 	ASSERT_EQ(recv_buf(a, got, sizeof(got), 0, &mf), 5);
 	ASSERT_EQ(mf, VSOCK_MSG_EOR);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(stream_zero_copy_peek_and_consume)
@@ -303,11 +279,7 @@ TEST(stream_zero_copy_peek_and_consume)
 	pump(w);
 	vsock_sock_get_info(c, &info);
 	ASSERT_EQ(info.peer_fwd_cnt, 6);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 /* ---- feed_batch equivalence ----------------------------------------------------------------- */

@@ -93,11 +93,7 @@ TEST(transport_reset)
 	vsock_sock_close(hc);
 	vsock_sock_close(gl);
 	vsock_sock_close(pending);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(deferred_wildcard_listener)
@@ -340,11 +336,7 @@ TEST(foreach_sock_lists_everything)
 	vsock_engine_get_stats(w->h, &st);
 	ASSERT_EQ(st.socks_open, 2);
 	ASSERT_EQ(st.socks_total, 2);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 /* ---- threads -------------------------------------------------------------------------------- */
@@ -430,11 +422,7 @@ TEST(concurrent_app_threads_and_pump)
 	ASSERT_MEMEQ(ts.buf, tr.buf, XFER);
 	free(ts.buf);
 	free(tr.buf);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 

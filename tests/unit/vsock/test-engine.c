@@ -430,11 +430,7 @@ TEST(zero_credit_stall_and_resume)
 		pump(w);
 	}
 	ASSERT_MEMEQ(got, big, sizeof(big));
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(credit_update_only_when_needed)
@@ -491,11 +487,7 @@ TEST(credit_update_only_when_needed)
 	uint64_t v;
 	ASSERT_OK(vsock_sock_getopt(a, VSOCK_OPT_BUFFER_SIZE, &v));
 	ASSERT_EQ(v, 262144);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(peer_shrinks_buf_alloc_with_bytes_in_flight)
@@ -523,11 +515,7 @@ TEST(peer_shrinks_buf_alloc_with_bytes_in_flight)
 	ASSERT_EQ(send_buf(c, big, 5000, 0), 4096);
 	pump(w);
 	ASSERT_EQ(vsock_sock_state(a), VSOCK_SS_CONNECTED);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(credit_violation_resets)
@@ -557,10 +545,7 @@ TEST(credit_violation_resets)
 	ASSERT_EQ(recv_buf(a, p, sizeof(p), 0, NULL), 0);
 	vsock_engine_get_stats(w->h, &st);
 	ASSERT_EQ(st.credit_violations, 1);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST(backlog_overflow_gets_rst)
@@ -738,11 +723,7 @@ TEST(rcvlowat_and_buffer_options)
 	struct vsock_sock_info info;
 	vsock_sock_get_info(a, &info);
 	ASSERT_EQ(info.buf_alloc, 128);
-	vsock_sock_close(c);
-	vsock_sock_close(a);
-	vsock_sock_close(l);
-	pump(w);
-	world_free(w);
+	pair_free(w, l, c, a);
 }
 
 TEST_MAIN()

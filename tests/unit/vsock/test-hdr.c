@@ -3,6 +3,7 @@
  * Unit tests for the virtio-vsock header: wire round-trips (little-endian, unaligned), the
  * validation rules of vsock_hdr_check() and the name tables.
  */
+#include "hdrcheck.h"
 #include "test.h"
 #include "vsock/hdr.h"
 
@@ -29,16 +30,7 @@ TEST(roundtrip_all_fields)
 	/* Odd offset: accessors must not assume alignment. */
 	vsock_hdr_encode(&h, buf + 1);
 	vsock_hdr_decode(buf + 1, &d);
-	ASSERT_EQ_U64(d.src_cid, h.src_cid);
-	ASSERT_EQ_U64(d.dst_cid, h.dst_cid);
-	ASSERT_EQ(d.src_port, h.src_port);
-	ASSERT_EQ(d.dst_port, h.dst_port);
-	ASSERT_EQ(d.len, h.len);
-	ASSERT_EQ(d.type, h.type);
-	ASSERT_EQ(d.op, h.op);
-	ASSERT_EQ(d.flags, h.flags);
-	ASSERT_EQ(d.buf_alloc, h.buf_alloc);
-	ASSERT_EQ(d.fwd_cnt, h.fwd_cnt);
+	ASSERT_HDR_EQ(&d, &h);
 }
 
 TEST(wire_layout_is_little_endian)

@@ -191,6 +191,20 @@ static inline void connect_pair(struct world *w, enum vsock_type type, uint32_t 
 	*ret_server = a;
 }
 
+/*
+ * Ends a connect_pair test: closes the client, the accepted child and the listener, lets the
+ * engines exchange what the closes send, and frees the world.
+ */
+static inline void pair_free(struct world *w, struct vsock_sock *l, struct vsock_sock *c,
+			     struct vsock_sock *a)
+{
+	vsock_sock_close(c);
+	vsock_sock_close(a);
+	vsock_sock_close(l);
+	pump(w);
+	world_free(w);
+}
+
 /* A header from peer (cid, port) to local (cid, port). */
 static inline struct vsock_hdr mkhdr(uint32_t src_cid, uint32_t src_port, uint32_t dst_cid,
 			      uint32_t dst_port, unsigned type, unsigned op)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * For tests of what the logger prints: stderr redirected into a memfd for the rest of the
- * (forked) case, and the text written so far. Used by tests/unit/util/test-log.c and
- * tests/unit/ops/test-vmlog.c.
+ * (forked) case, and the text written so far. Used by tests/unit/util/test-log.c,
+ * tests/unit/ops/test-vmlog.c and tests/unit/device/test-device.c.
  */
 #ifndef UVSOCK_TEST_STDERR_CAPTURE_H
 #define UVSOCK_TEST_STDERR_CAPTURE_H

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Runs uvsock-stat in-process for the ops tests (test-statcli.c against a fake daemon, test-live.c
- * against a live uvsockd): uvsock_stat_main with its output and error streams captured in memory.
+ * Runs uvsock-stat in-process: uvsock_stat_main with its output and error streams captured in
+ * memory. Used by tests/unit/ops/test-statcli.c (against a fake daemon) and
+ * tests/integration/test-ops-live.c (against a live uvsockd).
  */
 #ifndef UVSOCK_TEST_STATRUN_H
 #define UVSOCK_TEST_STATRUN_H
