@@ -46,28 +46,17 @@ static void noop(struct conf_args *a)
 	(void)a;
 }
 
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	*s = x;
-	return x;
-}
-
 static void fill_pattern(uint64_t *seed, uint8_t *buf, size_t len)
 {
 	for (size_t i = 0; i < len; i++)
-		buf[i] = (uint8_t)(xorshift(seed) >> 24);
+		buf[i] = (uint8_t)(test_xorshift64(seed) >> 24);
 }
 
 /* ---- vsock_test 0: connection reset ---------------------------------------------------- */
 
 static void reset_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(a->env->server_cid, a->port);
+	struct sockaddr_vm addr = vm_addr(a->env->server_cid, a->port);
 	int fd = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 	uint64_t t0 = test_now_ms();
 
@@ -82,7 +71,7 @@ static void reset_client(struct conf_args *a)
 
 static void bind_only_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(a->env->server_cid, a->port);
+	struct sockaddr_vm addr = vm_addr(a->env->server_cid, a->port);
 	int fd;
 
 	ctl_expect(a, "BIND");
@@ -95,7 +84,7 @@ static void bind_only_client(struct conf_args *a)
 
 static void bind_only_server(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(VMADDR_CID_ANY, a->port);
+	struct sockaddr_vm addr = vm_addr(VMADDR_CID_ANY, a->port);
 	int fd = uvsock_socket(a->env->server_ctx, SOCK_STREAM, 0);
 
 	ASSERT_SYS(fd);
@@ -640,12 +629,12 @@ static void bulk_client(struct conf_args *a)
 	fd = conf_connect(a, SOCK_STREAM, a->port);
 	while (sent < BULK_BYTES) {
 		/* Vary the write size so packet and buffer boundaries move around. */
-		size_t n = 1 + (size_t)(xorshift(&seed) % chunk);
+		size_t n = 1 + (size_t)(test_xorshift64(&seed) % chunk);
 
 		if (n > BULK_BYTES - sent)
 			n = (size_t)(BULK_BYTES - sent);
 		for (size_t i = 0; i < n; i += 8) {
-			uint64_t v = xorshift(&seed);
+			uint64_t v = test_xorshift64(&seed);
 
 			memcpy(buf + i, &v, n - i < 8 ? n - i : 8);
 		}
@@ -672,7 +661,7 @@ static void bulk_server(struct conf_args *a)
 	ctl_send(a, "LISTENING");
 	fd = conf_accept(lfd);
 	for (;;) {
-		size_t want = 1 + (size_t)(xorshift(&seed) % cap);
+		size_t want = 1 + (size_t)(test_xorshift64(&seed) % cap);
 
 		n = uvsock_recv(fd, buf, want, 0);
 		ASSERT_SYS(n);
@@ -742,7 +731,7 @@ static void many_server(struct conf_args *a)
 
 static void nb_connect_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(a->env->server_cid, a->port);
+	struct sockaddr_vm addr = vm_addr(a->env->server_cid, a->port);
 	int fd = uvsock_socket(a->env->client_ctx, SOCK_STREAM | SOCK_NONBLOCK, 0), ep;
 	struct epoll_event ev = { .events = EPOLLIN }, out;
 
@@ -780,7 +769,7 @@ static void nb_connect_server(struct conf_args *a)
 
 static void nb_refused_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(a->env->server_cid, a->port);
+	struct sockaddr_vm addr = vm_addr(a->env->server_cid, a->port);
 	int fd = uvsock_socket(a->env->client_ctx, SOCK_STREAM | SOCK_NONBLOCK, 0);
 	unsigned ev;
 
@@ -952,7 +941,7 @@ static void flood_server(struct conf_args *a)
 
 static void connect_timeout_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(a->env->blackhole_cid, a->port);
+	struct sockaddr_vm addr = vm_addr(a->env->blackhole_cid, a->port);
 	struct timeval tv = { .tv_sec = 0, .tv_usec = 300000 }, got = { 0 };
 	socklen_t len = sizeof(got);
 	uint64_t t0, dt;
@@ -976,7 +965,7 @@ static void connect_timeout_client(struct conf_args *a)
 
 static void nb_connect_timeout_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(a->env->blackhole_cid, a->port);
+	struct sockaddr_vm addr = vm_addr(a->env->blackhole_cid, a->port);
 	struct timeval tv = { .tv_sec = 0, .tv_usec = 200000 };
 	uint64_t t0, dt;
 	int fd;
@@ -1007,7 +996,7 @@ static void backlog_client(struct conf_args *a)
 	fds[0] = conf_connect(a, SOCK_STREAM, a->port);
 	fds[1] = conf_connect(a, SOCK_STREAM, a->port);
 	{
-		struct sockaddr_vm addr = conf_addr(a->env->server_cid, a->port);
+		struct sockaddr_vm addr = vm_addr(a->env->server_cid, a->port);
 
 		fds[2] = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 		ASSERT_SYS(fds[2]);
@@ -1190,7 +1179,7 @@ static void bufsize_inherit_client(struct conf_args *a)
 
 static void bufsize_inherit_server(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(VMADDR_CID_ANY, a->port);
+	struct sockaddr_vm addr = vm_addr(VMADDR_CID_ANY, a->port);
 	int lfd = uvsock_socket(a->env->server_ctx, SOCK_STREAM, 0), fd;
 
 	ASSERT_SYS(lfd);
@@ -1332,7 +1321,7 @@ static void accept_nonlistener_server(struct conf_args *a)
 
 static void double_connect_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(a->env->server_cid, a->port);
+	struct sockaddr_vm addr = vm_addr(a->env->server_cid, a->port);
 	int fd;
 
 	ctl_expect(a, "LISTENING");
@@ -1359,7 +1348,7 @@ static void one_accept_server(struct conf_args *a)
 
 static void bind_in_use_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(VMADDR_CID_ANY, a->port + 3);
+	struct sockaddr_vm addr = vm_addr(VMADDR_CID_ANY, a->port + 3);
 	int fd1 = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 	int fd2 = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 	int fd3 = uvsock_socket(a->env->client_ctx, SOCK_SEQPACKET, 0);
@@ -1382,7 +1371,7 @@ static void bind_in_use_client(struct conf_args *a)
 
 static void bind_errors_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(VMADDR_CID_ANY, a->port);
+	struct sockaddr_vm addr = vm_addr(VMADDR_CID_ANY, a->port);
 	int fd = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 
 	ASSERT_SYS(fd);
@@ -1390,9 +1379,9 @@ static void bind_errors_client(struct conf_args *a)
 	ASSERT_ERRNO(uvsock_bind(fd, NULL, sizeof(addr)), EINVAL);
 	addr.svm_family = AF_UNIX;
 	ASSERT_ERRNO(uvsock_bind(fd, sa(&addr), sizeof(addr)), EINVAL);
-	addr = conf_addr(12345, a->port);
+	addr = vm_addr(12345, a->port);
 	ASSERT_ERRNO(uvsock_bind(fd, sa(&addr), sizeof(addr)), EADDRNOTAVAIL);
-	addr = conf_addr(VMADDR_CID_ANY, a->port);
+	addr = vm_addr(VMADDR_CID_ANY, a->port);
 	ASSERT_SYS(uvsock_bind(fd, sa(&addr), sizeof(addr)));
 	/* Already bound. */
 	addr.svm_port = a->port + 1;
@@ -1401,14 +1390,14 @@ static void bind_errors_client(struct conf_args *a)
 	/* Binding the context's own CID works. */
 	fd = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 	ASSERT_SYS(fd);
-	addr = conf_addr(uvsock_ctx_local_cid(a->env->client_ctx), a->port + 2);
+	addr = vm_addr(uvsock_ctx_local_cid(a->env->client_ctx), a->port + 2);
 	ASSERT_SYS(uvsock_bind(fd, sa(&addr), sizeof(addr)));
 	ASSERT_SYS(uvsock_close(fd));
 }
 
 static void autobind_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(VMADDR_CID_ANY, VMADDR_PORT_ANY), me1, me2;
+	struct sockaddr_vm addr = vm_addr(VMADDR_CID_ANY, VMADDR_PORT_ANY), me1, me2;
 	int fd1 = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 	int fd2 = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 	socklen_t len;
@@ -1441,7 +1430,7 @@ static void autobind_server(struct conf_args *a)
 	uint64_t port = ctl_recv_u64(a);
 	int fd = uvsock_socket(a->env->server_ctx, SOCK_STREAM, 0);
 
-	addr = conf_addr(a->env->client_cid, (uint32_t)port);
+	addr = vm_addr(a->env->client_cid, (uint32_t)port);
 	ASSERT_SYS(fd);
 	ASSERT_SYS(uvsock_connect(fd, sa(&addr), sizeof(addr)));
 	ASSERT_SYS(uvsock_close(fd));
@@ -1452,8 +1441,8 @@ static void double_bind_connect_client(struct conf_args *a)
 {
 	ctl_expect(a, "LISTENING");
 	for (int i = 0; i < 2; i++) {
-		struct sockaddr_vm local = conf_addr(VMADDR_CID_ANY, a->port + 5);
-		struct sockaddr_vm addr = conf_addr(a->env->server_cid, a->port);
+		struct sockaddr_vm local = vm_addr(VMADDR_CID_ANY, a->port + 5);
+		struct sockaddr_vm addr = vm_addr(a->env->server_cid, a->port);
 		int fd = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 
 		ASSERT_SYS(fd);
@@ -1491,7 +1480,7 @@ static void double_bind_connect_server(struct conf_args *a)
 /* vsock_test 30: retry a failed connect() on the same socket. */
 static void retry_connect_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(a->env->server_cid, a->port);
+	struct sockaddr_vm addr = vm_addr(a->env->server_cid, a->port);
 	int fd = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 
 	ASSERT_SYS(fd);
@@ -1980,7 +1969,7 @@ static void iov_client(struct conf_args *a)
 	char p1[] = "hello ", p2[] = "vsock ", p3[] = "world";
 	struct iovec iov[3] = { { p1, 6 }, { p2, 6 }, { p3, 5 } };
 	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 3 };
-	struct sockaddr_vm addr = conf_addr(1, 1);
+	struct sockaddr_vm addr = vm_addr(1, 1);
 	int fd;
 
 	ctl_expect(a, "LISTENING");
@@ -2139,7 +2128,7 @@ static void seq_peek_server(struct conf_args *a)
 /* A STREAM client cannot reach a SEQPACKET listener (type mismatch: reset). */
 static void type_mismatch_client(struct conf_args *a)
 {
-	struct sockaddr_vm addr = conf_addr(a->env->server_cid, a->port);
+	struct sockaddr_vm addr = vm_addr(a->env->server_cid, a->port);
 	int fd = uvsock_socket(a->env->client_ctx, SOCK_STREAM, 0);
 
 	ASSERT_SYS(fd);

@@ -103,20 +103,9 @@ uint64_t ctl_recv_u64(struct conf_args *a)
 
 /* ---- Helpers ---- */
 
-struct sockaddr_vm conf_addr(uint32_t cid, uint32_t port)
-{
-	struct sockaddr_vm a;
-
-	memset(&a, 0, sizeof(a));
-	a.svm_family = AF_VSOCK;
-	a.svm_cid = cid;
-	a.svm_port = port;
-	return a;
-}
-
 int conf_listen(struct conf_args *a, int type, uint32_t port, int backlog)
 {
-	struct sockaddr_vm sa = conf_addr(VMADDR_CID_ANY, port);
+	struct sockaddr_vm sa = vm_addr(VMADDR_CID_ANY, port);
 	int fd = uvsock_socket(a->env->server_ctx, type, 0);
 
 	ASSERT_SYS(fd);
@@ -127,7 +116,7 @@ int conf_listen(struct conf_args *a, int type, uint32_t port, int backlog)
 
 int conf_connect(struct conf_args *a, int type, uint32_t port)
 {
-	struct sockaddr_vm sa = conf_addr(a->env->server_cid, port);
+	struct sockaddr_vm sa = vm_addr(a->env->server_cid, port);
 	int fd = uvsock_socket(a->env->client_ctx, type, 0);
 
 	ASSERT_SYS(fd);

@@ -17,6 +17,7 @@
 #include <uvsock/uvsock.h>
 
 #include "test.h"
+#include "vmaddr.h"
 
 /* What a factory provides for one case. */
 struct conf_env {
@@ -63,8 +64,6 @@ void ctl_expect(struct conf_args *a, const char *msg);
 void ctl_send_u64(struct conf_args *a, uint64_t v);
 uint64_t ctl_recv_u64(struct conf_args *a);
 
-/* ---- Helpers (assert on failure) ---- */
-struct sockaddr_vm conf_addr(uint32_t cid, uint32_t port);
 /* socket + bind(CID_ANY, port) + listen(backlog). */
 int conf_listen(struct conf_args *a, int type, uint32_t port, int backlog);
 /* socket + connect(server_cid, port). */

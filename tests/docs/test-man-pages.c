@@ -2,9 +2,10 @@
 /*
  * The manual pages of the programs say what their --help says: for uvsock-perf and uvsock-demo,
  * every long option printed by `PROGRAM --help` appears in man/PROGRAM.1 and the reverse
- * (--help itself excepted: every program takes it, not every usage text lists it). uvsockd and
- * uvsock-stat have the same check in tests/unit/daemon/test-options.c and
- * tests/unit/ops/test-statcli.c. The programs run as child processes from the build tree
+ * (--help itself excepted: every program takes it, not every usage text lists it). uvsockd has
+ * the same both-ways check in tests/unit/daemon/test-options.c; uvsock-stat's, in
+ * tests/unit/ops/test-statcli.c, is one-way (man_check_help_documented), because its page also
+ * names other programs' options. The programs run as child processes from the build tree
  * (paths compiled in); the comparison is tests/harness/manpage.h.
  */
 #include <stdio.h>
