@@ -220,6 +220,11 @@ struct vsock_dev {
 	struct dev_counters stats;
 	struct ops_tap tap;            /* packet capture: every packet each way, once */
 	struct vsock_dev *router_next;
+
+	/* host side against hostile host programs (host_uds.c, from host_open_listeners) */
+	bool host_aux;                 /* host_reserve_fd and host_pause_timer are set */
+	int host_reserve_fd;           /* /dev/null, given up to shed one connection at EMFILE */
+	struct loop_timer *host_pause_timer; /* accepting paused (no fd left): resume then */
 };
 
 /* host_uds.c */

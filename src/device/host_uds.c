@@ -23,6 +23,7 @@
  * (max_conns), every wait has the 2 s limit or is bounded by credit.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,11 +35,14 @@
 #include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/time.h"
 #include "util/uds.h"
 
 #define HOST_IOV_MAX 32
 /* Host bytes moved to the guest per readiness event of one connection (fairness). */
 #define HOST_READ_BUDGET (256u * 1024)
+/* Accepting paused after accept() failed for lack of fds (or memory) with no reserve fd left. */
+#define HOST_ACCEPT_PAUSE_NS (100ull * NS_PER_MS)
 
 static void hconn_update_events(struct hconn *c);
 
@@ -145,18 +149,80 @@ static void hconn_close(struct hconn *c)
 
 /* ---- host -> guest connections ------------------------------------------------------------ */
 
+/* Stops accepting on both listeners for HOST_ACCEPT_PAUSE_NS: no fd to take a connection with. */
+static void host_pause_accept(struct vsock_dev *d)
+{
+	if (loop_timer_armed(d->host_pause_timer))
+		return;
+	log_vm_dev(LOG_LVL_WARN, d->cid, "out of file descriptors: not accepting host "
+		   "connections for %llu ms", HOST_ACCEPT_PAUSE_NS / NS_PER_MS);
+	(void)loop_watch_mod(d->uds_w, 0);
+	(void)loop_watch_mod(d->uds_seq_w, 0);
+	loop_timer_arm(d->host_pause_timer, loop_now_ns() + HOST_ACCEPT_PAUSE_NS);
+}
+
+static void host_pause_cb(struct loop *l, struct loop_timer *t, void *opaque)
+{
+	struct vsock_dev *d = opaque;
+
+	(void)l;
+	(void)t;
+	if (d->host_reserve_fd < 0)
+		d->host_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	(void)loop_watch_mod(d->uds_w, EPOLLIN);
+	(void)loop_watch_mod(d->uds_seq_w, EPOLLIN);
+}
+
+/*
+ * accept() failed with EMFILE/ENFILE: the connection stays in the backlog and the listener stays
+ * readable, so without this the loop would spin. Frees the reserve fd, accepts the connection
+ * with it and closes it at once, then takes the reserve back. Returns true if one was shed.
+ */
+static bool host_shed_one(struct vsock_dev *d, int lfd)
+{
+	int fd;
+
+	if (d->host_reserve_fd < 0)
+		return false;
+	close(d->host_reserve_fd);
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	d->host_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	DEV_STAT_ADD(d, host_accept_shed, 1);
+	log_vm_dev(LOG_LVL_WARN, d->cid, "out of file descriptors: host connection shed");
+	return true;
+}
+
 static void uds_accept(struct vsock_dev *d, int lfd, bool seqpacket)
 {
 	for (int i = 0; i < 16; i++) {
 		struct hconn *c;
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if ((errno == EMFILE || errno == ENFILE) && host_shed_one(d, lfd))
+				continue;
+			if (errno != EAGAIN)
+				host_pause_accept(d);
 			return;
+		}
 		DEV_STAT_ADD(d, host_conns_accepted, 1);
-		if (!d->eng || d->n_conns >= d->max_conns) {
-			log_vm_dev(LOG_LVL_DEBUG, d->cid, "host connection refused (%s)",
-				   d->eng ? "connection limit" : "guest not running");
+		if (!d->eng) {
+			log_vm_dev(LOG_LVL_DEBUG, d->cid, "host connection refused: guest not running");
+			close(fd);
+			continue;
+		}
+		if (d->n_conns >= d->max_conns) {
+			/* The VM's host fd budget: accepted and closed at once, never queued. */
+			DEV_STAT_ADD(d, host_conns_refused, 1);
+			log_vm_dev(LOG_LVL_WARN, d->cid,
+				   "host connection refused: %u connections open (the VM's host fd "
+				   "budget)", d->n_conns);
 			close(fd);
 			continue;
 		}
@@ -206,10 +272,42 @@ static void close_one(const char *path, struct uds_listener *l, struct loop_watc
 	l->fd = -1;
 }
 
+/*
+ * What the host side holds besides its listeners: the reserve fd (host_shed_one) and the timer of
+ * an accept pause. Returns 0, -ENOMEM, or the errno of open.
+ */
+static int host_open_aux(struct vsock_dev *d)
+{
+	int r;
+
+	d->host_reserve_fd = -1;
+	d->host_aux = true;
+	r = loop_timer_new(d->loop, host_pause_cb, d, &d->host_pause_timer);
+	if (r < 0)
+		return r;
+	d->host_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return d->host_reserve_fd < 0 ? -errno : 0;
+}
+
+static void host_close_aux(struct vsock_dev *d)
+{
+	if (!d->host_aux)
+		return;
+	loop_timer_free(d->host_pause_timer);
+	d->host_pause_timer = NULL;
+	if (d->host_reserve_fd >= 0)
+		close(d->host_reserve_fd);
+	d->host_reserve_fd = -1;
+	d->host_aux = false;
+}
+
 int host_open_listeners(struct vsock_dev *d)
 {
 	int r;
 
+	r = host_open_aux(d);
+	if (r < 0)
+		return r;
 	r = listen_one(d, d->uds_path, SOCK_STREAM, &d->uds_l, &d->uds_w);
 	if (r < 0)
 		return r;
@@ -220,6 +318,7 @@ void host_close_listeners(struct vsock_dev *d)
 {
 	close_one(d->uds_path, &d->uds_l, &d->uds_w);
 	close_one(d->uds_seq_path, &d->uds_seq_l, &d->uds_seq_w);
+	host_close_aux(d);
 }
 
 /* The CONNECT line is complete: connect to the guest's port. */
