@@ -225,6 +225,7 @@ struct vsock_dev {
 	bool host_aux;                 /* host_reserve_fd and host_pause_timer are set */
 	int host_reserve_fd;           /* /dev/null, given up to shed one connection at EMFILE */
 	struct loop_timer *host_pause_timer; /* accepting paused (no fd left): resume then */
+	unsigned n_handshakes;         /* host connections in HC_READ_CONNECT (capped) */
 };
 
 /* host_uds.c */

@@ -43,8 +43,11 @@
 #define HOST_READ_BUDGET (256u * 1024)
 /* Accepting paused after accept() failed for lack of fds (or memory) with no reserve fd left. */
 #define HOST_ACCEPT_PAUSE_NS (100ull * NS_PER_MS)
+/* Host connections per VM that may wait for their CONNECT line at once (slowloris bound). */
+#define HOST_HANDSHAKES_MAX 64u
 
 static void hconn_update_events(struct hconn *c);
+static void start_guest_connect(struct hconn *c, uint32_t port);
 
 void host_mark_dirty(struct hconn *c)
 {
@@ -61,6 +64,8 @@ static void hconn_free(struct hconn *c, bool close_sock)
 {
 	struct vsock_dev *d = c->dev;
 
+	if (c->state == HC_READ_CONNECT)
+		d->n_handshakes--;
 	if (c->dirty) {
 		struct hconn **pp;
 
@@ -196,10 +201,68 @@ static bool host_shed_one(struct vsock_dev *d, int lfd)
 	return true;
 }
 
+/* Pending CONNECT handshakes a VM admits: at most half its budget, so idle ones leave room. */
+static unsigned host_handshake_cap(const struct vsock_dev *d)
+{
+	return MAX(1u, MIN(HOST_HANDSHAKES_MAX, d->max_conns / 2));
+}
+
+/*
+ * Takes one accepted host connection. Refused at once (closed, counted) when the guest is not
+ * running, the VM's host fd budget is full, or its line is not there yet and the cap on pending
+ * handshakes is reached; a well-behaved program writes its line right after connect(), so the
+ * line is usually here already and the connection never waits as a pending handshake.
+ */
+static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
+{
+	struct uds_connect_reader rd = { 0 };
+	struct hconn *c;
+	uint32_t port;
+	int r;
+
+	DEV_STAT_ADD(d, host_conns_accepted, 1);
+	if (!d->eng) {
+		log_vm_dev(LOG_LVL_DEBUG, d->cid, "host connection refused: guest not running");
+		goto out_close;
+	}
+	if (d->n_conns >= d->max_conns) {
+		/* The VM's host fd budget: accepted and closed at once, never queued. */
+		DEV_STAT_ADD(d, host_conns_refused, 1);
+		log_vm_dev(LOG_LVL_WARN, d->cid,
+			   "host connection refused: %u connections open (the VM's host fd budget)",
+			   d->n_conns);
+		goto out_close;
+	}
+	r = uds_connect_read(&rd, fd, seqpacket, &port);
+	if (r == -EAGAIN && d->n_handshakes >= host_handshake_cap(d)) {
+		DEV_STAT_ADD(d, host_handshakes_refused, 1);
+		log_vm_dev(LOG_LVL_WARN, d->cid,
+			   "host connection refused: %u CONNECT handshakes pending (the cap)",
+			   d->n_handshakes);
+		goto out_close;
+	}
+	if (r < 0 && r != -EAGAIN) {
+		DEV_STAT_ADD(d, host_connect_bad_line, 1);
+		log_vm_dev(LOG_LVL_DEBUG, d->cid, "CONNECT line rejected: %s", strerror(-r));
+		goto out_close;
+	}
+	if (hconn_new(d, fd, seqpacket, HC_READ_CONNECT, EPOLLIN, &c) < 0)
+		goto out_close;
+	c->rd = rd;
+	d->n_handshakes++;
+	/* The line (if still to come) and the guest's answer, both within the limit. */
+	loop_timer_arm(c->timer, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
+	if (r == 0)
+		start_guest_connect(c, port);
+	return;
+
+out_close:
+	close(fd);
+}
+
 static void uds_accept(struct vsock_dev *d, int lfd, bool seqpacket)
 {
 	for (int i = 0; i < 16; i++) {
-		struct hconn *c;
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
@@ -211,26 +274,7 @@ static void uds_accept(struct vsock_dev *d, int lfd, bool seqpacket)
 				host_pause_accept(d);
 			return;
 		}
-		DEV_STAT_ADD(d, host_conns_accepted, 1);
-		if (!d->eng) {
-			log_vm_dev(LOG_LVL_DEBUG, d->cid, "host connection refused: guest not running");
-			close(fd);
-			continue;
-		}
-		if (d->n_conns >= d->max_conns) {
-			/* The VM's host fd budget: accepted and closed at once, never queued. */
-			DEV_STAT_ADD(d, host_conns_refused, 1);
-			log_vm_dev(LOG_LVL_WARN, d->cid,
-				   "host connection refused: %u connections open (the VM's host fd "
-				   "budget)", d->n_conns);
-			close(fd);
-			continue;
-		}
-		if (hconn_new(d, fd, seqpacket, HC_READ_CONNECT, EPOLLIN, &c) < 0) {
-			close(fd);
-			continue;
-		}
-		loop_timer_arm(c->timer, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
+		uds_take(d, fd, seqpacket);
 	}
 }
 
@@ -339,6 +383,7 @@ static void start_guest_connect(struct hconn *c, uint32_t port)
 		goto out_close;
 	if (vsock_sock_local_addr(c->s, &cid, &c->local_port) < 0)
 		goto out_close;
+	d->n_handshakes--;
 	c->state = HC_GUEST_CONNECT;
 	/* Nothing is read until the guest answers; EPOLLHUP/ERR still tell us if the host leaves. */
 	(void)loop_watch_mod(c->w, 0);
@@ -808,7 +853,10 @@ static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	/* A guest connect whose host listener did not accept in time is refused too (RST). */
 	if (c->state == HC_HOST_CONNECT)
 		DEV_STAT_ADD(d, guest_conns_refused, 1);
-	log_vm(LOG_LVL_DEBUG, d->cid, c->local_port, c->s ? peer_port_of(c) : 0,
+	if (c->state == HC_READ_CONNECT)
+		DEV_STAT_ADD(d, host_handshake_timeouts, 1);
+	/* A host program that never finishes its line is worth telling the operator. */
+	log_vm(c->state == HC_READ_CONNECT ? LOG_LVL_INFO : LOG_LVL_DEBUG, d->cid, c->local_port, c->s ? peer_port_of(c) : 0,
 	       "host connection timed out waiting for %s",
 	       c->state == HC_READ_CONNECT   ? "the CONNECT line"
 	       : c->state == HC_HOST_CONNECT ? "the host listener"

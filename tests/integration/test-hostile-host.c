@@ -7,7 +7,9 @@
  *
  *   - one VM's host side holding every idle connection it can get leaves the other VM working
  *     (vhost-user, both connect directions), the daemon idle (no accept spin at EMFILE), and
- *     refuses the excess at once.
+ *     refuses the excess at once;
+ *   - idle sockets that never send a CONNECT line (slowloris) cannot lock out a well-behaved
+ *     host program: they are capped, refused beyond the cap and timed out, and counted.
  */
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -264,6 +266,61 @@ TEST(one_vm_out_of_fds_spares_the_other)
 	ASSERT_TRUE(log_has(&u, "host fd budget"));
 	uvsock_ctx_free(gb);
 	uvsock_ctx_free(ga);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+/*
+ * Finding: idle sockets that never send a CONNECT line held a VM's whole connection budget
+ * until they timed out, so a well-behaved host program was refused meanwhile.
+ */
+TEST(idle_handshakes_do_not_lock_out_connects)
+{
+	static const uint32_t cid3[] = { 3 };
+	static int fds[200];
+	struct uvsock_ctx *g;
+	struct uvd u;
+	int n, ls, hfd, gfd;
+	uint64_t t0;
+	char c;
+
+	own_nofile_to_hard();
+	/* 256 fds: a host budget of about 140 connections for the one VM. */
+	uvd_start_limited(&u, 1, cid3, 256, "--log-level=info");
+	g = g_guest_new(u.sock[0], NULL);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+
+	n = open_idle(u.uds[0], fds, 200, 500);
+	test_note("%d idle sockets connected", n);
+	ASSERT_EQ(n, 200);
+	/* Let the daemon take them all (accepted or refused) before the good client comes. */
+	test_sleep_ms(200);
+
+	t0 = test_now_ms();
+	hfd = host_connect_within(u.uds[0], 6000, 1000);
+	if (hfd < 0)
+		test_fail(__FILE__, __LINE__,
+			  "a well-behaved CONNECT did not get in within 1 s of %d idle sockets", n);
+	test_note("well-behaved CONNECT in after %" PRIu64 " ms", test_now_ms() - t0);
+	gfd = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(gfd, 0);
+	g_set_timeouts(gfd, WAIT_MS);
+	hs_write_all(hfd, "x", 1);
+	ASSERT_EQ(uvsock_recv(gfd, &c, 1, 0), 1);
+
+	/* The excess was refused at once, the rest times out; both are counted (logged). */
+	ASSERT_GT(count_closed(fds, n), 0);
+	ASSERT_WAIT_FOR(count_closed(fds, n) == n, 5000);
+	ASSERT_WAIT_FOR(log_has(&u, "CONNECT handshakes pending"), 1000);
+	ASSERT_WAIT_FOR(log_has(&u, "timed out waiting for the CONNECT line"), 1000);
+	/* The established connection was not disturbed. */
+	hs_write_all(hfd, "y", 1);
+	ASSERT_EQ(uvsock_recv(gfd, &c, 1, 0), 1);
+	ASSERT_EQ(c, 'y');
+	close_all(fds, n);
+	uvsock_close(gfd);
+	uvsock_close(ls);
+	close(hfd);
+	uvsock_ctx_free(g);
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
