@@ -115,7 +115,9 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(host_handshakes_refused) /* host connections closed at once: no CONNECT line yet and     \
 				    * the cap of pending handshakes (64) reached */                \
 	X(host_handshake_timeouts) /* CONNECT line not complete within 2 s (these are also in      \
-				    * host_connect_timeouts) */
+				    * host_connect_timeouts) */                                    \
+	X(guest_conns_symlink)   /* guest connects refused (RST): <uds-path>_<port> is a symlink   \
+				  * (also in guest_conns_refused) */
 
 struct vsock_dev_stats {
 #define VSOCK_DEV_STATS_FIELD_(f) uint64_t f;

@@ -152,6 +152,14 @@ static void hconn_close(struct hconn *c)
 	hconn_free(c, true);
 }
 
+/* The last component of uds_path: <uds-path>_<port> is that plus the suffix in host_dir_fd. */
+static const char *uds_base(const struct vsock_dev *d)
+{
+	const char *slash = strrchr(d->uds_path, '/');
+
+	return slash ? slash + 1 : d->uds_path;
+}
+
 /* ---- host -> guest connections ------------------------------------------------------------ */
 
 /* Stops accepting on both listeners for HOST_ACCEPT_PAUSE_NS: no fd to take a connection with. */
@@ -317,20 +325,37 @@ static void close_one(const char *path, struct uds_listener *l, struct loop_watc
 }
 
 /*
- * What the host side holds besides its listeners: the reserve fd (host_shed_one) and the timer of
- * an accept pause. Returns 0, -ENOMEM, or the errno of open.
+ * What the host side holds besides its listeners: the reserve fd (host_shed_one), the timer of
+ * an accept pause, and uds_path's directory (guest -> host connects). Returns 0, -ENOMEM, or the
+ * errno of open.
  */
 static int host_open_aux(struct vsock_dev *d)
 {
+	char dir[sizeof(d->uds_path)];
+	size_t n = (size_t)(uds_base(d) - d->uds_path);
 	int r;
 
-	d->host_reserve_fd = -1;
+	d->host_reserve_fd = d->host_dir_fd = -1;
 	d->host_aux = true;
 	r = loop_timer_new(d->loop, host_pause_cb, d, &d->host_pause_timer);
 	if (r < 0)
 		return r;
 	d->host_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	return d->host_reserve_fd < 0 ? -errno : 0;
+	if (d->host_reserve_fd < 0)
+		return -errno;
+	/* uds_path's directory ("dir/" -> "dir", "/x" -> "/", "x" -> "."), once. */
+	if (n == 0)
+		strcpy(dir, ".");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(n > 1 ? n - 1 : n), d->uds_path);
+	d->host_dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (d->host_dir_fd < 0) {
+		r = -errno;
+		log_error("%s: cannot open the directory of %s: %s", d->name, d->uds_path,
+			  strerror(-r));
+		return r;
+	}
+	return 0;
 }
 
 static void host_close_aux(struct vsock_dev *d)
@@ -341,7 +366,9 @@ static void host_close_aux(struct vsock_dev *d)
 	d->host_pause_timer = NULL;
 	if (d->host_reserve_fd >= 0)
 		close(d->host_reserve_fd);
-	d->host_reserve_fd = -1;
+	if (d->host_dir_fd >= 0)
+		close(d->host_dir_fd);
+	d->host_reserve_fd = d->host_dir_fd = -1;
 	d->host_aux = false;
 }
 
@@ -437,12 +464,30 @@ static void guest_conn_refuse(struct vsock_dev *d, struct vsock_sock *child, con
 	vsock_sock_close(child);
 }
 
+/* Logs why connecting to <uds-path>_<port> failed when the host side's setup is the cause. */
+static void guest_conn_log_path(struct vsock_dev *d, struct vsock_sock *child, const char *name,
+				int err)
+{
+	uint32_t cid, pport = 0, port = 0;
+
+	(void)vsock_sock_peer_addr(child, &cid, &pport);
+	(void)vsock_sock_local_addr(child, &cid, &port);
+	if (err == -ELOOP)
+		DEV_STAT_ADD(d, guest_conns_symlink, 1);
+	if (err == -ELOOP || err == -ENOTSOCK || err == -EOPNOTSUPP)
+		log_vm(LOG_LVL_WARN, d->cid, port, pport, "guest connection refused: %s %s", name,
+		       err == -ELOOP      ? "is a symlink (not followed)"
+		       : err == -ENOTSOCK ? "is not a socket"
+					  : "cannot be reached without /proc");
+}
+
 static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	bool seq = vsock_sock_type(child) == VSOCK_TYPE_SEQPACKET;
+	char name[sizeof(d->uds_path) + 12];
 	uint32_t cid, port;
 	struct hconn *c;
+	bool pending;
 	int fd, r;
 
 	if (vsock_sock_local_addr(child, &cid, &port) < 0) {
@@ -453,24 +498,16 @@ static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 		guest_conn_refuse(d, child, "connection limit", port);
 		return;
 	}
-	/* vsock_dev_new checked that uds_path leaves room for "_<10 digits>". */
-	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%.96s_%u", d->uds_path, port) >=
-	    (int)sizeof(sa.sun_path)) {
-		guest_conn_refuse(d, child, "path too long", port);
-		return;
-	}
-	fd = socket(AF_UNIX, (seq ? SOCK_SEQPACKET : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	snprintf(name, sizeof(name), "%s_%u", uds_base(d), port);
+	/* In uds_path's directory as opened at start, following no symlink (uds_connect.h). */
+	fd = uds_connect_at(d->host_dir_fd, name, seq ? SOCK_SEQPACKET : SOCK_STREAM, &pending);
 	if (fd < 0) {
-		guest_conn_refuse(d, child, strerror(errno), port);
-		return;
-	}
-	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
-	if (r < 0 && r != -EINPROGRESS) {
 		/* ENOENT / ECONNREFUSED: nobody listens; EAGAIN: backlog full. RST at once. */
-		close(fd);
-		guest_conn_refuse(d, child, strerror(-r), port);
+		guest_conn_log_path(d, child, name, fd);
+		guest_conn_refuse(d, child, strerror(-fd), port);
 		return;
 	}
+	r = pending ? -EINPROGRESS : 0;
 	if (hconn_new(d, fd, seq, r == 0 ? HC_OPEN : HC_HOST_CONNECT, r == 0 ? EPOLLIN : EPOLLOUT,
 		      &c) < 0) {
 		close(fd);

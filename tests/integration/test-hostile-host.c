@@ -9,13 +9,17 @@
  *     (vhost-user, both connect directions), the daemon idle (no accept spin at EMFILE), and
  *     refuses the excess at once;
  *   - idle sockets that never send a CONNECT line (slowloris) cannot lock out a well-behaved
- *     host program: they are capped, refused beyond the cap and timed out, and counted.
+ *     host program: they are capped, refused beyond the cap and timed out, and counted;
+ *   - a symlink planted at <uds-path>_<port> is not followed: the guest's connect is refused
+ *     (RST, counted) and the socket it points to sees nothing.
  */
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "guestside.h"
+#include "ops/json.h"
+#include "ops/statcli.h"
 #include "test.h"
 #include "uvsockd-proc.h"
 
@@ -152,6 +156,25 @@ static bool log_has(const struct uvd *u, const char *s)
 		return false;
 	buf[n] = 0;
 	return strstr(buf, s) != NULL;
+}
+
+/* A counter of the first VM through the control socket (<vhost-user socket>.ctl). */
+static uint64_t ctl_counter(const struct uvd *u, const char *name)
+{
+	struct ops_jv *v = NULL;
+	const struct ops_jv *vms;
+	uint64_t x;
+	int fd = -1;
+
+	ASSERT_WAIT_FOR(ops_ctl_connect(u->sock[0], &fd) >= 0, WAIT_MS);
+	ASSERT_OK(ops_ctl_request(fd, "stats", -1, WAIT_MS, NULL, &v));
+	close(fd);
+	vms = ops_json_get(v, "vms");
+	ASSERT_TRUE(vms && vms->child);
+	x = ops_json_u64(ops_json_get(vms->child, "counters"), name, UINT64_MAX);
+	ops_json_free(v);
+	ASSERT_NE(x, UINT64_MAX);
+	return x;
 }
 
 /*
@@ -320,6 +343,53 @@ TEST(idle_handshakes_do_not_lock_out_connects)
 	uvsock_close(gfd);
 	uvsock_close(ls);
 	close(hfd);
+	uvsock_ctx_free(g);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+/*
+ * Finding: a guest connect to host port P followed a symlink planted at <uds-path>_<P> to any
+ * socket the daemon could reach.
+ */
+TEST(guest_connect_to_symlinked_port_refused)
+{
+	static const uint32_t cid3[] = { 3 };
+	char victim[200], link[200];
+	struct uvsock_ctx *g;
+	uint64_t refused;
+	struct uvd u;
+	int vfd, lfd, hfd, gfd;
+
+	uvd_start(&u, 1, cid3, NULL, "--log-level=info");
+	g = g_guest_new(u.sock[0], NULL);
+	snprintf(victim, sizeof(victim), "%s/victim.sock", u.dir);
+	snprintf(link, sizeof(link), "%s_5000", u.uds[0]);
+	vfd = hs_listen(victim, SOCK_STREAM);
+	ASSERT_EQ(symlink(victim, link), 0);
+	refused = ctl_counter(&u, "host_connects_refused");
+
+	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000), -1);
+	ASSERT_EQ(errno, ECONNRESET);
+	/* Nothing reached the socket the link points to. */
+	ASSERT_EQ(hs_wait_fd(vfd, POLLIN, 200), 0);
+	ASSERT_EQ_U64(ctl_counter(&u, "host_connects_refused"), refused + 1);
+	ASSERT_WAIT_FOR(log_has(&u, "is a symlink"), 1000);
+
+	/* A relative link is refused the same way. */
+	ASSERT_EQ(unlink(link), 0);
+	ASSERT_EQ(symlink("victim.sock", link), 0);
+	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 5000), -1);
+	ASSERT_EQ(errno, ECONNRESET);
+	ASSERT_EQ(hs_wait_fd(vfd, POLLIN, 200), 0);
+
+	/* The real socket in its place works. */
+	ASSERT_EQ(unlink(link), 0);
+	lfd = hs_listen(link, SOCK_STREAM);
+	gfd = g_connect_accept(g, lfd, SOCK_STREAM, 5000, &hfd);
+	uvsock_close(gfd);
+	close(hfd);
+	close(lfd);
+	close(vfd);
 	uvsock_ctx_free(g);
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
