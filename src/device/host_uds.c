@@ -9,7 +9,8 @@
  *     guest accepts. A bad line, an early close, a refusal or DEV_HOST_CONNECT_TIMEOUT_NS without
  *     line + answer: the Unix socket is closed.
  *   guest -> host port P: the engine's deferred wildcard listeners hold the REQUEST; we connect
- *     a non-blocking Unix socket of the same type to <uds-path>_<P> and confirm (RESPONSE) once it
+ *     a non-blocking Unix socket of the same type to <uds-path>_<P> (in uds-path's directory as
+ *     opened at start, never through a symlink: uds_connect_at) and confirm (RESPONSE) once it
  *     is connected, or reject (RST) at once if nobody listens.
  *
  * Data: guest bytes wait in the engine socket (bounded by the buf_alloc we advertised) until the
@@ -19,8 +20,13 @@
  * Half-close: guest SHUTDOWN(SEND) -> shutdown(SHUT_WR) once everything is flushed; host EOF ->
  * SHUTDOWN(SEND). The engine never answers an RST with an RST.
  *
- * Security model: host programs and the guest are untrusted; connections per VM are capped
- * (max_conns), every wait has the 2 s limit or is bounded by credit.
+ * Security model: host programs and the guest are untrusted. Connections per VM are capped
+ * (max_conns, uvsockd's per-VM fd budget: beyond it a host connection is accepted and closed at
+ * once), and so are those still waiting for their CONNECT line (HOST_HANDSHAKES_MAX, at most half
+ * of max_conns), so idle sockets cannot lock well-behaved programs out; every wait has the 2 s
+ * limit or is bounded by credit. accept() failing for lack of fds never spins: a reserve fd is
+ * given up to shed the connection, or accepting pauses briefly. A symlink planted at
+ * <uds-path>_<P> is refused, not followed.
  */
 #include <errno.h>
 #include <fcntl.h>
