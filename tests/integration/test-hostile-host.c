@@ -11,12 +11,15 @@
  *   - idle sockets that never send a CONNECT line (slowloris) cannot lock out a well-behaved
  *     host program: they are capped, refused beyond the cap and timed out, and counted;
  *   - a symlink planted at <uds-path>_<port> is not followed: the guest's connect is refused
- *     (RST, counted) and the socket it points to sees nothing.
+ *     (RST, counted) and the socket it points to sees nothing;
+ *   - in-process (a device of this process, no uvsockd): accept() at EMFILE sheds the connection
+ *     with the reserve fd instead of spinning.
  */
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "device/device.h"
 #include "guestside.h"
 #include "ops/json.h"
 #include "ops/statcli.h"
@@ -287,6 +290,8 @@ TEST(one_vm_out_of_fds_spares_the_other)
 	close_all(fds, n);
 	ASSERT_TRUE(uvd_alive(&u));
 	ASSERT_TRUE(log_has(&u, "host fd budget"));
+	/* The budget kept the daemon within its fds: it never had to shed or pause. */
+	ASSERT_FALSE(log_has(&u, "out of file descriptors"));
 	uvsock_ctx_free(gb);
 	uvsock_ctx_free(ga);
 	ASSERT_EQ(uvd_stop(&u), 0);
@@ -335,6 +340,8 @@ TEST(idle_handshakes_do_not_lock_out_connects)
 	ASSERT_WAIT_FOR(count_closed(fds, n) == n, 5000);
 	ASSERT_WAIT_FOR(log_has(&u, "CONNECT handshakes pending"), 1000);
 	ASSERT_WAIT_FOR(log_has(&u, "timed out waiting for the CONNECT line"), 1000);
+	/* The budget kept the daemon within its fds: it never had to shed or pause. */
+	ASSERT_FALSE(log_has(&u, "out of file descriptors"));
 	/* The established connection was not disturbed. */
 	hs_write_all(hfd, "y", 1);
 	ASSERT_EQ(uvsock_recv(gfd, &c, 1, 0), 1);
@@ -392,6 +399,84 @@ TEST(guest_connect_to_symlinked_port_refused)
 	close(vfd);
 	uvsock_ctx_free(g);
 	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+static void *dev_main(void *arg)
+{
+	vsock_dev_run(arg);
+	return NULL;
+}
+
+/*
+ * The last line of defence, in-process (the budget keeps uvsockd from getting there): with the
+ * process out of fds, accept() fails with EMFILE while the connection stays queued. The host
+ * side sheds it with its reserve fd (the program sees EOF, host_accept_shed counts it) instead of
+ * spinning on the readable listener.
+ */
+TEST(accept_at_emfile_sheds_instead_of_spinning)
+{
+	struct vsock_dev_config cfg = { .guest_cid = 3, .buf_alloc = 65536 };
+	char dir[] = "/tmp/uvsock-hh-XXXXXX", uds[64];
+	struct vsock_dev_stats st;
+	struct sockaddr_un a;
+	struct vsock_dev *d;
+	struct timespec t0, t1;
+	int cl[4], fill[64], nfill = 0;
+	struct rlimit rl;
+	pthread_t th;
+	int64_t cpu_ns;
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(uds, sizeof(uds), "%s/vm.vsock", dir);
+	cfg.uds_path = uds;
+	ASSERT_OK(vsock_dev_new(NULL, &cfg, &d));
+	ASSERT_EQ(pthread_create(&th, NULL, dev_main, d), 0);
+	a = hs_addr(uds);
+	for (int i = 0; i < 4; i++) {
+		cl[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		ASSERT_GE(cl[i], 0);
+	}
+	/* This case runs in a child of its own: its fd table may be filled to the brim. */
+	ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = (rlim_t)cl[3] + 32;
+	ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	while (nfill < 64 && (fill[nfill] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+		nfill++;
+	ASSERT_EQ(errno, EMFILE);
+	ASSERT_LT(nfill, 64);
+
+	for (int i = 0; i < 4; i++)
+		ASSERT_EQ(connect(cl[i], (struct sockaddr *)&a, sizeof(a)), 0);
+	for (int i = 0; i < 4; i++)
+		ASSERT_TRUE(hs_wait_eof(cl[i], WAIT_MS));
+	/* The counter moves just after the close the program saw. */
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(d, &st), st.host_accept_shed == 4), WAIT_MS);
+	ASSERT_EQ_U64(st.host_conns_accepted, 0);
+
+	/* Nothing left to shed: the device thread sleeps. */
+	ASSERT_EQ(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0), 0);
+	test_sleep_ms(300);
+	ASSERT_EQ(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1), 0);
+	cpu_ns = (t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec);
+	ASSERT_LT(cpu_ns, 50 * 1000000ll);
+
+	for (int i = 0; i < nfill; i++)
+		close(fill[i]);
+	/* With fds again, a connection is taken as usual (refused: no guest runs). */
+	{
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		ASSERT_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+		ASSERT_TRUE(hs_wait_eof(fd, WAIT_MS));
+		close(fd);
+	}
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(d, &st), st.host_conns_accepted == 1), WAIT_MS);
+	for (int i = 0; i < 4; i++)
+		close(cl[i]);
+	vsock_dev_stop(d);
+	pthread_join(th, NULL);
+	vsock_dev_free(d);
+	ASSERT_OK(rmdir(dir));
 }
 
 TEST_MAIN()
