@@ -899,8 +899,8 @@ static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	if (c->state == HC_READ_CONNECT)
 		DEV_STAT_ADD(d, host_handshake_timeouts, 1);
 	/* A host program that never finishes its line is worth telling the operator. */
-	log_vm(c->state == HC_READ_CONNECT ? LOG_LVL_INFO : LOG_LVL_DEBUG, d->cid, c->local_port, c->s ? peer_port_of(c) : 0,
-	       "host connection timed out waiting for %s",
+	log_vm(c->state == HC_READ_CONNECT ? LOG_LVL_INFO : LOG_LVL_DEBUG, d->cid, c->local_port,
+	       c->s ? peer_port_of(c) : 0, "host connection timed out waiting for %s",
 	       c->state == HC_READ_CONNECT   ? "the CONNECT line"
 	       : c->state == HC_HOST_CONNECT ? "the host listener"
 					     : "the guest");
