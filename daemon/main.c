@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "device/device.h"
+#include "fd_budget.h"
 #include "ops/ctl.h"
 #include "ops/pcap.h"
 #include "ops/stats.h"
@@ -217,6 +218,7 @@ int main(int argc, char **argv)
 			.uds_path = v->uds_path,
 			.buf_alloc = v->tx_buffer_size,
 			.queue_size_max = v->queue_size,
+			.max_conns = uvsockd_fd_budget_per_vm(cfg.n_vms),
 		};
 		char name[32];
 

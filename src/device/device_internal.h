@@ -220,6 +220,13 @@ struct vsock_dev {
 	struct dev_counters stats;
 	struct ops_tap tap;            /* packet capture: every packet each way, once */
 	struct vsock_dev *router_next;
+
+	/* host side against hostile host programs (host_uds.c, from host_open_listeners) */
+	bool host_aux;                 /* host_reserve_fd, host_dir_fd, host_pause_timer are set */
+	int host_reserve_fd;           /* /dev/null, given up to shed one connection at EMFILE */
+	struct loop_timer *host_pause_timer; /* accepting paused (no fd left): resume then */
+	unsigned n_handshakes;         /* host connections in HC_READ_CONNECT (capped) */
+	int host_dir_fd;               /* O_PATH of uds_path's directory: <uds-path>_<port> */
 };
 
 /* host_uds.c */
