@@ -21,6 +21,7 @@
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "vsock/engine.h"
 
@@ -147,6 +148,7 @@ struct sim {
 	uint64_t seed, rng;
 	struct sim_ep ep[2];
 	bool verbose;
+	FILE *out;                  /* where the trace goes (stdout, or memory for --twice) */
 	bool seqpacket_shrink;      /* --seqpacket-shrink: reproduce the known bug (sim_app.c) */
 	jmp_buf fail;
 	uint64_t step, max_steps, now;

@@ -263,6 +263,39 @@ static void app_connect(struct sim *s, int side)
 		  ss->conn, type_name(t), cport, lport);
 }
 
+static bool is_failed_client(const struct sim_sock *ss)
+{
+	return ss->s && ss->role == ROLE_CLIENT && vsock_sock_state(ss->s) == VSOCK_SS_CLOSED;
+}
+
+static void end_gone(struct sim_conn *c, int out);
+
+/* connect() again on a client whose attempt failed (allowed while it never connected). */
+static void app_reconnect(struct sim *s, struct sim_sock *ss)
+{
+	uint32_t lport = LISTEN_PORT + (uint32_t)sim_below(s, SIM_NPORTS - 1);
+	struct sim_conn *old = &s->conns[ss->conn], *c;
+	int r;
+
+	if (old->connected || s->nconns >= SIM_MAX_CONNS || tuple_busy(s, ss->side, ss->port, lport))
+		return;
+	c = &s->conns[s->nconns];
+	*c = (struct sim_conn){.type = ss->type, .cside = ss->side, .client = sock_idx(s, ss),
+			       .server = -1, .cport = ss->port, .lport = lport};
+	c->d[0].key = sim_rand(s);
+	c->d[1].key = sim_rand(s);
+	sim_cred_reset(s, ss->side, ss->port, lport, 0, 0);
+	r = vsock_sock_connect(ss->s, s->cfg[!ss->side].local_cid, lport);
+	sim_trace(s, "app %s: reconnect #%d conn %d -> conn %d %u->%u: %d", side_name(ss->side),
+		  sock_idx(s, ss), ss->conn, (int)s->nconns, ss->port, lport, r);
+	if (r == -EISCONN && old->child)
+		return; /* it did connect (and was reset) within one step: no second attempt */
+	SIM_CHECK(s, r == -EINPROGRESS, "connect again after a failed attempt: %d", r);
+	end_gone(old, 0);
+	ss->conn = (int)s->nconns++;
+	resync(ss);
+}
+
 /* ---- accepting -------------------------------------------------------------------------- */
 
 /* The application will never use this end: nothing more is sent or read there. */
@@ -680,14 +713,24 @@ void sim_app_step(struct sim *s)
 		app_listen(s, side);
 		break;
 	case APP_CONNECT:
-		app_connect(s, side);
+		ss = sim_chance(s, 20) ? pick(s, is_failed_client) : NULL;
+		if (ss)
+			app_reconnect(s, ss);
+		else
+			app_connect(s, side);
 		break;
 	case APP_ACCEPT:
 		ss = pick(s, is_listener);
-		if (ss) {
-			(void)app_accept_one(s, ss);
-			resync(ss);
+		if (ss && app_accept_one(s, ss) && sim_chance(s, 10)) {
+			struct sim_sock *child = &s->socks[s->nsocks - 1];
+
+			/* Closed right after accept (if accept made a record for it). */
+			if (child->s && child->role == ROLE_CHILD && child->conn >= 0 &&
+			    s->conns[child->conn].server == (int)s->nsocks - 1)
+				app_close(s, child);
 		}
+		if (ss)
+			resync(ss);
 		break;
 	case APP_DECIDE:
 		ss = pick(s, is_undecided);
