@@ -38,8 +38,8 @@
 
 #include "sim.h"
 
-#define BATCH 100
-#define DRAIN_ITERS 100000
+#define BATCH             100
+#define DRAIN_ITERS       100000
 #define SEED_TIME_LIMIT_S 60 /* wall clock per seed: a spin inside a call ends the run */
 
 /* ---- randomness ------------------------------------------------------------------------- */
@@ -71,9 +71,21 @@ bool sim_chance(struct sim *s, unsigned pct)
 	return sim_below(s, 100) < pct;
 }
 
+unsigned sim_pick(struct sim *s, const unsigned *w, unsigned n, unsigned sum)
+{
+	uint64_t x = sim_below(s, sum);
+
+	for (unsigned i = 0; i < n; i++) {
+		if (x < w[i])
+			return i;
+		x -= w[i];
+	}
+	return n - 1;
+}
+
 uint32_t sim_size(struct sim *s, uint32_t max)
 {
-	static const uint32_t caps[] = {64, 4096, 65536};
+	static const uint32_t caps[] = { 64, 4096, 65536 };
 	uint64_t r = sim_below(s, 100);
 	uint32_t cap = max;
 
@@ -124,7 +136,7 @@ void sim_trace_(struct sim *s, const char *fmt, ...)
 	va_list ap;
 
 	fprintf(s->out, "# %6" PRIu64 " %7" PRIu64 ".%03" PRIu64 " ", s->step, s->now / 1000000,
-		(s->now / 1000) % 1000);
+	        (s->now / 1000) % 1000);
 	va_start(ap, fmt);
 	vfprintf(s->out, fmt, ap);
 	va_end(ap);
@@ -149,8 +161,9 @@ static void dump(struct sim *s)
 
 		if (!s->e[side])
 			continue;
-		printf("# %s engine: can_feed %d has_pending %d next deadline %" PRIu64 " now %" PRIu64
-		       ", %u packets on its wire%s\n", name, vsock_engine_can_feed(s->e[side]),
+		printf("# %s engine: can_feed %d has_pending %d next deadline %" PRIu64
+		       " now %" PRIu64 ", %u packets on its wire%s\n",
+		       name, vsock_engine_can_feed(s->e[side]),
 		       vsock_engine_has_pending(s->e[side]), vsock_engine_next_deadline(s->e[side]),
 		       s->now, s->w[side].n, side ? "" : " (TX ring)");
 		vsock_engine_foreach_sock(s->e[side], dump_sock, (void *)name);
@@ -192,9 +205,9 @@ static void weights(struct sim *s)
 		[ACT_TIME] = 5,        [ACT_APP] = 27,
 	};
 	static const unsigned app[_APP_MAX] = {
-		[APP_LISTEN] = 3,   [APP_CONNECT] = 5,  [APP_ACCEPT] = 6,       [APP_DECIDE] = 3,
-		[APP_SEND] = 18,    [APP_RECV] = 18,    [APP_PEEK_CONSUME] = 3, [APP_STALL] = 1,
-		[APP_SHUTDOWN] = 2, [APP_CLOSE] = 3,    [APP_SETOPT] = 1,       [APP_CREDIT_REQ] = 1,
+		[APP_LISTEN] = 3,   [APP_CONNECT] = 5, [APP_ACCEPT] = 6,       [APP_DECIDE] = 3,
+		[APP_SEND] = 18,    [APP_RECV] = 18,   [APP_PEEK_CONSUME] = 3, [APP_STALL] = 1,
+		[APP_SHUTDOWN] = 2, [APP_CLOSE] = 3,   [APP_SETOPT] = 1,       [APP_CREDIT_REQ] = 1,
 	};
 
 	/* Each seed weighs the actions differently: slow networks, eager closers, ... */
@@ -204,21 +217,10 @@ static void weights(struct sim *s)
 		s->w_act_sum += s->w_act[i];
 	}
 	for (int i = 0; i < _APP_MAX; i++) {
-		s->w_app[i] = app[i] * (1 + (unsigned)sim_below(s, 3)) / 2 + (unsigned)sim_below(s, 2);
+		s->w_app[i] =
+		        app[i] * (1 + (unsigned)sim_below(s, 3)) / 2 + (unsigned)sim_below(s, 2);
 		s->w_app_sum += s->w_app[i];
 	}
-}
-
-static enum sim_act pick_act(struct sim *s)
-{
-	uint64_t x = sim_below(s, s->w_act_sum);
-
-	for (int i = 0; i < _ACT_MAX; i++) {
-		if (x < s->w_act[i])
-			return (enum sim_act)i;
-		x -= s->w_act[i];
-	}
-	return ACT_APP;
 }
 
 static uint64_t pick_dt(struct sim *s)
@@ -231,7 +233,7 @@ static uint64_t pick_dt(struct sim *s)
 		return sim_below(s, 300000000);
 	if (r < 95) {
 		dl = s->known_deadline[0] < s->known_deadline[1] ? s->known_deadline[0]
-								  : s->known_deadline[1];
+		                                                 : s->known_deadline[1];
 		return dl != UINT64_MAX && dl > s->now ? dl - s->now : 100000000;
 	}
 	return sim_below(s, 5000000000ull);
@@ -245,7 +247,7 @@ static void net_checks(struct sim *s, int side)
 
 static void one_step(struct sim *s)
 {
-	switch (pick_act(s)) {
+	switch ((enum sim_act)sim_pick(s, s->w_act, _ACT_MAX, s->w_act_sum)) {
 	case ACT_PULL_GUEST:
 		(void)sim_pull(s, SIM_GUEST);
 		net_checks(s, SIM_GUEST);
@@ -334,8 +336,8 @@ static void drain(struct sim *s)
 			break;
 		if (!progress) {
 			uint64_t dl = s->known_deadline[0] < s->known_deadline[1]
-					      ? s->known_deadline[0]
-					      : s->known_deadline[1];
+			                      ? s->known_deadline[0]
+			                      : s->known_deadline[1];
 
 			if (dl == UINT64_MAX && !done && half_open_allowed(s)) {
 				/*
@@ -343,20 +345,21 @@ static void drain(struct sim *s)
 				 * peer that sends nothing more never learns. The application
 				 * gives up, as its own timeout would make it.
 				 */
-				sim_trace(s, "drain: half-open connections, the applications close");
+				sim_trace(s,
+				          "drain: half-open connections, the applications close");
 				sim_app_close_all(s);
 				continue;
 			}
 			SIM_CHECK(s, dl != UINT64_MAX,
-				  "drain stuck: nothing to deliver, no timer, %u+%u sockets open",
-				  sim_app_live(s, 0), sim_app_live(s, 1));
+			          "drain stuck: nothing to deliver, no timer, %u+%u sockets open",
+			          sim_app_live(s, 0), sim_app_live(s, 1));
 			sim_advance(s, dl > s->now ? dl - s->now : 0);
 			net_checks(s, SIM_GUEST);
 			net_checks(s, SIM_HOST);
 		}
 		SIM_CHECK(s, s->now - t0 <= bound,
-			  "drain: connections still open %" PRIu64 " ms (virtual) after the end",
-			  (s->now - t0) / 1000000);
+		          "drain: connections still open %" PRIu64 " ms (virtual) after the end",
+		          (s->now - t0) / 1000000);
 	}
 }
 
@@ -374,8 +377,10 @@ static void final_checks(struct sim *s)
 
 		vsock_engine_get_stats(s->e[side], &st);
 		vsock_engine_foreach_sock(s->e[side], count_sock, &n);
-		SIM_CHECK(s, st.socks_open == 0 && n == 0, "side %d leaks %" PRIu64 " sockets (%u "
-			  "listed)", side, st.socks_open, n);
+		SIM_CHECK(s, st.socks_open == 0 && n == 0,
+		          "side %d leaks %" PRIu64 " sockets (%u "
+		          "listed)",
+		          side, st.socks_open, n);
 	}
 }
 
@@ -417,7 +422,7 @@ static void watchdog(int sig)
 {
 	char msg[96];
 	int n = snprintf(msg, sizeof(msg), "# seed %lu: no progress for %d s (a call spins)\n",
-			 (unsigned long)current_seed_lo, SEED_TIME_LIMIT_S);
+	                 (unsigned long)current_seed_lo, SEED_TIME_LIMIT_S);
 
 	(void)sig;
 	if (write(STDOUT_FILENO, msg, (size_t)n) < 0)
@@ -428,7 +433,7 @@ static void watchdog(int sig)
 static struct seed_result run_seed(uint64_t seed, uint64_t steps, FILE *trace)
 {
 	struct sim *s = calloc(1, sizeof(*s));
-	struct seed_result res = {false, 0, 0, 0, 0, 0};
+	struct seed_result res = { false, 0, 0, 0, 0, 0 };
 
 	if (!s) {
 		printf("# out of memory\n");
@@ -461,9 +466,9 @@ static struct seed_result run_seed(uint64_t seed, uint64_t steps, FILE *trace)
 /* --twice: runs the seed twice with its trace in memory; both runs must trace the same. */
 static struct seed_result run_twice(uint64_t seed, uint64_t steps)
 {
-	char *text[2] = {NULL, NULL};
-	size_t len[2] = {0, 0};
-	struct seed_result r = {false, 0, 0, 0, 0, 0};
+	char *text[2] = { NULL, NULL };
+	size_t len[2] = { 0, 0 };
+	struct seed_result r = { false, 0, 0, 0, 0, 0 };
 
 	for (int i = 0; i < 2; i++) {
 		FILE *f = open_memstream(&text[i], &len[i]);
@@ -476,8 +481,8 @@ static struct seed_result run_twice(uint64_t seed, uint64_t steps)
 		fclose(f);
 	}
 	if (len[0] != len[1] || memcmp(text[0], text[1], len[0])) {
-		printf("# seed %" PRIu64 ": two runs traced differently (%zu and %zu bytes)\n", seed,
-		       len[0], len[1]);
+		printf("# seed %" PRIu64 ": two runs traced differently (%zu and %zu bytes)\n",
+		       seed, len[0], len[1]);
 		r.ok = false;
 	}
 	free(text[0]);
@@ -488,8 +493,9 @@ static struct seed_result run_twice(uint64_t seed, uint64_t steps)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: %s --seeds N [--first S] | --seed K [--verbose]   [--steps M] [--twice] "
-		"[--seqpacket-shrink]\n", prog);
+	        "usage: %s --seeds N [--first S] | --seed K [--verbose]   [--steps M] [--twice] "
+	        "[--seqpacket-shrink]\n",
+	        prog);
 	exit(2);
 }
 
@@ -550,8 +556,9 @@ int main(int argc, char **argv)
 		if (hi > first + n)
 			hi = first + n;
 		for (uint64_t seed = lo; seed < hi; seed++) {
-			struct seed_result r = twice ? run_twice(seed, steps)
-						     : run_seed(seed, steps, verbose ? stdout : NULL);
+			struct seed_result r =
+			        twice ? run_twice(seed, steps)
+			              : run_seed(seed, steps, verbose ? stdout : NULL);
 
 			bad += !r.ok;
 			tot_steps += r.steps;
@@ -562,10 +569,12 @@ int main(int argc, char **argv)
 		}
 		failed += bad;
 		if (hi - lo == 1)
-			printf("%sok %" PRIu64 " - seed %" PRIu64 "\n", bad ? "not " : "", b + 1, lo);
+			printf("%sok %" PRIu64 " - seed %" PRIu64 "\n", bad ? "not " : "", b + 1,
+			       lo);
 		else
-			printf("%sok %" PRIu64 " - seeds %" PRIu64 "..%" PRIu64 "%s\n", bad ? "not " : "",
-			       b + 1, lo, hi - 1, bad ? " (see the failed seeds above)" : "");
+			printf("%sok %" PRIu64 " - seeds %" PRIu64 "..%" PRIu64 "%s\n",
+			       bad ? "not " : "", b + 1, lo, hi - 1,
+			       bad ? " (see the failed seeds above)" : "");
 	}
 	printf("# %" PRIu64 " seeds, %" PRIu64 " failed; %" PRIu64 " steps, %" PRIu64
 	       " connections, %" PRIu64 " RW packets, %" PRIu64 " payload bytes delivered, %" PRIu64

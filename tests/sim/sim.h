@@ -25,27 +25,27 @@
 
 #include "vsock/engine.h"
 
-#define SIM_GUEST 0
-#define SIM_HOST 1
-#define SIM_MAX_SOCKS 128  /* socket records per seed (never reused) */
-#define SIM_MAX_CONNS 96   /* connection records per seed */
-#define SIM_MAX_LIVE 10    /* live application sockets per side */
-#define SIM_RING_MAX 64    /* largest ring the model uses */
-#define SIM_MAX_CRED 256   /* credit trackers (one per flow direction ever seen) */
-#define SIM_BACKLOG_MAX 64
-#define SIM_NPORTS 3       /* listener ports 100.. (the last one never listens: RST) */
+#define SIM_GUEST        0
+#define SIM_HOST         1
+#define SIM_MAX_SOCKS    128 /* socket records per seed (never reused) */
+#define SIM_MAX_CONNS    96  /* connection records per seed */
+#define SIM_MAX_LIVE     10  /* live application sockets per side */
+#define SIM_RING_MAX     64  /* largest ring the model uses */
+#define SIM_MAX_CRED     256 /* credit trackers (one per flow direction ever seen) */
+#define SIM_BACKLOG_MAX  64
+#define SIM_NPORTS       3  /* listener ports 100.. (the last one never listens: RST) */
 #define SIM_CLIENT_PORTS 12 /* client ports per side, 1024.. : small, so tuples get reused */
 
 /* Relative weights of the scheduler's actions (per seed, see sim.c). */
 enum sim_act {
-	ACT_PULL_GUEST,   /* guest engine -> TX ring */
-	ACT_PULL_HOST,    /* host engine -> a posted RX buffer */
-	ACT_DELIVER_TX,   /* host drains the TX ring (a flow head, or a batch) */
-	ACT_DELIVER_RX,   /* guest processes filled RX buffers */
-	ACT_REFILL,       /* guest reposts withheld RX buffers */
-	ACT_WITHHOLD,     /* guest stops reposting RX buffers for a while */
-	ACT_TIME,         /* the virtual clock advances; due timers fire */
-	ACT_APP,          /* one application action on either side */
+	ACT_PULL_GUEST, /* guest engine -> TX ring */
+	ACT_PULL_HOST,  /* host engine -> a posted RX buffer */
+	ACT_DELIVER_TX, /* host drains the TX ring (a flow head, or a batch) */
+	ACT_DELIVER_RX, /* guest processes filled RX buffers */
+	ACT_REFILL,     /* guest reposts withheld RX buffers */
+	ACT_WITHHOLD,   /* guest stops reposting RX buffers for a while */
+	ACT_TIME,       /* the virtual clock advances; due timers fire */
+	ACT_APP,        /* one application action on either side */
 	_ACT_MAX,
 };
 
@@ -53,14 +53,14 @@ enum sim_app_act {
 	APP_LISTEN,
 	APP_CONNECT,
 	APP_ACCEPT,
-	APP_DECIDE,       /* accept_pending / reject a child of a deferred listener */
+	APP_DECIDE, /* accept_pending / reject a child of a deferred listener */
 	APP_SEND,
 	APP_RECV,
 	APP_PEEK_CONSUME, /* the device role's zero-copy receive */
 	APP_STALL,        /* a reader stops reading for a while */
 	APP_SHUTDOWN,
 	APP_CLOSE,
-	APP_SETOPT,       /* receive buffer size changed mid-connection */
+	APP_SETOPT, /* receive buffer size changed mid-connection */
 	APP_CREDIT_REQ,
 	_APP_MAX,
 };
@@ -68,9 +68,9 @@ enum sim_app_act {
 /* A packet pulled from one engine and not yet fed to the other. */
 struct sim_pkt {
 	struct vsock_hdr h;
-	uint8_t *buf;       /* h.len payload bytes (malloc'd, exactly the pull's max_payload) */
-	uint64_t ready;     /* not delivered before this step (delays, held credit updates) */
-	int conn;           /* REQUEST: the connection record it opens, else -1 */
+	uint8_t *buf;   /* h.len payload bytes (malloc'd, exactly the pull's max_payload) */
+	uint64_t ready; /* not delivered before this step (delays, held credit updates) */
+	int conn;       /* REQUEST: the connection record it opens, else -1 */
 };
 
 /* Packets in pull order; per flow (port pair) they are delivered in that order. */
@@ -83,17 +83,17 @@ struct sim_wire {
 struct sim_msg {
 	uint32_t len;
 	bool eor;
-	uint64_t off;       /* first pattern offset of the message */
+	uint64_t off; /* first pattern offset of the message */
 };
 struct sim_dir {
-	uint64_t key;       /* pattern key: byte at offset o is sim_pat_byte(key, o) */
+	uint64_t key; /* pattern key: byte at offset o is sim_pat_byte(key, o) */
 	uint64_t sent, recvd;
 	struct sim_msg *msgs; /* SEQPACKET: every message sent, in order */
 	uint32_t nmsg, msg_cap, next_msg;
-	bool wr_done;       /* the sender shut down SEND or closed: `sent` is final */
-	bool rst;           /* an RST reached the receiver: the stream may end early */
-	bool eof;           /* the receiver's recv returned 0 */
-	bool rd_shut;       /* the receiver shut down RCV itself: no end-of-stream checks */
+	bool wr_done; /* the sender shut down SEND or closed: `sent` is final */
+	bool rst;     /* an RST reached the receiver: the stream may end early */
+	bool eof;     /* the receiver's recv returned 0 */
+	bool rd_shut; /* the receiver shut down RCV itself: no end-of-stream checks */
 };
 
 struct sim_conn {
@@ -101,11 +101,11 @@ struct sim_conn {
 	int cside;          /* side of the client */
 	int client, server; /* sim_sock indices, -1 if none (yet) */
 	uint32_t cport, lport;
-	bool request_seen;  /* its REQUEST left the client's engine */
-	bool child;         /* the listener's engine created a child for it */
-	bool reset;         /* a transport reset happened during its life: no completeness check */
-	bool connected;     /* the client reached CONNECTED */
-	bool healthy;       /* at the drain, both ends were open and nothing was lost: it must
+	bool request_seen;   /* its REQUEST left the client's engine */
+	bool child;          /* the listener's engine created a child for it */
+	bool reset;          /* a transport reset happened during its life: no completeness check */
+	bool connected;      /* the client reached CONNECTED */
+	bool healthy;        /* at the drain, both ends were open and nothing was lost: it must
 			     * end with every byte read and no RST before either EOF */
 	struct sim_dir d[2]; /* d[0]: client -> server, d[1]: server -> client */
 };
@@ -132,9 +132,9 @@ struct sim_sock {
 
 /* The sender's credit view of one flow direction, rebuilt from the packets on the wire. */
 struct sim_cred {
-	int side;           /* the sender */
+	int side; /* the sender */
 	uint32_t lport, pport;
-	uint32_t tx;        /* RW payload bytes pulled from the sender (wraps like tx_cnt) */
+	uint32_t tx; /* RW payload bytes pulled from the sender (wraps like tx_cnt) */
 	uint32_t peer_ba, peer_fwd; /* the receiver's last advertisement fed to the sender */
 };
 
@@ -148,8 +148,8 @@ struct sim {
 	uint64_t seed, rng;
 	struct sim_ep ep[2];
 	bool verbose;
-	FILE *out;                  /* where the trace goes (stdout, or memory for --twice) */
-	bool seqpacket_shrink;      /* --seqpacket-shrink: reproduce the known bug (sim_app.c) */
+	FILE *out;             /* where the trace goes (stdout, or memory for --twice) */
+	bool seqpacket_shrink; /* --seqpacket-shrink: reproduce the known bug (sim_app.c) */
 	jmp_buf fail;
 	uint64_t step, max_steps, now;
 	struct vsock_engine *e[2];
@@ -158,10 +158,10 @@ struct sim {
 	unsigned w_act_sum, w_app_sum;
 
 	/* transport model */
-	struct sim_wire w[2];       /* w[X]: pulled from side X, to be fed to the other */
-	unsigned tx_ring;           /* guest TX ring size (capacity of w[GUEST]) */
+	struct sim_wire w[2];                 /* w[X]: pulled from side X, to be fed to the other */
+	unsigned tx_ring;                     /* guest TX ring size (capacity of w[GUEST]) */
 	unsigned rx_ring, rx_posted, rx_owed; /* guest RX ring: posted, processed not reposted */
-	uint64_t withhold_until;    /* the guest reposts no RX buffer before this step */
+	uint64_t withhold_until;              /* the guest reposts no RX buffer before this step */
 	uint32_t rx_buf_len, tx_buf_len;
 	bool idle[2];               /* the transport found nothing to pull and would sleep */
 	uint64_t known_deadline[2]; /* the deadline the transport waits for */
@@ -177,13 +177,15 @@ struct sim {
 	struct sim_cred cred[SIM_MAX_CRED];
 	unsigned ncred;
 	uint64_t bytes_moved, msgs_moved; /* statistics for the summary line */
-	uint64_t clean_eofs;        /* EOFs checked complete */
+	uint64_t clean_eofs;              /* EOFs checked complete */
 };
 
 /* ---- helpers (sim.c) -------------------------------------------------------------------- */
 uint64_t sim_rand(struct sim *s);
-uint64_t sim_below(struct sim *s, uint64_t n);  /* uniform in [0, n), 0 if n == 0 */
+uint64_t sim_below(struct sim *s, uint64_t n); /* uniform in [0, n), 0 if n == 0 */
 bool sim_chance(struct sim *s, unsigned pct);
+/* An index in [0, n) drawn with weights w (summing to sum > 0). */
+unsigned sim_pick(struct sim *s, const unsigned *w, unsigned n, unsigned sum);
 /* A size in [1, max] skewed towards small values. */
 uint32_t sim_size(struct sim *s, uint32_t max);
 void sim_trace_(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -194,7 +196,7 @@ void sim_trace_(struct sim *s, const char *fmt, ...) __attribute__((format(print
 			sim_trace_(s, __VA_ARGS__);                                                \
 	} while (0)
 __attribute__((noreturn)) void sim_fail(struct sim *s, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+        __attribute__((format(printf, 2, 3)));
 #define SIM_CHECK(s, cond, ...)                                                                    \
 	do {                                                                                       \
 		if (!(cond))                                                                       \
@@ -222,7 +224,7 @@ void sim_net_observe(struct sim *s, int side);
 /* Nothing left anywhere: wires empty, nothing to pull, no timer, no socket. */
 bool sim_net_quiet(struct sim *s);
 void sim_cred_reset(struct sim *s, int side, uint32_t lport, uint32_t pport, uint32_t ba,
-		    uint32_t fwd);
+                    uint32_t fwd);
 const struct vsock_engine_ops *sim_engine_ops(void);
 
 /* ---- applications (sim_app.c) ----------------------------------------------------------- */

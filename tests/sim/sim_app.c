@@ -24,11 +24,10 @@
 
 #include "sim.h"
 
-#define WATCH_BITS                                                                                 \
-	(VSOCK_POLLIN | VSOCK_POLLOUT | VSOCK_POLLERR | VSOCK_POLLHUP | VSOCK_POLLRDHUP)
+#define WATCH_BITS  (VSOCK_POLLIN | VSOCK_POLLOUT | VSOCK_POLLERR | VSOCK_POLLHUP | VSOCK_POLLRDHUP)
 #define LISTEN_PORT 100u
 #define CLIENT_PORT 1024u
-#define IO_MAX (300u * 1024u)
+#define IO_MAX      (300u * 1024u)
 
 static const char *side_name(int side)
 {
@@ -99,12 +98,13 @@ static void resync(struct sim_sock *ss)
 }
 
 static struct sim_sock *sock_add(struct sim *s, int side, enum sim_role role, enum vsock_type t,
-				 struct vsock_sock *vs, uint32_t port, int conn)
+                                 struct vsock_sock *vs, uint32_t port, int conn)
 {
 	struct sim_sock *ss = &s->socks[s->nsocks++];
 
-	*ss = (struct sim_sock){.s = vs, .side = side, .role = role, .type = t, .conn = conn,
-				.port = port};
+	*ss = (struct sim_sock){
+		.s = vs, .side = side, .role = role, .type = t, .conn = conn, .port = port
+	};
 	vsock_sock_set_user(vs, ss);
 	resync(ss);
 	return ss;
@@ -117,7 +117,7 @@ static bool room_for_sock(struct sim *s, int side)
 
 static void buffer_opt(struct sim *s, struct vsock_sock *vs)
 {
-	static const uint64_t sizes[] = {128, 1000, 4096, 65536, 256 * 1024};
+	static const uint64_t sizes[] = { 128, 1000, 4096, 65536, 256 * 1024 };
 	int r;
 
 	if (!sim_chance(s, 40))
@@ -127,6 +127,28 @@ static void buffer_opt(struct sim *s, struct vsock_sock *vs)
 }
 
 /* ---- creating sockets ------------------------------------------------------------------- */
+
+/*
+ * A new socket bound to port, maybe with another buffer size; NULL when the engine is at
+ * max_socks or the port is still taken (an old socket lingers there).
+ */
+static struct vsock_sock *sock_new_bound(struct sim *s, int side, enum vsock_type t, uint32_t port)
+{
+	struct vsock_sock *vs;
+	int r = vsock_sock_new(s->e[side], t, &vs);
+
+	if (r == -EMFILE)
+		return NULL;
+	SIM_CHECK(s, r == 0, "sock_new: %d", r);
+	r = vsock_sock_bind(vs, VMADDR_CID_ANY, port);
+	if (r == -EADDRINUSE) {
+		vsock_sock_close(vs);
+		return NULL;
+	}
+	SIM_CHECK(s, r == 0, "bind %u: %d", port, r);
+	buffer_opt(s, vs);
+	return vs;
+}
 
 static struct sim_sock *listener_at(struct sim *s, int side, uint32_t port)
 {
@@ -151,24 +173,16 @@ static void app_listen(struct sim *s, int side)
 
 	if (!room_for_sock(s, side) || listener_at(s, side, port))
 		return;
-	r = vsock_sock_new(s->e[side], t, &vs);
-	if (r == -EMFILE)
+	vs = sock_new_bound(s, side, t, port);
+	if (!vs)
 		return;
-	SIM_CHECK(s, r == 0, "sock_new: %d", r);
-	r = vsock_sock_bind(vs, VMADDR_CID_ANY, port);
-	if (r == -EADDRINUSE) {
-		/* An old listener still lingers there; the port is busy. */
-		vsock_sock_close(vs);
-		return;
-	}
-	SIM_CHECK(s, r == 0, "bind %u: %d", port, r);
-	buffer_opt(s, vs);
-	r = deferred ? vsock_sock_listen_deferred(vs, backlog, false) : vsock_sock_listen(vs, backlog);
+	r = deferred ? vsock_sock_listen_deferred(vs, backlog, false)
+	             : vsock_sock_listen(vs, backlog);
 	SIM_CHECK(s, r == 0, "listen: %d", r);
 	ss = sock_add(s, side, ROLE_LISTENER, t, vs, port, -1);
 	ss->deferred = deferred;
-	sim_trace(s, "app %s: listen #%d %s port %u backlog %d%s", side_name(side),
-		  sock_idx(s, ss), type_name(t), port, backlog, deferred ? " deferred" : "");
+	sim_trace(s, "app %s: listen #%d %s port %u backlog %d%s", side_name(side), sock_idx(s, ss),
+	          type_name(t), port, backlog, deferred ? " deferred" : "");
 }
 
 struct tuple_q {
@@ -192,10 +206,10 @@ static void tuple_match(void *arg, const struct vsock_sock_info *i)
  */
 static bool tuple_busy(struct sim *s, int side, uint32_t cport, uint32_t lport)
 {
-	struct tuple_q q = {cport, lport, false};
+	struct tuple_q q = { cport, lport, false };
 
 	vsock_engine_foreach_sock(s->e[side], tuple_match, &q);
-	q = (struct tuple_q){lport, cport, q.busy};
+	q = (struct tuple_q){ lport, cport, q.busy };
 	vsock_engine_foreach_sock(s->e[!side], tuple_match, &q);
 	for (int w = 0; w < 2 && !q.busy; w++) {
 		for (unsigned i = 0; i < s->w[w].n; i++) {
@@ -233,25 +247,21 @@ static void app_connect(struct sim *s, int side)
 		t = l->type;
 	else
 		t = sim_chance(s, 50) ? VSOCK_TYPE_STREAM : VSOCK_TYPE_SEQPACKET;
-	r = vsock_sock_new(s->e[side], t, &vs);
-	if (r == -EMFILE)
+	vs = sock_new_bound(s, side, t, cport);
+	if (!vs)
 		return;
-	SIM_CHECK(s, r == 0, "sock_new: %d", r);
-	r = vsock_sock_bind(vs, VMADDR_CID_ANY, cport);
-	if (r == -EADDRINUSE) {
-		vsock_sock_close(vs);
-		return;
-	}
-	SIM_CHECK(s, r == 0, "bind %u: %d", cport, r);
-	buffer_opt(s, vs);
 	if (sim_chance(s, 10)) {
 		r = vsock_sock_setopt(vs, VSOCK_OPT_CONNECT_TIMEOUT,
-				      (1 + sim_below(s, 1000)) * 1000000ull);
+		                      (1 + sim_below(s, 1000)) * 1000000ull);
 		SIM_CHECK(s, r == 0, "setopt CONNECT_TIMEOUT: %d", r);
 	}
 	c = &s->conns[s->nconns];
-	*c = (struct sim_conn){.type = t, .cside = side, .client = (int)s->nsocks, .server = -1,
-			       .cport = cport, .lport = lport};
+	*c = (struct sim_conn){ .type = t,
+		                .cside = side,
+		                .client = (int)s->nsocks,
+		                .server = -1,
+		                .cport = cport,
+		                .lport = lport };
 	c->d[0].key = sim_rand(s);
 	c->d[1].key = sim_rand(s);
 	sim_cred_reset(s, side, cport, lport, 0, 0);
@@ -260,7 +270,7 @@ static void app_connect(struct sim *s, int side)
 	ss = sock_add(s, side, ROLE_CLIENT, t, vs, cport, (int)s->nconns);
 	s->nconns++;
 	sim_trace(s, "app %s: connect #%d conn %d %s %u->%u", side_name(side), sock_idx(s, ss),
-		  ss->conn, type_name(t), cport, lport);
+	          ss->conn, type_name(t), cport, lport);
 }
 
 static bool is_failed_client(const struct sim_sock *ss)
@@ -277,17 +287,22 @@ static void app_reconnect(struct sim *s, struct sim_sock *ss)
 	struct sim_conn *old = &s->conns[ss->conn], *c;
 	int r;
 
-	if (old->connected || s->nconns >= SIM_MAX_CONNS || tuple_busy(s, ss->side, ss->port, lport))
+	if (old->connected || s->nconns >= SIM_MAX_CONNS ||
+	    tuple_busy(s, ss->side, ss->port, lport))
 		return;
 	c = &s->conns[s->nconns];
-	*c = (struct sim_conn){.type = ss->type, .cside = ss->side, .client = sock_idx(s, ss),
-			       .server = -1, .cport = ss->port, .lport = lport};
+	*c = (struct sim_conn){ .type = ss->type,
+		                .cside = ss->side,
+		                .client = sock_idx(s, ss),
+		                .server = -1,
+		                .cport = ss->port,
+		                .lport = lport };
 	c->d[0].key = sim_rand(s);
 	c->d[1].key = sim_rand(s);
 	sim_cred_reset(s, ss->side, ss->port, lport, 0, 0);
 	r = vsock_sock_connect(ss->s, s->cfg[!ss->side].local_cid, lport);
 	sim_trace(s, "app %s: reconnect #%d conn %d -> conn %d %u->%u: %d", side_name(ss->side),
-		  sock_idx(s, ss), ss->conn, (int)s->nconns, ss->port, lport, r);
+	          sock_idx(s, ss), ss->conn, (int)s->nconns, ss->port, lport, r);
 	if (r == -EISCONN && old->child)
 		return; /* it did connect (and was reset) within one step: no second attempt */
 	SIM_CHECK(s, r == -EINPROGRESS, "connect again after a failed attempt: %d", r);
@@ -317,7 +332,7 @@ static bool app_accept_one(struct sim *s, struct sim_sock *l)
 	r = vsock_sock_accept(l->s, &child);
 	if (r == -EAGAIN) {
 		SIM_CHECK(s, l->fifo_n == 0, "accept: EAGAIN but %u children were created",
-			  l->fifo_n);
+		          l->fifo_n);
 		return false;
 	}
 	SIM_CHECK(s, r == 0, "accept: %d", r);
@@ -328,15 +343,15 @@ static bool app_accept_one(struct sim *s, struct sim_sock *l)
 	c = &s->conns[ci];
 	r = vsock_sock_peer_addr(child, &pcid, &pport);
 	SIM_CHECK(s, r == 0 && pport == c->cport && pcid == s->cfg[c->cside].local_cid,
-		  "accepted child of conn %d has peer %u:%u (r %d), want port %u", ci, pcid, pport,
-		  r, c->cport);
+	          "accepted child of conn %d has peer %u:%u (r %d), want port %u", ci, pcid, pport,
+	          r, c->cport);
 	st = vsock_sock_state(child);
 	if (l->deferred)
 		SIM_CHECK(s, st == VSOCK_SS_PENDING || st == VSOCK_SS_CLOSED,
-			  "deferred child in state %s", vsock_state_to_string(st));
+		          "deferred child in state %s", vsock_state_to_string(st));
 	else
 		SIM_CHECK(s, st == VSOCK_SS_CONNECTED || st == VSOCK_SS_CLOSED,
-			  "accepted child in state %s", vsock_state_to_string(st));
+		          "accepted child in state %s", vsock_state_to_string(st));
 	if (!room_for_sock(s, l->side)) {
 		sim_trace(s, "app %s: accept conn %d and close it at once", side_name(l->side), ci);
 		end_gone(c, 1);
@@ -347,7 +362,7 @@ static bool app_accept_one(struct sim *s, struct sim_sock *l)
 	ss->undecided = l->deferred;
 	c->server = sock_idx(s, ss);
 	sim_trace(s, "app %s: accept #%d conn %d (%s)", side_name(l->side), c->server, ci,
-		  vsock_state_to_string(st));
+	          vsock_state_to_string(st));
 	return true;
 }
 
@@ -360,14 +375,14 @@ static void app_decide(struct sim *s, struct sim_sock *ss, bool accept)
 	if (accept) {
 		r = vsock_sock_accept_pending(ss->s);
 		SIM_CHECK(s, st == VSOCK_SS_PENDING ? r == 0 : r == -ECONNRESET,
-			  "accept_pending in %s: %d", vsock_state_to_string(st), r);
+		          "accept_pending in %s: %d", vsock_state_to_string(st), r);
 	} else {
 		vsock_sock_reject(ss->s);
 		end_gone(&s->conns[ss->conn], 1);
 		r = 0;
 	}
 	sim_trace(s, "app %s: %s #%d conn %d: %d", side_name(ss->side),
-		  accept ? "accept_pending" : "reject", sock_idx(s, ss), ss->conn, r);
+	          accept ? "accept_pending" : "reject", sock_idx(s, ss), ss->conn, r);
 	resync(ss);
 }
 
@@ -392,19 +407,20 @@ static void app_send(struct sim *s, struct sim_sock *ss)
 	for (int i = 0; i < n; i++) {
 		size_t take = i == n - 1 ? len - off : (size_t)sim_below(s, len - off + 1);
 
-		iov[i] = (struct iovec){buf + off, take};
+		iov[i] = (struct iovec){ buf + off, take };
 		off += take;
 	}
 	r = vsock_sock_send(ss->s, iov, n, eor ? VSOCK_MSG_EOR : 0);
 	free(buf);
 	sim_trace(s, "app %s: send #%d conn %d %u bytes%s: %zd", side_name(ss->side),
-		  sock_idx(s, ss), ss->conn, len, eor ? " EOR" : "", r);
+	          sock_idx(s, ss), ss->conn, len, eor ? " EOR" : "", r);
 	if (r >= 0) {
 		SIM_CHECK(s, !ss->wr_shut && !d->wr_done, "send succeeded after shutdown(SEND)");
 		SIM_CHECK(s, st == VSOCK_SS_CONNECTED, "send succeeded in state %s",
-			  vsock_state_to_string(st));
+		          vsock_state_to_string(st));
 		if (ss->type == VSOCK_TYPE_SEQPACKET) {
-			SIM_CHECK(s, r == (ssize_t)len, "SEQPACKET send of %u returned %zd", len, r);
+			SIM_CHECK(s, r == (ssize_t)len, "SEQPACKET send of %u returned %zd", len,
+			          r);
 			if (d->nmsg == d->msg_cap) {
 				struct sim_msg *m;
 
@@ -413,26 +429,27 @@ static void app_send(struct sim *s, struct sim_sock *ss)
 				SIM_CHECK(s, m, "out of memory");
 				d->msgs = m;
 			}
-			d->msgs[d->nmsg++] = (struct sim_msg){len, eor, d->sent};
+			d->msgs[d->nmsg++] = (struct sim_msg){ len, eor, d->sent };
 		} else {
-			SIM_CHECK(s, r > 0 && r <= (ssize_t)len, "STREAM send of %u returned %zd", len,
-				  r);
+			SIM_CHECK(s, r > 0 && r <= (ssize_t)len, "STREAM send of %u returned %zd",
+			          len, r);
 		}
 		d->sent += (uint64_t)r;
 	} else if (r == -EAGAIN) {
 		SIM_CHECK(s, st == VSOCK_SS_CONNECTED, "send EAGAIN in state %s",
-			  vsock_state_to_string(st));
+		          vsock_state_to_string(st));
 		SIM_CHECK(s, ss->type == VSOCK_TYPE_SEQPACKET || !(pre & VSOCK_POLLOUT),
-			  "STREAM send: POLLOUT was set but send returned EAGAIN");
+		          "STREAM send: POLLOUT was set but send returned EAGAIN");
 	} else if (r == -EMSGSIZE) {
 		struct vsock_sock_info info;
 
 		vsock_sock_get_info(ss->s, &info);
-		SIM_CHECK(s, ss->type == VSOCK_TYPE_SEQPACKET &&
-			     len > (info.peer_buf_alloc < info.buf_alloc ? info.peer_buf_alloc
-									 : info.buf_alloc),
-			  "EMSGSIZE for %u bytes (peer buf_alloc %u, ours %u)", len,
-			  info.peer_buf_alloc, info.buf_alloc);
+		SIM_CHECK(s,
+		          ss->type == VSOCK_TYPE_SEQPACKET &&
+		                  len > (info.peer_buf_alloc < info.buf_alloc ? info.peer_buf_alloc
+		                                                              : info.buf_alloc),
+		          "EMSGSIZE for %u bytes (peer buf_alloc %u, ours %u)", len,
+		          info.peer_buf_alloc, info.buf_alloc);
 	} else if (r == -ENOTCONN) {
 		SIM_CHECK(s, st != VSOCK_SS_CONNECTED, "send ENOTCONN while connected");
 	} else {
@@ -453,60 +470,61 @@ static void saw_eof(struct sim *s, struct sim_sock *ss, struct sim_dir *d)
 		return;
 	d->eof = true;
 	SIM_CHECK(s, d->wr_done || d->rst || c->reset,
-		  "conn %d: EOF at %s #%d but the peer neither shut down nor reset", ss->conn,
-		  side_name(ss->side), sock_idx(s, ss));
+	          "conn %d: EOF at %s #%d but the peer neither shut down nor reset", ss->conn,
+	          side_name(ss->side), sock_idx(s, ss));
 	SIM_CHECK(s, !c->healthy || !d->rst,
-		  "conn %d: open at both ends at the drain, but reset before %s #%d read to the "
-		  "end (%llu of %llu bytes)", ss->conn, side_name(ss->side), sock_idx(s, ss),
-		  (unsigned long long)d->recvd, (unsigned long long)d->sent);
+	          "conn %d: open at both ends at the drain, but reset before %s #%d read to the "
+	          "end (%llu of %llu bytes)",
+	          ss->conn, side_name(ss->side), sock_idx(s, ss), (unsigned long long)d->recvd,
+	          (unsigned long long)d->sent);
 	if (d->rst || c->reset)
 		return;
 	s->clean_eofs++;
 	SIM_CHECK(s, d->recvd == d->sent && d->next_msg == d->nmsg,
-		  "conn %d: clean EOF at %s #%d after %llu of %llu bytes (%u of %u messages)",
-		  ss->conn, side_name(ss->side), sock_idx(s, ss), (unsigned long long)d->recvd,
-		  (unsigned long long)d->sent, d->next_msg, d->nmsg);
+	          "conn %d: clean EOF at %s #%d after %llu of %llu bytes (%u of %u messages)",
+	          ss->conn, side_name(ss->side), sock_idx(s, ss), (unsigned long long)d->recvd,
+	          (unsigned long long)d->sent, d->next_msg, d->nmsg);
 }
 
 static void check_bytes(struct sim *s, struct sim_sock *ss, uint64_t key, uint64_t off,
-			const uint8_t *p, size_t n)
+                        const uint8_t *p, size_t n)
 {
 	long bad = sim_pat_check(key, off, p, n);
 
 	SIM_CHECK(s, bad < 0, "conn %d: wrong byte at offset %llu at %s #%d", ss->conn,
-		  (unsigned long long)(off + (uint64_t)bad), side_name(ss->side),
-		  sock_idx(s, ss));
+	          (unsigned long long)(off + (uint64_t)bad), side_name(ss->side), sock_idx(s, ss));
 }
 
 static void got_stream(struct sim *s, struct sim_sock *ss, struct sim_dir *d, const uint8_t *p,
-		       size_t n, bool peek)
+                       size_t n, bool peek)
 {
 	SIM_CHECK(s, !d->eof, "conn %d: data after EOF", ss->conn);
-	SIM_CHECK(s, d->recvd + n <= d->sent, "conn %d: read %llu bytes, only %llu sent",
-		  ss->conn, (unsigned long long)(d->recvd + n), (unsigned long long)d->sent);
+	SIM_CHECK(s, d->recvd + n <= d->sent, "conn %d: read %llu bytes, only %llu sent", ss->conn,
+	          (unsigned long long)(d->recvd + n), (unsigned long long)d->sent);
 	check_bytes(s, ss, d->key, d->recvd, p, n);
 	if (!peek)
 		d->recvd += n;
 }
 
 static void got_message(struct sim *s, struct sim_sock *ss, struct sim_dir *d, const uint8_t *p,
-			size_t cap, ssize_t r, int mflags, int flags)
+                        size_t cap, ssize_t r, int mflags, int flags)
 {
 	const struct sim_msg *m;
 	size_t copied;
 
 	SIM_CHECK(s, !d->eof, "conn %d: message after EOF", ss->conn);
 	SIM_CHECK(s, d->next_msg < d->nmsg, "conn %d: a message nobody sent (%u sent)", ss->conn,
-		  d->nmsg);
+	          d->nmsg);
 	m = &d->msgs[d->next_msg];
 	copied = m->len < cap ? m->len : cap;
 	SIM_CHECK(s, r == (ssize_t)((flags & VSOCK_MSG_TRUNC) ? m->len : copied),
-		  "conn %d: message %u of %u bytes, buffer %zu, flags %#x: recv returned %zd",
-		  ss->conn, d->next_msg, m->len, cap, flags, r);
-	SIM_CHECK(s, !!(mflags & VSOCK_MSG_TRUNC) == (m->len > cap) &&
-		     !!(mflags & VSOCK_MSG_EOR) == m->eor,
-		  "conn %d: message %u (len %u, eor %d, buffer %zu) got msg flags %#x", ss->conn,
-		  d->next_msg, m->len, m->eor, cap, mflags);
+	          "conn %d: message %u of %u bytes, buffer %zu, flags %#x: recv returned %zd",
+	          ss->conn, d->next_msg, m->len, cap, flags, r);
+	SIM_CHECK(s,
+	          !!(mflags & VSOCK_MSG_TRUNC) == (m->len > cap) &&
+	                  !!(mflags & VSOCK_MSG_EOR) == m->eor,
+	          "conn %d: message %u (len %u, eor %d, buffer %zu) got msg flags %#x", ss->conn,
+	          d->next_msg, m->len, m->eor, cap, mflags);
 	check_bytes(s, ss, d->key, m->off, p, copied);
 	if (!(flags & VSOCK_MSG_PEEK)) {
 		d->next_msg++;
@@ -529,14 +547,14 @@ static ssize_t do_recv(struct sim *s, struct sim_sock *ss, uint32_t cap, int fla
 	n = 1 + (int)sim_below(s, 3);
 	for (int i = 0, off = 0; i < n; i++) {
 		uint32_t take = i == n - 1 ? cap - (uint32_t)off
-					   : (uint32_t)sim_below(s, cap - (uint32_t)off + 1);
+		                           : (uint32_t)sim_below(s, cap - (uint32_t)off + 1);
 
-		iov[i] = (struct iovec){buf + off, take};
+		iov[i] = (struct iovec){ buf + off, take };
 		off += (int)take;
 	}
 	r = vsock_sock_recv(ss->s, iov, n, flags, &mflags);
 	sim_trace(s, "app %s: recv #%d conn %d cap %u flags %#x: %zd (msg flags %#x)",
-		  side_name(ss->side), sock_idx(s, ss), ss->conn, cap, flags, r, mflags);
+	          side_name(ss->side), sock_idx(s, ss), ss->conn, cap, flags, r, mflags);
 	if (r > 0 || (r == 0 && ss->type == VSOCK_TYPE_SEQPACKET && (mflags & VSOCK_MSG_TRUNC))) {
 		if (ss->type == VSOCK_TYPE_STREAM) {
 			SIM_CHECK(s, (size_t)r <= cap, "recv returned %zd > %u", r, cap);
@@ -549,12 +567,13 @@ static ssize_t do_recv(struct sim *s, struct sim_sock *ss, uint32_t cap, int fla
 	} else if (r == -EAGAIN) {
 		SIM_CHECK(s, !d->eof || d->rd_shut, "conn %d: EAGAIN after EOF", ss->conn);
 		SIM_CHECK(s, !(pre & VSOCK_POLLIN), "conn %d: POLLIN was set but recv said EAGAIN",
-			  ss->conn);
+		          ss->conn);
 	} else {
 		SIM_CHECK(s, r == -ENOTCONN, "recv: %zd", r);
-		SIM_CHECK(s, st == VSOCK_SS_CONNECTING || st == VSOCK_SS_PENDING ||
-			     st == VSOCK_SS_CLOSED,
-			  "recv ENOTCONN in state %s", vsock_state_to_string(st));
+		SIM_CHECK(s,
+		          st == VSOCK_SS_CONNECTING || st == VSOCK_SS_PENDING ||
+		                  st == VSOCK_SS_CLOSED,
+		          "recv ENOTCONN in state %s", vsock_state_to_string(st));
 	}
 	free(buf);
 	resync(ss);
@@ -583,19 +602,19 @@ static void app_peek_consume(struct sim *s, struct sim_sock *ss)
 	SIM_CHECK(s, total >= 0, "rx_peek_iov: %zd", total);
 	SIM_CHECK(s, total == 0 || !d->eof, "conn %d: data after EOF", ss->conn);
 	SIM_CHECK(s, d->recvd + (uint64_t)total <= d->sent,
-		  "conn %d: %zd bytes queued after %llu read, only %llu sent", ss->conn, total,
-		  (unsigned long long)d->recvd, (unsigned long long)d->sent);
+	          "conn %d: %zd bytes queued after %llu read, only %llu sent", ss->conn, total,
+	          (unsigned long long)d->recvd, (unsigned long long)d->sent);
 	for (int i = 0; i < 4 && seen < (size_t)total; i++) {
 		check_bytes(s, ss, d->key, d->recvd + seen, iov[i].iov_base, iov[i].iov_len);
 		seen += iov[i].iov_len;
 	}
 	SIM_CHECK(s, seen == (size_t)total, "rx_peek_iov: iovecs hold %zu of %zd bytes", seen,
-		  total);
+	          total);
 	n = (size_t)sim_below(s, (uint64_t)total + 1);
 	vsock_sock_rx_consume(ss->s, n);
 	d->recvd += n;
 	sim_trace(s, "app %s: peek_iov #%d conn %d: %zd, consume %zu", side_name(ss->side),
-		  sock_idx(s, ss), ss->conn, total, n);
+	          sock_idx(s, ss), ss->conn, total, n);
 	resync(ss);
 }
 
@@ -608,7 +627,7 @@ static void app_shutdown(struct sim *s, struct sim_sock *ss, unsigned how)
 	int r = vsock_sock_shutdown(ss->s, how);
 
 	sim_trace(s, "app %s: shutdown #%d conn %d how %u: %d", side_name(ss->side),
-		  sock_idx(s, ss), ss->conn, how, r);
+	          sock_idx(s, ss), ss->conn, how, r);
 	if (r == 0) {
 		if (how & VSOCK_SHUTDOWN_SEND) {
 			ss->wr_shut = true;
@@ -618,7 +637,7 @@ static void app_shutdown(struct sim *s, struct sim_sock *ss, unsigned how)
 			c->d[!dir_out(ss)].rd_shut = true;
 	} else {
 		SIM_CHECK(s, r == -ENOTCONN && st != VSOCK_SS_CONNECTED, "shutdown in %s: %d",
-			  vsock_state_to_string(st), r);
+		          vsock_state_to_string(st), r);
 	}
 	resync(ss);
 }
@@ -626,8 +645,10 @@ static void app_shutdown(struct sim *s, struct sim_sock *ss, unsigned how)
 static void app_close(struct sim *s, struct sim_sock *ss)
 {
 	sim_trace(s, "app %s: close #%d (%s %s, conn %d)", side_name(ss->side), sock_idx(s, ss),
-		  ss->role == ROLE_LISTENER ? "listener" : ss->role == ROLE_CLIENT ? "client" : "child",
-		  vsock_state_to_string(vsock_sock_state(ss->s)), ss->conn);
+	          ss->role == ROLE_LISTENER ? "listener"
+	          : ss->role == ROLE_CLIENT ? "client"
+	                                    : "child",
+	          vsock_state_to_string(vsock_sock_state(ss->s)), ss->conn);
 	if (ss->role == ROLE_LISTENER) {
 		/* The engine closes the children nobody accepted. */
 		while (ss->fifo_n) {
@@ -649,7 +670,8 @@ static void app_setopt(struct sim *s, struct sim_sock *ss)
 
 	/*
 	 * Shrinking a SEQPACKET buffer while a message is partly sent stalls the connection for
-	 * good (the known engine bug --seqpacket-shrink reproduces, see sim.c): only with that flag.
+	 * good (the known engine bug that --seqpacket-shrink reproduces, see sim.c and
+	 * bug-seqpacket-shrink.c): only with that flag.
 	 */
 	if (ss->type == VSOCK_TYPE_SEQPACKET && !s->seqpacket_shrink) {
 		r = vsock_sock_getopt(ss->s, VSOCK_OPT_BUFFER_SIZE, &cur);
@@ -660,8 +682,8 @@ static void app_setopt(struct sim *s, struct sim_sock *ss)
 	r = vsock_sock_setopt(ss->s, VSOCK_OPT_BUFFER_SIZE, v);
 
 	SIM_CHECK(s, r == 0, "setopt BUFFER_SIZE %llu: %d", (unsigned long long)v, r);
-	sim_trace(s, "app %s: buffer size #%d conn %d = %llu", side_name(ss->side),
-		  sock_idx(s, ss), ss->conn, (unsigned long long)v);
+	sim_trace(s, "app %s: buffer size #%d conn %d = %llu", side_name(ss->side), sock_idx(s, ss),
+	          ss->conn, (unsigned long long)v);
 	resync(ss);
 }
 
@@ -670,30 +692,13 @@ static void app_credit_request(struct sim *s, struct sim_sock *ss)
 	enum vsock_state st = vsock_sock_state(ss->s);
 	int r = vsock_sock_request_credit(ss->s);
 
-	SIM_CHECK(s, st == VSOCK_SS_CONNECTED ? r == 0 : r == -ENOTCONN,
-		  "request_credit in %s: %d", vsock_state_to_string(st), r);
+	SIM_CHECK(s, st == VSOCK_SS_CONNECTED ? r == 0 : r == -ENOTCONN, "request_credit in %s: %d",
+	          vsock_state_to_string(st), r);
 	sim_trace(s, "app %s: credit request #%d: %d", side_name(ss->side), sock_idx(s, ss), r);
 	resync(ss);
 }
 
 /* ---- the scheduler's application step --------------------------------------------------- */
-
-static bool is_reader(const struct sim_sock *ss)
-{
-	return is_conn(ss);
-}
-
-static enum sim_app_act pick_app(struct sim *s)
-{
-	uint64_t x = sim_below(s, s->w_app_sum);
-
-	for (int i = 0; i < _APP_MAX; i++) {
-		if (x < s->w_app[i])
-			return (enum sim_app_act)i;
-		x -= s->w_app[i];
-	}
-	return APP_SEND;
-}
 
 void sim_app_setup(struct sim *s)
 {
@@ -703,12 +708,64 @@ void sim_app_setup(struct sim *s)
 				app_listen(s, side);
 }
 
+static void act_decide(struct sim *s, struct sim_sock *ss)
+{
+	app_decide(s, ss, sim_chance(s, 80));
+}
+
+static void act_recv(struct sim *s, struct sim_sock *ss)
+{
+	if (ss->stall_until <= s->step)
+		app_recv(s, ss);
+}
+
+static void act_peek_consume(struct sim *s, struct sim_sock *ss)
+{
+	if (ss->stall_until <= s->step && ss->type == VSOCK_TYPE_STREAM)
+		app_peek_consume(s, ss);
+}
+
+static void act_stall(struct sim *s, struct sim_sock *ss)
+{
+	ss->stall_until = s->step + 50 + sim_below(s, 2000);
+	sim_trace(s, "app %s: #%d stops reading until step %llu", side_name(ss->side),
+	          sock_idx(s, ss), (unsigned long long)ss->stall_until);
+}
+
+static void act_shutdown(struct sim *s, struct sim_sock *ss)
+{
+	app_shutdown(s, ss, 1 + (unsigned)sim_below(s, 3));
+}
+
+/* The actions on one existing socket: which sockets qualify, and what is done to one. */
+static const struct {
+	bool (*pred)(const struct sim_sock *ss);
+	void (*fn)(struct sim *s, struct sim_sock *ss);
+} sock_acts[_APP_MAX] = {
+	[APP_DECIDE] = { is_undecided, act_decide },
+	[APP_SEND] = { is_conn, app_send },
+	[APP_RECV] = { is_conn, act_recv },
+	[APP_PEEK_CONSUME] = { is_conn, act_peek_consume },
+	[APP_STALL] = { is_conn, act_stall },
+	[APP_SHUTDOWN] = { is_conn, act_shutdown },
+	[APP_CLOSE] = { is_live, app_close },
+	[APP_SETOPT] = { is_conn, app_setopt },
+	[APP_CREDIT_REQ] = { is_conn, app_credit_request },
+};
+
 void sim_app_step(struct sim *s)
 {
+	enum sim_app_act a = (enum sim_app_act)sim_pick(s, s->w_app, _APP_MAX, s->w_app_sum);
 	int side = (int)sim_below(s, 2);
 	struct sim_sock *ss;
 
-	switch (pick_app(s)) {
+	if (sock_acts[a].fn) {
+		ss = pick(s, sock_acts[a].pred);
+		if (ss)
+			sock_acts[a].fn(s, ss);
+		return;
+	}
+	switch (a) {
 	case APP_LISTEN:
 		app_listen(s, side);
 		break;
@@ -732,54 +789,6 @@ void sim_app_step(struct sim *s)
 		if (ss)
 			resync(ss);
 		break;
-	case APP_DECIDE:
-		ss = pick(s, is_undecided);
-		if (ss)
-			app_decide(s, ss, sim_chance(s, 80));
-		break;
-	case APP_SEND:
-		ss = pick(s, is_conn);
-		if (ss)
-			app_send(s, ss);
-		break;
-	case APP_RECV:
-		ss = pick(s, is_reader);
-		if (ss && ss->stall_until <= s->step)
-			app_recv(s, ss);
-		break;
-	case APP_PEEK_CONSUME:
-		ss = pick(s, is_reader);
-		if (ss && ss->stall_until <= s->step && ss->type == VSOCK_TYPE_STREAM)
-			app_peek_consume(s, ss);
-		break;
-	case APP_STALL:
-		ss = pick(s, is_reader);
-		if (ss) {
-			ss->stall_until = s->step + 50 + sim_below(s, 2000);
-			sim_trace(s, "app %s: #%d stops reading until step %llu", side_name(ss->side),
-				  sock_idx(s, ss), (unsigned long long)ss->stall_until);
-		}
-		break;
-	case APP_SHUTDOWN:
-		ss = pick(s, is_conn);
-		if (ss)
-			app_shutdown(s, ss, 1 + (unsigned)sim_below(s, 3));
-		break;
-	case APP_CLOSE:
-		ss = pick(s, is_live);
-		if (ss)
-			app_close(s, ss);
-		break;
-	case APP_SETOPT:
-		ss = pick(s, is_conn);
-		if (ss)
-			app_setopt(s, ss);
-		break;
-	case APP_CREDIT_REQ:
-		ss = pick(s, is_conn);
-		if (ss)
-			app_credit_request(s, ss);
-		break;
 	default:
 		break;
 	}
@@ -794,10 +803,10 @@ void sim_app_drain_start(struct sim *s)
 		const struct sim_sock *cl = &s->socks[c->client];
 		const struct sim_sock *sv = c->server >= 0 ? &s->socks[c->server] : NULL;
 
-		c->healthy = cl->s && sv && sv->s && !sv->undecided && !c->reset &&
-			     !c->d[0].rst && !c->d[1].rst && !c->d[0].rd_shut && !c->d[1].rd_shut &&
-			     vsock_sock_state(cl->s) == VSOCK_SS_CONNECTED &&
-			     vsock_sock_state(sv->s) == VSOCK_SS_CONNECTED;
+		c->healthy = cl->s && sv && sv->s && !sv->undecided && !c->reset && !c->d[0].rst &&
+		             !c->d[1].rst && !c->d[0].rd_shut && !c->d[1].rd_shut &&
+		             vsock_sock_state(cl->s) == VSOCK_SS_CONNECTED &&
+		             vsock_sock_state(sv->s) == VSOCK_SS_CONNECTED;
 	}
 }
 
@@ -861,7 +870,7 @@ int sim_app_request_pulled(struct sim *s, int side, const struct vsock_hdr *h)
 		}
 	}
 	sim_fail(s, "side %d sent a REQUEST %u->%u nobody asked for", side, h->src_port,
-		 h->dst_port);
+	         h->dst_port);
 }
 
 void sim_app_request_fed(struct sim *s, int side, const struct sim_pkt *p, int r)
@@ -873,7 +882,7 @@ void sim_app_request_fed(struct sim *s, int side, const struct sim_pkt *p, int r
 		return;
 	l = listener_at(s, side, p->h.dst_port);
 	SIM_CHECK(s, l && p->conn >= 0, "side %d took a REQUEST for port %u without a listener",
-		  side, p->h.dst_port);
+	          side, p->h.dst_port);
 	SIM_CHECK(s, l->fifo_n < SIM_BACKLOG_MAX, "listener queue beyond any backlog");
 	c = &s->conns[p->conn];
 	c->child = true;
@@ -912,15 +921,15 @@ void sim_check_events(struct sim *s, int side)
 		cur = vsock_sock_poll(ss->s);
 		gained = cur & ~ss->mask_seen & WATCH_BITS;
 		SIM_CHECK(s, gained == 0,
-			  "%s #%d (%s) gained poll bits %#x without a sock_event (mask %#x, last "
-			  "event %#x)", side_name(side), (int)i,
-			  vsock_state_to_string(vsock_sock_state(ss->s)), gained, cur,
-			  ss->mask_seen);
+		          "%s #%d (%s) gained poll bits %#x without a sock_event (mask %#x, last "
+		          "event %#x)",
+		          side_name(side), (int)i, vsock_state_to_string(vsock_sock_state(ss->s)),
+		          gained, cur, ss->mask_seen);
 		ss->mask_seen = cur;
 		if (ss->role == ROLE_CLIENT && !s->conns[ss->conn].connected &&
 		    vsock_sock_state(ss->s) == VSOCK_SS_CONNECTED) {
 			SIM_CHECK(s, s->conns[ss->conn].child,
-				  "conn %d connected but no listener took its REQUEST", ss->conn);
+			          "conn %d connected but no listener took its REQUEST", ss->conn);
 			s->conns[ss->conn].connected = true;
 		}
 	}

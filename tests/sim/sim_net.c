@@ -4,11 +4,11 @@
  * drives them, and the checks made on what crosses the wire.
  *
  * Rings. Guest -> host is the guest's TX ring (tx_ring slots): the guest pulls a packet while a
- * slot is free, the host feeds it while vsock_engine_can_feed() (device role, virtio 1.2
- * §5.10.6.4 "bounded side storage"). Host -> guest goes through RX buffers the guest posted:
- * the host pulls only into a posted buffer (max_payload = the buffer's room), the guest feeds
- * what was filled while it can feed or while its own TX ring is full (as src/driver does, so
- * that both sides never stop at once) and reposts the buffer unless it is withholding them.
+ * slot is free, the host feeds it while vsock_engine_can_feed() (device role; pending replies
+ * are bounded, docs/vsock-protocol.md §5). Host -> guest goes through RX buffers the guest
+ * posted: the host pulls only into a posted buffer (max_payload = the buffer's room), the
+ * guest feeds what was filled while it can feed or while its own TX ring is full (as src/driver
+ * does, so that both sides never stop at once) and reposts the buffer unless it withholds them.
  * Virtio never loses a packet: a side with no room leaves the packet queued in the engine.
  * Packets of one flow (port pair) are delivered in pull order, as a ring keeps them; packets of
  * different flows may be delivered in any order, and any packet may be delayed for some steps
@@ -76,17 +76,17 @@ static uint32_t pick_u32(struct sim *s, const uint32_t *v, unsigned n)
 /* Per-seed engine configuration: buffer sizes, packet sizes, limits and timeouts vary. */
 static void engine_config(struct sim *s, int side, struct vsock_engine_config *cfg)
 {
-	static const uint32_t bufs[] = {256 * 1024, 64 * 1024, 16 * 1024, 4096, 1024, 300};
-	static const uint32_t pkts[] = {VSOCK_MAX_PKT_PAYLOAD, 4096, 1500, 64};
+	static const uint32_t bufs[] = { 256 * 1024, 64 * 1024, 16 * 1024, 4096, 1024, 300 };
+	static const uint32_t pkts[] = { VSOCK_MAX_PKT_PAYLOAD, 4096, 1500, 64 };
 
 	vsock_engine_config_default(cfg);
 	cfg->local_cid = side == SIM_GUEST ? 3 : VMADDR_CID_HOST;
 	cfg->ops = &sim_ops;
 	cfg->opaque = &s->ep[side];
-	s->ep[side] = (struct sim_ep){s, side};
+	s->ep[side] = (struct sim_ep){ s, side };
 	cfg->buf_size = pick_u32(s, bufs, sizeof(bufs) / sizeof(bufs[0]));
 	cfg->max_pkt = sim_chance(s, 20) ? 1 + (uint32_t)sim_below(s, VSOCK_MAX_PKT_PAYLOAD)
-					 : pick_u32(s, pkts, sizeof(pkts) / sizeof(pkts[0]));
+	                                 : pick_u32(s, pkts, sizeof(pkts) / sizeof(pkts[0]));
 	if (sim_chance(s, 30))
 		cfg->reply_limit = 1 + (uint32_t)sim_below(s, 8);
 	if (sim_chance(s, 10))
@@ -99,8 +99,8 @@ static void engine_config(struct sim *s, int side, struct vsock_engine_config *c
 
 void sim_net_init(struct sim *s)
 {
-	static const uint32_t rxlens[] = {4096, 4096, VSOCK_MAX_PKT_PAYLOAD, 256, 1};
-	static const unsigned rings[] = {1, 2, 4, 8, 16, 64};
+	static const uint32_t rxlens[] = { 4096, 4096, VSOCK_MAX_PKT_PAYLOAD, 256, 1 };
+	static const unsigned rings[] = { 1, 2, 4, 8, 16, 64 };
 
 	for (int side = 0; side < 2; side++) {
 		int r;
@@ -114,18 +114,19 @@ void sim_net_init(struct sim *s)
 	s->rx_ring = rings[sim_below(s, 6)];
 	s->rx_posted = s->rx_ring;
 	s->rx_buf_len = sim_chance(s, 15) ? 1 + (uint32_t)sim_below(s, VSOCK_MAX_PKT_PAYLOAD)
-					  : rxlens[sim_below(s, 5)];
+	                                  : rxlens[sim_below(s, 5)];
 	s->tx_buf_len = sim_chance(s, 50) ? VSOCK_MAX_PKT_PAYLOAD
-					  : 1 + (uint32_t)sim_below(s, VSOCK_MAX_PKT_PAYLOAD);
+	                                  : 1 + (uint32_t)sim_below(s, VSOCK_MAX_PKT_PAYLOAD);
 	s->delay_pct = (unsigned)sim_below(s, 30);
 	s->credit_hold_pct = (unsigned)sim_below(s, 60);
-	sim_trace(s, "config: buf %u/%u max_pkt %u/%u reply_limit %u/%u max_socks %u/%u "
-		  "timeouts %llu/%llu ms tx_ring %u rx_ring %u rx_buf %u tx_buf %u",
-		  s->cfg[0].buf_size, s->cfg[1].buf_size, s->cfg[0].max_pkt, s->cfg[1].max_pkt,
-		  s->cfg[0].reply_limit, s->cfg[1].reply_limit, s->cfg[0].max_socks,
-		  s->cfg[1].max_socks, (unsigned long long)(s->cfg[0].connect_timeout_ns / 1000000),
-		  (unsigned long long)(s->cfg[0].close_timeout_ns / 1000000), s->tx_ring, s->rx_ring,
-		  s->rx_buf_len, s->tx_buf_len);
+	sim_trace(s,
+	          "config: buf %u/%u max_pkt %u/%u reply_limit %u/%u max_socks %u/%u "
+	          "timeouts %llu/%llu ms tx_ring %u rx_ring %u rx_buf %u tx_buf %u",
+	          s->cfg[0].buf_size, s->cfg[1].buf_size, s->cfg[0].max_pkt, s->cfg[1].max_pkt,
+	          s->cfg[0].reply_limit, s->cfg[1].reply_limit, s->cfg[0].max_socks,
+	          s->cfg[1].max_socks, (unsigned long long)(s->cfg[0].connect_timeout_ns / 1000000),
+	          (unsigned long long)(s->cfg[0].close_timeout_ns / 1000000), s->tx_ring,
+	          s->rx_ring, s->rx_buf_len, s->tx_buf_len);
 }
 
 void sim_net_free(struct sim *s)
@@ -148,7 +149,7 @@ static int split_iov(struct sim *s, uint8_t *buf, size_t len, struct iovec *iov)
 	for (int i = 0; i < n; i++) {
 		size_t take = i == n - 1 ? len - off : (size_t)sim_below(s, len - off + 1);
 
-		iov[i] = (struct iovec){buf + off, take};
+		iov[i] = (struct iovec){ buf + off, take };
 		off += take;
 	}
 	return n;
@@ -169,7 +170,7 @@ static struct sim_cred *cred_find(struct sim *s, int side, uint32_t lport, uint3
 
 /* A new connection on (side, lport, pport): nothing sent, the peer's credit as given. */
 void sim_cred_reset(struct sim *s, int side, uint32_t lport, uint32_t pport, uint32_t ba,
-		    uint32_t fwd)
+                    uint32_t fwd)
 {
 	struct sim_cred *c = cred_find(s, side, lport, pport);
 
@@ -177,7 +178,7 @@ void sim_cred_reset(struct sim *s, int side, uint32_t lport, uint32_t pport, uin
 		SIM_CHECK(s, s->ncred < SIM_MAX_CRED, "credit table full");
 		c = &s->cred[s->ncred++];
 	}
-	*c = (struct sim_cred){side, lport, pport, 0, ba, fwd};
+	*c = (struct sim_cred){ side, lport, pport, 0, ba, fwd };
 }
 
 /* An RW of len bytes left `side`: the receiver's last advertisement must cover it. */
@@ -187,13 +188,13 @@ static void cred_sent(struct sim *s, int side, const struct vsock_hdr *h)
 	uint32_t in_flight;
 
 	SIM_CHECK(s, c, "side %d sent RW %u->%u on a flow it never connected", side, h->src_port,
-		  h->dst_port);
+	          h->dst_port);
 	c->tx += h->len;
 	in_flight = c->tx - c->peer_fwd;
 	SIM_CHECK(s, in_flight <= c->peer_ba,
-		  "credit exceeded: side %d flow %u->%u has %u bytes in flight, peer buf_alloc %u "
-		  "(fwd_cnt %u)", side, h->src_port, h->dst_port, in_flight, c->peer_ba,
-		  c->peer_fwd);
+	          "credit exceeded: side %d flow %u->%u has %u bytes in flight, peer buf_alloc %u "
+	          "(fwd_cnt %u)",
+	          side, h->src_port, h->dst_port, in_flight, c->peer_ba, c->peer_fwd);
 }
 
 /* A packet reached `side`: its credit fields are what the side now knows of the peer. */
@@ -247,8 +248,8 @@ bool sim_pull(struct sim *s, int side)
 		free(buf);
 		if (cap > 0) {
 			SIM_CHECK(s, !vsock_engine_has_pending(e),
-				  "side %d: has_pending still true after pull found nothing (%s)",
-				  side, pending ? "it was true before" : "false before");
+			          "side %d: has_pending still true after pull found nothing (%s)",
+			          side, pending ? "it was true before" : "false before");
 			s->idle[side] = true;
 		}
 		sim_net_observe(s, side);
@@ -256,19 +257,19 @@ bool sim_pull(struct sim *s, int side)
 	}
 	SIM_CHECK(s, r >= 0, "side %d: pull returned %zd", side, r);
 	SIM_CHECK(s, pending, "side %d: pull produced a packet while has_pending was false", side);
-	SIM_CHECK(s, (size_t)r == h.len && h.len <= cap, "side %d: pull returned %zd, len %u, cap %u",
-		  side, r, h.len, cap);
+	SIM_CHECK(s, (size_t)r == h.len && h.len <= cap,
+	          "side %d: pull returned %zd, len %u, cap %u", side, r, h.len, cap);
 	herr = vsock_hdr_check(&h, h.len);
 	SIM_CHECK(s, herr == VSOCK_HDR_OK, "side %d pulled a bad header: %s", side,
-		  vsock_hdr_error_to_string(herr));
+	          vsock_hdr_error_to_string(herr));
 	SIM_CHECK(s, h.src_cid == s->cfg[side].local_cid && h.dst_cid == s->cfg[!side].local_cid,
-		  "side %d pulled %llu->%llu", side, (unsigned long long)h.src_cid,
-		  (unsigned long long)h.dst_cid);
+	          "side %d pulled %llu->%llu", side, (unsigned long long)h.src_cid,
+	          (unsigned long long)h.dst_cid);
 	SIM_CHECK(s, h.len <= s->cfg[side].max_pkt, "side %d: RW of %u > max_pkt %u", side, h.len,
-		  s->cfg[side].max_pkt);
+	          s->cfg[side].max_pkt);
 	s->idle[side] = false;
 	p = &w->p[w->n++];
-	*p = (struct sim_pkt){.h = h, .buf = buf, .conn = -1};
+	*p = (struct sim_pkt){ .h = h, .buf = buf, .conn = -1 };
 	if (side == SIM_HOST)
 		s->rx_posted--;
 	if (h.op == VSOCK_OP_RW)
@@ -277,8 +278,8 @@ bool sim_pull(struct sim *s, int side)
 		p->conn = sim_app_request_pulled(s, side, &h);
 	p->ready = s->step + pkt_delay(s, &h);
 	sim_trace(s, "pull %s %s %u->%u len %u flags %u ba %u fwd %u%s", side ? "host" : "guest",
-		  vsock_op_to_string(h.op), h.src_port, h.dst_port, h.len, h.flags, h.buf_alloc,
-		  h.fwd_cnt, p->ready > s->step ? " (delayed)" : "");
+	          vsock_op_to_string(h.op), h.src_port, h.dst_port, h.len, h.flags, h.buf_alloc,
+	          h.fwd_cnt, p->ready > s->step ? " (delayed)" : "");
 	sim_net_observe(s, side);
 	return true;
 }
@@ -294,8 +295,8 @@ static bool same_flow(const struct vsock_hdr *a, const struct vsock_hdr *b)
  * Index of a random deliverable packet of w (the first of its flow, not held, not taken), or
  * -1. Packets marked in `taken` count as gone; REQUESTs are skipped when no_request.
  */
-static int pick_head(struct sim *s, const struct sim_wire *w, const bool *taken,
-		     bool ignore_holds, bool no_request)
+static int pick_head(struct sim *s, const struct sim_wire *w, const bool *taken, bool ignore_holds,
+                     bool no_request)
 {
 	int cand[SIM_RING_MAX], nc = 0;
 
@@ -319,8 +320,8 @@ static int pick_head(struct sim *s, const struct sim_wire *w, const bool *taken,
 static void pkt_trace(struct sim *s, int to, const struct sim_pkt *p, const char *how, int r)
 {
 	sim_trace(s, "feed %s %s %u->%u len %u flags %u ba %u fwd %u%s: %d", to ? "host" : "guest",
-		  vsock_op_to_string(p->h.op), p->h.src_port, p->h.dst_port, p->h.len, p->h.flags,
-		  p->h.buf_alloc, p->h.fwd_cnt, how, r);
+	          vsock_op_to_string(p->h.op), p->h.src_port, p->h.dst_port, p->h.len, p->h.flags,
+	          p->h.buf_alloc, p->h.fwd_cnt, how, r);
 }
 
 /* What `to` learns from a packet before the engine sees it. */
@@ -338,7 +339,7 @@ static void pkt_heard(struct sim *s, int to, const struct sim_pkt *p)
 bool sim_deliver(struct sim *s, int to, bool batch, bool ignore_holds)
 {
 	struct sim_wire *w = &s->w[!to];
-	bool taken[SIM_RING_MAX] = {false};
+	bool taken[SIM_RING_MAX] = { false };
 	struct vsock_pkt_ref refs[8];
 	struct iovec iovs[8][3];
 	unsigned n = 0, keep = 0;
@@ -373,7 +374,7 @@ bool sim_deliver(struct sim *s, int to, bool batch, bool ignore_holds)
 			struct sim_pkt *p = &w->p[i];
 
 			pkt_heard(s, to, p);
-			refs[n] = (struct vsock_pkt_ref){p->h, iovs[n], 0};
+			refs[n] = (struct vsock_pkt_ref){ p->h, iovs[n], 0 };
 			refs[n].iovcnt = split_iov(s, p->buf, p->h.len, iovs[n]);
 			pkt_trace(s, to, p, " (batch)", 0);
 			taken[i] = true;
@@ -422,11 +423,11 @@ void sim_advance(struct sim *s, uint64_t ns)
 		if (s->now < s->known_deadline[side])
 			continue;
 		sim_trace(s, "timers %s at %llu ms", side ? "host" : "guest",
-			  (unsigned long long)(s->now / 1000000));
+		          (unsigned long long)(s->now / 1000000));
 		vsock_engine_run_timers(s->e[side]);
 		sim_net_observe(s, side);
 		SIM_CHECK(s, s->known_deadline[side] > s->now,
-			  "side %d: a timer is still due after run_timers", side);
+		          "side %d: a timer is still due after run_timers", side);
 	}
 }
 
@@ -444,28 +445,29 @@ void sim_transport_reset(struct sim *s, int side)
 void sim_check_engines(struct sim *s)
 {
 	SIM_CHECK(s, s->rx_posted + s->rx_owed + s->w[SIM_HOST].n == s->rx_ring,
-		  "RX buffer accounting: %u posted + %u owed + %u filled != %u", s->rx_posted,
-		  s->rx_owed, s->w[SIM_HOST].n, s->rx_ring);
+	          "RX buffer accounting: %u posted + %u owed + %u filled != %u", s->rx_posted,
+	          s->rx_owed, s->w[SIM_HOST].n, s->rx_ring);
 	for (int side = 0; side < 2; side++) {
 		struct vsock_engine_stats st;
 		uint64_t dl;
 
 		vsock_engine_get_stats(s->e[side], &st);
 		SIM_CHECK(s, st.credit_violations == 0,
-			  "side %d counted a credit violation from an honest peer", side);
+		          "side %d counted a credit violation from an honest peer", side);
 		SIM_CHECK(s, st.rx_mem_resets == 0,
-			  "side %d reset an honest peer for receive memory", side);
+		          "side %d reset an honest peer for receive memory", side);
 		for (int i = 1; i < _VSOCK_HDR_ERROR_MAX; i++)
 			SIM_CHECK(s, st.rx_dropped[i] == 0, "side %d dropped a packet as %s", side,
-				  vsock_hdr_error_to_string((enum vsock_hdr_error)i));
+			          vsock_hdr_error_to_string((enum vsock_hdr_error)i));
 		SIM_CHECK(s, !(s->idle[side] && vsock_engine_has_pending(s->e[side])),
-			  "side %d: a packet became pullable without tx_ready (the transport "
-			  "sleeps)", side);
+		          "side %d: a packet became pullable without tx_ready (the transport "
+		          "sleeps)",
+		          side);
 		dl = vsock_engine_next_deadline(s->e[side]);
 		SIM_CHECK(s, dl >= s->known_deadline[side],
-			  "side %d: a timer deadline moved earlier (%llu < %llu) without tx_ready",
-			  side, (unsigned long long)dl,
-			  (unsigned long long)s->known_deadline[side]);
+		          "side %d: a timer deadline moved earlier (%llu < %llu) without tx_ready",
+		          side, (unsigned long long)dl,
+		          (unsigned long long)s->known_deadline[side]);
 	}
 }
 
