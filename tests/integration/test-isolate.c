@@ -304,13 +304,11 @@ TEST(siblings_share_one_worker)
 	ASSERT_EQ(children_of(u.pid, kids, 8), 1);
 	(void)worker_of(&u, 5);
 	/* Sibling routing is in-process: it works inside the one worker. */
-	a = g_guest_new(u.sock[0], NULL);
 	b = g_guest_new(u.sock[1], NULL);
 	ls = g_listen(b, SOCK_STREAM, 7000);
-	fa = g_connect(a, SOCK_STREAM, 6, 7000);
-	ASSERT_GE(fa, 0);
-	fb = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(fb, 0);
+	a = g_guest_new(u.sock[0], NULL);
+	ASSERT_GE(fa = g_connect(a, SOCK_STREAM, 6, 7000), 0);
+	ASSERT_GE(fb = uvsock_accept(ls, NULL, NULL), 0);
 	g_set_timeouts(fb, WAIT_MS);
 	g_transfer(fa, fb, 1 * MiB, 65536, 7);
 	uvsock_close(fa);

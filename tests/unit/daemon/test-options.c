@@ -430,21 +430,25 @@ TEST(isolate_in_config_file_and_cgroup_checks)
 	ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), ENOTDIR);
 	uvsockd_config_clear(&c);
 
-	/* isolate: false with a cgroup is refused; so is a value that is not a boolean. */
-	f = fopen(path, "w");
-	ASSERT_TRUE(f != NULL);
-	fputs("isolate: false\nvms:\n  - socket: /a\n    uds_path: /b\n    cgroup: /c\n", f);
-	fclose(f);
-	ASSERT_REJECTS("needs --isolate", "--config", path);
-	/* ... unless the command line turns it on. */
-	ASSERT_OK(parse(&c, "--config", path, "--isolate", NULL));
-	ASSERT_TRUE(c.isolate);
-	uvsockd_config_clear(&c);
-	f = fopen(path, "w");
-	ASSERT_TRUE(f != NULL);
-	fputs("isolate: yes please\nvms:\n  - socket: /a\n    uds_path: /b\n", f);
-	fclose(f);
-	ASSERT_REJECTS("u.yaml:1", "--config", path);
+	/* isolate: false with a cgroup is refused, unless the command line turns isolation on. */
+	static const char *const files[] = {
+		"isolate: false\nvms:\n  - socket: /a\n    uds_path: /b\n    cgroup: /c\n",
+		"isolate: yes please\nvms:\n  - socket: /a\n    uds_path: /b\n",
+	};
+	for (unsigned i = 0; i < 2; i++) {
+		f = fopen(path, "w");
+		ASSERT_TRUE(f != NULL);
+		fputs(files[i], f);
+		fclose(f);
+		if (i == 1) {
+			ASSERT_REJECTS("u.yaml:1", "--config", path);
+			continue;
+		}
+		ASSERT_REJECTS("needs --isolate", "--config", path);
+		ASSERT_OK(parse(&c, "--config", path, "--isolate", NULL));
+		ASSERT_TRUE(c.isolate);
+		uvsockd_config_clear(&c);
+	}
 	unlink(path);
 	unlink(procs);
 	ASSERT_OK(rmdir(cg));
