@@ -85,7 +85,7 @@ struct worker {
 	 * hint (relaxed: it orders nothing; fd stays open until the control thread has stopped, so
 	 * a stale value costs one failed request at most).
 	 */
-	atomic_bool alive;
+	_Atomic bool alive;
 	int fd;             /* main's end of the socketpair, -1 if none */
 	unsigned n;         /* its VMs: cfg->vms[idx[0..n)] */
 	unsigned *idx;

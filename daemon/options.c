@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "util/macros.h"
@@ -694,10 +695,21 @@ static int check_dir_of(const char *path, const char *what, char *err, size_t er
 	return 0;
 }
 
-/* cgroup=DIR: a directory whose cgroup.procs we may write (the worker writes its PID there). */
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+#ifndef CGROUP_SUPER_MAGIC
+#define CGROUP_SUPER_MAGIC 0x27e0eb
+#endif
+
+/*
+ * cgroup=DIR: a directory of a cgroup file system (v2; a v1 hierarchy's directory works the
+ * same) whose cgroup.procs we may write (the worker writes its PID there).
+ */
 static int check_cgroup(const char *dir, char *err, size_t errlen)
 {
 	char procs[UVSOCKD_CGROUP_PATH_MAX + 16];
+	struct statfs sf;
 	struct stat st;
 	int e;
 
@@ -713,6 +725,13 @@ static int check_cgroup(const char *dir, char *err, size_t errlen)
 			 "cgroup '%s': cannot write %s: %s (a cgroup v2 directory is needed, "
 			 "writable by uvsockd)", dir, procs, strerror(e));
 		return -e;
+	}
+	if (statfs(dir, &sf) < 0 ||
+	    (sf.f_type != CGROUP2_SUPER_MAGIC && sf.f_type != CGROUP_SUPER_MAGIC)) {
+		snprintf(err, errlen,
+			 "cgroup '%s' is not a cgroup directory (cgroup2 is mounted at "
+			 "/sys/fs/cgroup on most systems)", dir);
+		return -EINVAL;
 	}
 	return 0;
 }

@@ -93,7 +93,7 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 /*
  * Start-up checks that need the file system: the directory of every socket path and uds-path
  * exists and is writable (we create sockets there), no such path exists as a non-socket, and
- * every cgroup= directory has a writable cgroup.procs.
+ * every cgroup= directory is a directory of a cgroup file system with a writable cgroup.procs.
  * Returns 0 or a negative errno with a one-line message in err.
  */
 int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen);

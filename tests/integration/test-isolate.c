@@ -201,6 +201,43 @@ static void transfer_ok(const struct uvd *u, int i, uint32_t port)
 	uvsock_ctx_free(g);
 }
 
+/* A temporary directory and the paths of n VMs (CIDs 3, 4, ...) for iso_spawn(). */
+static void iso_paths(struct uvd *u, int n)
+{
+	ASSERT_LE(n, 2);
+	memset(u, 0, sizeof(*u));
+	u->nvms = n;
+	snprintf(u->dir, sizeof(u->dir), "/tmp/uvsock-iso-XXXXXX");
+	ASSERT_TRUE(mkdtemp(u->dir) != NULL);
+	snprintf(u->log, sizeof(u->log), "%s/uvsockd.log", u->dir);
+	for (int i = 0; i < n; i++) {
+		u->cid[i] = 3 + (uint32_t)i;
+		snprintf(u->sock[i], sizeof(u->sock[i]), "%s/vm%u.sock", u->dir, u->cid[i]);
+		snprintf(u->uds[i], sizeof(u->uds[i]), "%s/vm%u.vsock", u->dir, u->cid[i]);
+	}
+}
+
+/*
+ * Starts `uvsockd --isolate` on iso_paths() (each VM in a group of its own), VM i's --vm value
+ * extended by keys[i] (",cgroup=..." or ""), without waiting for it.
+ */
+static void iso_spawn(struct uvd *u, const char *const *keys)
+{
+	char vm[2][600];
+	char *argv[8] = { (char *)uvd_binary(), "--isolate" };
+	int argc = 2;
+
+	for (int i = 0; i < u->nvms; i++) {
+		snprintf(vm[i], sizeof(vm[i]), "guest-cid=%u,socket=%s,uds-path=%s,groups=g%u%s",
+			 u->cid[i], u->sock[i], u->uds[i], u->cid[i], keys[i]);
+		argv[argc++] = "--vm";
+		argv[argc++] = vm[i];
+	}
+	argv[argc++] = "--log-level=info";
+	argv[argc] = NULL;
+	uvd_spawn(u, argv, false);
+}
+
 /* ---- one VM per worker, a worker killed --------------------------------------------------- */
 
 TEST(two_vms_two_workers_and_a_killed_worker_spares_the_other)
@@ -317,6 +354,28 @@ TEST(siblings_share_one_worker)
 	uvsock_ctx_free(a);
 	uvsock_ctx_free(b);
 	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+TEST(a_worker_that_fails_to_start_fails_the_daemon)
+{
+	static const char *const keys[] = { "", "" };
+	struct uvd u;
+	int lfd, st = 0;
+
+	/* Something else serves VM 4's vhost-user socket: its worker fails, VM 3's is stopped. */
+	iso_paths(&u, 2);
+	lfd = hs_listen(u.sock[1], SOCK_STREAM);
+	iso_spawn(&u, keys);
+	ASSERT_WAIT_FOR(uvd_exited(&u, &st), 2 * WAIT_MS);
+	ASSERT_TRUE(WIFEXITED(st));
+	ASSERT_EQ(WEXITSTATUS(st), 1);
+	ASSERT_TRUE(file_has(u.log, "is in use: another process serves it"));
+	ASSERT_TRUE(file_has(u.log, "the worker process of vm4"));
+	/* VM 3's worker stopped cleanly and removed its sockets; the other listener's file stays. */
+	ASSERT_EQ(access(u.sock[0], F_OK), -1);
+	ASSERT_EQ(access(u.sock[1], F_OK), 0);
+	close(lfd);
+	uvd_stop(&u);
 }
 
 /* ---- the memory finding: TX payloads in pages the guest never touched --------------------- */
@@ -633,22 +692,17 @@ static void cgroup_evict(const char *root, const char *cg)
 /* The body, in a process of its own so that the cgroup is removed whatever happens here. */
 static void cgroup_case(const char *cg)
 {
-	char vm[600], memcur[300], procs[300], line[400], want[200];
-	char *argv[] = { (char *)uvd_binary(), "--isolate", "--vm", vm, "--log-level=info", NULL };
-	struct uvd u = { .nvms = 1, .cid = { 3 } };
+	char key[300], memcur[300], procs[300], line[400], want[200];
+	const char *keys[] = { key };
+	struct uvd u;
 	int64_t grow[1];
 	uint64_t m0, m1;
 	pid_t w;
 	FILE *f;
 
-	snprintf(u.dir, sizeof(u.dir), "/tmp/uvsock-iso-XXXXXX");
-	ASSERT_TRUE(mkdtemp(u.dir) != NULL);
-	snprintf(u.log, sizeof(u.log), "%s/uvsockd.log", u.dir);
-	snprintf(u.sock[0], sizeof(u.sock[0]), "%s/vm3.sock", u.dir);
-	snprintf(u.uds[0], sizeof(u.uds[0]), "%s/vm3.vsock", u.dir);
-	snprintf(vm, sizeof(vm), "guest-cid=3,socket=%s,uds-path=%s,cgroup=%s", u.sock[0],
-		 u.uds[0], cg);
-	uvd_spawn(&u, argv, false);
+	snprintf(key, sizeof(key), ",cgroup=%s", cg);
+	iso_paths(&u, 1);
+	iso_spawn(&u, keys);
 	uvd_wait_ready(&u, "start-up");
 	w = worker_of(&u, 3);
 	/* The worker is in the cgroup (and the main is not). */

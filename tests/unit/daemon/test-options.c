@@ -421,7 +421,9 @@ TEST(isolate_in_config_file_and_cgroup_checks)
 	ASSERT_TRUE(strstr(err, "cgroup.procs") != NULL);
 	snprintf(procs, sizeof(procs), "%s/cgroup.procs", cg);
 	ASSERT_OK(close(creat(procs, 0600)));
-	ASSERT_OK(uvsockd_check_paths(&c, err, sizeof(err)));
+	/* ... but /tmp is no cgroup file system (the integration test has the real thing). */
+	ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), EINVAL);
+	ASSERT_TRUE(strstr(err, "not a cgroup directory") != NULL);
 	uvsockd_config_clear(&c);
 	/* A cgroup that is a file. */
 	snprintf(spec, sizeof(spec), "socket=%s/a.sock,uds-path=%s/a.vsock,cgroup=%s", dir, dir,
