@@ -190,10 +190,9 @@ static void *responder_main(void *arg)
 			continue;
 		have_vm = q.vm < vm_set_count(rs->set);
 		if (q.op == ISO_STATS) {
-			struct iso_stats_msg m = {
-				.h = { .op = ISO_STATS, .seq = q.seq, .err = have_vm ? 0 : -ENOENT },
-			};
+			struct iso_stats_msg m = { .h = { .op = ISO_STATS, .seq = q.seq } };
 
+			m.h.err = have_vm ? 0 : -ENOENT;
 			if (have_vm)
 				vm_set_ctl_ops.vm_stats(rs->set, q.vm, &m.st);
 			(void)send_msg(rs->fd, &m, sizeof(m));
@@ -274,8 +273,8 @@ static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, 
 	if (first->cgroup[0]) {
 		r = join_cgroup(first->cgroup);
 		if (r < 0) {
-			fprintf(stderr, "uvsockd: worker of %s: cannot join cgroup %s: %s\n", w->vms,
-				first->cgroup, strerror(-r));
+			fprintf(stderr, "uvsockd: worker of %s: cannot join cgroup %s: %s\n",
+				w->vms, first->cgroup, strerror(-r));
 			exit(1);
 		}
 	}
@@ -325,8 +324,8 @@ static int iso_answer(struct worker *w, uint32_t op, union iso_ans *a)
 
 		if (now >= end) {
 			w->quiet_until_ms = now + ISO_QUIET_MS;
-			log_warn("worker pid %d (%s) did not answer within %u ms", (int)w->pid, w->vms,
-				 ISO_ANSWER_TIMEOUT_MS);
+			log_warn("worker pid %d (%s) did not answer within %u ms", (int)w->pid,
+				 w->vms, ISO_ANSWER_TIMEOUT_MS);
 			return -ETIMEDOUT;
 		}
 		if (poll(&p, 1, (int)(end - now)) <= 0)

@@ -442,10 +442,10 @@ static int check_isolation(const struct uvsockd_config *c, char *err, size_t err
 		a = &c->vms[first[w[i]]];
 		if (strcmp(a->cgroup, b->cgroup) != 0)
 			r = fail(err, errlen,
-				 "guest-cid %u and %u are in one worker process (their sibling groups "
-				 "connect them) but name different cgroups ('%s' and '%s'): give every "
-				 "VM of a group the same cgroup=", a->guest_cid, b->guest_cid,
-				 a->cgroup, b->cgroup);
+				 "guest-cid %u and %u are in one worker process (their sibling "
+				 "groups connect them) but name different cgroups ('%s' and '%s'): "
+				 "give every VM of a group the same cgroup=", a->guest_cid,
+				 b->guest_cid, a->cgroup, b->cgroup);
 	}
 	free(w);
 	free(first);

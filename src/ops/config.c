@@ -309,9 +309,9 @@ static int set_vm_key(struct parser *p, int key, const char *v, bool flow)
 	case K_GROUPS:
 		return set_groups(p, vm, v, flow);
 	case K_CGROUP:
-		/* Whether isolate is on is known at the end of the file: daemon/options.c checks. */
+		/* Whether isolate is on is known at the end: daemon/options.c checks that. */
 		if (v[0] != '/')
-			return fail(p, "cgroup '%s' must be an absolute path (a cgroup v2 directory)",
+			return fail(p, "cgroup '%s' must be an absolute path (a cgroup directory)",
 				    v);
 		return set_path(p, vm->cgroup, "cgroup", v, OPS_CFG_CGROUP_PATH_MAX);
 	}

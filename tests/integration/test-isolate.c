@@ -284,8 +284,8 @@ TEST(two_vms_two_workers_and_a_killed_worker_spares_the_other)
 		struct run r;
 
 		snprintf(pcap, sizeof(pcap), "%s/never.pcap", u.dir);
-		r = stat_run_version("isolate", (const char *[]){ "-s", u.sock[0], "--capture", pcap,
-								   "--duration", "1", NULL });
+		r = stat_run_version("isolate", (const char *[]){ "-s", u.sock[0], "--capture",
+								   pcap, "--duration", "1", NULL });
 
 		ASSERT_NE(r.rc, 0);
 		ASSERT_TRUE(strstr(r.err, "cannot capture") != NULL);
@@ -371,7 +371,7 @@ TEST(a_worker_that_fails_to_start_fails_the_daemon)
 	ASSERT_EQ(WEXITSTATUS(st), 1);
 	ASSERT_TRUE(file_has(u.log, "is in use: another process serves it"));
 	ASSERT_TRUE(file_has(u.log, "the worker process of vm4"));
-	/* VM 3's worker stopped cleanly and removed its sockets; the other listener's file stays. */
+	/* VM 3's worker stopped cleanly and removed its sockets; the listener's file stays. */
 	ASSERT_EQ(access(u.sock[0], F_OK), -1);
 	ASSERT_EQ(access(u.sock[1], F_OK), 0);
 	close(lfd);
@@ -528,7 +528,7 @@ static void sg_send_sparse(struct sparse_guest *g, uint64_t bytes)
 
 		while (g->peer_buf_alloc - (g->tx_cnt - g->peer_fwd_cnt) < SG_PKT) {
 			if (test_now_ms() - t0 > 10000)
-				test_fail(__FILE__, __LINE__, "no credit from the host side at %llu",
+				test_fail(__FILE__, __LINE__, "no host credit at %llu",
 					  (unsigned long long)off);
 			sg_poll_rx(g, 20);
 			if (g->peer_buf_alloc - (g->tx_cnt - g->peer_fwd_cnt) < SG_PKT)
@@ -622,8 +622,8 @@ TEST(sparse_guest_memory_is_charged_to_the_worker_not_the_daemon)
 	pids[0] = u.pid;
 	pids[1] = worker_of(&u, 3);
 	touch_sparse(&u, TOUCH_BYTES, pids, 2, grow);
-	test_note("with --isolate: main VmRSS grew by %lld KiB (now %llu KiB), worker VmRSS grew by "
-		  "%lld KiB", (long long)grow[0], (unsigned long long)rss_kib(u.pid),
+	test_note("with --isolate: main VmRSS grew by %lld KiB (now %llu KiB), worker VmRSS grew "
+		  "by %lld KiB", (long long)grow[0], (unsigned long long)rss_kib(u.pid),
 		  (long long)grow[1]);
 	ASSERT_LT(rss_kib(u.pid), MAIN_RSS_MAX_KIB);
 	ASSERT_GE(grow[1], (int64_t)(TOUCH_BYTES / 1024 / 2));

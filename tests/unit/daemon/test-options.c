@@ -329,8 +329,8 @@ TEST(isolate_and_cgroup)
 	ASSERT_FALSE(c.isolate);
 	ASSERT_STREQ(c.vms[0].cgroup, "");
 	uvsockd_config_clear(&c);
-	ASSERT_OK(parse(&c, "--isolate", "--vm", VM_A ",cgroup=/sys/fs/cgroup/vm3,groups=g3", "--vm",
-			VM_B ",groups=g4", NULL));
+	ASSERT_OK(parse(&c, "--isolate", "--vm", VM_A ",cgroup=/sys/fs/cgroup/vm3,groups=g3",
+			"--vm", VM_B ",groups=g4", NULL));
 	ASSERT_TRUE(c.isolate);
 	ASSERT_STREQ(c.vms[0].cgroup, "/sys/fs/cgroup/vm3");
 	ASSERT_STREQ(c.vms[1].cgroup, "");
@@ -373,9 +373,9 @@ TEST(workers_follow_sibling_groups)
 
 	/* 3 {a}, 4 {b}, 5 {a+c}, 6 {c}, 7 {e}: 3-5-6 through a and c, 4 alone, 7 alone. */
 	ASSERT_OK(parse(&c, "--vm", VM_A ",groups=a", "--vm", VM_B ",groups=b", "--vm",
-			VM_C ",groups=a+c", "--vm", "guest-cid=6,socket=/r/d.sock,uds-path=/r/d.vsock,"
-			"groups=c", "--vm", "guest-cid=7,socket=/r/e.sock,uds-path=/r/e.vsock,groups=e",
-			NULL));
+			VM_C ",groups=a+c", "--vm",
+			"guest-cid=6,socket=/r/d.sock,uds-path=/r/d.vsock,groups=c", "--vm",
+			"guest-cid=7,socket=/r/e.sock,uds-path=/r/e.vsock,groups=e", NULL));
 	ASSERT_EQ(uvsockd_workers(&c, w), 3);
 	ASSERT_EQ(w[0], 0);
 	ASSERT_EQ(w[1], 1);
