@@ -15,6 +15,7 @@
 #include "ops/ctl.h"
 #include "options.h"
 #include "util/log.h"
+#include "vring/guest_mem.h"
 #include "vms.h"
 
 #ifndef UVSOCK_VERSION
@@ -67,6 +68,8 @@ int main(int argc, char **argv)
 		break;
 	}
 	log_set_level(cfg.log_level);
+	/* Before any VM exists; workers of --isolate inherit the caps (each has its own total). */
+	guest_mem_set_limits(cfg.guest_memory_max, cfg.guest_memory_total_max);
 	r = uvsockd_check_paths(&cfg, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "uvsockd: %s\n", err);

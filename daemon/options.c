@@ -52,6 +52,37 @@ static int parse_u64(const char *s, uint64_t *ret)
 	return 0;
 }
 
+/*
+ * A byte count with an optional binary suffix K, M, G or T (KiB ... TiB), at least 1 MiB, for the
+ * guest memory caps.
+ */
+static int set_bytes(uint64_t *dst, const char *name, const char *v, char *err, size_t errlen)
+{
+	static const char suffixes[] = "KMGT";
+	char num[32];
+	size_t n = strlen(v);
+	unsigned shift = 0;
+	uint64_t x;
+	const char *p;
+
+	if (n == 0 || n >= sizeof(num))
+		return fail(err, errlen, "%s '%s' is not a size", name, v);
+	memcpy(num, v, n + 1);
+	p = strchr(suffixes, num[n - 1]);
+	if (p && num[n - 1]) {
+		shift = 10u * (unsigned)(p - suffixes + 1);
+		num[n - 1] = '\0';
+	}
+	if (parse_u64(num, &x) < 0 || x > (UINT64_MAX >> shift))
+		return fail(err, errlen, "%s '%s' is not a size (a number with K, M, G or T)", name,
+			    v);
+	x <<= shift;
+	if (x < (1ull << 20))
+		return fail(err, errlen, "%s %s is below the 1M minimum", name, v);
+	*dst = x;
+	return 0;
+}
+
 static int set_cid(struct uvsockd_vm_config *vm, const char *v, char *err, size_t errlen)
 {
 	uint64_t cid;
@@ -545,6 +576,25 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 				goto out_fail;
 			continue;
 		}
+		m = match_opt(argc, argv, &i, "--guest-memory-max", &v, err, errlen);
+		if (m < 0)
+			goto out_fail;
+		if (m) {
+			r = set_bytes(&c.guest_memory_max, "--guest-memory-max", v, err, errlen);
+			if (r < 0)
+				goto out_fail;
+			continue;
+		}
+		m = match_opt(argc, argv, &i, "--guest-memory-total-max", &v, err, errlen);
+		if (m < 0)
+			goto out_fail;
+		if (m) {
+			r = set_bytes(&c.guest_memory_total_max, "--guest-memory-total-max", v, err,
+				      errlen);
+			if (r < 0)
+				goto out_fail;
+			continue;
+		}
 		m = match_opt(argc, argv, &i, "--log-level", &v, err, errlen);
 		if (m < 0)
 			goto out_fail;
@@ -811,6 +861,11 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"                          its own (\"uvsockd vmN\"), which can be placed in the\n"
 		"                          VM's cgroup so that guest memory uvsockd touches is\n"
 		"                          charged there; not combinable with --capture\n"
+		"  --guest-memory-max SIZE guest memory one VM may map (K, M, G, T suffixes;\n"
+		"                          default 1T)\n"
+		"  --guest-memory-total-max SIZE\n"
+		"                          guest memory all VMs of one process may map\n"
+		"                          (default 16T)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  --print-capabilities    print the vhost-user backend capabilities as JSON\n"
 		"  -h, --help              print this help\n"

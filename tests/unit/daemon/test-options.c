@@ -451,6 +451,29 @@ TEST(isolate_in_config_file_and_cgroup_checks)
 	ASSERT_OK(rmdir(dir));
 }
 
+TEST(guest_memory_caps)
+{
+	struct uvsockd_config c;
+
+	ASSERT_OK(parse(&c, "--vm", "socket=/a,uds-path=/b", NULL));
+	ASSERT_EQ_U64(c.guest_memory_max, 0); /* the default of guest_mem.h */
+	ASSERT_EQ_U64(c.guest_memory_total_max, 0);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--vm", "socket=/a,uds-path=/b", "--guest-memory-max", "64G",
+			"--guest-memory-total-max=2T", NULL));
+	ASSERT_EQ_U64(c.guest_memory_max, 64ull << 30);
+	ASSERT_EQ_U64(c.guest_memory_total_max, 2ull << 40);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--vm", "socket=/a,uds-path=/b", "--guest-memory-max", "1048576", NULL));
+	ASSERT_EQ_U64(c.guest_memory_max, 1ull << 20);
+	uvsockd_config_clear(&c);
+	ASSERT_REJECTS("1M minimum", "--vm", "socket=/a,uds-path=/b", "--guest-memory-max", "4K");
+	ASSERT_REJECTS("not a size", "--vm", "socket=/a,uds-path=/b", "--guest-memory-max", "1P");
+	ASSERT_REJECTS("not a size", "--vm", "socket=/a,uds-path=/b", "--guest-memory-max", "G");
+	ASSERT_REJECTS("not a size", "--vm", "socket=/a,uds-path=/b", "--guest-memory-total-max",
+		       "99999999999999999999T");
+}
+
 TEST(usage_mentions_every_option)
 {
 	static const char *const opts[] = { "--vm", "--config", "--guest-cid", "--socket",
