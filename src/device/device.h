@@ -108,7 +108,9 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(host_connect_bad_line) /* CONNECT lines rejected (garbage, overlong, early close) */     \
 	X(host_connect_timeouts) /* CONNECT line or guest answer not within 2 s */                 \
 	X(guest_conns_refused)   /* guest connects with no host listener: RST */                   \
-	X(vmm_connects)          /* VMM sessions */
+	X(vmm_connects)          /* VMM sessions */                                                \
+	X(sibling_replies_dropped) /* RSTs dropped, the inbox they were for full: our guest's      \
+				    * to a sibling, those the device made for our guest */
 
 struct vsock_dev_stats {
 #define VSOCK_DEV_STATS_FIELD_(f) uint64_t f;
