@@ -84,7 +84,7 @@ void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev
 		OPS_CTR_ADD(ret, host_symlinks_refused, d->guest_conns_symlink);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_SPOOFED_CID], d->tx_bad_src_cid);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_NO_ROUTE],
-			    d->tx_bad_dst_cid + d->sibling_dropped);
+			    d->tx_bad_dst_cid + d->sibling_dropped + d->sibling_replies_dropped);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_MALFORMED], d->tx_bad_chain);
 	}
 	if (e) {

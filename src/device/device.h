@@ -117,7 +117,9 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(host_handshake_timeouts) /* CONNECT line not complete within 2 s (these are also in      \
 				    * host_connect_timeouts) */                                    \
 	X(guest_conns_symlink)   /* guest connects refused (RST): <uds-path>_<port> is a symlink   \
-				  * (also in guest_conns_refused) */
+				  * (also in guest_conns_refused) */                                \
+	X(sibling_replies_dropped) /* RSTs dropped, the inbox they were for full: our guest's      \
+				    * to a sibling, those the device made for our guest */
 
 struct vsock_dev_stats {
 #define VSOCK_DEV_STATS_FIELD_(f) uint64_t f;
