@@ -28,8 +28,12 @@
  * picks at random, which the "reply" step copies from what the guest received).
  *
  * Input layout: byte 0 features and queue size (bit 0 INDIRECT_DESC, bit 1 EVENT_IDX, bit 2
- * SEQPACKET, bits 3-7 log2(num) % 9, so num is 1 .. 256), byte 1 CIDs, link and limits, then
- * steps: a command byte (see step()) and its arguments.
+ * SEQPACKET, bits 3-7 log2(num) % 9, so num is 1 .. 256); byte 1 the devices (bits 0-1 the CID
+ * pair, bits 2-3 max_conns 1024/1/2/8, bit 4 buf_alloc 4096, bit 5 not linked); then steps, a
+ * command byte (step(): TX packet, TX reply to the last packet received, RX buffers, host
+ * connect, host write/read/shutdown/close, host listen, host accept, queue restart, reset,
+ * avail index jump, free the sibling, just run) and its arguments. FUZZ_DEVICE_VERBOSE=1
+ * prints each device's counters at the end of an input (for writing seeds).
  */
 #include <dirent.h>
 #include <endian.h>
