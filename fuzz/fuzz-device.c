@@ -137,10 +137,13 @@ struct fz {
 static struct fz fz;
 static char fz_dir[64];
 
+/* At exit, also in the middle of an input (libFuzzer's time limit): the socket files too. */
 static void fz_cleanup(void)
 {
-	if (fz_dir[0])
+	if (fz_dir[0]) {
+		fz_dir_clean(fz_dir);
 		(void)rmdir(fz_dir);
+	}
 }
 
 static bool dir_empty(const char *path)

@@ -2,8 +2,8 @@
 /*
  * What the fuzz targets share: a cursor over the input that hands out little-endian integers
  * (zeros once the input is used up, so every input is a complete program), FZ_CHECK, the
- * invariant check that aborts (a crash libFuzzer records, a failed case in the replay run), and
- * fz_count_fds() for the fd-leak checks.
+ * invariant check that aborts (a crash libFuzzer records, a failed case in the replay run),
+ * fz_count_fds() for the fd-leak checks and fz_dir_clean() for the targets' temporary directory.
  * Header-only; each target includes it once.
  */
 #ifndef UVSOCK_FUZZ_INPUT_H
@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 /* The libFuzzer entry point every target defines (fuzz-main.c calls it in the replay runs). */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -86,6 +88,20 @@ static inline int fz_count_fds(void)
 		n += de->d_name[0] != '.';
 	closedir(d);
 	return n - 1;
+}
+
+/* Removes every entry but "." and ".." of dir (files only; a target's sockets and captures). */
+static inline void fz_dir_clean(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			(void)unlinkat(dirfd(d), de->d_name, 0);
+	closedir(d);
 }
 
 #endif

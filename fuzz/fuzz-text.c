@@ -22,7 +22,6 @@
  *
  * Nothing may crash or leak memory or file descriptors (counted in /proc/self/fd) either way.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -43,23 +42,10 @@
 
 static char fz_dir[64]; /* the control requests' capture files */
 
-/* Removes every file of fz_dir (capture files the requests created). */
-static void clean_dir(void)
-{
-	DIR *d = opendir(fz_dir);
-	struct dirent *de;
-
-	FZ_CHECK(d != NULL);
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.' || (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")))
-			(void)unlinkat(dirfd(d), de->d_name, 0);
-	closedir(d);
-}
-
 static void fz_cleanup(void)
 {
 	if (fz_dir[0]) {
-		clean_dir();
+		fz_dir_clean(fz_dir);
 		(void)rmdir(fz_dir);
 	}
 }
@@ -631,7 +617,7 @@ static void ctl_one(const uint8_t *s, size_t size)
 	ctl_capture_end(&c, "fuzz");
 	for (unsigned i = 0; i < FZ_CTL_VMS; i++)
 		ops_tap_destroy(&f.tap[i]);
-	clean_dir();
+	fz_dir_clean(fz_dir);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
