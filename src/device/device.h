@@ -112,8 +112,8 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(host_conns_refused)    /* host connections closed at once: the VM's host fd budget       \
 				  * (max_conns) was full */                                        \
 	X(host_accept_shed)      /* host connections closed at once: the process was out of fds */ \
-	X(host_handshakes_refused) /* host connections closed at once: no CONNECT line yet and     \
-				    * the cap of pending handshakes (64) reached */                \
+	X(host_handshakes_refused) /* host connections closed: no CONNECT line yet, the oldest     \
+				    * pending when the cap (half the budget) was reached */        \
 	X(host_handshake_timeouts) /* CONNECT line not complete within 2 s (these are also in      \
 				    * host_connect_timeouts) */                                    \
 	X(guest_conns_symlink)   /* guest connects refused (RST): <uds-path>_<port> is a symlink   \
