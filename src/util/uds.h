@@ -38,7 +38,12 @@ int uds_probe(const char *path, int type);
  */
 int uds_listen(const char *path, int type, int backlog, unsigned mode, struct uds_listener *l);
 
-/* Removes path if it is still the socket l bound (same device and inode). Returns true if removed. */
+/*
+ * Removes path if it is still the socket l bound (same device and inode). Returns true if removed.
+ * Call it before closing l->fd: the open socket keeps its inode, so no other socket created at
+ * path meanwhile can have the same number; once it is closed and its file replaced, the new file
+ * may well get the freed inode number (ext4 does) and would be removed as ours.
+ */
 bool uds_unlink_owned(const char *path, const struct uds_listener *l);
 
 #endif
