@@ -406,14 +406,18 @@ static int do_queue_start(struct vsock_dev *d, void *arg)
 int uvsock_dev_queue_start(struct uvsock_dev *u, unsigned qidx, const struct uvsock_dev_queue *q)
 {
 	struct start_arg a = { .qidx = qidx, .q = q };
+	int r;
 
 	if (!q || qidx > UVSOCK_DEV_QUEUE_TX || q->kick_fd < 0 ||
 	    (q->flags & ~UVSOCK_DEV_QUEUE_HOST_ADDRS) || !vring_size_valid(q->num))
 		return -EINVAL;
 	/* Only eventfds: a pipe at EOF as kick fd would spin the device thread, a full pipe as
-	 * call fd would block it. */
-	if (fd_check_eventfd(q->kick_fd) < 0 || (q->call_fd >= 0 && fd_check_eventfd(q->call_fd) < 0))
-		return -EINVAL;
+	 * call fd would block it. A kick fd that is not open stays -EBADF (as epoll_ctl said). */
+	r = fd_check_eventfd(q->kick_fd);
+	if (r == 0 && q->call_fd >= 0)
+		r = fd_check_eventfd(q->call_fd);
+	if (r < 0)
+		return r == -EBADF ? r : -EINVAL;
 	return api_run(u, do_queue_start, &a);
 }
 

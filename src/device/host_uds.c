@@ -356,8 +356,8 @@ static void close_one(const char *path, struct uds_listener *l, struct loop_watc
 		return;
 	loop_watch_del(*w);
 	*w = NULL;
+	(void)uds_unlink_owned(path, l); /* before the close: see uds.h */
 	close(l->fd);
-	(void)uds_unlink_owned(path, l);
 	l->fd = -1;
 }
 

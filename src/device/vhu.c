@@ -216,7 +216,7 @@ void dev_vhu_free(struct dev_vhu *v)
 		v->vhu = NULL;
 	}
 	loop_watch_del(v->listen_w);
+	(void)uds_unlink_owned(v->path, &v->listener); /* before the close: see uds.h */
 	close(v->listener.fd);
-	(void)uds_unlink_owned(v->path, &v->listener);
 	free(v);
 }

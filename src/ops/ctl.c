@@ -382,8 +382,8 @@ static void ctl_free(struct ops_ctl *c)
 	loop_timer_free(c->timer);
 	loop_watch_del(c->listen_watch);
 	if (c->listener.fd >= 0) {
+		uds_unlink_owned(c->path, &c->listener); /* before the close: see uds.h */
 		close(c->listener.fd);
-		uds_unlink_owned(c->path, &c->listener);
 	}
 	loop_free(c->loop);
 	free(c->clients);

@@ -36,15 +36,22 @@ int uds_probe(const char *path, int type)
 	if (!S_ISSOCK(st.st_mode))
 		return -EEXIST;
 	/*
-	 * A blocking connect to a Unix socket never waits for an accept: it succeeds as soon as the
-	 * listener's backlog takes it, fails with ECONNREFUSED when nobody listens, and with EAGAIN
-	 * when a live listener's backlog is full (still live).
+	 * A connect to a Unix socket never waits for an accept: it succeeds as soon as the
+	 * listener's backlog takes it, fails with ECONNREFUSED when no socket is bound there (stale)
+	 * and with EAGAIN when a live listener's backlog is full (still live). EPROTOTYPE: a socket of
+	 * the other type is bound there, somebody's too. Anything else (EACCES...) tells nothing:
+	 * the path is not ours to replace.
 	 */
 	fd = socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
 	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	r = r == 0 || errno == EAGAIN || errno == EINPROGRESS ? -EADDRINUSE : 0;
+	if (r == 0 || errno == EAGAIN || errno == EINPROGRESS || errno == EPROTOTYPE)
+		r = -EADDRINUSE;
+	else if (errno == ECONNREFUSED || errno == ENOENT)
+		r = 0; /* stale, or removed since the lstat */
+	else
+		r = -errno;
 	close(fd);
 	return r;
 }

@@ -3,7 +3,8 @@
  * The one way the tree listens on a Unix socket path (vhost-user sockets, host-side sockets,
  * the control socket), with one policy for a path that already exists:
  *   - not a socket: -EEXIST, nothing touched;
- *   - a socket somebody accepts connections on (a live daemon): -EADDRINUSE, nothing touched;
+ *   - a socket somebody accepts connections on (a live daemon), or one of another type bound
+ *     there: -EADDRINUSE, nothing touched; one that cannot be probed (-EACCES...): that errno;
  *   - a socket nobody listens on (left by a crash): unlinked and replaced (the caller may log
  *     it: UDS_REPLACED_STALE is set in *flags_out).
  * uds_unlink_owned() removes the path at exit only if it is still the socket we bound (same
@@ -26,7 +27,8 @@ struct uds_listener {
 
 /*
  * Probes the path (connect with the socket's type): 0 if nothing is there or a stale socket,
- * -EADDRINUSE if something accepts, -EEXIST if the path is not a socket, -ENAMETOOLONG.
+ * -EADDRINUSE if something accepts (or a socket of another type is bound there), -EEXIST if the
+ * path is not a socket, -ENAMETOOLONG, or the errno of a connect that tells neither (-EACCES...).
  */
 int uds_probe(const char *path, int type);
 
@@ -36,7 +38,12 @@ int uds_probe(const char *path, int type);
  */
 int uds_listen(const char *path, int type, int backlog, unsigned mode, struct uds_listener *l);
 
-/* Removes path if it is still the socket l bound (same device and inode). Returns true if removed. */
+/*
+ * Removes path if it is still the socket l bound (same device and inode). Returns true if removed.
+ * Call it before closing l->fd: the open socket keeps its inode, so no other socket created at
+ * path meanwhile can have the same number; once it is closed and its file replaced, the new file
+ * may well get the freed inode number (ext4 does) and would be removed as ours.
+ */
 bool uds_unlink_owned(const char *path, const struct uds_listener *l);
 
 #endif

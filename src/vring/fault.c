@@ -5,7 +5,8 @@
  *
  * What the handler does is async-signal-safe: atomic loads and stores of lock-free types, mmap()
  * (a system call; not on the POSIX list, but a plain syscall wrapper in every Linux libc),
- * sigaction() and raise(). It takes no lock and allocates nothing.
+ * sigaction() and raise(), or a call of the handler that was there before. It takes no lock and
+ * allocates nothing.
  */
 #include "vring/fault.h"
 
@@ -75,13 +76,39 @@ static void slot_write(struct fault_slot *s, uintptr_t base, size_t len, atomic_
 	atomic_store_explicit(&s->seq, seq + 2, memory_order_release);
 }
 
+/*
+ * A SIGBUS that is not ours gets what it would have got without the guard. A handler that was
+ * there before (an embedding VMM's, for memory-error reports say) is called as it is, and the
+ * guard stays. Otherwise the previous action (SIG_DFL, SIG_IGN) is put back for a fault, which
+ * then happens again under it when the access is retried; a signal that retries no access (sent
+ * with kill(), or an asynchronous memory-error report) is raised again under it, or, ignored
+ * before the guard, ignored now.
+ */
+static void not_ours(int sig, siginfo_t *si, void *uctx)
+{
+	bool retried = si->si_code > 0 && si->si_code != BUS_MCEERR_AO;
+
+	if (prev_action.sa_flags & SA_SIGINFO) {
+		prev_action.sa_sigaction(sig, si, uctx);
+		return;
+	}
+	if (prev_action.sa_handler != SIG_DFL && prev_action.sa_handler != SIG_IGN) {
+		prev_action.sa_handler(sig);
+		return;
+	}
+	if (prev_action.sa_handler == SIG_IGN && !retried)
+		return;
+	sigaction(SIGBUS, &prev_action, NULL);
+	if (!retried)
+		raise(sig);
+}
+
 static void sigbus_handler(int sig, siginfo_t *si, void *uctx)
 {
 	uintptr_t a = (uintptr_t)si->si_addr;
 	unsigned n = atomic_load_explicit(&slots_used, memory_order_acquire);
 	int saved_errno = errno;
 
-	(void)uctx;
 	/* Only a fault (si_code > 0) has an address; kill(SIGBUS) gets the previous action. */
 	for (unsigned i = 0; si->si_code > 0 && i < n && i < FAULT_MAX_REGIONS; i++) {
 		uintptr_t base;
@@ -100,11 +127,8 @@ static void sigbus_handler(int sig, siginfo_t *si, void *uctx)
 		return;
 	}
 	/* Not guest memory (or unrepairable): what would have happened without the guard. */
-	sigaction(SIGBUS, &prev_action, NULL);
-	if (si->si_code <= 0)
-		raise(sig); /* sent by kill()/raise(): no faulting access will repeat it */
+	not_ours(sig, si, uctx);
 	errno = saved_errno;
-	/* A fault: returning retries the access, which faults again under the previous action. */
 }
 
 static void guard_install(void)

@@ -8,8 +8,9 @@
  * handler maps anonymous zero pages over the whole region (MAP_FIXED), sets the region's
  * poisoned flag and returns, so the faulting access is retried on zeros and no later access to
  * that region can fault. The owner checks the flag and stops using the memory (guest_mem.h
- * guest_mem_poisoned()). A SIGBUS outside every registered region puts back the action that was
- * there before the guard (the default, normally) and happens again: a real bug still crashes.
+ * guest_mem_poisoned()). A SIGBUS outside every registered region gets the action that was there
+ * before the guard: a handler of the embedding program is called (the guard stays), the default
+ * is put back and the signal happens again (a real bug still crashes).
  *
  * Registry: a fixed array read lock-free by the handler; each slot is a small seqlock, so the
  * handler never sees half of a registration. Thread-safe; fault_register()/fault_unregister() are

@@ -1270,6 +1270,10 @@ TEST(kick_and_call_fds_must_be_eventfds)
 	q.call_fd = p[0];
 	ASSERT_ERR(uvsock_dev_queue_start(e.dev, UVSOCK_DEV_QUEUE_TX, &q), EINVAL);
 	ASSERT_ERR(uvsock_dev_set_call_fd(e.dev, UVSOCK_DEV_QUEUE_TX, p[0]), EINVAL);
+	/* A kick fd that is not open at all is -EBADF, as device.h documents. */
+	q = eg_queue(&e.g, UVSOCK_DEV_QUEUE_TX);
+	q.kick_fd = 1 << 20; /* never open: above any fd this test has */
+	ASSERT_ERR(uvsock_dev_queue_start(e.dev, UVSOCK_DEV_QUEUE_TX, &q), EBADF);
 	q = eg_queue(&e.g, UVSOCK_DEV_QUEUE_TX);
 	ASSERT_OK(uvsock_dev_queue_start(e.dev, UVSOCK_DEV_QUEUE_TX, &q));
 	close(p[0]);
