@@ -32,7 +32,10 @@ static inline uint32_t vsock_credit_peer_cap(uint32_t peer_buf_alloc, uint32_t o
 
 /*
  * Bytes we may still send: min(peer_buf_alloc, own_buf_alloc) - (tx_cnt - peer_fwd_cnt),
- * computed in 64 bits and clamped at 0.
+ * computed in 64 bits and clamped at 0. For what send() may accept, own_buf_alloc is our current
+ * buf_alloc; for pulling bytes send() already accepted, the largest buf_alloc of the connection,
+ * so that lowering our buffer never strands them (docs/vsock-protocol.md §3, "Lowering the
+ * buffer").
  */
 static inline uint32_t vsock_credit_avail(uint32_t peer_buf_alloc, uint32_t own_buf_alloc,
 					  uint32_t tx_cnt, uint32_t peer_fwd_cnt)
@@ -47,6 +50,20 @@ static inline uint32_t vsock_credit_avail(uint32_t peer_buf_alloc, uint32_t own_
 static inline uint32_t vsock_credit_max_msg(uint32_t peer_buf_alloc, uint32_t own_buf_alloc)
 {
 	return vsock_credit_peer_cap(peer_buf_alloc, own_buf_alloc);
+}
+
+/*
+ * The buf_alloc a receiver advertises: its buf_alloc, except while the SEQPACKET message it holds
+ * open (open_bytes received, no EOM yet) has reached it; then the largest buf_alloc it advertised
+ * on the connection (rx_limit). That message was started under the larger value, only whole
+ * messages are consumed, and with buf_alloc at or below the bytes in flight the sender would get
+ * no credit ever again (docs/vsock-protocol.md §3, "Lowering the buffer").
+ */
+static inline uint32_t vsock_credit_adv(uint32_t buf_alloc, uint32_t rx_limit, uint32_t open_bytes)
+{
+	if (open_bytes > 0 && open_bytes >= buf_alloc && rx_limit > buf_alloc)
+		return rx_limit;
+	return buf_alloc;
 }
 
 /*

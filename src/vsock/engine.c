@@ -696,6 +696,9 @@ static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsoc
 	}
 	s->bytes_in += len;
 	STAT_ADD(e, rx_bytes, len);
+	/* The open message just reached a lowered buf_alloc: say we take the rest (credit.h). */
+	if (sock_adv_buf_alloc(s) != s->buf_alloc && s->rxq.open_bytes - len < s->buf_alloc)
+		vsock_sk_pend_set(s, PEND_CREDIT_UPDATE);
 	vsock_sk_event(cx, s);
 	return 0;
 }
@@ -1103,7 +1106,7 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 	}
 	h->len = len;
 	/* Every packet carries our credit, so it also answers any pending CREDIT_UPDATE. */
-	h->buf_alloc = s->buf_alloc;
+	h->buf_alloc = sock_adv_buf_alloc(s);
 	h->fwd_cnt = s->fwd_cnt;
 	s->last_fwd_cnt = s->fwd_cnt;
 	vsock_sk_pend_clear(s, PEND_CREDIT_UPDATE);

@@ -96,8 +96,10 @@ struct vsock_sock {
 	uint32_t rcvlowat;
 
 	/* receive side (credit we grant) */
-	uint32_t buf_alloc;     /* what we advertise */
-	uint32_t rx_limit;      /* largest buf_alloc ever advertised on this connection */
+	uint32_t buf_alloc;     /* our buffer size (what we advertise: sock_adv_buf_alloc) */
+	/* The largest buf_alloc of this connection: the credit the peer may have been given, and
+	 * the own cap for pulling bytes send() already accepted (sock_credit). */
+	uint32_t rx_limit;
 	uint32_t fwd_cnt, last_fwd_cnt;
 	struct vsock_rxq rxq;   /* received bytes not yet read */
 
@@ -218,17 +220,42 @@ static inline void sock_unlock(struct vsock_sock *s)
 		e->ops->tx_ready(e->opaque);
 }
 
+/*
+ * Lowering our buffer on a live connection (docs/vsock-protocol.md §3, "Lowering the buffer";
+ * Linux applies a new SO_VM_SOCKETS_BUFFER_SIZE at once, af_vsock.c vsock_update_buffer_size()
+ * -> virtio_transport_common.c virtio_transport_notify_buffer_size(), and can stall here):
+ *
+ * - as a sender, the lower value caps what send() accepts from then on (sock_send_space); bytes
+ *   it accepted before are pulled under the largest buf_alloc of the connection (sock_credit),
+ *   still within the peer's credit. Capping them by the lower value strands a SEQPACKET message
+ *   that is partly sent: the receiver consumes only whole messages, so with our buf_alloc at or
+ *   below the bytes in flight the credit never comes back;
+ * - as a receiver, we keep advertising the larger value while the message we hold open needs it
+ *   (sock_adv_buf_alloc), for the same reason seen from the other end.
+ *
+ * Neither costs memory beyond what the larger value already allowed: the bytes are in our send
+ * ring, and the receive side accepts up to rx_limit anyway (vsock_credit_rx_fits).
+ */
+
+/* Credit for pulling queued bytes: min(peer buf_alloc, rx_limit) - in flight. */
 static inline uint32_t sock_credit(const struct vsock_sock *s)
 {
-	return vsock_credit_avail(s->peer_buf_alloc, s->buf_alloc, s->tx_cnt, s->peer_fwd_cnt);
+	return vsock_credit_avail(s->peer_buf_alloc, s->rx_limit, s->tx_cnt, s->peer_fwd_cnt);
 }
 
-/* Bytes send() may queue now: credit not yet claimed by queued bytes. */
+/* Bytes send() may queue now: min(peer buf_alloc, buf_alloc) - in flight - queued. */
 static inline uint32_t sock_send_space(const struct vsock_sock *s)
 {
-	uint32_t c = sock_credit(s);
+	uint32_t c = vsock_credit_avail(s->peer_buf_alloc, s->buf_alloc, s->tx_cnt,
+					s->peer_fwd_cnt);
 
 	return c > s->tx_len ? c - s->tx_len : 0;
+}
+
+/* The buf_alloc our packets carry. */
+static inline uint32_t sock_adv_buf_alloc(const struct vsock_sock *s)
+{
+	return vsock_credit_adv(s->buf_alloc, s->rx_limit, s->rxq.open_bytes);
 }
 
 static inline bool sock_can_send_data(const struct vsock_sock *s)

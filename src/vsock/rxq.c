@@ -32,6 +32,7 @@ void vsock_rxq_free(struct vsock_rxq *q)
 	rxq_free_chunks(q);
 	q->msgs = 0;
 	q->bytes = 0;
+	q->open_bytes = 0;
 	free(q->spare);
 	q->spare = NULL;
 }
@@ -160,6 +161,9 @@ copy:
 		c->eom = 1;
 		c->eor = eor ? 1 : 0;
 		q->msgs++;
+		q->open_bytes = 0;
+	} else if (seq) {
+		q->open_bytes += len;
 	}
 	q->bytes += len;
 	return 0;

@@ -47,6 +47,7 @@ struct vsock_rxq {
 	uint64_t mem;           /* room of the queued chunks plus RX_CHUNK_OVERHEAD each */
 	uint32_t bytes;         /* payload bytes queued, not yet read */
 	uint32_t msgs;          /* SEQPACKET: whole messages queued (chunks with eom) */
+	uint32_t open_bytes;    /* SEQPACKET: bytes of the message still open at the tail (no eom) */
 };
 
 /*

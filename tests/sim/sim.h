@@ -149,7 +149,6 @@ struct sim {
 	struct sim_ep ep[2];
 	bool verbose;
 	FILE *out;             /* where the trace goes (stdout, or memory for --twice) */
-	bool seqpacket_shrink; /* --seqpacket-shrink: reproduce the known bug (sim_app.c) */
 	jmp_buf fail;
 	uint64_t step, max_steps, now;
 	struct vsock_engine *e[2];

@@ -665,22 +665,12 @@ static void app_close(struct sim *s, struct sim_sock *ss)
 
 static void app_setopt(struct sim *s, struct sim_sock *ss)
 {
-	uint64_t v = 128 + sim_below(s, 256 * 1024), cur = 0;
+	uint64_t v = 128 + sim_below(s, 256 * 1024);
 	int r;
 
-	/*
-	 * Shrinking a SEQPACKET buffer while a message is partly sent stalls the connection for
-	 * good (the known engine bug that --seqpacket-shrink reproduces, see sim.c and
-	 * bug-seqpacket-shrink.c): only with that flag.
-	 */
-	if (ss->type == VSOCK_TYPE_SEQPACKET && !s->seqpacket_shrink) {
-		r = vsock_sock_getopt(ss->s, VSOCK_OPT_BUFFER_SIZE, &cur);
-		SIM_CHECK(s, r == 0, "getopt BUFFER_SIZE: %d", r);
-		if (v < cur)
-			v = cur + sim_below(s, 4096);
-	}
+	/* Lower or higher, at any point of a message (docs/vsock-protocol.md §3, "Lowering the
+	 * buffer"). */
 	r = vsock_sock_setopt(ss->s, VSOCK_OPT_BUFFER_SIZE, v);
-
 	SIM_CHECK(s, r == 0, "setopt BUFFER_SIZE %llu: %d", (unsigned long long)v, r);
 	sim_trace(s, "app %s: buffer size #%d conn %d = %llu", side_name(ss->side), sock_idx(s, ss),
 	          ss->conn, (unsigned long long)v);

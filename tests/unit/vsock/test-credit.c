@@ -2,7 +2,8 @@
 /*
  * Unit tests for the pure credit math of src/vsock/credit.h: wraparound of the free-running
  * counters, the cap at our own buf_alloc, a peer shrinking buf_alloc with bytes in flight, the
- * receive-side fit check and the credit-update rule of Linux 6.1.76+.
+ * receive-side fit check, the credit-update rule of Linux 6.1.76+ and the buf_alloc a receiver
+ * advertises while it holds an open SEQPACKET message.
  */
 #include "test.h"
 #include "vsock/credit.h"
@@ -102,6 +103,20 @@ TEST(need_update_rule)
 	ASSERT_FALSE(vsock_credit_need_update(ba, 5, UINT32_MAX - 10, 10, 1));
 	/* Shrunk buffer: more unannounced than buf_alloc counts as low, not as huge. */
 	ASSERT_TRUE(vsock_credit_need_update(4096, 100000, 0, 10, 1));
+}
+
+TEST(adv_keeps_the_larger_buffer_for_an_open_message)
+{
+	/* Nothing open, or an open message below buf_alloc: buf_alloc itself. */
+	ASSERT_EQ(vsock_credit_adv(16384, 262144, 0), 16384);
+	ASSERT_EQ(vsock_credit_adv(16384, 262144, 16383), 16384);
+	/* An open message that reached a lowered buf_alloc: the largest value advertised. */
+	ASSERT_EQ(vsock_credit_adv(16384, 262144, 16384), 262144);
+	ASSERT_EQ(vsock_credit_adv(16384, 262144, 100000), 262144);
+	/* Never below buf_alloc, and a zero buffer with nothing open stays zero. */
+	ASSERT_EQ(vsock_credit_adv(262144, 262144, 300000), 262144);
+	ASSERT_EQ(vsock_credit_adv(262144, 4096, 300000), 262144);
+	ASSERT_EQ(vsock_credit_adv(0, 262144, 0), 0);
 }
 
 TEST_MAIN()

@@ -163,7 +163,9 @@ TEST(seqpacket_messages)
 
 	/* Message 1: 10 + 5 bytes, EOR. Message 2: 4 bytes, no EOR. Message 3: empty. */
 	ASSERT_OK(push_pat(&q, 10, true, false, false, 262144, &wr));
+	ASSERT_EQ(q.open_bytes, 10);
 	ASSERT_OK(push_pat(&q, 5, true, true, true, 262144, &wr));
+	ASSERT_EQ(q.open_bytes, 0);
 	ASSERT_EQ(q.msgs, 1);
 	ASSERT_OK(push_pat(&q, 4, true, true, false, 262144, &wr));
 	ASSERT_EQ(nchunks(&q), 2); /* the first merged; nothing merges past an EOM */
@@ -194,7 +196,16 @@ TEST(seqpacket_messages)
 	ASSERT_EQ(q.msgs, 0);
 	ASSERT_TRUE(q.head == NULL);
 	ASSERT_EQ_U64(q.mem, 0);
+	/* An open message behind a whole one: reading the whole one leaves it open. */
+	ASSERT_OK(push_pat(&q, 4, true, true, false, 262144, &wr));
+	ASSERT_OK(push_pat(&q, 6, true, false, false, 262144, &wr));
+	ASSERT_OK(push_pat(&q, 7, true, false, false, 262144, &wr));
+	ASSERT_EQ(q.open_bytes, 13);
+	ASSERT_EQ(vsock_rxq_read_msg(&q, &out, 1, false, &copied, &eor), 4);
+	ASSERT_EQ(q.open_bytes, 13);
+	ASSERT_EQ(q.bytes, 13);
 	vsock_rxq_free(&q);
+	ASSERT_EQ(q.open_bytes, 0);
 }
 
 TEST(seqpacket_memory_bound_counts_chunk_overhead)
