@@ -55,3 +55,10 @@ bench: build
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# ThreadSanitizer over the threaded tests in $(TSAN_BUILD) (scripts/tsan.sh; about 5 minutes
+# on 2 cores). Not part of `make check`.
+TSAN_BUILD ?= build-tsan
+.PHONY: tsan
+tsan: deps
+	@TSAN_BUILD=$(TSAN_BUILD) scripts/tsan.sh

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "util/macros.h"
@@ -48,6 +49,37 @@ static int parse_u64(const char *s, uint64_t *ret)
 	if (*end)
 		return -EINVAL;
 	*ret = v;
+	return 0;
+}
+
+/*
+ * A byte count with an optional binary suffix K, M, G or T (KiB ... TiB), at least 1 MiB, for the
+ * guest memory caps.
+ */
+static int set_bytes(uint64_t *dst, const char *name, const char *v, char *err, size_t errlen)
+{
+	static const char suffixes[] = "KMGT";
+	char num[32];
+	size_t n = strlen(v);
+	unsigned shift = 0;
+	uint64_t x;
+	const char *p;
+
+	if (n == 0 || n >= sizeof(num))
+		return fail(err, errlen, "%s '%s' is not a size", name, v);
+	memcpy(num, v, n + 1);
+	p = strchr(suffixes, num[n - 1]);
+	if (p && num[n - 1]) {
+		shift = 10u * (unsigned)(p - suffixes + 1);
+		num[n - 1] = '\0';
+	}
+	if (parse_u64(num, &x) < 0 || x > (UINT64_MAX >> shift))
+		return fail(err, errlen, "%s '%s' is not a size (a number with K, M, G or T)", name,
+			    v);
+	x <<= shift;
+	if (x < (1ull << 20))
+		return fail(err, errlen, "%s %s is below the 1M minimum", name, v);
+	*dst = x;
 	return 0;
 }
 
@@ -89,6 +121,9 @@ static int set_path(char *dst, const char *name, const char *v, size_t max, char
 
 	if (n == 0)
 		return fail(err, errlen, "%s must not be empty", name);
+	if (n > max && max == UVSOCKD_CGROUP_PATH_MAX)
+		return fail(err, errlen, "%s is too long: %zu bytes, the limit is %zu ('%.40s...')",
+			    name, n, max, v);
 	if (n > max)
 		return fail(err, errlen,
 			    "%s '%s' is too long: %zu bytes, the limit is %zu (Unix socket paths "
@@ -142,6 +177,7 @@ enum vm_key {
 	KEY_TXBUF,
 	KEY_QSIZE,
 	KEY_GROUPS,
+	KEY_CGROUP,
 	_KEY_MAX,
 };
 
@@ -152,6 +188,7 @@ static const char *const key_names[_KEY_MAX] = {
 	[KEY_TXBUF] = "tx-buffer-size",
 	[KEY_QSIZE] = "queue-size",
 	[KEY_GROUPS] = "groups",
+	[KEY_CGROUP] = "cgroup",
 };
 
 /* Key names compare with '_' and '-' equal (vhost-device-vsock accepts both). */
@@ -197,6 +234,12 @@ static int set_key(struct uvsockd_vm_config *vm, int key, const char *v, char *e
 				err, errlen);
 	case KEY_GROUPS:
 		return set_groups(vm, v, err, errlen);
+	case KEY_CGROUP:
+		if (v[0] != '/')
+			return fail(err, errlen,
+				    "cgroup '%s' must be an absolute path (a cgroup v2 directory, "
+				    "e.g. /sys/fs/cgroup/machine.slice/NAME)", v);
+		return set_path(vm->cgroup, "cgroup", v, UVSOCKD_CGROUP_PATH_MAX, err, errlen);
 	}
 	return -EINVAL;
 }
@@ -280,6 +323,7 @@ static const char *const single_opts[_KEY_MAX] = {
 	[KEY_TXBUF] = "--tx-buffer-size",
 	[KEY_QSIZE] = "--queue-size",
 	[KEY_GROUPS] = "--groups",
+	[KEY_CGROUP] = "--cgroup",
 };
 
 /*
@@ -349,6 +393,96 @@ static int check_unique(const struct uvsockd_config *c, char *err, size_t errlen
 	return 0;
 }
 
+/* Root of VM i in the union-find forest kept in p (p[i] == i for a root), compressing paths. */
+static unsigned uf_root(unsigned *p, unsigned i)
+{
+	unsigned r = i;
+
+	while (p[r] != r)
+		r = p[r];
+	while (p[i] != r) {
+		unsigned next = p[i];
+
+		p[i] = r;
+		i = next;
+	}
+	return r;
+}
+
+unsigned uvsockd_workers(const struct uvsockd_config *c, unsigned *worker_of)
+{
+	const unsigned label = 1u << 31; /* marks a finished label; VM indexes stay below */
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < c->n_vms; i++)
+		worker_of[i] = i;
+	/* Union by the smaller index: a component's root is its first VM. */
+	for (unsigned i = 0; i < c->n_vms; i++)
+		for (unsigned j = i + 1; j < c->n_vms; j++)
+			if (uvsockd_vms_share_group(&c->vms[i], &c->vms[j])) {
+				unsigned a = uf_root(worker_of, i), b = uf_root(worker_of, j);
+
+				worker_of[a > b ? a : b] = a > b ? b : a;
+			}
+	for (unsigned i = 0; i < c->n_vms; i++)
+		(void)uf_root(worker_of, i);
+	/* Every entry now names its root, which comes first: label roots in order, copy to rest. */
+	for (unsigned i = 0; i < c->n_vms; i++)
+		worker_of[i] = worker_of[i] == i ? (n++ | label) : worker_of[worker_of[i]];
+	for (unsigned i = 0; i < c->n_vms; i++)
+		worker_of[i] &= ~label;
+	return n;
+}
+
+/* --isolate rules: cgroup= needs it, --capture excludes it, one cgroup per worker. */
+static int check_isolation(const struct uvsockd_config *c, char *err, size_t errlen)
+{
+	unsigned *w, *first;
+	int r = 0;
+
+	for (unsigned i = 0; i < c->n_vms && !c->isolate; i++)
+		if (c->vms[i].cgroup[0])
+			return fail(err, errlen,
+				    "guest-cid %u: cgroup=%s needs --isolate (or isolate: true in "
+				    "--config): only a worker process of its own can join a VM's "
+				    "cgroup", c->vms[i].guest_cid, c->vms[i].cgroup);
+	if (!c->isolate)
+		return 0;
+	if (c->capture_path[0])
+		return fail(err, errlen,
+			    "--capture cannot be combined with --isolate: the VMs run in worker "
+			    "processes of their own (see uvsockd(1), ISOLATION)");
+	w = calloc(c->n_vms, sizeof(*w));
+	first = calloc(c->n_vms, sizeof(*first));
+	if (!w || !first) {
+		free(w);
+		free(first);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < c->n_vms; i++)
+		first[i] = UINT32_MAX;
+	uvsockd_workers(c, w);
+	for (unsigned i = 0; i < c->n_vms && r == 0; i++) {
+		const struct uvsockd_vm_config *a, *b = &c->vms[i];
+
+		if (first[w[i]] == UINT32_MAX) {
+			first[w[i]] = i;
+			continue;
+		}
+		a = &c->vms[first[w[i]]];
+		if (strcmp(a->cgroup, b->cgroup) != 0)
+			r = fail(err, errlen,
+				 "guest-cid %u and %u are in one worker process (their sibling "
+				 "groups connect them) but name different cgroups ('%s' and '%s'): "
+				 "give every VM of a group the same cgroup=", a->guest_cid,
+				 b->guest_cid, a->cgroup, b->cgroup);
+	}
+	free(w);
+	free(first);
+	return r;
+}
+
 int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, char *err,
 		       size_t errlen)
 {
@@ -378,6 +512,10 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 		if (strcmp(a, "--print-capabilities") == 0) {
 			if (c.action == UVSOCKD_RUN)
 				c.action = UVSOCKD_PRINT_CAPABILITIES;
+			continue;
+		}
+		if (strcmp(a, "--isolate") == 0) {
+			c.isolate = true;
 			continue;
 		}
 		m = match_opt(argc, argv, &i, "--vm", &v, err, errlen);
@@ -434,6 +572,25 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 			}
 			r = set_path(c.capture_path, "--capture", v, sizeof(c.capture_path) - 1, err,
 				     errlen);
+			if (r < 0)
+				goto out_fail;
+			continue;
+		}
+		m = match_opt(argc, argv, &i, "--guest-memory-max", &v, err, errlen);
+		if (m < 0)
+			goto out_fail;
+		if (m) {
+			r = set_bytes(&c.guest_memory_max, "--guest-memory-max", v, err, errlen);
+			if (r < 0)
+				goto out_fail;
+			continue;
+		}
+		m = match_opt(argc, argv, &i, "--guest-memory-total-max", &v, err, errlen);
+		if (m < 0)
+			goto out_fail;
+		if (m) {
+			r = set_bytes(&c.guest_memory_total_max, "--guest-memory-total-max", v, err,
+				      errlen);
 			if (r < 0)
 				goto out_fail;
 			continue;
@@ -515,7 +672,7 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 			snprintf(err, errlen, "--config %s: %s", config_path, strerror(-r));
 			goto out_fail;
 		}
-		/* The command line wins over the file. */
+		/* The command line wins over the file (--isolate has no "off" form: it adds). */
 		if (log_level_given)
 			c.log_level = cli_level;
 	}
@@ -543,6 +700,9 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 		goto out_fail;
 	}
 	r = check_unique(&c, err, errlen);
+	if (r < 0)
+		goto out_fail;
+	r = check_isolation(&c, err, errlen);
 	if (r < 0)
 		goto out_fail;
 	*ret = c;
@@ -585,6 +745,47 @@ static int check_dir_of(const char *path, const char *what, char *err, size_t er
 	return 0;
 }
 
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+#ifndef CGROUP_SUPER_MAGIC
+#define CGROUP_SUPER_MAGIC 0x27e0eb
+#endif
+
+/*
+ * cgroup=DIR: a directory of a cgroup file system (v2; a v1 hierarchy's directory works the
+ * same) whose cgroup.procs we may write (the worker writes its PID there).
+ */
+static int check_cgroup(const char *dir, char *err, size_t errlen)
+{
+	char procs[UVSOCKD_CGROUP_PATH_MAX + 16];
+	struct statfs sf;
+	struct stat st;
+	int e;
+
+	e = stat(dir, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+	if (e) {
+		snprintf(err, errlen, "cgroup '%s': %s", dir, strerror(e));
+		return -e;
+	}
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+	if (access(procs, W_OK) < 0) {
+		e = errno;
+		snprintf(err, errlen,
+			 "cgroup '%s': cannot write %s: %s (a cgroup v2 directory is needed, "
+			 "writable by uvsockd)", dir, procs, strerror(e));
+		return -e;
+	}
+	if (statfs(dir, &sf) < 0 ||
+	    (sf.f_type != CGROUP2_SUPER_MAGIC && sf.f_type != CGROUP_SUPER_MAGIC)) {
+		snprintf(err, errlen,
+			 "cgroup '%s' is not a cgroup directory (cgroup2 is mounted at "
+			 "/sys/fs/cgroup on most systems)", dir);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen)
 {
 	for (unsigned i = 0; i < c->n_vms; i++) {
@@ -595,6 +796,11 @@ int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen
 		r = check_dir_of(c->vms[i].uds_path, "uds-path", err, errlen);
 		if (r < 0)
 			return r;
+		if (c->vms[i].cgroup[0]) {
+			r = check_cgroup(c->vms[i].cgroup, err, errlen);
+			if (r < 0)
+				return r;
+		}
 	}
 	return 0;
 }
@@ -628,8 +834,8 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"Options:\n"
 		"  --vm KEY=VALUE[,KEY=VALUE...]\n"
 		"                          one VM (repeatable); keys: guest-cid, socket,\n"
-		"                          uds-path, tx-buffer-size, queue-size, groups\n"
-		"                          ('_' may replace '-' in keys)\n"
+		"                          uds-path, tx-buffer-size, queue-size, groups,\n"
+		"                          cgroup ('_' may replace '-' in keys)\n"
 		"  --guest-cid N           guest CID (3..4294967294, default 3)\n"
 		"  --socket PATH           vhost-user socket the VMM connects to\n"
 		"                          (alias: --socket-path)\n"
@@ -642,6 +848,8 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"                          up to 32768, default 1024)\n"
 		"  --groups NAME[+NAME...] sibling groups: VMs sharing a group may connect to\n"
 		"                          each other by CID (default: default)\n"
+		"  --cgroup DIR            with --isolate: the cgroup v2 directory the VM's\n"
+		"                          worker process joins before it touches guest memory\n"
 		"  --config FILE           read the VMs from a YAML file (vhost-device-vsock's\n"
 		"                          vms: list); not combinable with --vm\n"
 		"  --control PATH|none     control socket for uvsock-stat (default: the first\n"
@@ -649,6 +857,15 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"  --capture FILE          write every packet of every VM into FILE (pcap,\n"
 		"                          vsockmon format), from start-up until exit; FILE\n"
 		"                          must not exist\n"
+		"  --isolate               run each sibling group's VMs in a worker process of\n"
+		"                          its own (\"uvsockd vmN\"), which can be placed in the\n"
+		"                          VM's cgroup so that guest memory uvsockd touches is\n"
+		"                          charged there; not combinable with --capture\n"
+		"  --guest-memory-max SIZE guest memory one VM may map (K, M, G, T suffixes;\n"
+		"                          default 1T)\n"
+		"  --guest-memory-total-max SIZE\n"
+		"                          guest memory all VMs of one process may map\n"
+		"                          (default 16T)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  --print-capabilities    print the vhost-user backend capabilities as JSON\n"
 		"  -h, --help              print this help\n"

@@ -4,7 +4,8 @@
  * repeatable, or the single-VM `--guest-cid/--socket/--uds-path...`), the vhost-user backend
  * program conventions (`--print-capabilities`, `--socket-path` alias) and our own
  * `--log-level`, `--config FILE` (vhost-device-vsock's YAML `vms:` list, parsed by
- * src/ops/config.c). Parsing touches the file system only to read that file, so it is
+ * src/ops/config.c), `--isolate` (one worker process per sibling group, daemon/isolate.c) with
+ * the per-VM `cgroup=DIR`. Parsing touches the file system only to read that file, so it is
  * unit-testable; uvsockd_check_paths() does the start-up checks that need the file system.
  *
  * Security model: argv comes from the operator, who is trusted, but every value is checked
@@ -35,6 +36,8 @@
 #define UVSOCKD_MIN_TX_BUFFER_SIZE 4096u
 #define UVSOCKD_MAX_TX_BUFFER_SIZE (64u * 1024 * 1024)
 #define UVSOCKD_MAX_QUEUE_SIZE 32768u
+/* cgroup=DIR: an absolute path of at most this many bytes (DIR/cgroup.procs must fit PATH_MAX). */
+#define UVSOCKD_CGROUP_PATH_MAX 1023
 
 struct uvsockd_vm_config {
 	uint32_t guest_cid;
@@ -44,6 +47,9 @@ struct uvsockd_vm_config {
 	uint32_t queue_size;     /* largest virtqueue size accepted from the VMM */
 	unsigned n_groups;
 	char groups[UVSOCKD_MAX_GROUPS][UVSOCKD_GROUP_NAME_MAX + 1];
+	/* --isolate: the cgroup directory the VM's worker process joins ("" = stay where uvsockd
+	 * is); every VM of one worker names the same one. */
+	char cgroup[UVSOCKD_CGROUP_PATH_MAX + 1];
 };
 
 enum uvsockd_action {
@@ -65,13 +71,22 @@ struct uvsockd_config {
 	bool control_off;
 	/* --capture FILE: every VM's packets from start-up into this new pcap file ("" = none). */
 	char capture_path[4096];
+	/* --isolate or `isolate: true`: run each sibling group's VMs in a worker process of its own
+	 * (daemon/isolate.c); not combinable with --capture. */
+	bool isolate;
+	/* --guest-memory-max / --guest-memory-total-max: caps on mapped guest memory per VM and per
+	 * process (src/vring/guest_mem.h); 0 = the default (1 TiB, 16 TiB). */
+	uint64_t guest_memory_max;
+	uint64_t guest_memory_total_max;
 };
 
 /*
  * Parses argv (argv[0] is the program name). On success *ret is filled (free with
  * uvsockd_config_clear) and, for UVSOCKD_RUN, has at least one VM with every value checked:
  * CIDs in [3, 0xfffffffe] and unique, paths non-empty, unique and within the sun_path limit
- * (uds-path leaves room for `_<10 digits>`), sizes in range, group names valid.
+ * (uds-path leaves room for `_<10 digits>`), sizes in range, group names valid, cgroup= only
+ * with --isolate and the same for every VM of one worker (uvsockd_workers()), no --capture with
+ * --isolate.
  * On failure a one-line message (no trailing newline) is written to err.
  * Returns 0, -EINVAL (bad usage or value, or a bad --config file), -ENOMEM, -E2BIG (too many VMs),
  * or the errno of reading the --config file.
@@ -81,7 +96,8 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 
 /*
  * Start-up checks that need the file system: the directory of every socket path and uds-path
- * exists and is writable (we create sockets there), and no such path exists as a non-socket.
+ * exists and is writable (we create sockets there), no such path exists as a non-socket, and
+ * every cgroup= directory is a directory of a cgroup file system with a writable cgroup.procs.
  * Returns 0 or a negative errno with a one-line message in err.
  */
 int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen);
@@ -91,6 +107,14 @@ void uvsockd_config_clear(struct uvsockd_config *c);
 
 /* True if the two VMs share at least one group (may route to each other). */
 bool uvsockd_vms_share_group(const struct uvsockd_vm_config *a, const struct uvsockd_vm_config *b);
+
+/*
+ * Splits the VMs into the workers of --isolate: VMs that share a group, directly or through
+ * other VMs, route to each other in-process and so share a worker. Sets worker_of[i] (c->n_vms
+ * entries) to the worker of VM i, workers numbered in the order of their first VM, and returns
+ * the number of workers. O(n^2) in the VMs, as the sibling linking itself.
+ */
+unsigned uvsockd_workers(const struct uvsockd_config *c, unsigned *worker_of);
 
 /* The --help text (also the source of the man page's option list). */
 void uvsockd_print_usage(FILE *f, const char *prog);

@@ -78,9 +78,13 @@ void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev
 		OPS_CTR_ADD(ret, rx_bytes, d->rx_bytes);
 		OPS_CTR_ADD(ret, ring_errors, d->ring_errors);
 		OPS_CTR_ADD(ret, host_connects_refused, d->guest_conns_refused);
+		OPS_CTR_ADD(ret, host_clients_refused,
+			    d->host_conns_refused + d->host_accept_shed + d->host_handshakes_refused);
+		OPS_CTR_ADD(ret, host_handshake_timeouts, d->host_handshake_timeouts);
+		OPS_CTR_ADD(ret, host_symlinks_refused, d->guest_conns_symlink);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_SPOOFED_CID], d->tx_bad_src_cid);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_NO_ROUTE],
-			    d->tx_bad_dst_cid + d->sibling_dropped);
+			    d->tx_bad_dst_cid + d->sibling_dropped + d->sibling_replies_dropped);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_MALFORMED], d->tx_bad_chain);
 	}
 	if (e) {

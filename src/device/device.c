@@ -15,8 +15,9 @@
  * and counted.
  * Every chain is returned with used.len 0; one used-index publication and at most one interrupt
  * per batch. Draining stops while the engine cannot take more (queued replies at the TX ring size,
- * docs/vsock-protocol.md §5, as Linux drivers/vhost/vsock.c, vhost_vsock_more_replies()) or a
- * sibling's inbox is full, and after DEV_PASS_PKTS / DEV_PASS_BYTES per pass.
+ * docs/vsock-protocol.md §5, as Linux drivers/vhost/vsock.c, vhost_vsock_more_replies()), and
+ * after DEV_PASS_PKTS / DEV_PASS_BYTES per pass; a sibling with a full inbox never stops it
+ * (sibling.c holds or drops what is for that sibling).
  *
  * RX (device to guest): each guest RX chain gets one packet: from the engine (pulled with
  * max_payload = chain room - 44, so it always fits) or from the sibling inbox (split over as
@@ -294,10 +295,7 @@ void dev_tx_drain(struct vsock_dev *d)
 	d->tx_throttled = false;
 	if (!dq->running || dev_broken(d) || !d->eng || !mem_intact(d, dq))
 		return;
-	if (!dev_sib_retry_staged(d)) {
-		d->tx_throttled = true;
-		return;
-	}
+	dev_sib_retry_staged(d);
 	vring_dev_disable_notify(&dq->q);
 	while (!stop) {
 		unsigned n = 0, nh = 0;
@@ -344,10 +342,6 @@ void dev_tx_drain(struct vsock_dev *d)
 			case DEV_TX_ENGINE:
 				bytes += d->tx_refs[n].hdr.len;
 				n++;
-				break;
-			case DEV_TX_SIBLING_FULL:
-				d->tx_throttled = true;
-				stop = true;
 				break;
 			case DEV_TX_SIBLING_SENT:
 			case DEV_TX_DROP:
@@ -491,13 +485,13 @@ void dev_settle(struct vsock_dev *d)
 		host_service_dirty(d);
 		rx_fill(d);
 		/* Pulling replies may have made room for TX again (docs/vsock-protocol.md §5). */
-		if (d->eng && d->tx_throttled && !d->tx_staged && vsock_engine_can_feed(d->eng))
+		if (d->eng && d->tx_throttled && vsock_engine_can_feed(d->eng))
 			dev_tx_drain(d);
 		if (!d->dirty && !(d->accept_pending && d->eng) && !d->rx_more)
 			break;
 	}
 	if (d->rx_more || d->tx_more || d->dirty ||
-	    (d->eng && d->tx_throttled && !d->tx_staged && vsock_engine_can_feed(d->eng)))
+	    (d->eng && d->tx_throttled && vsock_engine_can_feed(d->eng)))
 		cont_schedule(d);
 	if (d->eng) {
 		uint64_t dl = vsock_engine_next_deadline(d->eng);

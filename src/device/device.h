@@ -108,7 +108,18 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(host_connect_bad_line) /* CONNECT lines rejected (garbage, overlong, early close) */     \
 	X(host_connect_timeouts) /* CONNECT line or guest answer not within 2 s */                 \
 	X(guest_conns_refused)   /* guest connects with no host listener: RST */                   \
-	X(vmm_connects)          /* VMM sessions */
+	X(vmm_connects)          /* VMM sessions */                                                \
+	X(host_conns_refused)    /* host connections closed at once: the VM's host fd budget       \
+				  * (max_conns) was full */                                        \
+	X(host_accept_shed)      /* host connections closed at once: the process was out of fds */ \
+	X(host_handshakes_refused) /* host connections closed at once: no CONNECT line yet and     \
+				    * the cap of pending handshakes (64) reached */                \
+	X(host_handshake_timeouts) /* CONNECT line not complete within 2 s (these are also in      \
+				    * host_connect_timeouts) */                                    \
+	X(guest_conns_symlink)   /* guest connects refused (RST): <uds-path>_<port> is a symlink   \
+				  * (also in guest_conns_refused) */                                \
+	X(sibling_replies_dropped) /* RSTs dropped, the inbox they were for full: our guest's      \
+				    * to a sibling, those the device made for our guest */
 
 struct vsock_dev_stats {
 #define VSOCK_DEV_STATS_FIELD_(f) uint64_t f;

@@ -37,9 +37,13 @@
 /* Sibling hand-off queue per target device. */
 #define DEV_INBOX_PKTS 512u
 #define DEV_INBOX_BYTES (4u * 1024 * 1024)
-/* Longest a sender waits for room in a sibling's full inbox before dropping (then the target is
- * "congested" and packets for it are dropped at once until it drains to half). */
+/* Longest our guest's packets for a sibling whose inbox is full are held (sib_hold) without the
+ * sibling making room; then they are dropped and the target is "congested": what is sent to it
+ * is dropped at once until it drains to half. */
 #define DEV_SIB_STALL_NS (1000ull * 1000000ull)
+/* Packets and payload bytes held per sending device, over all its full siblings. */
+#define DEV_SIB_HOLD_PKTS 256u
+#define DEV_SIB_HOLD_BYTES (1u << 20)
 /* Host side: the CONNECT line and the guest's answer must both come within this. */
 #define DEV_HOST_CONNECT_TIMEOUT_NS (2ull * 1000000000ull)
 /* Host-initiated connections get local ports in [2^30, 2^31), as Firecracker. */
@@ -65,7 +69,18 @@ struct dev_counters {
 struct sib_pkt {
 	struct vsock_hdr hdr;
 	uint32_t off; /* payload bytes already delivered (RX splitting) */
+	bool made;    /* an RST a device made (sib_queue_rst), not a guest's packet */
+	struct sib_pkt *next; /* in a struct sib_hold */
 	uint8_t data[];
+};
+
+/*
+ * The sender's side of one sibling link: our guest's packets for that sibling, in order, while
+ * its inbox is full (sibling.c). Owned by the sending device's thread.
+ */
+struct sib_hold {
+	struct sib_pkt *head, *tail;
+	uint64_t deadline; /* mono_ns(): dropped unless the sibling makes room by then */
 };
 
 /* Bounded multi-producer queue of packets for one device. Protected by lock. */
@@ -191,9 +206,10 @@ struct vsock_dev {
 					 * sibling: packets to it are dropped, answered with RST */
 	unsigned n_sibs;
 	struct sib_pkt *rx_cur;         /* taken from the inbox, partly delivered */
-	struct sib_pkt *tx_staged;      /* could not be handed over yet (target full) */
-	struct sib_port *tx_staged_to;
-	struct loop_timer *stage_timer; /* DEV_SIB_STALL_NS limit for tx_staged */
+	struct loop_timer *stage_timer; /* the earliest DEV_SIB_STALL_NS deadline of hold[] */
+	struct sib_hold *hold;          /* parallel to sibs: what waits for room in each */
+	unsigned hold_pkts;             /* packets and payload bytes in hold[], bounded by */
+	size_t hold_bytes;              /* DEV_SIB_HOLD_PKTS / DEV_SIB_HOLD_BYTES */
 	bool rx_sib_turn;               /* alternate engine / siblings on RX */
 	struct sib_port **wake;         /* targets to wake at the end of a TX batch */
 	unsigned n_wake;
@@ -220,6 +236,13 @@ struct vsock_dev {
 	struct dev_counters stats;
 	struct ops_tap tap;            /* packet capture: every packet each way, once */
 	struct vsock_dev *router_next;
+
+	/* host side against hostile host programs (host_uds.c, from host_open_listeners) */
+	bool host_aux;                 /* host_reserve_fd, host_dir_fd, host_pause_timer are set */
+	int host_reserve_fd;           /* /dev/null, given up to shed one connection at EMFILE */
+	struct loop_timer *host_pause_timer; /* accepting paused (no fd left): resume then */
+	unsigned n_handshakes;         /* host connections in HC_READ_CONNECT (capped) */
+	int host_dir_fd;               /* O_PATH of uds_path's directory: <uds-path>_<port> */
 };
 
 /* host_uds.c */
@@ -242,17 +265,21 @@ void dev_eng_stats_accumulate(struct vsock_engine_stats *acc, const struct vsock
 			      unsigned listeners);
 
 /* sibling.c */
-enum dev_tx_verdict { DEV_TX_ENGINE, DEV_TX_SIBLING_SENT, DEV_TX_SIBLING_FULL, DEV_TX_DROP };
+enum dev_tx_verdict { DEV_TX_ENGINE, DEV_TX_SIBLING_SENT, DEV_TX_DROP };
 /* Creates d's port and the loop objects siblings wake it with. Returns 0, -ENOMEM. */
 int dev_sib_init(struct vsock_dev *d);
 /* The port of the sibling with that CID, or NULL (not linked). */
 struct sib_port *dev_sib_lookup(struct vsock_dev *d, uint64_t cid);
-/* Copies a packet of our guest for sibling t and hands it over, or stages it if t is full. */
+/*
+ * Copies a packet of our guest for sibling t and hands it over, holds it if t is full, or drops
+ * it (an RST for a full t; anything for a congested, gone or over-full one; see sibling.c).
+ * Returns DEV_TX_SIBLING_SENT (handed over or held) or DEV_TX_DROP.
+ */
 enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
 				 const struct iovec *iov, unsigned n);
-/* Retries the staged sibling packet. Returns true if it is gone (delivered or dropped). */
-bool dev_sib_retry_staged(struct vsock_dev *d);
-/* Drops the staged packet uncounted (the session ends) and stops its timer. */
+/* Hands held packets over to the siblings that have room now; the TX ring never waits for one. */
+void dev_sib_retry_staged(struct vsock_dev *d);
+/* Drops every held packet uncounted (the session ends) and stops their timer. */
 void dev_sib_drop_staged(struct vsock_dev *d);
 /* Wakes the siblings our last TX batch handed packets to. */
 void dev_sib_wake_targets(struct vsock_dev *d);

@@ -9,7 +9,8 @@
  *     guest accepts. A bad line, an early close, a refusal or DEV_HOST_CONNECT_TIMEOUT_NS without
  *     line + answer: the Unix socket is closed.
  *   guest -> host port P: the engine's deferred wildcard listeners hold the REQUEST; we connect
- *     a non-blocking Unix socket of the same type to <uds-path>_<P> and confirm (RESPONSE) once it
+ *     a non-blocking Unix socket of the same type to <uds-path>_<P> (in uds-path's directory as
+ *     opened at start, never through a symlink: uds_connect_at) and confirm (RESPONSE) once it
  *     is connected, or reject (RST) at once if nobody listens.
  *
  * Data: guest bytes wait in the engine socket (bounded by the buf_alloc we advertised) until the
@@ -19,10 +20,16 @@
  * Half-close: guest SHUTDOWN(SEND) -> shutdown(SHUT_WR) once everything is flushed; host EOF ->
  * SHUTDOWN(SEND). The engine never answers an RST with an RST.
  *
- * Security model: host programs and the guest are untrusted; connections per VM are capped
- * (max_conns), every wait has the 2 s limit or is bounded by credit.
+ * Security model: host programs and the guest are untrusted. Connections per VM are capped
+ * (max_conns, uvsockd's per-VM fd budget: beyond it a host connection is accepted and closed at
+ * once), and so are those still waiting for their CONNECT line (HOST_HANDSHAKES_MAX, at most half
+ * of max_conns), so idle sockets cannot lock well-behaved programs out; every wait has the 2 s
+ * limit or is bounded by credit. accept() failing for lack of fds never spins: a reserve fd is
+ * given up to shed the connection, or accepting pauses briefly. A symlink planted at
+ * <uds-path>_<P> is refused, not followed.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,13 +41,19 @@
 #include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/time.h"
 #include "util/uds.h"
 
 #define HOST_IOV_MAX 32
 /* Host bytes moved to the guest per readiness event of one connection (fairness). */
 #define HOST_READ_BUDGET (256u * 1024)
+/* Accepting paused after accept() failed for lack of fds (or memory) with no reserve fd left. */
+#define HOST_ACCEPT_PAUSE_NS (100ull * NS_PER_MS)
+/* Host connections per VM that may wait for their CONNECT line at once (slowloris bound). */
+#define HOST_HANDSHAKES_MAX 64u
 
 static void hconn_update_events(struct hconn *c);
+static void start_guest_connect(struct hconn *c, uint32_t port);
 
 void host_mark_dirty(struct hconn *c)
 {
@@ -57,6 +70,8 @@ static void hconn_free(struct hconn *c, bool close_sock)
 {
 	struct vsock_dev *d = c->dev;
 
+	if (c->state == HC_READ_CONNECT)
+		d->n_handshakes--;
 	if (c->dirty) {
 		struct hconn **pp;
 
@@ -143,28 +158,137 @@ static void hconn_close(struct hconn *c)
 	hconn_free(c, true);
 }
 
+/* The last component of uds_path: <uds-path>_<port> is that plus the suffix in host_dir_fd. */
+static const char *uds_base(const struct vsock_dev *d)
+{
+	const char *slash = strrchr(d->uds_path, '/');
+
+	return slash ? slash + 1 : d->uds_path;
+}
+
 /* ---- host -> guest connections ------------------------------------------------------------ */
+
+/* Stops accepting on both listeners for HOST_ACCEPT_PAUSE_NS: no fd to take a connection with. */
+static void host_pause_accept(struct vsock_dev *d)
+{
+	if (loop_timer_armed(d->host_pause_timer))
+		return;
+	log_vm_dev(LOG_LVL_WARN, d->cid, "out of file descriptors: not accepting host "
+		   "connections for %llu ms", HOST_ACCEPT_PAUSE_NS / NS_PER_MS);
+	(void)loop_watch_mod(d->uds_w, 0);
+	(void)loop_watch_mod(d->uds_seq_w, 0);
+	loop_timer_arm(d->host_pause_timer, loop_now_ns() + HOST_ACCEPT_PAUSE_NS);
+}
+
+static void host_pause_cb(struct loop *l, struct loop_timer *t, void *opaque)
+{
+	struct vsock_dev *d = opaque;
+
+	(void)l;
+	(void)t;
+	if (d->host_reserve_fd < 0)
+		d->host_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	(void)loop_watch_mod(d->uds_w, EPOLLIN);
+	(void)loop_watch_mod(d->uds_seq_w, EPOLLIN);
+}
+
+/*
+ * accept() failed with EMFILE/ENFILE: the connection stays in the backlog and the listener stays
+ * readable, so without this the loop would spin. Frees the reserve fd, accepts the connection
+ * with it and closes it at once, then takes the reserve back. Returns true if one was shed.
+ */
+static bool host_shed_one(struct vsock_dev *d, int lfd)
+{
+	int fd;
+
+	if (d->host_reserve_fd < 0)
+		return false;
+	close(d->host_reserve_fd);
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	d->host_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	DEV_STAT_ADD(d, host_accept_shed, 1);
+	log_vm_dev(LOG_LVL_WARN, d->cid, "out of file descriptors: host connection shed");
+	return true;
+}
+
+/* Pending CONNECT handshakes a VM admits: at most half its budget, so idle ones leave room. */
+static unsigned host_handshake_cap(const struct vsock_dev *d)
+{
+	return MAX(1u, MIN(HOST_HANDSHAKES_MAX, d->max_conns / 2));
+}
+
+/*
+ * Takes one accepted host connection. Refused at once (closed, counted) when the guest is not
+ * running, the VM's host fd budget is full, or its line is not there yet and the cap on pending
+ * handshakes is reached; a well-behaved program writes its line right after connect(), so the
+ * line is usually here already and the connection never waits as a pending handshake.
+ */
+static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
+{
+	struct uds_connect_reader rd = { 0 };
+	struct hconn *c;
+	uint32_t port;
+	int r;
+
+	DEV_STAT_ADD(d, host_conns_accepted, 1);
+	if (!d->eng) {
+		log_vm_dev(LOG_LVL_DEBUG, d->cid, "host connection refused: guest not running");
+		goto out_close;
+	}
+	if (d->n_conns >= d->max_conns) {
+		/* The VM's host fd budget: accepted and closed at once, never queued. */
+		DEV_STAT_ADD(d, host_conns_refused, 1);
+		log_vm_dev(LOG_LVL_WARN, d->cid,
+			   "host connection refused: %u connections open (the VM's host fd budget)",
+			   d->n_conns);
+		goto out_close;
+	}
+	r = uds_connect_read(&rd, fd, seqpacket, &port);
+	if (r == -EAGAIN && d->n_handshakes >= host_handshake_cap(d)) {
+		DEV_STAT_ADD(d, host_handshakes_refused, 1);
+		log_vm_dev(LOG_LVL_WARN, d->cid,
+			   "host connection refused: %u CONNECT handshakes pending (the cap)",
+			   d->n_handshakes);
+		goto out_close;
+	}
+	if (r < 0 && r != -EAGAIN) {
+		DEV_STAT_ADD(d, host_connect_bad_line, 1);
+		log_vm_dev(LOG_LVL_DEBUG, d->cid, "CONNECT line rejected: %s", strerror(-r));
+		goto out_close;
+	}
+	if (hconn_new(d, fd, seqpacket, HC_READ_CONNECT, EPOLLIN, &c) < 0)
+		goto out_close;
+	c->rd = rd;
+	d->n_handshakes++;
+	/* The line (if still to come) and the guest's answer, both within the limit. */
+	loop_timer_arm(c->timer, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
+	if (r == 0)
+		start_guest_connect(c, port);
+	return;
+
+out_close:
+	close(fd);
+}
 
 static void uds_accept(struct vsock_dev *d, int lfd, bool seqpacket)
 {
 	for (int i = 0; i < 16; i++) {
-		struct hconn *c;
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if ((errno == EMFILE || errno == ENFILE) && host_shed_one(d, lfd))
+				continue;
+			if (errno != EAGAIN)
+				host_pause_accept(d);
 			return;
-		DEV_STAT_ADD(d, host_conns_accepted, 1);
-		if (!d->eng || d->n_conns >= d->max_conns) {
-			log_vm_dev(LOG_LVL_DEBUG, d->cid, "host connection refused (%s)",
-				   d->eng ? "connection limit" : "guest not running");
-			close(fd);
-			continue;
 		}
-		if (hconn_new(d, fd, seqpacket, HC_READ_CONNECT, EPOLLIN, &c) < 0) {
-			close(fd);
-			continue;
-		}
-		loop_timer_arm(c->timer, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
+		uds_take(d, fd, seqpacket);
 	}
 }
 
@@ -206,10 +330,61 @@ static void close_one(const char *path, struct uds_listener *l, struct loop_watc
 	l->fd = -1;
 }
 
+/*
+ * What the host side holds besides its listeners: the reserve fd (host_shed_one), the timer of
+ * an accept pause, and uds_path's directory (guest -> host connects). Returns 0, -ENOMEM, or the
+ * errno of open.
+ */
+static int host_open_aux(struct vsock_dev *d)
+{
+	char dir[sizeof(d->uds_path)];
+	size_t n = (size_t)(uds_base(d) - d->uds_path);
+	int r;
+
+	d->host_reserve_fd = d->host_dir_fd = -1;
+	d->host_aux = true;
+	r = loop_timer_new(d->loop, host_pause_cb, d, &d->host_pause_timer);
+	if (r < 0)
+		return r;
+	d->host_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (d->host_reserve_fd < 0)
+		return -errno;
+	/* uds_path's directory ("dir/" -> "dir", "/x" -> "/", "x" -> "."), once. */
+	if (n == 0)
+		strcpy(dir, ".");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(n > 1 ? n - 1 : n), d->uds_path);
+	d->host_dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (d->host_dir_fd < 0) {
+		r = -errno;
+		log_error("%s: cannot open the directory of %s: %s", d->name, d->uds_path,
+			  strerror(-r));
+		return r;
+	}
+	return 0;
+}
+
+static void host_close_aux(struct vsock_dev *d)
+{
+	if (!d->host_aux)
+		return;
+	loop_timer_free(d->host_pause_timer);
+	d->host_pause_timer = NULL;
+	if (d->host_reserve_fd >= 0)
+		close(d->host_reserve_fd);
+	if (d->host_dir_fd >= 0)
+		close(d->host_dir_fd);
+	d->host_reserve_fd = d->host_dir_fd = -1;
+	d->host_aux = false;
+}
+
 int host_open_listeners(struct vsock_dev *d)
 {
 	int r;
 
+	r = host_open_aux(d);
+	if (r < 0)
+		return r;
 	r = listen_one(d, d->uds_path, SOCK_STREAM, &d->uds_l, &d->uds_w);
 	if (r < 0)
 		return r;
@@ -220,6 +395,7 @@ void host_close_listeners(struct vsock_dev *d)
 {
 	close_one(d->uds_path, &d->uds_l, &d->uds_w);
 	close_one(d->uds_seq_path, &d->uds_seq_l, &d->uds_seq_w);
+	host_close_aux(d);
 }
 
 /* The CONNECT line is complete: connect to the guest's port. */
@@ -240,6 +416,7 @@ static void start_guest_connect(struct hconn *c, uint32_t port)
 		goto out_close;
 	if (vsock_sock_local_addr(c->s, &cid, &c->local_port) < 0)
 		goto out_close;
+	d->n_handshakes--;
 	c->state = HC_GUEST_CONNECT;
 	/* Nothing is read until the guest answers; EPOLLHUP/ERR still tell us if the host leaves. */
 	(void)loop_watch_mod(c->w, 0);
@@ -293,12 +470,30 @@ static void guest_conn_refuse(struct vsock_dev *d, struct vsock_sock *child, con
 	vsock_sock_close(child);
 }
 
+/* Logs why connecting to <uds-path>_<port> failed when the host side's setup is the cause. */
+static void guest_conn_log_path(struct vsock_dev *d, struct vsock_sock *child, const char *name,
+				int err)
+{
+	uint32_t cid, pport = 0, port = 0;
+
+	(void)vsock_sock_peer_addr(child, &cid, &pport);
+	(void)vsock_sock_local_addr(child, &cid, &port);
+	if (err == -ELOOP)
+		DEV_STAT_ADD(d, guest_conns_symlink, 1);
+	if (err == -ELOOP || err == -ENOTSOCK || err == -EOPNOTSUPP)
+		log_vm(LOG_LVL_WARN, d->cid, port, pport, "guest connection refused: %s %s", name,
+		       err == -ELOOP      ? "is a symlink (not followed)"
+		       : err == -ENOTSOCK ? "is not a socket"
+					  : "cannot be reached without /proc");
+}
+
 static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	bool seq = vsock_sock_type(child) == VSOCK_TYPE_SEQPACKET;
+	char name[sizeof(d->uds_path) + 12];
 	uint32_t cid, port;
 	struct hconn *c;
+	bool pending;
 	int fd, r;
 
 	if (vsock_sock_local_addr(child, &cid, &port) < 0) {
@@ -309,24 +504,16 @@ static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 		guest_conn_refuse(d, child, "connection limit", port);
 		return;
 	}
-	/* vsock_dev_new checked that uds_path leaves room for "_<10 digits>". */
-	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%.96s_%u", d->uds_path, port) >=
-	    (int)sizeof(sa.sun_path)) {
-		guest_conn_refuse(d, child, "path too long", port);
-		return;
-	}
-	fd = socket(AF_UNIX, (seq ? SOCK_SEQPACKET : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	snprintf(name, sizeof(name), "%s_%u", uds_base(d), port);
+	/* In uds_path's directory as opened at start, following no symlink (uds_connect.h). */
+	fd = uds_connect_at(d->host_dir_fd, name, seq ? SOCK_SEQPACKET : SOCK_STREAM, &pending);
 	if (fd < 0) {
-		guest_conn_refuse(d, child, strerror(errno), port);
-		return;
-	}
-	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
-	if (r < 0 && r != -EINPROGRESS) {
 		/* ENOENT / ECONNREFUSED: nobody listens; EAGAIN: backlog full. RST at once. */
-		close(fd);
-		guest_conn_refuse(d, child, strerror(-r), port);
+		guest_conn_log_path(d, child, name, fd);
+		guest_conn_refuse(d, child, strerror(-fd), port);
 		return;
 	}
+	r = pending ? -EINPROGRESS : 0;
 	if (hconn_new(d, fd, seq, r == 0 ? HC_OPEN : HC_HOST_CONNECT, r == 0 ? EPOLLIN : EPOLLOUT,
 		      &c) < 0) {
 		close(fd);
@@ -709,8 +896,11 @@ static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	/* A guest connect whose host listener did not accept in time is refused too (RST). */
 	if (c->state == HC_HOST_CONNECT)
 		DEV_STAT_ADD(d, guest_conns_refused, 1);
-	log_vm(LOG_LVL_DEBUG, d->cid, c->local_port, c->s ? peer_port_of(c) : 0,
-	       "host connection timed out waiting for %s",
+	if (c->state == HC_READ_CONNECT)
+		DEV_STAT_ADD(d, host_handshake_timeouts, 1);
+	/* A host program that never finishes its line is worth telling the operator. */
+	log_vm(c->state == HC_READ_CONNECT ? LOG_LVL_INFO : LOG_LVL_DEBUG, d->cid, c->local_port,
+	       c->s ? peer_port_of(c) : 0, "host connection timed out waiting for %s",
 	       c->state == HC_READ_CONNECT   ? "the CONNECT line"
 	       : c->state == HC_HOST_CONNECT ? "the host listener"
 					     : "the guest");

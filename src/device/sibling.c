@@ -3,11 +3,37 @@
  * The sibling port of a device (device.h: guest-to-guest routing between devices of one
  * process, as vhost-device-vsock's groups): the reference-counted struct sib_port with its
  * bounded inbox (device_internal.h), the hand-off of our guest's packets to a sibling's inbox
- * (copied; staged with a stall limit while the target is full, dropped once it is congested),
- * the delivery of our inbox to our guest's RX ring in pieces (dev_sib_pull, for rx_fill in
- * device.c), the wakeups between the devices' loops, linking (vsock_dev_link_sibling), and the
- * detach of a device that is freed while its siblings run (dev_sib_detach: what was queued for
- * it is dropped and answered with an RST, as sib_gone does for what is sent to it later).
+ * (copied; held per sibling while it is full, dropped once it is congested), the delivery of
+ * our inbox to our guest's RX ring in pieces (dev_sib_pull, for rx_fill in device.c), the
+ * wakeups between the devices' loops, linking (vsock_dev_link_sibling), and the detach of a
+ * device that is freed while its siblings run (dev_sib_detach: what was queued for it is
+ * dropped and answered with an RST, as sib_reject does for what is sent to it later).
+ *
+ * A sibling whose inbox is full never stops our TX ring. A sibling's inbox is the RX queue of
+ * a peer, and a full peer RX queue is the peer's problem, not the sender's: vhost-net drops
+ * what a guest sends to a backend that takes nothing (the tap queue is full; the TX ring goes
+ * on), and Linux vhost-vsock never blocks a guest's TX on another VM. Waiting in the ring for
+ * one destination (as this file did: one staged packet stopped the whole ring for up to
+ * DEV_SIB_STALL_NS) lets any sibling that does not drain stall everything else our guest sends,
+ * its host traffic included: a sibling that floods us with REQUESTs to closed ports and takes
+ * no RX packet fills its inbox with our guest's RSTs, and each further RST stopped the ring.
+ * vsock, unlike a network, has no retransmission, so data cannot simply be dropped either; the
+ * ring order is not needed though (every chain is copied, so its buffer can go back at once),
+ * only the order per destination. Hence, per packet of our guest for a full sibling:
+ *  - an RST is a reply, and is dropped (sibling_replies_dropped): the peer that does not drain
+ *    loses an answer it would get again for its next packet on that connection (a packet for
+ *    no socket is answered with an RST, virtio 1.2 §5.10.6.3; Linux
+ *    net/vmw_vsock/virtio_transport_common.c, virtio_transport_recv_pkt());
+ *  - anything else is held for that sibling (struct sib_hold, in order) and handed over as soon
+ *    as its inbox has room; packets to it that come later queue behind, packets to every other
+ *    destination go on. What is held is bounded per device (DEV_SIB_HOLD_PKTS / _BYTES) and in
+ *    time: a sibling that makes no room within DEV_SIB_STALL_NS is congested, its held packets
+ *    are dropped, and from then on, until it drains to half, what is sent to it is dropped at
+ *    once. A packet dropped this way (or beyond the bound) is answered with an RST from the
+ *    sibling to our guest, so that its connection fails at once (ECONNRESET) instead of hanging
+ *    with a hole in its stream, as for a sibling that is gone.
+ * RSTs the device makes (for our guest, or for a freed sibling's senders) are dropped too when
+ * the inbox they are for is full.
  *
  * Threads: everything here runs on the owning device's thread, except what touches another
  * device's port: its inbox under inbox.lock, its wakeups only while it is not closed.
@@ -21,6 +47,7 @@
 #include "util/iov.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/time.h"
 
 /* ---- the ports and the inbox ----------------------------------------------------------------- */
 
@@ -50,22 +77,30 @@ static struct sib_pkt *inbox_get(struct sib_inbox *in)
 	return p;
 }
 
-struct sib_port *dev_sib_lookup(struct vsock_dev *d, uint64_t cid)
+/* Index of the sibling with that CID in d->sibs (and d->hold), or -1. */
+static int sib_find(const struct vsock_dev *d, uint64_t cid)
 {
 	unsigned lo = 0, hi = d->n_sibs;
 
 	while (lo < hi) {
 		unsigned mid = (lo + hi) / 2;
-		struct sib_port *s = d->sibs[mid];
+		const struct sib_port *s = d->sibs[mid];
 
 		if (s->cid == cid)
-			return s;
+			return (int)mid;
 		if (s->cid < cid)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return NULL;
+	return -1;
+}
+
+struct sib_port *dev_sib_lookup(struct vsock_dev *d, uint64_t cid)
+{
+	int i = sib_find(d, cid);
+
+	return i < 0 ? NULL : d->sibs[i];
 }
 
 static void sib_port_unref(struct sib_port *p)
@@ -97,10 +132,11 @@ static void sib_port_signal(struct sib_port *p, bool room)
 }
 
 /*
- * Hands p to t's inbox. Returns 0, -ENOBUFS if full (t will wake our room_async later), -EBUSY
- * if full and congested (drop p), or -EPIPE if t's device was freed (drop p).
+ * Hands p to t's inbox. Returns 0, -ENOBUFS if full (if wait, t will wake our room_async when it
+ * has room again), -EBUSY if full and congested (drop p), or -EPIPE if t's device was freed
+ * (drop p).
  */
-static int sib_push(struct sib_port *t, struct sib_pkt *p)
+static int sib_push(struct sib_port *t, struct sib_pkt *p, bool wait)
 {
 	struct sib_inbox *in = &t->inbox;
 	int r = 0;
@@ -112,7 +148,7 @@ static int sib_push(struct sib_port *t, struct sib_pkt *p)
 		   in->bytes + p->hdr.len > DEV_INBOX_BYTES) {
 		/* A congested target is not waited for: its guest is not taking packets. */
 		r = in->congested ? -EBUSY : -ENOBUFS;
-		if (r == -ENOBUFS)
+		if (r == -ENOBUFS && wait)
 			in->want_room = true;
 	} else {
 		/* Published under the lock; count is also read without it as a hint. */
@@ -124,48 +160,58 @@ static int sib_push(struct sib_port *t, struct sib_pkt *p)
 }
 
 /*
- * Queues an RST from h's destination to h's source (a packet h sent to the sibling port t, whose
- * device was freed) into t2's inbox, as Linux answers a packet for which no socket exists: the
- * guest's connection to the freed VM fails at once instead of waiting for its own timeouts.
- * Nothing is sent for an RST, if t2's inbox is full (the guest times out instead), or if t2 is
- * closed too. Returns true if queued (the caller wakes t2's device).
+ * Queues an RST from h's destination to h's source into t2's inbox (h: a packet sent to a
+ * sibling that is gone or takes nothing), as Linux answers a packet for which no socket exists:
+ * the connection fails at once instead of waiting for its own timeouts. Nothing is sent for an
+ * RST. Returns 0 if queued (the caller wakes t2's device), -EINVAL for an RST, -ENOBUFS if t2's
+ * inbox is full (its guest times out instead), -EPIPE if t2 is closed too, -ENOMEM.
  */
-static bool sib_queue_rst(struct sib_port *t2, const struct vsock_hdr *h)
+static int sib_queue_rst(struct sib_port *t2, const struct vsock_hdr *h)
 {
 	struct sib_inbox *in = &t2->inbox;
 	struct sib_pkt *p;
-	bool queued = false;
+	int r = 0;
 
 	if (h->op == VSOCK_OP_RST)
-		return false;
+		return -EINVAL;
 	p = malloc(sizeof(*p));
 	if (!p)
-		return false;
-	p->hdr = (struct vsock_hdr){
-		.src_cid = h->dst_cid, .dst_cid = h->src_cid, .src_port = h->dst_port,
-		.dst_port = h->src_port, .type = h->type, .op = VSOCK_OP_RST,
+		return -ENOMEM;
+	*p = (struct sib_pkt){
+		.hdr = { .src_cid = h->dst_cid, .dst_cid = h->src_cid, .src_port = h->dst_port,
+			 .dst_port = h->src_port, .type = h->type, .op = VSOCK_OP_RST },
+		.made = true,
 	};
-	p->off = 0;
 	pthread_mutex_lock(&in->lock);
-	if (!sib_port_closed(t2) && inbox_count(in) < DEV_INBOX_PKTS) {
+	if (sib_port_closed(t2))
+		r = -EPIPE;
+	else if (inbox_count(in) == DEV_INBOX_PKTS)
+		r = -ENOBUFS;
+	else
 		inbox_put(in, p);
-		queued = true;
-	}
 	pthread_mutex_unlock(&in->lock);
-	if (!queued)
+	if (r < 0)
 		free(p);
-	return queued;
+	return r;
 }
 
 /*
- * Our guest sent h to a sibling whose device was freed: dropped (counted as a sibling drop, which
- * operators see as no_route) and answered with an RST from that CID (to be delivered by rx_fill).
+ * Our guest's packet h for a sibling is dropped (the sibling is gone, congested, or more is held
+ * for it than the bound allows): counted as a sibling drop (which operators see as no_route) and
+ * answered with an RST from that sibling, delivered by rx_fill.
  */
-static void sib_gone(struct vsock_dev *d, const struct vsock_hdr *h)
+static void sib_reject(struct vsock_dev *d, const struct vsock_hdr *h)
 {
 	DEV_STAT_ADD(d, sibling_dropped, 1);
-	if (sib_queue_rst(d->port, h))
+	switch (sib_queue_rst(d->port, h)) {
+	case 0:
 		d->rx_more = true;
+		break;
+	case -ENOBUFS:
+	case -ENOMEM:
+		DEV_STAT_ADD(d, sibling_replies_dropped, 1);
+		break;
+	}
 }
 
 static void sib_wake_senders(struct vsock_dev *d)
@@ -270,103 +316,205 @@ static void sib_note_target(struct vsock_dev *d, struct sib_port *t)
 
 /* ---- TX: our guest's packets to a sibling ------------------------------------------------- */
 
-/* Copies a sibling-bound packet and hands it over (or stages it if the target is full). */
+static struct sib_pkt *sib_pkt_copy(const struct vsock_hdr *h, const struct iovec *iov, unsigned n)
+{
+	struct sib_pkt *p = malloc(sizeof(*p) + h->len);
+
+	if (!p)
+		return NULL;
+	*p = (struct sib_pkt){ .hdr = *h };
+	iov_read_at(iov, n, VSOCK_HDR_SIZE, p->data, h->len);
+	return p;
+}
+
+/* Arms the stall timer for the earliest deadline of the held packets, or disarms it. */
+static void sib_hold_arm(struct vsock_dev *d)
+{
+	uint64_t dl = UINT64_MAX;
+
+	for (unsigned i = 0; i < d->n_sibs; i++)
+		if (d->hold[i].head && d->hold[i].deadline < dl)
+			dl = d->hold[i].deadline;
+	if (dl == UINT64_MAX)
+		loop_timer_disarm(d->stage_timer);
+	else
+		loop_timer_arm(d->stage_timer, dl);
+}
+
+/* Unlinks the oldest held packet of ho (not empty), whose next and len the caller read. */
+static void sib_hold_unlink(struct vsock_dev *d, struct sib_hold *ho, struct sib_pkt *next,
+			    uint32_t len)
+{
+	ho->head = next;
+	if (!next) {
+		ho->tail = NULL;
+		ho->deadline = 0;
+	}
+	d->hold_pkts--;
+	d->hold_bytes -= len;
+}
+
+/* Drops everything held in ho: answered with RSTs and counted if reject, else silently. */
+static void sib_hold_drop(struct vsock_dev *d, struct sib_hold *ho, bool reject)
+{
+	while (ho->head) {
+		struct sib_pkt *p = ho->head;
+
+		sib_hold_unlink(d, ho, p->next, p->hdr.len);
+		if (reject)
+			sib_reject(d, &p->hdr);
+		free(p);
+	}
+}
+
+/*
+ * Holds p (captured already) for t, whose inbox is full, behind what is held for it already;
+ * beyond the bound it is dropped and answered with an RST instead.
+ */
+static enum dev_tx_verdict sib_hold_put(struct vsock_dev *d, struct sib_hold *ho,
+					struct sib_pkt *p)
+{
+	if (d->hold_pkts >= DEV_SIB_HOLD_PKTS || d->hold_bytes + p->hdr.len > DEV_SIB_HOLD_BYTES) {
+		sib_reject(d, &p->hdr);
+		free(p);
+		return DEV_TX_DROP;
+	}
+	p->next = NULL;
+	if (ho->tail)
+		ho->tail->next = p;
+	else
+		ho->head = p;
+	ho->tail = p;
+	d->hold_pkts++;
+	d->hold_bytes += p->hdr.len;
+	if (!ho->deadline) {
+		ho->deadline = mono_ns() + DEV_SIB_STALL_NS;
+		sib_hold_arm(d);
+	}
+	return DEV_TX_SIBLING_SENT;
+}
+
+/*
+ * Hands what is held for t over, in order, while t's inbox has room; a sibling that took some
+ * gets DEV_SIB_STALL_NS more. Returns true if nothing is held for t any more.
+ */
+static bool sib_hold_flush(struct vsock_dev *d, struct sib_port *t, struct sib_hold *ho)
+{
+	bool moved = false;
+
+	while (ho->head) {
+		struct sib_pkt *p = ho->head, *next = p->next;
+		uint32_t len = p->hdr.len;
+		int r = sib_push(t, p, true);
+
+		if (r == -ENOBUFS)
+			break;
+		/* Once pushed, p is t's (it may be gone already): unlinked with what was read. */
+		sib_hold_unlink(d, ho, next, len);
+		if (r == 0) {
+			DEV_STAT_ADD(d, sibling_fwd_pkts, 1);
+			moved = true;
+		} else {
+			/* Gone, or congested meanwhile (another sender's stall limit). */
+			sib_reject(d, &p->hdr);
+			free(p);
+		}
+	}
+	if (moved) {
+		sib_note_target(d, t);
+		if (ho->head)
+			ho->deadline = mono_ns() + DEV_SIB_STALL_NS;
+	}
+	return !ho->head;
+}
+
+/* Copies a sibling-bound packet and hands it over (or holds it, or drops it: see the top). */
 enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
 				 const struct iovec *iov, unsigned n)
 {
+	struct sib_hold *ho = &d->hold[sib_find(d, t->cid)];
+	bool reply = h->op == VSOCK_OP_RST;
 	struct sib_pkt *p;
+	int r;
 
 	/* A hint: a port closed after this check makes sib_push fail with -EPIPE instead. */
 	if (sib_port_closed(t)) {
-		sib_gone(d, h);
+		sib_reject(d, h);
 		return DEV_TX_DROP;
 	}
-	p = malloc(sizeof(*p) + h->len);
+	/* Something held for t: t is full unless it took all of that now. */
+	if (ho->head && !sib_hold_flush(d, t, ho) && reply) {
+		DEV_STAT_ADD(d, sibling_replies_dropped, 1);
+		return DEV_TX_DROP;
+	}
+	p = sib_pkt_copy(h, iov, n);
 	if (!p) {
 		DEV_STAT_ADD(d, sibling_dropped, 1);
 		return DEV_TX_DROP;
 	}
-	p->hdr = *h;
-	p->off = 0;
-	iov_read_at(iov, n, VSOCK_HDR_SIZE, p->data, h->len);
-	/* Before the push: once in the target's inbox, p belongs to the target's thread. A staged
+	/* Before the push: once in the target's inbox, p belongs to the target's thread. A held
 	 * packet is not captured again when it is handed over later. */
 	OPS_TAP(&d->tap, &p->hdr, (&(struct iovec){ p->data, p->hdr.len }), 1);
-	switch (sib_push(t, p)) {
-	case 0:
-		break;
-	case -ENOBUFS:
-		d->tx_staged = p;
-		d->tx_staged_to = t;
-		loop_timer_arm(d->stage_timer, loop_now_ns() + DEV_SIB_STALL_NS);
-		return DEV_TX_SIBLING_FULL;
-	case -EPIPE:
-		sib_gone(d, &p->hdr);
+	if (ho->head)
+		return sib_hold_put(d, ho, p);
+	r = sib_push(t, p, !reply);
+	if (r == 0) {
+		DEV_STAT_ADD(d, sibling_fwd_pkts, 1);
+		sib_note_target(d, t);
+		return DEV_TX_SIBLING_SENT;
+	}
+	if ((r == -ENOBUFS || r == -EBUSY) && reply) {
 		free(p);
-		return DEV_TX_DROP;
-	default:
-		free(p);
-		DEV_STAT_ADD(d, sibling_dropped, 1);
+		DEV_STAT_ADD(d, sibling_replies_dropped, 1);
 		return DEV_TX_DROP;
 	}
-	DEV_STAT_ADD(d, sibling_fwd_pkts, 1);
-	sib_note_target(d, t);
-	return DEV_TX_SIBLING_SENT;
+	if (r == -ENOBUFS)
+		return sib_hold_put(d, ho, p);
+	/* Gone, or congested: dropped, and the connection fails at once. */
+	sib_reject(d, &p->hdr);
+	free(p);
+	return DEV_TX_DROP;
 }
 
-/* Retries the staged sibling packet. Returns true if it is gone (delivered or dropped). */
-bool dev_sib_retry_staged(struct vsock_dev *d)
+void dev_sib_retry_staged(struct vsock_dev *d)
 {
-	int r;
-
-	if (!d->tx_staged)
-		return true;
-	r = sib_push(d->tx_staged_to, d->tx_staged);
-	if (r == -ENOBUFS)
-		return false;
-	if (r == -EPIPE) {
-		/* The target was freed while we waited for room: its vsock_dev_free woke us. */
-		sib_gone(d, &d->tx_staged->hdr);
-		free(d->tx_staged);
-	} else if (r < 0) {
-		free(d->tx_staged);
-		DEV_STAT_ADD(d, sibling_dropped, 1);
-	} else {
-		DEV_STAT_ADD(d, sibling_fwd_pkts, 1);
-		sib_note_target(d, d->tx_staged_to);
-	}
-	loop_timer_disarm(d->stage_timer);
-	d->tx_staged = NULL;
-	d->tx_staged_to = NULL;
-	return true;
+	for (unsigned i = 0; i < d->n_sibs; i++)
+		if (d->hold[i].head)
+			(void)sib_hold_flush(d, d->sibs[i], &d->hold[i]);
+	sib_hold_arm(d);
 }
 
 /* ---- wakeups and the stall timer ------------------------------------------------------- */
 
-/* A sibling did not make room within DEV_SIB_STALL_NS: drop the packet, mark it congested. */
+/*
+ * A deadline of the held packets passed: each sibling that made no room within DEV_SIB_STALL_NS
+ * is marked congested, and what is held for it is dropped and answered with RSTs.
+ */
 static void stage_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 {
 	struct vsock_dev *d = opaque;
-	struct sib_inbox *in;
+	uint64_t now = mono_ns();
 
 	(void)l;
 	(void)t;
-	if (!d->tx_staged || dev_sib_retry_staged(d)) {
-		dev_settle(d);
-		return;
+	for (unsigned i = 0; i < d->n_sibs; i++) {
+		struct sib_hold *ho = &d->hold[i];
+		/* The port stays valid (our reference) even if its device was freed meanwhile. */
+		struct sib_port *to = d->sibs[i];
+
+		/* A sibling that took some of it meanwhile got more time (sib_hold_flush). */
+		if (!ho->head || ho->deadline > now || sib_hold_flush(d, to, ho) ||
+		    ho->deadline > now)
+			continue;
+		pthread_mutex_lock(&to->inbox.lock);
+		to->inbox.congested = true;
+		pthread_mutex_unlock(&to->inbox.lock);
+		log_vm_dev(LOG_LVL_WARN, d->cid,
+			   "sibling %s takes no packets; dropping what is sent to it", to->name);
+		sib_hold_drop(d, ho, true);
 	}
-	/* The port stays valid (our reference) even if its device was freed meanwhile. */
-	in = &d->tx_staged_to->inbox;
-	pthread_mutex_lock(&in->lock);
-	in->congested = true;
-	pthread_mutex_unlock(&in->lock);
-	log_vm_dev(LOG_LVL_WARN, d->cid, "sibling %s takes no packets; dropping what is sent to it",
-		   d->tx_staged_to->name);
-	free(d->tx_staged);
-	d->tx_staged = NULL;
-	d->tx_staged_to = NULL;
-	DEV_STAT_ADD(d, sibling_dropped, 1);
-	dev_tx_drain(d);
+	sib_hold_arm(d);
+	dev_sib_wake_targets(d);
 	dev_settle(d);
 }
 
@@ -383,11 +531,8 @@ static void room_cb(struct loop *l, void *opaque)
 	struct vsock_dev *d = opaque;
 
 	(void)l;
-	if (d->tx_staged) {
-		if (!dev_sib_retry_staged(d))
-			return;
-		dev_sib_wake_targets(d);
-	}
+	dev_sib_retry_staged(d);
+	dev_sib_wake_targets(d);
 	if (d->tx_throttled)
 		dev_tx_drain(d);
 	dev_settle(d);
@@ -423,11 +568,8 @@ int dev_sib_init(struct vsock_dev *d)
 
 void dev_sib_drop_staged(struct vsock_dev *d)
 {
-	if (d->tx_staged) {
-		free(d->tx_staged);
-		d->tx_staged = NULL;
-		d->tx_staged_to = NULL;
-	}
+	for (unsigned i = 0; i < d->n_sibs; i++)
+		sib_hold_drop(d, &d->hold[i], false);
 	if (d->stage_timer)
 		loop_timer_disarm(d->stage_timer);
 }
@@ -437,6 +579,7 @@ static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
 {
 	struct sib_port **v = realloc(d->sibs, (d->n_sibs + 1) * sizeof(*v));
 	struct sib_port **w;
+	struct sib_hold *ho;
 	unsigned i;
 
 	if (!v)
@@ -446,8 +589,15 @@ static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
 	if (!w)
 		return -ENOMEM;
 	d->wake = w;
-	for (i = d->n_sibs; i > 0 && d->sibs[i - 1]->cid > s->cid; i--)
+	ho = realloc(d->hold, (d->n_sibs + 1) * sizeof(*ho));
+	if (!ho)
+		return -ENOMEM;
+	d->hold = ho;
+	for (i = d->n_sibs; i > 0 && d->sibs[i - 1]->cid > s->cid; i--) {
 		d->sibs[i] = d->sibs[i - 1];
+		d->hold[i] = d->hold[i - 1];
+	}
+	d->hold[i] = (struct sib_hold){ 0 };
 	/* relaxed: we hold a reference through s already (taking one orders nothing). */
 	atomic_fetch_add_explicit(&s->port->refs, 1, memory_order_relaxed);
 	d->sibs[i] = s->port;
@@ -458,9 +608,10 @@ static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
 /*
  * Detaches a device that is being freed (not running) from its siblings, which may be running:
  * closes its port, so that no push or wakeup reaches it any more; drops what they had queued for
- * it, counted on each sender (peer_dropped) and answered with an RST as sib_gone does for what
- * they send later; wakes every sibling's room_async, so that one waiting for room in our inbox
- * (tx_staged) retries at once, finds the port closed and goes on; drops our references.
+ * it, counted on each sender (peer_dropped) and answered with an RST as sib_reject does for what
+ * they send later; drops what it held for them; wakes every sibling's room_async, so that one
+ * holding packets for our inbox retries at once, finds the port closed and goes on; drops our
+ * references.
  */
 void dev_sib_detach(struct vsock_dev *d)
 {
@@ -486,20 +637,23 @@ void dev_sib_detach(struct vsock_dev *d)
 	for (unsigned i = 0; i < n; i++) {
 		struct sib_port *from = dev_sib_lookup(d, left[i]->hdr.src_cid);
 
-		/* Not a sibling's: an RST sib_gone queued for our own guest. */
-		if (from && !sib_port_closed(from)) {
+		/* Not a sibling's guest packet: an RST a device made for our own guest. */
+		if (from && !left[i]->made && !sib_port_closed(from)) {
 			atomic_fetch_add_explicit(&from->peer_dropped, 1, memory_order_relaxed);
-			if (sib_queue_rst(from, &left[i]->hdr))
+			if (sib_queue_rst(from, &left[i]->hdr) == 0)
 				sib_port_signal(from, false);
 		}
 		free(left[i]);
 	}
 	for (unsigned i = 0; i < d->n_sibs; i++) {
+		sib_hold_drop(d, &d->hold[i], false);
 		sib_port_signal(d->sibs[i], true);
 		sib_port_unref(d->sibs[i]);
 	}
 	free(d->sibs);
 	d->sibs = NULL;
+	free(d->hold);
+	d->hold = NULL;
 	d->n_sibs = 0;
 	sib_port_unref(port);
 	d->port = NULL;

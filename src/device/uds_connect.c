@@ -1,11 +1,18 @@
 /* SPDX-License-Identifier: MIT */
-/* CONNECT line reader and parser for the hybrid Unix-socket handshake (see uds_connect.h). */
+/*
+ * The host side's two Unix-socket primitives (see uds_connect.h): the CONNECT line reader and
+ * parser of the hybrid handshake, and the connect to <uds-path>_<port> that follows no symlink.
+ */
 #include "device/uds_connect.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 static bool is_blank(char c)
 {
@@ -109,4 +116,47 @@ int uds_connect_read(struct uds_connect_reader *r, int fd, bool seqpacket, uint3
 size_t uds_connect_format_ok(char *buf, uint32_t port)
 {
 	return (size_t)snprintf(buf, 16, "OK %u\n", port);
+}
+
+int uds_connect_at(int dirfd, const char *name, int type, bool *ret_pending)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int pfd, fd, r;
+
+	if (!name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+		return -EINVAL;
+	/* O_PATH | O_NOFOLLOW: a symlink there gives an fd of the link itself, not its target. */
+	pfd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (pfd < 0)
+		return -errno;
+	if (fstat(pfd, &st) < 0) {
+		r = -errno;
+		goto out_path;
+	}
+	if (S_ISLNK(st.st_mode) || !S_ISSOCK(st.st_mode)) {
+		r = S_ISLNK(st.st_mode) ? -ELOOP : -ENOTSOCK;
+		goto out_path;
+	}
+	/* The magic link resolves to the very inode pfd holds: a file swapped in since is not
+	 * looked at (connect() has no *at form, and this is the race-free one). */
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", pfd);
+	fd = socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		r = -errno;
+		goto out_path;
+	}
+	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	close(pfd);
+	if (r < 0 && r != -EINPROGRESS) {
+		close(fd);
+		/* The file was there (pfd): ENOENT now means /proc is not mounted. */
+		return r == -ENOENT ? -EOPNOTSUPP : r;
+	}
+	*ret_pending = r == -EINPROGRESS;
+	return fd;
+
+out_path:
+	close(pfd);
+	return r;
 }

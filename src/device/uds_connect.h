@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The host side of the Firecracker "hybrid vsock" handshake: a host program connects to
- * `<uds-path>` and writes `CONNECT <port>\n`; we answer `OK <host-port>\n` once the guest accepted.
- * This file reads and parses that line without blocking and without consuming a single byte past
- * the newline (bytes after it are stream data for the guest).
+ * The host side's Unix-socket primitives of the Firecracker "hybrid vsock" convention.
+ *
+ * Host -> guest: a host program connects to `<uds-path>` and writes `CONNECT <port>\n`; we answer
+ * `OK <host-port>\n` once the guest accepted. This file reads and parses that line without
+ * blocking and without consuming a single byte past the newline (bytes after it are stream data
+ * for the guest).
  *
  * Accepted line: the keyword CONNECT in any letter case, one or more spaces or tabs, a decimal
  * port in [0, 4294967294] (no sign, at most 10 digits), optional trailing spaces, tabs or '\r',
@@ -13,6 +15,9 @@
  * Security model: the host program is not trusted to be well-behaved: a partial line, garbage, an
  * overlong line or an early close gives an error and the caller closes the socket; nothing here
  * allocates, blocks, or reads past the line.
+ *
+ * Guest -> host: uds_connect_at() below connects to `<uds-path>_<port>` without following a
+ * symlink there.
  */
 #ifndef UVSOCK_DEVICE_UDS_CONNECT_H
 #define UVSOCK_DEVICE_UDS_CONNECT_H
@@ -47,5 +52,23 @@ int uds_connect_read(struct uds_connect_reader *r, int fd, bool seqpacket, uint3
 
 /* Formats "OK <port>\n" into buf (at least 16 bytes). Returns the length. */
 size_t uds_connect_format_ok(char *buf, uint32_t port);
+
+/*
+ * Guest -> host: starts a non-blocking connect of a new Unix socket of `type` (SOCK_STREAM or
+ * SOCK_SEQPACKET) to the socket file `name` (one path component) in the directory dirfd
+ * (O_PATH | O_DIRECTORY is enough), following no symlink: `name` is opened O_PATH | O_NOFOLLOW,
+ * must be a socket, and the connect goes to that very inode through /proc/self/fd/<fd>, so a
+ * symlink planted or swapped in at any moment is never followed. Needs /proc.
+ *
+ * Security model: whoever can write to the directory may plant files there; a symlink could
+ * point the daemon at any socket it can reach, so it is refused, not followed.
+ *
+ * Returns the socket (non-blocking, close-on-exec) with *ret_pending true while the connect is
+ * in progress (wait for EPOLLOUT, then read SO_ERROR), or -EINVAL (name not one component),
+ * -ELOOP (name is a symlink), -ENOTSOCK (not a socket file), -ENOENT (nothing there),
+ * -ECONNREFUSED (nobody listens), -EPROTOTYPE (a listener of the other type), -EAGAIN (its
+ * backlog is full), -EOPNOTSUPP (no /proc), or the errno of openat/socket (-EMFILE...).
+ */
+int uds_connect_at(int dirfd, const char *name, int type, bool *ret_pending);
 
 #endif

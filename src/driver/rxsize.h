@@ -4,8 +4,8 @@
  * posts follows the traffic, between a minimum (4 KiB of payload, what Linux posts) and a maximum
  * (64 KiB, the largest vsock packet), the way virtio-net sizes its mergeable RX buffers: an
  * exponentially weighted moving average (EWMA) of received packet sizes, rounded up so that the
- * whole buffer (header included) is a multiple of a cache line. Seed 003's reviewers asked for
- * this instead of a fixed module parameter; the kernel never did it.
+ * whole buffer (header included) is a multiple of a cache line, instead of a fixed size: Linux's
+ * virtio-vsock driver posts fixed 4 KiB buffers (VIRTIO_VSOCK_DEFAULT_RX_BUF_SIZE).
  *
  * One subtlety the kernel's fixed size never had to face: a device fills a buffer with at most
  * what fits, so with small buffers every bulk packet arrives exactly as large as the buffer and

@@ -18,7 +18,7 @@
 
 #include "util/macros.h"
 
-enum vm_key { K_CID, K_SOCKET, K_UDS, K_TXBUF, K_QSIZE, K_GROUPS, _K_MAX };
+enum vm_key { K_CID, K_SOCKET, K_UDS, K_TXBUF, K_QSIZE, K_GROUPS, K_CGROUP, _K_MAX };
 
 static const char *const vm_key_names[_K_MAX] = {
 	[K_CID] = "guest_cid",
@@ -27,14 +27,16 @@ static const char *const vm_key_names[_K_MAX] = {
 	[K_TXBUF] = "tx_buffer_size",
 	[K_QSIZE] = "queue_size",
 	[K_GROUPS] = "groups",
+	[K_CGROUP] = "cgroup",
 };
 
-enum top_key { T_VMS, T_CONTROL, T_LOG_LEVEL, _T_MAX };
+enum top_key { T_VMS, T_CONTROL, T_LOG_LEVEL, T_ISOLATE, _T_MAX };
 
 static const char *const top_key_names[_T_MAX] = {
 	[T_VMS] = "vms",
 	[T_CONTROL] = "control",
 	[T_LOG_LEVEL] = "log_level",
+	[T_ISOLATE] = "isolate",
 };
 
 struct parser {
@@ -214,6 +216,9 @@ static int set_path(struct parser *p, char *dst, const char *key, const char *v,
 
 	if (n == 0)
 		return fail(p, "%s must not be empty", key);
+	if (n > max && max == OPS_CFG_CGROUP_PATH_MAX)
+		return fail(p, "%s is too long: %zu bytes, the limit is %zu ('%.40s...')", key, n,
+			    max, v);
 	if (n > max)
 		return fail(p, "%s '%s' is too long: %zu bytes, the limit is %zu (Unix socket paths "
 			    "have 108 bytes%s)", key, v, n, max,
@@ -303,6 +308,12 @@ static int set_vm_key(struct parser *p, int key, const char *v, bool flow)
 		return set_size(p, &vm->queue_size, "queue_size", v, 1, OPS_CFG_MAX_QUEUE_SIZE, true);
 	case K_GROUPS:
 		return set_groups(p, vm, v, flow);
+	case K_CGROUP:
+		/* Whether isolate is on is known at the end: daemon/options.c checks that. */
+		if (v[0] != '/')
+			return fail(p, "cgroup '%s' must be an absolute path (a cgroup directory)",
+				    v);
+		return set_path(p, vm->cgroup, "cgroup", v, OPS_CFG_CGROUP_PATH_MAX);
 	}
 	return -EINVAL;
 }
@@ -469,6 +480,12 @@ static int top_key(struct parser *p, const char *s)
 		p->c.have_log_level = true;
 		return 0;
 	}
+	case T_ISOLATE:
+		if (!flow && (strcmp(val, "true") == 0 || strcmp(val, "false") == 0)) {
+			p->c.isolate = val[0] == 't';
+			return 0;
+		}
+		return fail(p, "isolate '%s' is not true or false", val);
 	}
 	return -EINVAL;
 }

@@ -6,6 +6,7 @@
  *   # uvsockd.yaml
  *   control: /run/uvsockd.ctl        # optional: control socket path
  *   log_level: info                  # optional: error, warn, info, debug
+ *   isolate: true                    # optional: one worker process per sibling group
  *   vms:
  *     - guest_cid: 4
  *       socket: /run/vhost4.socket   # vhost-user socket (the VMM connects here)
@@ -13,6 +14,7 @@
  *       tx_buffer_size: 262144       # optional
  *       queue_size: 1024             # optional
  *       groups: group1+groupA        # optional; also [group1, groupA]
+ *       cgroup: /sys/fs/cgroup/vm4   # optional, needs isolate: the worker's cgroup
  *
  * The subset: `#` comments, spaces (no tabs) for indentation, one `key: value` per line, block
  * sequences of block mappings under `vms:`, scalars plain, 'single' or "double" quoted (\" \\
@@ -48,6 +50,7 @@
 #define OPS_CFG_MIN_TX_BUFFER_SIZE 4096u
 #define OPS_CFG_MAX_TX_BUFFER_SIZE (64u * 1024 * 1024)
 #define OPS_CFG_MAX_QUEUE_SIZE 32768u
+#define OPS_CFG_CGROUP_PATH_MAX 1023
 /* Input bounds. */
 #define OPS_CFG_MAX_FILE_SIZE (1u << 20)
 #define OPS_CFG_MAX_LINE 4096u
@@ -60,6 +63,7 @@ struct ops_vm_config {
 	uint32_t queue_size;
 	unsigned n_groups;
 	char groups[OPS_CFG_MAX_GROUPS][OPS_CFG_GROUP_NAME_MAX + 1];
+	char cgroup[OPS_CFG_CGROUP_PATH_MAX + 1]; /* absolute path, or "" */
 	unsigned line; /* line of the entry's `-` */
 };
 
@@ -70,6 +74,7 @@ struct ops_config {
 	char control_path[OPS_CFG_SUN_PATH_MAX + 1];
 	bool have_log_level;
 	enum log_level log_level;
+	bool isolate; /* isolate: true */
 };
 
 /*

@@ -18,7 +18,8 @@
 #include "ops/config.h"
 
 /*
- * Appends the file's VMs to dst->vms and applies its log_level (if the file has one).
+ * Appends the file's VMs to dst->vms and applies its log_level (if the file has one) and its
+ * isolate: true (a command-line --isolate stays on either way).
  * The caller decides whether file and command-line VMs may be mixed; if they are, it must check
  * CID and path uniqueness across both itself (the file's VMs are unique among themselves).
  * Returns 0, -E2BIG (more than UVSOCKD_MAX_VMS in all), -ENOMEM; dst is unchanged on failure.
@@ -45,10 +46,12 @@ static inline int ops_config_to_uvsockd(const struct ops_config *src, struct uvs
 		d->queue_size = s->queue_size;
 		d->n_groups = s->n_groups;
 		memcpy(d->groups, s->groups, sizeof(d->groups));
+		memcpy(d->cgroup, s->cgroup, sizeof(d->cgroup));
 	}
 	dst->n_vms += src->n_vms;
 	if (src->have_log_level)
 		dst->log_level = src->log_level;
+	dst->isolate = dst->isolate || src->isolate;
 	return 0;
 }
 
@@ -59,6 +62,8 @@ _Static_assert(sizeof(((struct uvsockd_vm_config *)0)->uds_path) ==
 		       sizeof(((struct ops_vm_config *)0)->uds_path), "uds_path size");
 _Static_assert(sizeof(((struct uvsockd_vm_config *)0)->groups) ==
 		       sizeof(((struct ops_vm_config *)0)->groups), "groups size");
+_Static_assert(sizeof(((struct uvsockd_vm_config *)0)->cgroup) ==
+		       sizeof(((struct ops_vm_config *)0)->cgroup), "cgroup size");
 _Static_assert(UVSOCKD_MAX_GROUPS == OPS_CFG_MAX_GROUPS, "group count");
 _Static_assert(UVSOCKD_MAX_VMS == OPS_CFG_MAX_VMS, "VM count");
 

@@ -398,6 +398,11 @@ static void print_counters(FILE *out, const struct ops_jv *c)
 		     "    host connects refused %" PRIu64 "\n",
 		ops_json_u64(c, "credit_stalls", 0), ops_json_u64(c, "ring_errors", 0),
 		ops_json_u64(c, "host_connects_refused", 0));
+	fprintf(out, "  host side   %" PRIu64 " clients refused, %" PRIu64
+		     " handshake timeouts, %" PRIu64 " symlinks refused\n",
+		ops_json_u64(c, "host_clients_refused", 0),
+		ops_json_u64(c, "host_handshake_timeouts", 0),
+		ops_json_u64(c, "host_symlinks_refused", 0));
 	fprintf(out, "  dropped    ");
 	for (unsigned i = 0; i < _OPS_DROP_MAX; i++)
 		fprintf(out, " %s %" PRIu64, ops_drop_reason_name(i),

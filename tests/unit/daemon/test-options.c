@@ -2,7 +2,8 @@
 /*
  * Unit tests for uvsockd's option parser (daemon/options.c): --vm and single-VM forms, key
  * spellings, defaults, every rejected value (reserved, duplicate and oversized CIDs, path
- * limits, sizes, groups), actions, and the file-system checks on a temporary directory.
+ * limits, sizes, groups), actions, --isolate with cgroup= and the split into workers, and the
+ * file-system checks on a temporary directory.
  */
 #include <fcntl.h>
 #include <stdarg.h>
@@ -309,13 +310,177 @@ TEST(config_file)
 	ASSERT_OK(rmdir(dir));
 }
 
+#define VM_A "guest-cid=3,socket=/r/a.sock,uds-path=/r/a.vsock"
+#define VM_B "guest-cid=4,socket=/r/b.sock,uds-path=/r/b.vsock"
+#define VM_C "guest-cid=5,socket=/r/c.sock,uds-path=/r/c.vsock"
+
+TEST(isolate_and_cgroup)
+{
+	struct uvsockd_config c;
+	char longpath[1100];
+
+	ASSERT_OK(parse(&c, "--vm", VM_A, "--vm", VM_B, NULL));
+	ASSERT_FALSE(c.isolate);
+	ASSERT_STREQ(c.vms[0].cgroup, "");
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--isolate", "--vm", VM_A ",cgroup=/sys/fs/cgroup/vm3,groups=g3",
+			"--vm", VM_B ",groups=g4", NULL));
+	ASSERT_TRUE(c.isolate);
+	ASSERT_STREQ(c.vms[0].cgroup, "/sys/fs/cgroup/vm3");
+	ASSERT_STREQ(c.vms[1].cgroup, "");
+	uvsockd_config_clear(&c);
+	/* The single-VM form and the '_' spelling. */
+	ASSERT_OK(parse(&c, "--socket", "/r/s", "--uds-path", "/r/u", "--cgroup=/cg", "--isolate",
+			NULL));
+	ASSERT_STREQ(c.vms[0].cgroup, "/cg");
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--isolate", "--vm", VM_A ",cgroup=/cg", NULL));
+	uvsockd_config_clear(&c);
+
+	ASSERT_REJECTS("needs --isolate", "--vm", VM_A ",cgroup=/sys/fs/cgroup/vm3");
+	ASSERT_REJECTS("absolute path", "--isolate", "--vm", VM_A ",cgroup=vm3");
+	ASSERT_REJECTS("absolute path", "--isolate", "--vm", VM_A ",cgroup=");
+	ASSERT_REJECTS("given twice", "--isolate", "--vm", VM_A ",cgroup=/a,cgroup=/b");
+	memset(longpath, 'x', sizeof(longpath) - 1);
+	longpath[0] = '/';
+	longpath[sizeof(longpath) - 1] = '\0';
+	ASSERT_REJECTS("too long", "--isolate", "--cgroup", longpath, "--socket", "/a",
+		       "--uds-path", "/b");
+	ASSERT_REJECTS("cannot be combined with --isolate", "--isolate", "--capture", "/tmp/x.pcap",
+		       "--vm", VM_A);
+	/* One worker (a shared group), two cgroups; also through a third VM, and "" vs a path. */
+	ASSERT_REJECTS("different cgroups", "--isolate", "--vm", VM_A ",cgroup=/a", "--vm",
+		       VM_B ",cgroup=/b");
+	ASSERT_REJECTS("different cgroups", "--isolate", "--vm", VM_A ",groups=x,cgroup=/a", "--vm",
+		       VM_B ",groups=x+y,cgroup=/a", "--vm", VM_C ",groups=y,cgroup=/c");
+	ASSERT_REJECTS("different cgroups", "--isolate", "--vm", VM_A ",cgroup=/a", "--vm", VM_B);
+	/* Separate groups may name separate cgroups. */
+	ASSERT_OK(parse(&c, "--isolate", "--vm", VM_A ",groups=x,cgroup=/a", "--vm",
+			VM_B ",groups=y,cgroup=/b", NULL));
+	uvsockd_config_clear(&c);
+}
+
+TEST(workers_follow_sibling_groups)
+{
+	struct uvsockd_config c;
+	unsigned w[5];
+
+	/* 3 {a}, 4 {b}, 5 {a+c}, 6 {c}, 7 {e}: 3-5-6 through a and c, 4 alone, 7 alone. */
+	ASSERT_OK(parse(&c, "--vm", VM_A ",groups=a", "--vm", VM_B ",groups=b", "--vm",
+			VM_C ",groups=a+c", "--vm",
+			"guest-cid=6,socket=/r/d.sock,uds-path=/r/d.vsock,groups=c", "--vm",
+			"guest-cid=7,socket=/r/e.sock,uds-path=/r/e.vsock,groups=e", NULL));
+	ASSERT_EQ(uvsockd_workers(&c, w), 3);
+	ASSERT_EQ(w[0], 0);
+	ASSERT_EQ(w[1], 1);
+	ASSERT_EQ(w[2], 0);
+	ASSERT_EQ(w[3], 0);
+	ASSERT_EQ(w[4], 2);
+	uvsockd_config_clear(&c);
+	/* The default group: one worker for all. */
+	ASSERT_OK(parse(&c, "--vm", VM_A, "--vm", VM_B, "--vm", VM_C, NULL));
+	ASSERT_EQ(uvsockd_workers(&c, w), 1);
+	ASSERT_EQ(w[0] + w[1] + w[2], 0);
+	uvsockd_config_clear(&c);
+	/* A later VM joins two earlier workers into one: 3 {a}, 4 {b}, 5 {a+b}. */
+	ASSERT_OK(parse(&c, "--vm", VM_A ",groups=a", "--vm", VM_B ",groups=b", "--vm",
+			VM_C ",groups=a+b", NULL));
+	ASSERT_EQ(uvsockd_workers(&c, w), 1);
+	ASSERT_EQ(w[0] + w[1] + w[2], 0);
+	uvsockd_config_clear(&c);
+}
+
+TEST(isolate_in_config_file_and_cgroup_checks)
+{
+	char dir[] = "/tmp/uvsockd-iso-XXXXXX", path[128], cg[128], procs[160], spec[400];
+	struct uvsockd_config c;
+	FILE *f;
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/u.yaml", dir);
+	snprintf(cg, sizeof(cg), "%s/cg", dir);
+	f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	fprintf(f, "isolate: true\nvms:\n  - guest_cid: 4\n    socket: %s/a.sock\n"
+		   "    uds_path: %s/a.vsock\n    cgroup: %s\n", dir, dir, cg);
+	fclose(f);
+	ASSERT_OK(parse(&c, "--config", path, NULL));
+	ASSERT_TRUE(c.isolate);
+	ASSERT_STREQ(c.vms[0].cgroup, cg);
+	/* The cgroup directory does not exist yet, then has no cgroup.procs, then has one. */
+	ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), ENOENT);
+	ASSERT_TRUE(strstr(err, "cgroup") != NULL);
+	ASSERT_OK(mkdir(cg, 0700));
+	ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), ENOENT);
+	ASSERT_TRUE(strstr(err, "cgroup.procs") != NULL);
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", cg);
+	ASSERT_OK(close(creat(procs, 0600)));
+	/* ... but /tmp is no cgroup file system (the integration test has the real thing). */
+	ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), EINVAL);
+	ASSERT_TRUE(strstr(err, "not a cgroup directory") != NULL);
+	uvsockd_config_clear(&c);
+	/* A cgroup that is a file. */
+	snprintf(spec, sizeof(spec), "socket=%s/a.sock,uds-path=%s/a.vsock,cgroup=%s", dir, dir,
+		 procs);
+	ASSERT_OK(parse(&c, "--isolate", "--vm", spec, NULL));
+	ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), ENOTDIR);
+	uvsockd_config_clear(&c);
+
+	/* isolate: false with a cgroup is refused, unless the command line turns isolation on. */
+	static const char *const files[] = {
+		"isolate: false\nvms:\n  - socket: /a\n    uds_path: /b\n    cgroup: /c\n",
+		"isolate: yes please\nvms:\n  - socket: /a\n    uds_path: /b\n",
+	};
+	for (unsigned i = 0; i < 2; i++) {
+		f = fopen(path, "w");
+		ASSERT_TRUE(f != NULL);
+		fputs(files[i], f);
+		fclose(f);
+		if (i == 1) {
+			ASSERT_REJECTS("u.yaml:1", "--config", path);
+			continue;
+		}
+		ASSERT_REJECTS("needs --isolate", "--config", path);
+		ASSERT_OK(parse(&c, "--config", path, "--isolate", NULL));
+		ASSERT_TRUE(c.isolate);
+		uvsockd_config_clear(&c);
+	}
+	unlink(path);
+	unlink(procs);
+	ASSERT_OK(rmdir(cg));
+	ASSERT_OK(rmdir(dir));
+}
+
+TEST(guest_memory_caps)
+{
+	struct uvsockd_config c;
+
+	ASSERT_OK(parse(&c, "--vm", "socket=/a,uds-path=/b", NULL));
+	ASSERT_EQ_U64(c.guest_memory_max, 0); /* the default of guest_mem.h */
+	ASSERT_EQ_U64(c.guest_memory_total_max, 0);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--vm", "socket=/a,uds-path=/b", "--guest-memory-max", "64G",
+			"--guest-memory-total-max=2T", NULL));
+	ASSERT_EQ_U64(c.guest_memory_max, 64ull << 30);
+	ASSERT_EQ_U64(c.guest_memory_total_max, 2ull << 40);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--vm", "socket=/a,uds-path=/b", "--guest-memory-max", "1048576", NULL));
+	ASSERT_EQ_U64(c.guest_memory_max, 1ull << 20);
+	uvsockd_config_clear(&c);
+	ASSERT_REJECTS("1M minimum", "--vm", "socket=/a,uds-path=/b", "--guest-memory-max", "4K");
+	ASSERT_REJECTS("not a size", "--vm", "socket=/a,uds-path=/b", "--guest-memory-max", "1P");
+	ASSERT_REJECTS("not a size", "--vm", "socket=/a,uds-path=/b", "--guest-memory-max", "G");
+	ASSERT_REJECTS("not a size", "--vm", "socket=/a,uds-path=/b", "--guest-memory-total-max",
+		       "99999999999999999999T");
+}
+
 TEST(usage_mentions_every_option)
 {
 	static const char *const opts[] = { "--vm", "--config", "--guest-cid", "--socket",
 					    "--uds-path",
 					    "--tx-buffer-size", "--queue-size", "--groups",
 					    "--log-level", "--print-capabilities", "--help",
-					    "--version" };
+					    "--version", "--isolate", "--cgroup" };
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);

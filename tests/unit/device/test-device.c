@@ -719,6 +719,7 @@ TEST(congested_sibling_does_not_stall_sender)
 	struct tguest ga, gb;
 	struct vsock_hdr h, r;
 	struct vsock_dev_stats st;
+	uint64_t t0;
 	char buf[64];
 
 	sib_start(&router, &ta, &tb);
@@ -729,14 +730,25 @@ TEST(congested_sibling_does_not_stall_sender)
 		h = mkhdr(&ga, 4, 10000 + i, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
 		tg_send(&ga, &h, NULL);
 	}
-	/* A still reaches the host: one stall of at most 1 s, then drops. */
+	/* A reaches the host at once: the 88 REQUESTs B has no room for are held for B, not in
+	 * A's TX ring. */
+	t0 = test_now_ms();
 	h = mkhdr(&ga, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
 	tg_send(&ga, &h, NULL);
 	ASSERT_OK(tg_recv(&ga, &r, buf, sizeof(buf), WAIT_MS, true));
 	ASSERT_EQ(r.op, VSOCK_OP_RST);
-	vsock_dev_get_stats(ta.d, &st);
+	ASSERT_EQ(r.src_cid, 2);
+	ASSERT_LT(test_now_ms() - t0, 500);
+	/* B makes no room within 1 s: what was held for it is dropped, each answered with an RST
+	 * from B to A's guest. */
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(ta.d, &st), st.sibling_dropped == 600 - 512), WAIT_MS);
 	ASSERT_EQ(st.sibling_fwd_pkts, 512);
-	ASSERT_EQ(st.sibling_dropped, 600 - 512);
+	for (uint32_t i = 512; i < 600; i++) {
+		ASSERT_OK(tg_recv(&ga, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RST);
+		ASSERT_EQ(r.src_cid, 4);
+		ASSERT_EQ(r.dst_port, 10000 + i);
+	}
 	/* Once B takes packets again, forwarding resumes. */
 	for (int i = 0; i < NRX; i++)
 		tg_post_rx(&gb, i);
@@ -1086,6 +1098,111 @@ TEST(operator_counters_mapping)
 	ASSERT_EQ_U64(m.rst_sent, 0);
 	ASSERT_EQ_U64(m.host_connects_refused, 6);
 	ASSERT_EQ_U64(m.dropped[OPS_DROP_MALFORMED], 10);
+}
+
+/* ---- a sibling whose inbox is full never stops the sender's TX ring ------------------------- */
+
+/* Two linked devices, CIDs 3 (a) and 4 (b), each with a connected guest; b's guest posts nrx_b
+ * RX buffers. */
+struct sib_pair {
+	struct vsock_router *router;
+	struct tdev ta, tb;
+	struct tguest ga, gb;
+};
+
+static void sib_pair_start(struct sib_pair *p, int nrx_b)
+{
+	sib_start(&p->router, &p->ta, &p->tb);
+	tg_connect(&p->ga, &p->ta);
+	tg_connect_nrx(&p->gb, &p->tb, nrx_b);
+}
+
+static void sib_pair_stop(struct sib_pair *p)
+{
+	sib_stop(p->router, &p->ta, &p->tb, &p->ga, &p->gb);
+}
+
+/* a's guest sends n packets (op) to b, src ports from sport, dst port 77. */
+static void sib_send_n(struct sib_pair *p, uint32_t sport, unsigned n, uint16_t op)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct vsock_hdr h = mkhdr(&p->ga, 4, sport + i, 77, VSOCK_TYPE_STREAM, op, 0);
+
+		tg_send(&p->ga, &h, NULL);
+	}
+}
+
+/* a's guest reaches the host at once (no listener there: an RST from CID 2 within 500 ms). */
+static void sib_host_round_trip(struct sib_pair *p, uint32_t sport)
+{
+	struct vsock_hdr h = mkhdr(&p->ga, 2, sport, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	uint64_t t0 = test_now_ms();
+	char buf[64];
+
+	tg_send(&p->ga, &h, NULL);
+	ASSERT_OK(tg_recv(&p->ga, &h, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(h.op, VSOCK_OP_RST);
+	ASSERT_EQ(h.src_cid, 2);
+	ASSERT_LT(test_now_ms() - t0, 500);
+}
+
+/* RSTs to a sibling whose inbox is full are replies: dropped and counted, never waited for. */
+TEST(rsts_to_a_full_sibling_are_dropped_not_waited_for)
+{
+	struct sib_pair p;
+	struct vsock_dev_stats st;
+
+	sib_pair_start(&p, 0);
+	sib_send_n(&p, 10000, 512, VSOCK_OP_REQUEST);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(p.ta.d, &st), st.sibling_fwd_pkts == 512), WAIT_MS);
+	sib_send_n(&p, 20000, 300, VSOCK_OP_RST);
+	sib_host_round_trip(&p, 40000);
+	vsock_dev_get_stats(p.ta.d, &st);
+	ASSERT_EQ(st.sibling_fwd_pkts, 512);
+	ASSERT_EQ(st.sibling_replies_dropped, 300);
+	ASSERT_EQ(st.sibling_dropped, 0);
+	sib_pair_stop(&p);
+}
+
+/*
+ * Packets to a full sibling are held for it, in order, while the sender's ring goes on; they
+ * reach it when it drains within the stall limit, none lost. Beyond the bound of what a device
+ * holds, packets are dropped at once, each answered with an RST from the sibling.
+ */
+TEST(packets_for_a_full_sibling_are_held_in_order_and_bounded)
+{
+	struct sib_pair p;
+	struct vsock_dev_stats st;
+	struct vsock_hdr r;
+	char buf[64];
+
+	sib_pair_start(&p, 0);
+	/* 512 fill B's inbox, 256 are held, 10 are beyond the bound. */
+	sib_send_n(&p, 10000, 512 + 256 + 10, VSOCK_OP_REQUEST);
+	for (uint32_t i = 0; i < 10; i++) {
+		ASSERT_OK(tg_recv(&p.ga, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RST);
+		ASSERT_EQ(r.src_cid, 4);
+		ASSERT_EQ(r.dst_port, 10000 + 512 + 256 + i);
+	}
+	sib_host_round_trip(&p, 40000);
+	vsock_dev_get_stats(p.ta.d, &st);
+	ASSERT_EQ(st.sibling_fwd_pkts, 512);
+	ASSERT_EQ(st.sibling_dropped, 10);
+	/* B drains now (well within the 1 s limit): everything held arrives, in order. */
+	for (int i = 0; i < NRX; i++)
+		tg_post_rx(&p.gb, i);
+	tg_kick(&p.gb, 0);
+	for (uint32_t i = 0; i < 512 + 256; i++) {
+		ASSERT_OK(tg_recv(&p.gb, &r, buf, sizeof(buf), WAIT_MS, false));
+		ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+		ASSERT_EQ(r.src_port, 10000 + i);
+	}
+	vsock_dev_get_stats(p.ta.d, &st);
+	ASSERT_EQ(st.sibling_fwd_pkts, 512 + 256);
+	ASSERT_EQ(st.sibling_dropped, 10);
+	ASSERT_EQ(st.sibling_replies_dropped, 0);
+	sib_pair_stop(&p);
 }
 
 TEST_MAIN()

@@ -2,9 +2,15 @@
 /*
  * Unit tests for the hybrid CONNECT line parser and reader: valid forms, every malformed form,
  * partial lines delivered byte by byte, overlong lines, early close, bytes after the newline left
- * in the socket, and SOCK_SEQPACKET messages.
+ * in the socket, and SOCK_SEQPACKET messages; the guest -> host connect that follows no symlink
+ * (uds_connect_at): a real socket works, a symlink to a live listener is refused and the listener
+ * sees nothing, other files are refused.
  */
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "device/uds_connect.h"
@@ -217,6 +223,134 @@ TEST(format_ok)
 	ASSERT_EQ(uds_connect_format_ok(b, 1073741824u), 14);
 	ASSERT_STREQ(b, "OK 1073741824\n");
 	ASSERT_EQ(uds_connect_format_ok(b, 4294967295u), 14);
+}
+
+/* A temporary directory, its O_PATH fd, and a listener at <dir>/<name>. */
+struct at_dir {
+	char path[64];
+	int dfd;
+};
+
+static void at_dir_new(struct at_dir *a)
+{
+	snprintf(a->path, sizeof(a->path), "/tmp/uvsock-udsc-XXXXXX");
+	ASSERT_TRUE(mkdtemp(a->path) != NULL);
+	a->dfd = open(a->path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	ASSERT_GE(a->dfd, 0);
+}
+
+static void at_path(const struct at_dir *a, const char *name, char *buf, size_t len)
+{
+	ASSERT_LT(snprintf(buf, len, "%s/%s", a->path, name), (int)len);
+}
+
+static int at_listen(const struct at_dir *a, const char *name, int type)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+
+	ASSERT_GE(fd, 0);
+	at_path(a, name, sa.sun_path, sizeof(sa.sun_path));
+	ASSERT_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
+	ASSERT_OK(listen(fd, 8));
+	return fd;
+}
+
+static void at_dir_free(struct at_dir *a, const char *const *names)
+{
+	char p[128];
+
+	for (; *names; names++) {
+		at_path(a, *names, p, sizeof(p));
+		unlink(p);
+	}
+	close(a->dfd);
+	ASSERT_OK(rmdir(a->path));
+}
+
+/* Something is waiting to be accepted on lfd (within ms). */
+static bool has_pending(int lfd, int ms)
+{
+	struct pollfd p = { .fd = lfd, .events = POLLIN };
+
+	return poll(&p, 1, ms) == 1;
+}
+
+TEST(connect_at_real_socket)
+{
+	static const char *const names[] = { "vm.vsock_5000", "vm.vsock_5001", NULL };
+	struct at_dir a;
+	bool pending = true;
+	int lfd, sfd, fd, afd;
+
+	at_dir_new(&a);
+	lfd = at_listen(&a, names[0], SOCK_STREAM);
+	sfd = at_listen(&a, names[1], SOCK_SEQPACKET);
+	fd = uds_connect_at(a.dfd, names[0], SOCK_STREAM, &pending);
+	ASSERT_OK(fd);
+	ASSERT_FALSE(pending);
+	ASSERT_TRUE(has_pending(lfd, 1000));
+	afd = accept(lfd, NULL, NULL);
+	ASSERT_GE(afd, 0);
+	ASSERT_EQ(write(fd, "x", 1), 1);
+	close(afd);
+	close(fd);
+	fd = uds_connect_at(a.dfd, names[1], SOCK_SEQPACKET, &pending);
+	ASSERT_OK(fd);
+	ASSERT_TRUE(has_pending(sfd, 1000));
+	close(fd);
+	/* A listener of the other type, nothing there, a path instead of a name. */
+	ASSERT_ERR(uds_connect_at(a.dfd, names[1], SOCK_STREAM, &pending), EPROTOTYPE);
+	ASSERT_ERR(uds_connect_at(a.dfd, "vm.vsock_6000", SOCK_STREAM, &pending), ENOENT);
+	ASSERT_ERR(uds_connect_at(a.dfd, "../vm.vsock_5000", SOCK_STREAM, &pending), EINVAL);
+	ASSERT_ERR(uds_connect_at(a.dfd, "", SOCK_STREAM, &pending), EINVAL);
+	/* A socket file nobody listens on any more. */
+	close(lfd);
+	ASSERT_ERR(uds_connect_at(a.dfd, names[0], SOCK_STREAM, &pending), ECONNREFUSED);
+	close(sfd);
+	at_dir_free(&a, names);
+}
+
+TEST(connect_at_refuses_symlinks)
+{
+	static const char *const names[] = { "victim", "abs_5000", "rel_5001", "dangling_5002",
+					     "file_5003", "dir_link_5004", NULL };
+	char victim[128], p[128];
+	struct at_dir a;
+	bool pending;
+	int vfd, fd;
+
+	at_dir_new(&a);
+	vfd = at_listen(&a, "victim", SOCK_STREAM);
+	at_path(&a, "victim", victim, sizeof(victim));
+	at_path(&a, "abs_5000", p, sizeof(p));
+	ASSERT_OK(symlink(victim, p));
+	at_path(&a, "rel_5001", p, sizeof(p));
+	ASSERT_OK(symlink("victim", p));
+	at_path(&a, "dangling_5002", p, sizeof(p));
+	ASSERT_OK(symlink("/nonexistent/uvsock-socket", p));
+	at_path(&a, "file_5003", p, sizeof(p));
+	fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ASSERT_GE(fd, 0);
+	close(fd);
+	at_path(&a, "dir_link_5004", p, sizeof(p));
+	ASSERT_OK(symlink(a.path, p));
+
+	ASSERT_ERR(uds_connect_at(a.dfd, "abs_5000", SOCK_STREAM, &pending), ELOOP);
+	ASSERT_ERR(uds_connect_at(a.dfd, "rel_5001", SOCK_STREAM, &pending), ELOOP);
+	ASSERT_ERR(uds_connect_at(a.dfd, "rel_5001", SOCK_SEQPACKET, &pending), ELOOP);
+	ASSERT_ERR(uds_connect_at(a.dfd, "dangling_5002", SOCK_STREAM, &pending), ELOOP);
+	ASSERT_ERR(uds_connect_at(a.dfd, "dir_link_5004", SOCK_STREAM, &pending), ELOOP);
+	ASSERT_ERR(uds_connect_at(a.dfd, "file_5003", SOCK_STREAM, &pending), ENOTSOCK);
+	/* The live listener the links point to saw nothing. */
+	ASSERT_FALSE(has_pending(vfd, 100));
+	/* And it is reachable by its own name. */
+	fd = uds_connect_at(a.dfd, "victim", SOCK_STREAM, &pending);
+	ASSERT_OK(fd);
+	ASSERT_TRUE(has_pending(vfd, 1000));
+	close(fd);
+	close(vfd);
+	at_dir_free(&a, names);
 }
 
 TEST_MAIN()

@@ -90,7 +90,10 @@ static void *evil_main(void *arg)
 			continue;
 		}
 		if (vhu_backend_process(b) < 0) {
+			/* Under mu: see evil_signal. */
+			pthread_mutex_lock(&e->mu);
 			vhu_backend_free(b);
+			pthread_mutex_unlock(&e->mu);
 			b = NULL;
 		}
 	}
@@ -159,11 +162,19 @@ static void evil_stop(struct evil *e, struct uvsock_ctx *g)
 	pthread_mutex_destroy(&e->mu);
 }
 
+/*
+ * Ends each ring operation of the test thread. Taking mu afterwards orders the operation before
+ * a later vhu_backend_free on the back-end thread (which unmaps the rings and closes call_fd,
+ * under mu) for ThreadSanitizer too: that free follows the guest's disconnect, an order through
+ * the socket that TSan does not see.
+ */
 static void evil_signal(struct evil *e, unsigned q)
 {
 	uint64_t one = 1;
 
 	ASSERT_EQ(write(e->info[q].call_fd, &one, 8), 8);
+	pthread_mutex_lock(&e->mu);
+	pthread_mutex_unlock(&e->mu);
 }
 
 /* Pops an RX buffer, writes h (and len_written - 44 payload bytes of 'p') and pushes it with

@@ -58,6 +58,9 @@ static void fake_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *s)
 	s->c.credit_stalls = base + 9;
 	s->c.ring_errors = base + 10;
 	s->c.host_connects_refused = base + 11;
+	s->c.host_clients_refused = base + 12;
+	s->c.host_handshake_timeouts = base + 13;
+	s->c.host_symlinks_refused = base + 14;
 	for (unsigned i = 0; i < _OPS_DROP_MAX; i++)
 		s->c.dropped[i] = base + 20 + i;
 	s->have_engine = idx == 0;
