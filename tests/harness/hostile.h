@@ -79,19 +79,19 @@ static inline bool hv_dropped(int fd, int ms)
 
 /* ---- a raw guest: both rings started, driven by hand ------------------------------------- */
 
-#define RAWG_SLOTS 64                   /* TX buffers */
-#define RAWG_SLOT_SIZE (128u * 1024)    /* room for an oversize packet */
-#define RAWG_RX 256                     /* RX buffers (when posted) */
-#define RAWG_RX_SIZE (VSOCK_HDR_SIZE + 4096)
-#define RAWG_MEM (16u << 20)
-#define RAWG_QSIZE 256
+#define RAWG_SLOTS     64            /* TX buffers */
+#define RAWG_SLOT_SIZE (128u * 1024) /* room for an oversize packet */
+#define RAWG_RX        256           /* RX buffers (when posted) */
+#define RAWG_RX_SIZE   (VSOCK_HDR_SIZE + 4096)
+#define RAWG_MEM       (16u << 20)
+#define RAWG_QSIZE     256
 
 struct rawg {
 	struct vhu_front *f;
 	const struct vhu_front_ring *rq, *tq;
 	struct vring_drv *rx, *tx;
 	uint32_t cid;
-	bool post_rx;                   /* recycle RX buffers (else never give the device any) */
+	bool post_rx; /* recycle RX buffers (else never give the device any) */
 	uint8_t *slot[RAWG_SLOTS];
 	uint64_t slot_gpa[RAWG_SLOTS];
 	bool busy[RAWG_SLOTS];
@@ -121,7 +121,9 @@ static inline void rawg_rx_refill(struct rawg *g)
 	if (!g->post_rx)
 		return;
 	for (unsigned i = 0; i < RAWG_RX; i++) {
-		struct vring_drv_buf b = { .addr = g->rx_gpa[i], .len = RAWG_RX_SIZE, .write = true };
+		struct vring_drv_buf b = { .addr = g->rx_gpa[i],
+			                   .len = RAWG_RX_SIZE,
+			                   .write = true };
 
 		if (!g->rx_busy[i] && vring_drv_add(g->rx, &b, 1, (void *)(uintptr_t)(i + 1)) >= 0)
 			g->rx_busy[i] = true;
@@ -143,16 +145,16 @@ static inline void rawg_open(struct rawg *g, const char *path, bool post_rx)
 	g->cid = (uint32_t)vhu_front_guest_cid(g->f);
 	for (unsigned i = 0; i < RAWG_SLOTS; i++)
 		ASSERT_OK(vhu_front_alloc(g->f, RAWG_SLOT_SIZE, 64, (void **)&g->slot[i],
-					  &g->slot_gpa[i]));
+		                          &g->slot_gpa[i]));
 	for (unsigned i = 0; i < RAWG_RX; i++)
 		ASSERT_OK(vhu_front_alloc(g->f, RAWG_RX_SIZE, 64, NULL, &g->rx_gpa[i]));
 	ASSERT_OK(vhu_front_start(g->f));
 	g->rq = vhu_front_ring(g->f, 0);
 	g->tq = vhu_front_ring(g->f, 1);
 	ASSERT_OK(vring_drv_new(g->rq->num, g->rq->desc, g->rq->avail, g->rq->used,
-				vhu_front_features(g->f), &g->rx));
+	                        vhu_front_features(g->f), &g->rx));
 	ASSERT_OK(vring_drv_new(g->tq->num, g->tq->desc, g->tq->avail, g->tq->used,
-				vhu_front_features(g->f), &g->tx));
+	                        vhu_front_features(g->f), &g->tx));
 	rawg_rx_refill(g);
 }
 
@@ -190,8 +192,9 @@ static inline int rawg_send(struct rawg *g, const struct rawg_seg *s, unsigned n
 			memcpy(g->slot[i] + off, s[k].data, s[k].len);
 		else
 			memset(g->slot[i] + off, 0, s[k].len);
-		b[k] = (struct vring_drv_buf){ .addr = g->slot_gpa[i] + off, .len = s[k].len,
-					       .write = s[k].write };
+		b[k] = (struct vring_drv_buf){ .addr = g->slot_gpa[i] + off,
+			                       .len = s[k].len,
+			                       .write = s[k].write };
 		off += s[k].len;
 	}
 	if (vring_drv_add(g->tx, b, n, (void *)(uintptr_t)(i + 1)) < 0)
@@ -203,7 +206,7 @@ static inline int rawg_send(struct rawg *g, const struct rawg_seg *s, unsigned n
 
 /* A header (and plen bytes of payload, NULL: zeros) in one element. */
 static inline int rawg_send_pkt(struct rawg *g, const struct vsock_hdr *h, const void *payload,
-				uint32_t plen)
+                                uint32_t plen)
 {
 	uint8_t wire[VSOCK_HDR_SIZE];
 	struct rawg_seg s[2] = { { wire, VSOCK_HDR_SIZE, false }, { payload, plen, false } };
@@ -226,8 +229,8 @@ static inline bool rawg_wait_tx(struct rawg *g, int ms)
 {
 	rawg_kick(g);
 	return WAIT_FOR((rawg_reap(g), g->tx_done == g->tx_sent) || vring_drv_broken(g->tx) ||
-				vring_drv_broken(g->rx),
-			ms) &&
+	                        vring_drv_broken(g->rx),
+	                ms) &&
 	       g->tx_done == g->tx_sent;
 }
 
@@ -242,11 +245,16 @@ static inline void rawg_close(struct rawg *g)
 
 /* A header from src to dst of type STREAM with op, 256 KiB of buffer advertised. */
 static inline struct vsock_hdr rawg_hdr(uint32_t src_cid, uint32_t src_port, uint32_t dst_cid,
-					uint32_t dst_port, unsigned op)
+                                        uint32_t dst_port, unsigned op)
 {
 	return (struct vsock_hdr){
-		.src_cid = src_cid, .dst_cid = dst_cid, .src_port = src_port, .dst_port = dst_port,
-		.type = VSOCK_TYPE_STREAM, .op = (uint16_t)op, .buf_alloc = 256 * 1024,
+		.src_cid = src_cid,
+		.dst_cid = dst_cid,
+		.src_port = src_port,
+		.dst_port = dst_port,
+		.type = VSOCK_TYPE_STREAM,
+		.op = (uint16_t)op,
+		.buf_alloc = 256 * 1024,
 	};
 }
 
@@ -266,19 +274,18 @@ static inline void hv_wait_ctl(const char *sock)
 
 /* `uvsock-stat -s sock --vm cid --counters --json`, parsed: the VM's object (free the root). */
 static inline const struct ops_jv *hv_vm_stats(const char *sock, uint32_t cid,
-					       struct ops_jv **ret_root)
+                                               struct ops_jv **ret_root)
 {
 	char cidarg[16];
 	struct run r;
 	const struct ops_jv *vms;
 
 	snprintf(cidarg, sizeof(cidarg), "%u", cid);
-	r = stat_run_version("hostile",
-			     (const char *[]){ "-s", sock, "--vm", cidarg, "--counters", "--json",
-					       NULL });
+	r = stat_run_version("hostile", (const char *[]){ "-s", sock, "--vm", cidarg, "--counters",
+	                                                  "--json", NULL });
 	if (r.rc != 0)
 		test_fail(__FILE__, __LINE__, "uvsock-stat --vm %u failed (%d): %s", cid, r.rc,
-			  r.err);
+		          r.err);
 	ASSERT_OK(ops_json_parse(r.out, strlen(r.out), ret_root));
 	run_free(&r);
 	vms = ops_json_get(ops_json_get(*ret_root, "stats"), "vms");

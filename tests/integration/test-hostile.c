@@ -13,9 +13,10 @@
  * decides pass or fail: waits are bounds against hangs only.
  *
  * `test-hostile --bench [--runs N] [--mib M]` (a meson benchmark, never run by `meson test`)
- * runs a baseline without attack and every scenario N times each, round-robin, and prints the
- * victim's throughput under attack against the baseline (medians), the bytes lost and
- * uvsockd's peak RSS. docs/hostile-scenarios.md has the scenarios, the bounds and a measured table.
+ * runs a baseline without attack and every scenario N times each (the victim moving at least
+ * M MiB each way, default 512), round-robin, and prints the victim's throughput under attack
+ * against the baseline (medians), the bytes lost and uvsockd's peak RSS.
+ * docs/hostile-scenarios.md has the scenarios, the bounds and a measured table.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -30,17 +31,17 @@
 #include "test.h"
 #include "uvsockd-proc.h"
 
-#define MiB (1024u * 1024u)
-#define VICTIM 0   /* index in struct uvd: CID 3 */
-#define ATTACKER 1 /* CID 4 */
-#define VICTIM_CID 3u
-#define ATTACKER_CID 4u
-#define HOST_PORT 5000u  /* the victim's host service (guest -> host) */
-#define GUEST_PORT 6000u /* the victim's guest service (host -> guest) */
-#define IDLE_MS 10000    /* the victim's transfer fails after this long without progress */
-#define XFER_CHUNK 65536u
+#define MiB            (1024u * 1024u)
+#define VICTIM         0 /* index in struct uvd: CID 3 */
+#define ATTACKER       1 /* CID 4 */
+#define VICTIM_CID     3u
+#define ATTACKER_CID   4u
+#define HOST_PORT      5000u /* the victim's host service (guest -> host) */
+#define GUEST_PORT     6000u /* the victim's guest service (host -> guest) */
+#define IDLE_MS        10000 /* the victim's transfer fails after this long without progress */
+#define XFER_CHUNK     65536u
 /* Under attack a sender goes on until the attack did its rounds, but not beyond this. */
-#define XFER_MAX_MS 10000u
+#define XFER_MAX_MS    10000u
 #define ARRAY_SIZE_(x) (sizeof(x) / sizeof((x)[0]))
 
 /*
@@ -66,7 +67,7 @@
 #endif
 #ifdef HOSTILE_ASAN
 #define ASAN_QUARANTINE_MB 32
-#define RSS_BOUND_KIB ((64u + ASAN_QUARANTINE_MB + 128u) * 1024)
+#define RSS_BOUND_KIB      ((64u + ASAN_QUARANTINE_MB + 128u) * 1024)
 #else
 #define RSS_BOUND_KIB (64u * 1024)
 #endif
@@ -111,7 +112,7 @@ static ssize_t xfer_io(struct xfer *x, uint8_t *buf, size_t n)
 		return -1;
 	}
 	return x->send ? send(x->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL)
-		       : recv(x->fd, buf, n, MSG_DONTWAIT);
+	               : recv(x->fd, buf, n, MSG_DONTWAIT);
 }
 
 /* True once a sender has sent enough. */
@@ -167,9 +168,9 @@ static void *xfer_main(void *arg)
 struct victim {
 	struct uvd *u;
 	struct uvsock_ctx *g;
-	int lfd;               /* host listener <uds>_5000 */
-	int ls;                /* guest listener, port 6000 */
-	int fd[4];             /* g2h guest end, g2h host end, h2g host end, h2g guest end */
+	int lfd;                   /* host listener <uds>_5000 */
+	int ls;                    /* guest listener, port 6000 */
+	int fd[4];                 /* g2h guest end, g2h host end, h2g host end, h2g guest end */
 	_Atomic uint32_t g2h_port; /* the guest's port of the g2h connection (0: not yet) */
 	_Atomic uint32_t h2g_port; /* the host's port of the h2g connection (0: not yet) */
 	struct xfer x[4];
@@ -190,7 +191,7 @@ static bool victim_pair(struct victim *v, int fds[4], char *err, size_t errlen)
 	fds[0] = g_connect(v->g, SOCK_STREAM, VMADDR_CID_HOST, HOST_PORT);
 	if (fds[0] < 0) {
 		snprintf(err, errlen, "guest connect to host port %u: %s", HOST_PORT,
-			 strerror(errno));
+		         strerror(errno));
 		return false;
 	}
 	fds[1] = hs_accept(v->lfd, WAIT_MS);
@@ -200,8 +201,8 @@ static bool victim_pair(struct victim *v, int fds[4], char *err, size_t errlen)
 	}
 	fds[2] = hs_connect_guest(v->u->uds[VICTIM], GUEST_PORT, SOCK_STREAM, WAIT_MS);
 	if (fds[2] < 0) {
-		snprintf(err, errlen, "host CONNECT %u through %s refused or unanswered", GUEST_PORT,
-			 v->u->uds[VICTIM]);
+		snprintf(err, errlen, "host CONNECT %u through %s refused or unanswered",
+		         GUEST_PORT, v->u->uds[VICTIM]);
 		return false;
 	}
 	if (!(g_wait_events(v->ls, POLLIN, WAIT_MS) & POLLIN) ||
@@ -246,7 +247,7 @@ static void victim_open(struct victim *v, struct uvd *u)
  * the connections could not be made; the transfer's own outcome is in v->x[].
  */
 static bool victim_transfer(struct victim *v, size_t min_total, const _Atomic uint64_t *rounds,
-			    unsigned nrounds)
+                            unsigned nrounds)
 {
 	struct sockaddr_vm a;
 	socklen_t alen = sizeof(a);
@@ -294,7 +295,7 @@ static uint64_t victim_bytes(const struct victim *v)
 static bool victim_failed(struct victim *v)
 {
 	static const char *const what[4] = { "g2h guest send", "g2h host recv", "h2g host send",
-					     "h2g guest recv" };
+		                             "h2g guest recv" };
 
 	for (int i = 0; i < 4; i++) {
 		const struct xfer *x = &v->x[i];
@@ -302,8 +303,10 @@ static bool victim_failed(struct victim *v)
 		if (!x->err && !x->corrupt && (x->send || x->done == v->x[i - 1].done))
 			continue;
 		snprintf(v->err, sizeof(v->err), "%s stopped at %zu bytes (%zu sent): %s", what[i],
-			 x->done, x->send ? x->done : v->x[i - 1].done,
-			 x->corrupt ? "corrupt data" : x->err ? strerror(x->err) : "early end");
+		         x->done, x->send ? x->done : v->x[i - 1].done,
+		         x->corrupt ? "corrupt data"
+		         : x->err   ? strerror(x->err)
+		                    : "early end");
 		return true;
 	}
 	return false;
@@ -363,10 +366,10 @@ static void *sampler_main(void *arg)
 struct atk;
 
 struct scen {
-	const char *name;       /* the TEST's name and the bench table's row */
-	const char *group;      /* both VMs in this sibling group; NULL: a group each */
-	bool low_nofile;        /* uvsockd starts with RLIMIT_NOFILE soft 1024 (a distro default) */
-	unsigned min_rounds;    /* attack rounds the victim's transfer spans at least (0: 2) */
+	const char *name;    /* the TEST's name and the bench table's row */
+	const char *group;   /* both VMs in this sibling group; NULL: a group each */
+	bool low_nofile;     /* uvsockd starts with RLIMIT_NOFILE soft 1024 (a distro default) */
+	unsigned min_rounds; /* attack rounds the victim's transfer spans at least (0: 2) */
 	void (*setup)(struct atk *a);    /* before the victim starts (optional) */
 	void (*round)(struct atk *a);    /* one attack, repeated until the victim is done */
 	void (*check)(struct atk *a);    /* the finding's assertions, attacker still there */
@@ -380,11 +383,11 @@ struct atk {
 	struct victim *v;
 	atomic_bool stop;
 	_Atomic uint64_t rounds;
-	uint64_t n[4];             /* per-scenario counts (written by the attack thread) */
-	struct rawg rg;            /* a raw guest, if the scenario keeps one */
-	struct vhu_front *f;       /* a front-end, if the scenario keeps one */
-	struct uvsock_ctx *g;      /* a well-behaved guest of the attacker VM, if needed */
-	int fds[2048];             /* host sockets held by the attacker */
+	uint64_t n[4];        /* per-scenario counts (written by the attack thread) */
+	struct rawg rg;       /* a raw guest, if the scenario keeps one */
+	struct vhu_front *f;  /* a front-end, if the scenario keeps one */
+	struct uvsock_ctx *g; /* a well-behaved guest of the attacker VM, if needed */
+	int fds[2048];        /* host sockets held by the attacker */
 	int nfds;
 	int efd, lfd;              /* scenario fds (-1: none) */
 	int ls;                    /* a guest listener of the attacker VM (-1: none) */
@@ -421,15 +424,15 @@ static uint64_t vic_stat(struct atk *a, const char *what)
 static void attacker_recovers(struct atk *a)
 {
 	struct uvsock_ctx *g = g_guest_new(a->u->sock[ATTACKER], NULL);
-	int lfd = hs_listen_port(a->u->uds[ATTACKER], HOST_PORT, SOCK_STREAM), hfd, gfd;
+	int lfd = hs_listen_port(a->u->uds[ATTACKER], HOST_PORT, SOCK_STREAM);
+	int fds[4] = { -1, -1, -1, -1 }; /* as close_pair() wants them: guest end, host end */
 	char b[2];
 
 	ASSERT_EQ(uvsock_ctx_local_cid(g), ATTACKER_CID);
-	gfd = g_connect_accept(g, lfd, SOCK_STREAM, HOST_PORT, &hfd);
-	ASSERT_EQ(uvsock_send(gfd, "ok", 2, 0), 2);
-	ASSERT_EQ(hs_read_full(hfd, b, 2, WAIT_MS), 2);
-	uvsock_close(gfd);
-	close(hfd);
+	fds[0] = g_connect_accept(g, lfd, SOCK_STREAM, HOST_PORT, &fds[1]);
+	ASSERT_EQ(uvsock_send(fds[0], "ok", 2, 0), 2);
+	ASSERT_EQ(hs_read_full(fds[1], b, 2, WAIT_MS), 2);
+	close_pair(fds);
 	close(lfd);
 	uvsock_ctx_free(g);
 }
@@ -438,7 +441,7 @@ static void attacker_recovers(struct atk *a)
 
 /* Writes a vhost-user header and payload bytes with nfds fds, bypassing vhu_msg_send's checks. */
 static void raw_msg(int fd, uint32_t req, uint32_t flags, uint32_t size, const void *p, size_t plen,
-		    const int *fds, unsigned nfds)
+                    const int *fds, unsigned nfds)
 {
 	uint8_t buf[12 + 512];
 	uint32_t h[3] = { req, flags, size };
@@ -512,7 +515,7 @@ static void malformed(int fd, unsigned i)
 		memset(regions, 0, sizeof(regions));
 		memcpy(regions, &nine, sizeof(nine));
 		raw_msg(fd, VHU_REQ_SET_MEM_TABLE, 1, sizeof(regions), regions, sizeof(regions),
-			&efd, 1);
+		        &efd, 1);
 		break;
 	case 8: /* a payload size that does not match the request */
 		OWNER(fd);
@@ -554,7 +557,8 @@ static void malformed_round(struct atk *a)
 	malformed(fd, i);
 	/* Case 1 waits out the daemon's message deadline (5 s). */
 	if (!hv_dropped(fd, 3 * VHU_MSG_TIMEOUT_MS))
-		test_fail(__FILE__, __LINE__, "malformed message %u: the session was not dropped", i);
+		test_fail(__FILE__, __LINE__, "malformed message %u: the session was not dropped",
+		          i);
 	close(fd);
 	a->n[0]++;
 }
@@ -647,8 +651,8 @@ static void out_of_order_round(struct atk *a)
 	/* Either the back-end ended the session or it still answers: never a hang. */
 	r = vhu_front_get_features(f, &feat);
 	if (r == -ETIMEDOUT)
-		test_fail(__FILE__, __LINE__, "sequence %u: the back-end neither answers nor hangs up",
-			  i);
+		test_fail(__FILE__, __LINE__,
+		          "sequence %u: the back-end neither answers nor hangs up", i);
 	a->n[r == 0 ? 1 : 0]++;
 	vhu_front_free(f);
 }
@@ -656,7 +660,7 @@ static void out_of_order_round(struct atk *a)
 static void out_of_order_check(struct atk *a)
 {
 	test_note("out-of-order sessions: %" PRIu64 " dropped, %" PRIu64 " still answering",
-		  a->n[0], a->n[1]);
+	          a->n[0], a->n[1]);
 	ASSERT_GE(a->n[0] + a->n[1], 2);
 	attacker_recovers(a);
 }
@@ -690,8 +694,8 @@ static void bad_chains_round(struct atk *a)
 	h.len = 0;
 	h.op = VSOCK_OP_REQUEST;
 	vsock_hdr_encode(&h, wire);
-	ASSERT_OK(rawg_send(g, (struct rawg_seg[]){ { wire, VSOCK_HDR_SIZE, false },
-						    { NULL, 64, true } }, 2));
+	ASSERT_OK(rawg_send(
+	        g, (struct rawg_seg[]){ { wire, VSOCK_HDR_SIZE, false }, { NULL, 64, true } }, 2));
 	a->n[0] += 6;
 	/* Bad op and bad type (well-formed chains the engine drops). */
 	h.op = 99;
@@ -707,15 +711,21 @@ static void bad_chains_round(struct atk *a)
 	h.op = VSOCK_OP_RW;
 	h.len = 4;
 	vsock_hdr_encode(&h, wire);
-	ASSERT_OK(rawg_send(g, (struct rawg_seg[]){ { wire, 5, false }, { wire + 5, 5, false },
-						    { wire + 10, 5, false }, { wire + 15, 5, false },
-						    { wire + 20, 5, false }, { wire + 25, 5, false },
-						    { wire + 30, 14, false }, { "data", 4, false } },
-			      8));
+	ASSERT_OK(rawg_send(g,
+	                    (struct rawg_seg[]){ { wire, 5, false },
+	                                         { wire + 5, 5, false },
+	                                         { wire + 10, 5, false },
+	                                         { wire + 15, 5, false },
+	                                         { wire + 20, 5, false },
+	                                         { wire + 25, 5, false },
+	                                         { wire + 30, 14, false },
+	                                         { "data", 4, false } },
+	                    8));
 	ASSERT_OK(rawg_send_pkt(g, &h, big, 1000));
 	if (!rawg_wait_tx(g, WAIT_MS))
-		test_fail(__FILE__, __LINE__, "the device did not return the TX buffers (%" PRIu64
-			  " of %" PRIu64 ")", g->tx_done, g->tx_sent);
+		test_fail(__FILE__, __LINE__,
+		          "the device did not return the TX buffers (%" PRIu64 " of %" PRIu64 ")",
+		          g->tx_done, g->tx_sent);
 	/* Last, a descriptor outside guest memory: this session's rings are broken for good. */
 	out = (struct vring_drv_buf){ .addr = 1ull << 40, .len = VSOCK_HDR_SIZE };
 	head = vring_drv_add(g->tx, &out, 1, (void *)(uintptr_t)1);
@@ -764,8 +774,7 @@ static void spoof_round(struct atk *a)
 		h[n++].len = sizeof(junk);
 		h[n++] = rawg_hdr(VMADDR_CID_HOST, hp, VICTIM_CID, GUEST_PORT, VSOCK_OP_RST);
 		h[n++] = rawg_hdr(VMADDR_CID_HOST, HOST_PORT, VICTIM_CID, gp, VSOCK_OP_RST);
-		h[n] = rawg_hdr(VMADDR_CID_HOST, HOST_PORT, VICTIM_CID, gp,
-				VSOCK_OP_CREDIT_UPDATE);
+		h[n] = rawg_hdr(VMADDR_CID_HOST, HOST_PORT, VICTIM_CID, gp, VSOCK_OP_CREDIT_UPDATE);
 		h[n++].buf_alloc = 0;
 		h[n++] = rawg_hdr(VICTIM_CID, gp, VICTIM_CID, GUEST_PORT, VSOCK_OP_RST);
 	}
@@ -779,7 +788,8 @@ static void spoof_round(struct atk *a)
 	/* With its own CID, aimed at the victim's connection (a sibling's packet, routed, which
 	 * the victim's engine must not take as the host's). */
 	if (hp) {
-		struct vsock_hdr r = rawg_hdr(ATTACKER_CID, hp, VICTIM_CID, GUEST_PORT, VSOCK_OP_RST);
+		struct vsock_hdr r =
+		        rawg_hdr(ATTACKER_CID, hp, VICTIM_CID, GUEST_PORT, VSOCK_OP_RST);
 
 		if (rawg_send_pkt(g, &r, NULL, 0) == 0)
 			a->n[1]++;
@@ -799,8 +809,8 @@ static void spoof_check(struct atk *a)
 	ASSERT_EQ(hs_wait_fd(a->v->lfd, POLLIN, 0), 0);
 	ASSERT_EQ(uvsock_poll_events(a->v->ls) & POLLIN, 0);
 	ASSERT_EQ(uvsock_ctx_get_stats(a->v->g, &cs), 0);
-	test_note("victim engine: %" PRIu64 " RSTs received, %" PRIu64 " dropped",
-		  cs.rst_received, cs.dropped);
+	test_note("victim engine: %" PRIu64 " RSTs received, %" PRIu64 " dropped", cs.rst_received,
+	          cs.dropped);
 	ASSERT_EQ(vic_stat(a, "dropped.spoofed_cid"), 0);
 }
 
@@ -868,8 +878,8 @@ static struct vsock_hdr host_flood_pkt(struct atk *a, unsigned i)
 {
 	/* REQUESTs to a listening port and to a closed one, and 1-byte RW for no connection. */
 	struct vsock_hdr h = rawg_hdr(ATTACKER_CID, a->port, VMADDR_CID_HOST,
-				      i % 3 == 1 ? HOST_PORT + 1 : HOST_PORT,
-				      i % 3 == 2 ? VSOCK_OP_RW : VSOCK_OP_REQUEST);
+	                              i % 3 == 1 ? HOST_PORT + 1 : HOST_PORT,
+	                              i % 3 == 2 ? VSOCK_OP_RW : VSOCK_OP_REQUEST);
 
 	h.len = h.op == VSOCK_OP_RW;
 	return h;
@@ -885,9 +895,10 @@ static void flood_check(struct atk *a)
 	uint64_t open_ = att_stat(a, "conns_open");
 
 	test_note("%" PRIu64 " REQUESTs and %" PRIu64 " small packets; %" PRIu64
-		  " host connections accepted and closed; attacker has %" PRIu64 " open, %" PRIu64
-		  " refused", a->n[0], a->n[1], atomic_load(&a->accepted), open_,
-		  att_stat(a, "host_connects_refused"));
+	          " host connections accepted and closed; attacker has %" PRIu64 " open, %" PRIu64
+	          " refused",
+	          a->n[0], a->n[1], atomic_load(&a->accepted), open_,
+	          att_stat(a, "host_connects_refused"));
 	ASSERT_GT(a->n[0], 1000);
 	/* The engine's socket cap: max_conns (1024 by default) + 8 (src/device/device.c). */
 	ASSERT_LE(open_, 1024 + 8);
@@ -907,8 +918,8 @@ static void flood_teardown(struct atk *a)
 static void shrink_round(struct atk *a)
 {
 	struct rawg *g = &a->rg;
-	struct vsock_hdr h = rawg_hdr(ATTACKER_CID, 1234, VMADDR_CID_HOST, HOST_PORT + 1,
-				      VSOCK_OP_REQUEST);
+	struct vsock_hdr h =
+	        rawg_hdr(ATTACKER_CID, 1234, VMADDR_CID_HOST, HOST_PORT + 1, VSOCK_OP_REQUEST);
 	uint64_t one = 1, errs = att_stat(a, "ring_errors");
 
 	rawg_open(g, a->u->sock[ATTACKER], true);
@@ -958,9 +969,9 @@ static void bad_fd_round(struct atk *a)
 		fd = open("/dev/zero", O_RDWR | O_CLOEXEC);
 		ASSERT_GE(fd, 0);
 		t.regions[0] = (struct vhu_mem_region){ .memory_size = 1u << 20,
-							.userspace_addr = 0x7f0000000000ull };
+			                                .userspace_addr = 0x7f0000000000ull };
 		(void)vhu_front_request(f, VHU_REQ_SET_MEM_TABLE, false, &t, 8 + 32, &fd, 1, NULL,
-					0);
+		                        0);
 		close(fd);
 	}
 	if (!hv_dropped(vhu_front_fd(f), WAIT_MS))
@@ -980,12 +991,13 @@ static void bad_fd_setup(struct atk *a)
 static void bad_fd_check(struct atk *a)
 {
 	test_note("sessions dropped: %" PRIu64 " pipe kick fds, %" PRIu64 " pipe call fds, %" PRIu64
-		  " /dev/zero memories", a->n[0], a->n[1], a->n[2]);
+	          " /dev/zero memories",
+	          a->n[0], a->n[1], a->n[2]);
 	ASSERT_GE(a->n[0] + a->n[1] + a->n[2], 3);
 	/* Nothing was kept: the daemon has the fds it had plus the victim's two connections. */
 	if (!WAIT_FOR(hv_proc_fds(a->u->pid) <= (int)a->cmp + 2, WAIT_MS))
 		test_fail(__FILE__, __LINE__, "uvsockd holds %d fds, %d before the attack",
-			  hv_proc_fds(a->u->pid), (int)a->cmp);
+		          hv_proc_fds(a->u->pid), (int)a->cmp);
 	attacker_recovers(a);
 }
 
@@ -1000,15 +1012,15 @@ static void saturated_setup(struct atk *a)
 	ASSERT_GE(a->efd, 0);
 	ASSERT_EQ(write(a->efd, &v, 8), 8);
 	for (uint64_t q = 0; q < 2; q++)
-		ASSERT_OK(vhu_front_request(a->rg.f, VHU_REQ_SET_VRING_CALL, false, &q, 8, &a->efd, 1,
-					    NULL, 0));
+		ASSERT_OK(vhu_front_request(a->rg.f, VHU_REQ_SET_VRING_CALL, false, &q, 8, &a->efd,
+		                            1, NULL, 0));
 	a->port = 20000;
 }
 
 static struct vsock_hdr refused_pkt(struct atk *a, unsigned i)
 {
 	return rawg_hdr(ATTACKER_CID, a->port, VMADDR_CID_HOST, HOST_PORT + 1 + i % 7,
-			VSOCK_OP_REQUEST);
+	                VSOCK_OP_REQUEST);
 }
 
 static void saturated_round(struct atk *a)
@@ -1026,7 +1038,8 @@ static void saturated_round(struct atk *a)
 static void saturated_check(struct atk *a)
 {
 	test_note("%" PRIu64 " REQUESTs answered through a saturated call eventfd, %" PRIu64
-		  " VMM round trips", a->n[0], a->n[2]);
+	          " VMM round trips",
+	          a->n[0], a->n[2]);
 	ASSERT_GT(a->n[0], 100);
 	ASSERT_GT(a->rg.rx_pkts, 0); /* the RSTs did arrive */
 	ASSERT_GE(a->n[2], 1);
@@ -1056,7 +1069,7 @@ static void huge_mem_round(struct atk *a)
 	ASSERT_GE(m, 0);
 	ASSERT_OK(ftruncate(m, (off_t)HUGE_MEM)); /* costs nothing: sparse */
 	t.regions[0] = (struct vhu_mem_region){ .memory_size = HUGE_MEM,
-						.userspace_addr = 0x100000000000ull };
+		                                .userspace_addr = 0x100000000000ull };
 	(void)vhu_front_request(f, VHU_REQ_SET_MEM_TABLE, false, &t, 8 + 32, &m, 1, NULL, 0);
 	if (!hv_dropped(vhu_front_fd(f), WAIT_MS))
 		test_fail(__FILE__, __LINE__, "a 2 TiB memory table was not refused");
@@ -1140,7 +1153,7 @@ static void idle_round(struct atk *a)
 static void idle_check(struct atk *a)
 {
 	test_note("%" PRIu64 " idle host connections opened, %" PRIu64 " closed by uvsockd",
-		  a->n[0], a->n[1]);
+	          a->n[0], a->n[1]);
 	ASSERT_GT(a->n[0], 1024);
 	/* The attacker VM's fd budget refused the excess at once (the victim kept its fds). */
 	ASSERT_GT(att_stat(a, "host_clients_refused"), 0);
@@ -1223,9 +1236,10 @@ static void slowloris_round(struct atk *a)
 
 static void slowloris_check(struct atk *a)
 {
-	test_note("%" PRIu64 " slow CONNECT lines opened, %" PRIu64 " closed by uvsockd; a good host "
-		  "program got through %" PRIu64 " times, was refused %" PRIu64 " times", a->n[0],
-		  a->n[1], a->n[2], a->n[3]);
+	test_note("%" PRIu64 " slow CONNECT lines opened, %" PRIu64
+	          " closed by uvsockd; a good host "
+	          "program got through %" PRIu64 " times, was refused %" PRIu64 " times",
+	          a->n[0], a->n[1], a->n[2], a->n[3]);
 	ASSERT_GE(a->n[0], 300);
 	ASSERT_GT(a->n[2], 0);
 	ASSERT_EQ(a->n[3], 0);
@@ -1265,8 +1279,8 @@ static void symlink_round(struct atk *a)
 static void symlink_check(struct atk *a)
 {
 	test_note("connects through the planted symlink: %" PRIu64 " refused, %" PRIu64
-		  " followed; the victim's service accepted %" PRIu64, a->n[0], a->n[1],
-		  atomic_load(&a->accepted));
+	          " followed; the victim's service accepted %" PRIu64,
+	          a->n[0], a->n[1], atomic_load(&a->accepted));
 	ASSERT_GT(a->n[0] + a->n[1], 0);
 	ASSERT_EQ(a->n[1], 0);
 	ASSERT_EQ(atomic_load(&a->accepted), 0);
@@ -1279,7 +1293,7 @@ static struct vsock_hdr sibling_pkt(struct atk *a, unsigned i)
 {
 	/* Closed ports of the victim: its engine answers each with an RST. */
 	return rawg_hdr(ATTACKER_CID, a->port, VICTIM_CID, 30000 + (a->port + i) % 1000,
-			VSOCK_OP_REQUEST);
+	                VSOCK_OP_REQUEST);
 }
 
 static void sibling_setup(struct atk *a)
@@ -1299,8 +1313,8 @@ static void sibling_check(struct atk *a)
 
 	ASSERT_EQ(uvsock_ctx_get_stats(a->v->g, &cs), 0);
 	test_note("%" PRIu64 " REQUESTs from the sibling; the victim's engine sent %" PRIu64
-		  " RSTs; %" PRIu64 " sibling packets forwarded by the attacker", a->n[0],
-		  cs.rst_sent, att_stat(a, "tx_pkts"));
+	          " RSTs; %" PRIu64 " sibling packets forwarded by the attacker",
+	          a->n[0], cs.rst_sent, att_stat(a, "tx_pkts"));
 	ASSERT_GT(a->n[0], 1000);
 	ASSERT_GT(cs.rst_sent, 0);
 }
@@ -1323,10 +1337,10 @@ SCEN(saturated_blocking_call_eventfd, .setup = saturated_setup, .round = saturat
      .check = saturated_check, .teardown = saturated_teardown);
 SCEN(huge_sparse_guest_memory, .round = huge_mem_round, .check = huge_mem_check);
 /* j. (enough rounds to outlast the daemon's 2 s CONNECT deadline) and k. */
-SCEN(idle_host_connections_exhaust_fds, .low_nofile = true, .min_rounds = 25,
-     .setup = idle_setup, .round = idle_round, .check = idle_check, .teardown = host_teardown);
-SCEN(slowloris_connect_lines, .min_rounds = 15, .setup = slowloris_setup,
-     .round = slowloris_round, .check = slowloris_check, .teardown = host_teardown);
+SCEN(idle_host_connections_exhaust_fds, .low_nofile = true, .min_rounds = 25, .setup = idle_setup,
+     .round = idle_round, .check = idle_check, .teardown = host_teardown);
+SCEN(slowloris_connect_lines, .min_rounds = 15, .setup = slowloris_setup, .round = slowloris_round,
+     .check = slowloris_check, .teardown = host_teardown);
 SCEN(symlink_planted_at_a_host_port, .setup = symlink_setup, .round = symlink_round,
      .check = symlink_check, .teardown = host_teardown);
 SCEN(sibling_request_flood, .group = "web", .setup = sibling_setup, .round = sibling_round,
@@ -1335,29 +1349,23 @@ SCEN(sibling_request_flood, .group = "web", .setup = sibling_setup, .round = sib
 static const struct scen scen_baseline = { .name = "baseline (no attack)" };
 
 static const struct scen *const scens[] = {
-	&scen_malformed_vhost_user_messages,
-	&scen_out_of_order_setup,
-	&scen_bad_chains_and_oversize_packets,
-	&scen_spoofed_source_cids,
-	&scen_request_flood_to_host_ports,
-	&scen_guest_memory_shrunk_under_the_daemon,
-	&scen_pipes_and_dev_zero_as_fds,
-	&scen_saturated_blocking_call_eventfd,
-	&scen_huge_sparse_guest_memory,
-	&scen_idle_host_connections_exhaust_fds,
-	&scen_slowloris_connect_lines,
-	&scen_symlink_planted_at_a_host_port,
+	&scen_malformed_vhost_user_messages,   &scen_out_of_order_setup,
+	&scen_bad_chains_and_oversize_packets, &scen_spoofed_source_cids,
+	&scen_request_flood_to_host_ports,     &scen_guest_memory_shrunk_under_the_daemon,
+	&scen_pipes_and_dev_zero_as_fds,       &scen_saturated_blocking_call_eventfd,
+	&scen_huge_sparse_guest_memory,        &scen_idle_host_connections_exhaust_fds,
+	&scen_slowloris_connect_lines,         &scen_symlink_planted_at_a_host_port,
 	&scen_sibling_request_flood,
 };
 
 /* ---- the run ------------------------------------------------------------------------------ */
 
 struct result {
-	bool ok;                /* the transfer completed, every byte right */
-	double mibps;           /* the victim's bytes (both ways) per second of the transfer */
-	uint64_t lost;          /* bytes that did not arrive intact */
-	uint64_t rss_kib;       /* uvsockd's peak VmRSS during the transfer */
-	uint64_t rounds;        /* attack rounds */
+	bool ok;          /* the transfer completed, every byte right */
+	double mibps;     /* the victim's bytes (both ways) per second of the transfer */
+	uint64_t lost;    /* bytes that did not arrive intact */
+	uint64_t rss_kib; /* uvsockd's peak VmRSS during the transfer */
+	uint64_t rounds;  /* attack rounds */
 	char err[200];
 };
 
@@ -1379,7 +1387,7 @@ static void start_daemon(struct uvd *u, const struct scen *s)
 		char opts[512];
 
 		snprintf(opts, sizeof(opts), "%s%squarantine_size_mb=%d", o ? o : "",
-			 o && *o ? ":" : "", ASAN_QUARANTINE_MB);
+		         o && *o ? ":" : "", ASAN_QUARANTINE_MB);
 		ASSERT_OK(setenv("ASAN_OPTIONS", opts, 1)); /* for the daemon, not this process */
 	}
 #endif
@@ -1422,7 +1430,7 @@ static void run(const struct scen *s, bool attack, bool checks, size_t total, st
 	sm.pid = u.pid;
 	ASSERT_EQ(pthread_create(&sm.th, NULL, sampler_main, &sm), 0);
 	if (victim_transfer(&v, total, attacking ? &a.rounds : NULL,
-			    s->min_rounds ? s->min_rounds : 2))
+	                    s->min_rounds ? s->min_rounds : 2))
 		res->ok = !victim_failed(&v);
 	atomic_store(&sm.stop, true);
 	pthread_join(sm.th, NULL);
@@ -1436,9 +1444,9 @@ static void run(const struct scen *s, bool attack, bool checks, size_t total, st
 	snprintf(res->err, sizeof(res->err), "%s", v.err);
 	if (checks) {
 		test_note("%s: victim moved %" PRIu64 " MiB at %.1f MiB/s, %" PRIu64 " attack "
-			  "rounds, uvsockd peak VmRSS %" PRIu64 " KiB, VmSize %" PRIu64 " KiB",
-			  s->name, victim_bytes(&v) / MiB, res->mibps, res->rounds, sm.rss_kib,
-			  sm.vm_kib);
+		          "rounds, uvsockd peak VmRSS %" PRIu64 " KiB, VmSize %" PRIu64 " KiB",
+		          s->name, victim_bytes(&v) / MiB, res->mibps, res->rounds, sm.rss_kib,
+		          sm.vm_kib);
 		if (!res->ok)
 			test_fail(__FILE__, __LINE__, "the victim's transfer failed: %s", res->err);
 		ASSERT_EQ_U64(res->lost, 0);
@@ -1453,7 +1461,7 @@ static void run(const struct scen *s, bool attack, bool checks, size_t total, st
 		test_note("uvsockd's log: %lld bytes", (long long)st.st_size);
 		if (st.st_size >= LOG_BOUND)
 			test_fail(__FILE__, __LINE__, "uvsockd wrote %lld bytes of log (%s)",
-				  (long long)st.st_size, u.log);
+			          (long long)st.st_size, u.log);
 	}
 	/* SIGTERM with the attacker still there: a clean exit within 5 s. */
 	if (uvd_stop(&u) != 0 && checks)
@@ -1471,8 +1479,7 @@ static void run_test(const struct scen *s)
 }
 
 #define SCEN_TEST(id)                                                                              \
-	TEST(id)                                                                                   \
-	{                                                                                          \
+	TEST (id) {                                                                                \
 		run_test(&scen_##id);                                                              \
 	}
 
@@ -1491,6 +1498,10 @@ SCEN_TEST(symlink_planted_at_a_host_port)
 SCEN_TEST(sibling_request_flood)
 
 /* ---- the benchmark ------------------------------------------------------------------------ */
+
+/* The bench's victim moves at least this much each way: long enough for a steady rate (the
+ * test's 32 MiB take a tenth of a second here, mostly start-up). */
+#define BENCH_MIB 512u
 
 /* One run in a child process (a failure there ends only that run). */
 static bool bench_one(const struct scen *s, bool attack, size_t total, struct result *res)
@@ -1542,7 +1553,7 @@ static int bench_main(int argc, char **argv)
 	enum { NS = ARRAY_SIZE_(scens) };
 	static struct bench_row rows[NS + 1]; /* [0]: the baseline */
 	int runs = 3;
-	size_t total = xfer_total();
+	size_t total = BENCH_MIB * MiB;
 	double base;
 
 	for (int i = 2; i < argc; i++) {
@@ -1557,7 +1568,8 @@ static int bench_main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	printf("# victim: %zu MiB each way at once (guest->host and host->guest), %d runs each, "
-	       "round-robin\n", total / MiB, runs);
+	       "round-robin\n",
+	       total / MiB, runs);
 	/* Round-robin, so that drift of the machine affects every row alike. */
 	for (int k = 0; k < runs; k++) {
 		for (int i = 0; i <= NS; i++) {
@@ -1571,6 +1583,8 @@ static int bench_main(int argc, char **argv)
 				       res.err[0] ? res.err : "(the run died)");
 			} else {
 				r->mibps[r->n++] = res.mibps;
+				printf("# run %d, %s: %.1f MiB/s, %" PRIu64 " attack rounds\n",
+				       k + 1, s->name, res.mibps, res.rounds);
 			}
 			r->lost += res.lost;
 			r->rss_kib = res.rss_kib > r->rss_kib ? res.rss_kib : r->rss_kib;
