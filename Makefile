@@ -3,13 +3,20 @@
 #   make check  install what is missing, fetch the interop guest kernels, build, run every test
 #               (plain build with the real-guest interop run, then everything but interop again
 #               under ASan+UBSan)
+#   make fuzz   install what is missing, build the clang libFuzzer tree (build-fuzz/, ASan+UBSan)
+#               and run every fuzz target FUZZ_TIME seconds (default 600) on its corpus,
+#               printing exec/s and coverage; fails on any crash (fuzz/run-fuzzers.sh)
 # Only these targets install packages or fetch kernels; `meson test` itself never does (a test
 # whose tools or kernels are missing skips loudly).
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 MESON_TEST_ARGS ?=
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TIME ?= 600
+# Every fuzz/fuzz-<target>.c (fuzz-main.c is the replay main); e.g. FUZZ_TARGETS="device text".
+FUZZ_TARGETS ?= $(patsubst fuzz/fuzz-%.c,%,$(filter-out fuzz/fuzz-main.c,$(wildcard fuzz/fuzz-*.c)))
 
-.PHONY: all deps interop-deps build build-asan check check-plain check-asan demo bench clean
+.PHONY: all deps interop-deps build build-asan check check-plain check-asan demo bench fuzz clean
 
 all: build
 
@@ -46,6 +53,14 @@ check-asan: build-asan
 check: deps
 	@rc=0; $(MAKE) --no-print-directory check-plain || rc=1; \
 	$(MAKE) --no-print-directory check-asan || rc=1; exit $$rc
+
+# clang and libclang-rt-14-dev (libFuzzer) come with the "test" package set of install-deps.sh.
+$(FUZZ_BUILD)/build.ninja:
+	CC=clang meson setup $(FUZZ_BUILD) -Dfuzzing=true -Db_sanitize=address,undefined -Dinterop=false
+
+fuzz: deps $(FUZZ_BUILD)/build.ninja
+	meson compile -C $(FUZZ_BUILD) $(foreach t,$(FUZZ_TARGETS),fuzz/fuzz-$(t)-libfuzzer)
+	fuzz/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_TIME) $(FUZZ_TARGETS)
 
 demo: build
 	@scripts/demo.sh $(BUILD)

@@ -16,8 +16,9 @@
  * Every chain is returned with used.len 0; one used-index publication and at most one interrupt
  * per batch. Draining stops while the engine cannot take more (queued replies at the TX ring size,
  * docs/vsock-protocol.md §5, as Linux drivers/vhost/vsock.c, vhost_vsock_more_replies()), and
- * after DEV_PASS_PKTS / DEV_PASS_BYTES per pass; a sibling with a full inbox never stops it
- * (sibling.c holds or drops what is for that sibling).
+ * after DEV_PASS_PKTS / DEV_PASS_BYTES per pass; a sibling with a full inbox stops it only once
+ * what is held for full siblings reached its bound (sibling.c: replies are dropped, other
+ * packets held, at most DEV_SIB_STALL_NS).
  *
  * RX (device to guest): each guest RX chain gets one packet: from the engine (pulled with
  * max_payload = chain room - 44, so it always fits) or from the sibling inbox (split over as
@@ -295,7 +296,10 @@ void dev_tx_drain(struct vsock_dev *d)
 	d->tx_throttled = false;
 	if (!dq->running || dev_broken(d) || !d->eng || !mem_intact(d, dq))
 		return;
-	dev_sib_retry_staged(d);
+	if (!dev_sib_retry_staged(d)) {
+		d->tx_throttled = true;
+		return;
+	}
 	vring_dev_disable_notify(&dq->q);
 	while (!stop) {
 		unsigned n = 0, nh = 0;
@@ -342,6 +346,10 @@ void dev_tx_drain(struct vsock_dev *d)
 			case DEV_TX_ENGINE:
 				bytes += d->tx_refs[n].hdr.len;
 				n++;
+				break;
+			case DEV_TX_SIBLING_FULL:
+				d->tx_throttled = true;
+				stop = true;
 				break;
 			case DEV_TX_SIBLING_SENT:
 			case DEV_TX_DROP:
@@ -485,13 +493,15 @@ void dev_settle(struct vsock_dev *d)
 		host_service_dirty(d);
 		rx_fill(d);
 		/* Pulling replies may have made room for TX again (docs/vsock-protocol.md §5). */
-		if (d->eng && d->tx_throttled && vsock_engine_can_feed(d->eng))
+		if (d->eng && d->tx_throttled && !dev_sib_hold_full(d) &&
+		    vsock_engine_can_feed(d->eng))
 			dev_tx_drain(d);
 		if (!d->dirty && !(d->accept_pending && d->eng) && !d->rx_more)
 			break;
 	}
 	if (d->rx_more || d->tx_more || d->dirty ||
-	    (d->eng && d->tx_throttled && vsock_engine_can_feed(d->eng)))
+	    (d->eng && d->tx_throttled && !dev_sib_hold_full(d) &&
+		    vsock_engine_can_feed(d->eng)))
 		cont_schedule(d);
 	if (d->eng) {
 		uint64_t dl = vsock_engine_next_deadline(d->eng);

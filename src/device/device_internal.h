@@ -265,7 +265,7 @@ void dev_eng_stats_accumulate(struct vsock_engine_stats *acc, const struct vsock
 			      unsigned listeners);
 
 /* sibling.c */
-enum dev_tx_verdict { DEV_TX_ENGINE, DEV_TX_SIBLING_SENT, DEV_TX_DROP };
+enum dev_tx_verdict { DEV_TX_ENGINE, DEV_TX_SIBLING_SENT, DEV_TX_SIBLING_FULL, DEV_TX_DROP };
 /* Creates d's port and the loop objects siblings wake it with. Returns 0, -ENOMEM. */
 int dev_sib_init(struct vsock_dev *d);
 /* The port of the sibling with that CID, or NULL (not linked). */
@@ -273,12 +273,16 @@ struct sib_port *dev_sib_lookup(struct vsock_dev *d, uint64_t cid);
 /*
  * Copies a packet of our guest for sibling t and hands it over, holds it if t is full, or drops
  * it (an RST for a full t; anything for a congested, gone or over-full one; see sibling.c).
- * Returns DEV_TX_SIBLING_SENT (handed over or held) or DEV_TX_DROP.
+ * Returns DEV_TX_SIBLING_SENT (handed over or held), DEV_TX_SIBLING_FULL (held, and the hold
+ * reached its bound: the TX ring waits) or DEV_TX_DROP.
  */
 enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
 				 const struct iovec *iov, unsigned n);
-/* Hands held packets over to the siblings that have room now; the TX ring never waits for one. */
-void dev_sib_retry_staged(struct vsock_dev *d);
+/* Hands held packets over to the siblings that have room now. Returns false while the hold is
+ * at its bound (the TX ring waits for room). */
+bool dev_sib_retry_staged(struct vsock_dev *d);
+/* The packets held for full siblings reached DEV_SIB_HOLD_PKTS or DEV_SIB_HOLD_BYTES. */
+bool dev_sib_hold_full(const struct vsock_dev *d);
 /* Drops every held packet uncounted (the session ends) and stops their timer. */
 void dev_sib_drop_staged(struct vsock_dev *d);
 /* Wakes the siblings our last TX batch handed packets to. */

@@ -23,7 +23,8 @@
  * Security model: host programs and the guest are untrusted. Connections per VM are capped
  * (max_conns, uvsockd's per-VM fd budget: beyond it a host connection is accepted and closed at
  * once), and so are those still waiting for their CONNECT line (HOST_HANDSHAKES_MAX, at most half
- * of max_conns), so idle sockets cannot lock well-behaved programs out; every wait has the 2 s
+ * of max_conns; past it the oldest one without its line goes), so idle sockets cannot lock
+ * well-behaved programs out; every wait has the 2 s
  * limit or is bounded by credit. accept() failing for lack of fds never spins: a reserve fd is
  * given up to shed the connection, or accepting pauses briefly. A symlink planted at
  * <uds-path>_<P> is refused, not followed.
@@ -221,10 +222,43 @@ static unsigned host_handshake_cap(const struct vsock_dev *d)
 	return MAX(1u, MIN(HOST_HANDSHAKES_MAX, d->max_conns / 2));
 }
 
+static void read_connect_line(struct hconn *c);
+
+/*
+ * Makes room for one more pending handshake once the cap is reached: the oldest pending one
+ * (the last in d->conns, which takes new connections at its head) gets its line read now, in
+ * case it came and was not served yet; if it is still not there, that connection is closed
+ * (counted). Idle sockets age out first, so a flood of them never locks out a program that
+ * connects now, and a burst of well-behaved programs (whose lines are there) loses nobody.
+ */
+static void make_handshake_room(struct vsock_dev *d)
+{
+	while (d->n_handshakes >= host_handshake_cap(d)) {
+		struct hconn *c, *oldest = NULL;
+		unsigned before;
+
+		for (c = d->conns; c; c = c->next)
+			if (c->state == HC_READ_CONNECT)
+				oldest = c;
+		if (!oldest)
+			return;
+		before = d->n_handshakes;
+		read_connect_line(oldest);
+		if (d->n_handshakes < before)
+			continue; /* its line was there (a guest connect now), or it was closed */
+		DEV_STAT_ADD(d, host_handshakes_refused, 1);
+		log_vm_dev(LOG_LVL_WARN, d->cid,
+			   "host connection closed: no CONNECT line yet and %u handshakes pending "
+			   "(the cap): the oldest goes", d->n_handshakes);
+		hconn_close(oldest);
+	}
+}
+
 /*
  * Takes one accepted host connection. Refused at once (closed, counted) when the guest is not
- * running, the VM's host fd budget is full, or its line is not there yet and the cap on pending
- * handshakes is reached; a well-behaved program writes its line right after connect(), so the
+ * running or the VM's host fd budget is full. A connection whose line is not there yet waits
+ * as a pending handshake; past the cap on those, the oldest pending one goes
+ * (make_handshake_room). A well-behaved program writes its line right after connect(), so the
  * line is usually here already and the connection never waits as a pending handshake.
  */
 static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
@@ -248,13 +282,8 @@ static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
 		goto out_close;
 	}
 	r = uds_connect_read(&rd, fd, seqpacket, &port);
-	if (r == -EAGAIN && d->n_handshakes >= host_handshake_cap(d)) {
-		DEV_STAT_ADD(d, host_handshakes_refused, 1);
-		log_vm_dev(LOG_LVL_WARN, d->cid,
-			   "host connection refused: %u CONNECT handshakes pending (the cap)",
-			   d->n_handshakes);
-		goto out_close;
-	}
+	if (r == -EAGAIN)
+		make_handshake_room(d);
 	if (r < 0 && r != -EAGAIN) {
 		DEV_STAT_ADD(d, host_connect_bad_line, 1);
 		log_vm_dev(LOG_LVL_DEBUG, d->cid, "CONNECT line rejected: %s", strerror(-r));

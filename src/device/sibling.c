@@ -29,9 +29,13 @@
  *    destination go on. What is held is bounded per device (DEV_SIB_HOLD_PKTS / _BYTES) and in
  *    time: a sibling that makes no room within DEV_SIB_STALL_NS is congested, its held packets
  *    are dropped, and from then on, until it drains to half, what is sent to it is dropped at
- *    once. A packet dropped this way (or beyond the bound) is answered with an RST from the
- *    sibling to our guest, so that its connection fails at once (ECONNRESET) instead of hanging
- *    with a hole in its stream, as for a sibling that is gone.
+ *    once. A packet dropped this way is answered with an RST from the sibling to our guest, so
+ *    that its connection fails at once (ECONNRESET) instead of hanging with a hole in its
+ *    stream, as for a sibling that is gone. When the bound is reached (our guest sends faster
+ *    than a live sibling drains: credit allows many small packets in flight, more than the inbox
+ *    and the hold take), the packet is held anyway and the TX ring waits (DEV_TX_SIBLING_FULL)
+ *    until the sibling makes room or is found congested: back-pressure on the guest that sends,
+ *    never an RST on a healthy connection, and never longer than DEV_SIB_STALL_NS.
  * RSTs the device makes (for our guest, or for a freed sibling's senders) are dropped too when
  * the inbox they are for is full.
  *
@@ -367,18 +371,18 @@ static void sib_hold_drop(struct vsock_dev *d, struct sib_hold *ho, bool reject)
 	}
 }
 
+bool dev_sib_hold_full(const struct vsock_dev *d)
+{
+	return d->hold_pkts >= DEV_SIB_HOLD_PKTS || d->hold_bytes >= DEV_SIB_HOLD_BYTES;
+}
+
 /*
- * Holds p (captured already) for t, whose inbox is full, behind what is held for it already;
- * beyond the bound it is dropped and answered with an RST instead.
+ * Holds p (captured already) for t, whose inbox is full, behind what is held for it already.
+ * Returns DEV_TX_SIBLING_FULL once the hold has reached its bound (the TX ring must wait).
  */
 static enum dev_tx_verdict sib_hold_put(struct vsock_dev *d, struct sib_hold *ho,
 					struct sib_pkt *p)
 {
-	if (d->hold_pkts >= DEV_SIB_HOLD_PKTS || d->hold_bytes + p->hdr.len > DEV_SIB_HOLD_BYTES) {
-		sib_reject(d, &p->hdr);
-		free(p);
-		return DEV_TX_DROP;
-	}
 	p->next = NULL;
 	if (ho->tail)
 		ho->tail->next = p;
@@ -391,7 +395,7 @@ static enum dev_tx_verdict sib_hold_put(struct vsock_dev *d, struct sib_hold *ho
 		ho->deadline = mono_ns() + DEV_SIB_STALL_NS;
 		sib_hold_arm(d);
 	}
-	return DEV_TX_SIBLING_SENT;
+	return dev_sib_hold_full(d) ? DEV_TX_SIBLING_FULL : DEV_TX_SIBLING_SENT;
 }
 
 /*
@@ -476,12 +480,13 @@ enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const 
 	return DEV_TX_DROP;
 }
 
-void dev_sib_retry_staged(struct vsock_dev *d)
+bool dev_sib_retry_staged(struct vsock_dev *d)
 {
 	for (unsigned i = 0; i < d->n_sibs; i++)
 		if (d->hold[i].head)
 			(void)sib_hold_flush(d, d->sibs[i], &d->hold[i]);
 	sib_hold_arm(d);
+	return !dev_sib_hold_full(d);
 }
 
 /* ---- wakeups and the stall timer ------------------------------------------------------- */

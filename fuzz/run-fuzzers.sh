@@ -1,0 +1,56 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Runs libFuzzer targets of a -Dfuzzing=true build (`make fuzz` calls this), one after the other,
+# each for SECONDS on its committed corpus fuzz/corpus/<target> (read only: new inputs go to
+# BUILD/fuzz-work/<target>), and prints for each its executions per second, its final coverage
+# (libFuzzer's "cov:" and "ft:") and its crashes. Fails if any target crashed, leaked, timed out
+# or ran out of memory (an artifact in BUILD/fuzz-work/artifacts/<target>/), or did not run.
+#
+# Usage: fuzz/run-fuzzers.sh BUILD SECONDS [TARGET...]   (default: every fuzz/fuzz-<t>.c)
+set -u
+[ $# -ge 2 ] || { echo "usage: $0 BUILD SECONDS [TARGET...]" >&2; exit 2; }
+build=$1
+secs=$2
+shift 2
+src=$(cd "$(dirname "$0")" && pwd)
+if [ $# -eq 0 ]; then
+	set -- $(cd "$src" && ls fuzz-*.c | sed -n 's/^fuzz-\(.*\)\.c$/\1/p' | grep -vx main)
+fi
+work=$build/fuzz-work
+rc=0
+summary=""
+for t in "$@"; do
+	bin=$build/fuzz/fuzz-$t-libfuzzer
+	art=$work/artifacts/$t
+	log=$work/$t.log
+	if [ ! -x "$bin" ]; then
+		echo "fuzz: $bin is missing (configure with CC=clang -Dfuzzing=true)" >&2
+		rc=1
+		continue
+	fi
+	rm -rf "$art"
+	mkdir -p "$work/$t" "$art"
+	echo "fuzz: $t for ${secs}s (log: $log)"
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+		"$bin" -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$art/" \
+		"$work/$t" "$src/corpus/$t" >"$log" 2>&1
+	status=$?
+	final=$(grep -E 'cov: [0-9]+' "$log" | tail -n 1 | sed -n 's/.*\(cov: [0-9]*\) \(ft: [0-9]*\).*/\1 \2/p')
+	eps=$(sed -n 's/^stat::average_exec_per_sec:[[:space:]]*//p' "$log")
+	crashes=$(find "$art" -type f | wc -l)
+	line=$(printf '%-10s %6s exec/s  %-24s crashes: %s' "$t" "${eps:-?}" "${final:-no coverage line}" "$crashes")
+	echo "fuzz: $line"
+	summary="$summary$line
+"
+	if [ "$crashes" -ne 0 ] || [ "$status" -ne 0 ]; then
+		echo "fuzz: $t FAILED (exit $status); artifacts:" >&2
+		find "$art" -type f >&2
+		grep -E -A30 '^==[0-9]+==ERROR|runtime error|invariant failed' "$log" | head -n 60 >&2
+		rc=1
+	fi
+done
+printf '\nfuzz summary (%ss each):\n%s' "$secs" "$summary"
+echo "New inputs are in $work/<target>; keep what adds coverage with"
+echo "  $build/fuzz/fuzz-<target>-libfuzzer -merge=1 fuzz/corpus/<target> $work/<target>"
+echo "(then rename the added files to their SHA-256)."
+exit $rc
