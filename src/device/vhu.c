@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "device/device.h"
+#include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/loop.h"
 #include "util/uds.h"
@@ -107,10 +108,13 @@ static void vmm_disconnect(struct dev_vhu *v, int why)
 	if (!v->vhu)
 		return;
 	dev_vhu_vmm_state(v->d, false);
+	/* Rate-limited per VM: a VMM that reconnects in a loop must not grow the log unbounded. */
 	if (why == -ECONNRESET)
-		log_info("%s: VMM disconnected", vsock_dev_name(v->d));
+		log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(v->d), "%s: VMM disconnected",
+			   vsock_dev_name(v->d));
 	else
-		log_warn("%s: closing VMM connection: %s", vsock_dev_name(v->d), strerror(-why));
+		log_vm_dev(LOG_LVL_WARN, vsock_dev_guest_cid(v->d), "%s: closing VMM connection: %s",
+			   vsock_dev_name(v->d), strerror(-why));
 	loop_watch_del(v->vhu_w);
 	v->vhu_w = NULL;
 	vhu_backend_free(v->vhu); /* stops both rings through vq_stop */
@@ -157,7 +161,8 @@ static void vhu_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	cfg.name = vsock_dev_name(v->d);
 	r = vhu_backend_new(s, &cfg, &vhu_ops, v, &v->vhu);
 	if (r < 0) {
-		log_error("%s: vhost-user set-up failed: %s", cfg.name, strerror(-r));
+		log_vm_dev(LOG_LVL_ERROR, cfg.guest_cid, "%s: vhost-user set-up failed: %s", cfg.name,
+			   strerror(-r));
 		close(s);
 		return;
 	}
@@ -170,7 +175,7 @@ static void vhu_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	/* One VMM at a time: further connections wait in the backlog. */
 	(void)loop_watch_mod(v->listen_w, 0);
 	dev_vhu_vmm_state(v->d, true);
-	log_info("%s: VMM connected", cfg.name);
+	log_vm_dev(LOG_LVL_INFO, cfg.guest_cid, "%s: VMM connected", cfg.name);
 }
 
 /* ---- life ------------------------------------------------------------------------------------ */

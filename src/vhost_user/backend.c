@@ -353,7 +353,8 @@ static int h_reset_owner(struct vhu_backend *b, struct vhu_msg *m, struct vhu_re
  */
 static int warn_refusal(struct vhu_backend *b, int err)
 {
-	log_warn("vhost-user %s: %s", b->cfg.name ? b->cfg.name : "-", b->errbuf);
+	/* Rate-limited: a VMM that reconnects in a loop must not grow the log without bound. */
+	log_guest(LOG_LVL_WARN, "vhost-user %s: %s", b->cfg.name ? b->cfg.name : "-", b->errbuf);
 	return err;
 }
 
