@@ -97,7 +97,10 @@ static void *evil_main(void *arg)
 			b = NULL;
 		}
 	}
+	/* Under mu too: the test may stop us before the guest's disconnect was processed. */
+	pthread_mutex_lock(&e->mu);
 	vhu_backend_free(b);
+	pthread_mutex_unlock(&e->mu);
 	return NULL;
 }
 
