@@ -114,9 +114,26 @@ static void cont_schedule(struct vsock_dev *d)
 		loop_timer_arm(d->cont_timer, 0);
 }
 
-/* ---- siblings ----------------------------------------------------------------------------- */
-
 /* ---- RX: device to guest ----------------------------------------------------------------- */
+
+/*
+ * Which source fills the next RX buffer (at least one has packets): the sibling inbox when the
+ * engine has none, or when the engine has had its DEV_RX_ENG_SHARE buffers since the inbox's
+ * last one; the engine otherwise.
+ */
+static bool rx_sib_next(const struct vsock_dev *d, bool have_eng, bool have_sib)
+{
+	return !have_eng || (have_sib && d->rx_eng_run >= DEV_RX_ENG_SHARE);
+}
+
+/* Counts one RX buffer filled by the sibling inbox (sib) or the engine. */
+static void rx_account(struct vsock_dev *d, bool sib)
+{
+	if (sib)
+		d->rx_eng_run = 0;
+	else if (d->rx_eng_run < DEV_RX_ENG_SHARE)
+		d->rx_eng_run++;
+}
 
 static void rx_fill(struct vsock_dev *d)
 {
@@ -142,6 +159,7 @@ static void rx_fill(struct vsock_dev *d)
 		size_t room;
 		ssize_t n;
 		int r, pn;
+		bool sib;
 
 		if (!have_eng && !have_sib)
 			break;
@@ -184,24 +202,18 @@ static void rx_fill(struct vsock_dev *d)
 			mark_broken(d, dq, "rx buffer layout");
 			break;
 		}
-		if (have_eng && (!have_sib || !d->rx_sib_turn)) {
-			n = vsock_engine_pull(d->eng, &h, piov, pn, room);
-			if (n < 0) {
-				/* has_pending said yes; nothing came: return the buffer unused. */
-				(void)vring_dev_fill(&dq->q, ch.head, 0);
-				filled = true;
-				break;
-			}
-		} else {
+		sib = rx_sib_next(d, have_eng, have_sib);
+		if (sib)
 			n = dev_sib_pull(d, &h, piov, (unsigned)pn, room);
-			if (n < 0) {
-				(void)vring_dev_fill(&dq->q, ch.head, 0);
-				filled = true;
-				break;
-			}
+		else
+			n = vsock_engine_pull(d->eng, &h, piov, pn, room);
+		if (n < 0) {
+			/* has_pending said yes; nothing came: return the buffer unused. */
+			(void)vring_dev_fill(&dq->q, ch.head, 0);
+			filled = true;
+			break;
 		}
-		if (have_eng && have_sib)
-			d->rx_sib_turn = !d->rx_sib_turn;
+		rx_account(d, sib);
 		vsock_hdr_encode(&h, wire);
 		OPS_TAP(&d->tap, &h, piov, pn);
 		iov_write_at(iov, ch.in_num, 0, wire, VSOCK_HDR_SIZE);

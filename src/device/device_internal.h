@@ -34,6 +34,14 @@
 #define DEV_TX_IOV_MAX 128u
 /* RX chain iovecs (Linux posts one or two elements per RX buffer). */
 #define DEV_RX_IOV_MAX 64u
+/*
+ * RX share while both the VM's own engine and the sibling inbox have packets: the inbox gets one
+ * RX buffer after every DEV_RX_ENG_SHARE buffers of the engine, so the VM's own (host) traffic
+ * keeps at least 4/5 of its RX ring, the 80 % a flooding sibling may not push it under
+ * (docs/hostile-scenarios.md, scenario k), while a legitimate sibling still gets 1/5 when the
+ * engine is busy. Work-conserving: buffers the engine does not need go to the inbox.
+ */
+#define DEV_RX_ENG_SHARE 4u
 /* Sibling hand-off queue per target device. */
 #define DEV_INBOX_PKTS 512u
 #define DEV_INBOX_BYTES (4u * 1024 * 1024)
@@ -210,7 +218,8 @@ struct vsock_dev {
 	struct sib_hold *hold;          /* parallel to sibs: what waits for room in each */
 	unsigned hold_pkts;             /* packets and payload bytes in hold[], bounded by */
 	size_t hold_bytes;              /* DEV_SIB_HOLD_PKTS / DEV_SIB_HOLD_BYTES */
-	bool rx_sib_turn;               /* alternate engine / siblings on RX */
+	unsigned rx_eng_run;            /* engine RX buffers since the last sibling one, at most
+					 * DEV_RX_ENG_SHARE (rx_fill) */
 	struct sib_port **wake;         /* targets to wake at the end of a TX batch */
 	unsigned n_wake;
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "device/device.h"
+#include "device/device_internal.h"
 #include "hostside.h"
 #include "ops/stats.h"
 #include "stderr-capture.h"
@@ -1195,6 +1196,62 @@ TEST(packets_for_a_full_sibling_are_held_in_order_then_back_pressured)
 	ASSERT_EQ(st.sibling_fwd_pkts, 512 + 256 + 10);
 	ASSERT_EQ(st.sibling_dropped, 0);
 	ASSERT_EQ(st.sibling_replies_dropped, 0);
+	sib_pair_stop(&p);
+}
+
+/* ---- the RX ring's share between the VM's own traffic and its siblings --------------------- */
+
+/*
+ * While b's engine and its sibling inbox both have packets, the sibling inbox gets one RX buffer
+ * per DEV_RX_ENG_SHARE of the engine's; once the engine has none, the inbox gets every buffer.
+ * With no RX buffers posted, b's guest queues n_eng RSTs from the host (REQUESTs to ports
+ * without a listener) and a's guest queues n_sib REQUESTs in b's inbox; then b posts its buffers.
+ */
+TEST(sibling_flood_gets_one_rx_buffer_in_five_while_the_engine_has_data)
+{
+	enum { n_eng = 100, n_sib = 200 };
+	unsigned got_eng = 0, got_sib = 0, sib_while_eng = 0;
+	struct vsock_dev_stats st;
+	struct sib_pair p;
+	char buf[64];
+
+	sib_pair_start(&p, 0);
+	for (unsigned i = 0; i < n_eng; i++) {
+		struct vsock_hdr h = mkhdr(&p.gb, 2, 30000 + i, 9, VSOCK_TYPE_STREAM,
+					   VSOCK_OP_REQUEST, 0);
+
+		tg_send(&p.gb, &h, NULL);
+	}
+	sib_send_n(&p, 10000, n_sib, VSOCK_OP_REQUEST);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(p.tb.d, &st), st.tx_pkts == n_eng), WAIT_MS);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(p.ta.d, &st), st.sibling_fwd_pkts == n_sib), WAIT_MS);
+	for (int i = 0; i < NRX; i++)
+		tg_post_rx(&p.gb, i);
+	tg_kick(&p.gb, 0);
+	while (got_eng + got_sib < n_eng + n_sib) {
+		struct vsock_hdr r;
+
+		ASSERT_OK(tg_recv(&p.gb, &r, buf, sizeof(buf), WAIT_MS, false));
+		if (r.src_cid == 2) {
+			/* The engine's RSTs, in the order of the REQUESTs. */
+			ASSERT_EQ(r.op, VSOCK_OP_RST);
+			ASSERT_EQ(r.dst_port, 30000 + got_eng);
+			got_eng++;
+			sib_while_eng = got_sib;
+		} else {
+			/* The sibling's REQUESTs, in order, none lost. */
+			ASSERT_EQ(r.src_cid, 3);
+			ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+			ASSERT_EQ(r.src_port, 10000 + got_sib);
+			got_sib++;
+		}
+	}
+	/* Up to the engine's last packet: one sibling buffer per DEV_RX_ENG_SHARE, no more, no less. */
+	ASSERT_LE(sib_while_eng * DEV_RX_ENG_SHARE, n_eng);
+	ASSERT_GE((sib_while_eng + 1) * DEV_RX_ENG_SHARE, n_eng);
+	ASSERT_EQ(got_sib, n_sib);
+	vsock_dev_get_stats(p.tb.d, &st);
+	ASSERT_EQ(st.sibling_dropped, 0);
 	sib_pair_stop(&p);
 }
 
