@@ -308,6 +308,29 @@ static int iso_ask(struct iso *iso, unsigned idx, uint32_t op, struct worker **r
 }
 
 /*
+ * One datagram of fd into buf, waiting until end_ms (mono_ms). Returns its length (0: the peer
+ * is gone), -ETIMEDOUT, or -errno.
+ */
+static ssize_t recv_until(int fd, void *buf, size_t len, uint64_t end_ms)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint64_t now = mono_ms();
+		ssize_t n;
+
+		if (now >= end_ms)
+			return -ETIMEDOUT;
+		if (poll(&p, 1, (int)(end_ms - now)) < 0 && errno != EINTR)
+			return -errno;
+		n = recv(fd, buf, len, MSG_DONTWAIT);
+		if (n >= 0)
+			return n;
+		if (errno != EAGAIN && errno != EINTR)
+			return -errno;
+	}
+}
+
+/*
  * Receives the next answer of w to its current request into *a, waiting at most
  * ISO_ANSWER_TIMEOUT_MS. Returns 0, -ETIMEDOUT (then w stays quiet for ISO_QUIET_MS),
  * -ECONNRESET (the worker is gone) or -EPROTO (an answer of the wrong kind or size).
@@ -318,24 +341,15 @@ static int iso_answer(struct worker *w, uint32_t op, union iso_ans *a)
 	size_t want = op == ISO_STATS ? sizeof(a->stats) : sizeof(a->conns);
 
 	for (;;) {
-		struct pollfd p = { .fd = w->fd, .events = POLLIN };
-		uint64_t now = mono_ms();
-		ssize_t n;
+		ssize_t n = recv_until(w->fd, a, sizeof(*a), end);
 
-		if (now >= end) {
-			w->quiet_until_ms = now + ISO_QUIET_MS;
+		if (n == -ETIMEDOUT) {
+			w->quiet_until_ms = mono_ms() + ISO_QUIET_MS;
 			log_warn("worker pid %d (%s) did not answer within %u ms", (int)w->pid,
 				 w->vms, ISO_ANSWER_TIMEOUT_MS);
 			return -ETIMEDOUT;
 		}
-		if (poll(&p, 1, (int)(end - now)) <= 0)
-			continue;
-		n = recv(w->fd, a, sizeof(*a), MSG_DONTWAIT);
-		if (n == 0)
-			return -ECONNRESET;
-		if (n < 0 && (errno == EAGAIN || errno == EINTR))
-			continue;
-		if (n < 0)
+		if (n <= 0)
 			return -ECONNRESET;
 		if ((size_t)n < sizeof(a->h) || a->h.seq != w->seq)
 			continue; /* the late answer of an earlier request */
@@ -491,18 +505,8 @@ static int wait_ready(struct iso *iso)
 	for (unsigned i = 0; i < iso->nw; i++) {
 		struct worker *w = &iso->w[i];
 		struct iso_ans_hdr up;
-		ssize_t n = -1;
+		ssize_t n = recv_until(w->fd, &up, sizeof(up), end);
 
-		for (;;) {
-			struct pollfd p = { .fd = w->fd, .events = POLLIN };
-			uint64_t now = mono_ms();
-
-			if (now >= end || poll(&p, 1, (int)(end - now)) < 0)
-				break;
-			n = recv(w->fd, &up, sizeof(up), MSG_DONTWAIT);
-			if (n >= 0 || (errno != EAGAIN && errno != EINTR))
-				break;
-		}
 		if (n != sizeof(up) || up.op != ISO_READY) {
 			fprintf(stderr, "uvsockd: the worker process of %s (pid %d) %s\n", w->vms,
 				(int)w->pid, n < 0 ? "did not start in time" : "failed to start");
