@@ -316,27 +316,6 @@ static inline uint64_t hv_stat(const char *sock, uint32_t cid, const char *what)
 	return v;
 }
 
-/* A "Key:   N kB" line of /proc/<pid>/status, in KiB (0 if unreadable). */
-static inline uint64_t hv_proc_kib(pid_t pid, const char *key)
-{
-	char path[64], line[256];
-	size_t kl = strlen(key);
-	uint64_t kib = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, kl) && line[kl] == ':') {
-			kib = strtoull(line + kl + 1, NULL, 10);
-			break;
-		}
-	fclose(f);
-	return kib;
-}
-
 /* Open fds of process pid (entries of /proc/<pid>/fd), or -1. */
 static inline int hv_proc_fds(pid_t pid)
 {

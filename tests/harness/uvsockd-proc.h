@@ -184,22 +184,31 @@ static inline void uvd_restart_one(struct uvd *u, uint32_t new_cid)
 	uvd_wait_ready(u, "restart");
 }
 
-/* VmRSS of the daemon in KiB (from /proc/<pid>/status), or 0 if unreadable. */
-static inline uint64_t uvd_rss_kib(const struct uvd *u)
+/* A "Key:   N kB" line of /proc/<pid>/status (VmRSS, VmSize...), in KiB; 0 if unreadable. */
+static inline uint64_t proc_status_kib(pid_t pid, const char *key)
 {
 	char path[64], line[256];
+	size_t kl = strlen(key);
 	uint64_t kib = 0;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)u->pid);
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
 	f = fopen(path, "r");
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %" SCNu64, &kib) == 1)
+		if (!strncmp(line, key, kl) && line[kl] == ':') {
+			kib = strtoull(line + kl + 1, NULL, 10);
 			break;
+		}
 	fclose(f);
 	return kib;
+}
+
+/* VmRSS of the daemon in KiB, or 0 if unreadable. */
+static inline uint64_t uvd_rss_kib(const struct uvd *u)
+{
+	return proc_status_kib(u->pid, "VmRSS");
 }
 
 /* True if the daemon is still running. */

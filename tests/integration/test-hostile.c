@@ -352,7 +352,7 @@ static void *sampler_main(void *arg)
 	struct sampler *s = arg;
 
 	while (!atomic_load(&s->stop)) {
-		uint64_t r = hv_proc_kib(s->pid, "VmRSS"), m = hv_proc_kib(s->pid, "VmSize");
+		uint64_t r = proc_status_kib(s->pid, "VmRSS"), m = proc_status_kib(s->pid, "VmSize");
 
 		s->rss_kib = r > s->rss_kib ? r : s->rss_kib;
 		s->vm_kib = m > s->vm_kib ? m : s->vm_kib;
@@ -1414,7 +1414,7 @@ static void run(const struct scen *s, bool attack, bool checks, size_t total, st
 	memset(res, 0, sizeof(*res));
 	start_daemon(&u, s);
 	victim_open(&v, &u);
-	sm.vm0_kib = hv_proc_kib(u.pid, "VmSize");
+	sm.vm0_kib = proc_status_kib(u.pid, "VmSize");
 	memset(&a, 0, sizeof(a));
 	a.s = s;
 	a.u = &u;

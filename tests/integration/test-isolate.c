@@ -119,9 +119,7 @@ static bool pid_gone(pid_t pid)
 
 static uint64_t rss_kib(pid_t pid)
 {
-	struct uvd tmp = { .pid = pid };
-
-	return uvd_rss_kib(&tmp);
+	return proc_status_kib(pid, "VmRSS");
 }
 
 static bool file_has(const char *path, const char *needle)
