@@ -23,10 +23,9 @@
  * Security model: host programs and the guest are untrusted. Connections per VM are capped
  * (max_conns, uvsockd's per-VM fd budget: beyond it a host connection is accepted and closed at
  * once), and so are those still waiting for their CONNECT line (half of max_conns; past it the
- * oldest one without its line goes), so idle sockets cannot lock
- * well-behaved programs out; every wait has the 2 s
- * limit or is bounded by credit. accept() failing for lack of fds never spins: a reserve fd is
- * given up to shed the connection, or accepting pauses briefly. A symlink planted at
+ * oldest one without its line goes), so idle sockets cannot lock well-behaved programs out;
+ * every wait has the 2 s limit or is bounded by credit. accept() failing for lack of fds never
+ * spins: a reserve fd is given up to shed the connection, or accepting pauses briefly. A symlink planted at
  * <uds-path>_<P> is refused, not followed.
  */
 #include <errno.h>
