@@ -200,9 +200,9 @@ static int sib_queue_rst(struct sib_port *t2, const struct vsock_hdr *h)
 }
 
 /*
- * Our guest's packet h for a sibling is dropped (the sibling is gone, congested, or more is held
- * for it than the bound allows): counted as a sibling drop (which operators see as no_route) and
- * answered with an RST from that sibling, delivered by rx_fill.
+ * Our guest's packet h for a sibling is dropped (the sibling is gone or congested): counted as
+ * a sibling drop (which operators see as no_route) and answered with an RST from that sibling,
+ * delivered by rx_fill.
  */
 static void sib_reject(struct vsock_dev *d, const struct vsock_hdr *h)
 {
@@ -316,7 +316,6 @@ static void sib_note_target(struct vsock_dev *d, struct sib_port *t)
 			return;
 	d->wake[d->n_wake++] = t;
 }
-
 
 /* ---- TX: our guest's packets to a sibling ------------------------------------------------- */
 
