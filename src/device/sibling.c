@@ -9,7 +9,8 @@
  * device that is freed while its siblings run (dev_sib_detach: what was queued for it is
  * dropped and answered with an RST, as sib_reject does for what is sent to it later).
  *
- * A sibling whose inbox is full never stops our TX ring. A sibling's inbox is the RX queue of
+ * A sibling whose inbox is full does not stop our TX ring (only our own excess does, see the
+ * end of this comment). A sibling's inbox is the RX queue of
  * a peer, and a full peer RX queue is the peer's problem, not the sender's: vhost-net drops
  * what a guest sends to a backend that takes nothing (the tap queue is full; the TX ring goes
  * on), and Linux vhost-vsock never blocks a guest's TX on another VM. Waiting in the ring for
