@@ -75,6 +75,9 @@
 extern "C" {
 #endif
 
+/* What this header declares is libuvsock's API: exported (src/libuvsock.map). */
+#pragma GCC visibility push(default)
+
 /* Feature bits (bit numbers in the 64-bit virtio feature word). */
 #define UVSOCK_DEV_F_SEQPACKET 1        /* VIRTIO_VSOCK_F_SEQPACKET */
 #define UVSOCK_DEV_F_INDIRECT_DESC 28   /* VIRTIO_RING_F_INDIRECT_DESC */
@@ -285,6 +288,8 @@ struct uvsock_dev_stats {
 
 /* Fills *ret. Any thread, never blocks the data path (takes a short lock). */
 void uvsock_dev_get_stats(struct uvsock_dev *d, struct uvsock_dev_stats *ret);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

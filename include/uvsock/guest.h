@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+/* What this header declares is libuvsock's API: exported (src/libuvsock.map). */
+#pragma GCC visibility push(default)
+
 /* Options for uvsock_ctx_new_guest(). Zero-initialise, then set what you need. */
 struct uvsock_guest_opts {
 	unsigned flags;          /* UVSOCK_CTX_UNPRIVILEGED */
@@ -77,6 +80,8 @@ struct uvsock_guest_stats {
 };
 /* Returns 0, or -1 with errno EINVAL (not a guest context, or ret NULL). */
 int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats *ret);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

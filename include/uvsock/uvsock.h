@@ -45,6 +45,9 @@
 extern "C" {
 #endif
 
+/* What this header declares is libuvsock's API: exported (src/libuvsock.map). */
+#pragma GCC visibility push(default)
+
 struct uvsock_ctx;
 
 /* ---- Contexts -------------------------------------------------------------------------- */
@@ -251,6 +254,8 @@ int uvsock_poll_interest(int fd, short events);
  * (nfds too large), ENOMEM, EINTR.
  */
 int uvsock_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }
