@@ -101,6 +101,29 @@ struct uvsock_ctx_stats {
 /* Returns 0, or -1 with errno EINVAL (ctx or ret NULL). */
 int uvsock_ctx_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *ret);
 
+/* ---- Logging --------------------------------------------------------------------------- */
+
+/* Log levels, most severe first: a level lets through itself and every level before it. */
+#define UVSOCK_LOG_ERROR 0
+#define UVSOCK_LOG_WARN 1
+#define UVSOCK_LOG_INFO 2  /* the default */
+#define UVSOCK_LOG_DEBUG 3
+
+/*
+ * Receives one log line: level is UVSOCK_LOG_*, msg the text alone (no prefix, no newline),
+ * valid only during the call. Called from whichever thread logs (the caller's, a device thread,
+ * the driver or timer thread), possibly from several at once; it must not call libuvsock.
+ */
+typedef void (*uvsock_log_fn)(int level, const char *msg);
+
+/*
+ * Sends the library's log lines to fn instead of stderr (the default) and sets the process-wide
+ * level (lines less severe than level are not produced). fn NULL: back to stderr, at level.
+ * Any thread; takes effect for lines started after it returns.
+ * Returns 0, or -1 with errno EINVAL (level not a UVSOCK_LOG_* value).
+ */
+int uvsock_set_log_fn(uvsock_log_fn fn, int level);
+
 /* ---- Sockets --------------------------------------------------------------------------- */
 
 /*
