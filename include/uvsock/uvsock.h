@@ -52,8 +52,20 @@ struct uvsock_ctx;
 
 /* ---- Contexts -------------------------------------------------------------------------- */
 
-/* Options for uvsock_ctx_new_loopback(). Zero-initialise, then set what you need. */
+/*
+ * Structs that grow. Every option and stats struct of the API starts with `size`, which the
+ * caller sets to sizeof() the struct (`struct uvsock_loopback_opts o = { .size = sizeof(o) };`),
+ * the rest zero-initialised. Structs only grow at their end and a new field's zero keeps the old
+ * behaviour, so a program keeps working with a newer library, and a newer program with an older
+ * one as long as it leaves the fields that library lacks at zero. A call given a size smaller
+ * than the struct's first version (e.g. 0: not set), or larger with a non-zero byte past the end
+ * the library knows, fails with EINVAL. A stats call fills as much as both sides know, zeroes
+ * the rest of the caller's struct and sets size to the bytes it filled.
+ */
+
+/* Options for uvsock_ctx_new_loopback(). Set size, zero the rest, then set what you need. */
 struct uvsock_loopback_opts {
+	uint32_t size;         /* sizeof(struct uvsock_loopback_opts) */
 	unsigned flags;        /* UVSOCK_CTX_* and UVSOCK_LOOPBACK_* */
 	uint32_t max_sockets;  /* cap on live sockets including lingering closed ones; 0: 65536 */
 };
@@ -72,7 +84,8 @@ struct uvsock_loopback_opts {
  * (VMADDR_CID_LOCAL, port) reaches a listener of the same context. Packets addressed to any other
  * CID are discarded, as by a peer that never answers (connect() then fails with ETIMEDOUT).
  * opts may be NULL for defaults. Starts one timer thread (and the pump thread if asked).
- * Returns the context, or NULL with errno EINVAL (unknown flag), ENOMEM, EAGAIN (thread).
+ * Returns the context, or NULL with errno EINVAL (unknown flag, bad size), ENOMEM, EAGAIN
+ * (thread).
  */
 struct uvsock_ctx *uvsock_ctx_new_loopback(const struct uvsock_loopback_opts *opts);
 
@@ -88,6 +101,7 @@ uint32_t uvsock_ctx_local_cid(const struct uvsock_ctx *ctx);
 
 /* Counters of the context's protocol engine (a subset; monotonic unless said otherwise). */
 struct uvsock_ctx_stats {
+	uint32_t size;                 /* sizeof(struct uvsock_ctx_stats), set by the caller */
 	uint64_t tx_pkts, tx_bytes;    /* packets / payload bytes produced by the engine */
 	uint64_t rx_pkts, rx_bytes;    /* packets / payload bytes fed into the engine */
 	uint64_t rst_sent, rst_received;
@@ -98,7 +112,7 @@ struct uvsock_ctx_stats {
 	uint64_t connects_timed_out;
 	uint64_t dropped;              /* packets the transport discarded (loopback: foreign CID) */
 };
-/* Returns 0, or -1 with errno EINVAL (ctx or ret NULL). */
+/* Returns 0, or -1 with errno EINVAL (ctx or ret NULL, bad ret->size). */
 int uvsock_ctx_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *ret);
 
 /* ---- Logging --------------------------------------------------------------------------- */
