@@ -30,6 +30,12 @@ interop-deps:
 	@scripts/install-deps.sh interop && scripts/fetch-kernels.sh || \
 		echo "make: interop-deps failed; the interop tests will skip (exit 77)" >&2
 
+# The Debian package test's tools and build dependencies (tests/pkg); without them that test
+# skips loudly (exit 77).
+.PHONY: pkg-deps
+pkg-deps:
+	@scripts/install-deps.sh pkg
+
 $(BUILD)/build.ninja:
 	meson setup $(BUILD) --werror
 
@@ -50,7 +56,7 @@ check-asan: build-asan
 	meson test -C $(ASAN_BUILD) --print-errorlogs --no-suite interop $(MESON_TEST_ARGS)
 
 # Both halves always run, so one failure does not hide the other; the exit code is the worst.
-check: deps
+check: deps pkg-deps
 	@rc=0; $(MAKE) --no-print-directory check-plain || rc=1; \
 	$(MAKE) --no-print-directory check-asan || rc=1; exit $$rc
 

@@ -485,7 +485,7 @@ static int ops_main(int argc, char **argv)
 	struct ops_args o = { .mode = argv[0], .size = RTT_SIZE, .batch = 1 };
 	struct eng_bench eb = { 0 }, *ebp = NULL;
 	struct transport t = { .next_port = 1000 };
-	struct uvsock_ctx_stats st0, st1;
+	struct uvsock_ctx_stats st0 = { .size = sizeof(st0) }, st1 = { .size = sizeof(st1) };
 	struct uvsock_ctx *ctx = NULL;
 	int a = -1, b = -1;
 	double t0, t1;
@@ -613,7 +613,7 @@ int main(int argc, char **argv)
 	}
 	for (int k = 0; k < nt; k++) {
 		if (ts[k].pair == uv_pair) {
-			struct uvsock_loopback_opts o = { .flags = ts[k].flags };
+			struct uvsock_loopback_opts o = { .size = sizeof(o), .flags = ts[k].flags };
 
 			ts[k].ctx = uvsock_ctx_new_loopback(&o);
 			if (!ts[k].ctx)

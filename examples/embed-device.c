@@ -160,13 +160,13 @@ static bool answer_is_upper(const char *msg, const char *answer)
 int main(int argc, char **argv)
 {
 	char dir[] = "/tmp/embed-device-XXXXXX", path[108];
-	struct uvsock_dev_config cfg = { .guest_cid = 3, .name = "embedded" };
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = 3, .name = "embedded" };
 	bool poll_mode = argc > 1 && strcmp(argv[1], "--poll") == 0;
 	struct host_prog host;
 	struct uvsock_dev *dev = NULL;
 	struct uvsock_dev_mem_region region;
-	struct uvsock_dev_queue q;
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_queue q = { .size = sizeof(q) };
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	struct eg_guest g;
 	bool tmpdir;
 	pthread_t th;

@@ -120,6 +120,7 @@ static inline struct uvsock_dev_queue eg_queue(const struct eg_guest *g, unsigne
 
 	(void)vring_layout(EG_QSIZE, &l);
 	return (struct uvsock_dev_queue){
+		.size = sizeof(struct uvsock_dev_queue),
 		.num = EG_QSIZE,
 		.desc_addr = EG_RING_GPA(q) + l.desc_off,
 		.avail_addr = EG_RING_GPA(q) + l.avail_off,

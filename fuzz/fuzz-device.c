@@ -204,6 +204,7 @@ static struct uvsock_dev_queue queue_params(struct fz_guest *g, unsigned qi, uin
 
 	FZ_CHECK(vring_layout(fz.num, &l) == 0 && l.total <= FZ_RING_AREA);
 	return (struct uvsock_dev_queue){
+		.size = sizeof(struct uvsock_dev_queue),
 		.num = fz.num,
 		.desc_addr = FZ_RING_GPA(qi) + l.desc_off,
 		.avail_addr = FZ_RING_GPA(qi) + l.avail_off,
@@ -880,7 +881,7 @@ static void step(void)
 /* FUZZ_DEVICE_VERBOSE=1: what an input did, for writing seeds. */
 static void print_stats(struct fz_guest *g)
 {
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 
 	uvsock_dev_get_stats(g->dev, &st);
 	fprintf(stderr,
@@ -903,6 +904,7 @@ static void devices_new(uint8_t sel)
 	for (unsigned i = 0; i < 2; i++) {
 		struct fz_guest *g = &fz.g[i];
 		struct uvsock_dev_config cfg = {
+			.size = sizeof(cfg),
 			.guest_cid = cids[sel % 4][i],
 			.max_conns = conns[(sel >> 2) % 4],
 			.buf_alloc = (sel & 0x10) ? 4096 : 0,

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian 12 packages the build and the tests need, only those that are missing.
-# Usage: scripts/install-deps.sh [build|test|interop]...   (default: build test)
+# Usage: scripts/install-deps.sh [build|test|interop|capture|pkg]...   (default: build test)
 set -eu
 want="meson ninja-build gcc pkg-config"
 for k in "${@:-build test}"; do
@@ -9,6 +9,8 @@ for k in "${@:-build test}"; do
 	test) want="$want clang libclang-rt-14-dev socat tshark" ;; # tshark: the capture suite
 	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod" ;;
 	capture) want="$want tshark" ;;
+	# The Debian package and its test (debian/, tests/pkg): tools and Build-Depends.
+	pkg) want="$want debhelper dpkg-dev fakeroot lintian pkg-config libyaml-dev libsystemd-dev" ;;
 	*) echo "install-deps: unknown set '$k'" >&2; exit 2 ;;
 	esac
 done

@@ -724,7 +724,8 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	const char *sock = NULL, *uvsockd = "uvsockd";
-	struct uvsock_guest_opts gopts = { .timeout_ms = IO_TIMEOUT_S * 1000 };
+	struct uvsock_guest_opts gopts = { .size = sizeof(gopts),
+					   .timeout_ms = IO_TIMEOUT_S * 1000 };
 	double seconds = 0.15;
 	bool loopback = false;
 	long bytes_mib = 64;

@@ -75,6 +75,9 @@
 extern "C" {
 #endif
 
+/* What this header declares is libuvsock's API: exported (src/libuvsock.map). */
+#pragma GCC visibility push(default)
+
 /* Feature bits (bit numbers in the 64-bit virtio feature word). */
 #define UVSOCK_DEV_F_SEQPACKET 1        /* VIRTIO_VSOCK_F_SEQPACKET */
 #define UVSOCK_DEV_F_INDIRECT_DESC 28   /* VIRTIO_RING_F_INDIRECT_DESC */
@@ -91,8 +94,10 @@ struct uvsock_dev;
 #define UVSOCK_DEV_EXTERNAL_LOOP 1u /* no device thread: the VMM's event loop runs the device
 				     * (uvsock_dev_fd, uvsock_dev_timeout_ms, uvsock_dev_process) */
 
-/* What the device serves. Zero-initialise, then set guest_cid and uds_path. */
+/* What the device serves. Set size, zero the rest (see "Structs that grow" in
+ * <uvsock/uvsock.h>), then set guest_cid and uds_path. */
 struct uvsock_dev_config {
+	uint32_t size;            /* sizeof(struct uvsock_dev_config) */
 	uint32_t guest_cid;       /* the guest's CID: 3 .. 0xfffffffe (the VMM's config space) */
 	const char *uds_path;     /* host side: listen here and at <uds_path>_seqpacket, connect to
 				   * <uds_path>_<port>; at most 96 bytes; copied */
@@ -113,9 +118,10 @@ uint64_t uvsock_dev_features(void);
 /*
  * Creates a device: binds and listens on cfg->uds_path and <uds_path>_seqpacket (stale socket
  * files there are replaced; another kind of file is an error). No thread yet, no queue.
- * Returns 0, -EINVAL (cfg NULL, reserved CID, uds_path NULL or too long, queue_size_max not a
- * power of two up to 32768, buf_alloc under 4096, unknown flags), -ENOMEM, -EEXIST (a non-socket
- * file at a path), or the errno of socket/bind/listen. *ret is written only on success.
+ * Returns 0, -EINVAL (cfg NULL, bad size, reserved CID, uds_path NULL or too long,
+ * queue_size_max not a power of two up to 32768, buf_alloc under 4096, unknown flags), -ENOMEM,
+ * -EEXIST (a non-socket file at a path), or the errno of socket/bind/listen. *ret is written
+ * only on success.
  */
 int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret);
 
@@ -216,8 +222,9 @@ struct uvsock_dev_mem_region {
 int uvsock_dev_set_mem_table(struct uvsock_dev *d, const struct uvsock_dev_mem_region *regions,
 			     unsigned n);
 
-/* What one queue needs (the VMM's virtio transport knows all of it at DRIVER_OK). */
+/* What one queue needs (the VMM's virtio transport knows all of it at DRIVER_OK). Set size. */
 struct uvsock_dev_queue {
+	uint32_t size;            /* sizeof(struct uvsock_dev_queue) */
 	unsigned num;             /* queue size: power of two, <= queue_size_max */
 	uint64_t desc_addr;       /* descriptor table (16 * num bytes, 16-byte aligned) */
 	uint64_t avail_addr;      /* driver area (6 + 2 * num bytes, 2-byte aligned) */
@@ -236,9 +243,10 @@ struct uvsock_dev_queue {
  * Starts queue qidx (UVSOCK_DEV_QUEUE_RX or _TX). The used index is taken from the ring in guest
  * memory (never assumed 0). Starting TX after uvsock_dev_new or uvsock_dev_reset begins a new
  * session (fresh connection table, the device's wildcard listeners for guest connects).
- * Returns 0, -EPERM, -EINVAL (qidx, num, kick_fd < 0, a kick or call fd that is not an eventfd,
- * unknown flags, misaligned addresses, no memory table), -EFAULT (a ring part outside the memory table), -EBUSY (already running),
- * -ENOMEM, or the errno of epoll_ctl on kick_fd (-EBADF...).
+ * Returns 0, -EPERM, -EINVAL (bad size, qidx, num, kick_fd < 0, a kick or call fd that is not an
+ * eventfd, unknown flags, misaligned addresses, no memory table), -EFAULT (a ring part outside
+ * the memory table), -EBUSY (already running), -ENOMEM, or the errno of epoll_ctl on kick_fd
+ * (-EBADF...).
  */
 int uvsock_dev_queue_start(struct uvsock_dev *d, unsigned qidx, const struct uvsock_dev_queue *q);
 
@@ -267,6 +275,7 @@ int uvsock_dev_reset(struct uvsock_dev *d);
 
 /* Counters (monotonic for the device's life, across resets) and state. */
 struct uvsock_dev_stats {
+	uint32_t size;                   /* sizeof(struct uvsock_dev_stats), set by the caller */
 	uint64_t tx_pkts, tx_bytes;      /* guest packets accepted (to the host or a sibling) */
 	uint64_t rx_pkts, rx_bytes;      /* packets put into the guest's RX buffers */
 	uint64_t dropped;                /* guest packets dropped: malformed chain, spoofed source
@@ -283,8 +292,13 @@ struct uvsock_dev_stats {
 	int running;                     /* 1 while the TX queue runs (a session exists) */
 };
 
-/* Fills *ret. Any thread, never blocks the data path (takes a short lock). */
-void uvsock_dev_get_stats(struct uvsock_dev *d, struct uvsock_dev_stats *ret);
+/*
+ * Fills *ret (as far as ret->size, set by the caller, reaches). Any thread, never blocks the data
+ * path (takes a short lock). Returns 0, or -EINVAL (d or ret NULL, bad ret->size).
+ */
+int uvsock_dev_get_stats(struct uvsock_dev *d, struct uvsock_dev_stats *ret);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -18,8 +18,13 @@
 extern "C" {
 #endif
 
-/* Options for uvsock_ctx_new_guest(). Zero-initialise, then set what you need. */
+/* What this header declares is libuvsock's API: exported (src/libuvsock.map). */
+#pragma GCC visibility push(default)
+
+/* Options for uvsock_ctx_new_guest(). Set size, zero the rest (see "Structs that grow" in
+ * <uvsock/uvsock.h>), then set what you need. */
 struct uvsock_guest_opts {
+	uint32_t size;           /* sizeof(struct uvsock_guest_opts) */
 	unsigned flags;          /* UVSOCK_CTX_UNPRIVILEGED */
 	uint32_t max_sockets;    /* cap on live sockets; 0: 65536 */
 	unsigned queue_size;     /* virtqueue size, power of two <= 1024; 0: 128 (as QEMU) */
@@ -35,7 +40,7 @@ struct uvsock_guest_opts {
  * Connects to the vhost-user vsock back-end listening at socket_path, negotiates (VERSION_1,
  * EVENT_IDX, INDIRECT_DESC, SEQPACKET as offered), reads the guest CID, sets up guest memory and
  * the rx/tx rings, and starts the driver thread. opts may be NULL.
- * Returns the context, or NULL with errno: EINVAL (bad option), ENOMEM, ENAMETOOLONG,
+ * Returns the context, or NULL with errno: EINVAL (bad option or size), ENOMEM, ENAMETOOLONG,
  * ETIMEDOUT (nobody listening within timeout_ms, or no reply), ECONNRESET/EPIPE (back-end hung
  * up), EPROTONOSUPPORT (not a vsock back-end: no VERSION_1, CONFIG...), EPROTO (malformed reply).
  */
@@ -59,6 +64,7 @@ int uvsock_ctx_guest_reconnect(struct uvsock_ctx *ctx);
 
 /* Driver counters (a snapshot; monotonic unless said otherwise). */
 struct uvsock_guest_stats {
+	uint32_t size;              /* sizeof(struct uvsock_guest_stats), set by the caller */
 	uint64_t rx_bufs;           /* RX buffers returned by the device */
 	uint64_t rx_batches;        /* batches fed to the protocol engine */
 	uint64_t rx_dropped;        /* malformed RX buffers dropped */
@@ -75,8 +81,10 @@ struct uvsock_guest_stats {
 	uint64_t sleep_state;       /* why the driver thread last slept: 1 TX full, 2 RX held
 				     * back (reply queue full), 4 back-end gone (diagnostics) */
 };
-/* Returns 0, or -1 with errno EINVAL (not a guest context, or ret NULL). */
+/* Returns 0, or -1 with errno EINVAL (not a guest context, ret NULL, bad ret->size). */
 int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats *ret);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -45,12 +45,27 @@
 extern "C" {
 #endif
 
+/* What this header declares is libuvsock's API: exported (src/libuvsock.map). */
+#pragma GCC visibility push(default)
+
 struct uvsock_ctx;
 
 /* ---- Contexts -------------------------------------------------------------------------- */
 
-/* Options for uvsock_ctx_new_loopback(). Zero-initialise, then set what you need. */
+/*
+ * Structs that grow. Every option and stats struct of the API starts with `size`, which the
+ * caller sets to sizeof() the struct (`struct uvsock_loopback_opts o = { .size = sizeof(o) };`),
+ * the rest zero-initialised. Structs only grow at their end and a new field's zero keeps the old
+ * behaviour, so a program keeps working with a newer library, and a newer program with an older
+ * one as long as it leaves the fields that library lacks at zero. A call given a size smaller
+ * than the struct's first version (e.g. 0: not set), or larger with a non-zero byte past the end
+ * the library knows, fails with EINVAL. A stats call fills as much as both sides know, zeroes
+ * the rest of the caller's struct and sets size to the bytes it filled.
+ */
+
+/* Options for uvsock_ctx_new_loopback(). Set size, zero the rest, then set what you need. */
 struct uvsock_loopback_opts {
+	uint32_t size;         /* sizeof(struct uvsock_loopback_opts) */
 	unsigned flags;        /* UVSOCK_CTX_* and UVSOCK_LOOPBACK_* */
 	uint32_t max_sockets;  /* cap on live sockets including lingering closed ones; 0: 65536 */
 };
@@ -69,7 +84,8 @@ struct uvsock_loopback_opts {
  * (VMADDR_CID_LOCAL, port) reaches a listener of the same context. Packets addressed to any other
  * CID are discarded, as by a peer that never answers (connect() then fails with ETIMEDOUT).
  * opts may be NULL for defaults. Starts one timer thread (and the pump thread if asked).
- * Returns the context, or NULL with errno EINVAL (unknown flag), ENOMEM, EAGAIN (thread).
+ * Returns the context, or NULL with errno EINVAL (unknown flag, bad size), ENOMEM, EAGAIN
+ * (thread).
  */
 struct uvsock_ctx *uvsock_ctx_new_loopback(const struct uvsock_loopback_opts *opts);
 
@@ -85,6 +101,7 @@ uint32_t uvsock_ctx_local_cid(const struct uvsock_ctx *ctx);
 
 /* Counters of the context's protocol engine (a subset; monotonic unless said otherwise). */
 struct uvsock_ctx_stats {
+	uint32_t size;                 /* sizeof(struct uvsock_ctx_stats), set by the caller */
 	uint64_t tx_pkts, tx_bytes;    /* packets / payload bytes produced by the engine */
 	uint64_t rx_pkts, rx_bytes;    /* packets / payload bytes fed into the engine */
 	uint64_t rst_sent, rst_received;
@@ -95,8 +112,31 @@ struct uvsock_ctx_stats {
 	uint64_t connects_timed_out;
 	uint64_t dropped;              /* packets the transport discarded (loopback: foreign CID) */
 };
-/* Returns 0, or -1 with errno EINVAL (ctx or ret NULL). */
+/* Returns 0, or -1 with errno EINVAL (ctx or ret NULL, bad ret->size). */
 int uvsock_ctx_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *ret);
+
+/* ---- Logging --------------------------------------------------------------------------- */
+
+/* Log levels, most severe first: a level lets through itself and every level before it. */
+#define UVSOCK_LOG_ERROR 0
+#define UVSOCK_LOG_WARN 1
+#define UVSOCK_LOG_INFO 2  /* the default */
+#define UVSOCK_LOG_DEBUG 3
+
+/*
+ * Receives one log line: level is UVSOCK_LOG_*, msg the text alone (no prefix, no newline),
+ * valid only during the call. Called from whichever thread logs (the caller's, a device thread,
+ * the driver or timer thread), possibly from several at once; it must not call libuvsock.
+ */
+typedef void (*uvsock_log_fn)(int level, const char *msg);
+
+/*
+ * Sends the library's log lines to fn instead of stderr (the default) and sets the process-wide
+ * level (lines less severe than level are not produced). fn NULL: back to stderr, at level.
+ * Any thread; takes effect for lines started after it returns.
+ * Returns 0, or -1 with errno EINVAL (level not a UVSOCK_LOG_* value).
+ */
+int uvsock_set_log_fn(uvsock_log_fn fn, int level);
 
 /* ---- Sockets --------------------------------------------------------------------------- */
 
@@ -251,6 +291,8 @@ int uvsock_poll_interest(int fd, short events);
  * (nfds too large), ENOMEM, EINTR.
  */
 int uvsock_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

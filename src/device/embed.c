@@ -25,6 +25,7 @@
 
 #include "device/device_internal.h"
 #include "ops/stats.h"
+#include "util/abisize.h"
 #include "util/fdcheck.h"
 #include "util/log.h"
 #include "vhost_user/backend.h"
@@ -154,14 +155,17 @@ uint64_t uvsock_dev_features(void)
 	return API_FEATURES;
 }
 
-int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret)
+int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret)
 {
 	struct vsock_router *router = NULL;
+	struct uvsock_dev_config c, *cfg = &c;
 	struct vsock_dev_config dc;
 	struct vsock_dev *d;
 	int r;
 
-	if (!cfg || !ret || !cfg->uds_path)
+	if (!ucfg || !ret ||
+	    abi_struct_in(&c, sizeof(c), ucfg, ABI_SIZE_0(struct uvsock_dev_config, flags)) < 0 ||
+	    !cfg->uds_path)
 		return -EINVAL;
 	if (cfg->queue_size_max && !vring_size_valid(cfg->queue_size_max))
 		return -EINVAL;
@@ -371,7 +375,7 @@ int uvsock_dev_set_mem_table(struct uvsock_dev *u, const struct uvsock_dev_mem_r
 
 struct start_arg {
 	unsigned qidx;
-	const struct uvsock_dev_queue *q;
+	const struct uvsock_dev_queue *q; /* the library's copy of the caller's */
 };
 
 static int do_queue_start(struct vsock_dev *d, void *arg)
@@ -403,12 +407,15 @@ static int do_queue_start(struct vsock_dev *d, void *arg)
 	return dev_queue_start(d, a->qidx, &cfg, q->kick_fd, q->call_fd);
 }
 
-int uvsock_dev_queue_start(struct uvsock_dev *u, unsigned qidx, const struct uvsock_dev_queue *q)
+int uvsock_dev_queue_start(struct uvsock_dev *u, unsigned qidx, const struct uvsock_dev_queue *uq)
 {
+	struct uvsock_dev_queue cq, *q = &cq;
 	struct start_arg a = { .qidx = qidx, .q = q };
 	int r;
 
-	if (!q || qidx > UVSOCK_DEV_QUEUE_TX || q->kick_fd < 0 ||
+	if (!uq || abi_struct_in(&cq, sizeof(cq), uq, ABI_SIZE_0(struct uvsock_dev_queue, flags)) < 0)
+		return -EINVAL;
+	if (qidx > UVSOCK_DEV_QUEUE_TX || q->kick_fd < 0 ||
 	    (q->flags & ~UVSOCK_DEV_QUEUE_HOST_ADDRS) || !vring_size_valid(q->num))
 		return -EINVAL;
 	/* Only eventfds: a pipe at EOF as kick fd would spin the device thread, a full pipe as
@@ -484,13 +491,16 @@ int uvsock_dev_reset(struct uvsock_dev *u)
 	return api_run(u, do_reset, NULL);
 }
 
-void uvsock_dev_get_stats(struct uvsock_dev *u, struct uvsock_dev_stats *ret)
+int uvsock_dev_get_stats(struct uvsock_dev *u, struct uvsock_dev_stats *uret)
 {
 	struct vsock_dev *d = dev_of(u);
+	struct uvsock_dev_stats r, *ret = &r;
 	struct vsock_dev_status st;
 	struct vsock_dev_stats ds;
 	struct ops_vm_counters c;
 
+	if (!u || !uret)
+		return -EINVAL;
 	vsock_dev_get_status(d, &st);
 	vsock_dev_get_stats(d, &ds);
 	/* Connections and refusals summed over every session of the device (see struct
@@ -512,4 +522,5 @@ void uvsock_dev_get_stats(struct uvsock_dev *u, struct uvsock_dev_stats *ret)
 	ret->host_connects_refused = OPS_CTR_GET(&c, host_connects_refused);
 	ret->broken = st.broken;
 	ret->running = st.have_engine;
+	return abi_struct_out(uret, &r, sizeof(r), ABI_SIZE_0(struct uvsock_dev_stats, running));
 }

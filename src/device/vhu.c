@@ -46,6 +46,7 @@ static int vq_start(void *opaque, unsigned qidx, const struct vhu_vring_info *in
 {
 	struct dev_vhu *v = opaque;
 	struct uvsock_dev_queue q = {
+		.size = sizeof(q),
 		.num = info->num,
 		.desc_addr = (uint64_t)(uintptr_t)info->desc,
 		.avail_addr = (uint64_t)(uintptr_t)info->avail,

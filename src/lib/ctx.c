@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "lib/ctx.h"
+#include "util/abisize.h"
 #include "util/time.h"
 
 int uvsock_futex_wait_(atomic_uint *word, unsigned val, uint64_t deadline_ns)
@@ -145,6 +146,9 @@ int uvsock_ctx_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *ret)
 	st.connects_timed_out = es.connects_timed_out;
 	if (ctx->tops->get_stats)
 		ctx->tops->get_stats(ctx, &st);
-	*ret = st;
+	if (abi_struct_out(ret, &st, sizeof(st), ABI_SIZE_0(struct uvsock_ctx_stats, dropped))) {
+		errno = EINVAL;
+		return -1;
+	}
 	return 0;
 }

@@ -18,6 +18,7 @@
 #include <uvsock/guest.h>
 
 #include "driver/driver.h"
+#include "util/abisize.h"
 
 struct vguest {
 	struct vdrv *d;
@@ -127,9 +128,9 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 	struct vguest *g;
 	int r;
 
-	if (opts)
-		o = *opts;
-	if (!socket_path || (o.flags & ~UVSOCK_CTX_UNPRIVILEGED) || o.timeout_ms < 0) {
+	if ((opts && abi_struct_in(&o, sizeof(o), opts,
+				   ABI_SIZE_0(struct uvsock_guest_opts, busy_poll_us)) < 0) ||
+	    !socket_path || (o.flags & ~UVSOCK_CTX_UNPRIVILEGED) || o.timeout_ms < 0) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -218,6 +219,7 @@ int uvsock_ctx_guest_reconnect(struct uvsock_ctx *ctx)
 int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats *ret)
 {
 	struct vdrv *d = reg_find(ctx);
+	struct uvsock_guest_stats st;
 	struct vdrv_stats s;
 
 	if (!d || !ret) {
@@ -225,7 +227,8 @@ int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats
 		return -1;
 	}
 	vdrv_get_stats(d, &s);
-	*ret = (struct uvsock_guest_stats){
+	st = (struct uvsock_guest_stats){
+		.size = sizeof(st),
 		.rx_bufs = s.rx_bufs,
 		.rx_batches = s.rx_batches,
 		.rx_dropped = s.rx_dropped,
@@ -242,5 +245,9 @@ int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats
 		.tx_inflight = s.tx_inflight,
 		.sleep_state = s.sleep_state,
 	};
+	if (abi_struct_out(ret, &st, sizeof(st), ABI_SIZE_0(struct uvsock_guest_stats, sleep_state))) {
+		errno = EINVAL;
+		return -1;
+	}
 	return 0;
 }

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "lib/lib.h"
+#include "util/abisize.h"
 #include "util/time.h"
 
 #define LB_BATCH 32
@@ -244,9 +245,9 @@ struct uvsock_ctx *uvsock_ctx_new_loopback(const struct uvsock_loopback_opts *op
 	struct loopback *lb;
 	int r;
 
-	if (opts)
-		o = *opts;
-	if (o.flags & ~(UVSOCK_CTX_UNPRIVILEGED | UVSOCK_LOOPBACK_PUMP_THREAD)) {
+	if ((opts && abi_struct_in(&o, sizeof(o), opts,
+				   ABI_SIZE_0(struct uvsock_loopback_opts, max_sockets)) < 0) ||
+	    (o.flags & ~(UVSOCK_CTX_UNPRIVILEGED | UVSOCK_LOOPBACK_PUMP_THREAD))) {
 		errno = EINVAL;
 		return NULL;
 	}

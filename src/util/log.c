@@ -27,6 +27,14 @@ typedef uint64_t (*log_clock_fn)(void);
 /* The rate limiter's clock; NULL: mono_ms(). Relaxed: it orders nothing else. */
 static _Atomic(log_clock_fn) rl_clock;
 
+/* Where lines go instead of stderr (log_set_sink); NULL: stderr. Relaxed: orders nothing else. */
+static _Atomic(log_sink_fn) sink;
+
+void log_set_sink(log_sink_fn fn)
+{
+	atomic_store_explicit(&sink, fn, memory_order_relaxed);
+}
+
 void log_set_clock(uint64_t (*now_ms)(void))
 {
 	atomic_store_explicit(&rl_clock, now_ms, memory_order_relaxed);
@@ -61,9 +69,15 @@ static void vlog(enum log_level lvl, const char *fmt, va_list ap)
 {
 	char buf[1024];
 	int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	log_sink_fn f;
 
 	if (n < 0)
 		return;
+	f = atomic_load_explicit(&sink, memory_order_relaxed);
+	if (f) {
+		f(lvl, buf);
+		return;
+	}
 	/* One write per message keeps lines from different threads whole. */
 	fprintf(stderr, "uvsock %s: %s\n", level_names[lvl], buf);
 }

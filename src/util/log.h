@@ -34,6 +34,14 @@ void log_ratelimited(struct log_ratelimit *rl, enum log_level lvl, const char *f
  */
 void log_set_clock(uint64_t (*now_ms)(void));
 
+/*
+ * Sends every line that passes the level to fn (the message alone: no prefix, no newline; valid
+ * during the call) instead of stderr; NULL restores stderr. For the library's users
+ * (uvsock_set_log_fn). fn is called from any thread that logs, possibly concurrently.
+ */
+typedef void (*log_sink_fn)(enum log_level lvl, const char *msg);
+void log_set_sink(log_sink_fn fn);
+
 #define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LVL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LVL_INFO, __VA_ARGS__)

@@ -786,7 +786,7 @@ static void nb_refused_client(struct conf_args *a)
 /* Live sockets of the client context (lingering ones included). */
 static uint64_t client_socks(struct conf_args *a)
 {
-	struct uvsock_ctx_stats st;
+	struct uvsock_ctx_stats st = { .size = sizeof(st) };
 
 	ASSERT_SYS(uvsock_ctx_get_stats(a->env->client_ctx, &st));
 	return st.socks_open;
@@ -909,7 +909,7 @@ static void flood_client(struct conf_args *a)
 static void flood_server(struct conf_args *a)
 {
 	int lfd = conf_listen(a, SOCK_STREAM, a->port, 1), fd;
-	struct uvsock_ctx_stats st;
+	struct uvsock_ctx_stats st = { .size = sizeof(st) };
 	uint64_t sent, got = 0;
 	char buf[65536];
 
@@ -1014,7 +1014,7 @@ static void backlog_client(struct conf_args *a)
 static void backlog_server(struct conf_args *a)
 {
 	int lfd = conf_listen(a, SOCK_STREAM, a->port, 1), fd;
-	struct uvsock_ctx_stats st;
+	struct uvsock_ctx_stats st = { .size = sizeof(st) };
 
 	ctl_send(a, "LISTENING");
 	ctl_expect(a, "FULL");

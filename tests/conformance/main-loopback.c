@@ -12,7 +12,7 @@
 static int lb_setup(struct conf_env *env)
 {
 	const char *pt = getenv("UVSOCK_LOOPBACK_PUMP_THREAD");
-	struct uvsock_loopback_opts o = { 0 };
+	struct uvsock_loopback_opts o = { .size = sizeof(o) };
 	struct uvsock_ctx *ctx;
 
 	if (pt && *pt == '1')

@@ -604,7 +604,7 @@ static int dev_session(struct fm_run *run, struct uvsock_dev *d, struct eg_guest
 
 static int scen_device(struct fm_run *run)
 {
-	struct uvsock_dev_config cfg = { .guest_cid = 3, .uds_path = dev_uds,
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = 3, .uds_path = dev_uds,
 					 .flags = UVSOCK_DEV_EXTERNAL_LOOP };
 	struct uvsock_dev *d = NULL;
 	struct sockaddr_un a = { .sun_family = AF_UNIX };

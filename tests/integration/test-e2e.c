@@ -89,7 +89,7 @@ static void stream_h2g(size_t w, size_t total)
 	test_note("host->guest %zu MiB in %zu B writes: %.2f s, %.1f MiB/s", total / MiB, w,
 		  secs_since(t0), (double)total / MiB / secs_since(t0));
 	{
-		struct uvsock_guest_stats gs;
+		struct uvsock_guest_stats gs = { .size = sizeof(gs) };
 
 		ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &gs), 0);
 		test_note("guest driver: %" PRIu64 " RX buffers in %" PRIu64 " batches, RX buffer "
@@ -347,8 +347,8 @@ TEST(thousand_concurrent_connections)
 		ssize_t r = uvsock_recv(fds[i], got, (size_t)n, MSG_WAITALL);
 
 		if (r != n) {
-			struct uvsock_ctx_stats cs;
-			struct uvsock_guest_stats gs;
+			struct uvsock_ctx_stats cs = { .size = sizeof(cs) };
+			struct uvsock_guest_stats gs = { .size = sizeof(gs) };
 			int e = errno;
 
 			uvsock_ctx_get_stats(g, &cs);
@@ -380,7 +380,7 @@ TEST(thousand_concurrent_connections)
 /* Sockets the context still holds (the engine's count). */
 static uint64_t socks_open(struct uvsock_ctx *g)
 {
-	struct uvsock_ctx_stats st;
+	struct uvsock_ctx_stats st = { .size = sizeof(st) };
 
 	ASSERT_EQ(uvsock_ctx_get_stats(g, &st), 0);
 	return st.socks_open;
@@ -511,7 +511,7 @@ TEST(backend_restart_with_a_new_cid)
 {
 	struct uvd u;
 	struct uvsock_ctx *g;
-	struct uvsock_guest_stats gs;
+	struct uvsock_guest_stats gs = { .size = sizeof(gs) };
 	struct sockaddr_vm me;
 	socklen_t len = sizeof(me);
 	int ls, hfd, gfd;
@@ -610,7 +610,7 @@ TEST(slow_host_reader_keeps_daemon_memory_bounded)
 	end = test_now_ms() + 3000;
 	while (test_now_ms() < end) {
 		uint64_t r = uvd_rss_kib(&u);
-		struct uvsock_guest_stats gs;
+		struct uvsock_guest_stats gs = { .size = sizeof(gs) };
 
 		if (r > rss_max)
 			rss_max = r;

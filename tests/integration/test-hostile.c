@@ -800,7 +800,7 @@ static void spoof_round(struct atk *a)
 
 static void spoof_check(struct atk *a)
 {
-	struct uvsock_ctx_stats cs;
+	struct uvsock_ctx_stats cs = { .size = sizeof(cs) };
 
 	test_note("%" PRIu64 " spoofed packets, %" PRIu64 " routed resets", a->n[0], a->n[1]);
 	ASSERT_GE(a->n[0], 10);
@@ -1309,7 +1309,7 @@ static void sibling_round(struct atk *a)
 
 static void sibling_check(struct atk *a)
 {
-	struct uvsock_ctx_stats cs;
+	struct uvsock_ctx_stats cs = { .size = sizeof(cs) };
 
 	ASSERT_EQ(uvsock_ctx_get_stats(a->v->g, &cs), 0);
 	test_note("%" PRIu64 " REQUESTs from the sibling; the victim's engine sent %" PRIu64

@@ -189,7 +189,7 @@ TEST(rx_buffers_grow_under_bulk_traffic)
 {
 	struct tdev t;
 	struct uvsock_ctx *g;
-	struct uvsock_guest_stats st;
+	struct uvsock_guest_stats st = { .size = sizeof(st) };
 	struct host_io hw;
 	pthread_t th;
 	int ls, hfd, gfd;
@@ -220,7 +220,7 @@ TEST(tx_kicks_follow_the_event_index)
 {
 	struct tdev t;
 	struct uvsock_ctx *g;
-	struct uvsock_guest_stats st;
+	struct uvsock_guest_stats st = { .size = sizeof(st) };
 	struct host_io hr;
 	pthread_t th;
 	int lfd, hfd, gfd;
@@ -289,7 +289,7 @@ TEST(transport_reset_resets_connected_and_keeps_listeners)
 {
 	struct tdev t;
 	struct uvsock_ctx *g;
-	struct uvsock_guest_stats st;
+	struct uvsock_guest_stats st = { .size = sizeof(st) };
 	int ls, hfd, gfd;
 
 	gfd = guest_accepted(&t, &g, &ls, &hfd);
@@ -327,7 +327,7 @@ TEST(backend_loss_resets_sockets_and_connect_fails_fast)
 {
 	struct tdev t;
 	struct uvsock_ctx *g;
-	struct uvsock_guest_stats st;
+	struct uvsock_guest_stats st = { .size = sizeof(st) };
 	int ls, hfd, gfd;
 	uint64_t t0;
 
@@ -385,11 +385,11 @@ TEST(siblings_talk_guest_to_guest)
  * RX-refill paths on almost every packet, large ones the batching. */
 static void both_ways_with_queue_size(unsigned qsize, uint32_t rx_min, uint32_t rx_max)
 {
-	struct uvsock_guest_opts o = { .queue_size = qsize, .rx_buf_min = rx_min,
+	struct uvsock_guest_opts o = { .size = sizeof(o), .queue_size = qsize, .rx_buf_min = rx_min,
 				       .rx_buf_max = rx_max };
 	struct tdev t;
 	struct uvsock_ctx *g;
-	struct uvsock_guest_stats st;
+	struct uvsock_guest_stats st = { .size = sizeof(st) };
 	struct host_io hr, hw;
 	pthread_t th_r, th_w;
 	int lfd, hfd, gfd;
@@ -439,28 +439,28 @@ TEST(large_rings_and_fixed_small_rx_buffers_both_ways)
 TEST(bad_options_are_refused)
 {
 	struct tdev t;
-	struct uvsock_guest_opts o = { 0 };
+	struct uvsock_guest_opts o = { .size = sizeof(o) };
 
 	tdev_start(&t, 3);
 	o.queue_size = 100; /* not a power of two */
 	ASSERT_TRUE(uvsock_ctx_new_guest(t.sock, &o) == NULL);
 	ASSERT_EQ(errno, EINVAL);
-	o = (struct uvsock_guest_opts){ .rx_buf_min = 8192, .rx_buf_max = 4096 };
+	o = (struct uvsock_guest_opts){ .size = sizeof(o), .rx_buf_min = 8192, .rx_buf_max = 4096 };
 	ASSERT_TRUE(uvsock_ctx_new_guest(t.sock, &o) == NULL);
 	ASSERT_EQ(errno, EINVAL);
-	o = (struct uvsock_guest_opts){ .flags = 0x80000000u };
+	o = (struct uvsock_guest_opts){ .size = sizeof(o), .flags = 0x80000000u };
 	ASSERT_TRUE(uvsock_ctx_new_guest(t.sock, &o) == NULL);
 	ASSERT_EQ(errno, EINVAL);
 	ASSERT_TRUE(uvsock_ctx_new_guest(NULL, NULL) == NULL);
 	ASSERT_EQ(errno, EINVAL);
 	/* Nobody listening: a bounded wait, then ETIMEDOUT. */
-	o = (struct uvsock_guest_opts){ .timeout_ms = 200 };
+	o = (struct uvsock_guest_opts){ .size = sizeof(o), .timeout_ms = 200 };
 	ASSERT_TRUE(uvsock_ctx_new_guest("/tmp/uvsock-no-such-dir/x.sock", &o) == NULL);
 	ASSERT_EQ(errno, ETIMEDOUT);
 	/* Not a guest context. */
 	{
 		struct uvsock_ctx *lb = uvsock_ctx_new_loopback(NULL);
-		struct uvsock_guest_stats st;
+		struct uvsock_guest_stats st = { .size = sizeof(st) };
 
 		ASSERT_TRUE(lb != NULL);
 		ASSERT_EQ(uvsock_ctx_guest_transport_reset(lb), -1);

@@ -239,7 +239,7 @@ static struct vsock_hdr request(uint32_t dport)
 /* The guest's stats now (asserted to be readable). */
 static struct uvsock_guest_stats guest_stats(struct uvsock_ctx *g)
 {
-	struct uvsock_guest_stats st;
+	struct uvsock_guest_stats st = { .size = sizeof(st) };
 
 	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
 	return st;

@@ -45,7 +45,8 @@ static struct uvsock_dev *loop_dev;
 
 static void env_new_cfg(struct env *e, uint32_t cid, unsigned flags, uint32_t max_conns)
 {
-	struct uvsock_dev_config cfg = { .guest_cid = cid, .flags = flags, .max_conns = max_conns };
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = cid, .flags = flags,
+					 .max_conns = max_conns };
 
 	snprintf(e->dir, sizeof(e->dir), "/tmp/uvsock-embed-XXXXXX");
 	ASSERT_TRUE(mkdtemp(e->dir) != NULL);
@@ -256,9 +257,9 @@ static int guest_connects(struct env *e, char *path, size_t cap, int *lfd)
 
 TEST(features_and_argument_errors)
 {
-	struct uvsock_dev_config cfg = { .guest_cid = 3 };
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = 3 };
 	struct uvsock_dev_mem_region regs[9];
-	struct uvsock_dev_queue q;
+	struct uvsock_dev_queue q = { .size = sizeof(q) };
 	struct uvsock_dev *d2;
 	struct env e;
 	uint64_t f = uvsock_dev_features();
@@ -340,7 +341,7 @@ TEST(features_and_argument_errors)
 /* Configured before the thread starts (calls run on the caller's thread). */
 TEST(host_initiated_data_both_ways)
 {
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	struct vsock_hdr h, o;
 	uint32_t port, fwd = 0;
 	char buf[64];
@@ -374,7 +375,7 @@ TEST(host_initiated_data_both_ways)
 /* Configured after the thread started (calls handed to the device thread). */
 TEST(guest_initiated_and_refused)
 {
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	struct vsock_hdr h, o;
 	char path[200], buf[64];
 	struct env e;
@@ -452,7 +453,7 @@ TEST(queue_stop_and_memory_replacement_keep_connections)
 /* Guest driver reset: connections dropped, a fresh session afterwards, counters go on. */
 TEST(reset_drops_connections_and_a_new_session_works)
 {
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	uint32_t port, fwd = 0;
 	struct env e;
 	int fd;
@@ -527,7 +528,7 @@ TEST(host_pointer_memory_and_ring_addresses)
 /* Two linked devices route guest-to-guest; an unlinked CID is dropped. */
 TEST(linked_devices_route_between_guests)
 {
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	struct vsock_hdr h, o;
 	struct env a, b;
 	char buf[64];
@@ -567,7 +568,7 @@ TEST(linked_devices_route_between_guests)
 /* A ring error marks the device broken (counted); a reset and restart repair it. */
 TEST(ring_error_is_repaired_by_reset)
 {
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	struct vring_avail_le *avail;
 	struct vring_layout l;
 	uint32_t port, fwd = 0;
@@ -639,7 +640,7 @@ static int thread_count(void)
  */
 TEST(external_loop_data_both_ways_without_a_thread)
 {
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	struct vsock_hdr h, o;
 	char path[200], buf[64];
 	uint32_t port, fwd = 0;
@@ -697,7 +698,7 @@ TEST(external_loop_data_both_ways_without_a_thread)
  */
 TEST(every_refused_guest_connect_is_counted)
 {
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	struct vsock_hdr h, o;
 	unsigned rst = 0, n = 24; /* more than the engine's 1 + 8 sockets, two of them listeners */
 	bool seen[24] = { false };
@@ -760,6 +761,7 @@ static void *other_thread(void *arg)
 	c->process = uvsock_dev_process(c->dev);
 	c->timeout = uvsock_dev_timeout_ms(c->dev);
 	c->fd = uvsock_dev_fd(c->dev);
+	c->st.size = sizeof(c->st);
 	uvsock_dev_get_stats(c->dev, &c->st);
 	return NULL;
 }
@@ -770,7 +772,7 @@ static void *other_thread(void *arg)
  */
 TEST(external_loop_thread_rules)
 {
-	struct uvsock_dev_config cfg = { .guest_cid = 4 };
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = 4 };
 	struct other_calls c = { 0 };
 	struct uvsock_dev *d2;
 	uint32_t port, fwd = 0;
@@ -863,7 +865,7 @@ static unsigned inbox_count(struct uvsock_dev *u)
 /* Waits until u's stats show `dropped` (within WAIT_MS) and returns what they show then. */
 static uint64_t wait_dropped(struct uvsock_dev *u, uint64_t dropped)
 {
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 
 	WAIT_FOR((uvsock_dev_get_stats(u, &st), st.dropped >= dropped), WAIT_MS);
 	return st.dropped;
@@ -928,7 +930,7 @@ static void sib_data(struct env *a, struct env *b, uint32_t sp, uint32_t dp, con
 TEST(freeing_a_linked_device_while_its_siblings_run)
 {
 	static uint8_t big[65536];
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	struct vsock_hdr h;
 	struct env a, b, c;
 	bool b_rst[3] = { false, false, false };
@@ -1080,7 +1082,7 @@ TEST(freeing_a_linked_device_under_traffic)
 {
 	struct env e[3];
 	struct pump p[3];
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	unsigned ab0, ba0;
 
 	for (unsigned i = 0; i < 3; i++)
@@ -1127,7 +1129,7 @@ TEST(freeing_a_linked_device_under_traffic)
 /* The router the API's devices share lives from the first device to the last (no leak). */
 TEST(shared_router_is_freed_with_the_last_device)
 {
-	struct uvsock_dev_config cfg = { .guest_cid = 3 };
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = 3 };
 	struct uvsock_dev *a, *b, *c;
 	char dir[64], pa[128], pb[128], pc[128];
 	int fd;
@@ -1181,7 +1183,7 @@ TEST(shared_router_is_freed_with_the_last_device)
  */
 TEST(truncated_guest_memory_breaks_only_that_device)
 {
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	uint32_t port, fwd = 0;
 	struct env a, b;
 	uint64_t one = 1;
@@ -1214,7 +1216,7 @@ TEST(truncated_guest_memory_breaks_only_that_device)
 TEST(saturated_blocking_call_fd_never_blocks_the_device)
 {
 	uint64_t full = 0xfffffffffffffffeull;
-	struct uvsock_dev_stats st;
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
 	struct vsock_hdr h, o;
 	char line[64], buf[64];
 	size_t n = 0;
@@ -1253,7 +1255,7 @@ TEST(saturated_blocking_call_fd_never_blocks_the_device)
 TEST(kick_and_call_fds_must_be_eventfds)
 {
 	struct uvsock_dev_mem_region r;
-	struct uvsock_dev_queue q;
+	struct uvsock_dev_queue q = { .size = sizeof(q) };
 	int p[2];
 	struct env e;
 

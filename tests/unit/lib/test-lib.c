@@ -52,7 +52,7 @@ static int connector(struct uvsock_ctx *ctx, uint32_t port)
 
 TEST(ctx_bad_flags)
 {
-	struct uvsock_loopback_opts o = { .flags = 0x80000000u };
+	struct uvsock_loopback_opts o = { .size = sizeof(o), .flags = 0x80000000u };
 
 	errno = 0;
 	ASSERT_TRUE(uvsock_ctx_new_loopback(&o) == NULL);
@@ -96,7 +96,7 @@ TEST(cloexec_descriptor)
 
 TEST(unprivileged_reserved_port)
 {
-	struct uvsock_loopback_opts o = { .flags = UVSOCK_CTX_UNPRIVILEGED };
+	struct uvsock_loopback_opts o = { .size = sizeof(o), .flags = UVSOCK_CTX_UNPRIVILEGED };
 	struct uvsock_ctx *priv = uvsock_ctx_new_loopback(NULL), *unpriv;
 	struct sockaddr_vm a = vm_addr(VMADDR_CID_ANY, 80);
 	int fd;
@@ -119,7 +119,7 @@ TEST(unprivileged_reserved_port)
 
 TEST(max_sockets)
 {
-	struct uvsock_loopback_opts o = { .max_sockets = 4 };
+	struct uvsock_loopback_opts o = { .size = sizeof(o), .max_sockets = 4 };
 	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(&o);
 
 	ASSERT_TRUE(ctx);
@@ -151,7 +151,7 @@ TEST(stats_and_dropped)
 {
 	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(NULL);
 	struct sockaddr_vm sa = vm_addr(42, 1);
-	struct uvsock_ctx_stats st;
+	struct uvsock_ctx_stats st = { .size = sizeof(st) };
 	int fd;
 
 	ASSERT_TRUE(ctx);
@@ -226,7 +226,7 @@ TEST(inline_pump_echo)
 
 TEST(pump_thread_echo)
 {
-	struct uvsock_loopback_opts o = { .flags = UVSOCK_LOOPBACK_PUMP_THREAD };
+	struct uvsock_loopback_opts o = { .size = sizeof(o), .flags = UVSOCK_LOOPBACK_PUMP_THREAD };
 	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(&o);
 
 	ASSERT_TRUE(ctx);

@@ -1,0 +1,32 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# ABI check (TAP): the dynamic symbols libuvsock.so defines (`nm -D --defined-only`, with their
+# version) must be exactly tests/abi/symbols.txt, and the static libuvsock.a must define the
+# same global names. An export missing from the list, or a listed one gone, fails with the
+# difference. After a deliberate API change, regenerate the list:
+#   nm -D --defined-only build/libuvsock.so | awk '{print $NF}' | LC_ALL=C sort \
+#     > tests/abi/symbols.txt
+#   check-symbols.sh LIBUVSOCK.so LIBUVSOCK.a SYMBOLS.txt
+set -u
+so=$1 ar=$2 list=$3
+echo "1..2"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/uvsock-abi.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+fails=0
+nm -D --defined-only "$so" | awk '{print $NF}' | LC_ALL=C sort >"$tmp/so" || exit 1
+if diff -u "$list" "$tmp/so" >"$tmp/diff"; then
+	echo "ok 1 - libuvsock.so exports exactly symbols.txt ($(wc -l <"$tmp/so") symbols)"
+else
+	echo "not ok 1 - libuvsock.so exports differ from symbols.txt (+ unlisted export, - missing)"
+	sed 's/^/# /' "$tmp/diff"; fails=$((fails + 1))
+fi
+# The archive: every global defined name (no versions there) against the list's functions.
+nm -g --defined-only "$ar" | awk 'NF == 3 {print $3}' | LC_ALL=C sort >"$tmp/a"
+grep -v '^UVSOCK_' "$list" | sed 's/@.*//' | LC_ALL=C sort >"$tmp/fns"
+if diff -u "$tmp/fns" "$tmp/a" >"$tmp/diff"; then
+	echo "ok 2 - libuvsock.a defines exactly the listed functions"
+else
+	echo "not ok 2 - libuvsock.a globals differ from symbols.txt (+ unlisted, - missing)"
+	sed 's/^/# /' "$tmp/diff"; fails=$((fails + 1))
+fi
+[ "$fails" = 0 ]
