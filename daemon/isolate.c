@@ -30,6 +30,7 @@
 
 #include "ops/ctl.h"
 #include "ops/stats.h"
+#include "sd.h"
 #include "util/log.h"
 #include "util/time.h"
 #include "vms.h"
@@ -618,6 +619,7 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 	if (wait_ready(&iso) < 0 || daemon_ctl_start(cfg, &iso_ctl_ops, &iso, &ctl) < 0)
 		goto stop;
 	log_info("%u worker processes for %u VMs", iso.nw, cfg->n_vms);
+	daemon_sd_ready(cfg->n_vms, iso.nw);
 	for (;;) {
 		if (sigwait(&all, &sig) != 0)
 			continue;
@@ -636,6 +638,7 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 		break;
 	}
 stop:
+	daemon_sd_stopping();
 	/* The control thread asks the workers: stop it before their sockets close. */
 	ops_ctl_stop(ctl);
 	if (rc != 0)
