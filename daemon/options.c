@@ -59,30 +59,42 @@ static int parse_u64(const char *s, uint64_t *ret)
 }
 
 /*
- * A byte count with an optional binary suffix K, M, G or T (KiB ... TiB), at least 1 MiB, for the
- * guest memory caps.
+ * A byte count with an optional binary suffix K, M, G or T (KiB ... TiB; lower case too, as
+ * uvsock-perf takes them). Returns 0, -EINVAL or -ERANGE.
  */
-static int set_bytes(uint64_t *dst, const char *name, const char *v, char *err, size_t errlen)
+static int parse_bytes(const char *v, uint64_t *ret)
 {
 	static const char suffixes[] = "KMGT";
 	char num[32];
 	size_t n = strlen(v);
 	unsigned shift = 0;
-	uint64_t x;
 	const char *p;
+	uint64_t x;
 
 	if (n == 0 || n >= sizeof(num))
-		return fail(err, errlen, "%s '%s' is not a size", name, v);
+		return -EINVAL;
 	memcpy(num, v, n + 1);
-	p = strchr(suffixes, num[n - 1]);
+	p = strchr(suffixes, num[n - 1] & ~0x20);
 	if (p && num[n - 1]) {
 		shift = 10u * (unsigned)(p - suffixes + 1);
 		num[n - 1] = '\0';
 	}
-	if (parse_u64(num, &x) < 0 || x > (UINT64_MAX >> shift))
+	if (parse_u64(num, &x) < 0)
+		return -EINVAL;
+	if (x > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*ret = x << shift;
+	return 0;
+}
+
+/* A guest memory cap: a byte count (parse_bytes), at least 1 MiB. */
+static int set_bytes(uint64_t *dst, const char *name, const char *v, char *err, size_t errlen)
+{
+	uint64_t x;
+
+	if (parse_bytes(v, &x) < 0)
 		return fail(err, errlen, "%s '%s' is not a size (a number with K, M, G or T)", name,
 			    v);
-	x <<= shift;
 	if (x < (1ull << 20))
 		return fail(err, errlen, "%s %s is below the 1M minimum", name, v);
 	*dst = x;
@@ -106,12 +118,13 @@ static int set_cid(struct uvsockd_vm_config *vm, const char *v, char *err, size_
 	return 0;
 }
 
+/* A number in [lo, hi]; with bytes, K/M/G/T suffixes are taken (parse_bytes). */
 static int set_size(uint32_t *dst, const char *name, const char *v, uint64_t lo, uint64_t hi,
-		    bool pow2, char *err, size_t errlen)
+		    bool pow2, bool bytes, char *err, size_t errlen)
 {
 	uint64_t n;
 
-	if (parse_u64(v, &n) < 0 || n < lo || n > hi)
+	if ((bytes ? parse_bytes(v, &n) : parse_u64(v, &n)) < 0 || n < lo || n > hi)
 		return fail(err, errlen, "%s '%s' must be a number in [%llu, %llu]", name, v,
 			    (unsigned long long)lo, (unsigned long long)hi);
 	if (pow2 && (n & (n - 1)))
@@ -235,11 +248,11 @@ static int set_key(struct uvsockd_vm_config *vm, int key, const char *v, char *e
 				UVSOCKD_SUN_PATH_MAX - UVSOCKD_UDS_SUFFIX_MAX, err, errlen);
 	case KEY_TXBUF:
 		return set_size(&vm->tx_buffer_size, "tx-buffer-size", v,
-				UVSOCKD_MIN_TX_BUFFER_SIZE, UVSOCKD_MAX_TX_BUFFER_SIZE, false, err,
-				errlen);
+				UVSOCKD_MIN_TX_BUFFER_SIZE, UVSOCKD_MAX_TX_BUFFER_SIZE, false, true,
+				err, errlen);
 	case KEY_QSIZE:
 		return set_size(&vm->queue_size, "queue-size", v, 1, UVSOCKD_MAX_QUEUE_SIZE, true,
-				err, errlen);
+				false, err, errlen);
 	case KEY_GROUPS:
 		return set_groups(vm, v, err, errlen);
 	case KEY_CGROUP:
@@ -1013,7 +1026,7 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"                          send \"CONNECT <port>\\n\"; guest connections to host\n"
 		"                          port P go to PATH_P\n"
 		"  --tx-buffer-size BYTES  receive buffer per connection advertised to the guest\n"
-		"                          (buf_alloc; 4096..67108864, default 262144)\n"
+		"                          (buf_alloc; 4096..67108864 or 4K..64M, default 256K)\n"
 		"  --queue-size N          largest virtqueue size accepted (power of two,\n"
 		"                          up to 32768, default 1024)\n"
 		"  --groups NAME[+NAME...] sibling groups: VMs sharing a group may connect to\n"

@@ -499,6 +499,26 @@ TEST(getopt_long_forms)
 	ASSERT_REJECTS("unknown argument '--so=/a'", "--so=/a", "--uds-path", "/b");
 }
 
+TEST(size_suffixes)
+{
+	struct uvsockd_config c;
+
+	/* K, M, G, T, binary, either case, as uvsock-perf takes them. */
+	ASSERT_OK(parse(&c, "--vm", "socket=/a,uds-path=/b,tx-buffer-size=64K",
+			"--guest-memory-max", "2g", "--guest-memory-total-max=1T", NULL));
+	ASSERT_EQ(c.vms[0].tx_buffer_size, 65536);
+	ASSERT_EQ_U64(c.guest_memory_max, 2ull << 30);
+	ASSERT_EQ_U64(c.guest_memory_total_max, 1ull << 40);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--socket", "/a", "--uds-path", "/b", "--tx-buffer-size", "1m", NULL));
+	ASSERT_EQ(c.vms[0].tx_buffer_size, 1 << 20);
+	uvsockd_config_clear(&c);
+	ASSERT_REJECTS("tx-buffer-size", "--vm", "socket=/a,uds-path=/b,tx-buffer-size=128M");
+	ASSERT_REJECTS("tx-buffer-size", "--vm", "socket=/a,uds-path=/b,tx-buffer-size=2K");
+	ASSERT_REJECTS("tx-buffer-size", "--vm", "socket=/a,uds-path=/b,tx-buffer-size=4Ki");
+	ASSERT_REJECTS("queue-size", "--vm", "socket=/a,uds-path=/b,queue-size=1K");
+}
+
 TEST(print_capabilities_ignores_every_other_option)
 {
 	struct uvsockd_config c;
