@@ -214,7 +214,7 @@ static int worker_ready(struct vm_set *s, void *arg)
 	rs->set = s;
 	r = pthread_create(&rs->th, NULL, responder_main, rs);
 	if (r) {
-		fprintf(stderr, "uvsockd: cannot start a thread: %s\n", strerror(r));
+		log_error("cannot start a thread: %s", strerror(r));
 		return -r;
 	}
 	rs->started = true;
@@ -274,8 +274,8 @@ static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, 
 	if (first->cgroup[0]) {
 		r = join_cgroup(first->cgroup);
 		if (r < 0) {
-			fprintf(stderr, "uvsockd: worker of %s: cannot join cgroup %s: %s\n",
-				w->vms, first->cgroup, strerror(-r));
+			log_error("worker of %s: cannot join cgroup %s: %s", w->vms,
+				  first->cgroup, strerror(-r));
 			exit(1);
 		}
 	}
@@ -509,8 +509,8 @@ static int wait_ready(struct iso *iso)
 		ssize_t n = recv_until(w->fd, &up, sizeof(up), end);
 
 		if (n != sizeof(up) || up.op != ISO_READY) {
-			fprintf(stderr, "uvsockd: the worker process of %s (pid %d) %s\n", w->vms,
-				(int)w->pid, n < 0 ? "did not start in time" : "failed to start");
+			log_error("the worker process of %s (pid %d) %s", w->vms, (int)w->pid,
+				  n < 0 ? "did not start in time" : "failed to start");
 			return -1;
 		}
 		log_info("worker pid %d runs %s (%s%s)", (int)w->pid, w->vms,
@@ -605,14 +605,13 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 	sigaddset(&all, SIGCHLD);
 	pthread_sigmask(SIG_BLOCK, &chld, NULL);
 	if (plan(&iso, cfg) < 0) {
-		fprintf(stderr, "uvsockd: out of memory\n");
+		log_error("out of memory");
 		goto out;
 	}
 	for (unsigned i = 0; i < iso.nw; i++) {
 		r = spawn(&iso, i, sigs);
 		if (r < 0) {
-			fprintf(stderr, "uvsockd: cannot start a worker process: %s\n",
-				strerror(-r));
+			log_error("cannot start a worker process: %s", strerror(-r));
 			goto stop;
 		}
 	}
