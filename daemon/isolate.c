@@ -33,6 +33,7 @@
 #include "sd.h"
 #include "util/log.h"
 #include "util/time.h"
+#include "util/uds.h"
 #include "vms.h"
 
 #define ISO_CONNS_BATCH 32
@@ -212,6 +213,8 @@ static int worker_ready(struct vm_set *s, void *arg)
 	int r;
 
 	rs->set = s;
+	/* The devices took their inherited sockets; the other workers' are not ours. */
+	uds_drop_adopted();
 	r = pthread_create(&rs->th, NULL, responder_main, rs);
 	if (r) {
 		log_error("cannot start a thread: %s", strerror(r));
@@ -615,6 +618,8 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 			goto stop;
 		}
 	}
+	/* Every worker has its inherited sockets: a VMM must see its connection end with it. */
+	uds_drop_adopted();
 	if (wait_ready(&iso) < 0 || daemon_ctl_start(cfg, &iso_ctl_ops, &iso, &ctl) < 0)
 		goto stop;
 	log_info("%u worker processes for %u VMs", iso.nw, cfg->n_vms);

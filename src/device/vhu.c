@@ -208,8 +208,11 @@ static int take_inherited(struct dev_vhu *v)
 	if (fd < 0)
 		return 0;
 	r = uds_check_fd(fd, SOCK_STREAM, &listening);
-	if (r == 0 && listening)
-		return uds_adopt(v->path, fd) < 0 ? -ENOMEM : 0; /* back for uds_listen */
+	if (r == 0 && listening) {
+		r = uds_adopt(v->path, fd); /* back for uds_listen */
+		if (r == 0)
+			return 0;
+	}
 	if (r == 0 && fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
 		r = -errno;
 	if (r < 0) {

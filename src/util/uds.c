@@ -195,6 +195,17 @@ bool uds_is_adopted(const char *path)
 	return r;
 }
 
+void uds_drop_adopted(void)
+{
+	pthread_mutex_lock(&adopted_lock);
+	for (unsigned i = 0; i < n_adopted; i++)
+		close(adopted[i].fd);
+	free(adopted);
+	adopted = NULL;
+	n_adopted = 0;
+	pthread_mutex_unlock(&adopted_lock);
+}
+
 /* An adopted socket as the listener for path: a listener of the type, non-blocking, cloexec. */
 static int listen_adopted(int fd, int type, struct uds_listener *l)
 {

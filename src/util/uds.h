@@ -78,6 +78,13 @@ int uds_take_adopted(const char *path);
 bool uds_is_adopted(const char *path);
 
 /*
+ * Closes every socket still adopted and not taken (a process that will not use them: uvsockd's
+ * --isolate main process once the workers have theirs, a worker once its devices exist), so that
+ * a connected VMM sees the end of its connection when the one user closes it.
+ */
+void uds_drop_adopted(void);
+
+/*
  * Listens on path: type SOCK_STREAM or SOCK_SEQPACKET, the fd non-blocking and close-on-exec,
  * mode applied with chmod when non-zero (mode 0: the default perms above, group included). A
  * socket adopted for path is returned instead (it must be a listener of that type: else

@@ -319,16 +319,24 @@ static void assert_served_inherited(pid_t p, const char *log, const char *const 
 		ASSERT_EQ(access(paths[i], F_OK), 0);
 }
 
-/* Runs uvsockd with `--fd 3 --guest-cid cid --uds-path DIR/u.vsock` and fd 3 = fd3. */
-static pid_t spawn_fd(struct uvd *u, int fd3, uint32_t cid)
+/*
+ * Runs uvsockd with `--fd 3 --guest-cid cid --uds-path DIR/u.vsock [extra]` and fd 3 = fd3
+ * (extra: one more argument or NULL).
+ */
+static pid_t spawn_fd_x(struct uvd *u, int fd3, uint32_t cid, const char *extra)
 {
 	char cids[16], uds[160];
 	char *argv[] = { (char *)uvd_binary(), "--fd=3", "--guest-cid", cids, "--uds-path", uds,
-			 "--log-level=info", NULL };
+			 "--log-level=info", (char *)extra, NULL };
 
 	snprintf(cids, sizeof(cids), "%u", cid);
 	snprintf(uds, sizeof(uds), "%s/u.vsock", u->dir);
 	return spawn_env(u->log, argv, fd3, NULL, false);
+}
+
+static pid_t spawn_fd(struct uvd *u, int fd3, uint32_t cid)
+{
+	return spawn_fd_x(u, fd3, cid, NULL);
 }
 
 TEST(fd_with_a_listening_socket)
@@ -364,6 +372,30 @@ TEST(fd_with_a_connected_socket)
 	ASSERT_WAIT_FOR(log_has(u.log, "the inherited vhost-user connection ended"), 5000);
 	ASSERT_EQ(stop_pid(p), 0);
 	assert_log_has(u.log, "inherited fd 3 (connected)");
+	uvd_stop(&u);
+}
+
+/* With --isolate the worker process serves the inherited sockets (its fork took them along). */
+TEST(fd_with_isolate)
+{
+	char path[160];
+	struct uvd u;
+	int l, sp[2];
+	pid_t p;
+
+	case_dir(&u);
+	snprintf(path, sizeof(path), "%s/inherited.sock", u.dir);
+	l = hs_listen(path, SOCK_STREAM);
+	p = spawn_fd_x(&u, l, 14, "--isolate");
+	close(l);
+	assert_served_inherited(p, u.log, (const char *[]){ path }, (const uint32_t[]){ 14 }, 1,
+				"worker pid");
+	ASSERT_OK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp));
+	p = spawn_fd_x(&u, sp[1], 15, "--isolate");
+	close(sp[1]);
+	ASSERT_EQ(frontend_cid(sp[0]), 15);
+	ASSERT_WAIT_FOR(log_has(u.log, "the inherited vhost-user connection ended"), 5000);
+	ASSERT_EQ(stop_pid(p), 0);
 	uvd_stop(&u);
 }
 

@@ -255,4 +255,24 @@ TEST(adopted_socket_stands_for_its_path)
 	dir_fini(&d);
 }
 
+TEST(drop_adopted_closes_what_nobody_took)
+{
+	int a[2], b[2];
+
+	ASSERT_OK(socketpair(AF_UNIX, SOCK_STREAM, 0, a));
+	ASSERT_OK(socketpair(AF_UNIX, SOCK_STREAM, 0, b));
+	ASSERT_OK(uds_adopt("/dev/fd/a", a[0]));
+	ASSERT_OK(uds_adopt("/dev/fd/b", b[0]));
+	ASSERT_EQ(uds_take_adopted("/dev/fd/a"), a[0]);
+	uds_drop_adopted();
+	ASSERT_FALSE(uds_is_adopted("/dev/fd/b"));
+	ASSERT_EQ(fcntl(b[0], F_GETFD), -1);
+	/* The peer of the dropped one sees the end; the taken one is still open. */
+	ASSERT_EQ(read(b[1], &(char){ 0 }, 1), 0);
+	ASSERT_GE(fcntl(a[0], F_GETFD), 0);
+	close(a[0]);
+	close(a[1]);
+	close(b[1]);
+}
+
 TEST_MAIN()
