@@ -306,6 +306,8 @@ TEST(daemon_exits_when_every_worker_is_gone_and_workers_die_with_it)
 	uvd_start(&u, 2, cids, NULL, "--isolate");
 	w3 = worker_of(&u, 3);
 	w4 = worker_of(&u, 4);
+	/* Sockets exist before a worker reports ready: killed earlier, it "failed to start". */
+	ASSERT_WAIT_FOR(file_has(u.log, "worker processes for 2 VMs"), WAIT_MS);
 	ASSERT_OK(kill(w3, SIGKILL));
 	ASSERT_OK(kill(w4, SIGKILL));
 	/* Nothing left to serve: the daemon exits with status 1 and says why. */
