@@ -30,8 +30,10 @@
 
 #include "ops/ctl.h"
 #include "ops/stats.h"
+#include "sd.h"
 #include "util/log.h"
 #include "util/time.h"
+#include "util/uds.h"
 #include "vms.h"
 
 #define ISO_CONNS_BATCH 32
@@ -211,9 +213,11 @@ static int worker_ready(struct vm_set *s, void *arg)
 	int r;
 
 	rs->set = s;
+	/* The devices took their inherited sockets; the other workers' are not ours. */
+	uds_drop_adopted();
 	r = pthread_create(&rs->th, NULL, responder_main, rs);
 	if (r) {
-		fprintf(stderr, "uvsockd: cannot start a thread: %s\n", strerror(r));
+		log_error("cannot start a thread: %s", strerror(r));
 		return -r;
 	}
 	rs->started = true;
@@ -273,8 +277,8 @@ static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, 
 	if (first->cgroup[0]) {
 		r = join_cgroup(first->cgroup);
 		if (r < 0) {
-			fprintf(stderr, "uvsockd: worker of %s: cannot join cgroup %s: %s\n",
-				w->vms, first->cgroup, strerror(-r));
+			log_error("worker of %s: cannot join cgroup %s: %s", w->vms,
+				  first->cgroup, strerror(-r));
 			exit(1);
 		}
 	}
@@ -508,8 +512,8 @@ static int wait_ready(struct iso *iso)
 		ssize_t n = recv_until(w->fd, &up, sizeof(up), end);
 
 		if (n != sizeof(up) || up.op != ISO_READY) {
-			fprintf(stderr, "uvsockd: the worker process of %s (pid %d) %s\n", w->vms,
-				(int)w->pid, n < 0 ? "did not start in time" : "failed to start");
+			log_error("the worker process of %s (pid %d) %s", w->vms, (int)w->pid,
+				  n < 0 ? "did not start in time" : "failed to start");
 			return -1;
 		}
 		log_info("worker pid %d runs %s (%s%s)", (int)w->pid, w->vms,
@@ -604,20 +608,22 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 	sigaddset(&all, SIGCHLD);
 	pthread_sigmask(SIG_BLOCK, &chld, NULL);
 	if (plan(&iso, cfg) < 0) {
-		fprintf(stderr, "uvsockd: out of memory\n");
+		log_error("out of memory");
 		goto out;
 	}
 	for (unsigned i = 0; i < iso.nw; i++) {
 		r = spawn(&iso, i, sigs);
 		if (r < 0) {
-			fprintf(stderr, "uvsockd: cannot start a worker process: %s\n",
-				strerror(-r));
+			log_error("cannot start a worker process: %s", strerror(-r));
 			goto stop;
 		}
 	}
+	/* Every worker has its inherited sockets: a VMM must see its connection end with it. */
+	uds_drop_adopted();
 	if (wait_ready(&iso) < 0 || daemon_ctl_start(cfg, &iso_ctl_ops, &iso, &ctl) < 0)
 		goto stop;
 	log_info("%u worker processes for %u VMs", iso.nw, cfg->n_vms);
+	daemon_sd_ready(cfg->n_vms, iso.nw);
 	for (;;) {
 		if (sigwait(&all, &sig) != 0)
 			continue;
@@ -636,6 +642,7 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 		break;
 	}
 stop:
+	daemon_sd_stopping();
 	/* The control thread asks the workers: stop it before their sockets close. */
 	ops_ctl_stop(ctl);
 	if (rc != 0)

@@ -5,16 +5,22 @@
  * so their guests can reach each other, each device on its own thread) either in this process
  * with the control socket beside them, or with --isolate in one worker process per sibling
  * group supervised from here (isolate.c), and exits cleanly (socket files removed) on SIGTERM
- * or SIGINT.
+ * or SIGINT. Start-up order: parse (usage errors exit 2), adopt inherited sockets (sd.c), check
+ * and probe every path before any is bound (a path a live process serves is an error naming it),
+ * then bind everything, then tell systemd READY=1.
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "isolate.h"
 #include "ops/ctl.h"
 #include "options.h"
+#include "sd.h"
 #include "util/log.h"
+#include "util/tune.h"
+#include "util/uds.h"
 #include "vring/guest_mem.h"
 #include "vms.h"
 
@@ -31,14 +37,49 @@ struct in_process {
 static int ctl_ready(struct vm_set *s, void *arg)
 {
 	struct in_process *p = arg;
+	int r = daemon_ctl_start(p->cfg, &vm_set_ctl_ops, s, &p->ctl);
 
-	return daemon_ctl_start(p->cfg, &vm_set_ctl_ops, s, &p->ctl);
+	/* Every listener is up (the devices bound theirs, the control socket is there). */
+	if (r == 0)
+		daemon_sd_ready(vm_set_count(s), 0);
+	return r;
 }
 
 static void ctl_stopping(struct vm_set *s, void *arg)
 {
 	(void)s;
+	daemon_sd_stopping();
 	ops_ctl_stop(((struct in_process *)arg)->ctl);
+}
+
+/* Where uvsock-stat finds this daemon, for the start-up line. */
+static const char *control_path(const struct uvsockd_config *cfg, char *buf, size_t len)
+{
+	if (cfg->control_off)
+		return "none";
+	if (cfg->control_path[0])
+		return cfg->control_path;
+	if (ops_ctl_default_path(cfg->vms[0].socket_path, buf, len) < 0)
+		return "(too long)";
+	return buf;
+}
+
+/* The process-wide settings of the command line: tune switches, socket permissions. */
+static int apply_settings(const struct uvsockd_config *cfg, char *err, size_t errlen)
+{
+	gid_t gid;
+	int r;
+
+	if (cfg->tune[0]) {
+		r = tune_set(cfg->tune, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	r = uvsockd_socket_gid(cfg, &gid, err, errlen);
+	if (r < 0)
+		return r;
+	uds_set_default_perms(cfg->socket_mode, gid);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -52,7 +93,7 @@ int main(int argc, char **argv)
 	r = uvsockd_parse_args(argc, argv, &cfg, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "uvsockd: %s\n", err);
-		return 1;
+		return UVSOCKD_EXIT_USAGE;
 	}
 	switch (cfg.action) {
 	case UVSOCKD_HELP:
@@ -68,11 +109,27 @@ int main(int argc, char **argv)
 		break;
 	}
 	log_set_level(cfg.log_level);
+	log_setup("uvsockd");
+	if (apply_settings(&cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "uvsockd: %s\n", err);
+		rc = UVSOCKD_EXIT_USAGE;
+		goto out;
+	}
+	{
+		char ctl[UVSOCKD_SUN_PATH_MAX + 8], tune[512];
+
+		tune_describe(tune, sizeof(tune));
+		log_info("uvsockd %s: %u VM%s, control socket %s, tune %s", UVSOCK_VERSION,
+			 cfg.n_vms, cfg.n_vms == 1 ? "" : "s", control_path(&cfg, ctl, sizeof(ctl)),
+			 tune);
+	}
 	/* Before any VM exists; workers of --isolate inherit the caps (each has its own total). */
 	guest_mem_set_limits(cfg.guest_memory_max, cfg.guest_memory_total_max);
-	r = uvsockd_check_paths(&cfg, err, sizeof(err));
+	r = daemon_sd_adopt(&cfg, err, sizeof(err));
+	if (r == 0)
+		r = uvsockd_check_paths(&cfg, err, sizeof(err));
 	if (r < 0) {
-		fprintf(stderr, "uvsockd: %s\n", err);
+		log_error("%s", err);
 		goto out;
 	}
 

@@ -1,16 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uvsockd option parsing (see options.h). A small hand-written parser rather than getopt_long,
- * so that it keeps no global state (unit tests call it many times) and accepts both
- * `--opt=value` and `--opt value`, as clap (vhost-device-vsock) does.
+ * uvsockd option parsing (see options.h) on GNU getopt_long: `--opt=value` and `--opt value`,
+ * as clap (vhost-device-vsock) accepts them, and unambiguous abbreviations. getopt_long's state
+ * (optind) is reset on every call, so unit tests may call the parser many times; its own
+ * messages are off (opterr = 0): every error is one line of ours in err.
  */
 #include "options.h"
 
 #include <errno.h>
+#include <getopt.h>
+#include <grp.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -18,6 +22,8 @@
 #include "util/macros.h"
 #include "ops/config.h"
 #include "ops/config_uvsockd.h"
+#include "ops/ctl.h"
+#include "util/uds.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -53,30 +59,42 @@ static int parse_u64(const char *s, uint64_t *ret)
 }
 
 /*
- * A byte count with an optional binary suffix K, M, G or T (KiB ... TiB), at least 1 MiB, for the
- * guest memory caps.
+ * A byte count with an optional binary suffix K, M, G or T (KiB ... TiB; lower case too, as
+ * uvsock-perf takes them). Returns 0, -EINVAL or -ERANGE.
  */
-static int set_bytes(uint64_t *dst, const char *name, const char *v, char *err, size_t errlen)
+static int parse_bytes(const char *v, uint64_t *ret)
 {
 	static const char suffixes[] = "KMGT";
 	char num[32];
 	size_t n = strlen(v);
 	unsigned shift = 0;
-	uint64_t x;
 	const char *p;
+	uint64_t x;
 
 	if (n == 0 || n >= sizeof(num))
-		return fail(err, errlen, "%s '%s' is not a size", name, v);
+		return -EINVAL;
 	memcpy(num, v, n + 1);
-	p = strchr(suffixes, num[n - 1]);
+	p = strchr(suffixes, num[n - 1] & ~0x20);
 	if (p && num[n - 1]) {
 		shift = 10u * (unsigned)(p - suffixes + 1);
 		num[n - 1] = '\0';
 	}
-	if (parse_u64(num, &x) < 0 || x > (UINT64_MAX >> shift))
+	if (parse_u64(num, &x) < 0)
+		return -EINVAL;
+	if (x > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*ret = x << shift;
+	return 0;
+}
+
+/* A guest memory cap: a byte count (parse_bytes), at least 1 MiB. */
+static int set_bytes(uint64_t *dst, const char *name, const char *v, char *err, size_t errlen)
+{
+	uint64_t x;
+
+	if (parse_bytes(v, &x) < 0)
 		return fail(err, errlen, "%s '%s' is not a size (a number with K, M, G or T)", name,
 			    v);
-	x <<= shift;
 	if (x < (1ull << 20))
 		return fail(err, errlen, "%s %s is below the 1M minimum", name, v);
 	*dst = x;
@@ -100,12 +118,13 @@ static int set_cid(struct uvsockd_vm_config *vm, const char *v, char *err, size_
 	return 0;
 }
 
+/* A number in [lo, hi]; with bytes, K/M/G/T suffixes are taken (parse_bytes). */
 static int set_size(uint32_t *dst, const char *name, const char *v, uint64_t lo, uint64_t hi,
-		    bool pow2, char *err, size_t errlen)
+		    bool pow2, bool bytes, char *err, size_t errlen)
 {
 	uint64_t n;
 
-	if (parse_u64(v, &n) < 0 || n < lo || n > hi)
+	if ((bytes ? parse_bytes(v, &n) : parse_u64(v, &n)) < 0 || n < lo || n > hi)
 		return fail(err, errlen, "%s '%s' must be a number in [%llu, %llu]", name, v,
 			    (unsigned long long)lo, (unsigned long long)hi);
 	if (pow2 && (n & (n - 1)))
@@ -178,6 +197,7 @@ enum vm_key {
 	KEY_QSIZE,
 	KEY_GROUPS,
 	KEY_CGROUP,
+	KEY_FD,
 	_KEY_MAX,
 };
 
@@ -189,6 +209,7 @@ static const char *const key_names[_KEY_MAX] = {
 	[KEY_QSIZE] = "queue-size",
 	[KEY_GROUPS] = "groups",
 	[KEY_CGROUP] = "cgroup",
+	[KEY_FD] = "fd",
 };
 
 /* Key names compare with '_' and '-' equal (vhost-device-vsock accepts both). */
@@ -227,11 +248,11 @@ static int set_key(struct uvsockd_vm_config *vm, int key, const char *v, char *e
 				UVSOCKD_SUN_PATH_MAX - UVSOCKD_UDS_SUFFIX_MAX, err, errlen);
 	case KEY_TXBUF:
 		return set_size(&vm->tx_buffer_size, "tx-buffer-size", v,
-				UVSOCKD_MIN_TX_BUFFER_SIZE, UVSOCKD_MAX_TX_BUFFER_SIZE, false, err,
-				errlen);
+				UVSOCKD_MIN_TX_BUFFER_SIZE, UVSOCKD_MAX_TX_BUFFER_SIZE, false, true,
+				err, errlen);
 	case KEY_QSIZE:
 		return set_size(&vm->queue_size, "queue-size", v, 1, UVSOCKD_MAX_QUEUE_SIZE, true,
-				err, errlen);
+				false, err, errlen);
 	case KEY_GROUPS:
 		return set_groups(vm, v, err, errlen);
 	case KEY_CGROUP:
@@ -240,6 +261,17 @@ static int set_key(struct uvsockd_vm_config *vm, int key, const char *v, char *e
 				    "cgroup '%s' must be an absolute path (a cgroup v2 directory, "
 				    "e.g. /sys/fs/cgroup/machine.slice/NAME)", v);
 		return set_path(vm->cgroup, "cgroup", v, UVSOCKD_CGROUP_PATH_MAX, err, errlen);
+	case KEY_FD: {
+		uint64_t fd;
+
+		/* 0..2 are stdio: a vhost-user socket is never passed there. */
+		if (parse_u64(v, &fd) < 0 || fd < 3 || fd > INT32_MAX)
+			return fail(err, errlen,
+				    "fd '%s' must be the number of an inherited file descriptor (3 "
+				    "or more)", v);
+		vm->fd = (int)fd;
+		return 0;
+	}
 	}
 	return -EINVAL;
 }
@@ -254,16 +286,25 @@ static void vm_defaults(struct uvsockd_vm_config *vm)
 	strcpy(vm->groups[0], "default");
 }
 
-static int check_required(const struct uvsockd_vm_config *vm, const bool *seen, const char *what,
+/*
+ * The vhost-user socket is a path or an inherited fd (then socket_path names it /dev/fd/N, the
+ * key of its uds_adopt() entry and its name in messages); uds-path is always needed.
+ */
+static int check_required(struct uvsockd_vm_config *vm, const bool *seen, const char *what,
 			  char *err, size_t errlen)
 {
-	if (!seen[KEY_SOCKET])
-		return fail(err, errlen, "%s: socket is required (the vhost-user socket path)",
-			    what);
+	if (seen[KEY_SOCKET] && seen[KEY_FD])
+		return fail(err, errlen,
+			    "%s: socket and fd exclude each other (the vhost-user socket is a path "
+			    "or an inherited fd)", what);
+	if (!seen[KEY_SOCKET] && !seen[KEY_FD])
+		return fail(err, errlen,
+			    "%s: socket is required (the vhost-user socket path; or fd=N)", what);
 	if (!seen[KEY_UDS])
 		return fail(err, errlen, "%s: uds-path is required (the host-side socket path)",
 			    what);
-	(void)vm;
+	if (seen[KEY_FD])
+		snprintf(vm->socket_path, sizeof(vm->socket_path), "/dev/fd/%d", vm->fd);
 	return 0;
 }
 
@@ -315,39 +356,134 @@ static int parse_vm(struct uvsockd_vm_config *vm, const char *spec, char *err, s
 	return check_required(vm, seen, "--vm", err, errlen);
 }
 
-/* Single-VM options, in key order. */
-static const char *const single_opts[_KEY_MAX] = {
-	[KEY_CID] = "--guest-cid",
-	[KEY_SOCKET] = "--socket",
-	[KEY_UDS] = "--uds-path",
-	[KEY_TXBUF] = "--tx-buffer-size",
-	[KEY_QSIZE] = "--queue-size",
-	[KEY_GROUPS] = "--groups",
-	[KEY_CGROUP] = "--cgroup",
+/* getopt_long values: single-VM options are OPT_SINGLE + their key. */
+enum {
+	OPT_VM = 256,
+	OPT_CONFIG,
+	OPT_CONTROL,
+	OPT_CAPTURE,
+	OPT_GMEM,
+	OPT_GMEM_TOTAL,
+	OPT_LOG_LEVEL,
+	OPT_ISOLATE,
+	OPT_PRINT_CAPS,
+	OPT_TUNE,
+	OPT_BUSY_POLL,
+	OPT_SOCKET_MODE,
+	OPT_SOCKET_GROUP,
+	OPT_FORWARD,
+	OPT_SINGLE,
 };
 
-/*
- * Matches argv[*i] against `--name` / `--name=value`; on a match stores the value (from the
- * same word or the next one) in *val and advances *i past a separate value word.
- */
-static int match_opt(int argc, char *const *argv, int *i, const char *name, const char **val,
-		     char *err, size_t errlen)
-{
-	const char *a = argv[*i];
-	size_t n = strlen(name);
+static const struct option long_opts[] = {
+	{ "vm", required_argument, NULL, OPT_VM },
+	{ "config", required_argument, NULL, OPT_CONFIG },
+	{ "control", required_argument, NULL, OPT_CONTROL },
+	{ "capture", required_argument, NULL, OPT_CAPTURE },
+	{ "guest-memory-max", required_argument, NULL, OPT_GMEM },
+	{ "guest-memory-total-max", required_argument, NULL, OPT_GMEM_TOTAL },
+	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+	{ "isolate", no_argument, NULL, OPT_ISOLATE },
+	{ "print-capabilities", no_argument, NULL, OPT_PRINT_CAPS },
+	{ "tune", required_argument, NULL, OPT_TUNE },
+	{ "busy-poll-us", required_argument, NULL, OPT_BUSY_POLL },
+	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
+	{ "socket-group", required_argument, NULL, OPT_SOCKET_GROUP },
+	{ "forward-cid", optional_argument, NULL, OPT_FORWARD },
+	{ "forward-listen", optional_argument, NULL, OPT_FORWARD },
+	{ "guest-cid", required_argument, NULL, OPT_SINGLE + KEY_CID },
+	{ "socket", required_argument, NULL, OPT_SINGLE + KEY_SOCKET },
+	{ "socket-path", required_argument, NULL, OPT_SINGLE + KEY_SOCKET },
+	{ "uds-path", required_argument, NULL, OPT_SINGLE + KEY_UDS },
+	{ "tx-buffer-size", required_argument, NULL, OPT_SINGLE + KEY_TXBUF },
+	{ "queue-size", required_argument, NULL, OPT_SINGLE + KEY_QSIZE },
+	{ "groups", required_argument, NULL, OPT_SINGLE + KEY_GROUPS },
+	{ "cgroup", required_argument, NULL, OPT_SINGLE + KEY_CGROUP },
+	{ "fd", required_argument, NULL, OPT_SINGLE + KEY_FD },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
 
-	if (strncmp(a, name, n) != 0)
+/* "--name" of a getopt_long value (the single-VM options by their first spelling). */
+static const char *opt_name(int val, char *buf, size_t len)
+{
+	for (const struct option *o = long_opts; o->name; o++)
+		if (o->val == val) {
+			snprintf(buf, len, "--%s", o->name);
+			return buf;
+		}
+	snprintf(buf, len, "-%c", val > 0 && val < 128 ? val : '?');
+	return buf;
+}
+
+/* --tune LIST / --busy-poll-us N: appended to c->tune, checked by tune_set() at start-up. */
+static int add_tune(struct uvsockd_config *c, bool busy_poll, const char *v, char *err,
+		    size_t errlen)
+{
+	size_t n = strlen(c->tune);
+	uint64_t us;
+	int w;
+
+	if (!*v)
+		return fail(err, errlen, "%s needs a value",
+			    busy_poll ? "--busy-poll-us" : "--tune");
+	if (busy_poll && (parse_u64(v, &us) < 0 || us > 1000000))
+		return fail(err, errlen, "--busy-poll-us '%s' must be a number of microseconds in "
+			    "[0, 1000000]", v);
+	w = snprintf(c->tune + n, sizeof(c->tune) - n, "%s%s%s", n ? "," : "",
+		     busy_poll ? "busy-poll-us=" : "", v);
+	if (w < 0 || (size_t)w >= sizeof(c->tune) - n)
+		return fail(err, errlen, "--tune: the list is too long (at most %zu bytes)",
+			    sizeof(c->tune) - 1);
+	return 0;
+}
+
+/* --socket-mode MODE: octal permission bits, as chmod(1) takes them numerically. */
+static int set_mode(struct uvsockd_config *c, const char *v, char *err, size_t errlen)
+{
+	char *end;
+	unsigned long m;
+
+	errno = 0;
+	m = strtoul(v, &end, 8);
+	if (!*v || *v == '-' || *end || errno || m > 0777 || m == 0)
+		return fail(err, errlen,
+			    "--socket-mode '%s' must be octal permission bits (e.g. 0660)", v);
+	c->socket_mode = (unsigned)m;
+	return 0;
+}
+
+static int set_group(struct uvsockd_config *c, const char *v, char *err, size_t errlen)
+{
+	if (!*v || strlen(v) >= sizeof(c->socket_group))
+		return fail(err, errlen, "--socket-group '%s' is not a group name", v);
+	snprintf(c->socket_group, sizeof(c->socket_group), "%s", v);
+	return 0;
+}
+
+int uvsockd_socket_gid(const struct uvsockd_config *c, gid_t *gid, char *err, size_t errlen)
+{
+	struct group gr, *res = NULL;
+	char buf[4096];
+	uint64_t n;
+	int e;
+
+	*gid = (gid_t)-1;
+	if (!c->socket_group[0])
 		return 0;
-	if (a[n] == '=') {
-		*val = a + n + 1;
-		return 1;
+	if (parse_u64(c->socket_group, &n) == 0 && n < UINT32_MAX) {
+		*gid = (gid_t)n;
+		return 0;
 	}
-	if (a[n] != '\0')
-		return 0;
-	if (*i + 1 >= argc)
-		return fail(err, errlen, "%s needs a value", name);
-	*val = argv[++*i];
-	return 1;
+	e = getgrnam_r(c->socket_group, &gr, buf, sizeof(buf), &res);
+	if (e || !res) {
+		snprintf(err, errlen, "--socket-group %s: %s", c->socket_group,
+			 e ? strerror(e) : "no such group");
+		return e ? -e : -ENOENT;
+	}
+	*gid = gr.gr_gid;
+	return 0;
 }
 
 static int add_vm(struct uvsockd_config *c, const struct uvsockd_vm_config *vm, char *err,
@@ -378,6 +514,8 @@ static int check_unique(const struct uvsockd_config *c, char *err, size_t errlen
 		for (unsigned j = i + 1; j < c->n_vms; j++) {
 			const struct uvsockd_vm_config *b = &c->vms[j];
 
+			if (a->fd > 0 && a->fd == b->fd)
+				return fail(err, errlen, "fd %d is used by two VMs", a->fd);
 			if (a->guest_cid == b->guest_cid)
 				return fail(err, errlen, "guest-cid %u is used by two VMs",
 					    a->guest_cid);
@@ -496,152 +634,123 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 	if (errlen)
 		err[0] = '\0';
 	vm_defaults(&single);
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = NULL;
-		int key = -1, m;
-
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-			c.action = UVSOCKD_HELP;
-			continue;
+	/* --print-capabilities ignores every other option (vhost-user.rst, backend conventions). */
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (strcmp(argv[i], "--print-capabilities") == 0) {
+			c.action = UVSOCKD_PRINT_CAPABILITIES;
+			*ret = c;
+			return 0;
 		}
-		if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
+	optind = 0; /* glibc: a full re-initialisation, for repeated calls */
+	opterr = 0;
+	for (;;) {
+		char name[48];
+		int o = getopt_long(argc, argv, "-:hV", long_opts, NULL);
+		const char *v = optarg;
+
+		if (o == -1)
+			break;
+		r = 0;
+		switch (o) {
+		case 'h':
+			c.action = UVSOCKD_HELP;
+			break;
+		case 'V':
 			if (c.action == UVSOCKD_RUN)
 				c.action = UVSOCKD_VERSION;
-			continue;
-		}
-		if (strcmp(a, "--print-capabilities") == 0) {
-			if (c.action == UVSOCKD_RUN)
-				c.action = UVSOCKD_PRINT_CAPABILITIES;
-			continue;
-		}
-		if (strcmp(a, "--isolate") == 0) {
+			break;
+		case OPT_ISOLATE:
 			c.isolate = true;
-			continue;
-		}
-		m = match_opt(argc, argv, &i, "--vm", &v, err, errlen);
-		if (m < 0)
-			goto out_fail;
-		if (m) {
+			break;
+		case OPT_VM: {
 			struct uvsockd_vm_config vm;
 
 			r = parse_vm(&vm, v, err, errlen);
-			if (r < 0)
-				goto out_fail;
-			r = add_vm(&c, &vm, err, errlen);
-			if (r < 0)
-				goto out_fail;
-			continue;
+			if (r == 0)
+				r = add_vm(&c, &vm, err, errlen);
+			break;
 		}
-		m = match_opt(argc, argv, &i, "--config", &v, err, errlen);
-		if (m < 0)
-			goto out_fail;
-		if (m) {
-			if (config_path) {
+		case OPT_CONFIG:
+			if (config_path)
 				r = fail(err, errlen, "--config given twice");
-				goto out_fail;
-			}
 			config_path = v;
-			continue;
-		}
-		m = match_opt(argc, argv, &i, "--control", &v, err, errlen);
-		if (m < 0)
-			goto out_fail;
-		if (m) {
-			if (control_given) {
+			break;
+		case OPT_CONTROL:
+			if (control_given)
 				r = fail(err, errlen, "--control given twice");
-				goto out_fail;
-			}
 			control_given = true;
-			if (strcmp(v, "none") == 0) {
+			if (r == 0 && strcmp(v, "none") == 0)
 				c.control_off = true;
-				continue;
-			}
-			r = set_path(c.control_path, "--control", v, UVSOCKD_SUN_PATH_MAX, err,
-				     errlen);
-			if (r < 0)
-				goto out_fail;
-			continue;
-		}
-		m = match_opt(argc, argv, &i, "--capture", &v, err, errlen);
-		if (m < 0)
-			goto out_fail;
-		if (m) {
-			if (c.capture_path[0]) {
+			else if (r == 0)
+				r = set_path(c.control_path, "--control", v, UVSOCKD_SUN_PATH_MAX,
+					     err, errlen);
+			break;
+		case OPT_CAPTURE:
+			if (c.capture_path[0])
 				r = fail(err, errlen, "--capture given twice");
-				goto out_fail;
-			}
-			r = set_path(c.capture_path, "--capture", v, sizeof(c.capture_path) - 1, err,
-				     errlen);
-			if (r < 0)
-				goto out_fail;
-			continue;
-		}
-		m = match_opt(argc, argv, &i, "--guest-memory-max", &v, err, errlen);
-		if (m < 0)
-			goto out_fail;
-		if (m) {
+			else
+				r = set_path(c.capture_path, "--capture", v,
+					     sizeof(c.capture_path) - 1, err, errlen);
+			break;
+		case OPT_GMEM:
 			r = set_bytes(&c.guest_memory_max, "--guest-memory-max", v, err, errlen);
-			if (r < 0)
-				goto out_fail;
-			continue;
-		}
-		m = match_opt(argc, argv, &i, "--guest-memory-total-max", &v, err, errlen);
-		if (m < 0)
-			goto out_fail;
-		if (m) {
+			break;
+		case OPT_GMEM_TOTAL:
 			r = set_bytes(&c.guest_memory_total_max, "--guest-memory-total-max", v, err,
 				      errlen);
-			if (r < 0)
-				goto out_fail;
-			continue;
-		}
-		m = match_opt(argc, argv, &i, "--log-level", &v, err, errlen);
-		if (m < 0)
-			goto out_fail;
-		if (m) {
+			break;
+		case OPT_LOG_LEVEL: {
 			int lvl = log_level_from_string(v);
 
-			if (lvl < 0) {
+			if (lvl < 0)
 				r = fail(err, errlen,
 					 "--log-level '%s': expected error, warn, info or debug", v);
-				goto out_fail;
-			}
-			c.log_level = (enum log_level)lvl;
+			c.log_level = (enum log_level)(lvl < 0 ? 0 : lvl);
 			log_level_given = true;
-			continue;
+			break;
 		}
-		for (int k = 0; k < _KEY_MAX && key < 0; k++) {
-			m = match_opt(argc, argv, &i, single_opts[k], &v, err, errlen);
-			if (m < 0)
-				goto out_fail;
-			if (m)
-				key = k;
-		}
-		if (key < 0) {
-			m = match_opt(argc, argv, &i, "--socket-path", &v, err, errlen);
-			if (m < 0)
-				goto out_fail;
-			if (m)
-				key = KEY_SOCKET;
-		}
-		if (key >= 0) {
+		case OPT_TUNE:
+		case OPT_BUSY_POLL:
+			r = add_tune(&c, o == OPT_BUSY_POLL, v, err, errlen);
+			break;
+		case OPT_SOCKET_MODE:
+			r = set_mode(&c, v, err, errlen);
+			break;
+		case OPT_SOCKET_GROUP:
+			r = set_group(&c, v, err, errlen);
+			break;
+		case OPT_FORWARD:
+			r = fail(err, errlen, "%s is not supported by uvsockd (see uvsockd --help)",
+				 argv[optind - 1]);
+			break;
+		case ':':
+			r = fail(err, errlen, "%s needs a value", opt_name(optopt, name,
+									 sizeof(name)));
+			break;
+		case '?':
+		case 1: /* a word that is not an option */
+			r = fail(err, errlen, "unknown argument '%s' (see uvsockd --help)",
+				 o == 1 ? v : argv[optind - 1]);
+			break;
+		default: {
+			int key = o - OPT_SINGLE;
+
 			if (single_seen[key]) {
-				r = fail(err, errlen, "%s given twice", single_opts[key]);
-				goto out_fail;
+				r = fail(err, errlen, "%s given twice", opt_name(o, name,
+										 sizeof(name)));
+				break;
 			}
 			single_seen[key] = true;
 			any_single = true;
 			r = set_key(&single, key, v, err, errlen);
-			if (r < 0)
-				goto out_fail;
-			continue;
+			break;
 		}
-		if (strncmp(a, "--forward-cid", 13) == 0 || strncmp(a, "--forward-listen", 16) == 0) {
-			r = fail(err, errlen,
-				 "%s is not supported by uvsockd (see uvsockd --help)", a);
+		}
+		if (r < 0)
 			goto out_fail;
-		}
-		r = fail(err, errlen, "unknown argument '%s' (see uvsockd --help)", a);
+	}
+	if (optind < argc) { /* words after "--" */
+		r = fail(err, errlen, "unknown argument '%s' (see uvsockd --help)", argv[optind]);
 		goto out_fail;
 	}
 	if (c.action != UVSOCKD_RUN) {
@@ -685,8 +794,12 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 		r = check_required(&single, single_seen, "single-VM options", err, errlen);
 		if (r < 0) {
 			/* Say it with the option names the user typed. */
-			r = fail(err, errlen, "%s is required (or use --vm)",
-				 single_seen[KEY_SOCKET] ? "--uds-path" : "--socket");
+			if (single_seen[KEY_SOCKET] && single_seen[KEY_FD])
+				r = fail(err, errlen, "--socket and --fd exclude each other");
+			else
+				r = fail(err, errlen, "%s is required (or use --vm)",
+					 single_seen[KEY_SOCKET] || single_seen[KEY_FD] ?
+						 "--uds-path" : "--socket");
 			goto out_fail;
 		}
 		r = add_vm(&c, &single, err, errlen);
@@ -702,6 +815,9 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 	r = check_unique(&c, err, errlen);
 	if (r < 0)
 		goto out_fail;
+	/* No default control path beside an inherited socket: --control PATH gives one. */
+	if (c.vms[0].fd > 0 && !c.control_path[0])
+		c.control_off = true;
 	r = check_isolation(&c, err, errlen);
 	if (r < 0)
 		goto out_fail;
@@ -786,11 +902,75 @@ static int check_cgroup(const char *dir, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * A path uvsockd will listen on must not be served by a live process (another uvsockd): probe
+ * it now, before anything is bound, and name the owner's PID when the probe learns it. A stale
+ * socket file passes (uds_listen replaces it and the device logs that).
+ */
+static int check_not_served(const char *path, int type, const char *what, uint32_t cid,
+			    char *err, size_t errlen)
+{
+	char pid[32] = "";
+	pid_t owner;
+	int r = uds_probe_owner(path, type, &owner);
+
+	if (r == 0 || r == -EEXIST) /* EEXIST: not a socket, reported by check_dir_of */
+		return 0;
+	if (owner > 0)
+		snprintf(pid, sizeof(pid), " (pid %d)", (int)owner);
+	if (r == -EADDRINUSE && cid)
+		snprintf(err, errlen,
+			 "guest-cid %u: %s %s is in use: another process serves it%s; stop it, or "
+			 "choose another path", cid, what, path, pid);
+	else if (r == -EADDRINUSE)
+		snprintf(err, errlen,
+			 "%s %s is in use: another process serves it%s; stop it, or choose another "
+			 "path (--control)", what, path, pid);
+	else
+		snprintf(err, errlen, "%s %s: cannot probe it: %s", what, path, strerror(-r));
+	return r;
+}
+
+/* Every path of every VM and the control socket, probed before any is bound (uvsockd.md). */
+static int check_all_unserved(const struct uvsockd_config *c, char *err, size_t errlen)
+{
+	char path[UVSOCKD_SUN_PATH_MAX + 16];
+	int r;
+
+	for (unsigned i = 0; i < c->n_vms; i++) {
+		const struct uvsockd_vm_config *v = &c->vms[i];
+
+		if (v->fd <= 0 && !uds_is_adopted(v->socket_path)) {
+			r = check_not_served(v->socket_path, SOCK_STREAM, "socket", v->guest_cid,
+					     err, errlen);
+			if (r < 0)
+				return r;
+		}
+		r = check_not_served(v->uds_path, SOCK_STREAM, "uds-path", v->guest_cid, err,
+				     errlen);
+		if (r < 0)
+			return r;
+		snprintf(path, sizeof(path), "%s_seqpacket", v->uds_path);
+		r = check_not_served(path, SOCK_SEQPACKET, "uds-path", v->guest_cid, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	if (c->control_off)
+		return 0;
+	if (c->control_path[0])
+		snprintf(path, sizeof(path), "%s", c->control_path);
+	else if (ops_ctl_default_path(c->vms[0].socket_path, path, sizeof(path)) < 0)
+		return 0; /* too long: the control socket's start reports it */
+	return check_not_served(path, SOCK_STREAM, "control socket", 0, err, errlen);
+}
+
 int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen)
 {
 	for (unsigned i = 0; i < c->n_vms; i++) {
-		int r = check_dir_of(c->vms[i].socket_path, "socket", err, errlen);
+		int r = 0;
 
+		if (c->vms[i].fd <= 0 && !uds_is_adopted(c->vms[i].socket_path))
+			r = check_dir_of(c->vms[i].socket_path, "socket", err, errlen);
 		if (r < 0)
 			return r;
 		r = check_dir_of(c->vms[i].uds_path, "uds-path", err, errlen);
@@ -802,7 +982,7 @@ int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen
 				return r;
 		}
 	}
-	return 0;
+	return check_all_unserved(c, err, errlen);
 }
 
 void uvsockd_config_clear(struct uvsockd_config *c)
@@ -826,6 +1006,7 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 	fprintf(f,
 		"Usage: %s --vm guest-cid=N,socket=PATH,uds-path=PATH[,KEY=VALUE...] [--vm ...]\n"
 		"       %s --guest-cid N --socket PATH --uds-path PATH [OPTIONS]\n"
+		"       %s --config FILE [OPTIONS]\n"
 		"\n"
 		"vhost-user-vsock backend: serves virtio-vsock to one or more VMs; guest<->host\n"
 		"traffic goes to Unix sockets (Firecracker hybrid convention), guest<->guest\n"
@@ -833,17 +1014,19 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"\n"
 		"Options:\n"
 		"  --vm KEY=VALUE[,KEY=VALUE...]\n"
-		"                          one VM (repeatable); keys: guest-cid, socket,\n"
+		"                          one VM (repeatable); keys: guest-cid, socket, fd,\n"
 		"                          uds-path, tx-buffer-size, queue-size, groups,\n"
 		"                          cgroup ('_' may replace '-' in keys)\n"
 		"  --guest-cid N           guest CID (3..4294967294, default 3)\n"
 		"  --socket PATH           vhost-user socket the VMM connects to\n"
 		"                          (alias: --socket-path)\n"
+		"  --fd FDNUM              an inherited vhost-user socket instead (listening,\n"
+		"                          or connected to the VMM)\n"
 		"  --uds-path PATH         host-side Unix socket: host programs connect here and\n"
 		"                          send \"CONNECT <port>\\n\"; guest connections to host\n"
 		"                          port P go to PATH_P\n"
 		"  --tx-buffer-size BYTES  receive buffer per connection advertised to the guest\n"
-		"                          (buf_alloc; 4096..67108864, default 262144)\n"
+		"                          (buf_alloc; 4096..67108864 or 4K..64M, default 256K)\n"
 		"  --queue-size N          largest virtqueue size accepted (power of two,\n"
 		"                          up to 32768, default 1024)\n"
 		"  --groups NAME[+NAME...] sibling groups: VMs sharing a group may connect to\n"
@@ -866,11 +1049,22 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"  --guest-memory-total-max SIZE\n"
 		"                          guest memory all VMs of one process may map\n"
 		"                          (default 16T)\n"
+		"  --socket-mode MODE      permissions (octal) of the vhost-user and host-side\n"
+		"                          sockets (default: as the umask leaves them)\n"
+		"  --socket-group GROUP    group of those sockets (name or number)\n"
+		"  --tune LIST             data-path switches for benchmarks: NAME, no-NAME,\n"
+		"                          busy-poll-us=N, comma-separated (repeatable)\n"
+		"  --busy-poll-us N        device threads spin N us for work before sleeping\n"
+		"                          (the same as --tune busy-poll-us=N; default 0)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  --print-capabilities    print the vhost-user backend capabilities as JSON\n"
+		"                          and exit, ignoring every other option\n"
 		"  -h, --help              print this help\n"
-		"  -V, --version           print the version\n",
-		prog, prog);
+		"  -V, --version           print the version\n"
+		"\n"
+		"Values follow as the next argument or after '='. Exit status: 0, 1 (start-up\n"
+		"or run-time failure), 2 (usage error: the command line or --config file).\n",
+		prog, prog, prog);
 }
 
 void uvsockd_print_capabilities(FILE *f)

@@ -2,11 +2,12 @@
 /*
  * uvsockd's command line: rust-vmm vhost-device-vsock compatible options (`--vm key=value,...`
  * repeatable, or the single-VM `--guest-cid/--socket/--uds-path...`), the vhost-user backend
- * program conventions (`--print-capabilities`, `--socket-path` alias) and our own
+ * program conventions (`--print-capabilities`, `--socket-path` alias, `--fd`/`fd=`) and our own
  * `--log-level`, `--config FILE` (vhost-device-vsock's YAML `vms:` list, parsed by
  * src/ops/config.c), `--isolate` (one worker process per sibling group, daemon/isolate.c) with
- * the per-VM `cgroup=DIR`. Parsing touches the file system only to read that file, so it is
- * unit-testable; uvsockd_check_paths() does the start-up checks that need the file system.
+ * the per-VM `cgroup=DIR`, `--socket-mode/--socket-group`, `--tune/--busy-poll-us`. Parsing
+ * (GNU getopt_long) touches the file system only to read that file, so it is unit-testable;
+ * uvsockd_check_paths() does the start-up checks that need the file system.
  *
  * Security model: argv comes from the operator, who is trusted, but every value is checked
  * (ranges, reserved CIDs, the 108-byte sun_path limit) so that mistakes give one clear line on
@@ -19,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "util/log.h"
 
@@ -50,6 +52,10 @@ struct uvsockd_vm_config {
 	/* --isolate: the cgroup directory the VM's worker process joins ("" = stay where uvsockd
 	 * is); every VM of one worker names the same one. */
 	char cgroup[UVSOCKD_CGROUP_PATH_MAX + 1];
+	/* --fd N / fd=N (N >= 3): an inherited vhost-user socket, listening or connected (QEMU's
+	 * backend program conventions), used instead of binding; socket_path is then "/dev/fd/N".
+	 * 0: none (so a zeroed entry has none). */
+	int fd;
 };
 
 enum uvsockd_action {
@@ -78,7 +84,17 @@ struct uvsockd_config {
 	 * process (src/vring/guest_mem.h); 0 = the default (1 TiB, 16 TiB). */
 	uint64_t guest_memory_max;
 	uint64_t guest_memory_total_max;
+	/* --tune LIST and --busy-poll-us N, in order, as one list for tune_set() (src/util/tune.h);
+	 * "" = none. */
+	char tune[1024];
+	/* --socket-mode MODE (octal; 0 = as the umask leaves it) and --socket-group GROUP ("" =
+	 * uvsockd's own) of the vhost-user and host-side sockets uvsockd creates. */
+	unsigned socket_mode;
+	char socket_group[64];
 };
+
+/* Usage errors (the command line or the --config file) exit with this status; others with 1. */
+#define UVSOCKD_EXIT_USAGE 2
 
 /*
  * Parses argv (argv[0] is the program name). On success *ret is filled (free with
@@ -95,12 +111,21 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 		       size_t errlen);
 
 /*
- * Start-up checks that need the file system: the directory of every socket path and uds-path
- * exists and is writable (we create sockets there), no such path exists as a non-socket, and
- * every cgroup= directory is a directory of a cgroup file system with a writable cgroup.procs.
- * Returns 0 or a negative errno with a one-line message in err.
+ * Start-up checks that need the file system, made before anything is bound: the directory of
+ * every socket path and uds-path exists and is writable (we create sockets there), no such path
+ * exists as a non-socket, every cgroup= directory is a directory of a cgroup file system with a
+ * writable cgroup.procs, and no path uvsockd will listen on (socket, uds-path,
+ * `<uds-path>_seqpacket`, the control socket) is served by a live process: -EADDRINUSE with the
+ * path and the owner's PID in err. Inherited sockets (--fd, socket activation: uds_adopt) are
+ * not checked. Returns 0 or a negative errno with a one-line message in err.
  */
 int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen);
+
+/*
+ * The group of --socket-group as a gid (a name from the group database, or a number); *gid is
+ * (gid_t)-1 when none was given. Returns 0 or -ENOENT / -errno with a one-line message in err.
+ */
+int uvsockd_socket_gid(const struct uvsockd_config *c, gid_t *gid, char *err, size_t errlen);
 
 /* Frees what uvsockd_parse_args allocated. Safe on a zeroed config. */
 void uvsockd_config_clear(struct uvsockd_config *c);

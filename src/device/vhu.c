@@ -7,11 +7,14 @@
  * uvsock_dev_queue_stop, call_fd_changed -> uvsock_dev_set_call_fd, features_set ->
  * uvsock_dev_set_features, and a VMM disconnect -> uvsock_dev_reset. What the public API lacks
  * for this (the loop, the borrowed memory map, the VMM state, the end of a message) comes from
- * the device core through vhu.h. Everything runs on the device's thread.
+ * the device core through vhu.h. The socket may be inherited (uds_adopt: systemd socket
+ * activation, uvsockd --fd), listening or already connected to the VMM. Everything runs on the
+ * device's thread.
  */
 #include "device/vhu.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -29,7 +32,7 @@ struct dev_vhu {
 	struct vsock_dev *d;
 	uint32_t queue_size_max;
 	char path[108];
-	struct uds_listener listener;  /* the vhost-user socket */
+	struct uds_listener listener;  /* the vhost-user socket; fd -1: an inherited connection */
 	struct loop_watch *listen_w;
 	struct vhu_backend *vhu;       /* the VMM's connection, or NULL */
 	struct loop_watch *vhu_w;
@@ -122,7 +125,11 @@ static void vmm_disconnect(struct dev_vhu *v, int why)
 	v->vhu = NULL;
 	(void)uvsock_dev_reset(api(v));
 	/* Serve the socket again: the next VMM (a restarted VM) is accepted by vhu_listen_cb. */
-	(void)loop_watch_mod(v->listen_w, EPOLLIN);
+	if (v->listen_w)
+		(void)loop_watch_mod(v->listen_w, EPOLLIN);
+	else
+		log_warn("%s: the inherited vhost-user connection ended; this VM cannot attach "
+			 "again until uvsockd is restarted", vsock_dev_name(v->d));
 }
 
 static void vhu_cb(struct loop *l, int fd, uint32_t events, void *opaque)
@@ -141,11 +148,41 @@ static void vhu_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	dev_vhu_message_done(v->d);
 }
 
+/* Serves the VMM connected on s (owned from here on). Returns 0 or -errno (s closed). */
+static int vmm_attach(struct dev_vhu *v, int s)
+{
+	struct vhu_backend_config cfg;
+	int r;
+
+	vhu_backend_config_init(&cfg);
+	cfg.guest_cid = vsock_dev_guest_cid(v->d);
+	cfg.queue_size_max = v->queue_size_max;
+	cfg.name = vsock_dev_name(v->d);
+	r = vhu_backend_new(s, &cfg, &vhu_ops, v, &v->vhu);
+	if (r < 0) {
+		log_vm_dev(LOG_LVL_ERROR, cfg.guest_cid, "%s: vhost-user set-up failed: %s", cfg.name,
+			   strerror(-r));
+		close(s);
+		return r;
+	}
+	r = loop_watch_add(dev_loop(v->d), vhu_backend_fd(v->vhu), EPOLLIN, vhu_cb, v, &v->vhu_w);
+	if (r < 0) {
+		vhu_backend_free(v->vhu);
+		v->vhu = NULL;
+		return r;
+	}
+	/* One VMM at a time: further connections wait in the backlog. */
+	if (v->listen_w)
+		(void)loop_watch_mod(v->listen_w, 0);
+	dev_vhu_vmm_state(v->d, true);
+	log_vm_dev(LOG_LVL_INFO, cfg.guest_cid, "%s: VMM connected", cfg.name);
+	return 0;
+}
+
 static void vhu_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 {
 	struct dev_vhu *v = opaque;
-	struct vhu_backend_config cfg;
-	int s, r;
+	int s;
 
 	(void)l;
 	(void)events;
@@ -156,27 +193,37 @@ static void vhu_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 		close(s);
 		return;
 	}
-	vhu_backend_config_init(&cfg);
-	cfg.guest_cid = vsock_dev_guest_cid(v->d);
-	cfg.queue_size_max = v->queue_size_max;
-	cfg.name = vsock_dev_name(v->d);
-	r = vhu_backend_new(s, &cfg, &vhu_ops, v, &v->vhu);
-	if (r < 0) {
-		log_vm_dev(LOG_LVL_ERROR, cfg.guest_cid, "%s: vhost-user set-up failed: %s", cfg.name,
-			   strerror(-r));
-		close(s);
-		return;
+	(void)vmm_attach(v, s);
+}
+
+/*
+ * An inherited socket adopted for path (uds.h): a listener goes through uds_listen like a bound
+ * one; a connected one (QEMU's --fd convention, a socketpair end) is the VMM itself. Returns 1
+ * if a connection was attached, 0 to listen, or -errno.
+ */
+static int take_inherited(struct dev_vhu *v)
+{
+	bool listening = false;
+	int fd = uds_take_adopted(v->path), r;
+
+	if (fd < 0)
+		return 0;
+	r = uds_check_fd(fd, SOCK_STREAM, &listening);
+	if (r == 0 && listening) {
+		r = uds_adopt(v->path, fd); /* back for uds_listen */
+		if (r == 0)
+			return 0;
 	}
-	r = loop_watch_add(dev_loop(v->d), vhu_backend_fd(v->vhu), EPOLLIN, vhu_cb, v, &v->vhu_w);
+	if (r == 0 && fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+		r = -errno;
 	if (r < 0) {
-		vhu_backend_free(v->vhu);
-		v->vhu = NULL;
-		return;
+		close(fd);
+		return r;
 	}
-	/* One VMM at a time: further connections wait in the backlog. */
-	(void)loop_watch_mod(v->listen_w, 0);
-	dev_vhu_vmm_state(v->d, true);
-	log_vm_dev(LOG_LVL_INFO, cfg.guest_cid, "%s: VMM connected", cfg.name);
+	v->listener.fd = -1;
+	v->listener.flags = UDS_INHERITED;
+	r = vmm_attach(v, fd);
+	return r < 0 ? r : 1;
 }
 
 /* ---- life ------------------------------------------------------------------------------------ */
@@ -195,7 +242,15 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 	v->d = d;
 	v->queue_size_max = queue_size_max;
 	strcpy(v->path, path);
-	r = uds_listen(v->path, SOCK_STREAM, 128, 0, &v->listener);
+	r = take_inherited(v);
+	if (r == 1) {
+		log_info("%s: serving the inherited vhost-user connection (%s)", vsock_dev_name(d),
+			 v->path);
+		*ret = v;
+		return 0;
+	}
+	if (r == 0)
+		r = uds_listen(v->path, SOCK_STREAM, 128, 0, &v->listener);
 	if (r < 0) {
 		free(v);
 		return r;
@@ -221,8 +276,10 @@ void dev_vhu_free(struct dev_vhu *v)
 		vhu_backend_free(v->vhu);
 		v->vhu = NULL;
 	}
-	loop_watch_del(v->listen_w);
-	(void)uds_unlink_owned(v->path, &v->listener); /* before the close: see uds.h */
-	close(v->listener.fd);
+	if (v->listener.fd >= 0) {
+		loop_watch_del(v->listen_w);
+		(void)uds_unlink_owned(v->path, &v->listener); /* before the close: see uds.h */
+		close(v->listener.fd);
+	}
 	free(v);
 }

@@ -26,7 +26,10 @@ struct vsock_dev;
 /*
  * Listens on the vhost-user socket at path (a stale socket file is replaced) on d's loop and
  * serves one VMM at a time with rings of at most queue_size_max entries; a VMM that disconnects
- * resets the device (uvsock_dev_reset) and the next one is accepted. Context: device creation.
+ * resets the device (uvsock_dev_reset) and the next one is accepted. A socket adopted for path
+ * (util/uds.h: socket activation, uvsockd --fd) is used instead of binding: a listener as above,
+ * a connected socket as the VMM's connection (once it ends, the VM stays detached). Context:
+ * device creation.
  * Returns 0, -ENOMEM, or the errno of listening (-EEXIST, -EADDRINUSE, ...).
  */
 int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,

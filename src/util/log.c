@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: MIT */
-/* Logging to stderr with a level and per-call-site rate limiting. */
+/*
+ * Logging to stderr with a level and per-call-site rate limiting; the line's prefix (journald
+ * priority or timestamp) and tag (see log.h).
+ */
 #include "util/log.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "util/time.h"
 
@@ -20,6 +26,16 @@ static const char *const level_names[_LOG_LVL_MAX] = {
 	[LOG_LVL_WARN] = "warn",
 	[LOG_LVL_INFO] = "info",
 	[LOG_LVL_DEBUG] = "debug",
+};
+
+/* Set by log_setup() before other threads log; read-only afterwards. */
+static char tag[32] = "uvsock";
+static enum { PREFIX_NONE, PREFIX_JOURNAL, PREFIX_TIME } prefix_style;
+static const char journal_prio[_LOG_LVL_MAX] = {
+	[LOG_LVL_ERROR] = '3',
+	[LOG_LVL_WARN] = '4',
+	[LOG_LVL_INFO] = '6',
+	[LOG_LVL_DEBUG] = '7',
 };
 
 typedef uint64_t (*log_clock_fn)(void);
@@ -65,21 +81,61 @@ int log_level_from_string(const char *s)
 	return -EINVAL;
 }
 
+/* True if JOURNAL_STREAM ("device:inode", systemd.exec(5)) names stderr. */
+static bool stderr_is_journal(void)
+{
+	const char *js = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+	char end;
+
+	if (!js || sscanf(js, "%llu:%llu%c", &dev, &ino, &end) != 2 || fstat(2, &st) < 0)
+		return false;
+	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+bool log_setup(const char *program)
+{
+	snprintf(tag, sizeof(tag), "%s", program);
+	prefix_style = stderr_is_journal() ? PREFIX_JOURNAL : PREFIX_TIME;
+	return prefix_style == PREFIX_JOURNAL;
+}
+
+void log_emit(enum log_level lvl, const char *msg)
+{
+	log_sink_fn f = atomic_load_explicit(&sink, memory_order_relaxed);
+	char pre[40] = "";
+
+	if (f) {
+		f(lvl, msg);
+		return;
+	}
+
+	if (prefix_style == PREFIX_JOURNAL) {
+		snprintf(pre, sizeof(pre), "<%c>", journal_prio[lvl]);
+	} else if (prefix_style == PREFIX_TIME) {
+		/* Wall-clock time for the reader of the log; intervals use util/time.h. */
+		struct timespec ts;
+		struct tm tm;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		gmtime_r(&ts.tv_sec, &tm);
+		strftime(pre, sizeof(pre), "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(pre + strlen(pre), sizeof(pre) - strlen(pre), ".%03ldZ ",
+			 ts.tv_nsec / 1000000);
+	}
+	/* One write per message keeps lines from different threads whole. */
+	fprintf(stderr, "%s%s %s: %s\n", pre, tag, level_names[lvl], msg);
+}
+
 static void vlog(enum log_level lvl, const char *fmt, va_list ap)
 {
 	char buf[1024];
 	int n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	log_sink_fn f;
 
 	if (n < 0)
 		return;
-	f = atomic_load_explicit(&sink, memory_order_relaxed);
-	if (f) {
-		f(lvl, buf);
-		return;
-	}
-	/* One write per message keeps lines from different threads whole. */
-	fprintf(stderr, "uvsock %s: %s\n", level_names[lvl], buf);
+	log_emit(lvl, buf);
 }
 
 void log_msg(enum log_level lvl, const char *fmt, ...)

@@ -474,13 +474,170 @@ TEST(guest_memory_caps)
 		       "99999999999999999999T");
 }
 
+TEST(getopt_long_forms)
+{
+	struct uvsockd_config c;
+
+	/* `--opt=value` and `--opt value` for every option that takes one; abbreviations. */
+	ASSERT_OK(parse(&c, "--guest-cid=7", "--socket-path=/t/s", "--uds-path", "/t/u",
+			"--log-lev=debug", "--control=/t/c", NULL));
+	ASSERT_EQ(c.vms[0].guest_cid, 7);
+	ASSERT_STREQ(c.vms[0].socket_path, "/t/s");
+	ASSERT_EQ(c.log_level, LOG_LVL_DEBUG);
+	ASSERT_STREQ(c.control_path, "/t/c");
+	uvsockd_config_clear(&c);
+	/* Repeated calls start afresh (optind is reset). */
+	ASSERT_OK(parse(&c, "--vm=socket=/t/a,uds-path=/t/b", NULL));
+	ASSERT_EQ(c.n_vms, 1);
+	uvsockd_config_clear(&c);
+	ASSERT_REJECTS("unknown argument 'stray'", "--vm", "socket=/a,uds-path=/b", "stray");
+	ASSERT_REJECTS("--vm needs a value", "--vm");
+	ASSERT_REJECTS("--guest-memory-max needs a value", "--vm", "socket=/a,uds-path=/b",
+		       "--guest-memory-max");
+	ASSERT_REJECTS("unknown argument '--isolate=yes'", "--vm", "socket=/a,uds-path=/b",
+		       "--isolate=yes");
+	ASSERT_REJECTS("unknown argument '--so=/a'", "--so=/a", "--uds-path", "/b");
+}
+
+TEST(size_suffixes)
+{
+	struct uvsockd_config c;
+
+	/* K, M, G, T, binary, either case, as uvsock-perf takes them. */
+	ASSERT_OK(parse(&c, "--vm", "socket=/a,uds-path=/b,tx-buffer-size=64K",
+			"--guest-memory-max", "2g", "--guest-memory-total-max=1T", NULL));
+	ASSERT_EQ(c.vms[0].tx_buffer_size, 65536);
+	ASSERT_EQ_U64(c.guest_memory_max, 2ull << 30);
+	ASSERT_EQ_U64(c.guest_memory_total_max, 1ull << 40);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--socket", "/a", "--uds-path", "/b", "--tx-buffer-size", "1m", NULL));
+	ASSERT_EQ(c.vms[0].tx_buffer_size, 1 << 20);
+	uvsockd_config_clear(&c);
+	ASSERT_REJECTS("tx-buffer-size", "--vm", "socket=/a,uds-path=/b,tx-buffer-size=128M");
+	ASSERT_REJECTS("tx-buffer-size", "--vm", "socket=/a,uds-path=/b,tx-buffer-size=2K");
+	ASSERT_REJECTS("tx-buffer-size", "--vm", "socket=/a,uds-path=/b,tx-buffer-size=4Ki");
+	ASSERT_REJECTS("queue-size", "--vm", "socket=/a,uds-path=/b,queue-size=1K");
+}
+
+TEST(print_capabilities_ignores_every_other_option)
+{
+	struct uvsockd_config c;
+
+	ASSERT_OK(parse(&c, "--bogus", "--print-capabilities", "--vm", NULL));
+	ASSERT_EQ(c.action, UVSOCKD_PRINT_CAPABILITIES);
+	ASSERT_TRUE(c.vms == NULL);
+	/* After "--" it is no option. */
+	ASSERT_REJECTS("unknown argument", "--", "--print-capabilities");
+}
+
+TEST(tune_and_busy_poll)
+{
+	struct uvsockd_config c;
+
+	ASSERT_OK(parse(&c, "--socket", "/a", "--uds-path", "/b", "--tune", "no-zerocopy",
+			"--busy-poll-us=50", "--tune=no-merge", NULL));
+	ASSERT_STREQ(c.tune, "no-zerocopy,busy-poll-us=50,no-merge");
+	uvsockd_config_clear(&c);
+	ASSERT_REJECTS("--busy-poll-us 'x'", "--socket", "/a", "--uds-path", "/b",
+		       "--busy-poll-us", "x");
+	ASSERT_REJECTS("[0, 1000000]", "--socket", "/a", "--uds-path", "/b", "--busy-poll-us",
+		       "1000001");
+	ASSERT_REJECTS("--tune needs a value", "--socket", "/a", "--uds-path", "/b", "--tune=");
+}
+
+TEST(fd_socket)
+{
+	struct uvsockd_config c;
+
+	ASSERT_OK(parse(&c, "--fd", "3", "--uds-path", "/b", NULL));
+	ASSERT_EQ(c.vms[0].fd, 3);
+	ASSERT_STREQ(c.vms[0].socket_path, "/dev/fd/3");
+	/* No default control path beside an inherited socket. */
+	ASSERT_TRUE(c.control_off);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--vm", "fd=5,uds-path=/b", "--vm", "socket=/c,uds-path=/d,guest-cid=4",
+			"--control", "/t/ctl", NULL));
+	ASSERT_EQ(c.vms[0].fd, 5);
+	ASSERT_EQ(c.vms[1].fd, 0);
+	ASSERT_FALSE(c.control_off);
+	uvsockd_config_clear(&c);
+	ASSERT_REJECTS("exclude each other", "--vm", "fd=5,socket=/a,uds-path=/b");
+	ASSERT_REJECTS("--socket and --fd exclude", "--fd=5", "--socket=/a", "--uds-path=/b");
+	ASSERT_REJECTS("3 or more", "--fd", "2", "--uds-path", "/b");
+	ASSERT_REJECTS("3 or more", "--vm", "fd=x,uds-path=/b");
+	ASSERT_REJECTS("--uds-path is required", "--fd", "4");
+	ASSERT_REJECTS("fd 5 is used by two VMs", "--vm", "fd=5,uds-path=/b", "--vm",
+		       "fd=5,uds-path=/c,guest-cid=4");
+}
+
+TEST(socket_mode_and_group)
+{
+	struct uvsockd_config c;
+	gid_t gid;
+
+	ASSERT_OK(parse(&c, "--socket", "/a", "--uds-path", "/b", "--socket-mode", "0660",
+			"--socket-group=0", NULL));
+	ASSERT_EQ(c.socket_mode, 0660);
+	ASSERT_OK(uvsockd_socket_gid(&c, &gid, err, sizeof(err)));
+	ASSERT_EQ(gid, 0);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--socket", "/a", "--uds-path", "/b", "--socket-group=no-such-grp",
+			NULL));
+	ASSERT_ERR(uvsockd_socket_gid(&c, &gid, err, sizeof(err)), ENOENT);
+	ASSERT_TRUE(strstr(err, "no-such-grp") != NULL);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--socket", "/a", "--uds-path", "/b", NULL));
+	ASSERT_OK(uvsockd_socket_gid(&c, &gid, err, sizeof(err)));
+	ASSERT_EQ(gid, (gid_t)-1);
+	uvsockd_config_clear(&c);
+	ASSERT_REJECTS("octal", "--socket", "/a", "--uds-path", "/b", "--socket-mode", "0999");
+	ASSERT_REJECTS("octal", "--socket", "/a", "--uds-path", "/b", "--socket-mode", "1777");
+	ASSERT_REJECTS("octal", "--socket", "/a", "--uds-path", "/b", "--socket-mode", "rw");
+}
+
+TEST(check_paths_refuses_a_live_listener)
+{
+	char dir[] = "/tmp/uvsockd-live-XXXXXX", s[64], u[64], arg[300];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct uvsockd_config c;
+	int l;
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(s, sizeof(s), "%s/s", dir);
+	snprintf(u, sizeof(u), "%s/u", dir);
+	snprintf(arg, sizeof(arg), "socket=%s,uds-path=%s", s, u);
+	l = socket(AF_UNIX, SOCK_STREAM, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", u);
+	ASSERT_OK(bind(l, (struct sockaddr *)&sa, sizeof(sa)));
+	ASSERT_OK(listen(l, 4));
+	ASSERT_OK(parse(&c, "--vm", arg, NULL));
+	ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), EADDRINUSE);
+	ASSERT_TRUE(strstr(err, u) != NULL);
+	{
+		char pid[32];
+
+		snprintf(pid, sizeof(pid), "(pid %d)", (int)getpid());
+		ASSERT_TRUE(strstr(err, pid) != NULL);
+	}
+	uvsockd_config_clear(&c);
+	close(l);
+	unlink(u);
+	/* Nothing listens now: the stale file passes (uds_listen replaces it). */
+	ASSERT_OK(parse(&c, "--vm", arg, NULL));
+	ASSERT_OK(uvsockd_check_paths(&c, err, sizeof(err)));
+	uvsockd_config_clear(&c);
+	rmdir(dir);
+}
+
 TEST(usage_mentions_every_option)
 {
 	static const char *const opts[] = { "--vm", "--config", "--guest-cid", "--socket",
 					    "--uds-path",
 					    "--tx-buffer-size", "--queue-size", "--groups",
 					    "--log-level", "--print-capabilities", "--help",
-					    "--version", "--isolate", "--cgroup" };
+					    "--version", "--isolate", "--cgroup", "--fd", "--tune",
+					    "--busy-poll-us", "--socket-mode", "--socket-group",
+					    "--socket-path", "--control", "--capture" };
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
