@@ -15,8 +15,6 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,43 +23,6 @@
 #include "util/time.h"
 
 #define REQ_TIMEOUT_MS 10000
-
-static int connect_path(const char *path, int *ret_fd)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int r = -errno;
-
-		close(fd);
-		return r;
-	}
-	*ret_fd = fd;
-	return 0;
-}
-
-int ops_ctl_connect(const char *path, int *ret_fd)
-{
-	struct stat st;
-	char alt[128];
-
-	if (stat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
-		return -ENOTSOCK;
-	if (snprintf(alt, sizeof(alt), "%s%s", path, OPS_CTL_SUFFIX) < (int)sizeof(alt) &&
-	    strstr(path, OPS_CTL_SUFFIX) == NULL && stat(alt, &st) == 0 && S_ISSOCK(st.st_mode)) {
-		/* The vhost-user socket path was given: its control socket is next to it. */
-		if (connect_path(alt, ret_fd) == 0)
-			return 0;
-	}
-	return connect_path(path, ret_fd);
-}
 
 static int send_all(int fd, const char *buf, size_t len, int pass_fd)
 {
@@ -193,7 +154,8 @@ fail:
 /* ---- the program ----------------------------------------------------------------------- */
 
 struct opts {
-	const char *socket;
+	const char *socket;  /* -s: a control socket (*.ctl) or a VM's vhost-user socket */
+	const char *control; /* --control: the control socket, whatever its name */
 	bool json, counters, conns;
 	bool have_vm;
 	uint32_t vm;
@@ -209,15 +171,18 @@ struct opts {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: uvsock-stat [-s PATH] [--vm CID] [--counters|--conns] [--json]\n"
-		"                   [--watch [SECONDS]] [--count N]\n"
+		"Usage: uvsock-stat [-s PATH|--control PATH] [--vm CID] [--counters|--conns]\n"
+		"                   [--json] [--watch [SECONDS]] [--count N]\n"
 		"       uvsock-stat [-s PATH] --capture FILE|- [--vm CID] [--duration SECONDS]\n"
 		"                   [--snaplen BYTES] [--ns]\n"
 		"Counters and connections of a running uvsockd, or a packet capture (pcap,\n"
 		"LINKTYPE_VSOCK) of its traffic.\n"
 		"\n"
-		"  -s, --socket PATH   control socket (or the vhost-user socket: PATH.ctl is used);\n"
-		"                      default: $" OPS_STATCLI_ENV "\n"
+		"  -s, --socket PATH   the control socket (*.ctl) or a VM's vhost-user socket: then\n"
+		"                      the control socket listing it (PATH.ctl or *.ctl next to\n"
+		"                      it; never the vhost-user socket); default: $" OPS_STATCLI_ENV
+		"\n"
+		"      --control PATH  the control socket, whatever its name\n"
 		"      --vm CID        only this VM\n"
 		"      --counters      counters only      --conns   connection listing only\n"
 		"  -j, --json          one JSON object per refresh: {\"stats\":...,\"conns\":...}\n"
@@ -249,7 +214,9 @@ static int parse_uint(const char *s, unsigned long max, unsigned long *ret)
 static int parse_opts(int argc, char **argv, const char *version, struct opts *o, FILE *out,
 		      FILE *err)
 {
-	*o = (struct opts){ .socket = getenv(OPS_STATCLI_ENV), .interval_s = 1, .count = -1 };
+	const char *env = getenv(OPS_STATCLI_ENV);
+
+	*o = (struct opts){ .socket = env, .interval_s = 1, .count = -1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -272,6 +239,9 @@ static int parse_opts(int argc, char **argv, const char *version, struct opts *o
 		} else if (!strcmp(a, "-s") || !strcmp(a, "--socket")) {
 			NEED_ARG();
 			o->socket = next;
+		} else if (!strcmp(a, "--control")) {
+			NEED_ARG();
+			o->control = next;
 		} else if (!strcmp(a, "--vm")) {
 			NEED_ARG();
 			if (parse_uint(next, UINT32_MAX, &v) < 0) {
@@ -332,7 +302,13 @@ static int parse_opts(int argc, char **argv, const char *version, struct opts *o
 		}
 #undef NEED_ARG
 	}
-	if (!o->socket || !*o->socket) {
+	if (o->control && o->socket && o->socket != env) {
+		fprintf(err, "uvsock-stat: give either --socket or --control\n");
+		return -1;
+	}
+	if (o->control)
+		o->socket = NULL;
+	else if (!o->socket || !*o->socket) {
 		fprintf(err, "uvsock-stat: no control socket: use --socket PATH or set $%s\n",
 			OPS_STATCLI_ENV);
 		return -1;
@@ -586,6 +562,30 @@ out:
 	return rc;
 }
 
+/*
+ * Connects to the control socket of o (see ops_ctl_find for -s). Prints the reason and
+ * returns -1 on failure.
+ */
+static int connect_daemon(const struct opts *o, int *fd, FILE *err)
+{
+	const char *p = o->control ? o->control : o->socket;
+	int r = o->control ? ops_ctl_connect_exact(p, fd) : ops_ctl_find(p, fd, NULL, 0);
+
+	if (r == 0)
+		return 0;
+	if (r == -ESRCH)
+		fprintf(err,
+			"uvsock-stat: %s is not a control socket, and no uvsockd control socket next "
+			"to it (%s%s, *%s) lists it as a VM's socket; give the control socket with "
+			"--control PATH (uvsockd logs its control socket at start-up)\n",
+			p, p, OPS_CTL_SUFFIX, OPS_CTL_SUFFIX);
+	else if (r == -ENOTSOCK)
+		fprintf(err, "uvsock-stat: %s is not a socket\n", p);
+	else
+		fprintf(err, "uvsock-stat: cannot connect to %s: %s\n", p, strerror(-r));
+	return -1;
+}
+
 int uvsock_stat_main(int argc, char **argv, const char *version, FILE *out, FILE *err)
 {
 	struct opts o;
@@ -603,12 +603,8 @@ int uvsock_stat_main(int argc, char **argv, const char *version, FILE *out, FILE
 			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 				;
 		}
-		r = ops_ctl_connect(o.socket, &fd);
-		if (r < 0) {
-			fprintf(err, "uvsock-stat: cannot connect to %s: %s\n", o.socket,
-				strerror(-r));
+		if (connect_daemon(&o, &fd, err) < 0)
 			return 1;
-		}
 		if (o.capture) {
 			rc = do_capture(fd, &o, out, err);
 			close(fd);

@@ -110,19 +110,66 @@ TEST(json_output)
 	fake_stop(&f);
 }
 
-/* The vhost-user socket path works too: PATH.ctl is used. */
+/*
+ * A listening socket at path that must never be connected to (a stand-in for a VM's vhost-user
+ * socket): non-blocking, so that accept() tells whether anyone connected.
+ */
+static int never_connected_listener(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+	ASSERT_GE(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ASSERT_EQ(listen(fd, 4), 0);
+	return fd;
+}
+
+static void assert_never_connected(int fd, const char *path)
+{
+	ASSERT_EQ(accept(fd, NULL, NULL), -1);
+	ASSERT_EQ(errno, EAGAIN);
+	close(fd);
+	unlink(path);
+}
+
+/*
+ * A VM's vhost-user socket works too, and is never connected to: PATH.ctl is used (the fake
+ * daemon, like one from before the "socket" member, lists no socket paths); a socket without a
+ * control socket next to it fails with the rule in the message; so does a path that is not a
+ * socket.
+ */
 TEST(vhost_socket_path_resolves_to_ctl)
 {
 	struct fake_daemon f;
-	char vhost[160];
+	char vhost[160], other[160];
+	int vfd, ofd;
 
 	fake_start(&f, 1, NULL);
 	snprintf(vhost, sizeof(vhost), "%s/vhost.sock", f.dir);
-	/* Only PATH.ctl exists: used. */
+	snprintf(other, sizeof(other), "%s/other.sock", f.dir);
+	vfd = never_connected_listener(vhost);
+	ofd = never_connected_listener(other);
 	struct run r = stat_run((const char *[]){ "-s", vhost, "--counters", NULL });
 	ASSERT_EQ(r.rc, 0);
 	ASSERT_TRUE(strstr(r.out, "VM 3") != NULL);
 	run_free(&r);
+	/* vhost.sock.ctl lists no socket, and is not other.sock's default: not taken. */
+	r = stat_run((const char *[]){ "-s", other, "--counters", NULL });
+	ASSERT_EQ(r.rc, 1);
+	ASSERT_TRUE(strstr(r.err, "other.sock is not a control socket") != NULL);
+	ASSERT_TRUE(strstr(r.err, "--control PATH") != NULL);
+	run_free(&r);
+	r = stat_run((const char *[]){ "--control", f.path, "--counters", NULL });
+	ASSERT_EQ(r.rc, 0);
+	run_free(&r);
+	r = stat_run((const char *[]){ "-s", f.dir, NULL });
+	ASSERT_EQ(r.rc, 1);
+	ASSERT_TRUE(strstr(r.err, "is not a socket") != NULL);
+	run_free(&r);
+	assert_never_connected(vfd, vhost);
+	assert_never_connected(ofd, other);
 	fake_stop(&f);
 }
 
@@ -175,7 +222,7 @@ TEST(usage_errors)
 	run_free(&r);
 	r = stat_run((const char *[]){ "-s", "/nonexistent/ctl", NULL });
 	ASSERT_EQ(r.rc, 1);
-	ASSERT_TRUE(strstr(r.err, "cannot connect to /nonexistent/ctl") != NULL);
+	ASSERT_TRUE(strstr(r.err, "cannot connect to /nonexistent/ctl: No such file") != NULL);
 	run_free(&r);
 }
 
