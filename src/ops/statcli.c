@@ -153,10 +153,13 @@ fail:
 
 /* ---- the program ----------------------------------------------------------------------- */
 
+enum { PROM_TEXT = 1, PROM_OPENMETRICS };
+
 struct opts {
 	const char *socket;  /* -s: a control socket (*.ctl) or a VM's vhost-user socket */
 	const char *control; /* --control: the control socket, whatever its name */
 	bool json, counters, conns;
+	int prometheus;      /* 0: no; PROM_TEXT or PROM_OPENMETRICS */
 	bool have_vm;
 	uint32_t vm;
 	bool watch;
@@ -172,7 +175,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: uvsock-stat [-s PATH|--control PATH] [--vm CID] [--counters|--conns]\n"
-		"                   [--json] [--watch [SECONDS]] [--count N]\n"
+		"                   [--json|--prometheus[=FORMAT]] [--watch [SECONDS]] [--count N]\n"
 		"       uvsock-stat [-s PATH] --capture FILE|- [--vm CID] [--duration SECONDS]\n"
 		"                   [--snaplen BYTES] [--ns]\n"
 		"Counters and connections of a running uvsockd, or a packet capture (pcap,\n"
@@ -186,6 +189,9 @@ static void usage(FILE *f)
 		"      --vm CID        only this VM\n"
 		"      --counters      counters only      --conns   connection listing only\n"
 		"  -j, --json          one JSON object per refresh: {\"stats\":...,\"conns\":...}\n"
+		"      --prometheus[=text|openmetrics]\n"
+		"                      the counters as Prometheus text (node_exporter's textfile\n"
+		"                      collector) or OpenMetrics text\n"
 		"  -w, --watch [S]     refresh every S seconds (default 1) until interrupted\n"
 		"      --count N       with --watch: stop after N refreshes\n"
 		"  -c, --capture FILE  capture into FILE ('-': stdout) until --duration or Ctrl-C\n"
@@ -252,6 +258,10 @@ static int parse_opts(int argc, char **argv, const char *version, struct opts *o
 			o->vm = (uint32_t)v;
 		} else if (!strcmp(a, "-j") || !strcmp(a, "--json")) {
 			o->json = true;
+		} else if (!strcmp(a, "--prometheus") || !strcmp(a, "--prometheus=text")) {
+			o->prometheus = PROM_TEXT;
+		} else if (!strcmp(a, "--prometheus=openmetrics")) {
+			o->prometheus = PROM_OPENMETRICS;
 		} else if (!strcmp(a, "--counters")) {
 			o->counters = true;
 		} else if (!strcmp(a, "--conns")) {
@@ -322,6 +332,13 @@ static int parse_opts(int argc, char **argv, const char *version, struct opts *o
 		fprintf(err, "uvsock-stat: --duration, --snaplen and --ns go with --capture\n");
 		return -1;
 	}
+	if (o->prometheus && (o->json || o->conns || o->capture)) {
+		fprintf(err, "uvsock-stat: --prometheus does not combine with --json, --conns or "
+			     "--capture\n");
+		return -1;
+	}
+	if (o->prometheus)
+		o->counters = true;
 	if (o->count >= 0 && !o->watch) {
 		fprintf(err, "uvsock-stat: --count goes with --watch\n");
 		return -1;
@@ -450,7 +467,9 @@ static int show_once(int fd, const struct opts *o, FILE *out, FILE *err)
 		snprintf(req, sizeof(req), "conns");
 	if (o->conns && request(fd, req, -1, &raw_c, &cs, err) < 0)
 		goto out;
-	if (o->json) {
+	if (o->prometheus) {
+		ops_stat_prometheus(out, st, o->prometheus == PROM_OPENMETRICS);
+	} else if (o->json) {
 		fprintf(out, "{");
 		if (raw_s)
 			fprintf(out, "\"stats\":%s%s", raw_s, raw_c ? "," : "");

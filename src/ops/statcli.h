@@ -54,6 +54,13 @@ int ops_ctl_request(int fd, const char *req, int pass_fd, int timeout_ms, char *
 		    struct ops_jv **ret);
 
 /*
+ * Writes the counters of a "stats" answer (every VM it lists) as a Prometheus text exposition
+ * (format 0.0.4) or, with openmetrics, as OpenMetrics 1.0 text ending in "# EOF" (statprom.c;
+ * metric names and labels in docs/operations.md).
+ */
+void ops_stat_prometheus(FILE *out, const struct ops_jv *stats, bool openmetrics);
+
+/*
  * uvsock-stat: parses argv, talks to the daemon, prints to out (data) and err (diagnostics);
  * `version` is what --version prints. Returns the process exit code: 0, 1 (error talking to the
  * daemon, or an error answer), 2 (usage). Blocks SIGINT/SIGTERM in the calling thread while a
