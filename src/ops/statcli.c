@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 
 #include "ops/ctl.h"
 #include "ops/stats.h"
+#include "util/size.h"
 #include "util/time.h"
 
 #define REQ_TIMEOUT_MS 10000
@@ -216,101 +218,168 @@ static int parse_uint(const char *s, unsigned long max, unsigned long *ret)
 	return 0;
 }
 
-/* Returns 0, 1 (handled: exit 0), or -1 (usage error, message printed). */
+enum {
+	OPT_CONTROL = 256,
+	OPT_VM,
+	OPT_COUNTERS,
+	OPT_CONNS,
+	OPT_PROMETHEUS,
+	OPT_COUNT,
+	OPT_DURATION,
+	OPT_SNAPLEN,
+	OPT_NS,
+};
+
+static const struct option long_opts[] = {
+	{ "socket", required_argument, NULL, 's' },
+	{ "control", required_argument, NULL, OPT_CONTROL },
+	{ "vm", required_argument, NULL, OPT_VM },
+	{ "counters", no_argument, NULL, OPT_COUNTERS },
+	{ "conns", no_argument, NULL, OPT_CONNS },
+	{ "json", no_argument, NULL, 'j' },
+	{ "prometheus", optional_argument, NULL, OPT_PROMETHEUS },
+	{ "watch", optional_argument, NULL, 'w' },
+	{ "count", required_argument, NULL, OPT_COUNT },
+	{ "capture", required_argument, NULL, 'c' },
+	{ "duration", required_argument, NULL, OPT_DURATION },
+	{ "snaplen", required_argument, NULL, OPT_SNAPLEN },
+	{ "ns", no_argument, NULL, OPT_NS },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* The option getopt_long just refused, as the user wrote it. */
+static const char *bad_opt(char **argv, char *buf, size_t len)
+{
+	const char *a = argv[optind - 1];
+
+	if (optopt && optopt < 256 && strncmp(a, "--", 2) != 0) {
+		snprintf(buf, len, "-%c", optopt);
+		return buf;
+	}
+	return a;
+}
+
+/*
+ * GNU getopt_long ("--opt=value" and "--opt value"); stops at the first non-option ('+'), so
+ * that `--watch S` can take S from the next word. Not reentrant (getopt's globals): one call at
+ * a time per process. Returns 0, 1 (handled: exit 0), or -1 (usage error, message printed).
+ */
 static int parse_opts(int argc, char **argv, const char *version, struct opts *o, FILE *out,
 		      FILE *err)
 {
 	const char *env = getenv(OPS_STATCLI_ENV);
+	char obuf[8];
+	int c;
 
 	*o = (struct opts){ .socket = env, .interval_s = 1, .count = -1 };
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+	optind = 0; /* glibc: a full re-initialisation, for repeated in-process runs */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:s:jw::c:hV", long_opts, NULL)) != -1) {
+		const char *next = optind < argc ? argv[optind] : NULL;
 		unsigned long v;
+		uint64_t sz;
 
-#define NEED_ARG()                                                                                 \
-	do {                                                                                       \
-		if (!next) {                                                                       \
-			fprintf(err, "uvsock-stat: %s needs a value\n", a);                        \
-			return -1;                                                                 \
-		}                                                                                  \
-		i++;                                                                               \
-	} while (0)
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+		switch (c) {
+		case 'h':
 			usage(out);
 			return 1;
-		} else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+		case 'V':
 			fprintf(out, "uvsock-stat %s\n", version ? version : "?");
 			return 1;
-		} else if (!strcmp(a, "-s") || !strcmp(a, "--socket")) {
-			NEED_ARG();
-			o->socket = next;
-		} else if (!strcmp(a, "--control")) {
-			NEED_ARG();
-			o->control = next;
-		} else if (!strcmp(a, "--vm")) {
-			NEED_ARG();
-			if (parse_uint(next, UINT32_MAX, &v) < 0) {
-				fprintf(err, "uvsock-stat: --vm '%s' is not a CID\n", next);
+		case 's':
+			o->socket = optarg;
+			break;
+		case OPT_CONTROL:
+			o->control = optarg;
+			break;
+		case OPT_VM:
+			if (parse_uint(optarg, UINT32_MAX, &v) < 0) {
+				fprintf(err, "uvsock-stat: --vm '%s' is not a CID\n", optarg);
 				return -1;
 			}
 			o->have_vm = true;
 			o->vm = (uint32_t)v;
-		} else if (!strcmp(a, "-j") || !strcmp(a, "--json")) {
+			break;
+		case 'j':
 			o->json = true;
-		} else if (!strcmp(a, "--prometheus") || !strcmp(a, "--prometheus=text")) {
-			o->prometheus = PROM_TEXT;
-		} else if (!strcmp(a, "--prometheus=openmetrics")) {
-			o->prometheus = PROM_OPENMETRICS;
-		} else if (!strcmp(a, "--counters")) {
-			o->counters = true;
-		} else if (!strcmp(a, "--conns")) {
-			o->conns = true;
-		} else if (!strcmp(a, "-w") || !strcmp(a, "--watch")) {
-			o->watch = true;
-			if (next && parse_uint(next, 86400, &v) == 0) {
-				if (v == 0) {
-					fprintf(err, "uvsock-stat: --watch interval must be >= 1\n");
-					return -1;
-				}
-				o->interval_s = (unsigned)v;
-				i++;
+			break;
+		case OPT_PROMETHEUS:
+			if (!optarg || !strcmp(optarg, "text")) {
+				o->prometheus = PROM_TEXT;
+			} else if (!strcmp(optarg, "openmetrics")) {
+				o->prometheus = PROM_OPENMETRICS;
+			} else {
+				fprintf(err, "uvsock-stat: --prometheus=%s: the formats are text and "
+					     "openmetrics\n", optarg);
+				return -1;
 			}
-		} else if (!strcmp(a, "--count")) {
-			NEED_ARG();
-			if (parse_uint(next, 1000000000, &v) < 0 || v == 0) {
+			break;
+		case OPT_COUNTERS:
+			o->counters = true;
+			break;
+		case OPT_CONNS:
+			o->conns = true;
+			break;
+		case 'w':
+			/* --watch=S, -wS, or --watch S when the next word is a number */
+			o->watch = true;
+			if (!optarg && next && parse_uint(next, 86400, &v) == 0)
+				optarg = argv[optind++];
+			if (!optarg)
+				break;
+			if (parse_uint(optarg, 86400, &v) < 0 || v == 0) {
+				fprintf(err, "uvsock-stat: --watch interval must be 1..86400 seconds\n");
+				return -1;
+			}
+			o->interval_s = (unsigned)v;
+			break;
+		case OPT_COUNT:
+			if (parse_uint(optarg, 1000000000, &v) < 0 || v == 0) {
 				fprintf(err, "uvsock-stat: --count '%s' must be a positive number\n",
-					next);
+					optarg);
 				return -1;
 			}
 			o->count = (long)v;
-		} else if (!strcmp(a, "-c") || !strcmp(a, "--capture")) {
-			NEED_ARG();
-			o->capture = next;
-		} else if (!strcmp(a, "--duration")) {
-			NEED_ARG();
-			if (parse_uint(next, 7 * 86400, &v) < 0 || v == 0) {
+			break;
+		case 'c':
+			o->capture = optarg;
+			break;
+		case OPT_DURATION:
+			if (parse_uint(optarg, 7 * 86400, &v) < 0 || v == 0) {
 				fprintf(err, "uvsock-stat: --duration '%s' must be 1..604800 seconds\n",
-					next);
+					optarg);
 				return -1;
 			}
 			o->duration_s = (unsigned)v;
-		} else if (!strcmp(a, "--snaplen")) {
-			NEED_ARG();
-			if (parse_uint(next, OPS_PCAP_SNAPLEN_MAX, &v) < 0 ||
-			    v < OPS_VSOCKMON_HDR_SIZE + VSOCK_HDR_SIZE) {
-				fprintf(err, "uvsock-stat: --snaplen must be in [%u, %u]\n",
+			break;
+		case OPT_SNAPLEN:
+			if (size_parse(optarg, OPS_VSOCKMON_HDR_SIZE + VSOCK_HDR_SIZE,
+				       OPS_PCAP_SNAPLEN_MAX, &sz) < 0) {
+				fprintf(err, "uvsock-stat: --snaplen must be in [%u, %u] (K, M "
+					     "suffixes)\n",
 					OPS_VSOCKMON_HDR_SIZE + VSOCK_HDR_SIZE, OPS_PCAP_SNAPLEN_MAX);
 				return -1;
 			}
-			o->snaplen = (unsigned)v;
-		} else if (!strcmp(a, "--ns")) {
+			o->snaplen = (unsigned)sz;
+			break;
+		case OPT_NS:
 			o->ns = true;
-		} else {
-			fprintf(err, "uvsock-stat: unknown option '%s' (see --help)\n", a);
+			break;
+		case ':':
+			fprintf(err, "uvsock-stat: %s needs a value\n", bad_opt(argv, obuf,
+										sizeof(obuf)));
+			return -1;
+		default:
+			fprintf(err, "uvsock-stat: unknown option '%s' (see --help)\n",
+				bad_opt(argv, obuf, sizeof(obuf)));
 			return -1;
 		}
-#undef NEED_ARG
+	}
+	if (optind < argc) {
+		fprintf(err, "uvsock-stat: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return -1;
 	}
 	if (o->control && o->socket && o->socket != env) {
 		fprintf(err, "uvsock-stat: give either --socket or --control\n");

@@ -186,10 +186,32 @@ TEST(watch_count)
 	fake_stop(&f);
 }
 
+/* GNU getopt_long: --opt=value, --opt value and -oVALUE are the same. */
+TEST(option_forms)
+{
+	struct fake_daemon f;
+	char sarg[200];
+
+	fake_start(&f, 2, NULL);
+	snprintf(sarg, sizeof(sarg), "--socket=%s", f.path);
+	struct run r = stat_run((const char *[]){ sarg, "--vm=4", "--counters", "--json",
+						  "--watch=1", "--count=2", NULL });
+	ASSERT_EQ(r.rc, 0);
+	ASSERT_EQ(count_lines(r.out, "\n"), 2);
+	ASSERT_TRUE(strstr(r.out, "\"cid\":3") == NULL);
+	run_free(&r);
+	snprintf(sarg, sizeof(sarg), "-s%s", f.path);
+	r = stat_run((const char *[]){ sarg, "-j", "-w1", "--count", "1", NULL });
+	ASSERT_EQ(r.rc, 0);
+	ASSERT_EQ(count_lines(r.out, "\n"), 1);
+	run_free(&r);
+	fake_stop(&f);
+}
+
 TEST(usage_errors)
 {
 	static const struct {
-		const char *args[6];
+		const char *args[8];
 		const char *msg;
 	} cases[] = {
 		{ { NULL }, "no control socket" },
@@ -200,7 +222,15 @@ TEST(usage_errors)
 		{ { "-s", "/x", "--duration", "5", NULL }, "go with --capture" },
 		{ { "-s", "/x", "--capture", "/tmp/f", "--json", NULL }, "does not combine" },
 		{ { "-s", "/x", "--capture", "/tmp/f", "--snaplen", "10" }, "--snaplen must be" },
-		{ { "-s", "/x", "--watch", "0", NULL }, "interval must be >= 1" },
+		{ { "-s", "/x", "--watch", "0", NULL }, "interval must be 1..86400" },
+		{ { "-s", "/x", "--watch=x", NULL }, "interval must be 1..86400" },
+		{ { "-s", "/x", "--json=1", NULL }, "unknown option '--json=1'" },
+		{ { "-s", "/x", "-x", NULL }, "unknown option '-x'" },
+		{ { "-s", "/x", "stray", NULL }, "unexpected argument 'stray'" },
+		{ { "-s", "/x", "--count", NULL }, "--count needs a value" },
+		{ { "-s", "/x", "--prometheus=yaml", NULL }, "the formats are text and openmetrics" },
+		{ { "-s", "/x", "--capture", "/tmp/f", "--snaplen", "1G", NULL }, "--snaplen must be" },
+		{ { "--control", "/x", "-s", "/y", NULL }, "either --socket or --control" },
 	};
 
 	unsetenv(OPS_STATCLI_ENV);
