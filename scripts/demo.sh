@@ -35,7 +35,7 @@ done
 
 if [ $loopback = 1 ]; then
 	echo "== uvsock demo: AF_VSOCK-style client and server over the loopback transport =="
-	exec "$demo" --loopback --bytes 64
+	exec "$demo" --loopback --bytes 64M
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/uvsock-demo.XXXXXX")
