@@ -394,6 +394,7 @@ static void iso_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 			 gone ? "worker gone" : "no answer");
 	}
 	ret->cid = cid;
+	snprintf(ret->socket, sizeof(ret->socket), "%s", iso->cfg->vms[idx].socket_path);
 }
 
 static void iso_vm_conns(void *opaque, unsigned idx,

@@ -66,7 +66,10 @@ static uint32_t ctl_vm_cid(void *opaque, unsigned idx)
 
 static void ctl_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 {
-	vsock_dev_get_ops_stats(((struct vm_set *)opaque)->vms[idx].dev, ret);
+	const struct vm_thread *t = &((struct vm_set *)opaque)->vms[idx];
+
+	vsock_dev_get_ops_stats(t->dev, ret);
+	snprintf(ret->socket, sizeof(ret->socket), "%s", t->cfg->socket_path);
 }
 
 struct conns_walk {

@@ -3,8 +3,9 @@
 # The uvsock demo (`make demo`): starts uvsockd for one VM (guest cid 3) in a temporary
 # directory, runs tools/uvsock-demo as that VM's userspace guest and as a host program (greetings
 # both ways, SEQPACKET, a short throughput table, the commands to try it by hand), shows
-# uvsock-stat, then stops uvsockd by PID and checks that it exited cleanly and removed its
-# sockets. Nothing is left running; the temporary directory is removed on every path.
+# uvsock-stat with one line on why a clean run counts RSTs, then stops uvsockd by PID and
+# checks that it exited cleanly and removed its sockets. Nothing is left running; the temporary
+# directory is removed on every path.
 #
 #   scripts/demo.sh [--check] [BUILD_DIR]      (BUILD_DIR defaults to build)
 #   scripts/demo.sh --loopback [BUILD_DIR]     the first demo: in-process loopback, no uvsockd
@@ -17,7 +18,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--check) check=1; shift ;;
 	--loopback) loopback=1; shift ;;
-	-h|--help) sed -n '3,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "demo.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
 	*) break ;;
 	esac
@@ -35,7 +36,7 @@ done
 
 if [ $loopback = 1 ]; then
 	echo "== uvsock demo: AF_VSOCK-style client and server over the loopback transport =="
-	exec "$demo" --loopback --bytes 64
+	exec "$demo" --loopback --bytes 64M
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/uvsock-demo.XXXXXX")
@@ -92,7 +93,10 @@ echo "== uvsock demo: uvsockd (pid $pid) serves one VM, guest cid 3 =="
 	fail "uvsock-demo failed (see above)"
 
 echo "uvsock-stat -s $ctl --counters (uvsockd's counters for this run):"
-"$stat" -s "$ctl" --counters | sed 's/^/  /' || fail "uvsock-stat failed"
+"$stat" -s "$ctl" --counters | sed 's/^/  /' | tee "$tmp/stat.out" || fail "uvsock-stat failed"
+# Why a clean run shows RSTs (docs/vsock-protocol.md, state table: SHUTDOWN with both flags).
+echo "  Why RSTs after a clean run: a vsock close ends with one (the side that gets SHUTDOWN" \
+	"answers RST, as Linux does)"
 
 # Stop uvsockd by PID and check that it exits 0 and removes its sockets (bounded: 5 s).
 kill -TERM "$pid"
@@ -122,5 +126,9 @@ if [ $check = 1 ]; then
 		'socat - UNIX-CONNECT:/tmp/vm3.vsock'; do
 		grep -q -- "$want" "$tmp/demo.out" || fail "the output lacks: $want"
 	done
+	grep -q 'rst  [0-9]* sent, [0-9]* received' "$tmp/stat.out" ||
+		fail "uvsock-stat's counters lack the RST line the explanation is about"
+	grep -q 'Why 64 B host -> guest is slower: ' "$tmp/demo.out" ||
+		echo "demo.sh --check: (64 B host -> guest was not slower this time: no explanation)"
 	echo "demo.sh --check: every expected line is there."
 fi

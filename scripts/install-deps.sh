@@ -6,7 +6,8 @@ want="meson ninja-build gcc pkg-config libsystemd-dev" # libsystemd: uvsockd (da
 for k in "${@:-build test}"; do
 	case "$k" in
 	build) ;;
-	test) want="$want clang libclang-rt-14-dev socat tshark" ;; # tshark: the capture suite
+	# tshark: the capture suite; python3-prometheus-client: its parsers check --prometheus
+	test) want="$want clang libclang-rt-14-dev socat tshark python3-prometheus-client" ;;
 	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod" ;;
 	capture) want="$want tshark" ;;
 	# The Debian package and its test (debian/, tests/pkg): tools and Build-Depends.

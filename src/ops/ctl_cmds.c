@@ -180,9 +180,11 @@ static void cmd_stats(struct ops_ctl *c, struct ops_jw *w, int argc, char **argv
 		memset(&s, 0, sizeof(s));
 		c->ops->vm_stats(c->opaque, i, &s);
 		s.name[sizeof(s.name) - 1] = '\0';
+		s.socket[sizeof(s.socket) - 1] = '\0';
 		ops_jw_obj_begin(w, NULL);
 		ops_jw_u64(w, "cid", s.cid);
 		ops_jw_str(w, "name", s.name);
+		ops_jw_str(w, "socket", s.socket);
 		ops_jw_bool(w, "vmm_connected", s.vmm_connected);
 		ops_jw_bool(w, "broken", s.broken);
 		ops_jw_bool(w, "capturing", c->cap.active && tap_attached_to(c, i));

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,53 +16,15 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ops/ctl.h"
 #include "ops/stats.h"
+#include "util/size.h"
 #include "util/time.h"
 
 #define REQ_TIMEOUT_MS 10000
-
-static int connect_path(const char *path, int *ret_fd)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int r = -errno;
-
-		close(fd);
-		return r;
-	}
-	*ret_fd = fd;
-	return 0;
-}
-
-int ops_ctl_connect(const char *path, int *ret_fd)
-{
-	struct stat st;
-	char alt[128];
-
-	if (stat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
-		return -ENOTSOCK;
-	if (snprintf(alt, sizeof(alt), "%s%s", path, OPS_CTL_SUFFIX) < (int)sizeof(alt) &&
-	    strstr(path, OPS_CTL_SUFFIX) == NULL && stat(alt, &st) == 0 && S_ISSOCK(st.st_mode)) {
-		/* The vhost-user socket path was given: its control socket is next to it. */
-		if (connect_path(alt, ret_fd) == 0)
-			return 0;
-	}
-	return connect_path(path, ret_fd);
-}
 
 static int send_all(int fd, const char *buf, size_t len, int pass_fd)
 {
@@ -192,9 +155,13 @@ fail:
 
 /* ---- the program ----------------------------------------------------------------------- */
 
+enum { PROM_TEXT = 1, PROM_OPENMETRICS };
+
 struct opts {
-	const char *socket;
+	const char *socket;  /* -s: a control socket (*.ctl) or a VM's vhost-user socket */
+	const char *control; /* --control: the control socket, whatever its name */
 	bool json, counters, conns;
+	int prometheus;      /* 0: no; PROM_TEXT or PROM_OPENMETRICS */
 	bool have_vm;
 	uint32_t vm;
 	bool watch;
@@ -209,18 +176,24 @@ struct opts {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: uvsock-stat [-s PATH] [--vm CID] [--counters|--conns] [--json]\n"
-		"                   [--watch [SECONDS]] [--count N]\n"
+		"Usage: uvsock-stat [-s PATH|--control PATH] [--vm CID] [--counters|--conns]\n"
+		"                   [--json|--prometheus[=FORMAT]] [--watch [SECONDS]] [--count N]\n"
 		"       uvsock-stat [-s PATH] --capture FILE|- [--vm CID] [--duration SECONDS]\n"
 		"                   [--snaplen BYTES] [--ns]\n"
 		"Counters and connections of a running uvsockd, or a packet capture (pcap,\n"
 		"LINKTYPE_VSOCK) of its traffic.\n"
 		"\n"
-		"  -s, --socket PATH   control socket (or the vhost-user socket: PATH.ctl is used);\n"
-		"                      default: $" OPS_STATCLI_ENV "\n"
+		"  -s, --socket PATH   the control socket (*.ctl) or a VM's vhost-user socket: then\n"
+		"                      the control socket listing it (PATH.ctl or *.ctl next to\n"
+		"                      it; never the vhost-user socket); default: $" OPS_STATCLI_ENV
+		"\n"
+		"      --control PATH  the control socket, whatever its name\n"
 		"      --vm CID        only this VM\n"
 		"      --counters      counters only      --conns   connection listing only\n"
 		"  -j, --json          one JSON object per refresh: {\"stats\":...,\"conns\":...}\n"
+		"      --prometheus[=text|openmetrics]\n"
+		"                      the counters as Prometheus text (node_exporter's textfile\n"
+		"                      collector) or OpenMetrics text\n"
 		"  -w, --watch [S]     refresh every S seconds (default 1) until interrupted\n"
 		"      --count N       with --watch: stop after N refreshes\n"
 		"  -c, --capture FILE  capture into FILE ('-': stdout) until --duration or Ctrl-C\n"
@@ -245,94 +218,176 @@ static int parse_uint(const char *s, unsigned long max, unsigned long *ret)
 	return 0;
 }
 
-/* Returns 0, 1 (handled: exit 0), or -1 (usage error, message printed). */
+enum {
+	OPT_CONTROL = 256,
+	OPT_VM,
+	OPT_COUNTERS,
+	OPT_CONNS,
+	OPT_PROMETHEUS,
+	OPT_COUNT,
+	OPT_DURATION,
+	OPT_SNAPLEN,
+	OPT_NS,
+};
+
+static const struct option long_opts[] = {
+	{ "socket", required_argument, NULL, 's' },
+	{ "control", required_argument, NULL, OPT_CONTROL },
+	{ "vm", required_argument, NULL, OPT_VM },
+	{ "counters", no_argument, NULL, OPT_COUNTERS },
+	{ "conns", no_argument, NULL, OPT_CONNS },
+	{ "json", no_argument, NULL, 'j' },
+	{ "prometheus", optional_argument, NULL, OPT_PROMETHEUS },
+	{ "watch", optional_argument, NULL, 'w' },
+	{ "count", required_argument, NULL, OPT_COUNT },
+	{ "capture", required_argument, NULL, 'c' },
+	{ "duration", required_argument, NULL, OPT_DURATION },
+	{ "snaplen", required_argument, NULL, OPT_SNAPLEN },
+	{ "ns", no_argument, NULL, OPT_NS },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* The option getopt_long just refused, as the user wrote it. */
+static const char *bad_opt(char **argv, char *buf, size_t len)
+{
+	const char *a = argv[optind - 1];
+
+	if (optopt && optopt < 256 && strncmp(a, "--", 2) != 0) {
+		snprintf(buf, len, "-%c", optopt);
+		return buf;
+	}
+	return a;
+}
+
+/*
+ * GNU getopt_long ("--opt=value" and "--opt value"); stops at the first non-option ('+'), so
+ * that `--watch S` can take S from the next word. Not reentrant (getopt's globals): one call at
+ * a time per process. Returns 0, 1 (handled: exit 0), or -1 (usage error, message printed).
+ */
 static int parse_opts(int argc, char **argv, const char *version, struct opts *o, FILE *out,
 		      FILE *err)
 {
-	*o = (struct opts){ .socket = getenv(OPS_STATCLI_ENV), .interval_s = 1, .count = -1 };
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-		unsigned long v;
+	const char *env = getenv(OPS_STATCLI_ENV);
+	char obuf[8];
+	int c;
 
-#define NEED_ARG()                                                                                 \
-	do {                                                                                       \
-		if (!next) {                                                                       \
-			fprintf(err, "uvsock-stat: %s needs a value\n", a);                        \
-			return -1;                                                                 \
-		}                                                                                  \
-		i++;                                                                               \
-	} while (0)
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+	*o = (struct opts){ .socket = env, .interval_s = 1, .count = -1 };
+	optind = 0; /* glibc: a full re-initialisation, for repeated in-process runs */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:s:jw::c:hV", long_opts, NULL)) != -1) {
+		const char *next = optind < argc ? argv[optind] : NULL;
+		unsigned long v;
+		uint64_t sz;
+
+		switch (c) {
+		case 'h':
 			usage(out);
 			return 1;
-		} else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+		case 'V':
 			fprintf(out, "uvsock-stat %s\n", version ? version : "?");
 			return 1;
-		} else if (!strcmp(a, "-s") || !strcmp(a, "--socket")) {
-			NEED_ARG();
-			o->socket = next;
-		} else if (!strcmp(a, "--vm")) {
-			NEED_ARG();
-			if (parse_uint(next, UINT32_MAX, &v) < 0) {
-				fprintf(err, "uvsock-stat: --vm '%s' is not a CID\n", next);
+		case 's':
+			o->socket = optarg;
+			break;
+		case OPT_CONTROL:
+			o->control = optarg;
+			break;
+		case OPT_VM:
+			if (parse_uint(optarg, UINT32_MAX, &v) < 0) {
+				fprintf(err, "uvsock-stat: --vm '%s' is not a CID\n", optarg);
 				return -1;
 			}
 			o->have_vm = true;
 			o->vm = (uint32_t)v;
-		} else if (!strcmp(a, "-j") || !strcmp(a, "--json")) {
+			break;
+		case 'j':
 			o->json = true;
-		} else if (!strcmp(a, "--counters")) {
-			o->counters = true;
-		} else if (!strcmp(a, "--conns")) {
-			o->conns = true;
-		} else if (!strcmp(a, "-w") || !strcmp(a, "--watch")) {
-			o->watch = true;
-			if (next && parse_uint(next, 86400, &v) == 0) {
-				if (v == 0) {
-					fprintf(err, "uvsock-stat: --watch interval must be >= 1\n");
-					return -1;
-				}
-				o->interval_s = (unsigned)v;
-				i++;
+			break;
+		case OPT_PROMETHEUS:
+			if (!optarg || !strcmp(optarg, "text")) {
+				o->prometheus = PROM_TEXT;
+			} else if (!strcmp(optarg, "openmetrics")) {
+				o->prometheus = PROM_OPENMETRICS;
+			} else {
+				fprintf(err, "uvsock-stat: --prometheus=%s: the formats are text and "
+					     "openmetrics\n", optarg);
+				return -1;
 			}
-		} else if (!strcmp(a, "--count")) {
-			NEED_ARG();
-			if (parse_uint(next, 1000000000, &v) < 0 || v == 0) {
+			break;
+		case OPT_COUNTERS:
+			o->counters = true;
+			break;
+		case OPT_CONNS:
+			o->conns = true;
+			break;
+		case 'w':
+			/* --watch=S, -wS, or --watch S when the next word is a number */
+			o->watch = true;
+			if (!optarg && next && parse_uint(next, 86400, &v) == 0)
+				optarg = argv[optind++];
+			if (!optarg)
+				break;
+			if (parse_uint(optarg, 86400, &v) < 0 || v == 0) {
+				fprintf(err, "uvsock-stat: --watch interval must be 1..86400 seconds\n");
+				return -1;
+			}
+			o->interval_s = (unsigned)v;
+			break;
+		case OPT_COUNT:
+			if (parse_uint(optarg, 1000000000, &v) < 0 || v == 0) {
 				fprintf(err, "uvsock-stat: --count '%s' must be a positive number\n",
-					next);
+					optarg);
 				return -1;
 			}
 			o->count = (long)v;
-		} else if (!strcmp(a, "-c") || !strcmp(a, "--capture")) {
-			NEED_ARG();
-			o->capture = next;
-		} else if (!strcmp(a, "--duration")) {
-			NEED_ARG();
-			if (parse_uint(next, 7 * 86400, &v) < 0 || v == 0) {
+			break;
+		case 'c':
+			o->capture = optarg;
+			break;
+		case OPT_DURATION:
+			if (parse_uint(optarg, 7 * 86400, &v) < 0 || v == 0) {
 				fprintf(err, "uvsock-stat: --duration '%s' must be 1..604800 seconds\n",
-					next);
+					optarg);
 				return -1;
 			}
 			o->duration_s = (unsigned)v;
-		} else if (!strcmp(a, "--snaplen")) {
-			NEED_ARG();
-			if (parse_uint(next, OPS_PCAP_SNAPLEN_MAX, &v) < 0 ||
-			    v < OPS_VSOCKMON_HDR_SIZE + VSOCK_HDR_SIZE) {
-				fprintf(err, "uvsock-stat: --snaplen must be in [%u, %u]\n",
+			break;
+		case OPT_SNAPLEN:
+			if (size_parse(optarg, OPS_VSOCKMON_HDR_SIZE + VSOCK_HDR_SIZE,
+				       OPS_PCAP_SNAPLEN_MAX, &sz) < 0) {
+				fprintf(err, "uvsock-stat: --snaplen must be in [%u, %u] (K, M "
+					     "suffixes)\n",
 					OPS_VSOCKMON_HDR_SIZE + VSOCK_HDR_SIZE, OPS_PCAP_SNAPLEN_MAX);
 				return -1;
 			}
-			o->snaplen = (unsigned)v;
-		} else if (!strcmp(a, "--ns")) {
+			o->snaplen = (unsigned)sz;
+			break;
+		case OPT_NS:
 			o->ns = true;
-		} else {
-			fprintf(err, "uvsock-stat: unknown option '%s' (see --help)\n", a);
+			break;
+		case ':':
+			fprintf(err, "uvsock-stat: %s needs a value\n", bad_opt(argv, obuf,
+										sizeof(obuf)));
+			return -1;
+		default:
+			fprintf(err, "uvsock-stat: unknown option '%s' (see --help)\n",
+				bad_opt(argv, obuf, sizeof(obuf)));
 			return -1;
 		}
-#undef NEED_ARG
 	}
-	if (!o->socket || !*o->socket) {
+	if (optind < argc) {
+		fprintf(err, "uvsock-stat: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return -1;
+	}
+	if (o->control && o->socket && o->socket != env) {
+		fprintf(err, "uvsock-stat: give either --socket or --control\n");
+		return -1;
+	}
+	if (o->control)
+		o->socket = NULL;
+	else if (!o->socket || !*o->socket) {
 		fprintf(err, "uvsock-stat: no control socket: use --socket PATH or set $%s\n",
 			OPS_STATCLI_ENV);
 		return -1;
@@ -346,6 +401,13 @@ static int parse_opts(int argc, char **argv, const char *version, struct opts *o
 		fprintf(err, "uvsock-stat: --duration, --snaplen and --ns go with --capture\n");
 		return -1;
 	}
+	if (o->prometheus && (o->json || o->conns || o->capture)) {
+		fprintf(err, "uvsock-stat: --prometheus does not combine with --json, --conns or "
+			     "--capture\n");
+		return -1;
+	}
+	if (o->prometheus)
+		o->counters = true;
 	if (o->count >= 0 && !o->watch) {
 		fprintf(err, "uvsock-stat: --count goes with --watch\n");
 		return -1;
@@ -474,7 +536,9 @@ static int show_once(int fd, const struct opts *o, FILE *out, FILE *err)
 		snprintf(req, sizeof(req), "conns");
 	if (o->conns && request(fd, req, -1, &raw_c, &cs, err) < 0)
 		goto out;
-	if (o->json) {
+	if (o->prometheus) {
+		ops_stat_prometheus(out, st, o->prometheus == PROM_OPENMETRICS);
+	} else if (o->json) {
 		fprintf(out, "{");
 		if (raw_s)
 			fprintf(out, "\"stats\":%s%s", raw_s, raw_c ? "," : "");
@@ -586,6 +650,30 @@ out:
 	return rc;
 }
 
+/*
+ * Connects to the control socket of o (see ops_ctl_find for -s). Prints the reason and
+ * returns -1 on failure.
+ */
+static int connect_daemon(const struct opts *o, int *fd, FILE *err)
+{
+	const char *p = o->control ? o->control : o->socket;
+	int r = o->control ? ops_ctl_connect_exact(p, fd) : ops_ctl_find(p, fd, NULL, 0);
+
+	if (r == 0)
+		return 0;
+	if (r == -ESRCH)
+		fprintf(err,
+			"uvsock-stat: %s is not a control socket, and no uvsockd control socket next "
+			"to it (%s%s, *%s) lists it as a VM's socket; give the control socket with "
+			"--control PATH (uvsockd logs its control socket at start-up)\n",
+			p, p, OPS_CTL_SUFFIX, OPS_CTL_SUFFIX);
+	else if (r == -ENOTSOCK)
+		fprintf(err, "uvsock-stat: %s is not a socket\n", p);
+	else
+		fprintf(err, "uvsock-stat: cannot connect to %s: %s\n", p, strerror(-r));
+	return -1;
+}
+
 int uvsock_stat_main(int argc, char **argv, const char *version, FILE *out, FILE *err)
 {
 	struct opts o;
@@ -603,12 +691,8 @@ int uvsock_stat_main(int argc, char **argv, const char *version, FILE *out, FILE
 			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 				;
 		}
-		r = ops_ctl_connect(o.socket, &fd);
-		if (r < 0) {
-			fprintf(err, "uvsock-stat: cannot connect to %s: %s\n", o.socket,
-				strerror(-r));
+		if (connect_daemon(&o, &fd, err) < 0)
 			return 1;
-		}
 		if (o.capture) {
 			rc = do_capture(fd, &o, out, err);
 			close(fd);

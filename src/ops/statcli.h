@@ -18,11 +18,30 @@
 #define OPS_STATCLI_MAX_ANSWER (64u << 20)
 #define OPS_STATCLI_ENV "UVSOCK_CONTROL"
 
+/* At most this many "*.ctl" sockets of one directory are asked by ops_ctl_find. */
+#define OPS_CTL_FIND_MAX 64
+
 /*
- * Connects to the control socket at path; if path is not a socket but "<path>.ctl" is (the
- * vhost-user socket was given), connects there. Returns 0 with *ret_fd, or -errno.
+ * Finds the control socket for path and connects to it, never connecting to a vhost-user
+ * socket (statfind.c):
+ *  - path's name ends in ".ctl": it is a control socket, connected to as is;
+ *  - otherwise path is taken as a VM's vhost-user socket and is only stat()ed; the candidates
+ *    are "<path>.ctl", then the "*.ctl" sockets of path's directory (name order, at most
+ *    OPS_CTL_FIND_MAX); each is asked "stats" (at most 2 s) and the first whose VM list has a
+ *    VM with socket path (the same file) is the answer; "<path>.ctl" is also taken when its
+ *    daemon lists no socket paths at all (a daemon from before the "socket" member).
+ * On success *ret_fd is connected (the "stats" exchange done) and found (if not NULL) holds
+ * the control socket's path. Returns 0, -ENOENT/-EACCES... (stat of path), -ENOTSOCK (path is
+ * not a socket), -ESRCH (no control socket lists path), or the errno of connect for a *.ctl
+ * path. Context: any thread; blocks at most 2 s per candidate.
  */
+int ops_ctl_find(const char *path, int *ret_fd, char *found, size_t found_len);
+
+/* ops_ctl_find(path, ret_fd, NULL, 0). */
 int ops_ctl_connect(const char *path, int *ret_fd);
+
+/* Connects to path as it is, for a path the caller knows is a control socket. 0 or -errno. */
+int ops_ctl_connect_exact(const char *path, int *ret_fd);
 
 /*
  * Sends `req` plus a newline (with pass_fd as SCM_RIGHTS if >= 0; the caller keeps its copy)
@@ -33,6 +52,13 @@ int ops_ctl_connect(const char *path, int *ret_fd);
  */
 int ops_ctl_request(int fd, const char *req, int pass_fd, int timeout_ms, char **ret_raw,
 		    struct ops_jv **ret);
+
+/*
+ * Writes the counters of a "stats" answer (every VM it lists) as a Prometheus text exposition
+ * (format 0.0.4) or, with openmetrics, as OpenMetrics 1.0 text ending in "# EOF" (statprom.c;
+ * metric names and labels in docs/operations.md).
+ */
+void ops_stat_prometheus(FILE *out, const struct ops_jv *stats, bool openmetrics);
 
 /*
  * uvsock-stat: parses argv, talks to the daemon, prints to out (data) and err (diagnostics);

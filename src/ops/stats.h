@@ -91,6 +91,7 @@ void ops_counters_add(struct ops_vm_counters *acc, const struct ops_vm_counters 
 struct ops_vm_stats {
 	uint32_t cid;
 	char name[32];             /* "vm3"; NUL-terminated */
+	char socket[108];          /* its vhost-user socket path as configured; "" if none */
 	bool vmm_connected;        /* a VMM is connected on the vhost-user socket */
 	bool broken;               /* rings marked broken until restarted */
 	struct ops_vm_counters c;

@@ -45,7 +45,7 @@ static const struct ops_jv *vm0(const struct ops_jv *v)
 /*
  * uvd_start() returns once the vhost-user socket files exist; the daemon creates its control
  * socket after them. Wait (bounded) until the control socket answers, so that uvsock-stat -s
- * finds <socket>.ctl instead of falling back to the vhost-user socket itself.
+ * finds <socket>.ctl (it never falls back to the vhost-user socket itself).
  */
 static void uvd_start_ctl(struct uvd *u, const uint32_t *cid)
 {

@@ -110,19 +110,66 @@ TEST(json_output)
 	fake_stop(&f);
 }
 
-/* The vhost-user socket path works too: PATH.ctl is used. */
+/*
+ * A listening socket at path that must never be connected to (a stand-in for a VM's vhost-user
+ * socket): non-blocking, so that accept() tells whether anyone connected.
+ */
+static int never_connected_listener(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+	ASSERT_GE(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ASSERT_EQ(listen(fd, 4), 0);
+	return fd;
+}
+
+static void assert_never_connected(int fd, const char *path)
+{
+	ASSERT_EQ(accept(fd, NULL, NULL), -1);
+	ASSERT_EQ(errno, EAGAIN);
+	close(fd);
+	unlink(path);
+}
+
+/*
+ * A VM's vhost-user socket works too, and is never connected to: PATH.ctl is used (the fake
+ * daemon, like one from before the "socket" member, lists no socket paths); a socket without a
+ * control socket next to it fails with the rule in the message; so does a path that is not a
+ * socket.
+ */
 TEST(vhost_socket_path_resolves_to_ctl)
 {
 	struct fake_daemon f;
-	char vhost[160];
+	char vhost[160], other[160];
+	int vfd, ofd;
 
 	fake_start(&f, 1, NULL);
 	snprintf(vhost, sizeof(vhost), "%s/vhost.sock", f.dir);
-	/* Only PATH.ctl exists: used. */
+	snprintf(other, sizeof(other), "%s/other.sock", f.dir);
+	vfd = never_connected_listener(vhost);
+	ofd = never_connected_listener(other);
 	struct run r = stat_run((const char *[]){ "-s", vhost, "--counters", NULL });
 	ASSERT_EQ(r.rc, 0);
 	ASSERT_TRUE(strstr(r.out, "VM 3") != NULL);
 	run_free(&r);
+	/* vhost.sock.ctl lists no socket, and is not other.sock's default: not taken. */
+	r = stat_run((const char *[]){ "-s", other, "--counters", NULL });
+	ASSERT_EQ(r.rc, 1);
+	ASSERT_TRUE(strstr(r.err, "other.sock is not a control socket") != NULL);
+	ASSERT_TRUE(strstr(r.err, "--control PATH") != NULL);
+	run_free(&r);
+	r = stat_run((const char *[]){ "--control", f.path, "--counters", NULL });
+	ASSERT_EQ(r.rc, 0);
+	run_free(&r);
+	r = stat_run((const char *[]){ "-s", f.dir, NULL });
+	ASSERT_EQ(r.rc, 1);
+	ASSERT_TRUE(strstr(r.err, "is not a socket") != NULL);
+	run_free(&r);
+	assert_never_connected(vfd, vhost);
+	assert_never_connected(ofd, other);
 	fake_stop(&f);
 }
 
@@ -139,10 +186,32 @@ TEST(watch_count)
 	fake_stop(&f);
 }
 
+/* GNU getopt_long: --opt=value, --opt value and -oVALUE are the same. */
+TEST(option_forms)
+{
+	struct fake_daemon f;
+	char sarg[200];
+
+	fake_start(&f, 2, NULL);
+	snprintf(sarg, sizeof(sarg), "--socket=%s", f.path);
+	struct run r = stat_run((const char *[]){ sarg, "--vm=4", "--counters", "--json",
+						  "--watch=1", "--count=2", NULL });
+	ASSERT_EQ(r.rc, 0);
+	ASSERT_EQ(count_lines(r.out, "\n"), 2);
+	ASSERT_TRUE(strstr(r.out, "\"cid\":3") == NULL);
+	run_free(&r);
+	snprintf(sarg, sizeof(sarg), "-s%s", f.path);
+	r = stat_run((const char *[]){ sarg, "-j", "-w1", "--count", "1", NULL });
+	ASSERT_EQ(r.rc, 0);
+	ASSERT_EQ(count_lines(r.out, "\n"), 1);
+	run_free(&r);
+	fake_stop(&f);
+}
+
 TEST(usage_errors)
 {
 	static const struct {
-		const char *args[6];
+		const char *args[8];
 		const char *msg;
 	} cases[] = {
 		{ { NULL }, "no control socket" },
@@ -153,7 +222,15 @@ TEST(usage_errors)
 		{ { "-s", "/x", "--duration", "5", NULL }, "go with --capture" },
 		{ { "-s", "/x", "--capture", "/tmp/f", "--json", NULL }, "does not combine" },
 		{ { "-s", "/x", "--capture", "/tmp/f", "--snaplen", "10" }, "--snaplen must be" },
-		{ { "-s", "/x", "--watch", "0", NULL }, "interval must be >= 1" },
+		{ { "-s", "/x", "--watch", "0", NULL }, "interval must be 1..86400" },
+		{ { "-s", "/x", "--watch=x", NULL }, "interval must be 1..86400" },
+		{ { "-s", "/x", "--json=1", NULL }, "unknown option '--json=1'" },
+		{ { "-s", "/x", "-x", NULL }, "unknown option '-x'" },
+		{ { "-s", "/x", "stray", NULL }, "unexpected argument 'stray'" },
+		{ { "-s", "/x", "--count", NULL }, "--count needs a value" },
+		{ { "-s", "/x", "--prometheus=yaml", NULL }, "the formats are text and openmetrics" },
+		{ { "-s", "/x", "--capture", "/tmp/f", "--snaplen", "1G", NULL }, "--snaplen must be" },
+		{ { "--control", "/x", "-s", "/y", NULL }, "either --socket or --control" },
 	};
 
 	unsetenv(OPS_STATCLI_ENV);
@@ -175,7 +252,7 @@ TEST(usage_errors)
 	run_free(&r);
 	r = stat_run((const char *[]){ "-s", "/nonexistent/ctl", NULL });
 	ASSERT_EQ(r.rc, 1);
-	ASSERT_TRUE(strstr(r.err, "cannot connect to /nonexistent/ctl") != NULL);
+	ASSERT_TRUE(strstr(r.err, "cannot connect to /nonexistent/ctl: No such file") != NULL);
 	run_free(&r);
 }
 
