@@ -4,7 +4,8 @@
 # version) must be exactly tests/abi/symbols.txt, and the static libuvsock.a must define the
 # same global names. An export missing from the list, or a listed one gone, fails with the
 # difference. After a deliberate API change, regenerate the list:
-#   nm -D --defined-only build/libuvsock.so | awk '{print $NF}' | LC_ALL=C sort > tests/abi/symbols.txt
+#   nm -D --defined-only build/libuvsock.so | awk '{print $NF}' | LC_ALL=C sort \
+#     > tests/abi/symbols.txt
 #   check-symbols.sh LIBUVSOCK.so LIBUVSOCK.a SYMBOLS.txt
 set -u
 so=$1 ar=$2 list=$3

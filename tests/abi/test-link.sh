@@ -7,8 +7,9 @@
 #   test-link.sh BUILDDIR SRCDIR CC SANITIZE
 set -u
 build=$1 src=$2 cc=$3 san=$4
+# TAP: a skip is the empty plan with SKIP (meson counts it as skipped), exit 0.
+command -v pkg-config >/dev/null || { echo "1..0 # SKIP pkg-config missing"; exit 0; }
 echo "1..3"
-command -v pkg-config >/dev/null || { echo "1..0 # SKIP pkg-config missing"; exit 77; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/uvsock-link.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 root=$tmp/root

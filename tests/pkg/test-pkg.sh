@@ -1,11 +1,11 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# The Debian package (suite 'pkg', TAP): builds uvsockd, libuvsock0 and libuvsock-dev with
-# `dpkg-buildpackage -us -uc -b` from a copy of the source tree in a scratch directory (tests
-# skipped, DEB_BUILD_OPTIONS=nocheck: the tree's own run is this one), checks them with lintian
-# (errors fail), unpacks them with `dpkg -x` into a scratch root and, from there, runs the
-# installed uvsockd --version, one VM started and stopped (SIGTERM by PID: exit 0, its sockets
-# removed), uvsock-stat against it, and tests/abi/link-prog.c built with the installed
+# The Debian package (suite 'pkg'; prints TAP, exits 0, 1 or 77): builds uvsockd, libuvsock0 and
+# libuvsock-dev with `dpkg-buildpackage -us -uc -b` from a copy of the source tree in a scratch
+# directory (DEB_BUILD_OPTIONS=nocheck: the tree's own run is this one), checks them with
+# lintian (errors fail), unpacks them with `dpkg -x` into a scratch root and, from there, runs
+# the installed uvsockd --version, one VM started and stopped (SIGTERM by PID: exit 0, its
+# sockets removed), uvsock-stat against it, and tests/abi/link-prog.c built with the installed
 # libuvsock-dev's pkg-config file. Exit 77 (skip, said loudly) without the packaging tools.
 #   test-pkg.sh SRCDIR SANITIZE
 set -u
