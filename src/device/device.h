@@ -119,7 +119,13 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(guest_conns_symlink)   /* guest connects refused (RST): <uds-path>_<port> is a symlink   \
 				  * (also in guest_conns_refused) */                                \
 	X(sibling_replies_dropped) /* RSTs dropped, the inbox they were for full: our guest's      \
-				    * to a sibling, those the device made for our guest */
+				    * to a sibling, those the device made for our guest */\
+	X(guest_conns_denied)    /* guest connects refused (RST): connecting to <uds-path>_<port>  \
+				  * failed with EACCES/EPERM (also in guest_conns_refused) */      \
+	X(host_conns_no_guest)   /* host connections closed at once: no VMM attached or the guest  \
+				  * driver not running */                                          \
+	X(host_conns_guest_refused) /* host CONNECTs the guest answered with RST (nobody listens   \
+				     * on that guest port) */
 
 struct vsock_dev_stats {
 #define VSOCK_DEV_STATS_FIELD_(f) uint64_t f;
