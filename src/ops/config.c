@@ -18,7 +18,9 @@
 
 #include "util/macros.h"
 
-enum vm_key { K_CID, K_SOCKET, K_UDS, K_TXBUF, K_QSIZE, K_GROUPS, K_CGROUP, _K_MAX };
+enum vm_key {
+	K_CID, K_SOCKET, K_UDS, K_TXBUF, K_QSIZE, K_GROUPS, K_CGROUP, K_NAME, K_MAXCONNS, _K_MAX
+};
 
 static const char *const vm_key_names[_K_MAX] = {
 	[K_CID] = "guest_cid",
@@ -28,6 +30,8 @@ static const char *const vm_key_names[_K_MAX] = {
 	[K_QSIZE] = "queue_size",
 	[K_GROUPS] = "groups",
 	[K_CGROUP] = "cgroup",
+	[K_NAME] = "name",
+	[K_MAXCONNS] = "max_conns",
 };
 
 enum top_key { T_VMS, T_CONTROL, T_LOG_LEVEL, T_ISOLATE, _T_MAX };
@@ -314,6 +318,15 @@ static int set_vm_key(struct parser *p, int key, const char *v, bool flow)
 			return fail(p, "cgroup '%s' must be an absolute path (a cgroup directory)",
 				    v);
 		return set_path(p, vm->cgroup, "cgroup", v, OPS_CFG_CGROUP_PATH_MAX);
+	case K_NAME:
+	case K_MAXCONNS: {
+		char msg[256];
+		int r = key == K_NAME ? ops_cfg_set_name(vm->name, "name", v, msg, sizeof(msg))
+				      : ops_cfg_set_max_conns(&vm->max_conns, "max_conns", v, msg,
+							      sizeof(msg));
+
+		return r < 0 ? fail(p, "%s", msg) : 0;
+	}
 	}
 	return -EINVAL;
 }
@@ -351,6 +364,11 @@ static int finish_item(struct parser *p)
 		if (!strcmp(a->socket_path, b->socket_path) || !strcmp(a->socket_path, b->uds_path)) {
 			r = fail(p, "socket path '%s' is already used by the VM on line %u",
 				 a->socket_path, b->line);
+			goto out;
+		}
+		if (a->name[0] && !strcmp(a->name, b->name)) {
+			r = fail(p, "name '%s' is already used by the VM on line %u", a->name,
+				 b->line);
 			goto out;
 		}
 		if (!strcmp(a->uds_path, b->uds_path) || !strcmp(a->uds_path, b->socket_path)) {
@@ -664,6 +682,34 @@ out:
 	free(buf);
 	close(fd);
 	return r;
+}
+
+int ops_cfg_set_name(char *dst, const char *key, const char *v, char *err, size_t errlen)
+{
+	size_t n = strlen(v), digits = strspn(v, "0123456789");
+
+	if (n == 0 || n > OPS_CFG_NAME_MAX || digits == n ||
+	    strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n) {
+		snprintf(err, errlen, "%s '%s' must be 1 to %d letters, digits, '.', '_' or '-', "
+			 "not only digits", key, v, OPS_CFG_NAME_MAX);
+		return -EINVAL;
+	}
+	memcpy(dst, v, n + 1);
+	return 0;
+}
+
+int ops_cfg_set_max_conns(uint32_t *dst, const char *key, const char *v, char *err,
+			  size_t errlen)
+{
+	uint64_t n;
+
+	if (parse_u64(v, &n) < 0 || n < 1 || n > OPS_CFG_MAX_CONNS_MAX) {
+		snprintf(err, errlen, "%s '%s' must be a number in [1, %u]", key, v,
+			 OPS_CFG_MAX_CONNS_MAX);
+		return -EINVAL;
+	}
+	*dst = (uint32_t)n;
+	return 0;
 }
 
 void ops_config_clear(struct ops_config *c)
