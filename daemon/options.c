@@ -178,6 +178,8 @@ enum vm_key {
 	KEY_QSIZE,
 	KEY_GROUPS,
 	KEY_CGROUP,
+	KEY_NAME,
+	KEY_MAXCONNS,
 	_KEY_MAX,
 };
 
@@ -189,6 +191,8 @@ static const char *const key_names[_KEY_MAX] = {
 	[KEY_QSIZE] = "queue-size",
 	[KEY_GROUPS] = "groups",
 	[KEY_CGROUP] = "cgroup",
+	[KEY_NAME] = "name",
+	[KEY_MAXCONNS] = "max-conns",
 };
 
 /* Key names compare with '_' and '-' equal (vhost-device-vsock accepts both). */
@@ -240,6 +244,10 @@ static int set_key(struct uvsockd_vm_config *vm, int key, const char *v, char *e
 				    "cgroup '%s' must be an absolute path (a cgroup v2 directory, "
 				    "e.g. /sys/fs/cgroup/machine.slice/NAME)", v);
 		return set_path(vm->cgroup, "cgroup", v, UVSOCKD_CGROUP_PATH_MAX, err, errlen);
+	case KEY_NAME:
+		return ops_cfg_set_name(vm->name, "name", v, err, errlen);
+	case KEY_MAXCONNS:
+		return ops_cfg_set_max_conns(&vm->max_conns, "max-conns", v, err, errlen);
 	}
 	return -EINVAL;
 }
@@ -611,7 +619,9 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 			continue;
 		}
 		for (int k = 0; k < _KEY_MAX && key < 0; k++) {
-			m = match_opt(argc, argv, &i, single_opts[k], &v, err, errlen);
+			/* name= and max-conns= are --vm / --config keys only */
+			m = single_opts[k] ? match_opt(argc, argv, &i, single_opts[k], &v, err, errlen)
+					   : 0;
 			if (m < 0)
 				goto out_fail;
 			if (m)
@@ -835,7 +845,7 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"  --vm KEY=VALUE[,KEY=VALUE...]\n"
 		"                          one VM (repeatable); keys: guest-cid, socket,\n"
 		"                          uds-path, tx-buffer-size, queue-size, groups,\n"
-		"                          cgroup ('_' may replace '-' in keys)\n"
+		"                          cgroup, name, max-conns ('_' may replace '-')\n"
 		"  --guest-cid N           guest CID (3..4294967294, default 3)\n"
 		"  --socket PATH           vhost-user socket the VMM connects to\n"
 		"                          (alias: --socket-path)\n"

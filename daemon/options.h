@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ops/config.h"
 #include "util/log.h"
 
 #define UVSOCKD_MAX_VMS 1024
@@ -50,6 +51,8 @@ struct uvsockd_vm_config {
 	/* --isolate: the cgroup directory the VM's worker process joins ("" = stay where uvsockd
 	 * is); every VM of one worker names the same one. */
 	char cgroup[UVSOCKD_CGROUP_PATH_MAX + 1];
+	char name[OPS_CFG_NAME_MAX + 1]; /* name= for logs, uvsock-stat, vm-remove ("" = vm<cid>) */
+	uint32_t max_conns; /* max-conns=: host-side connections (0 = the fd budget's share) */
 };
 
 enum uvsockd_action {
