@@ -15,6 +15,7 @@
  */
 #include <sys/stat.h>
 
+#include "ctlquery.h"
 #include "guestside.h"
 #include "ops/json.h"
 #include "ops/statcli.h"
@@ -59,26 +60,6 @@ static void start_default_level(struct uvd *u)
 	if (!WAIT_FOR(ops_ctl_connect(ctl, &fd) >= 0, WAIT_MS))
 		test_fail(__FILE__, __LINE__, "%s does not answer", ctl);
 	close(fd);
-}
-
-/* VM 3's counter `name` from the control socket's `stats` answer. */
-static uint64_t vm3_counter(const struct uvd *u, const char *name)
-{
-	struct ops_jv *v = NULL;
-	const struct ops_jv *vms;
-	char ctl[200];
-	uint64_t n;
-	int fd = -1;
-
-	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
-	ASSERT_OK(ops_ctl_connect(ctl, &fd));
-	ASSERT_OK(ops_ctl_request(fd, "stats vm=3", -1, WAIT_MS, NULL, &v));
-	close(fd);
-	vms = ops_json_get(v, "vms");
-	ASSERT_TRUE(vms && vms->child);
-	n = ops_json_u64(ops_json_get(vms->child, "counters"), name, UINT64_MAX);
-	ops_json_free(v);
-	return n;
 }
 
 /* Lines of the daemon's stderr that hold both a and b. */
@@ -134,8 +115,8 @@ TEST(denied_host_listener_is_a_warning_and_counted)
 	ASSERT_EQ(g_connect(g, SOCK_STREAM, VMADDR_CID_HOST, 6000), -1);
 	ASSERT_EQ(errno, ECONNRESET);
 	expect_one_warn(&u, "pp=", "may not connect to vm3.vsock_6000 (Permission denied");
-	ASSERT_EQ_U64(vm3_counter(&u, "host_listeners_denied"), 1);
-	ASSERT_EQ_U64(vm3_counter(&u, "host_connects_refused"), 1);
+	ASSERT_EQ_U64(uvd_vm_counter(&u, 3, "host_listeners_denied"), 1);
+	ASSERT_EQ_U64(uvd_vm_counter(&u, 3, "host_connects_refused"), 1);
 	close(lfd);
 	uvsock_ctx_free(g);
 	ASSERT_EQ(uvd_stop(&u), 0);
@@ -151,7 +132,7 @@ TEST(host_connect_without_vmm_is_a_warning_and_counted)
 	ASSERT_TRUE(hs_wait_eof(fd, WAIT_MS));
 	close(fd);
 	expect_one_warn(&u, "lp=0", "no VMM attached or guest driver not running");
-	ASSERT_EQ_U64(vm3_counter(&u, "host_clients_no_guest"), 1);
+	ASSERT_EQ_U64(uvd_vm_counter(&u, 3, "host_clients_no_guest"), 1);
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
@@ -167,8 +148,8 @@ TEST(unparsable_connect_line_is_a_warning_and_counted)
 	ASSERT_TRUE(hs_wait_eof(fd, WAIT_MS));
 	close(fd);
 	expect_one_warn(&u, "vm=3:", "CONNECT line rejected: Protocol error");
-	ASSERT_EQ_U64(vm3_counter(&u, "host_connect_bad_lines"), 1);
-	ASSERT_EQ_U64(vm3_counter(&u, "host_clients_no_guest"), 0);
+	ASSERT_EQ_U64(uvd_vm_counter(&u, 3, "host_connect_bad_lines"), 1);
+	ASSERT_EQ_U64(uvd_vm_counter(&u, 3, "host_clients_no_guest"), 0);
 	uvsock_ctx_free(g);
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
@@ -182,7 +163,7 @@ TEST(connect_to_an_unused_guest_port_is_a_warning_and_counted)
 	g = g_guest_new(u.sock[0], NULL);
 	ASSERT_EQ(hs_connect_guest(u.uds[0], 7777, SOCK_STREAM, WAIT_MS), -1);
 	expect_one_warn(&u, "pp=7777", "nobody listens on guest port 7777");
-	ASSERT_EQ_U64(vm3_counter(&u, "host_clients_guest_refused"), 1);
+	ASSERT_EQ_U64(uvd_vm_counter(&u, 3, "host_clients_guest_refused"), 1);
 	uvsock_ctx_free(g);
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
