@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uvsockd's `--config FILE`: the VMs of `--vm` (and two daemon settings) in a YAML subset that
- * reads like rust-vmm vhost-device-vsock's configuration file, so one file serves both:
+ * uvsockd's `--config FILE`: the VMs of `--vm` (and three daemon settings) in YAML laid out like
+ * rust-vmm vhost-device-vsock's configuration file, so one file serves both:
  *
  *   # uvsockd.yaml
  *   control: /run/uvsockd.ctl        # optional: control socket path
@@ -18,18 +18,21 @@
  *       name: web4                   # optional: for logs, uvsock-stat, vm-remove (vm<cid>)
  *       max_conns: 4096              # optional: host-side connections (fd budget share)
  *
- * The subset: `#` comments, spaces (no tabs) for indentation, one `key: value` per line, block
- * sequences of block mappings under `vms:`, scalars plain, 'single' or "double" quoted (\" \\
- * escapes), `---` at the top. Keys accept `_` and `-` alike. Every error names the file and
- * line: "FILE:LINE: unknown key 'x'". Values are checked exactly as the command line checks
- * them (daemon/options.c): same ranges, same reserved CIDs, same path limits, plus uniqueness
- * of CIDs and paths across the file. docs/operations.md has the reference.
+ * The file is YAML, read with libyaml: block or flow style (`vms: [{guest_cid: 4, socket: /x,
+ * uds_path: /y}]`), plain or quoted scalars, comments, `---` at the top and `...` at the end.
+ * Refused, each with its line: anchors and aliases, tags, multi-line scalars, a second
+ * document, tabs in indentation, control characters in values. Keys accept `_` and `-` alike.
+ * Every error names the file and line: "FILE:LINE: unknown key 'x'"; YAML syntax errors are
+ * libyaml's words, "FILE:LINE: YAML: ...". Values are checked exactly as the command line
+ * checks them (daemon/options.c): same ranges, same reserved CIDs, same path limits, plus
+ * uniqueness of CIDs, paths and names across the file. docs/operations.md has the reference.
  *
  * The result is struct ops_config, field for field the shape of daemon/options.h's
  * struct uvsockd_vm_config; config_uvsockd.h converts (daemon/ only).
  *
  * Security model: the file comes from the operator (trusted) but is parsed defensively: size,
- * line length and VM count are bounded, every value is range-checked.
+ * line length and VM count are bounded before libyaml sees the text, nothing is expanded
+ * (no aliases), every value is range-checked.
  */
 #ifndef UVSOCK_OPS_CONFIG_H
 #define UVSOCK_OPS_CONFIG_H
