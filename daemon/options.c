@@ -619,9 +619,9 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 			continue;
 		}
 		for (int k = 0; k < _KEY_MAX && key < 0; k++) {
-			/* name= and max-conns= are --vm / --config keys only */
-			m = single_opts[k] ? match_opt(argc, argv, &i, single_opts[k], &v, err, errlen)
-					   : 0;
+			if (!single_opts[k])
+				continue; /* name= and max-conns=: --vm and --config keys only */
+			m = match_opt(argc, argv, &i, single_opts[k], &v, err, errlen);
 			if (m < 0)
 				goto out_fail;
 			if (m)
