@@ -292,8 +292,8 @@ static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
 		make_handshake_room(d);
 	if (r < 0 && r != -EAGAIN) {
 		DEV_STAT_ADD(d, host_connect_bad_line, 1);
-		log_vm_dev(LOG_LVL_WARN, d->cid, "host connection closed: CONNECT line rejected: %s",
-			   strerror(-r));
+		log_vm_dev(LOG_LVL_WARN, d->cid,
+			   "host connection closed: CONNECT line rejected: %s", strerror(-r));
 		goto out_close;
 	}
 	if (hconn_new(d, fd, seqpacket, HC_READ_CONNECT, EPOLLIN, &c) < 0)
@@ -474,8 +474,8 @@ static void read_connect_line(struct hconn *c)
 		return;
 	if (r < 0) {
 		DEV_STAT_ADD(c->dev, host_connect_bad_line, 1);
-		log_vm_dev(LOG_LVL_WARN, c->dev->cid, "host connection closed: CONNECT line rejected: "
-			   "%s", strerror(-r));
+		log_vm_dev(LOG_LVL_WARN, c->dev->cid,
+			   "host connection closed: CONNECT line rejected: %s", strerror(-r));
 		hconn_close(c);
 		return;
 	}
