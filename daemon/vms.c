@@ -306,9 +306,9 @@ static int check_unique(const struct vm_set *s, const struct uvsockd_vm_config *
 		else if (!strcmp(v->uds_path, o->socket_path) || !strcmp(v->uds_path, o->uds_path))
 			path = v->uds_path;
 		if (path || !strcmp(v->name, o->name)) {
-			snprintf(err, errlen, "guest-cid %u: %s '%s' is already used by guest-cid %u",
-				 v->guest_cid, path ? "path" : "name", path ? path : v->name,
-				 o->guest_cid);
+			snprintf(err, errlen,
+				 "guest-cid %u: %s '%s' is already used by guest-cid %u", v->guest_cid,
+				 path ? "path" : "name", path ? path : v->name, o->guest_cid);
 			return -EEXIST;
 		}
 	}
@@ -514,7 +514,8 @@ static bool same_vm(const struct uvsockd_vm_config *a, const struct uvsockd_vm_c
 	/* a is running (name filled in); b is from the file ("" is vm<cid>). */
 	if (b->name[0])
 		return !strcmp(a->name, b->name);
-	return !strncmp(a->name, "vm", 2) && strspn(a->name + 2, "0123456789") == strlen(a->name + 2) &&
+	return !strncmp(a->name, "vm", 2) &&
+	       strspn(a->name + 2, "0123456789") == strlen(a->name + 2) &&
 	       strtoull(a->name + 2, NULL, 10) == a->guest_cid;
 }
 
@@ -573,7 +574,8 @@ static void vm_set_reload(struct vm_set *s, const struct uvsockd_config *was)
 	if (r == 0)
 		r = uvsockd_check_paths(&nc, err, sizeof(err));
 	if (r == 0 && nc.isolate) {
-		snprintf(err, sizeof(err), "isolate cannot be turned on at runtime (restart uvsockd)");
+		snprintf(err, sizeof(err),
+			 "isolate cannot be turned on at runtime (restart uvsockd)");
 		r = -ENOTSUP;
 	}
 	if (r < 0) {
@@ -644,7 +646,9 @@ static int vm_set_create(struct vm_set *s, const struct uvsockd_config *cfg, con
 			MAX(1u, uvsockd_host_conn_budget(s->nofile - taken, n - n_explicit)) : 1;
 	}
 	if (cfg->capture_path[0]) {
-		r = ops_pcap_open_path(cfg->capture_path, &(struct ops_pcap_opts){ 0 }, &s->capture);
+		struct ops_pcap_opts po = { 0 };
+
+		r = ops_pcap_open_path(cfg->capture_path, &po, &s->capture);
 		if (r < 0) {
 			fprintf(stderr, "uvsockd: --capture %s: %s\n", cfg->capture_path,
 				strerror(-r));

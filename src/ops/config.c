@@ -489,7 +489,8 @@ static int groups_value(struct parser *p, char *val)
 	size_t n = 0;
 
 	if (p->ev.type != YAML_SEQUENCE_START_EVENT)
-		return scalar_value(p, "groups", val) < 0 ? -EINVAL : set_groups(p, p->cur, val, false);
+		return scalar_value(p, "groups", val) < 0 ? -EINVAL
+							  : set_groups(p, p->cur, val, false);
 	for (;;) {
 		char name[OPS_CFG_MAX_LINE];
 		size_t k;
@@ -550,7 +551,8 @@ static int vms_value(struct parser *p)
 	    p->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
 		return 0; /* `vms:` and nothing: no VM (said at the end) */
 	if (p->ev.type != YAML_SEQUENCE_START_EVENT)
-		return fail(p, "vms: expected a list of VMs, one '- ' entry each (or [{...}, ...])");
+		return fail(p, "vms: expected a list of VMs, one '- ' entry each "
+			    "(or [{...}, ...])");
 	for (;;) {
 		r = next(p);
 		if (r < 0 || p->ev.type == YAML_SEQUENCE_END_EVENT)
@@ -664,7 +666,8 @@ static ssize_t prescan(struct parser *p, const char *text, size_t len)
 	while (off < len) {
 		const char *nl = memchr(text + off, '\n', len - off);
 		const char *s = text + off;
-		size_t n = nl ? (size_t)(nl - s) : len - off, next = off + n + (nl ? 1 : 0), lead = 0;
+		size_t n = nl ? (size_t)(nl - s) : len - off, lead = 0;
+		size_t next = off + n + (nl ? 1 : 0);
 
 		p->line++;
 		if (n && s[n - 1] == '\r')

@@ -97,8 +97,9 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 	r = build_request(argc - optind, argv + optind, req, sizeof(req));
 	if (r < 0) {
 		fprintf(err, "uvsock-ctl: %s (see --help)\n",
-			r == -E2BIG ? "the request is too long" :
-			argc == optind ? "no command given" : "expected add-vm SPEC or remove-vm CID|NAME");
+			r == -E2BIG	 ? "the request is too long"
+			: argc == optind ? "no command given"
+					 : "expected add-vm SPEC or remove-vm CID|NAME");
 		return 2;
 	}
 	if (!path || !*path) {

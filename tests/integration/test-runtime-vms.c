@@ -7,8 +7,9 @@
  * time the other VM comes and goes, then read to the end and checked byte by byte.
  *
  *   - add-vm joins the new VM to its group (a sibling connection to it works), with its name=
- *     and max-conns=; remove-vm by name takes its socket files away; the same CID added again
- *     is reachable again from its sibling; a max-conns= over the fd budget is refused;
+ *     and max-conns= (a second host program over max-conns=1 is refused); remove-vm by name
+ *     takes its socket files away; the same CID added again is reachable again from its
+ *     sibling; a max-conns= over the fd budget is refused;
  *   - SIGHUP: a VM gone from the file is removed, a new one added, a changed one restarted, an
  *     unchanged one (with an open connection) untouched; a file that does not parse changes
  *     nothing;
@@ -116,12 +117,32 @@ static void sibling_round_trip(struct uvsock_ctx *from, uint32_t cid, int lfd)
 	uvsock_close(b);
 }
 
-/* A VM B (CID 4, group g) appears: its guest listens on 9000 and A's guest reaches it. */
-static void b_serves(struct uvd *u, struct uvsock_ctx *ga, const char *spec, const char *sock)
+/* A host program on uds is closed at once, before its CONNECT line is answered. */
+static bool host_refused(const char *uds)
+{
+	struct sockaddr_un a = hs_addr(uds);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool closed;
+
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	(void)!send(fd, "CONNECT 9000\n", 13, MSG_NOSIGNAL);
+	closed = hs_wait_eof(fd, WAIT_MS);
+	close(fd);
+	return closed;
+}
+
+/*
+ * A VM B (CID 4, group g) appears: its guest listens on 9000 and A's guest reaches it. With
+ * max_conns 1 (its spec says max-conns=1), a second host program is refused while one is in.
+ */
+static void b_serves(struct uvd *u, struct uvsock_ctx *ga, const char *spec, const char *sock,
+		     unsigned max_conns)
 {
 	struct ctl_out o = ctl_run(u->sock[0], "add-vm", spec);
+	char uds[160];
 	struct uvsock_ctx *gb;
-	int lb;
+	int lb, h1, g1;
 
 	if (o.rc != 0)
 		test_fail(__FILE__, __LINE__, "add-vm %s: %d %s", spec, o.rc, o.err);
@@ -129,6 +150,14 @@ static void b_serves(struct uvd *u, struct uvsock_ctx *ga, const char *spec, con
 	gb = g_guest_new(sock, NULL);
 	lb = g_listen(gb, SOCK_STREAM, 9000);
 	sibling_round_trip(ga, 4, lb);
+	if (max_conns == 1) {
+		snprintf(uds, sizeof(uds), "%s/vm4.vsock", u->dir);
+		g1 = g_accept_host(lb, uds, SOCK_STREAM, 9000, &h1);
+		ASSERT_TRUE(host_refused(uds));
+		ASSERT_EQ_U64(uvd_vm_counter(u, 4, "host_clients_refused"), 1);
+		uvsock_close(g1);
+		close(h1);
+	}
 	uvsock_close(lb);
 	uvsock_ctx_free(gb);
 }
@@ -179,9 +208,9 @@ TEST(vm_added_and_removed_while_another_transfers)
 
 	snprintf(sock4, sizeof(sock4), "%s/vm4.sock", u.dir);
 	snprintf(spec, sizeof(spec),
-		 "guest-cid=4,socket=%s,uds-path=%s/vm4.vsock,groups=g,name=vmb,max-conns=16",
+		 "guest-cid=4,socket=%s,uds-path=%s/vm4.vsock,groups=g,name=vmb,max-conns=1",
 		 sock4, u.dir);
-	b_serves(&u, x.ga, spec, sock4);
+	b_serves(&u, x.ga, spec, sock4, 1);
 	vm_list(&u, true, names, sizeof(names));
 	ASSERT_STREQ(names, "3=vm3,4=vmb");
 	/* The same CID, path or name again is refused, and so is a budget that does not fit. */
@@ -205,7 +234,7 @@ TEST(vm_added_and_removed_while_another_transfers)
 	/* Back with the same CID (default name): its sibling reaches the new one. */
 	snprintf(spec, sizeof(spec), "guest-cid=4,socket=%s,uds-path=%s/vm4.vsock,groups=g", sock4,
 		 u.dir);
-	b_serves(&u, x.ga, spec, sock4);
+	b_serves(&u, x.ga, spec, sock4, 0);
 	ASSERT_EQ(ctl_run(u.sock[0], "remove-vm", "4").rc, 0);
 
 	xfer_finish(&x);
