@@ -141,6 +141,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	vm_set_reload_args(argc, argv); /* for SIGHUP */
 	if (cfg.isolate)
 		rc = isolate_run(&cfg, &sigs);
 	else

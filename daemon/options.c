@@ -198,6 +198,8 @@ enum vm_key {
 	KEY_GROUPS,
 	KEY_CGROUP,
 	KEY_FD,
+	KEY_NAME,
+	KEY_MAXCONNS,
 	_KEY_MAX,
 };
 
@@ -210,6 +212,8 @@ static const char *const key_names[_KEY_MAX] = {
 	[KEY_GROUPS] = "groups",
 	[KEY_CGROUP] = "cgroup",
 	[KEY_FD] = "fd",
+	[KEY_NAME] = "name",
+	[KEY_MAXCONNS] = "max-conns",
 };
 
 /* Key names compare with '_' and '-' equal (vhost-device-vsock accepts both). */
@@ -272,6 +276,10 @@ static int set_key(struct uvsockd_vm_config *vm, int key, const char *v, char *e
 		vm->fd = (int)fd;
 		return 0;
 	}
+	case KEY_NAME:
+		return ops_cfg_set_name(vm->name, "name", v, err, errlen);
+	case KEY_MAXCONNS:
+		return ops_cfg_set_max_conns(&vm->max_conns, "max-conns", v, err, errlen);
 	}
 	return -EINVAL;
 }
@@ -1016,7 +1024,7 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"  --vm KEY=VALUE[,KEY=VALUE...]\n"
 		"                          one VM (repeatable); keys: guest-cid, socket, fd,\n"
 		"                          uds-path, tx-buffer-size, queue-size, groups,\n"
-		"                          cgroup ('_' may replace '-' in keys)\n"
+		"                          cgroup, name, max-conns ('_' may replace '-')\n"
 		"  --guest-cid N           guest CID (3..4294967294, default 3)\n"
 		"  --socket PATH           vhost-user socket the VMM connects to\n"
 		"                          (alias: --socket-path)\n"

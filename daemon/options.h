@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "ops/config.h"
 #include "util/log.h"
 
 #define UVSOCKD_MAX_VMS 1024
@@ -56,6 +57,8 @@ struct uvsockd_vm_config {
 	 * backend program conventions), used instead of binding; socket_path is then "/dev/fd/N".
 	 * 0: none (so a zeroed entry has none). */
 	int fd;
+	char name[OPS_CFG_NAME_MAX + 1]; /* name= for logs, uvsock-stat, vm-remove ("" = vm<cid>) */
+	uint32_t max_conns; /* max-conns=: host-side connections (0 = the fd budget's share) */
 };
 
 enum uvsockd_action {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,7 +29,8 @@
 #endif
 
 struct vm_thread {
-	const struct uvsockd_vm_config *cfg;
+	struct uvsockd_vm_config cfg; /* a copy; name filled in (vm<cid> by default) */
+	uint32_t max_conns;           /* the host-side connections it got from the fd budget */
 	struct vsock_dev *dev;
 	pthread_t th;
 	bool started;
@@ -36,11 +38,32 @@ struct vm_thread {
 };
 
 struct vm_set {
+	/*
+	 * Held by whoever changes vms/n (the main thread on SIGHUP, the control thread for
+	 * vm-add/vm-remove) and by the control thread while it uses VM indexes (ops lock). The
+	 * VM threads never take it.
+	 */
+	pthread_mutex_t lock;
 	struct vsock_router *router;
-	struct vm_thread *vms;
+	struct vm_thread **vms; /* n entries, each allocated on its own (a VM thread keeps its) */
 	unsigned n;
 	struct ops_pcap *capture;
+	struct ops_ctl *ctl;    /* the in-process control socket over this set, or NULL */
+	bool runtime;           /* VMs may be added and removed (not an --isolate worker) */
+	bool threads;           /* the VM threads run (after vm_set_start) */
+	uint64_t nofile;        /* RLIMIT_NOFILE in force: the fd budget's total */
+	uint32_t default_conns; /* host-side connections of a start-up VM without max-conns= */
 };
+
+/* argv of uvsockd, for SIGHUP (vm_set_reload_args). */
+static int reload_argc;
+static char *const *reload_argv;
+
+void vm_set_reload_args(int argc, char *const *argv)
+{
+	reload_argc = argc;
+	reload_argv = argv;
+}
 
 unsigned vm_set_count(const struct vm_set *s)
 {
@@ -49,10 +72,15 @@ unsigned vm_set_count(const struct vm_set *s)
 
 const struct uvsockd_vm_config *vm_set_vm(const struct vm_set *s, unsigned i)
 {
-	return s->vms[i].cfg;
+	return &s->vms[i]->cfg;
 }
 
 /* ---- control socket: what uvsock-stat reads ---------------------------------------------- */
+
+static struct vsock_dev *dev_at(void *opaque, unsigned idx)
+{
+	return ((struct vm_set *)opaque)->vms[idx]->dev;
+}
 
 static unsigned ctl_vm_count(void *opaque)
 {
@@ -61,15 +89,15 @@ static unsigned ctl_vm_count(void *opaque)
 
 static uint32_t ctl_vm_cid(void *opaque, unsigned idx)
 {
-	return vsock_dev_guest_cid(((struct vm_set *)opaque)->vms[idx].dev);
+	return vsock_dev_guest_cid(dev_at(opaque, idx));
 }
 
 static void ctl_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 {
-	const struct vm_thread *t = &((struct vm_set *)opaque)->vms[idx];
+	const struct vm_thread *t = ((struct vm_set *)opaque)->vms[idx];
 
 	vsock_dev_get_ops_stats(t->dev, ret);
-	snprintf(ret->socket, sizeof(ret->socket), "%s", t->cfg->socket_path);
+	snprintf(ret->socket, sizeof(ret->socket), "%s", t->cfg.socket_path);
 }
 
 struct conns_walk {
@@ -101,16 +129,30 @@ static void conns_one(void *arg, const struct vsock_sock_info *info)
 static void ctl_vm_conns(void *opaque, unsigned idx,
 			 bool (*emit)(void *arg, const struct ops_conn_info *ci), void *arg)
 {
-	struct conns_walk w = { .d = ((struct vm_set *)opaque)->vms[idx].dev, .emit = emit,
-				.arg = arg };
+	struct conns_walk w = { .d = dev_at(opaque, idx), .emit = emit, .arg = arg };
 
 	vsock_dev_foreach_sock(w.d, conns_one, &w);
 }
 
 static struct ops_tap *ctl_vm_tap(void *opaque, unsigned idx)
 {
-	return vsock_dev_tap(((struct vm_set *)opaque)->vms[idx].dev);
+	return vsock_dev_tap(dev_at(opaque, idx));
 }
+
+static void ctl_lock(void *opaque)
+{
+	pthread_mutex_lock(&((struct vm_set *)opaque)->lock);
+}
+
+static void ctl_unlock(void *opaque)
+{
+	pthread_mutex_unlock(&((struct vm_set *)opaque)->lock);
+}
+
+static int ctl_vm_add(void *opaque, const char *spec, uint32_t *ret_cid, char *err,
+		      size_t errlen);
+static int ctl_vm_remove(void *opaque, const char *which, uint32_t *ret_cid, char *err,
+			 size_t errlen);
 
 const struct ops_ctl_ops vm_set_ctl_ops = {
 	.vm_count = ctl_vm_count,
@@ -118,6 +160,10 @@ const struct ops_ctl_ops vm_set_ctl_ops = {
 	.vm_stats = ctl_vm_stats,
 	.vm_conns = ctl_vm_conns,
 	.vm_tap = ctl_vm_tap,
+	.lock = ctl_lock,
+	.unlock = ctl_unlock,
+	.vm_add = ctl_vm_add,
+	.vm_remove = ctl_vm_remove,
 };
 
 int daemon_ctl_start(const struct uvsockd_config *cfg, const struct ops_ctl_ops *ops,
@@ -148,31 +194,18 @@ int daemon_ctl_start(const struct uvsockd_config *cfg, const struct ops_ctl_ops 
 	r = ops_ctl_start(&cc, ret);
 	if (r < 0)
 		fprintf(stderr, "uvsockd: control socket %s: %s\n", cc.path, strerror(-r));
+	else if (ops == &vm_set_ctl_ops)
+		((struct vm_set *)opaque)->ctl = *ret; /* removals tell its capture */
 	return r;
 }
 
 /* ---- the VMs ------------------------------------------------------------------------------- */
 
-/* --capture FILE: one file for every VM, attached before the VM threads start. */
-static int capture_at_startup(const char *path, struct vm_set *s)
-{
-	struct ops_pcap *p;
-	int r;
-
-	r = ops_pcap_open_path(path, &(struct ops_pcap_opts){ 0 }, &p);
-	if (r < 0)
-		return r;
-	for (unsigned i = 0; i < s->n; i++)
-		(void)ops_tap_attach(vsock_dev_tap(s->vms[i].dev), p);
-	s->capture = p;
-	return 0;
-}
-
 /*
- * Why vsock_dev_new failed for v. -EADDRINUSE: a live listener is on one of its paths (another
- * uvsockd, or anything else); name that path instead of replacing it.
+ * Why vsock_dev_new failed for v, into err. -EADDRINUSE: a live listener is on one of its paths
+ * (another uvsockd, or anything else); name that path instead of replacing it.
  */
-static void print_dev_error(const struct uvsockd_vm_config *v, int r)
+static void dev_error(const struct uvsockd_vm_config *v, int r, char *err, size_t errlen)
 {
 	char seq[UVSOCKD_SUN_PATH_MAX + 16];
 	const char *paths[3] = { v->socket_path, v->uds_path, seq };
@@ -181,15 +214,14 @@ static void print_dev_error(const struct uvsockd_vm_config *v, int r)
 	snprintf(seq, sizeof(seq), "%s_seqpacket", v->uds_path);
 	for (unsigned i = 0; r == -EADDRINUSE && i < ARRAY_SIZE(paths); i++) {
 		if (uds_probe(paths[i], types[i]) == -EADDRINUSE) {
-			fprintf(stderr,
-				"uvsockd: guest-cid %u: %s is in use: another process serves it "
-				"(stop it, or choose another path)\n",
-				v->guest_cid, paths[i]);
+			snprintf(err, errlen,
+				 "guest-cid %u: %s is in use: another process serves it (stop it, "
+				 "or choose another path)", v->guest_cid, paths[i]);
 			return;
 		}
 	}
-	fprintf(stderr, "uvsockd: guest-cid %u: cannot set up sockets: %s\n", v->guest_cid,
-		strerror(-r));
+	snprintf(err, errlen, "guest-cid %u: cannot set up sockets: %s", v->guest_cid,
+		 strerror(-r));
 }
 
 static void *vm_main(void *arg)
@@ -208,45 +240,418 @@ static void *vm_main(void *arg)
 	return NULL;
 }
 
-/* Devices of every VM of the set, the sibling links and the start-up capture. */
-static int vm_set_create(struct vm_set *s, const struct uvsockd_config *cfg)
+/* The soft RLIMIT_NOFILE now (after uvsockd_fd_budget_per_vm raised it). */
+static uint64_t nofile_now(void)
 {
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 1024;
+	return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+}
+
+/* Host connections one more VM could get: the budget's total less what every VM has. */
+static uint64_t conns_room(const struct vm_set *s)
+{
+	uint64_t used = UVSOCKD_FDS_GLOBAL + UVSOCKD_FDS_PER_VM;
+
+	for (unsigned i = 0; i < s->n; i++)
+		used += UVSOCKD_FDS_PER_VM + s->vms[i]->max_conns;
+	return s->nofile > used ? s->nofile - used : 0;
+}
+
+/*
+ * The host-side connections v gets (daemon/fd_budget.h): max-conns= if it fits in what the
+ * other VMs leave, else an error; without it, the start-up share, at run time no more than
+ * what is left (and an error if nothing is). Returns 0 or -EMFILE with err.
+ */
+static int conns_for(const struct vm_set *s, const struct uvsockd_vm_config *v, bool startup,
+		     uint32_t *ret, char *err, size_t errlen)
+{
+	uint64_t room = conns_room(s);
+
+	if (v->max_conns && v->max_conns > room) {
+		snprintf(err, errlen,
+			 "guest-cid %u: max-conns=%u does not fit the fd budget: room for %llu "
+			 "more host connections under RLIMIT_NOFILE %llu (raise the hard limit, "
+			 "e.g. LimitNOFILE=, or lower max-conns)", v->guest_cid, v->max_conns,
+			 (unsigned long long)room, (unsigned long long)s->nofile);
+		return -EMFILE;
+	}
+	if (v->max_conns) {
+		*ret = v->max_conns;
+		return 0;
+	}
+	if (!startup && room == 0) {
+		snprintf(err, errlen,
+			 "guest-cid %u: no file descriptors left for another VM under "
+			 "RLIMIT_NOFILE %llu", v->guest_cid, (unsigned long long)s->nofile);
+		return -EMFILE;
+	}
+	*ret = startup ? s->default_conns : (uint32_t)MIN((uint64_t)s->default_conns, room);
+	return 0;
+}
+
+/* v (name filled in) against the VMs of the set: CIDs, paths and names are unique. */
+static int check_unique(const struct vm_set *s, const struct uvsockd_vm_config *v, char *err,
+			size_t errlen)
+{
+	for (unsigned i = 0; i < s->n; i++) {
+		const struct uvsockd_vm_config *o = &s->vms[i]->cfg;
+		const char *path = NULL;
+
+		if (o->guest_cid == v->guest_cid) {
+			snprintf(err, errlen, "guest-cid %u is already served", v->guest_cid);
+			return -EEXIST;
+		}
+		if (!strcmp(v->socket_path, o->socket_path) || !strcmp(v->socket_path, o->uds_path))
+			path = v->socket_path;
+		else if (!strcmp(v->uds_path, o->socket_path) || !strcmp(v->uds_path, o->uds_path))
+			path = v->uds_path;
+		if (path || !strcmp(v->name, o->name)) {
+			snprintf(err, errlen,
+				 "guest-cid %u: %s '%s' is already used by guest-cid %u", v->guest_cid,
+				 path ? "path" : "name", path ? path : v->name, o->guest_cid);
+			return -EEXIST;
+		}
+	}
+	if (s->n == UVSOCKD_MAX_VMS) {
+		snprintf(err, errlen, "too many VMs (at most %d)", UVSOCKD_MAX_VMS);
+		return -E2BIG;
+	}
+	return 0;
+}
+
+static int vm_thread_start(struct vm_thread *t, char *err, size_t errlen)
+{
+	int r = pthread_create(&t->th, NULL, vm_main, t);
+
+	if (r) {
+		snprintf(err, errlen, "cannot start a thread: %s", strerror(r));
+		return -r;
+	}
+	t->started = true;
+	log_info("%s: listening on %s (host side %s, up to %u host connections)", t->cfg.name,
+		 t->cfg.socket_path, t->cfg.uds_path, t->max_conns);
+	return 0;
+}
+
+/* Stops t's thread (if it runs), detaches the start-up capture, frees t and its device. */
+static int vm_free(struct vm_set *s, struct vm_thread *t)
+{
+	int rc = 0;
+
+	if (t->started) {
+		vsock_dev_stop(t->dev);
+		pthread_join(t->th, NULL);
+		rc = t->rc < 0;
+	}
+	/* Detach the start-up capture: the last reference flushes the file. */
+	if (s->capture && t->dev)
+		(void)ops_tap_detach(vsock_dev_tap(t->dev));
+	vsock_dev_free(t->dev);
+	free(t);
+	return rc;
+}
+
+/*
+ * Creates v's device, links it with every VM of a shared group, attaches the start-up capture
+ * and, once the set runs, starts its thread. Context: s->lock held or the set not running.
+ * Returns 0 or a negative errno with err.
+ */
+static int vm_create(struct vm_set *s, const struct uvsockd_vm_config *v, bool startup,
+		     char *err, size_t errlen)
+{
+	struct vsock_dev_config dc = { 0 };
+	struct vm_thread *t, **vv;
+	int r;
+
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	t->cfg = *v;
+	if (!t->cfg.name[0])
+		snprintf(t->cfg.name, sizeof(t->cfg.name), "vm%u", v->guest_cid);
+	r = check_unique(s, &t->cfg, err, errlen);
+	if (r == 0)
+		r = conns_for(s, v, startup, &t->max_conns, err, errlen);
+	if (r < 0) {
+		free(t);
+		return r;
+	}
+	dc = (struct vsock_dev_config){
+		.guest_cid = v->guest_cid,
+		.socket_path = v->socket_path,
+		.uds_path = v->uds_path,
+		.buf_alloc = v->tx_buffer_size,
+		.queue_size_max = v->queue_size,
+		.max_conns = t->max_conns,
+		.name = t->cfg.name,
+	};
+	r = vsock_dev_new(s->router, &dc, &t->dev);
+	if (r < 0) {
+		dev_error(v, r, err, errlen);
+		free(t);
+		return r;
+	}
+	vv = realloc(s->vms, (s->n + 1) * sizeof(*vv));
+	r = vv ? 0 : -ENOMEM;
+	if (vv)
+		s->vms = vv;
+	for (unsigned i = 0; i < s->n && r == 0; i++)
+		if (uvsockd_vms_share_group(&s->vms[i]->cfg, &t->cfg))
+			r = vsock_dev_link_sibling(s->vms[i]->dev, t->dev);
+	if (r < 0)
+		snprintf(err, errlen, "out of memory");
+	if (r == 0 && s->capture)
+		(void)ops_tap_attach(vsock_dev_tap(t->dev), s->capture);
+	if (r == 0 && s->threads)
+		r = vm_thread_start(t, err, errlen);
+	if (r < 0) {
+		vm_free(s, t); /* its siblings drop their links to it */
+		return r;
+	}
+	s->vms[s->n++] = t;
+	return 0;
+}
+
+/*
+ * Removes VM i: a capture of the control socket forgets it, its thread stops, its device is
+ * freed (socket files removed; its siblings go on). Context: s->lock held. Returns 1 if its
+ * event loop had failed.
+ */
+static int vm_remove_at(struct vm_set *s, unsigned i)
+{
+	struct vm_thread *t = s->vms[i];
+
+	ops_ctl_vm_removed(s->ctl, i);
+	memmove(&s->vms[i], &s->vms[i + 1], (s->n - i - 1) * sizeof(*s->vms));
+	s->n--;
+	log_info("%s: removed (guest-cid %u)", t->cfg.name, t->cfg.guest_cid);
+	return vm_free(s, t);
+}
+
+/* ---- runtime changes: the control socket's vm-add / vm-remove, SIGHUP ---------------------- */
+
+static const char no_runtime[] = "VMs cannot be added or removed at runtime with --isolate "
+				 "(restart uvsockd with the new VMs)";
+
+/*
+ * vm-add SPEC: parsed and checked as one --vm of the command line. uvsockd_parse_args runs
+ * under s->lock only (the control thread here, the main thread for SIGHUP: getopt's state is
+ * global).
+ */
+static int ctl_vm_add(void *opaque, const char *spec, uint32_t *ret_cid, char *err,
+		      size_t errlen)
+{
+	struct vm_set *s = opaque;
+	char *argv[] = { "uvsockd", "--vm", (char *)spec, NULL };
+	struct uvsockd_config nc = { 0 };
+	int r;
+
+	if (!s->runtime) {
+		snprintf(err, errlen, "%s", no_runtime);
+		return -ENOTSUP;
+	}
+	r = uvsockd_parse_args(3, argv, &nc, err, errlen);
+	if (r == 0)
+		r = uvsockd_check_paths(&nc, err, errlen);
+	if (r == 0)
+		r = vm_create(s, &nc.vms[0], false, err, errlen);
+	if (r == 0) {
+		*ret_cid = nc.vms[0].guest_cid;
+		log_info("%s: added (control socket)", s->vms[s->n - 1]->cfg.name);
+	} else {
+		log_warn("control socket: vm-add refused: %s", err);
+	}
+	uvsockd_config_clear(&nc);
+	return r;
+}
+
+/* Index of the VM with CID or name `which`, or -ENOENT. */
+static int find_vm(const struct vm_set *s, const char *which)
+{
+	bool cid = which[0] && strspn(which, "0123456789") == strlen(which);
+
+	for (unsigned i = 0; i < s->n; i++) {
+		const struct uvsockd_vm_config *v = &s->vms[i]->cfg;
+
+		if (cid ? strtoull(which, NULL, 10) == v->guest_cid : !strcmp(which, v->name))
+			return (int)i;
+	}
+	return -ENOENT;
+}
+
+static int ctl_vm_remove(void *opaque, const char *which, uint32_t *ret_cid, char *err,
+			 size_t errlen)
+{
+	struct vm_set *s = opaque;
+	int i;
+
+	if (!s->runtime) {
+		snprintf(err, errlen, "%s", no_runtime);
+		return -ENOTSUP;
+	}
+	i = find_vm(s, which);
+	if (i < 0) {
+		snprintf(err, errlen, "no VM with CID or name '%s'", which);
+		return i;
+	}
+	*ret_cid = s->vms[i]->cfg.guest_cid;
+	(void)vm_remove_at(s, (unsigned)i);
+	return 0;
+}
+
+static bool same_vm(const struct uvsockd_vm_config *a, const struct uvsockd_vm_config *b)
+{
+	if (a->guest_cid != b->guest_cid || strcmp(a->socket_path, b->socket_path) ||
+	    strcmp(a->uds_path, b->uds_path) || a->tx_buffer_size != b->tx_buffer_size ||
+	    a->queue_size != b->queue_size || a->n_groups != b->n_groups ||
+	    strcmp(a->cgroup, b->cgroup) || a->max_conns != b->max_conns)
+		return false;
+	for (unsigned g = 0; g < a->n_groups; g++)
+		if (strcmp(a->groups[g], b->groups[g]))
+			return false;
+	/* a is running (name filled in); b is from the file ("" is vm<cid>). */
+	if (b->name[0])
+		return !strcmp(a->name, b->name);
+	return !strncmp(a->name, "vm", 2) &&
+	       strspn(a->name + 2, "0123456789") == strlen(a->name + 2) &&
+	       strtoull(a->name + 2, NULL, 10) == a->guest_cid;
+}
+
+static const struct uvsockd_vm_config *find_cid(const struct uvsockd_config *c, uint32_t cid)
+{
+	for (unsigned i = 0; i < c->n_vms; i++)
+		if (c->vms[i].guest_cid == cid)
+			return &c->vms[i];
+	return NULL;
+}
+
+static bool started_with_config(void)
+{
+	for (int i = 1; i < reload_argc; i++)
+		if (!strcmp(reload_argv[i], "--config") || !strncmp(reload_argv[i], "--config=", 9))
+			return true;
+	return false;
+}
+
+/* What SIGHUP cannot change: said, and the rest applied. */
+static void warn_fixed(const struct uvsockd_config *was, const struct uvsockd_config *nc)
+{
+	if (was->control_off != nc->control_off || strcmp(was->control_path, nc->control_path))
+		log_warn("SIGHUP: the control socket cannot move at runtime (restart uvsockd for "
+			 "the new control:)");
+	if (strcmp(was->capture_path, nc->capture_path))
+		log_warn("SIGHUP: --capture cannot change at runtime");
+	if (was->guest_memory_max != nc->guest_memory_max ||
+	    was->guest_memory_total_max != nc->guest_memory_total_max)
+		log_warn("SIGHUP: the guest memory caps cannot change at runtime");
+}
+
+/*
+ * SIGHUP: re-reads --config (the whole command line again, so the file's VMs are checked as
+ * at start) and applies the difference: VMs gone or changed are removed, then new and changed
+ * ones added; unchanged VMs are not touched. A file that does not parse changes nothing. VMs
+ * added with vm-add and not in the file are removed (the file is the configuration).
+ */
+static void vm_set_reload(struct vm_set *s, const struct uvsockd_config *was)
+{
+	struct uvsockd_config nc = { 0 };
+	unsigned added = 0, removed = 0, failed = 0;
+	char err[512];
+	int r;
+
+	if (!s->runtime) {
+		log_warn("SIGHUP: %s", no_runtime);
+		return;
+	}
+	if (!reload_argv || !started_with_config()) {
+		log_warn("SIGHUP: uvsockd was started without --config: nothing to re-read");
+		return;
+	}
+	pthread_mutex_lock(&s->lock);
+	r = uvsockd_parse_args(reload_argc, reload_argv, &nc, err, sizeof(err));
+	if (r == 0)
+		r = uvsockd_check_paths(&nc, err, sizeof(err));
+	if (r == 0 && nc.isolate) {
+		snprintf(err, sizeof(err),
+			 "isolate cannot be turned on at runtime (restart uvsockd)");
+		r = -ENOTSUP;
+	}
+	if (r < 0) {
+		log_error("SIGHUP: %s; the running VMs stay as they are", err);
+		goto out;
+	}
+	warn_fixed(was, &nc);
+	log_set_level(nc.log_level);
+	/* Gone and changed VMs first: a changed VM's paths are free again for its new form. */
+	for (unsigned i = s->n; i-- > 0;) {
+		const struct uvsockd_vm_config *v = find_cid(&nc, s->vms[i]->cfg.guest_cid);
+
+		if (v && same_vm(&s->vms[i]->cfg, v))
+			continue;
+		(void)vm_remove_at(s, i);
+		removed++;
+	}
+	for (unsigned i = 0; i < nc.n_vms; i++) {
+		bool have = false;
+
+		for (unsigned j = 0; j < s->n && !have; j++)
+			have = s->vms[j]->cfg.guest_cid == nc.vms[i].guest_cid;
+		if (have)
+			continue;
+		if (vm_create(s, &nc.vms[i], false, err, sizeof(err)) < 0) {
+			log_error("SIGHUP: %s", err);
+			failed++;
+		} else {
+			added++;
+		}
+	}
+	log_info("SIGHUP: configuration re-read: %u VMs added, %u removed (a changed VM is both), "
+		 "%u failed; %u VMs running", added, removed, failed, s->n);
+out:
+	pthread_mutex_unlock(&s->lock);
+	uvsockd_config_clear(&nc);
+}
+
+/* ---- start and stop ------------------------------------------------------------------------ */
+
+/* Devices of every VM of the set, the sibling links and the start-up capture. */
+static int vm_set_create(struct vm_set *s, const struct uvsockd_config *cfg, const unsigned *idx,
+			 unsigned n)
+{
+	uint64_t explicit_conns = 0;
+	unsigned n_explicit = 0;
+	char err[512];
 	int r;
 
 	if (vsock_router_new(&s->router) < 0) {
 		fprintf(stderr, "uvsockd: out of memory\n");
 		return -ENOMEM;
 	}
-	for (unsigned i = 0; i < s->n; i++) {
-		const struct uvsockd_vm_config *v = s->vms[i].cfg;
-		struct vsock_dev_config dc = {
-			.guest_cid = v->guest_cid,
-			.socket_path = v->socket_path,
-			.uds_path = v->uds_path,
-			.buf_alloc = v->tx_buffer_size,
-			.queue_size_max = v->queue_size,
-			/* fds are per process: the budget is shared by this process's VMs only */
-			.max_conns = uvsockd_fd_budget_per_vm(s->n),
-		};
-		char name[32];
+	/* fds are per process: the budget is shared by this process's VMs only */
+	s->default_conns = uvsockd_fd_budget_per_vm(n);
+	s->nofile = nofile_now();
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t m = cfg->vms[idx ? idx[i] : i].max_conns;
 
-		snprintf(name, sizeof(name), "vm%u", v->guest_cid);
-		dc.name = name;
-		r = vsock_dev_new(s->router, &dc, &s->vms[i].dev);
-		if (r < 0) {
-			print_dev_error(v, r);
-			return r;
-		}
+		explicit_conns += m;
+		n_explicit += m != 0;
 	}
-	for (unsigned i = 0; i < s->n; i++)
-		for (unsigned j = i + 1; j < s->n; j++)
-			if (uvsockd_vms_share_group(s->vms[i].cfg, s->vms[j].cfg) &&
-			    vsock_dev_link_sibling(s->vms[i].dev, s->vms[j].dev) < 0) {
-				fprintf(stderr, "uvsockd: out of memory\n");
-				return -ENOMEM;
-			}
+	/* The VMs without max-conns= share what those with it leave. */
+	if (n_explicit && n_explicit < n) {
+		uint64_t taken = explicit_conns + (uint64_t)n_explicit * UVSOCKD_FDS_PER_VM;
+
+		s->default_conns = s->nofile > taken ?
+			MAX(1u, uvsockd_host_conn_budget(s->nofile - taken, n - n_explicit)) : 1;
+	}
 	if (cfg->capture_path[0]) {
-		r = capture_at_startup(cfg->capture_path, s);
+		struct ops_pcap_opts po = { 0 };
+
+		r = ops_pcap_open_path(cfg->capture_path, &po, &s->capture);
 		if (r < 0) {
 			fprintf(stderr, "uvsockd: --capture %s: %s\n", cfg->capture_path,
 				strerror(-r));
@@ -254,22 +659,27 @@ static int vm_set_create(struct vm_set *s, const struct uvsockd_config *cfg)
 		}
 		log_info("capturing every VM into %s", cfg->capture_path);
 	}
+	for (unsigned i = 0; i < n; i++) {
+		r = vm_create(s, &cfg->vms[idx ? idx[i] : i], true, err, sizeof(err));
+		if (r < 0) {
+			fprintf(stderr, "uvsockd: %s\n", err);
+			return r;
+		}
+	}
 	return 0;
 }
 
 static int vm_set_start(struct vm_set *s)
 {
-	for (unsigned i = 0; i < s->n; i++) {
-		int r = pthread_create(&s->vms[i].th, NULL, vm_main, &s->vms[i]);
+	char err[128];
 
-		if (r) {
-			fprintf(stderr, "uvsockd: cannot start a thread: %s\n", strerror(r));
-			return -r;
+	for (unsigned i = 0; i < s->n; i++) {
+		if (vm_thread_start(s->vms[i], err, sizeof(err)) < 0) {
+			fprintf(stderr, "uvsockd: %s\n", err);
+			return -EAGAIN;
 		}
-		s->vms[i].started = true;
-		log_info("vm%u: listening on %s (host side %s)", s->vms[i].cfg->guest_cid,
-			 s->vms[i].cfg->socket_path, s->vms[i].cfg->uds_path);
 	}
+	s->threads = true;
 	return 0;
 }
 
@@ -278,25 +688,17 @@ static int vm_set_destroy(struct vm_set *s)
 {
 	int rc = 0;
 
+	/* Every thread told first, so that they end together. */
 	for (unsigned i = 0; i < s->n; i++)
-		if (s->vms[i].started)
-			vsock_dev_stop(s->vms[i].dev);
-	for (unsigned i = 0; i < s->n; i++) {
-		if (s->vms[i].started) {
-			pthread_join(s->vms[i].th, NULL);
-			if (s->vms[i].rc < 0)
-				rc = 1;
-		}
-	}
-	/* Detach the start-up capture: the last reference below flushes the file. */
-	for (unsigned i = 0; i < s->n && s->capture; i++)
-		if (s->vms[i].dev)
-			(void)ops_tap_detach(vsock_dev_tap(s->vms[i].dev));
+		if (s->vms[i]->started)
+			vsock_dev_stop(s->vms[i]->dev);
 	for (unsigned i = 0; i < s->n; i++)
-		vsock_dev_free(s->vms[i].dev);
+		if (vm_free(s, s->vms[i]))
+			rc = 1;
 	ops_pcap_unref(s->capture);
 	vsock_router_free(s->router);
 	free(s->vms);
+	pthread_mutex_destroy(&s->lock);
 	return rc;
 }
 
@@ -304,35 +706,35 @@ int vm_set_run(const struct uvsockd_config *cfg, const unsigned *idx, unsigned n
 	       const sigset_t *sigs, const struct vm_set_hooks *hooks)
 {
 	static const struct vm_set_hooks none;
-	struct vm_set s = { .n = idx ? n : cfg->n_vms };
+	struct vm_set s = { .runtime = idx == NULL };
 	bool hooked = false;
 	int r, sig = 0, rc = 1;
 
 	if (!hooks)
 		hooks = &none;
-	s.vms = calloc(s.n, sizeof(*s.vms));
-	if (!s.vms) {
-		fprintf(stderr, "uvsockd: out of memory\n");
-		return 1;
-	}
-	for (unsigned i = 0; i < s.n; i++)
-		s.vms[i].cfg = &cfg->vms[idx ? idx[i] : i];
-	if (vm_set_create(&s, cfg) < 0)
+	pthread_mutex_init(&s.lock, NULL);
+	if (vm_set_create(&s, cfg, idx, idx ? n : cfg->n_vms) < 0)
 		goto out;
 	hooked = true;
 	if (hooks->ready && hooks->ready(&s, hooks->arg) < 0)
 		goto out;
 	if (vm_set_start(&s) < 0)
 		goto out;
-	do {
+	for (;;) {
 		r = sigwait(sigs, &sig);
-	} while (r == 0 && sig == SIGHUP);
+		if (r != 0)
+			continue;
+		if (sig != SIGHUP)
+			break;
+		vm_set_reload(&s, cfg);
+	}
 	log_info("signal %d: shutting down", sig);
 	rc = 0;
 out:
 	/* The control socket (or the worker's responder) reads the devices: stop it first. */
 	if (hooked && hooks->stopping)
 		hooks->stopping(&s, hooks->arg);
+	s.ctl = NULL;
 	if (vm_set_destroy(&s))
 		rc = 1;
 	return rc;

@@ -7,6 +7,11 @@
  * frees everything in order (socket files removed). The per-VM callbacks of the control socket
  * (struct ops_ctl_ops) read these devices; in a worker its responder thread calls them.
  *
+ * In the main process (not in an --isolate worker) the set changes at runtime: the control
+ * socket's vm-add / vm-remove add and remove a VM, and SIGHUP re-reads --config and applies the
+ * difference (docs/uvsockd.md, "Runtime VMs"); the other VMs and their connections are not
+ * touched. A lock in the set orders those changes against the control thread's reads.
+ *
  * Context: one struct vm_set per process, driven by the main thread.
  */
 #ifndef UVSOCK_DAEMON_VMS_H
@@ -35,9 +40,10 @@ struct vm_set_hooks {
 
 /*
  * Runs the VMs cfg->vms[idx[0..n)] (idx NULL: all of them) until sigwait() on *sigs returns
- * SIGTERM or SIGINT (SIGHUP is ignored). The caller blocked *sigs in every thread. Failures are
- * printed on stderr. Returns the process exit status: 0 after a signal, 1 on a start-up failure
- * or when a VM's event loop failed (which sends SIGTERM to this process).
+ * SIGTERM or SIGINT. SIGHUP re-reads the configuration (idx NULL only; a worker logs that it
+ * cannot). The caller blocked *sigs in every thread. Failures are printed on stderr. Returns
+ * the process exit status: 0 after a signal, 1 on a start-up failure or when a VM's event loop
+ * failed (which sends SIGTERM to this process).
  */
 int vm_set_run(const struct uvsockd_config *cfg, const unsigned *idx, unsigned n,
 	       const sigset_t *sigs, const struct vm_set_hooks *hooks);
@@ -48,7 +54,13 @@ int vm_set_run(const struct uvsockd_config *cfg, const unsigned *idx, unsigned n
  */
 extern const struct ops_ctl_ops vm_set_ctl_ops;
 
-/* Number of VMs of the set; the config of its VM i. */
+/*
+ * The command line SIGHUP parses again (uvsockd_parse_args) when it has --config; borrowed
+ * for the process's life. Context: main thread, before vm_set_run.
+ */
+void vm_set_reload_args(int argc, char *const *argv);
+
+/* Number of VMs of the set; the config of its VM i (its name filled in). */
 unsigned vm_set_count(const struct vm_set *s);
 const struct uvsockd_vm_config *vm_set_vm(const struct vm_set *s, unsigned i);
 

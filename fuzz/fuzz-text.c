@@ -217,7 +217,7 @@ static void check_config(const struct ops_config *c)
 	}
 }
 
-/* Appends "s" double-quoted (the subset's escapes: \" and \\). */
+/* Appends "s" double-quoted (escaping \" and \\: the parser refuses control characters). */
 static void yaml_quoted(FILE *f, const char *s)
 {
 	fputc('"', f);
@@ -261,6 +261,10 @@ static char *config_write(const struct ops_config *c, size_t *len)
 				fprintf(f, "%s%s", g ? ", " : "", v->groups[g]);
 			fputs("]\n", f);
 		}
+		if (v->name[0])
+			fprintf(f, "    name: %s\n", v->name);
+		if (v->max_conns)
+			fprintf(f, "    max_conns: %u\n", v->max_conns);
 	}
 	FZ_CHECK(fclose(f) == 0);
 	return text;
@@ -283,6 +287,7 @@ static void same_config(const struct ops_config *a, const struct ops_config *b)
 		FZ_CHECK(x->n_groups == y->n_groups);
 		for (unsigned g = 0; g < x->n_groups; g++)
 			FZ_CHECK(strcmp(x->groups[g], y->groups[g]) == 0);
+		FZ_CHECK(strcmp(x->name, y->name) == 0 && x->max_conns == y->max_conns);
 	}
 }
 

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages the build and the tests need, only those that are missing.
 # Usage: scripts/install-deps.sh [build|test|interop|capture|pkg]...   (default: build test)
 set -eu
-want="meson ninja-build gcc pkg-config libsystemd-dev" # libsystemd: uvsockd (daemon/sd.c)
+want="meson ninja-build gcc pkg-config libsystemd-dev libyaml-dev" # libsystemd: uvsockd (daemon/sd.c); libyaml: the --config parser
 for k in "${@:-build test}"; do
 	case "$k" in
 	build) ;;

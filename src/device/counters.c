@@ -82,6 +82,10 @@ void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev
 			    d->host_conns_refused + d->host_accept_shed + d->host_handshakes_refused);
 		OPS_CTR_ADD(ret, host_handshake_timeouts, d->host_handshake_timeouts);
 		OPS_CTR_ADD(ret, host_symlinks_refused, d->guest_conns_symlink);
+		OPS_CTR_ADD(ret, host_listeners_denied, d->guest_conns_denied);
+		OPS_CTR_ADD(ret, host_clients_no_guest, d->host_conns_no_guest);
+		OPS_CTR_ADD(ret, host_connect_bad_lines, d->host_connect_bad_line);
+		OPS_CTR_ADD(ret, host_clients_guest_refused, d->host_conns_guest_refused);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_SPOOFED_CID], d->tx_bad_src_cid);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_NO_ROUTE],
 			    d->tx_bad_dst_cid + d->sibling_dropped + d->sibling_replies_dropped);

@@ -52,7 +52,8 @@ void vsock_router_free(struct vsock_router *r);
 /*
  * Creates a device: binds and listens on socket_path (if given), uds_path and
  * uds_path + "_seqpacket" (stale socket files there are replaced; other files are an error),
- * and attaches it to r (may be NULL: no siblings). Context: any thread; before any vsock_dev_run() of the router's devices.
+ * and attaches it to r (may be NULL: no siblings). Context: any thread, also while other devices
+ * of r run.
  * Returns 0, -EINVAL (bad config, path too long), -ENOMEM, or the errno of socket/bind/listen.
  */
 int vsock_dev_new(struct vsock_router *r, const struct vsock_dev_config *cfg,
@@ -60,9 +61,10 @@ int vsock_dev_new(struct vsock_router *r, const struct vsock_dev_config *cfg,
 
 /*
  * Allows a and b to route packets to each other (they share a group). Both directions.
- * Context: before any vsock_dev_run() of either. Either may later be freed while the other runs
- * (see vsock_dev_free). Returns 0, -EINVAL (same device, different routers or same CID),
- * -ENOMEM.
+ * Context: any thread; a device that runs is changed on its own thread (the call waits for it).
+ * Either may later be freed while the other runs (see vsock_dev_free); a device of the same CID
+ * linked afterwards replaces the freed one. Returns 0, -EINVAL (same device, different routers,
+ * same CID, or a live sibling of b's CID), -ENOMEM.
  */
 int vsock_dev_link_sibling(struct vsock_dev *a, struct vsock_dev *b);
 
@@ -119,7 +121,13 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(guest_conns_symlink)   /* guest connects refused (RST): <uds-path>_<port> is a symlink   \
 				  * (also in guest_conns_refused) */                                \
 	X(sibling_replies_dropped) /* RSTs dropped, the inbox they were for full: our guest's      \
-				    * to a sibling, those the device made for our guest */
+				    * to a sibling, those the device made for our guest */\
+	X(guest_conns_denied)    /* guest connects refused (RST): connecting to <uds-path>_<port>  \
+				  * failed with EACCES/EPERM (also in guest_conns_refused) */      \
+	X(host_conns_no_guest)   /* host connections closed at once: no VMM attached or the guest  \
+				  * driver not running */                                          \
+	X(host_conns_guest_refused) /* host CONNECTs the guest answered with RST (nobody listens   \
+				     * on that guest port) */
 
 struct vsock_dev_stats {
 #define VSOCK_DEV_STATS_FIELD_(f) uint64_t f;

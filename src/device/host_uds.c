@@ -271,7 +271,12 @@ static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
 
 	DEV_STAT_ADD(d, host_conns_accepted, 1);
 	if (!d->eng) {
-		log_vm_dev(LOG_LVL_DEBUG, d->cid, "host connection refused: guest not running");
+		/* The port, if the line is already there: it says which host program this is. */
+		if (uds_connect_read(&rd, fd, seqpacket, &port) < 0)
+			port = 0;
+		DEV_STAT_ADD(d, host_conns_no_guest, 1);
+		log_vm(LOG_LVL_WARN, d->cid, 0, port, "host connection refused: no VMM attached or "
+		       "guest driver not running (%s)", strerror(ENOTCONN));
 		goto out_close;
 	}
 	if (d->n_conns >= d->max_conns) {
@@ -287,7 +292,8 @@ static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
 		make_handshake_room(d);
 	if (r < 0 && r != -EAGAIN) {
 		DEV_STAT_ADD(d, host_connect_bad_line, 1);
-		log_vm_dev(LOG_LVL_DEBUG, d->cid, "CONNECT line rejected: %s", strerror(-r));
+		log_vm_dev(LOG_LVL_WARN, d->cid,
+			   "host connection closed: CONNECT line rejected: %s", strerror(-r));
 		goto out_close;
 	}
 	if (hconn_new(d, fd, seqpacket, HC_READ_CONNECT, EPOLLIN, &c) < 0)
@@ -468,7 +474,8 @@ static void read_connect_line(struct hconn *c)
 		return;
 	if (r < 0) {
 		DEV_STAT_ADD(c->dev, host_connect_bad_line, 1);
-		log_vm_dev(LOG_LVL_DEBUG, c->dev->cid, "CONNECT line rejected: %s", strerror(-r));
+		log_vm_dev(LOG_LVL_WARN, c->dev->cid,
+			   "host connection closed: CONNECT line rejected: %s", strerror(-r));
 		hconn_close(c);
 		return;
 	}
@@ -510,6 +517,11 @@ static void guest_conn_log_path(struct vsock_dev *d, struct vsock_sock *child, c
 	(void)vsock_sock_local_addr(child, &cid, &port);
 	if (err == -ELOOP)
 		DEV_STAT_ADD(d, guest_conns_symlink, 1);
+	if (err == -EACCES || err == -EPERM) {
+		DEV_STAT_ADD(d, guest_conns_denied, 1);
+		log_vm(LOG_LVL_WARN, d->cid, port, pport, "guest connection refused: uvsockd may "
+		       "not connect to %s (%s; check its mode and owner)", name, strerror(-err));
+	}
 	if (err == -ELOOP || err == -ENOTSOCK || err == -EOPNOTSUPP)
 		log_vm(LOG_LVL_WARN, d->cid, port, pport, "guest connection refused: %s %s", name,
 		       err == -ELOOP      ? "is a symlink (not followed)"
@@ -854,9 +866,15 @@ static void hconn_service(struct hconn *c)
 			break;
 		}
 		if (st == VSOCK_SS_CLOSED) {
-			log_vm(LOG_LVL_DEBUG, c->dev->cid, c->local_port, peer_port_of(c),
-			       "guest refused host connection (error %d)",
-			       vsock_sock_take_error(c->s));
+			int e = vsock_sock_take_error(c->s);
+			uint32_t port = 0;
+
+			/* The socket is closed: the guest port is the one of the CONNECT line. */
+			(void)uds_connect_parse(c->rd.buf, c->rd.len, &port);
+			DEV_STAT_ADD(c->dev, host_conns_guest_refused, 1);
+			log_vm(LOG_LVL_WARN, c->dev->cid, c->local_port, port,
+			       "host connection refused by the guest: nobody listens on guest port "
+			       "%u (%s)", port, strerror(e < 0 ? -e : e));
 			hconn_close(c);
 		}
 		return;

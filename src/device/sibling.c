@@ -664,16 +664,39 @@ void dev_sib_detach(struct vsock_dev *d)
 	d->port = NULL;
 }
 
+/*
+ * Adds s's port to d's siblings, on d's thread (dev_call): d may be running. A closed port under
+ * s's CID is a freed sibling of the same CID (a VM removed and added again): s's port replaces
+ * it, and what d held for the old one is dropped with an RST to our guest, as for a sibling
+ * that is gone.
+ */
+static int link_one(struct vsock_dev *d, void *arg)
+{
+	struct vsock_dev *s = arg;
+	int i = sib_find(d, s->cid);
+
+	if (i < 0)
+		return sib_add(d, s);
+	if (d->sibs[i] == s->port)
+		return 0;
+	if (!sib_port_closed(d->sibs[i]))
+		return -EINVAL;
+	sib_hold_drop(d, &d->hold[i], true);
+	sib_port_unref(d->sibs[i]);
+	/* relaxed: we hold a reference through s already (taking one orders nothing). */
+	atomic_fetch_add_explicit(&s->port->refs, 1, memory_order_relaxed);
+	d->sibs[i] = s->port;
+	return 0;
+}
+
 int vsock_dev_link_sibling(struct vsock_dev *a, struct vsock_dev *b)
 {
 	int r;
 
 	if (a == b || a->router != b->router || !a->router || a->cid == b->cid)
 		return -EINVAL;
-	if (dev_sib_lookup(a, b->cid))
-		return 0;
-	r = sib_add(a, b);
+	r = dev_call(a, link_one, b);
 	if (r < 0)
 		return r;
-	return sib_add(b, a);
+	return dev_call(b, link_one, a);
 }

@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The `--config FILE` parser (see config.h): a line-oriented reader of the YAML subset. One pass,
- * one line at a time; the state is "top level" or "inside vms:", plus the indentation of the
- * current list item's `-` and of its keys. Anything outside the subset is an error with its line
- * number rather than a guess.
+ * The `--config FILE` parser (see config.h). libyaml (Debian's libyaml-dev) reads the YAML; this
+ * file walks its event stream once: a document whose root is a mapping of the top-level keys,
+ * `vms:` a sequence of mappings, one per VM, `groups:` a scalar or a sequence of scalars, every
+ * other value one scalar. What YAML can say and a config does not need is refused with the line
+ * it is on: anchors, aliases, tags, multi-line (block) scalars, a second document. Before
+ * libyaml sees the text, a pre-scan bounds it (size, line length, NUL bytes), refuses tabs in
+ * indentation and cuts the text at a `...` line, as the line-oriented reader of earlier versions
+ * did, so that every file it accepted is accepted alike.
  */
 #include "ops/config.h"
 
@@ -16,9 +20,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <yaml.h>
+
 #include "util/macros.h"
 
-enum vm_key { K_CID, K_SOCKET, K_UDS, K_TXBUF, K_QSIZE, K_GROUPS, K_CGROUP, _K_MAX };
+enum vm_key {
+	K_CID, K_SOCKET, K_UDS, K_TXBUF, K_QSIZE, K_GROUPS, K_CGROUP, K_NAME, K_MAXCONNS, _K_MAX
+};
 
 static const char *const vm_key_names[_K_MAX] = {
 	[K_CID] = "guest_cid",
@@ -28,6 +36,8 @@ static const char *const vm_key_names[_K_MAX] = {
 	[K_QSIZE] = "queue_size",
 	[K_GROUPS] = "groups",
 	[K_CGROUP] = "cgroup",
+	[K_NAME] = "name",
+	[K_MAXCONNS] = "max_conns",
 };
 
 enum top_key { T_VMS, T_CONTROL, T_LOG_LEVEL, T_ISOLATE, _T_MAX };
@@ -46,13 +56,14 @@ struct parser {
 	unsigned line;
 	struct ops_config c;
 	unsigned top_seen[_T_MAX]; /* line where seen, 0 if not */
-	bool in_vms;
-	bool content;              /* a non-comment line was seen (for `---`) */
-	int dash_indent;           /* column of the items' `-`, -1 before the first item */
-	int key_indent;            /* column of the current item's keys, -1 before the first key */
 	struct ops_vm_config *cur; /* current item (last element of c.vms), or NULL */
 	unsigned seen[_K_MAX];     /* line where each key of cur was given */
 	bool quoted;               /* the last value parsed was quoted ('' is empty, not null) */
+	const char *text;          /* the input, for the line of a reader error */
+	size_t len;
+	yaml_parser_t y;
+	yaml_event_t ev;           /* the current event (valid while have_ev) */
+	bool have_ev;
 };
 
 static int fail(struct parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -72,6 +83,10 @@ static int fail(struct parser *p, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
 		va_end(ap);
+		/* One line whatever the file holds (a key may contain an escaped newline). */
+		for (char *c = p->err; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
 	}
 	return -EINVAL;
 }
@@ -96,87 +111,6 @@ static int lookup(const char *k, size_t n, const char *const *names, int count)
 		if (key_eq(k, n, names[i]))
 			return i;
 	return -1;
-}
-
-/*
- * Parses the value part of `key: value` (s points after the colon) into out (NUL-terminated).
- * *flow is set when the value is a flow sequence `[...]` (returned without the brackets).
- */
-static int parse_value(struct parser *p, const char *s, char *out, size_t outlen, bool *flow)
-{
-	size_t n = 0;
-
-	*flow = false;
-	p->quoted = false;
-	while (*s == ' ')
-		s++;
-	if (*s == '"' || *s == '\'') {
-		char q = *s++;
-
-		p->quoted = true;
-		for (;;) {
-			char ch = *s++;
-
-			if (ch == '\0')
-				return fail(p, "unterminated %s-quoted string",
-					    q == '"' ? "double" : "single");
-			if (ch == q) {
-				if (q == '\'' && *s == '\'') {
-					s++;
-				} else {
-					break;
-				}
-			} else if (q == '"' && ch == '\\') {
-				ch = *s++;
-				if (ch != '"' && ch != '\\')
-					return fail(p, "unsupported escape '\\%c' (only \\\" and \\\\)",
-						    ch ? ch : ' ');
-			}
-			if (n + 1 >= outlen)
-				return fail(p, "value too long");
-			out[n++] = ch;
-		}
-		while (*s == ' ')
-			s++;
-		if (*s && *s != '#')
-			return fail(p, "unexpected text after the quoted value: '%s'", s);
-		out[n] = '\0';
-		return 0;
-	}
-	if (strchr("{&*!|>%@`", *s) && *s)
-		return fail(p, "'%c' starts a YAML feature this file format does not support", *s);
-	if (*s == '[') {
-		const char *e = strchr(s, ']');
-
-		if (!e)
-			return fail(p, "unterminated '[' list");
-		for (const char *t = e + 1; *t; t++) {
-			if (*t == '#')
-				break;
-			if (*t != ' ')
-				return fail(p, "unexpected text after ']'");
-		}
-		*flow = true;
-		s++;
-		n = (size_t)(e - s);
-		if (n + 1 > outlen)
-			return fail(p, "value too long");
-		memcpy(out, s, n);
-		out[n] = '\0';
-		return 0;
-	}
-	/* Plain scalar: up to a " #" comment, trailing spaces trimmed. */
-	for (; *s; s++) {
-		if (*s == '#' && n && out[n - 1] == ' ')
-			break;
-		if (n + 1 >= outlen)
-			return fail(p, "value too long");
-		out[n++] = *s;
-	}
-	while (n && out[n - 1] == ' ')
-		n--;
-	out[n] = '\0';
-	return 0;
 }
 
 static int parse_u64(const char *s, uint64_t *ret)
@@ -314,6 +248,15 @@ static int set_vm_key(struct parser *p, int key, const char *v, bool flow)
 			return fail(p, "cgroup '%s' must be an absolute path (a cgroup directory)",
 				    v);
 		return set_path(p, vm->cgroup, "cgroup", v, OPS_CFG_CGROUP_PATH_MAX);
+	case K_NAME:
+	case K_MAXCONNS: {
+		char msg[256];
+		int r = key == K_NAME ? ops_cfg_set_name(vm->name, "name", v, msg, sizeof(msg))
+				      : ops_cfg_set_max_conns(&vm->max_conns, "max_conns", v, msg,
+							      sizeof(msg));
+
+		return r < 0 ? fail(p, "%s", msg) : 0;
+	}
 	}
 	return -EINVAL;
 }
@@ -353,6 +296,11 @@ static int finish_item(struct parser *p)
 				 a->socket_path, b->line);
 			goto out;
 		}
+		if (a->name[0] && !strcmp(a->name, b->name)) {
+			r = fail(p, "name '%s' is already used by the VM on line %u", a->name,
+				 b->line);
+			goto out;
+		}
 		if (!strcmp(a->uds_path, b->uds_path) || !strcmp(a->uds_path, b->socket_path)) {
 			r = fail(p, "uds_path '%s' is already used by the VM on line %u",
 				 a->uds_path, b->line);
@@ -384,19 +332,6 @@ static int start_item(struct parser *p)
 	strcpy(p->cur->groups[0], "default");
 	p->cur->line = p->line;
 	memset(p->seen, 0, sizeof(p->seen));
-	p->key_indent = -1;
-	return 0;
-}
-
-/* Splits "key: value" at the first ": " (or a final ':'); *klen and *val set. */
-static int split_kv(struct parser *p, const char *s, size_t *klen, const char **val)
-{
-	size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-");
-
-	if (n == 0 || s[n] != ':' || (s[n + 1] != ' ' && s[n + 1] != '\0'))
-		return fail(p, "expected 'key: value', got '%s'", s);
-	*klen = n;
-	*val = s + n + 1;
 	return 0;
 }
 
@@ -411,68 +346,242 @@ static int vm_key_alias(struct parser *p, const char *s, size_t klen)
 	return fail(p, "unknown key '%.*s'", (int)klen, s);
 }
 
-/*
- * Reads a "key: value" line: finds the key in names[0..count) (else through alias, when given),
- * refuses a key given twice (seen[key] is the line of its first use, 0 if none) and parses the
- * value into val[OPS_CFG_MAX_LINE]. Returns the key's index or -EINVAL (recorded).
- */
-static int read_kv(struct parser *p, const char *s, const char *const *names, int count,
-		   int (*alias)(struct parser *p, const char *s, size_t klen), unsigned *seen,
-		   char *val, bool *flow)
-{
-	const char *v = NULL;
-	size_t klen = 0;
-	int key, r;
+/* ---- the event stream ------------------------------------------------------------------- */
 
-	r = split_kv(p, s, &klen, &v);
-	if (r < 0)
-		return r;
-	key = lookup(s, klen, names, count);
+static unsigned ev_line(const yaml_event_t *e)
+{
+	return (unsigned)e->start_mark.line + 1;
+}
+
+/* Line (1-based) of byte offset off of the input. */
+static unsigned line_of(const struct parser *p, size_t off)
+{
+	unsigned n = 1;
+
+	for (size_t i = 0; i < off && i < p->len; i++)
+		n += p->text[i] == '\n';
+	return n;
+}
+
+/* libyaml's own error, with its line: "NAME:LINE: YAML: problem (context on line N)". */
+static int syntax_error(struct parser *p)
+{
+	const yaml_parser_t *y = &p->y;
+
+	if (y->error == YAML_MEMORY_ERROR)
+		return -ENOMEM;
+	if (y->error == YAML_READER_ERROR) {
+		p->line = line_of(p, y->problem_offset);
+		return fail(p, "YAML: %s", y->problem ? y->problem : "unreadable input");
+	}
+	p->line = (unsigned)y->problem_mark.line + 1;
+	if (y->context && y->context_mark.line != y->problem_mark.line)
+		return fail(p, "YAML: %s (%s on line %u)", y->problem ? y->problem : "syntax error",
+			    y->context, (unsigned)y->context_mark.line + 1);
+	return fail(p, "YAML: %s%s%s", y->problem ? y->problem : "syntax error",
+		    y->context ? " " : "", y->context ? y->context : "");
+}
+
+/*
+ * Moves to the next event (p->ev, p->line set to its line). Anchors, aliases and explicit tags
+ * are refused here, wherever they are: a config has no use for them.
+ */
+static int next(struct parser *p)
+{
+	const char *anchor = NULL, *tag = NULL;
+
+	if (p->have_ev)
+		yaml_event_delete(&p->ev);
+	p->have_ev = false;
+	if (!yaml_parser_parse(&p->y, &p->ev))
+		return syntax_error(p);
+	p->have_ev = true;
+	p->line = ev_line(&p->ev);
+	switch (p->ev.type) {
+	case YAML_ALIAS_EVENT:
+		return fail(p, "aliases ('*%s') are not supported", p->ev.data.alias.anchor);
+	case YAML_SCALAR_EVENT:
+		anchor = (const char *)p->ev.data.scalar.anchor;
+		tag = (const char *)p->ev.data.scalar.tag;
+		break;
+	case YAML_SEQUENCE_START_EVENT:
+		anchor = (const char *)p->ev.data.sequence_start.anchor;
+		tag = (const char *)p->ev.data.sequence_start.tag;
+		break;
+	case YAML_MAPPING_START_EVENT:
+		anchor = (const char *)p->ev.data.mapping_start.anchor;
+		tag = (const char *)p->ev.data.mapping_start.tag;
+		break;
+	default:
+		break;
+	}
+	if (anchor)
+		return fail(p, "anchors ('&%s') are not supported", anchor);
+	if (tag)
+		return fail(p, "tags ('%s') are not supported", tag);
+	return 0;
+}
+
+/*
+ * The current event as a value of `key`: a scalar, copied into val[OPS_CFG_MAX_LINE]
+ * (p->quoted set for a quoted one: '' is empty, a plain empty value is no value). A list or a
+ * mapping is an error naming key.
+ */
+static int scalar_value(struct parser *p, const char *key, char *val)
+{
+	const yaml_event_t *e = &p->ev;
+	size_t n;
+
+	if (e->type == YAML_SEQUENCE_START_EVENT)
+		return fail(p, "%s takes one value, not a list", key);
+	if (e->type != YAML_SCALAR_EVENT)
+		return fail(p, "%s takes one value, not a mapping", key);
+	if (e->data.scalar.style == YAML_LITERAL_SCALAR_STYLE ||
+	    e->data.scalar.style == YAML_FOLDED_SCALAR_STYLE)
+		return fail(p, "%s: multi-line strings ('|', '>') are not supported", key);
+	if (e->end_mark.line != e->start_mark.line)
+		return fail(p, "%s: the value goes on over line %u (check the indentation there)",
+			    key, (unsigned)e->start_mark.line + 2);
+	n = e->data.scalar.length;
+	if (n >= OPS_CFG_MAX_LINE)
+		return fail(p, "%s: value too long", key);
+	for (size_t i = 0; i < n; i++)
+		if (e->data.scalar.value[i] < 0x20 || e->data.scalar.value[i] == 0x7f)
+			return fail(p, "%s: control character in the value", key);
+	memcpy(val, e->data.scalar.value, n);
+	val[n] = '\0';
+	p->quoted = e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+	return 0;
+}
+
+/*
+ * The current event as a key of a mapping: a scalar looked up in names[0..count) (else through
+ * alias, when given), not given before in this mapping (seen[key] is the line of its first
+ * use). Returns the key's index or -EINVAL (recorded).
+ */
+static int map_key(struct parser *p, const char *const *names, int count,
+		   int (*alias)(struct parser *p, const char *s, size_t klen), unsigned *seen)
+{
+	const char *k = (const char *)p->ev.data.scalar.value;
+	size_t n = p->ev.data.scalar.length;
+	char val[OPS_CFG_MAX_LINE];
+	int key;
+
+	if (p->ev.type != YAML_SCALAR_EVENT)
+		return fail(p, "expected 'key: value', got a %s as a key",
+			    p->ev.type == YAML_MAPPING_START_EVENT ? "mapping" : "list");
+	if (scalar_value(p, "a key", val) < 0)
+		return -EINVAL;
+	key = lookup(k, n, names, count);
 	if (key < 0)
-		key = alias ? alias(p, s, klen) : fail(p, "unknown key '%.*s'", (int)klen, s);
+		key = alias ? alias(p, val, n) : fail(p, "unknown key '%s'", val);
 	if (key < 0)
 		return key;
 	if (seen[key])
 		return fail(p, "%s given twice (first on line %u)", names[key], seen[key]);
 	seen[key] = p->line;
-	r = parse_value(p, v, val, OPS_CFG_MAX_LINE, flow);
-	return r < 0 ? r : key;
+	return key;
 }
 
-static int item_key(struct parser *p, const char *s)
+/* groups: a scalar "a+b", or a list of names, joined "a, b" as set_groups takes them. */
+static int groups_value(struct parser *p, char *val)
 {
-	char val[OPS_CFG_MAX_LINE];
-	bool flow;
-	int key = read_kv(p, s, vm_key_names, _K_MAX, vm_key_alias, p->seen, val, &flow);
+	size_t n = 0;
 
-	if (key < 0)
-		return key;
-	return set_vm_key(p, key, val, flow);
+	if (p->ev.type != YAML_SEQUENCE_START_EVENT)
+		return scalar_value(p, "groups", val) < 0 ? -EINVAL
+							  : set_groups(p, p->cur, val, false);
+	for (;;) {
+		char name[OPS_CFG_MAX_LINE];
+		size_t k;
+		int r = next(p);
+
+		if (r < 0)
+			return r;
+		if (p->ev.type == YAML_SEQUENCE_END_EVENT)
+			break;
+		if (p->ev.type != YAML_SCALAR_EVENT)
+			return fail(p, "groups: a list of names, not of lists or mappings");
+		if (scalar_value(p, "groups", name) < 0)
+			return -EINVAL;
+		k = strlen(name);
+		if (n + k + 3 >= OPS_CFG_MAX_LINE)
+			return fail(p, "groups: value too long");
+		n += (size_t)snprintf(val + n, OPS_CFG_MAX_LINE - n, "%s%s", n ? ", " : "", name);
+	}
+	val[n] = '\0';
+	return set_groups(p, p->cur, val, true);
 }
 
-static int top_key(struct parser *p, const char *s)
+/* One VM: the current event is its MAPPING_START; reads up to its MAPPING_END. */
+static int vm_item(struct parser *p)
 {
 	char val[OPS_CFG_MAX_LINE];
-	bool flow;
-	int r, key = read_kv(p, s, top_key_names, _T_MAX, NULL, p->top_seen, val, &flow);
+	int r = start_item(p);
 
-	if (key < 0)
-		return key;
+	while (r == 0) {
+		int key;
+
+		r = next(p);
+		if (r < 0 || p->ev.type == YAML_MAPPING_END_EVENT)
+			break;
+		key = map_key(p, vm_key_names, _K_MAX, vm_key_alias, p->seen);
+		if (key < 0)
+			return key;
+		r = next(p);
+		if (r < 0)
+			return r;
+		if (key == K_GROUPS) {
+			r = groups_value(p, val);
+			continue;
+		}
+		if (scalar_value(p, vm_key_names[key], val) < 0)
+			return -EINVAL;
+		r = set_vm_key(p, key, val, false);
+	}
+	return r < 0 ? r : finish_item(p);
+}
+
+/* vms: the current event is the value; a list of mappings, or empty. */
+static int vms_value(struct parser *p)
+{
+	int r;
+
+	if (p->ev.type == YAML_SCALAR_EVENT && p->ev.data.scalar.length == 0 &&
+	    p->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+		return 0; /* `vms:` and nothing: no VM (said at the end) */
+	if (p->ev.type != YAML_SEQUENCE_START_EVENT)
+		return fail(p, "vms: expected a list of VMs, one '- ' entry each "
+			    "(or [{...}, ...])");
+	for (;;) {
+		r = next(p);
+		if (r < 0 || p->ev.type == YAML_SEQUENCE_END_EVENT)
+			return r;
+		if (p->ev.type != YAML_MAPPING_START_EVENT)
+			return fail(p, "a VM is a mapping of keys (guest_cid: ..., socket: ..., "
+				    "uds_path: ...)");
+		r = vm_item(p);
+		if (r < 0)
+			return r;
+	}
+}
+
+static int top_value(struct parser *p, int key)
+{
+	char val[OPS_CFG_MAX_LINE];
+	int r;
+
+	if (key == T_VMS)
+		return vms_value(p);
+	if (scalar_value(p, top_key_names[key], val) < 0)
+		return -EINVAL;
 	switch (key) {
-	case T_VMS:
-		if (flow || *val)
-			return fail(p, "vms: the VMs follow on the next lines, one '- ' entry each");
-		p->in_vms = true;
-		p->dash_indent = -1;
-		return 0;
 	case T_CONTROL:
-		if (flow)
-			return fail(p, "control takes one path");
 		r = set_path(p, p->c.control_path, "control", val, OPS_CFG_SUN_PATH_MAX);
 		p->c.have_control = r == 0;
 		return r;
 	case T_LOG_LEVEL: {
-		int lvl = flow ? -EINVAL : log_level_from_string(val);
+		int lvl = log_level_from_string(val);
 
 		if (lvl < 0)
 			return fail(p, "log_level '%s' is not one of error, warn, info, debug", val);
@@ -481,7 +590,7 @@ static int top_key(struct parser *p, const char *s)
 		return 0;
 	}
 	case T_ISOLATE:
-		if (!flow && (strcmp(val, "true") == 0 || strcmp(val, "false") == 0)) {
+		if (strcmp(val, "true") == 0 || strcmp(val, "false") == 0) {
 			p->c.isolate = val[0] == 't';
 			return 0;
 		}
@@ -490,128 +599,131 @@ static int top_key(struct parser *p, const char *s)
 	return -EINVAL;
 }
 
-static int do_line(struct parser *p, char *s)
+/* The document's root: the current event. A mapping of the top-level keys, or nothing. */
+static int root(struct parser *p)
 {
-	int indent = 0, r;
+	char val[OPS_CFG_MAX_LINE];
+	int r;
 
-	while (s[indent] == ' ')
-		indent++;
-	if (s[indent] == '\t')
-		return fail(p, "tab in indentation (YAML indents with spaces)");
-	s += indent;
-	if (*s == '\0' || *s == '#')
-		return 0;
-	if (indent == 0 && (strcmp(s, "---") == 0 || strncmp(s, "--- ", 4) == 0)) {
-		if (p->content)
-			return fail(p, "only one document ('---') per file");
-		p->content = true;
-		return 0;
+	if (p->ev.type == YAML_SEQUENCE_START_EVENT)
+		return fail(p, "a list item here; list items belong under 'vms:'");
+	if (p->ev.type == YAML_SCALAR_EVENT) {
+		if (scalar_value(p, "the file", val) < 0)
+			return -EINVAL;
+		return !val[0] && !p->quoted ? 0 : fail(p, "expected 'key: value', got '%s'", val);
 	}
-	p->content = true;
-	if (s[0] == '-' && (s[1] == ' ' || s[1] == '\0')) {
-		if (!p->in_vms)
-			return fail(p, "a list item here; list items belong under 'vms:'");
-		if (p->dash_indent < 0)
-			p->dash_indent = indent;
-		else if (indent != p->dash_indent)
-			return fail(p, "list item indented by %d, the list's items by %d", indent,
-				    p->dash_indent);
-		r = finish_item(p);
+	for (;;) {
+		int key;
+
+		r = next(p);
+		if (r < 0 || p->ev.type == YAML_MAPPING_END_EVENT)
+			return r;
+		key = map_key(p, top_key_names, _T_MAX, NULL, p->top_seen);
+		if (key < 0)
+			return key;
+		r = next(p);
+		if (r == 0)
+			r = top_value(p, key);
 		if (r < 0)
 			return r;
-		r = start_item(p);
-		if (r < 0)
-			return r;
-		s++;
-		indent++;
-		while (*s == ' ') {
-			s++;
-			indent++;
-		}
-		if (*s == '\0' || *s == '#')
-			return 0;
-		if (*s == '{')
-			return fail(p, "'{...}' entries are not supported: one key per line");
-		p->key_indent = indent;
-		return item_key(p, s);
 	}
-	if (indent == 0) {
-		r = finish_item(p);
-		if (r < 0)
-			return r;
-		p->in_vms = false;
-		return top_key(p, s);
+}
+
+/* The stream: nothing, or one document. */
+static int stream(struct parser *p)
+{
+	int r = next(p); /* STREAM_START */
+
+	if (r == 0)
+		r = next(p);
+	if (r < 0 || p->ev.type == YAML_STREAM_END_EVENT)
+		return r;
+	r = next(p); /* DOCUMENT_START was current: now the root */
+	if (r == 0)
+		r = root(p);
+	if (r == 0)
+		r = next(p); /* DOCUMENT_END */
+	if (r == 0)
+		r = next(p);
+	if (r == 0 && p->ev.type != YAML_STREAM_END_EVENT)
+		r = fail(p, "only one document ('---') per file");
+	return r;
+}
+
+/*
+ * What libyaml is not asked: the size, each line's length, NUL bytes, tabs in indentation.
+ * Returns the length to parse (up to a `...` line, which ends the file as it ends a document)
+ * or -errno (recorded).
+ */
+static ssize_t prescan(struct parser *p, const char *text, size_t len)
+{
+	size_t off = 0;
+
+	if (len > OPS_CFG_MAX_FILE_SIZE) {
+		fail(p, "larger than %u bytes", OPS_CFG_MAX_FILE_SIZE);
+		return -EFBIG;
 	}
-	if (!p->cur)
-		return fail(p, "unexpected indentation");
-	if (p->key_indent < 0) {
-		if (indent <= p->dash_indent)
-			return fail(p, "unexpected indentation");
-		p->key_indent = indent;
-	} else if (indent != p->key_indent) {
-		return fail(p, "key indented by %d, this VM's keys by %d", indent, p->key_indent);
+	while (off < len) {
+		const char *nl = memchr(text + off, '\n', len - off);
+		const char *s = text + off;
+		size_t n = nl ? (size_t)(nl - s) : len - off, lead = 0;
+		size_t next = off + n + (nl ? 1 : 0);
+
+		p->line++;
+		if (n && s[n - 1] == '\r')
+			n--;
+		if (n > OPS_CFG_MAX_LINE)
+			return fail(p, "line longer than %u bytes", OPS_CFG_MAX_LINE);
+		if (memchr(s, '\0', n))
+			return fail(p, "NUL byte");
+		while (lead < n && (s[lead] == ' ' || s[lead] == '\t'))
+			lead++;
+		if (memchr(s, '\t', lead))
+			return fail(p, "tab in indentation (YAML indents with spaces)");
+		if (n == 3 && memcmp(s, "...", 3) == 0)
+			return (ssize_t)off;
+		off = next;
 	}
-	return item_key(p, s);
+	return (ssize_t)len;
 }
 
 int ops_config_parse(const char *name, const char *text, size_t len, struct ops_config *ret,
 		     char *err, size_t errlen)
 {
-	struct parser p = {
-		.name = name, .err = err, .errlen = errlen, .dash_indent = -1, .key_indent = -1,
-	};
-	char line[OPS_CFG_MAX_LINE + 1];
-	size_t off = 0;
-	int r = 0;
+	struct parser p = { .name = name, .err = err, .errlen = errlen, .text = text };
+	ssize_t n;
+	int r;
 
 	if (errlen)
 		err[0] = '\0';
-	if (len > OPS_CFG_MAX_FILE_SIZE) {
-		fail(&p, "larger than %u bytes", OPS_CFG_MAX_FILE_SIZE);
-		return -EFBIG;
+	n = prescan(&p, text, len);
+	if (n < 0)
+		return (int)n;
+	p.len = (size_t)n;
+	p.line = 0;
+	if (!yaml_parser_initialize(&p.y)) {
+		snprintf(err, errlen, "%s: out of memory", name);
+		return -ENOMEM;
 	}
-	while (off < len) {
-		const char *nl = memchr(text + off, '\n', len - off);
-		size_t n = nl ? (size_t)(nl - (text + off)) : len - off;
-		size_t next = off + n + (nl ? 1 : 0);
-
-		p.line++;
-		if (n && text[off + n - 1] == '\r')
-			n--;
-		if (n > OPS_CFG_MAX_LINE) {
-			r = fail(&p, "line longer than %u bytes", OPS_CFG_MAX_LINE);
-			goto fail;
-		}
-		if (memchr(text + off, '\0', n)) {
-			r = fail(&p, "NUL byte");
-			goto fail;
-		}
-		memcpy(line, text + off, n);
-		line[n] = '\0';
-		off = next;
-		if (strcmp(line, "...") == 0)
-			break;
-		r = do_line(&p, line);
-		if (r < 0)
-			goto fail;
-	}
-	r = finish_item(&p);
-	if (r < 0)
-		goto fail;
-	if (p.c.n_vms == 0) {
+	yaml_parser_set_input_string(&p.y, (const unsigned char *)text, p.len);
+	yaml_parser_set_encoding(&p.y, YAML_UTF8_ENCODING);
+	r = stream(&p);
+	if (p.have_ev)
+		yaml_event_delete(&p.ev);
+	yaml_parser_delete(&p.y);
+	if (r == 0 && p.c.n_vms == 0) {
 		p.line = 0;
 		r = fail(&p, p.top_seen[T_VMS] ? "'vms:' lists no VM"
 						: "no VMs (expected a 'vms:' list)");
-		goto fail;
+	}
+	if (r < 0) {
+		if (r == -ENOMEM && errlen)
+			snprintf(err, errlen, "%s: out of memory", name);
+		ops_config_clear(&p.c);
+		return r;
 	}
 	*ret = p.c;
 	return 0;
-
-fail:
-	if (r == -ENOMEM && errlen)
-		snprintf(err, errlen, "%s: out of memory", name);
-	ops_config_clear(&p.c);
-	return r;
 }
 
 int ops_config_load(const char *path, struct ops_config *ret, char *err, size_t errlen)
@@ -664,6 +776,34 @@ out:
 	free(buf);
 	close(fd);
 	return r;
+}
+
+int ops_cfg_set_name(char *dst, const char *key, const char *v, char *err, size_t errlen)
+{
+	size_t n = strlen(v), digits = strspn(v, "0123456789");
+
+	if (n == 0 || n > OPS_CFG_NAME_MAX || digits == n ||
+	    strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n) {
+		snprintf(err, errlen, "%s '%s' must be 1 to %d letters, digits, '.', '_' or '-', "
+			 "not only digits", key, v, OPS_CFG_NAME_MAX);
+		return -EINVAL;
+	}
+	memcpy(dst, v, n + 1);
+	return 0;
+}
+
+int ops_cfg_set_max_conns(uint32_t *dst, const char *key, const char *v, char *err,
+			  size_t errlen)
+{
+	uint64_t n;
+
+	if (parse_u64(v, &n) < 0 || n < 1 || n > OPS_CFG_MAX_CONNS_MAX) {
+		snprintf(err, errlen, "%s '%s' must be a number in [1, %u]", key, v,
+			 OPS_CFG_MAX_CONNS_MAX);
+		return -EINVAL;
+	}
+	*dst = (uint32_t)n;
+	return 0;
 }
 
 void ops_config_clear(struct ops_config *c)

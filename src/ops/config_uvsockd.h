@@ -47,6 +47,8 @@ static inline int ops_config_to_uvsockd(const struct ops_config *src, struct uvs
 		d->n_groups = s->n_groups;
 		memcpy(d->groups, s->groups, sizeof(d->groups));
 		memcpy(d->cgroup, s->cgroup, sizeof(d->cgroup));
+		memcpy(d->name, s->name, sizeof(d->name));
+		d->max_conns = s->max_conns;
 	}
 	dst->n_vms += src->n_vms;
 	if (src->have_log_level)
@@ -64,6 +66,8 @@ _Static_assert(sizeof(((struct uvsockd_vm_config *)0)->groups) ==
 		       sizeof(((struct ops_vm_config *)0)->groups), "groups size");
 _Static_assert(sizeof(((struct uvsockd_vm_config *)0)->cgroup) ==
 		       sizeof(((struct ops_vm_config *)0)->cgroup), "cgroup size");
+_Static_assert(sizeof(((struct uvsockd_vm_config *)0)->name) ==
+		       sizeof(((struct ops_vm_config *)0)->name), "name size");
 _Static_assert(UVSOCKD_MAX_GROUPS == OPS_CFG_MAX_GROUPS, "group count");
 _Static_assert(UVSOCKD_MAX_VMS == OPS_CFG_MAX_VMS, "VM count");
 

@@ -44,6 +44,28 @@ int ops_ctl_default_path(const char *vhost_socket, char *buf, size_t len)
 
 /* ---- clients --------------------------------------------------------------------------- */
 
+/* The VM set's lock around what uses VM indexes (ops lock/unlock, if given). */
+static void vms_lock(struct ops_ctl *c)
+{
+	if (c->ops->lock)
+		c->ops->lock(c->opaque);
+}
+
+static void vms_unlock(struct ops_ctl *c)
+{
+	if (c->ops->unlock)
+		c->ops->unlock(c->opaque);
+}
+
+static void capture_end_locked(struct ops_ctl *c, const char *reason)
+{
+	if (!c->cap.active)
+		return;
+	vms_lock(c);
+	ctl_capture_end(c, reason);
+	vms_unlock(c);
+}
+
 static void client_close(struct ops_ctl *c, struct ctl_client *cl)
 {
 	unsigned i = 0;
@@ -51,7 +73,7 @@ static void client_close(struct ops_ctl *c, struct ctl_client *cl)
 	while (c->clients[i] != cl)
 		i++;
 	if (c->cap.active && c->cap.owner == cl)
-		ctl_capture_end(c, "client closed");
+		capture_end_locked(c, "client closed");
 	loop_watch_del(cl->watch);
 	close(cl->fd);
 	if (cl->pass_fd >= 0)
@@ -194,7 +216,9 @@ static void client_request(struct ops_ctl *c, struct ctl_client *cl, char *line)
 		cl->closing = true;
 		return;
 	}
+	vms_lock(c);
 	ctl_cmd_run(c, cl, line, &w);
+	vms_unlock(c);
 	client_answer(cl, &w);
 	/* An unused passed descriptor is not kept for a later request. */
 	if (cl->pass_fd >= 0) {
@@ -351,7 +375,7 @@ static void timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 			c->accept_pause_until = now + CTL_ACCEPT_PAUSE_MS;
 	}
 	if (c->cap.active && c->cap.end_ms && now >= c->cap.end_ms)
-		ctl_capture_end(c, "duration");
+		capture_end_locked(c, "duration");
 	if (c->cap.active && now - c->last_flush_ms >= CTL_FLUSH_MS) {
 		ops_pcap_flush(c->cap.pcap);
 		c->last_flush_ms = now;
@@ -376,7 +400,7 @@ static void *ctl_main(void *arg)
 /* Frees c and all it holds, half-built or not. Context: no control thread running. */
 static void ctl_free(struct ops_ctl *c)
 {
-	ctl_capture_end(c, "shutdown");
+	capture_end_locked(c, "shutdown");
 	while (c->n_clients)
 		client_close(c, c->clients[c->n_clients - 1]);
 	loop_timer_free(c->timer);

@@ -8,6 +8,8 @@
  *   conns [vm=CID]                      -> connection listing (struct ops_conn_info)
  *   capture start FILE|- [vm=CID] [snaplen=N] [ns] [duration=S] [maxbytes=N] [detach]
  *   capture stop | capture status
+ *   vm-add SPEC                         -> a new VM (SPEC as uvsockd's --vm, no spaces)
+ *   vm-remove CID|NAME                  -> that VM stopped and removed
  *   quit
  *
  * A request may start with "v1 " to require protocol version 1; every answer is one line of JSON
@@ -42,7 +44,10 @@
 struct ops_ctl;
 
 struct ops_ctl_ops {
-	/* Number of VMs; indexes below are 0 .. n-1 and stable for the daemon's life. Required. */
+	/*
+	 * Number of VMs; indexes below are 0 .. n-1. Required. They are stable while the lock
+	 * below is held; without lock/unlock, for the daemon's life.
+	 */
 	unsigned (*vm_count)(void *opaque);
 	/* CID of VM idx. Required. */
 	uint32_t (*vm_cid)(void *opaque, unsigned idx);
@@ -56,6 +61,22 @@ struct ops_ctl_ops {
 			 bool (*emit)(void *arg, const struct ops_conn_info *ci), void *arg);
 	/* The VM's capture tap (lives as long as the daemon). Optional (no capture without it). */
 	struct ops_tap *(*vm_tap)(void *opaque, unsigned idx);
+	/*
+	 * Optional: the control thread holds this lock around each request and each end of a
+	 * capture, while it uses VM indexes. Whoever adds or removes VMs holds it too, and calls
+	 * ops_ctl_vm_removed() before a VM's index goes away.
+	 */
+	void (*lock)(void *opaque);
+	void (*unlock)(void *opaque);
+	/*
+	 * Optional (`vm-add`/`vm-remove` answer ENOTSUP without them). Called with the lock held.
+	 * vm_add creates and starts a VM from spec (uvsockd's --vm syntax) and sets *ret_cid;
+	 * vm_remove stops and removes the VM whose CID or name is `which` and sets *ret_cid. On
+	 * failure both write a one-line reason to err. Return 0 or a negative errno.
+	 */
+	int (*vm_add)(void *opaque, const char *spec, uint32_t *ret_cid, char *err, size_t errlen);
+	int (*vm_remove)(void *opaque, const char *which, uint32_t *ret_cid, char *err,
+			 size_t errlen);
 };
 
 struct ops_ctl_config {
@@ -84,6 +105,12 @@ int ops_ctl_start(const struct ops_ctl_config *cfg, struct ops_ctl **ret);
  * Context: any thread but the control thread.
  */
 void ops_ctl_stop(struct ops_ctl *c);
+
+/*
+ * VM idx is about to go away (the indexes above it move down by one): a running capture
+ * detaches its tap and forgets it. Context: with the ops' lock held, any thread. Safe on NULL.
+ */
+void ops_ctl_vm_removed(struct ops_ctl *c, unsigned idx);
 
 /*
  * The default control path for a daemon: "<vhost-user socket path>.ctl" into buf.

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The control socket's commands and their JSON answers (the protocol of ctl.h): version, stats,
- * conns, capture start|stop|status, quit, the "v1 " prefix and every error answer. The capture a
+ * conns, capture start|stop|status, vm-add, vm-remove, quit, the "v1 " prefix and every error
+ * answer. The capture a
  * `capture start` begins lives here too (struct ctl_capture); the server (ctl.c) only ends it
  * when its owner disconnects, its duration is up or the daemon stops. Runs on the control
  * thread; touches VM state only through struct ops_ctl_ops and the taps' own locks.
@@ -36,6 +37,8 @@ static const char *errno_name(int e)
 	case ENOTSUP: return "ENOTSUP";
 	case E2BIG: return "E2BIG";
 	case EACCES: return "EACCES";
+	case EADDRINUSE: return "EADDRINUSE";
+	case EMFILE: return "EMFILE";
 	case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
 	case ENOMEM: return "ENOMEM";
 	default: return "EIO";
@@ -345,6 +348,24 @@ void ctl_capture_end(struct ops_ctl *c, const char *reason)
 		 (unsigned long long)k->last.pkts, (unsigned long long)k->last.dropped);
 }
 
+void ops_ctl_vm_removed(struct ops_ctl *c, unsigned idx)
+{
+	struct ctl_capture *k;
+	unsigned n = 0;
+
+	if (!c || !c->cap.active)
+		return;
+	k = &c->cap;
+	for (unsigned i = 0; i < k->n_idx; i++) {
+		if (k->idx[i] == idx) {
+			(void)ops_tap_detach(c->ops->vm_tap(c->opaque, idx));
+			continue;
+		}
+		k->idx[n++] = k->idx[i] > idx ? k->idx[i] - 1 : k->idx[i];
+	}
+	k->n_idx = n;
+}
+
 static int parse_u64_arg(const char *s, uint64_t *ret)
 {
 	char *end;
@@ -494,9 +515,42 @@ static void cmd_capture(struct ops_ctl *c, struct ctl_client *cl, struct ops_jw 
 	ctl_error_answer(w, EINVAL, "usage: capture start|stop|status");
 }
 
+/* vm-add SPEC, vm-remove CID|NAME: the daemon does the work (ops vm_add / vm_remove). */
+static void cmd_vm(struct ops_ctl *c, struct ops_jw *w, int argc, char **argv)
+{
+	bool add = strcmp(argv[0], "vm-add") == 0;
+	char err[256] = "";
+	uint32_t cid = 0;
+	int r;
+
+	if (!(add ? c->ops->vm_add : c->ops->vm_remove)) {
+		ctl_error_answer(w, ENOTSUP, "this server cannot %s VMs at runtime (uvsockd "
+				 "--isolate cannot: restart it with the new VMs)",
+				 add ? "add" : "remove");
+		return;
+	}
+	if (argc != 2) {
+		ctl_error_answer(w, EINVAL, add ? "usage: vm-add guest-cid=N,socket=PATH,"
+					    "uds-path=PATH[,KEY=VALUE...] (no spaces)"
+					  : "usage: vm-remove CID|NAME");
+		return;
+	}
+	r = add ? c->ops->vm_add(c->opaque, argv[1], &cid, err, sizeof(err))
+		: c->ops->vm_remove(c->opaque, argv[1], &cid, err, sizeof(err));
+	if (r < 0) {
+		ctl_error_answer(w, -r, "%s", err[0] ? err : strerror(-r));
+		return;
+	}
+	begin(w, true);
+	ops_jw_u64(w, add ? "added" : "removed", cid);
+	ops_jw_u64(w, "vms", c->ops->vm_count(c->opaque));
+	ops_jw_obj_end(w);
+}
+
 static void cmd_version(struct ops_ctl *c, struct ops_jw *w)
 {
-	static const char *const cmds[] = { "version", "stats", "conns", "capture", "quit" };
+	static const char *const cmds[] = { "version", "stats", "conns", "capture", "vm-add",
+					    "vm-remove", "quit" };
 
 	begin(w, true);
 	ops_jw_str(w, "server", c->server);
@@ -542,6 +596,8 @@ void ctl_cmd_run(struct ops_ctl *c, struct ctl_client *cl, char *line, struct op
 		cmd_conns(c, w, argc, argv);
 	else if (strcmp(argv[0], "capture") == 0)
 		cmd_capture(c, cl, w, argc, argv);
+	else if (strcmp(argv[0], "vm-add") == 0 || strcmp(argv[0], "vm-remove") == 0)
+		cmd_vm(c, w, argc, argv);
 	else if (strcmp(argv[0], "quit") == 0 && argc == 1) {
 		begin(w, true);
 		ops_jw_obj_end(w);

@@ -47,14 +47,24 @@ enum ops_drop_reason {
 	X(credit_stalls, "credit_stalls", "sends that found no guest credit")                      \
 	X(ring_errors, "ring_errors", "times the rings were marked broken")                        \
 	X(host_connects_refused, "host_connects_refused",                                          \
-	  "guest connects refused on the host side (nobody listening at <uds-path>_<port>)")        \
+	  "guest connects refused on the host side (nobody listening at <uds-path>_<port>, or "     \
+	  "any other reason)")                                                                     \
 	X(host_clients_refused, "host_clients_refused",                                            \
 	  "host programs' connections closed at once: over the VM's fd budget, out of fds, or "     \
 	  "too many CONNECT handshakes pending")                                                   \
 	X(host_handshake_timeouts, "host_handshake_timeouts",                                      \
 	  "host connections closed because no complete CONNECT line came within 2 s")              \
 	X(host_symlinks_refused, "host_symlinks_refused",                                          \
-	  "guest connects refused because <uds-path>_<port> is a symlink")
+	  "guest connects refused because <uds-path>_<port> is a symlink")                         \
+	X(host_listeners_denied, "host_listeners_denied",                                          \
+	  "guest connects refused because uvsockd may not connect to <uds-path>_<port> "            \
+	  "(EACCES/EPERM)")                                                                        \
+	X(host_clients_no_guest, "host_clients_no_guest",                                          \
+	  "host programs' connections closed at once: no VMM attached or guest driver not running") \
+	X(host_connect_bad_lines, "host_connect_bad_lines",                                        \
+	  "host connections closed because their CONNECT line did not parse")                      \
+	X(host_clients_guest_refused, "host_clients_guest_refused",                                \
+	  "host CONNECTs refused by the guest (nobody listens on that guest port)")
 
 struct ops_vm_counters {
 #define OPS_X_FIELD_(f, name, help) _Atomic uint64_t f;

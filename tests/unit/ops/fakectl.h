@@ -61,6 +61,10 @@ static void fake_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *s)
 	s->c.host_clients_refused = base + 12;
 	s->c.host_handshake_timeouts = base + 13;
 	s->c.host_symlinks_refused = base + 14;
+	s->c.host_listeners_denied = base + 15;
+	s->c.host_clients_no_guest = base + 16;
+	s->c.host_connect_bad_lines = base + 17;
+	s->c.host_clients_guest_refused = base + 18;
 	for (unsigned i = 0; i < _OPS_DROP_MAX; i++)
 		s->c.dropped[i] = base + 20 + i;
 	s->have_engine = idx == 0;
