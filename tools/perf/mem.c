@@ -29,12 +29,7 @@ void add_mem(const struct env *e, const char *name, double v, const char *unit, 
 	struct res_mem *m;
 	va_list ap;
 
-	if (g_res.nmem == g_res.cmem) {
-		g_res.cmem = g_res.cmem ? g_res.cmem * 2 : 16;
-		g_res.mem = realloc(g_res.mem, (size_t)g_res.cmem * sizeof(*g_res.mem));
-		if (!g_res.mem)
-			die("out of memory");
-	}
+	g_res.mem = res_grow(g_res.mem, g_res.nmem, &g_res.cmem, sizeof(*g_res.mem));
 	m = &g_res.mem[g_res.nmem++];
 	memset(m, 0, sizeof(*m));
 	snprintf(m->name, sizeof(m->name), "%s", name);

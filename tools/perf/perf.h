@@ -207,6 +207,7 @@ struct results {
 extern struct results g_res;
 
 /* report.c: the records (found or created by key). */
+void *res_grow(void *arr, int n, int *cap, size_t elem);
 struct res_stream *res_stream_get(enum tr t, size_t size, enum rxmode rx, int streams,
 				  const char *variant);
 struct res_rtt *res_rtt_get(enum tr t, size_t size, const char *variant);

@@ -14,6 +14,18 @@
 
 struct results g_res;
 
+/* Makes room for one more element in a growing array of n elements (capacity *cap). */
+void *res_grow(void *arr, int n, int *cap, size_t elem)
+{
+	if (n < *cap)
+		return arr;
+	*cap = *cap ? *cap * 2 : 32;
+	arr = realloc(arr, (size_t)*cap * elem);
+	if (!arr)
+		die("out of memory");
+	return arr;
+}
+
 struct res_stream *res_stream_get(enum tr t, size_t size, enum rxmode rx, int streams,
 				  const char *variant)
 {
@@ -25,12 +37,7 @@ struct res_stream *res_stream_get(enum tr t, size_t size, enum rxmode rx, int st
 		    strcmp(r->variant, variant) == 0)
 			return r;
 	}
-	if (g_res.nst == g_res.cst) {
-		g_res.cst = g_res.cst ? g_res.cst * 2 : 64;
-		g_res.st = realloc(g_res.st, (size_t)g_res.cst * sizeof(*g_res.st));
-		if (!g_res.st)
-			die("out of memory");
-	}
+	g_res.st = res_grow(g_res.st, g_res.nst, &g_res.cst, sizeof(*g_res.st));
 	r = &g_res.st[g_res.nst++];
 	memset(r, 0, sizeof(*r));
 	*r = (struct res_stream){ .t = t, .size = size, .rx = rx, .streams = streams };
@@ -47,12 +54,7 @@ struct res_rtt *res_rtt_get(enum tr t, size_t size, const char *variant)
 		if (r->t == t && r->size == size && strcmp(r->variant, variant) == 0)
 			return r;
 	}
-	if (g_res.nrt == g_res.crt) {
-		g_res.crt = g_res.crt ? g_res.crt * 2 : 32;
-		g_res.rt = realloc(g_res.rt, (size_t)g_res.crt * sizeof(*g_res.rt));
-		if (!g_res.rt)
-			die("out of memory");
-	}
+	g_res.rt = res_grow(g_res.rt, g_res.nrt, &g_res.crt, sizeof(*g_res.rt));
 	r = &g_res.rt[g_res.nrt++];
 	memset(r, 0, sizeof(*r));
 	r->t = t;
@@ -164,6 +166,36 @@ static int distinct_variants(const char **out, int cap)
 	return n;
 }
 
+/* One row of a stream table: medians [CPU s/GB] min-max, or with u the ratios to u (Unix). */
+static void stream_row(FILE *f, const enum tr *ts, int nt, const bool *any, size_t size,
+		       enum rxmode rx, int streams, const char *variant, const struct res_stream *u)
+{
+	char sz[32];
+
+	fmt_size(sz, sizeof(sz), size);
+	fprintf(f, "%-8s", sz);
+	for (int k = 0; k < nt; k++) {
+		const struct res_stream *r = find_stream(ts[k], size, rx, streams, variant);
+		char cell[64] = "-";
+
+		if (!any[ts[k]])
+			continue;
+		if (r && u) {
+			double cu = STAT_OF(u, cpu_s_per_gb).med;
+
+			snprintf(cell, sizeof(cell), "%.2fx [%.2fx]", ratio_unix(r),
+				 cu > 0 ? STAT_OF(r, cpu_s_per_gb).med / cu : 0);
+		} else if (r) {
+			struct stat3 g = STAT_OF(r, gbps), c = STAT_OF(r, cpu_s_per_gb);
+
+			snprintf(cell, sizeof(cell), "%.3g [%.3g] %.3g-%.3g", g.med, c.med, g.min,
+				 g.max);
+		}
+		fprintf(f, " %-28s", cell);
+	}
+	fprintf(f, "\n");
+}
+
 static void table_stream(FILE *f, const char *variant, enum rxmode rx, int streams, bool seq)
 {
 	static const enum tr plain[] = { T_VSOCK_G2H, T_VSOCK_H2G, T_INPROC_G2H, T_INPROC_H2G,
@@ -185,66 +217,29 @@ static void table_stream(FILE *f, const char *variant, enum rxmode rx, int strea
 			row |= find_stream(ts[k], sizes[si], rx, streams, variant) != NULL;
 		if (!row)
 			continue;
-		char sz[32];
-
 		if (!printed) {
 			fprintf(f, "\n%s stream, %d stream%s, receive mode %s%s%s: Gbit/s "
-				"[CPU s/GB] (min-max)\n", seq ? "SEQPACKET" : "STREAM", streams,
+				"[CPU s/GB] min-max\n", seq ? "SEQPACKET" : "STREAM", streams,
 				streams > 1 ? "s in parallel" : "", rxmode_name[rx],
 				*variant ? ", " : "", variant);
 			fprintf(f, "%-8s", "size");
 			for (int k = 0; k < nt; k++)
 				if (any[ts[k]])
-					fprintf(f, " %-26s", tr_name[ts[k]]);
+					fprintf(f, " %-28s", tr_name[ts[k]]);
 			fprintf(f, "\n");
 			printed = true;
 		}
-		fmt_size(sz, sizeof(sz), sizes[si]);
-		fprintf(f, "%-8s", sz);
-		for (int k = 0; k < nt; k++) {
-			const struct res_stream *r = find_stream(ts[k], sizes[si], rx, streams,
-								 variant);
-			char cell[64] = "-";
-
-			if (!any[ts[k]])
-				continue;
-			if (r) {
-				struct stat3 g = STAT_OF(r, gbps), c = STAT_OF(r, cpu_s_per_gb);
-
-				snprintf(cell, sizeof(cell), "%.3g [%.3g] (%.3g-%.3g)", g.med, c.med,
-					 g.min, g.max);
-			}
-			fprintf(f, " %-26s", cell);
-		}
-		fprintf(f, "\n");
+		stream_row(f, ts, nt, any, sizes[si], rx, streams, variant, NULL);
 	}
 	if (!printed || seq)
 		return;
 	fprintf(f, "ratio to unix (throughput; CPU per byte in brackets)\n");
 	for (int si = 0; si < ns; si++) {
 		const struct res_stream *u = find_stream(T_UNIX, sizes[si], rx, streams, variant);
-		char sz[32];
 
 		if (!u)
 			continue;
-		fmt_size(sz, sizeof(sz), sizes[si]);
-		fprintf(f, "%-8s", sz);
-		for (int k = 0; k < nt; k++) {
-			const struct res_stream *r = find_stream(ts[k], sizes[si], rx, streams,
-								 variant);
-			char cell[64] = "-";
-
-			if (!any[ts[k]])
-				continue;
-			if (r) {
-				double cu = STAT_OF(u, cpu_s_per_gb).med;
-
-				snprintf(cell, sizeof(cell), "%.2fx [%.2fx]", ratio_unix(r),
-					 cu > 0 ? STAT_OF(r, cpu_s_per_gb).med / cu : 0);
-			}
-			fprintf(f, " %-26s", cell);
-		}
-		fprintf(f, "\n");
+		stream_row(f, ts, nt, any, sizes[si], rx, streams, variant, u);
 	}
 }
 
