@@ -27,11 +27,16 @@
 #include "perf.h"
 
 const char *const tr_name[T_MAX] = {
-	[T_VSOCK_G2H] = "vsock-g2h",     [T_VSOCK_H2G] = "vsock-h2g",
-	[T_TCP] = "tcp",                 [T_TCP_NODELAY] = "tcp-nodelay",
-	[T_UNIX] = "unix",               [T_SHM] = "shm-ring",
-	[T_VSOCK_SEQ_G2H] = "vsock-seqpacket-g2h", [T_VSOCK_SEQ_H2G] = "vsock-seqpacket-h2g",
-	[T_UNIX_SEQ] = "unix-seqpacket", [T_INPROC_G2H] = "inproc-g2h",
+	[T_VSOCK_G2H] = "vsock-g2h",
+	[T_VSOCK_H2G] = "vsock-h2g",
+	[T_TCP] = "tcp",
+	[T_TCP_NODELAY] = "tcp-nodelay",
+	[T_UNIX] = "unix",
+	[T_SHM] = "shm-ring",
+	[T_VSOCK_SEQ_G2H] = "vsock-seqpacket-g2h",
+	[T_VSOCK_SEQ_H2G] = "vsock-seqpacket-h2g",
+	[T_UNIX_SEQ] = "unix-seqpacket",
+	[T_INPROC_G2H] = "inproc-g2h",
 	[T_INPROC_H2G] = "inproc-h2g",
 };
 
@@ -180,7 +185,7 @@ int host_connect_guest_fd(const char *uds, unsigned port, int type)
 
 		if (poll(&p, 1, PERF_WAIT_MS) <= 0)
 			goto fail;
-		/* Stream: byte by byte, so no payload is eaten; seqpacket: the line is one message. */
+		/* Stream: byte by byte, so no payload is eaten; seqpacket: one message. */
 		r = read(fd, line + got, type == SOCK_SEQPACKET ? sizeof(line) - 1 : 1);
 		if (r <= 0)
 			goto fail;
@@ -214,8 +219,9 @@ static void fd_pair(int lfd, int cfd, struct conn *tx, struct conn *rx, const ch
 
 static int guest_connect(struct env *e, int type, unsigned port)
 {
-	struct sockaddr_vm va = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_HOST,
-				  .svm_port = port };
+	struct sockaddr_vm va = { .svm_family = AF_VSOCK,
+		                  .svm_cid = VMADDR_CID_HOST,
+		                  .svm_port = port };
 	int fd = uvsock_socket(e->g, type, 0);
 
 	if (fd < 0 || uvsock_connect(fd, (struct sockaddr *)&va, sizeof(va)) < 0)
@@ -241,11 +247,12 @@ void pair_open(struct env *e, enum tr t, struct conn *tx, struct conn *rx)
 		bool seq = t == T_VSOCK_SEQ_G2H;
 
 		fd = guest_connect(e, seq ? SOCK_SEQPACKET : SOCK_STREAM,
-				   seq ? PERF_HOST_SEQ_PORT : PERF_HOST_PORT);
+		                   seq ? PERF_HOST_SEQ_PORT : PERF_HOST_PORT);
 		*tx = (struct conn){ .kind = C_UV, .fd = fd, .seq = seq };
-		*rx = (struct conn){ .kind = C_FD, .seq = seq,
-				     .fd = accept_wait(seq ? e->host_seq_lfd : e->host_lfd,
-						       PERF_WAIT_MS) };
+		*rx = (struct conn){ .kind = C_FD,
+			             .seq = seq,
+			             .fd = accept_wait(seq ? e->host_seq_lfd : e->host_lfd,
+			                               PERF_WAIT_MS) };
 		if (rx->fd < 0)
 			die("host accept: %s", strerror(errno));
 		break;
@@ -255,7 +262,7 @@ void pair_open(struct env *e, enum tr t, struct conn *tx, struct conn *rx)
 		bool seq = t == T_VSOCK_SEQ_H2G;
 
 		fd = host_connect_guest_fd(e->uds, seq ? PERF_GUEST_SEQ_PORT : PERF_GUEST_PORT,
-					   seq ? SOCK_SEQPACKET : SOCK_STREAM);
+		                           seq ? SOCK_SEQPACKET : SOCK_STREAM);
 		if (fd < 0)
 			die("host connect to guest port: no OK from the back-end");
 		*tx = (struct conn){ .kind = C_FD, .fd = fd, .seq = seq };
@@ -282,7 +289,7 @@ void pair_open(struct env *e, enum tr t, struct conn *tx, struct conn *rx)
 		break;
 	case T_UNIX_SEQ:
 		fd_pair(e->unix_seq_lfd, unix_connect_nb(e->unix_seq_path, SOCK_SEQPACKET), tx, rx,
-			"unix seqpacket");
+		        "unix seqpacket");
 		tx->seq = rx->seq = true;
 		break;
 	case T_SHM:
@@ -457,11 +464,11 @@ static void start_daemon(struct env *e)
 	snprintf(e->uds, sizeof(e->uds), "%s/vm3.vsock", e->dir);
 	snprintf(e->logpath, sizeof(e->logpath), "%s/uvsockd.log", e->dir);
 	snprintf(vm, sizeof(vm), "guest-cid=3,socket=%s,uds-path=%s", e->sock, e->uds);
-	/* The per-VM connection cap as a key when this uvsockd has it (the memory test's 10 000). */
+	/* The per-VM connection cap as a key when this uvsockd has it (for the memory test). */
 	e->max_conns_key = (e->o->tests & M_MEM) && help_has(bin, "max-conns");
 	if (e->max_conns_key)
 		snprintf(vm + strlen(vm), sizeof(vm) - strlen(vm), ",max-conns=%d",
-			 e->o->idle_conns + 64);
+		         e->o->idle_conns + 64);
 	e->daemon = spawn_uvsockd(bin, e->tune_dev, args, e->logpath);
 	r = wait_socket(e->daemon, e->sock, 5000);
 	if (r == -1 && e->max_conns_key) {
@@ -514,7 +521,7 @@ void env_setup(struct env *e)
 	}
 	e->tcp_lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	e->tcp_addr = (struct sockaddr_in){ .sin_family = AF_INET,
-					    .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	setsockopt(e->tcp_lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (e->tcp_lfd < 0 || bind(e->tcp_lfd, (struct sockaddr *)&e->tcp_addr, alen) < 0 ||
 	    listen(e->tcp_lfd, 128) < 0 ||

@@ -22,8 +22,8 @@
 #include "../../examples/embed-guest.h"
 #include "perf.h"
 
-#define IP_BUF_ALLOC (256u * 1024u) /* the guest's receive buffer, advertised */
-#define IP_HOST_PORT 7000u
+#define IP_BUF_ALLOC  (256u * 1024u) /* the guest's receive buffer, advertised */
+#define IP_HOST_PORT  7000u
 #define IP_GUEST_PORT 7001u
 
 struct inproc {

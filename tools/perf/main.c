@@ -150,9 +150,18 @@ static uint64_t parse_size(const char *s)
 	if (end == s)
 		die("bad size '%s'", s);
 	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		v <<= 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		v <<= 20;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (*end || v == 0)
 		die("bad size '%s'", s);
@@ -191,8 +200,11 @@ static int parse_sizes(const char *arg, size_t *out, int cap, size_t max)
 
 static unsigned parse_tests(const char *arg)
 {
-	static const struct { const char *n; unsigned m; } names[] = {
-		{ "stream", M_STREAM }, { "rtt", M_RTT }, { "parallel", M_PARALLEL },
+	static const struct {
+		const char *n;
+		unsigned m;
+	} names[] = {
+		{ "stream", M_STREAM },       { "rtt", M_RTT }, { "parallel", M_PARALLEL },
 		{ "seqpacket", M_SEQPACKET }, { "mem", M_MEM }, { "vms", M_VMS },
 		{ "inproc", M_INPROC },
 	};
@@ -207,9 +219,29 @@ static unsigned parse_tests(const char *arg)
 		for (i = 0; i < sizeof(names) / sizeof(names[0]) && strcmp(names[i].n, t); i++)
 			;
 		if (i == sizeof(names) / sizeof(names[0]))
-			die("unknown test '%s' (stream, rtt, parallel, seqpacket, mem, vms, inproc)",
-			    t);
+			die("unknown test '%s' (stream rtt parallel seqpacket mem vms inproc)", t);
 		m |= names[i].m;
+	}
+	free(list);
+	return m;
+}
+
+/* A transport list into a bit mask over enum tr. */
+static unsigned parse_transports(const char *arg)
+{
+	char *list = strdup(arg), *save = NULL;
+	unsigned m = 0;
+
+	if (!list)
+		die("out of memory");
+	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int i;
+
+		for (i = 0; i < T_MAX && strcmp(tr_name[i], t); i++)
+			;
+		if (i == T_MAX)
+			die("unknown transport '%s'", t);
+		m |= 1u << i;
 	}
 	free(list);
 	return m;
@@ -219,7 +251,7 @@ static void usage(FILE *f)
 {
 	fputs("usage: uvsock-perf [options]\n"
 	      "back-end:\n"
-	      "  --uvsockd PATH        uvsockd to start and stop (default: $UVSOCKD, the build tree,"
+	      "  --uvsockd PATH        uvsockd to start and stop (default: $UVSOCKD, build tree,"
 	      " $PATH)\n"
 	      "  --socket PATH         use a running vhost-user vsock back-end at PATH instead\n"
 	      "  --uds-path PATH       its hybrid host-side socket (required with --socket)\n"
@@ -230,14 +262,17 @@ static void usage(FILE *f)
 	      "                        but inproc; mem and vms need a uvsockd started here)\n"
 	      "  --sizes LIST          write sizes (default 64,256,512,1K,...,512K)\n"
 	      "  --rtt-sizes LIST      ping-pong sizes (default 64,256,4K)\n"
-	      "  --streams LIST        parallel streams (default 4,16,64; 1 is in the stream test)\n"
+	      "  --streams LIST        parallel streams (default 4,16,64; 1: the stream test)\n"
+	      "  --transports LIST     only these (vsock-g2h, vsock-h2g, tcp, tcp-nodelay, unix,\n"
+	      "                        shm-ring, vsock-seqpacket-g2h, vsock-seqpacket-h2g,\n"
+	      "                        unix-seqpacket, inproc-g2h, inproc-h2g; default: all)\n"
 	      "  --runs N              runs per point, medians and min-max (default 5)\n"
 	      "  --duration-ms N       one stream run (default 200)\n"
 	      "  --rtt-count N         timed round trips per run (default 5000)\n"
 	      "  --idle-conns N        idle connections of the memory test (default 10000)\n"
 	      "  --vms N               VMs on one daemon for the scale test (default 64)\n"
 	      "  --quick               smoke run: 64 B and 64 KiB, 1 run, short runs\n"
-	      "switches (src/util/tune.h names: zerocopy tx-batch event-idx rx-batch credit-reduce\n"
+	      "switches (src/util/tune.h: zerocopy tx-batch event-idx rx-batch credit-reduce\n"
 	      "merge pkt64k rx-adaptive direct-rx busy-poll-us=N; NAME, no-NAME):\n"
 	      "  --tune-device LIST    for the uvsockd started here (--tune, or UVSOCK_TUNE)\n"
 	      "  --tune-guest LIST     for the guest role in this process\n"
@@ -246,56 +281,62 @@ static void usage(FILE *f)
 	      "  --busy-poll-us N      guest driver thread spins N us before sleeping\n"
 	      "output:\n"
 	      "  --csv FILE  --json FILE  --plot FILE.png (gnuplot)   --quiet (no progress)\n"
-	      "datagrams are not measured: uvsock has no datagram sockets yet.\n", f);
+	      "datagrams are not measured: uvsock has no datagram sockets yet.\n",
+	      f);
 }
 
 /* ---- the plan --------------------------------------------------------------------------- */
 
 static void measure(struct env *e, int runs)
 {
-	static const enum tr st[] = { T_VSOCK_G2H, T_VSOCK_H2G, T_INPROC_G2H, T_INPROC_H2G,
-				      T_TCP, T_TCP_NODELAY, T_UNIX, T_SHM };
-	static const enum tr rt[] = { T_VSOCK_G2H, T_INPROC_G2H, T_TCP, T_TCP_NODELAY, T_UNIX,
-				      T_SHM };
+	static const enum tr st[] = { T_VSOCK_G2H, T_VSOCK_H2G,   T_INPROC_G2H, T_INPROC_H2G,
+		                      T_TCP,       T_TCP_NODELAY, T_UNIX,       T_SHM };
+	static const enum tr rt[] = {
+		T_VSOCK_G2H, T_INPROC_G2H, T_TCP, T_TCP_NODELAY, T_UNIX, T_SHM
+	};
 	static const enum tr par[] = { T_VSOCK_G2H, T_VSOCK_H2G, T_TCP_NODELAY, T_UNIX };
 	static const enum tr seq[] = { T_VSOCK_SEQ_G2H, T_VSOCK_SEQ_H2G, T_UNIX_SEQ };
 	const struct opts *o = e->o;
+#define ON(t) (tr_available(e, t) && (!o->transports || (o->transports & (1u << (t)))))
 
 	if (o->tests & M_STREAM)
 		for (int si = 0; si < o->nsizes; si++)
 			for (int rx = 0; rx < 2; rx++)
 				for (unsigned k = 0; k < sizeof(st) / sizeof(st[0]); k++)
-					if (tr_available(e, st[k]))
+					if (ON(st[k]))
 						run_stream_point(e, st[k], o->sizes[si],
-								 (enum rxmode)rx, 1, runs);
+						                 (enum rxmode)rx, 1, runs);
 	if (o->tests & M_PARALLEL)
 		for (int i = 0; i < o->nstreams; i++)
 			for (unsigned k = 0; k < sizeof(par) / sizeof(par[0]); k++)
-				run_stream_point(e, par[k], 65536, RX_64K, o->streams[i], runs);
+				if (ON(par[k]))
+					run_stream_point(e, par[k], 65536, RX_64K, o->streams[i],
+					                 runs);
 	if ((o->tests & M_SEQPACKET) && e->guest_seq_lfd >= 0)
 		for (int si = 0; si < o->nsizes; si++)
 			for (unsigned k = 0; k < sizeof(seq) / sizeof(seq[0]); k++)
-				if (o->sizes[si] <= 65536)
+				if (o->sizes[si] <= 65536 && ON(seq[k]))
 					run_stream_point(e, seq[k], o->sizes[si], RX_64K, 1, runs);
 	if (o->tests & M_RTT)
 		for (int si = 0; si < o->nrtt_sizes; si++)
 			for (unsigned k = 0; k < sizeof(rt) / sizeof(rt[0]); k++)
-				if (tr_available(e, rt[k]))
+				if (ON(rt[k]))
 					run_rtt_point(e, rt[k], o->rtt_sizes[si], runs);
 	if (o->tests & M_MEM)
 		run_mem(e);
 	if ((o->tests & M_VMS) && !o->socket)
 		run_vms(e);
+#undef ON
 }
 
 /* Applies the base switch lists plus `item` (NULL: none) and sets the environment up. */
 static void setup_variant(struct env *e, const struct opts *o, const char *item, char *devlist,
-			  size_t cap)
+                          size_t cap)
 {
 	char err[200];
 
 	snprintf(devlist, cap, "%s%s%s", o->tune_device ? o->tune_device : "",
-		 o->tune_device && item ? "," : "", item ? item : "");
+	         o->tune_device && item ? "," : "", item ? item : "");
 	e->tune_dev = *devlist ? devlist : NULL;
 	if ((o->tune_guest && tune_set(o->tune_guest, err, sizeof(err)) < 0) ||
 	    (item && tune_set(item, err, sizeof(err)) < 0))
@@ -303,8 +344,8 @@ static void setup_variant(struct env *e, const struct opts *o, const char *item,
 	tune_describe(g_res.tune_desc, sizeof(g_res.tune_desc));
 	env_setup(e);
 	snprintf(g_res.backend, sizeof(g_res.backend), "%s%s (guest CID %u)",
-		 o->socket ? e->sock : "uvsockd", e->daemon > 0 ? " started by uvsock-perf" : "",
-		 uvsock_ctx_local_cid(e->g));
+	         o->socket ? e->sock : "uvsockd", e->daemon > 0 ? " started by uvsock-perf" : "",
+	         uvsock_ctx_local_cid(e->g));
 }
 
 /* Adds the --in-process against ceiling ratio at 64 KiB (64k reads) if both were measured. */
@@ -328,16 +369,38 @@ static void inproc_ratio(struct env *e)
 				gb[k] = b->s[k].gbps;
 			e->variant = a->variant;
 			add_mem(e, "inproc_g2h_vs_shm_64KiB", median(ga, a->n) / median(gb, b->n),
-				"x", "--in-process guest->host at 64 KiB / shared-memory ring");
+			        "x", "--in-process guest->host at 64 KiB / shared-memory ring");
 		}
 	}
 }
 
 int main(int argc, char **argv)
 {
-	enum { O_UVSOCKD = 256, O_SOCKET, O_UDS, O_INPROC, O_TESTS, O_SIZES, O_RTT_SIZES,
-	       O_STREAMS, O_RUNS, O_DURATION, O_RTT_COUNT, O_IDLE, O_VMS, O_QUICK, O_TUNE_DEV,
-	       O_TUNE_GUEST, O_COMPARE, O_BUSY, O_CSV, O_JSON, O_PLOT, O_QUIET };
+	enum {
+		O_UVSOCKD = 256,
+		O_SOCKET,
+		O_UDS,
+		O_INPROC,
+		O_TESTS,
+		O_SIZES,
+		O_RTT_SIZES,
+		O_STREAMS,
+		O_RUNS,
+		O_DURATION,
+		O_RTT_COUNT,
+		O_IDLE,
+		O_VMS,
+		O_QUICK,
+		O_TUNE_DEV,
+		O_TUNE_GUEST,
+		O_COMPARE,
+		O_BUSY,
+		O_CSV,
+		O_JSON,
+		O_PLOT,
+		O_QUIET,
+		O_TRANSPORTS
+	};
 	static const struct option lo[] = {
 		{ "uvsockd", required_argument, NULL, O_UVSOCKD },
 		{ "socket", required_argument, NULL, O_SOCKET },
@@ -361,13 +424,17 @@ int main(int argc, char **argv)
 		{ "json", required_argument, NULL, O_JSON },
 		{ "plot", required_argument, NULL, O_PLOT },
 		{ "quiet", no_argument, NULL, O_QUIET },
+		{ "transports", required_argument, NULL, O_TRANSPORTS },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	static struct opts o = { .runs = 5, .duration_ms = 200, .rtt_count = 5000,
-				 .idle_conns = 10000, .nvms = 64,
-				 .tests = M_STREAM | M_RTT | M_PARALLEL | M_SEQPACKET | M_MEM |
-					  M_VMS };
+	static struct opts o = { .runs = 5,
+		                 .duration_ms = 200,
+		                 .rtt_count = 5000,
+		                 .idle_conns = 10000,
+		                 .nvms = 64,
+		                 .tests = M_STREAM | M_RTT | M_PARALLEL | M_SEQPACKET | M_MEM |
+		                          M_VMS };
 	static struct env env;
 	bool inproc = false, tests_given = false, runs_given = false;
 	char devlist[512];
@@ -376,11 +443,22 @@ int main(int argc, char **argv)
 	g_t0 = mono_ns();
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
-		case O_UVSOCKD: o.uvsockd = optarg; break;
-		case O_SOCKET: o.socket = optarg; break;
-		case O_UDS: o.uds = optarg; break;
-		case O_INPROC: inproc = true; break;
-		case O_TESTS: o.tests = parse_tests(optarg); tests_given = true; break;
+		case O_UVSOCKD:
+			o.uvsockd = optarg;
+			break;
+		case O_SOCKET:
+			o.socket = optarg;
+			break;
+		case O_UDS:
+			o.uds = optarg;
+			break;
+		case O_INPROC:
+			inproc = true;
+			break;
+		case O_TESTS:
+			o.tests = parse_tests(optarg);
+			tests_given = true;
+			break;
 		case O_SIZES:
 			o.nsizes = parse_sizes(optarg, o.sizes, PERF_MAX_SIZES, 512u << 10);
 			break;
@@ -399,28 +477,60 @@ int main(int argc, char **argv)
 			o.runs = parse_int(optarg, 1, PERF_MAX_RUNS, "--runs");
 			runs_given = true;
 			break;
-		case O_DURATION: o.duration_ms = parse_int(optarg, 10, 60000, "--duration-ms"); break;
+		case O_DURATION:
+			o.duration_ms = parse_int(optarg, 10, 60000, "--duration-ms");
+			break;
 		case O_RTT_COUNT:
 			o.rtt_count = parse_int(optarg, 100, 10000000, "--rtt-count");
 			break;
-		case O_IDLE: o.idle_conns = parse_int(optarg, 1, 1000000, "--idle-conns"); break;
-		case O_VMS: o.nvms = parse_int(optarg, 1, 128, "--vms"); break;
-		case O_QUICK: o.quick = true; break;
-		case O_TUNE_DEV: o.tune_device = optarg; break;
-		case O_TUNE_GUEST: o.tune_guest = optarg; break;
-		case O_COMPARE: o.compare = optarg; break;
-		case O_BUSY: o.busy_poll_us = (unsigned)parse_int(optarg, 0, 1000000, "us"); break;
-		case O_CSV: o.csv = optarg; break;
-		case O_JSON: o.json = optarg; break;
-		case O_PLOT: o.plot = optarg; break;
-		case O_QUIET: g_quiet = true; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case O_IDLE:
+			o.idle_conns = parse_int(optarg, 1, 1000000, "--idle-conns");
+			break;
+		case O_VMS:
+			o.nvms = parse_int(optarg, 1, 128, "--vms");
+			break;
+		case O_QUICK:
+			o.quick = true;
+			break;
+		case O_TUNE_DEV:
+			o.tune_device = optarg;
+			break;
+		case O_TUNE_GUEST:
+			o.tune_guest = optarg;
+			break;
+		case O_COMPARE:
+			o.compare = optarg;
+			break;
+		case O_BUSY:
+			o.busy_poll_us = (unsigned)parse_int(optarg, 0, 1000000, "us");
+			break;
+		case O_CSV:
+			o.csv = optarg;
+			break;
+		case O_JSON:
+			o.json = optarg;
+			break;
+		case O_PLOT:
+			o.plot = optarg;
+			break;
+		case O_QUIET:
+			g_quiet = true;
+			break;
+		case O_TRANSPORTS:
+			o.transports = parse_transports(optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc || !!o.socket != !!o.uds) {
-		fprintf(stderr, "uvsock-perf: %s\n", optind < argc ? "unexpected argument" :
-			"--socket and --uds-path go together");
+		fprintf(stderr, "uvsock-perf: %s\n",
+		        optind < argc ? "unexpected argument"
+		                      : "--socket and --uds-path go together");
 		usage(stderr);
 		return 2;
 	}
@@ -479,7 +589,8 @@ int main(int argc, char **argv)
 			char name[64], item[2][80], var[2][96];
 			const char *eq = strchr(t, '=');
 
-			snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - t) : (int)strlen(t), t);
+			snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - t) : (int)strlen(t),
+			         t);
 			/* busy-poll-us=N: 0 against N; any other switch: no-NAME against NAME. */
 			snprintf(item[0], sizeof(item[0]), eq ? "%s=0" : "no-%s", name);
 			snprintf(item[1], sizeof(item[1]), "%s", t);
@@ -487,7 +598,8 @@ int main(int argc, char **argv)
 			snprintf(var[1], sizeof(var[1]), "%s=on", t);
 			for (int r = 0; r < o.runs; r++) {
 				for (int on = 0; on < 2; on++) {
-					progress("compare %s: round %d of %d", var[on], r + 1, o.runs);
+					progress("compare %s: round %d of %d", var[on], r + 1,
+					         o.runs);
 					env.variant = var[on];
 					setup_variant(&env, &o, item[on], devlist, sizeof(devlist));
 					measure(&env, 1);
@@ -522,7 +634,7 @@ int main(int argc, char **argv)
 
 		if (r < 0) {
 			fprintf(stderr, "uvsock-perf: --plot %s: %s (is gnuplot installed?)\n",
-				o.plot, strerror(-r));
+			        o.plot, strerror(-r));
 			rc = 1;
 		}
 	}

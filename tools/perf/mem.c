@@ -4,7 +4,8 @@
  * /proc/PID/status): RSS per open idle guest -> host connection on one VM (--idle-conns, capped
  * by the VM's connection cap and this process's descriptor limit; the count used is printed),
  * RSS per connection while guests flood 1-byte writes that the host does not read, and one
- * daemon with --vms VMs moving data at once against one of them alone. Main thread.
+ * daemon with --vms VMs moving data at once against one of them alone (medians of --runs
+ * runs, alternating one VM and all). Main thread.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -24,7 +25,7 @@
 #define DEFAULT_CAP 1024 /* uvsockd's per-VM host connection cap without max-conns= */
 
 void add_mem(const struct env *e, const char *name, double v, const char *unit, const char *fmt,
-	     ...)
+             ...)
 {
 	struct res_mem *m;
 	va_list ap;
@@ -85,7 +86,7 @@ static void idle_conns(struct env *e)
 	after = rss_kib(e->daemon);
 	add_mem(e, "idle_conns", n, "count", "asked %d, used %d: %s", want, n, why);
 	add_mem(e, "rss_per_idle_conn", (double)(after - before) * 1024.0 / (n ? n : 1), "bytes",
-		"uvsockd VmRSS %ld -> %ld KiB", before, after);
+	        "uvsockd VmRSS %ld -> %ld KiB", before, after);
 	for (int i = 0; i < made; i++) {
 		uvsock_close(g[i]);
 		close(h[i]);
@@ -122,8 +123,9 @@ static void flood(struct env *e)
 	}
 	after = rss_kib(e->daemon);
 	add_mem(e, "rss_per_flooded_conn", (double)(after - before) * 1024.0 / FLOOD_CONNS, "bytes",
-		"%d connections, %llu 1-byte writes, uvsockd VmRSS %ld -> %ld KiB (buf_alloc "
-		"256 KiB)", FLOOD_CONNS, (unsigned long long)sent, before, after);
+	        "%d connections, %llu 1-byte writes, uvsockd VmRSS %ld -> %ld KiB (buf_alloc "
+	        "256 KiB)",
+	        FLOOD_CONNS, (unsigned long long)sent, before, after);
 	for (int i = 0; i < FLOOD_CONNS; i++) {
 		uvsock_close(tx[i].fd);
 		while (read(rx[i].fd, buf, sizeof(buf)) > 0)
@@ -138,7 +140,12 @@ void run_mem(struct env *e)
 		add_mem(e, "skipped", 0, "", "memory: needs a uvsockd started by uvsock-perf");
 		return;
 	}
-	add_mem(e, "rss_one_vm", (double)rss_kib(e->daemon), "KiB", "uvsockd VmRSS, one VM");
+	/* A fresh daemon: after the stream tests its heap has free memory new connections reuse. */
+	env_teardown(e);
+	env_setup(e);
+	usleep(100 * 1000);
+	add_mem(e, "rss_one_vm", (double)rss_kib(e->daemon), "KiB",
+	        "a fresh uvsockd's VmRSS, one VM, one guest");
 	idle_conns(e);
 	flood(e);
 }
@@ -154,7 +161,8 @@ void run_vms(struct env *e)
 	struct uvsock_ctx **g = calloc((size_t)nv, sizeof(*g));
 	int *lfd = calloc((size_t)nv, sizeof(int));
 	struct conn *tx = calloc((size_t)nv, sizeof(*tx)), *rx = calloc((size_t)nv, sizeof(*rx));
-	double one = 0, all = 0;
+	double one[PERF_MAX_RUNS], all[PERF_MAX_RUNS], m1, ma;
+	int runs = e->o->runs;
 	long rss_idle;
 	pid_t pid;
 
@@ -164,7 +172,7 @@ void run_vms(struct env *e)
 	snprintf(logp, sizeof(logp), "%s/uvsockd.log", dir);
 	for (int i = 0; i < nv; i++) {
 		if (asprintf(&args[i], "guest-cid=%d,socket=%s/vm%d.sock,uds-path=%s/vm%d.vsock",
-			     i + 3, dir, i, dir, i) < 0)
+		             i + 3, dir, i, dir, i) < 0)
 			die("out of memory");
 	}
 	progress("vms: one uvsockd with %d VMs", nv);
@@ -192,15 +200,15 @@ void run_vms(struct env *e)
 	}
 	usleep(200 * 1000);
 	rss_idle = rss_kib(pid);
-	for (int r = 0; r < (e->o->quick ? 1 : 3); r++) {
+	for (int r = 0; r < runs; r++) {
 		for (int k = 0; k < 2; k++) {
 			int n = k ? nv : 1;
 			struct sample s;
 
 			for (int i = 0; i < n; i++) {
 				struct sockaddr_vm va = { .svm_family = AF_VSOCK,
-							  .svm_cid = VMADDR_CID_HOST,
-							  .svm_port = PERF_HOST_PORT };
+					                  .svm_cid = VMADDR_CID_HOST,
+					                  .svm_port = PERF_HOST_PORT };
 				int fd = uvsock_socket(g[i], SOCK_STREAM, 0);
 
 				if (fd < 0 ||
@@ -208,15 +216,12 @@ void run_vms(struct env *e)
 					die("vms: guest %d connect: %s", i, strerror(errno));
 				tx[i] = (struct conn){ .kind = C_UV, .fd = fd };
 				rx[i] = (struct conn){ .kind = C_FD,
-						       .fd = accept_wait(lfd[i], PERF_WAIT_MS) };
+					               .fd = accept_wait(lfd[i], PERF_WAIT_MS) };
 				if (rx[i].fd < 0)
 					die("vms: host accept %d", i);
 			}
 			s = measure_pairs(tx, rx, n, 65536, RX_64K, pid, e->o->duration_ms * 2);
-			if (k)
-				all = all > s.gbps ? all : s.gbps;
-			else
-				one = one > s.gbps ? one : s.gbps;
+			(k ? all : one)[r] = s.gbps;
 			for (int i = 0; i < n; i++) {
 				c_close(&tx[i]);
 				c_close(&rx[i]);
@@ -225,10 +230,13 @@ void run_vms(struct env *e)
 	}
 	add_mem(e, "vms", nv, "count", "VMs on one uvsockd");
 	add_mem(e, "vms_rss_idle", (double)rss_idle, "KiB", "uvsockd VmRSS with %d idle VMs", nv);
-	add_mem(e, "vms_gbps_one", one, "Gbit/s", "one VM's g2h stream, 64 KiB writes (best run)");
-	add_mem(e, "vms_gbps_all", all, "Gbit/s", "%d VMs, one g2h stream each at once (best run)",
-		nv);
-	add_mem(e, "vms_ratio", one > 0 ? all / one : 0, "x", "aggregate of %d VMs / one VM", nv);
+	m1 = median(one, runs);
+	ma = median(all, runs);
+	add_mem(e, "vms_gbps_one", m1, "Gbit/s",
+	        "one VM's g2h stream, 64 KiB writes, median of %d runs", runs);
+	add_mem(e, "vms_gbps_all", ma, "Gbit/s",
+	        "%d VMs, one g2h stream each at once, median of %d runs", nv, runs);
+	add_mem(e, "vms_ratio", m1 > 0 ? ma / m1 : 0, "x", "aggregate of %d VMs / one VM", nv);
 	for (int i = 0; i < nv; i++) {
 		char lp[160];
 

@@ -17,13 +17,13 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#define PERF_MAX_SIZES 24
-#define PERF_HOST_PORT 5000u
-#define PERF_HOST_SEQ_PORT 5001u
-#define PERF_GUEST_PORT 6000u
+#define PERF_MAX_SIZES      24
+#define PERF_HOST_PORT      5000u
+#define PERF_HOST_SEQ_PORT  5001u
+#define PERF_GUEST_PORT     6000u
 #define PERF_GUEST_SEQ_PORT 6001u
-#define PERF_WAIT_MS 10000
-#define PERF_BIG_READ (64u * 1024u) /* receive mode "64k" */
+#define PERF_WAIT_MS        10000
+#define PERF_BIG_READ       (64u * 1024u) /* receive mode "64k" */
 
 /* Transports; the names are the JSON/CSV "transport" values. */
 enum tr {
@@ -67,12 +67,13 @@ struct opts {
 	int nrtt_sizes;
 	int streams[8];
 	int nstreams;
-	unsigned tests;       /* M_* */
+	unsigned tests;      /* M_* */
+	unsigned transports; /* 1 << enum tr; 0: all */
 	int runs;
-	int duration_ms;      /* per stream run */
+	int duration_ms; /* per stream run */
 	int rtt_count;
-	int idle_conns;       /* memory test: idle connections on one VM */
-	int nvms;             /* multi-VM test */
+	int idle_conns;        /* memory test: idle connections on one VM */
+	int nvms;              /* multi-VM test */
 	unsigned busy_poll_us; /* guest role driver thread */
 	const char *tune_device;
 	const char *tune_guest;
@@ -87,17 +88,17 @@ struct env {
 	const char *variant;  /* compare: "name=off" / "name=on"; else "" */
 	const char *tune_dev; /* the list passed to the uvsockd we start, or NULL */
 	pid_t daemon;
-	bool max_conns_key;   /* the uvsockd we started took max-conns= */
+	bool max_conns_key; /* the uvsockd we started took max-conns= */
 	char dir[64], sock[128], uds[128], logpath[160];
 	struct uvsock_ctx *g;
-	int host_lfd, host_seq_lfd;   /* host listeners at <uds>_PORT */
+	int host_lfd, host_seq_lfd; /* host listeners at <uds>_PORT */
 	char host_lpath[160], host_seq_lpath[160];
 	int guest_lfd, guest_seq_lfd; /* guest listeners */
 	int tcp_lfd;
 	struct sockaddr_in tcp_addr;
 	int unix_lfd, unix_seq_lfd;
 	char unix_path[160], unix_seq_path[160];
-	struct inproc *ip;    /* --in-process transport, or NULL */
+	struct inproc *ip; /* --in-process transport, or NULL */
 };
 
 /* One end of a connection. */
@@ -209,19 +210,19 @@ extern struct results g_res;
 /* report.c: the records (found or created by key). */
 void *res_grow(void *arr, int n, int *cap, size_t elem);
 struct res_stream *res_stream_get(enum tr t, size_t size, enum rxmode rx, int streams,
-				  const char *variant);
+                                  const char *variant);
 struct res_rtt *res_rtt_get(enum tr t, size_t size, const char *variant);
 
 /* stream.c, rtt.c, mem.c: each appends to g_res. */
-struct sample measure_pairs(struct conn *tx, struct conn *rx, int n, size_t size,
-			    enum rxmode mode, pid_t backend, int duration_ms);
+struct sample measure_pairs(struct conn *tx, struct conn *rx, int n, size_t size, enum rxmode mode,
+                            pid_t backend, int duration_ms);
 void run_stream_point(struct env *e, enum tr t, size_t size, enum rxmode rx, int nstreams,
-		      int runs);
+                      int runs);
 void run_rtt_point(struct env *e, enum tr t, size_t size, int runs);
 void run_mem(struct env *e);
 void run_vms(struct env *e);
 void add_mem(const struct env *e, const char *name, double v, const char *unit, const char *fmt,
-	     ...) __attribute__((format(printf, 5, 6)));
+             ...) __attribute__((format(printf, 5, 6)));
 
 /* report.c */
 void report_table(FILE *f);

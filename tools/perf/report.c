@@ -27,7 +27,7 @@ void *res_grow(void *arr, int n, int *cap, size_t elem)
 }
 
 struct res_stream *res_stream_get(enum tr t, size_t size, enum rxmode rx, int streams,
-				  const char *variant)
+                                  const char *variant)
 {
 	struct res_stream *r;
 
@@ -89,7 +89,7 @@ static struct stat3 stat3_of(double *v, int n)
 }
 
 static const struct res_stream *find_stream(enum tr t, size_t size, enum rxmode rx, int streams,
-					    const char *variant)
+                                            const char *variant)
 {
 	for (int i = 0; i < g_res.nst; i++) {
 		const struct res_stream *r = &g_res.st[i];
@@ -136,8 +136,8 @@ static int distinct_sizes(size_t *out, int cap, int streams, bool seq)
 
 	for (int i = 0; i < g_res.nst; i++) {
 		const struct res_stream *r = &g_res.st[i];
-		bool is_seq = r->t == T_VSOCK_SEQ_G2H || r->t == T_VSOCK_SEQ_H2G ||
-			      r->t == T_UNIX_SEQ;
+		bool is_seq =
+		        r->t == T_VSOCK_SEQ_G2H || r->t == T_VSOCK_SEQ_H2G || r->t == T_UNIX_SEQ;
 		int j;
 
 		if (r->streams != streams || is_seq != seq)
@@ -155,7 +155,8 @@ static int distinct_variants(const char **out, int cap)
 	int n = 0;
 
 	for (int i = 0; i < g_res.nst + g_res.nrt; i++) {
-		const char *v = i < g_res.nst ? g_res.st[i].variant : g_res.rt[i - g_res.nst].variant;
+		const char *v =
+		        i < g_res.nst ? g_res.st[i].variant : g_res.rt[i - g_res.nst].variant;
 		int j;
 
 		for (j = 0; j < n && strcmp(out[j], v) != 0; j++)
@@ -168,7 +169,7 @@ static int distinct_variants(const char **out, int cap)
 
 /* One row of a stream table: medians [CPU s/GB] min-max, or with u the ratios to u (Unix). */
 static void stream_row(FILE *f, const enum tr *ts, int nt, const bool *any, size_t size,
-		       enum rxmode rx, int streams, const char *variant, const struct res_stream *u)
+                       enum rxmode rx, int streams, const char *variant, const struct res_stream *u)
 {
 	char sz[32];
 
@@ -184,12 +185,12 @@ static void stream_row(FILE *f, const enum tr *ts, int nt, const bool *any, size
 			double cu = STAT_OF(u, cpu_s_per_gb).med;
 
 			snprintf(cell, sizeof(cell), "%.2fx [%.2fx]", ratio_unix(r),
-				 cu > 0 ? STAT_OF(r, cpu_s_per_gb).med / cu : 0);
+			         cu > 0 ? STAT_OF(r, cpu_s_per_gb).med / cu : 0);
 		} else if (r) {
 			struct stat3 g = STAT_OF(r, gbps), c = STAT_OF(r, cpu_s_per_gb);
 
 			snprintf(cell, sizeof(cell), "%.3g [%.3g] %.3g-%.3g", g.med, c.med, g.min,
-				 g.max);
+			         g.max);
 		}
 		fprintf(f, " %-28s", cell);
 	}
@@ -198,8 +199,8 @@ static void stream_row(FILE *f, const enum tr *ts, int nt, const bool *any, size
 
 static void table_stream(FILE *f, const char *variant, enum rxmode rx, int streams, bool seq)
 {
-	static const enum tr plain[] = { T_VSOCK_G2H, T_VSOCK_H2G, T_INPROC_G2H, T_INPROC_H2G,
-					 T_TCP, T_TCP_NODELAY, T_UNIX, T_SHM };
+	static const enum tr plain[] = { T_VSOCK_G2H, T_VSOCK_H2G,   T_INPROC_G2H, T_INPROC_H2G,
+		                         T_TCP,       T_TCP_NODELAY, T_UNIX,       T_SHM };
 	static const enum tr seqs[] = { T_VSOCK_SEQ_G2H, T_VSOCK_SEQ_H2G, T_UNIX_SEQ };
 	const enum tr *ts = seq ? seqs : plain;
 	int nt = seq ? 3 : 8;
@@ -218,10 +219,12 @@ static void table_stream(FILE *f, const char *variant, enum rxmode rx, int strea
 		if (!row)
 			continue;
 		if (!printed) {
-			fprintf(f, "\n%s stream, %d stream%s, receive mode %s%s%s: Gbit/s "
-				"[CPU s/GB] min-max\n", seq ? "SEQPACKET" : "STREAM", streams,
-				streams > 1 ? "s in parallel" : "", rxmode_name[rx],
-				*variant ? ", " : "", variant);
+			fprintf(f,
+			        "\n%s stream, %d stream%s, receive mode %s%s%s: Gbit/s "
+			        "[CPU s/GB] min-max\n",
+			        seq ? "SEQPACKET" : "STREAM", streams,
+			        streams > 1 ? "s in parallel" : "", rxmode_name[rx],
+			        *variant ? ", " : "", variant);
 			fprintf(f, "%-8s", "size");
 			for (int k = 0; k < nt; k++)
 				if (any[ts[k]])
@@ -256,16 +259,17 @@ static void table_cpu_split(FILE *f, const char *variant)
 		     r->t != T_INPROC_H2G && r->t != T_UNIX))
 			continue;
 		if (!head) {
-			fprintf(f, "\nCPU per process, s/GB (64k reads, 1 stream): writer app / reader "
-				"app / rest of this process (guest driver, in-process device) / "
-				"back-end; Mbit/s per %%CPU\n");
+			fprintf(f,
+			        "\nCPU per process, s/GB (64k reads, 1 stream): writer app / reader"
+			        " app / rest of this process (guest driver, in-process device) / "
+			        "back-end; Mbit/s per %%CPU\n");
 			head = true;
 		}
 		fmt_size(sz, sizeof(sz), r->size);
-		fprintf(f, "  %-20s %-8s %6.3g / %6.3g / %6.3g / %6.3g   %8.3g\n", tr_name[r->t], sz,
-			STAT_OF(r, cpu_writer).med, STAT_OF(r, cpu_reader).med,
-			STAT_OF(r, cpu_rest).med, STAT_OF(r, cpu_backend).med,
-			STAT_OF(r, mbit_per_cpu_pct).med);
+		fprintf(f, "  %-20s %-8s %6.3g / %6.3g / %6.3g / %6.3g   %8.3g\n", tr_name[r->t],
+		        sz, STAT_OF(r, cpu_writer).med, STAT_OF(r, cpu_reader).med,
+		        STAT_OF(r, cpu_rest).med, STAT_OF(r, cpu_backend).med,
+		        STAT_OF(r, mbit_per_cpu_pct).med);
 	}
 }
 
@@ -280,20 +284,21 @@ static void table_rtt(FILE *f, const char *variant)
 		if (strcmp(r->variant, variant) || !r->n)
 			continue;
 		if (!head) {
-			fprintf(f, "\nround trips%s%s, microseconds: mean / p50 / p99 / p99.9 "
-				"(p50 min-max); CPU us per round trip; p50 / unix\n",
-				*variant ? ", " : "", variant);
+			fprintf(f,
+			        "\nround trips%s%s, microseconds: mean / p50 / p99 / p99.9 "
+			        "(p50 min-max); CPU us per round trip; p50 / unix\n",
+			        *variant ? ", " : "", variant);
 			head = true;
 		}
 		u = find_rtt(T_UNIX, r->size, variant);
 		if (u)
 			snprintf(ratio, sizeof(ratio), "%.2fx",
-				 STAT_OF(r, p50_us).med / STAT_OF(u, p50_us).med);
+			         STAT_OF(r, p50_us).med / STAT_OF(u, p50_us).med);
 		fmt_size(sz, sizeof(sz), r->size);
 		fprintf(f, "  %-20s %-8s %7.1f / %7.1f / %7.1f / %7.1f (%.1f-%.1f)  %6.1f  %s\n",
-			tr_name[r->t], sz, STAT_OF(r, mean_us).med, STAT_OF(r, p50_us).med,
-			STAT_OF(r, p99_us).med, STAT_OF(r, p999_us).med, STAT_OF(r, p50_us).min,
-			STAT_OF(r, p50_us).max, STAT_OF(r, cpu_us_per_rt).med, ratio);
+		        tr_name[r->t], sz, STAT_OF(r, mean_us).med, STAT_OF(r, p50_us).med,
+		        STAT_OF(r, p99_us).med, STAT_OF(r, p999_us).med, STAT_OF(r, p50_us).min,
+		        STAT_OF(r, p50_us).max, STAT_OF(r, cpu_us_per_rt).med, ratio);
 	}
 }
 
@@ -320,7 +325,7 @@ void report_table(FILE *f)
 		const struct res_mem *m = &g_res.mem[i];
 
 		fprintf(f, "  %-22s %12.4g %-7s %s%s%s\n", m->name, m->value, m->unit, m->note,
-			*m->variant ? "; " : "", m->variant);
+		        *m->variant ? "; " : "", m->variant);
 	}
 	fprintf(f, "\ndatagrams: not measured (uvsock has no datagram sockets yet)\n");
 	fprintf(f, "total time %.0f s\n", g_res.seconds);
@@ -343,7 +348,7 @@ void report_compare(FILE *f)
 			continue;
 		snprintf(on, sizeof(on), "%.*s=on", (int)(l - 4), vs[v]);
 		fprintf(f, "\nbefore/after %.*s (off -> on; medians over the alternating runs)\n",
-			(int)(l - 4), vs[v]);
+		        (int)(l - 4), vs[v]);
 		for (int i = 0; i < g_res.nst; i++) {
 			const struct res_stream *a = &g_res.st[i], *b;
 			char sz[32];
@@ -359,9 +364,11 @@ void report_compare(FILE *f)
 			ca = STAT_OF(a, cpu_s_per_gb).med;
 			cb = STAT_OF(b, cpu_s_per_gb).med;
 			fmt_size(sz, sizeof(sz), a->size);
-			fprintf(f, "  stream %-20s %-8s rx %-4s x%-2d  %7.3g -> %7.3g Gbit/s (%.2fx)"
-				"  [%.3g -> %.3g CPU s/GB]\n", tr_name[a->t], sz, rxmode_name[a->rx],
-				a->streams, ga, gb, ga > 0 ? gb / ga : 0, ca, cb);
+			fprintf(f,
+			        "  stream %-20s %-8s rx %-4s x%-2d  %7.3g -> %7.3g Gbit/s (%.2fx)"
+			        "  [%.3g -> %.3g CPU s/GB]\n",
+			        tr_name[a->t], sz, rxmode_name[a->rx], a->streams, ga, gb,
+			        ga > 0 ? gb / ga : 0, ca, cb);
 		}
 		for (int i = 0; i < g_res.nrt; i++) {
 			const struct res_rtt *a = &g_res.rt[i], *b;
@@ -376,10 +383,12 @@ void report_compare(FILE *f)
 			pa = STAT_OF(a, p50_us).med;
 			pb = STAT_OF(b, p50_us).med;
 			fmt_size(sz, sizeof(sz), a->size);
-			fprintf(f, "  rtt    %-20s %-8s p50 %7.1f -> %7.1f us (%.2fx)  p99 %.1f -> "
-				"%.1f us  [%.1f -> %.1f CPU us/rt]\n", tr_name[a->t], sz, pa, pb,
-				pa > 0 ? pb / pa : 0, STAT_OF(a, p99_us).med, STAT_OF(b, p99_us).med,
-				STAT_OF(a, cpu_us_per_rt).med, STAT_OF(b, cpu_us_per_rt).med);
+			fprintf(f,
+			        "  rtt    %-20s %-8s p50 %7.1f -> %7.1f us (%.2fx)  p99 %.1f -> "
+			        "%.1f us  [%.1f -> %.1f CPU us/rt]\n",
+			        tr_name[a->t], sz, pa, pb, pa > 0 ? pb / pa : 0,
+			        STAT_OF(a, p99_us).med, STAT_OF(b, p99_us).med,
+			        STAT_OF(a, cpu_us_per_rt).med, STAT_OF(b, cpu_us_per_rt).med);
 		}
 	}
 }
@@ -391,31 +400,33 @@ int report_csv(const char *path)
 	if (!f)
 		return -errno;
 	fprintf(f, "kind,transport,size,rx_mode,streams,variant,runs,gbps,gbps_min,gbps_max,"
-		"cpu_s_per_gb,cpu_writer_s_per_gb,cpu_reader_s_per_gb,cpu_rest_s_per_gb,"
-		"cpu_backend_s_per_gb,mbit_per_cpu_pct,ratio_unix,mean_us,p50_us,p99_us,p999_us,"
-		"cpu_us_per_rt\n");
+	           "cpu_s_per_gb,cpu_writer_s_per_gb,cpu_reader_s_per_gb,cpu_rest_s_per_gb,"
+	           "cpu_backend_s_per_gb,mbit_per_cpu_pct,ratio_unix,mean_us,p50_us,p99_us,p999_us,"
+	           "cpu_us_per_rt\n");
 	for (int i = 0; i < g_res.nst; i++) {
 		const struct res_stream *r = &g_res.st[i];
 		struct stat3 g = STAT_OF(r, gbps);
 
 		if (!r->n)
 			continue;
-		fprintf(f, "stream,%s,%zu,%s,%d,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
-			"%.3f,,,,,\n", tr_name[r->t], r->size, rxmode_name[r->rx], r->streams,
-			r->variant, r->n, g.med, g.min, g.max, STAT_OF(r, cpu_s_per_gb).med,
-			STAT_OF(r, cpu_writer).med, STAT_OF(r, cpu_reader).med,
-			STAT_OF(r, cpu_rest).med, STAT_OF(r, cpu_backend).med,
-			STAT_OF(r, mbit_per_cpu_pct).med, ratio_unix(r));
+		fprintf(f,
+		        "stream,%s,%zu,%s,%d,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
+		        "%.3f,,,,,\n",
+		        tr_name[r->t], r->size, rxmode_name[r->rx], r->streams, r->variant, r->n,
+		        g.med, g.min, g.max, STAT_OF(r, cpu_s_per_gb).med,
+		        STAT_OF(r, cpu_writer).med, STAT_OF(r, cpu_reader).med,
+		        STAT_OF(r, cpu_rest).med, STAT_OF(r, cpu_backend).med,
+		        STAT_OF(r, mbit_per_cpu_pct).med, ratio_unix(r));
 	}
 	for (int i = 0; i < g_res.nrt; i++) {
 		const struct res_rtt *r = &g_res.rt[i];
 
 		if (!r->n)
 			continue;
-		fprintf(f, "rtt,%s,%zu,,1,%s,%d,,,,,,,,,,,%.2f,%.2f,%.2f,%.2f,%.2f\n", tr_name[r->t],
-			r->size, r->variant, r->n, STAT_OF(r, mean_us).med, STAT_OF(r, p50_us).med,
-			STAT_OF(r, p99_us).med, STAT_OF(r, p999_us).med,
-			STAT_OF(r, cpu_us_per_rt).med);
+		fprintf(f, "rtt,%s,%zu,,1,%s,%d,,,,,,,,,,,%.2f,%.2f,%.2f,%.2f,%.2f\n",
+		        tr_name[r->t], r->size, r->variant, r->n, STAT_OF(r, mean_us).med,
+		        STAT_OF(r, p50_us).med, STAT_OF(r, p99_us).med, STAT_OF(r, p999_us).med,
+		        STAT_OF(r, cpu_us_per_rt).med);
 	}
 	return fclose(f) == 0 ? 0 : -errno;
 }
@@ -444,27 +455,32 @@ int report_json(const char *path, const struct opts *o)
 	json_str(f, g_res.backend);
 	fprintf(f, ",\n  \"switches\": ");
 	json_str(f, g_res.tune_desc);
-	fprintf(f, ",\n  \"runs\": %d,\n  \"duration_ms\": %d,\n  \"rtt_count\": %d,\n"
-		"  \"seconds\": %.1f,\n  \"datagram\": \"not measured: no datagram sockets yet\",\n"
-		"  \"stream\": [", o->runs, o->duration_ms, o->rtt_count, g_res.seconds);
+	fprintf(f,
+	        ",\n  \"runs\": %d,\n  \"duration_ms\": %d,\n  \"rtt_count\": %d,\n"
+	        "  \"seconds\": %.1f,\n  \"datagram\": \"not measured: no datagram sockets yet\",\n"
+	        "  \"stream\": [",
+	        o->runs, o->duration_ms, o->rtt_count, g_res.seconds);
 	for (int i = 0; i < g_res.nst; i++) {
 		const struct res_stream *r = &g_res.st[i];
 		struct stat3 g = STAT_OF(r, gbps);
 
 		if (!r->n)
 			continue;
-		fprintf(f, "%s\n    {\"transport\": \"%s\", \"size\": %zu, \"rx_mode\": \"%s\", "
-			"\"streams\": %d, \"variant\": ", first ? "" : ",", tr_name[r->t], r->size,
-			rxmode_name[r->rx], r->streams);
+		fprintf(f,
+		        "%s\n    {\"transport\": \"%s\", \"size\": %zu, \"rx_mode\": \"%s\", "
+		        "\"streams\": %d, \"variant\": ",
+		        first ? "" : ",", tr_name[r->t], r->size, rxmode_name[r->rx], r->streams);
 		json_str(f, r->variant);
-		fprintf(f, ", \"runs\": %d, \"gbps\": %.4f, \"gbps_min\": %.4f, \"gbps_max\": %.4f, "
-			"\"cpu_s_per_gb\": %.4f, \"cpu_writer_s_per_gb\": %.4f, "
-			"\"cpu_reader_s_per_gb\": %.4f, \"cpu_rest_s_per_gb\": %.4f, "
-			"\"cpu_backend_s_per_gb\": %.4f, \"mbit_per_cpu_pct\": %.2f, "
-			"\"ratio_unix\": %.3f}", r->n, g.med, g.min, g.max,
-			STAT_OF(r, cpu_s_per_gb).med, STAT_OF(r, cpu_writer).med,
-			STAT_OF(r, cpu_reader).med, STAT_OF(r, cpu_rest).med,
-			STAT_OF(r, cpu_backend).med, STAT_OF(r, mbit_per_cpu_pct).med, ratio_unix(r));
+		fprintf(f,
+		        ", \"runs\": %d, \"gbps\": %.4f, \"gbps_min\": %.4f, \"gbps_max\": %.4f, "
+		        "\"cpu_s_per_gb\": %.4f, \"cpu_writer_s_per_gb\": %.4f, "
+		        "\"cpu_reader_s_per_gb\": %.4f, \"cpu_rest_s_per_gb\": %.4f, "
+		        "\"cpu_backend_s_per_gb\": %.4f, \"mbit_per_cpu_pct\": %.2f, "
+		        "\"ratio_unix\": %.3f}",
+		        r->n, g.med, g.min, g.max, STAT_OF(r, cpu_s_per_gb).med,
+		        STAT_OF(r, cpu_writer).med, STAT_OF(r, cpu_reader).med,
+		        STAT_OF(r, cpu_rest).med, STAT_OF(r, cpu_backend).med,
+		        STAT_OF(r, mbit_per_cpu_pct).med, ratio_unix(r));
 		first = false;
 	}
 	fprintf(f, "\n  ],\n  \"rtt\": [");
@@ -476,13 +492,14 @@ int report_json(const char *path, const struct opts *o)
 		if (!r->n)
 			continue;
 		fprintf(f, "%s\n    {\"transport\": \"%s\", \"size\": %zu, \"variant\": ",
-			first ? "" : ",", tr_name[r->t], r->size);
+		        first ? "" : ",", tr_name[r->t], r->size);
 		json_str(f, r->variant);
-		fprintf(f, ", \"runs\": %d, \"mean_us\": %.2f, \"p50_us\": %.2f, \"p50_min_us\": %.2f, "
-			"\"p50_max_us\": %.2f, \"p99_us\": %.2f, \"p999_us\": %.2f, "
-			"\"cpu_us_per_rt\": %.2f}", r->n, STAT_OF(r, mean_us).med, p.med, p.min,
-			p.max, STAT_OF(r, p99_us).med, STAT_OF(r, p999_us).med,
-			STAT_OF(r, cpu_us_per_rt).med);
+		fprintf(f,
+		        ", \"runs\": %d, \"mean_us\": %.2f, \"p50_us\": %.2f, \"p50_min_us\": %.2f,"
+		        " \"p50_max_us\": %.2f, \"p99_us\": %.2f, \"p999_us\": %.2f, "
+		        "\"cpu_us_per_rt\": %.2f}",
+		        r->n, STAT_OF(r, mean_us).med, p.med, p.min, p.max, STAT_OF(r, p99_us).med,
+		        STAT_OF(r, p999_us).med, STAT_OF(r, cpu_us_per_rt).med);
 		first = false;
 	}
 	fprintf(f, "\n  ],\n  \"memory\": [");
@@ -528,10 +545,12 @@ int report_plot(const char *path)
 	s = fopen(script, "w");
 	if (!d || !s)
 		return -errno;
-	fprintf(s, "set terminal pngcairo size 1100,700 noenhanced\nset output '%s'\n"
-		"set logscale x 2\nset xlabel 'write size (bytes)'\nset ylabel 'Gbit/s'\n"
-		"set title 'uvsock-perf: stream throughput, 64 KiB reads, 1 stream (medians)'\n"
-		"set key outside right\nset grid\nplot ", path);
+	fprintf(s,
+	        "set terminal pngcairo size 1100,700 noenhanced\nset output '%s'\n"
+	        "set logscale x 2\nset xlabel 'write size (bytes)'\nset ylabel 'Gbit/s'\n"
+	        "set title 'uvsock-perf: stream throughput, 64 KiB reads, 1 stream (medians)'\n"
+	        "set key outside right\nset grid\nplot ",
+	        path);
 	for (int t = 0; t < T_MAX; t++) {
 		for (int i = 0; i < g_res.nst; i++) {
 			const struct res_stream *r = &g_res.st[i];
@@ -546,7 +565,7 @@ int report_plot(const char *path)
 		}
 		if (used[t]) {
 			fprintf(s, "%s'%s' index %d using 1:2 with linespoints title '%s'",
-				nblk ? ", " : "", data, nblk, tr_name[t]);
+			        nblk ? ", " : "", data, nblk, tr_name[t]);
 			nblk++;
 		}
 	}

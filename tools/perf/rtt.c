@@ -13,7 +13,7 @@
 #include "perf.h"
 #include "util/time.h"
 
-#define RTT_WARM 200
+#define RTT_WARM     200
 #define RTT_MAX_SIZE (64u * 1024u)
 
 struct echo {
@@ -27,7 +27,8 @@ struct echo {
 static int xfer_all(struct conn *c, uint8_t *buf, size_t n, bool send)
 {
 	for (size_t done = 0; done < n;) {
-		ssize_t r = send ? c_send(c, buf + done, n - done) : c_recv(c, buf + done, n - done);
+		ssize_t r =
+		        send ? c_send(c, buf + done, n - done) : c_recv(c, buf + done, n - done);
 
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -92,8 +93,8 @@ static struct rtt_sample rtt_once(struct env *e, enum tr t, size_t size, bool ba
 		if (i >= RTT_WARM)
 			lat[i - RTT_WARM] = mono_ns() - t0;
 	}
-	s.cpu_us_per_rt = ((cpu_self_s() - c0) + (backend ? cpu_pid_s(e->daemon) - d0 : 0)) * 1e6 /
-			  count;
+	s.cpu_us_per_rt =
+	        ((cpu_self_s() - c0) + (backend ? cpu_pid_s(e->daemon) - d0 : 0)) * 1e6 / count;
 	pthread_join(th, NULL);
 	if (ec.err)
 		die("%s: echo: %s", tr_name[t], strerror(ec.err));
@@ -118,7 +119,7 @@ void run_rtt_point(struct env *e, enum tr t, size_t size, int runs)
 	if (size > RTT_MAX_SIZE)
 		die("round-trip size above %u", RTT_MAX_SIZE);
 	progress("rtt    %-20s %7zu B  %d round trips %s", tr_name[t], size, e->o->rtt_count,
-		 e->variant);
+	         e->variant);
 	for (int r = 0; r < runs && res->n < PERF_MAX_RUNS; r++)
 		res->s[res->n++] = rtt_once(e, t, size, backend);
 }

@@ -19,15 +19,15 @@
 #include "perf.h"
 
 #define SHM_RING_SIZE (1u << 20)
-#define SHM_SPIN 2000
+#define SHM_SPIN      2000
 
 struct shm_ring {
 	_Alignas(64) _Atomic uint32_t head; /* bytes written (wrapping); the writer moves it */
-	_Atomic uint32_t closed;             /* the writer is done */
-	_Atomic uint32_t rsleep;             /* the reader waits on head */
-	_Alignas(64) _Atomic uint32_t tail;  /* bytes read (wrapping); the reader moves it */
-	_Atomic uint32_t wsleep;             /* the writer waits on tail */
-	_Atomic uint32_t ends;               /* ends still holding the ring (freed at 0) */
+	_Atomic uint32_t closed;            /* the writer is done */
+	_Atomic uint32_t rsleep;            /* the reader waits on head */
+	_Alignas(64) _Atomic uint32_t tail; /* bytes read (wrapping); the reader moves it */
+	_Atomic uint32_t wsleep;            /* the writer waits on tail */
+	_Atomic uint32_t ends;              /* ends still holding the ring (freed at 0) */
 	_Alignas(64) uint8_t data[SHM_RING_SIZE];
 };
 
@@ -50,7 +50,7 @@ static void futex_wake(_Atomic uint32_t *w)
  * reads *sleep (seq_cst), so at least one of the two sees the other (no lost wake-up).
  */
 static void wait_move(_Atomic uint32_t *idx, uint32_t seen, _Atomic uint32_t *sleep,
-		      _Atomic uint32_t *stop)
+                      _Atomic uint32_t *stop)
 {
 	for (int i = 0; i < SHM_SPIN; i++) {
 		/* Relaxed: a hint only; the caller re-reads with acquire. */
@@ -74,8 +74,8 @@ static void wake_if(_Atomic uint32_t *idx, _Atomic uint32_t *sleep)
 
 static struct shm_ring *ring_new(void)
 {
-	struct shm_ring *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
-				  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct shm_ring *r =
+	        mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
 	if (r == MAP_FAILED)
 		die("mmap shared ring: %s", strerror(errno));

@@ -82,8 +82,8 @@ out:
 	return NULL;
 }
 
-struct sample measure_pairs(struct conn *tx, struct conn *rx, int n, size_t size,
-			    enum rxmode mode, pid_t backend, int duration_ms)
+struct sample measure_pairs(struct conn *tx, struct conn *rx, int n, size_t size, enum rxmode mode,
+                            pid_t backend, int duration_ms)
 {
 	struct side *sd = calloc((size_t)n * 2, sizeof(*sd));
 	pthread_t *th = calloc((size_t)n * 2, sizeof(*th));
@@ -101,9 +101,12 @@ struct sample measure_pairs(struct conn *tx, struct conn *rx, int n, size_t size
 	for (int i = 0; i < n * 2; i++) {
 		struct side *x = &sd[i];
 
-		*x = (struct side){ .c = i % 2 ? &rx[i / 2] : &tx[i / 2], .writer = i % 2 == 0,
-				    .size = size, .go = &go, .stop = &stop,
-				    .rsize = mode == RX_64K ? PERF_BIG_READ : size };
+		*x = (struct side){ .c = i % 2 ? &rx[i / 2] : &tx[i / 2],
+			            .writer = i % 2 == 0,
+			            .size = size,
+			            .go = &go,
+			            .stop = &stop,
+			            .rsize = mode == RX_64K ? PERF_BIG_READ : size };
 		if (!x->writer && mode == RX_64K)
 			c_set_rcvlowat(x->c, 1);
 		if (pthread_create(&th[i], NULL, side_main, x) != 0)
@@ -148,29 +151,28 @@ struct sample measure_pairs(struct conn *tx, struct conn *rx, int n, size_t size
 	};
 	if (s.cpu_rest < 0)
 		s.cpu_rest = 0; /* clock granularity of the process clock */
-	s.mbit_per_cpu_pct = total > 0 ? ((double)bytes * 8.0 / 1e6 / secs) / (total / secs * 100.0)
-				       : 0;
+	s.mbit_per_cpu_pct =
+	        total > 0 ? ((double)bytes * 8.0 / 1e6 / secs) / (total / secs * 100.0) : 0;
 	return s;
 }
 
-void run_stream_point(struct env *e, enum tr t, size_t size, enum rxmode rx, int nstreams,
-		      int runs)
+void run_stream_point(struct env *e, enum tr t, size_t size, enum rxmode rx, int nstreams, int runs)
 {
 	struct res_stream *res = res_stream_get(t, size, rx, nstreams, e->variant);
 	struct conn *tx = calloc((size_t)nstreams, sizeof(*tx));
 	struct conn *rc = calloc((size_t)nstreams, sizeof(*rc));
 	bool backend = t == T_VSOCK_G2H || t == T_VSOCK_H2G || t == T_VSOCK_SEQ_G2H ||
-		       t == T_VSOCK_SEQ_H2G;
+	               t == T_VSOCK_SEQ_H2G;
 
 	if (!tx || !rc)
 		die("out of memory");
 	progress("stream %-20s %7zu B  rx %-4s  %2d stream%s %s", tr_name[t], size, rxmode_name[rx],
-		 nstreams, nstreams > 1 ? "s" : "", e->variant);
+	         nstreams, nstreams > 1 ? "s" : "", e->variant);
 	for (int r = 0; r < runs && res->n < PERF_MAX_RUNS; r++) {
 		for (int i = 0; i < nstreams; i++)
 			pair_open(e, t, &tx[i], &rc[i]);
 		res->s[res->n++] = measure_pairs(tx, rc, nstreams, size, rx,
-						 backend ? e->daemon : 0, e->o->duration_ms);
+		                                 backend ? e->daemon : 0, e->o->duration_ms);
 		for (int i = 0; i < nstreams; i++) {
 			c_close(&tx[i]);
 			c_close(&rc[i]);
