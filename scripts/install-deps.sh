@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian 12 packages the build and the tests need, only those that are missing.
-# Usage: scripts/install-deps.sh [build|test|interop]...   (default: build test)
+# Usage: scripts/install-deps.sh [build|test|interop|capture|bench]...   (default: build test)
 set -eu
 want="meson ninja-build gcc pkg-config"
 for k in "${@:-build test}"; do
@@ -9,6 +9,7 @@ for k in "${@:-build test}"; do
 	test) want="$want clang libclang-rt-14-dev socat tshark" ;; # tshark: the capture suite
 	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod" ;;
 	capture) want="$want tshark" ;;
+	bench) want="$want gnuplot-nox" ;; # uvsock-perf --plot (make bench, bench/run-all.sh)
 	*) echo "install-deps: unknown set '$k'" >&2; exit 2 ;;
 	esac
 done
