@@ -521,8 +521,8 @@ int report_json(const char *path, const struct opts *o)
 }
 
 /*
- * gnuplot: throughput against write size (log x), one line per transport, 64 KiB reads, one
- * stream, the first variant measured. The data and script go to a temporary directory.
+ * gnuplot: throughput against write size (log x and y), one line per stream transport (not
+ * SEQPACKET), 64 KiB reads, one stream, the first variant measured. The data and script go to a temporary directory.
  */
 int report_plot(const char *path)
 {
@@ -547,7 +547,8 @@ int report_plot(const char *path)
 		return -errno;
 	fprintf(s,
 	        "set terminal pngcairo size 1100,700 noenhanced\nset output '%s'\n"
-	        "set logscale x 2\nset xlabel 'write size (bytes)'\nset ylabel 'Gbit/s'\n"
+	        "set logscale x 2\nset logscale y 10\n"
+	        "set xlabel 'write size (bytes)'\nset ylabel 'Gbit/s'\n"
 	        "set title 'uvsock-perf: stream throughput, 64 KiB reads, 1 stream (medians)'\n"
 	        "set key outside right\nset grid\nplot ",
 	        path);
@@ -556,7 +557,8 @@ int report_plot(const char *path)
 			const struct res_stream *r = &g_res.st[i];
 
 			if ((int)r->t != t || r->rx != RX_64K || r->streams != 1 || !r->n ||
-			    strcmp(r->variant, variant))
+			    strcmp(r->variant, variant) || t == T_VSOCK_SEQ_G2H ||
+			    t == T_VSOCK_SEQ_H2G || t == T_UNIX_SEQ)
 				continue;
 			if (!used[t])
 				fprintf(d, "%s# %s\n", nblk ? "\n\n" : "", tr_name[t]);
