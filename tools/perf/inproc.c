@@ -22,9 +22,10 @@
 #include "../../examples/embed-guest.h"
 #include "perf.h"
 
-#define IP_BUF_ALLOC  (256u * 1024u) /* the guest's receive buffer, advertised */
-#define IP_HOST_PORT  7000u
-#define IP_GUEST_PORT 7001u
+#define IP_BUF_ALLOC      (256u * 1024u) /* the guest's receive buffer, advertised */
+#define IP_HOST_PORT      7000u
+#define IP_GUEST_PORT     7001u
+#define IP_CREDIT_WAIT_MS 50
 
 struct inproc {
 	struct eg_guest g;
@@ -104,6 +105,7 @@ static void ip_wait_connected(struct inproc *ip)
 
 ssize_t inproc_send(struct inproc *ip, const void *buf, size_t n)
 {
+	int waited_ms = 0, r;
 	uint32_t credit;
 
 	/* Take what the device has sent (credit updates) without waiting. */
@@ -121,9 +123,20 @@ ssize_t inproc_send(struct inproc *ip, const void *buf, size_t n)
 			errno = ENOBUFS; /* unread data: a usage this tool never has */
 			return -1;
 		}
-		if (ip_rx_one(ip, PERF_WAIT_MS) == -ETIMEDOUT &&
-		    ip_send_op(ip, VSOCK_OP_CREDIT_REQUEST, 0, NULL, 0) < 0)
-			die("in-process: TX ring stuck");
+		/* No credit: wait for an update, asking for one every 50 ms, 10 s at most. */
+		r = ip_rx_one(ip, IP_CREDIT_WAIT_MS);
+		if (r == -ETIMEDOUT) {
+			waited_ms += IP_CREDIT_WAIT_MS;
+			if (waited_ms >= PERF_WAIT_MS ||
+			    ip_send_op(ip, VSOCK_OP_CREDIT_REQUEST, 0, NULL, 0) < 0)
+				r = -ETIMEDOUT;
+			else
+				r = 0;
+		}
+		if (r < 0) {
+			errno = -r;
+			return -1;
+		}
 	}
 	if (n > credit)
 		n = credit;

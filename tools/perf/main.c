@@ -287,7 +287,8 @@ static void usage(FILE *f)
 
 /* ---- the plan --------------------------------------------------------------------------- */
 
-static void measure(struct env *e, int runs)
+/* One run of every selected stream and round-trip point, transport after transport. */
+static void measure_round(struct env *e)
 {
 	static const enum tr st[] = { T_VSOCK_G2H, T_VSOCK_H2G,   T_INPROC_G2H, T_INPROC_H2G,
 		                      T_TCP,       T_TCP_NODELAY, T_UNIX,       T_SHM };
@@ -305,28 +306,41 @@ static void measure(struct env *e, int runs)
 				for (unsigned k = 0; k < sizeof(st) / sizeof(st[0]); k++)
 					if (ON(st[k]))
 						run_stream_point(e, st[k], o->sizes[si],
-						                 (enum rxmode)rx, 1, runs);
+						                 (enum rxmode)rx, 1, 1);
 	if (o->tests & M_PARALLEL)
 		for (int i = 0; i < o->nstreams; i++)
 			for (unsigned k = 0; k < sizeof(par) / sizeof(par[0]); k++)
 				if (ON(par[k]))
 					run_stream_point(e, par[k], 65536, RX_64K, o->streams[i],
-					                 runs);
+					                 1);
 	if ((o->tests & M_SEQPACKET) && e->guest_seq_lfd >= 0)
 		for (int si = 0; si < o->nsizes; si++)
 			for (unsigned k = 0; k < sizeof(seq) / sizeof(seq[0]); k++)
 				if (o->sizes[si] <= 65536 && ON(seq[k]))
-					run_stream_point(e, seq[k], o->sizes[si], RX_64K, 1, runs);
+					run_stream_point(e, seq[k], o->sizes[si], RX_64K, 1, 1);
 	if (o->tests & M_RTT)
 		for (int si = 0; si < o->nrtt_sizes; si++)
 			for (unsigned k = 0; k < sizeof(rt) / sizeof(rt[0]); k++)
 				if (ON(rt[k]))
-					run_rtt_point(e, rt[k], o->rtt_sizes[si], runs);
-	if (o->tests & M_MEM)
-		run_mem(e);
-	if ((o->tests & M_VMS) && !o->socket)
-		run_vms(e);
+					run_rtt_point(e, rt[k], o->rtt_sizes[si], 1);
 #undef ON
+}
+
+/*
+ * runs rounds of every point (so that a change of the machine's load during the run hits every
+ * transport alike, and the ratios stay fair), then the memory and multi-VM measurements.
+ */
+static void measure(struct env *e, int runs)
+{
+	for (int r = 0; r < runs; r++) {
+		if (runs > 1)
+			progress("round %d of %d", r + 1, 1);
+		measure_round(e);
+	}
+	if (e->o->tests & M_MEM)
+		run_mem(e);
+	if ((e->o->tests & M_VMS) && !e->o->socket)
+		run_vms(e);
 }
 
 /* Applies the base switch lists plus `item` (NULL: none) and sets the environment up. */
@@ -534,6 +548,10 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (o.socket && o.tune_device) {
+		fprintf(stderr, "uvsock-perf: --tune-device needs a uvsockd started here\n");
+		return 2;
+	}
 	if (inproc)
 		o.tests |= M_INPROC;
 	if (o.quick) {
@@ -594,8 +612,8 @@ int main(int argc, char **argv)
 			/* busy-poll-us=N: 0 against N; any other switch: no-NAME against NAME. */
 			snprintf(item[0], sizeof(item[0]), eq ? "%s=0" : "no-%s", name);
 			snprintf(item[1], sizeof(item[1]), "%s", t);
-			snprintf(var[0], sizeof(var[0]), "%s=off", t);
-			snprintf(var[1], sizeof(var[1]), "%s=on", t);
+			snprintf(var[0], sizeof(var[0]), "%s:off", t);
+			snprintf(var[1], sizeof(var[1]), "%s:on", t);
 			for (int r = 0; r < o.runs; r++) {
 				for (int on = 0; on < 2; on++) {
 					progress("compare %s: round %d of %d", var[on], r + 1,
@@ -615,6 +633,10 @@ int main(int argc, char **argv)
 			inproc_ratio(&env);
 		}
 		free(list);
+		/* The header shows the base settings, not the last compared one. */
+		if (o.tune_guest)
+			tune_set(o.tune_guest, NULL, 0);
+		tune_describe(g_res.tune_desc, sizeof(g_res.tune_desc));
 	}
 	g_env = NULL;
 	g_res.seconds = (double)(mono_ns() - g_t0) / 1e9;

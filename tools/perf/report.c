@@ -332,8 +332,8 @@ void report_table(FILE *f)
 }
 
 /*
- * --compare: for every point measured with "NAME=off" and "NAME=on", the two medians and on/off.
- * Variants are named "<switch>=off" / "<switch>=on".
+ * --compare: for every point measured with "NAME:off" and "NAME:on", the two medians and on/off.
+ * Variants are named "<switch>:off" / "<switch>:on".
  */
 void report_compare(FILE *f)
 {
@@ -344,9 +344,9 @@ void report_compare(FILE *f)
 		char on[64];
 		size_t l = strlen(vs[v]);
 
-		if (l < 4 || strcmp(vs[v] + l - 4, "=off") != 0)
+		if (l < 4 || strcmp(vs[v] + l - 4, ":off") != 0)
 			continue;
-		snprintf(on, sizeof(on), "%.*s=on", (int)(l - 4), vs[v]);
+		snprintf(on, sizeof(on), "%.*s:on", (int)(l - 4), vs[v]);
 		fprintf(f, "\nbefore/after %.*s (off -> on; medians over the alternating runs)\n",
 		        (int)(l - 4), vs[v]);
 		for (int i = 0; i < g_res.nst; i++) {
@@ -444,6 +444,28 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/* One "stream" record of the JSON output. */
+static void json_stream(FILE *f, const struct res_stream *r, bool *first)
+{
+	struct stat3 g = STAT_OF(r, gbps);
+
+	fprintf(f,
+	        "%s\n    {\"transport\": \"%s\", \"size\": %zu, \"rx_mode\": \"%s\", "
+	        "\"streams\": %d, \"variant\": ",
+	        *first ? "" : ",", tr_name[r->t], r->size, rxmode_name[r->rx], r->streams);
+	json_str(f, r->variant);
+	fprintf(f,
+	        ", \"runs\": %d, \"gbps\": %.4f, \"gbps_min\": %.4f, \"gbps_max\": %.4f, "
+	        "\"cpu_s_per_gb\": %.4f, \"cpu_writer_s_per_gb\": %.4f, "
+	        "\"cpu_reader_s_per_gb\": %.4f, \"cpu_rest_s_per_gb\": %.4f, "
+	        "\"cpu_backend_s_per_gb\": %.4f, \"mbit_per_cpu_pct\": %.2f, "
+	        "\"ratio_unix\": %.3f}",
+	        r->n, g.med, g.min, g.max, STAT_OF(r, cpu_s_per_gb).med, STAT_OF(r, cpu_writer).med,
+	        STAT_OF(r, cpu_reader).med, STAT_OF(r, cpu_rest).med, STAT_OF(r, cpu_backend).med,
+	        STAT_OF(r, mbit_per_cpu_pct).med, ratio_unix(r));
+	*first = false;
+}
+
 int report_json(const char *path, const struct opts *o)
 {
 	FILE *f = fopen(path, "w");
@@ -460,29 +482,9 @@ int report_json(const char *path, const struct opts *o)
 	        "  \"seconds\": %.1f,\n  \"datagram\": \"not measured: no datagram sockets yet\",\n"
 	        "  \"stream\": [",
 	        o->runs, o->duration_ms, o->rtt_count, g_res.seconds);
-	for (int i = 0; i < g_res.nst; i++) {
-		const struct res_stream *r = &g_res.st[i];
-		struct stat3 g = STAT_OF(r, gbps);
-
-		if (!r->n)
-			continue;
-		fprintf(f,
-		        "%s\n    {\"transport\": \"%s\", \"size\": %zu, \"rx_mode\": \"%s\", "
-		        "\"streams\": %d, \"variant\": ",
-		        first ? "" : ",", tr_name[r->t], r->size, rxmode_name[r->rx], r->streams);
-		json_str(f, r->variant);
-		fprintf(f,
-		        ", \"runs\": %d, \"gbps\": %.4f, \"gbps_min\": %.4f, \"gbps_max\": %.4f, "
-		        "\"cpu_s_per_gb\": %.4f, \"cpu_writer_s_per_gb\": %.4f, "
-		        "\"cpu_reader_s_per_gb\": %.4f, \"cpu_rest_s_per_gb\": %.4f, "
-		        "\"cpu_backend_s_per_gb\": %.4f, \"mbit_per_cpu_pct\": %.2f, "
-		        "\"ratio_unix\": %.3f}",
-		        r->n, g.med, g.min, g.max, STAT_OF(r, cpu_s_per_gb).med,
-		        STAT_OF(r, cpu_writer).med, STAT_OF(r, cpu_reader).med,
-		        STAT_OF(r, cpu_rest).med, STAT_OF(r, cpu_backend).med,
-		        STAT_OF(r, mbit_per_cpu_pct).med, ratio_unix(r));
-		first = false;
-	}
+	for (int i = 0; i < g_res.nst; i++)
+		if (g_res.st[i].n)
+			json_stream(f, &g_res.st[i], &first);
 	fprintf(f, "\n  ],\n  \"rtt\": [");
 	first = true;
 	for (int i = 0; i < g_res.nrt; i++) {
@@ -522,7 +524,8 @@ int report_json(const char *path, const struct opts *o)
 
 /*
  * gnuplot: throughput against write size (log x and y), one line per stream transport (not
- * SEQPACKET), 64 KiB reads, one stream, the first variant measured. The data and script go to a temporary directory.
+ * SEQPACKET), 64 KiB reads, one stream, the first variant measured. The data and script go
+ * to a temporary directory.
  */
 int report_plot(const char *path)
 {
