@@ -16,17 +16,23 @@ here=$(dirname "$0")
 mkdir -p "$out"
 start=$(date +%s)
 echo "run-all: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs," \
-	"load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/results.txt"
+	"load $(cut -d' ' -f1-3 /proc/loadavg)" > "$out/results.txt"
+# uvsock-perf's stdout goes to a file first (a pipe to tee would hide its exit status from sh).
 # shellcheck disable=SC2086 # PERF_ARGS is a list of options
 "$perf" --in-process --runs "${RUNS:-5}" --uvsockd "$build/daemon/uvsockd" \
 	--csv "$out/results.csv" --json "$out/results.json" --plot "$out/throughput.png" \
-	${PERF_ARGS:-} | tee -a "$out/results.txt"
+	${PERF_ARGS:-} > "$out/results.tmp" || { cat "$out/results.tmp"; exit 1; }
+cat "$out/results.tmp" >> "$out/results.txt"
+rm -f "$out/results.tmp"
+cat "$out/results.txt"
 python3 "$here/md-tables.py" "$out/results.json" > "$out/results.md"
 if [ -n "${COMPARE:-}" ]; then
 	# shellcheck disable=SC2086
 	"$perf" --tests stream,rtt --sizes 64,4K,64K --rtt-sizes 64 --runs "${RUNS:-5}" \
 		--transports vsock-g2h,vsock-h2g,unix --uvsockd "$build/daemon/uvsockd" \
-		--compare "$COMPARE" --json "$out/compare.json" ${PERF_ARGS:-} | tee "$out/compare.txt"
+		--compare "$COMPARE" --json "$out/compare.json" ${PERF_ARGS:-} > "$out/compare.txt" ||
+		{ cat "$out/compare.txt"; exit 1; }
+	cat "$out/compare.txt"
 	python3 "$here/md-tables.py" "$out/compare.json" > "$out/compare.md"
 fi
 echo "run-all: done in $(( $(date +%s) - start )) s" | tee -a "$out/results.txt"

@@ -334,7 +334,7 @@ static void measure(struct env *e, int runs)
 {
 	for (int r = 0; r < runs; r++) {
 		if (runs > 1)
-			progress("round %d of %d", r + 1, 1);
+			progress("round %d of %d", r + 1, runs);
 		measure_round(e);
 	}
 	if (e->o->tests & M_MEM)

@@ -49,8 +49,12 @@ static void *side_main(void *arg)
 	if (s->err)
 		goto out;
 	if (s->writer) {
-		/* Relaxed: a stop hint; the join publishes what matters. */
-		while (!atomic_load_explicit(s->stop, memory_order_relaxed)) {
+		/*
+		 * At least one write, even if the stop came before this thread ran (a loaded
+		 * machine). Relaxed: a stop hint; the join publishes what matters.
+		 */
+		for (bool once = true; once || !atomic_load_explicit(s->stop, memory_order_relaxed);
+		     once = false) {
 			ssize_t r = c_send(s->c, g_wbuf, s->size);
 
 			if (r < 0 && errno == EINTR)
