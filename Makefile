@@ -3,6 +3,7 @@
 #   make check  install what is missing, fetch the interop guest kernels, build, run every test
 #               (plain build with the real-guest interop run, then everything but interop again
 #               under ASan+UBSan)
+#   make bench  install gnuplot-nox, build, run bench/run-all.sh (uvsock-perf) and the benchmarks
 #   make fuzz   install what is missing, build the clang libFuzzer tree (build-fuzz/, ASan+UBSan)
 #               and run every fuzz target FUZZ_TIME seconds (default 600) on its corpus,
 #               printing exec/s and coverage; fails on any crash (fuzz/run-fuzzers.sh)
@@ -71,8 +72,13 @@ fuzz: deps $(FUZZ_BUILD)/build.ninja
 demo: build
 	@scripts/demo.sh $(BUILD)
 
+# The uvsock-perf benchmark of bench/README.md (tables, CSV, JSON, the plot into BENCH_OUT; about
+# 10 minutes), then every other registered benchmark (`meson test --benchmark`).
+BENCH_OUT ?= bench
 bench: build
-	meson test -C $(BUILD) --benchmark --verbose
+	@scripts/install-deps.sh bench
+	bench/run-all.sh $(BUILD) $(BENCH_OUT)
+	meson test -C $(BUILD) --benchmark --verbose --no-suite perf
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

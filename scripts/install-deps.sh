@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian 12 packages the build and the tests need, only those that are missing.
-# Usage: scripts/install-deps.sh [build|test|interop|capture|pkg]...   (default: build test)
+# Usage: scripts/install-deps.sh [build|test|interop|capture|pkg|bench]...   (default: build test)
 set -eu
 want="meson ninja-build gcc pkg-config libsystemd-dev libyaml-dev" # libsystemd: uvsockd (daemon/sd.c); libyaml: the --config parser
 for k in "${@:-build test}"; do
@@ -12,6 +12,7 @@ for k in "${@:-build test}"; do
 	capture) want="$want tshark" ;;
 	# The Debian package and its test (debian/, tests/pkg): tools and Build-Depends.
 	pkg) want="$want debhelper dpkg-dev fakeroot lintian pkg-config libyaml-dev libsystemd-dev" ;;
+	bench) want="$want gnuplot-nox" ;; # uvsock-perf --plot (make bench, bench/run-all.sh)
 	*) echo "install-deps: unknown set '$k'" >&2; exit 2 ;;
 	esac
 done

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# Smoke test of uvsock-perf itself (nothing timed, no speed asserted): a --quick run of every
+# measurement against the uvsockd of this build, then the JSON, CSV and terminal output are
+# checked for their schema: the transports of issue 11 item 4 are all there, every number is a
+# finite non-negative value, percentiles are ordered, the memory section has its records.
+# Also: --help says datagrams are not measured, and a usage error exits 2.
+# Usage: perf-smoke.py UVSOCK_PERF UVSOCKD
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+perf, uvsockd = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("not ok: " + what)
+
+
+def number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+with tempfile.TemporaryDirectory(prefix="uvsock-perf-smoke-") as d:
+    js, csv = os.path.join(d, "r.json"), os.path.join(d, "r.csv")
+    p = subprocess.run([perf, "--quick", "--in-process", "--uvsockd", uvsockd, "--json", js,
+                        "--csv", csv, "--quiet"], capture_output=True, text=True, timeout=240)
+    check(p.returncode == 0, "quick run exits 0 (stderr: %s)" % p.stderr[-500:])
+    if p.returncode == 0:
+        r = json.load(open(js))
+        for k in ("stream", "rtt", "memory"):
+            check(isinstance(r.get(k), list) and r[k], "JSON has a non-empty '%s' list" % k)
+        seen = set()
+        for s in r.get("stream", []):
+            for k in ("transport", "size", "gbps", "cpu_s_per_gb", "rx_mode", "streams",
+                      "gbps_min", "gbps_max", "mbit_per_cpu_pct"):
+                check(k in s, "stream entry has '%s': %r" % (k, s))
+            check(all(number(s.get(k)) for k in ("size", "gbps", "cpu_s_per_gb")),
+                  "stream numbers: %r" % s)
+            check(s.get("gbps_min", 1) <= s.get("gbps", 0) <= s.get("gbps_max", -1),
+                  "min <= median <= max: %r" % s)
+            check(s.get("rx_mode") in ("64k", "size"), "rx_mode: %r" % s)
+            seen.add(s.get("transport"))
+        for t in ("vsock-g2h", "vsock-h2g", "tcp", "tcp-nodelay", "unix", "shm-ring",
+                  "inproc-g2h", "inproc-h2g", "vsock-seqpacket-g2h", "unix-seqpacket"):
+            check(t in seen, "stream transport %s measured" % t)
+        check(any(s.get("streams", 1) > 1 for s in r.get("stream", [])), "parallel streams")
+        rseen = set()
+        for s in r.get("rtt", []):
+            for k in ("transport", "size", "p50_us", "p99_us", "mean_us", "p999_us"):
+                check(k in s, "rtt entry has '%s': %r" % (k, s))
+            check(all(number(s.get(k)) for k in ("size", "p50_us", "p99_us")), "rtt: %r" % s)
+            check(s.get("p50_us", 1) <= s.get("p99_us", 0) <= s.get("p999_us", -1),
+                  "p50 <= p99 <= p99.9: %r" % s)
+            rseen.add(s.get("transport"))
+        for t in ("vsock-g2h", "tcp", "tcp-nodelay", "unix", "shm-ring"):
+            check(t in rseen, "rtt transport %s measured" % t)
+        names = {m.get("name") for m in r.get("memory", [])}
+        for n in ("rss_per_idle_conn", "rss_per_flooded_conn", "vms_ratio", "idle_conns"):
+            check(n in names, "memory record %s" % n)
+        lines = open(csv).read().splitlines()
+        check(lines and lines[0].startswith("kind,transport,size,"), "CSV header")
+        check(len(lines) == 1 + len(r["stream"]) + len(r["rtt"]), "CSV has one row per point")
+        check("ratio to unix" in p.stdout and "round trips" in p.stdout, "terminal table")
+    h = subprocess.run([perf, "--help"], capture_output=True, text=True, timeout=30)
+    check(h.returncode == 0 and "datagram" in h.stdout, "--help mentions datagrams")
+    b = subprocess.run([perf, "--no-such-option"], capture_output=True, text=True, timeout=30)
+    check(b.returncode == 2, "usage error exits 2")
+    b = subprocess.run([perf, "--socket", "/nonexistent"], capture_output=True, text=True,
+                       timeout=30)
+    check(b.returncode == 2, "--socket without --uds-path exits 2")
+
+print("%d failure(s)" % len(failures))
+sys.exit(1 if failures else 0)

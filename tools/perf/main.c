@@ -1,0 +1,664 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uvsock-perf: the benchmark of a vhost-user vsock back-end (issue 11 item 4). A userspace guest
+ * driver (the guest role, uvsock_ctx_new_guest) drives the back-end through real shared-memory
+ * virtqueues and this program plays the host application on the back-end's hybrid Unix-socket
+ * side; in the same run, with the same method and sizes, it measures TCP loopback (TCP_NODELAY
+ * off and on), a Unix stream socket and a shared-memory ring (the ceiling), and with
+ * --in-process the device embedded through <uvsock/device.h>. Method, units and output:
+ * man/uvsock-perf.1 and bench/README.md.
+ *
+ * This file: options, the run plan (which measurements, with which switch settings: --compare
+ * alternates each switch off and on), and small helpers (errors, progress, CPU and RSS clocks).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uvsock/uvsock.h>
+
+#include "perf.h"
+#include "util/time.h"
+#include "util/tune.h"
+
+const char *const rxmode_name[2] = { "64k", "size" };
+bool g_quiet;
+static struct env *g_env;
+static uint64_t g_t0;
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+void die(const char *fmt, ...)
+{
+	struct env *e = g_env;
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("uvsock-perf: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	g_env = NULL;
+	if (e)
+		env_teardown(e);
+	exit(1);
+}
+
+void progress(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (g_quiet)
+		return;
+	va_start(ap, fmt);
+	fprintf(stderr, "[%5.0f s] ", (double)(mono_ns() - g_t0) / 1e9);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static double ts_s(const struct timeval *tv)
+{
+	return (double)tv->tv_sec + (double)tv->tv_usec / 1e6;
+}
+
+double cpu_self_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ts_s(&ru.ru_utime) + ts_s(&ru.ru_stime);
+}
+
+double cpu_thread_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* utime + stime of pid in seconds, from /proc/<pid>/stat; 0 if unknown. */
+double cpu_pid_s(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+	size_t n;
+
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	/* Fields after the command: state(3) ... utime(14) stime(15). */
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return 0;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* VmRSS of pid in KiB from /proc/<pid>/status; -1 if unknown. */
+long rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- options ---------------------------------------------------------------------------- */
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	if (end == s)
+		die("bad size '%s'", s);
+	switch (*end) {
+	case 'k':
+	case 'K':
+		v <<= 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		v <<= 20;
+		end++;
+		break;
+	default:
+		break;
+	}
+	if (*end || v == 0)
+		die("bad size '%s'", s);
+	return v;
+}
+
+static int parse_int(const char *s, int lo, int hi, const char *what)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+
+	if (end == s || *end || v < lo || v > hi)
+		die("bad %s '%s' (%d..%d)", what, s, lo, hi);
+	return (int)v;
+}
+
+/* A comma-separated size list into out (at most cap). */
+static int parse_sizes(const char *arg, size_t *out, int cap, size_t max)
+{
+	char *list = strdup(arg), *save = NULL;
+	int n = 0;
+
+	if (!list)
+		die("out of memory");
+	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (n == cap)
+			die("at most %d sizes", cap);
+		out[n] = (size_t)parse_size(t);
+		if (out[n] > max)
+			die("size %s above %zu", t, max);
+		n++;
+	}
+	free(list);
+	return n;
+}
+
+static unsigned parse_tests(const char *arg)
+{
+	static const struct {
+		const char *n;
+		unsigned m;
+	} names[] = {
+		{ "stream", M_STREAM },       { "rtt", M_RTT }, { "parallel", M_PARALLEL },
+		{ "seqpacket", M_SEQPACKET }, { "mem", M_MEM }, { "vms", M_VMS },
+		{ "inproc", M_INPROC },
+	};
+	char *list = strdup(arg), *save = NULL;
+	unsigned m = 0;
+
+	if (!list)
+		die("out of memory");
+	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		unsigned i;
+
+		for (i = 0; i < sizeof(names) / sizeof(names[0]) && strcmp(names[i].n, t); i++)
+			;
+		if (i == sizeof(names) / sizeof(names[0]))
+			die("unknown test '%s' (stream rtt parallel seqpacket mem vms inproc)", t);
+		m |= names[i].m;
+	}
+	free(list);
+	return m;
+}
+
+/* A transport list into a bit mask over enum tr. */
+static unsigned parse_transports(const char *arg)
+{
+	char *list = strdup(arg), *save = NULL;
+	unsigned m = 0;
+
+	if (!list)
+		die("out of memory");
+	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int i;
+
+		for (i = 0; i < T_MAX && strcmp(tr_name[i], t); i++)
+			;
+		if (i == T_MAX)
+			die("unknown transport '%s'", t);
+		m |= 1u << i;
+	}
+	free(list);
+	return m;
+}
+
+static void usage(FILE *f)
+{
+	fputs("usage: uvsock-perf [options]\n"
+	      "back-end:\n"
+	      "  --uvsockd PATH        uvsockd to start and stop (default: $UVSOCKD, build tree,"
+	      " $PATH)\n"
+	      "  --socket PATH         use a running vhost-user vsock back-end at PATH instead\n"
+	      "  --uds-path PATH       its hybrid host-side socket (required with --socket)\n"
+	      "  --in-process          also the device embedded through <uvsock/device.h>, a raw\n"
+	      "                        guest and the host application in this process\n"
+	      "what:\n"
+	      "  --tests LIST          stream,rtt,parallel,seqpacket,mem,vms,inproc (default: all\n"
+	      "                        but inproc; mem and vms need a uvsockd started here)\n"
+	      "  --sizes LIST          write sizes (default 64,256,512,1K,...,512K)\n"
+	      "  --rtt-sizes LIST      ping-pong sizes (default 64,256,4K)\n"
+	      "  --streams LIST        parallel streams (default 4,16,64; 1: the stream test)\n"
+	      "  --transports LIST     only these (vsock-g2h, vsock-h2g, tcp, tcp-nodelay, unix,\n"
+	      "                        shm-ring, vsock-seqpacket-g2h, vsock-seqpacket-h2g,\n"
+	      "                        unix-seqpacket, inproc-g2h, inproc-h2g; default: all)\n"
+	      "  --runs N              runs per point, medians and min-max (default 5)\n"
+	      "  --duration-ms N       one stream run (default 200)\n"
+	      "  --rtt-count N         timed round trips per run (default 5000)\n"
+	      "  --idle-conns N        idle connections of the memory test (default 10000)\n"
+	      "  --vms N               VMs on one daemon for the scale test (default 64)\n"
+	      "  --quick               smoke run: 64 B and 64 KiB, 1 run, short runs\n"
+	      "switches (src/util/tune.h: zerocopy tx-batch event-idx rx-batch credit-reduce\n"
+	      "merge pkt64k rx-adaptive direct-rx busy-poll-us=N; NAME, no-NAME):\n"
+	      "  --tune-device LIST    for the uvsockd started here (--tune, or UVSOCK_TUNE)\n"
+	      "  --tune-guest LIST     for the guest role in this process\n"
+	      "  --compare LIST        each switch off and on, alternating, in this run; prints\n"
+	      "                        the before/after table (busy-poll-us=N: 0 against N)\n"
+	      "  --busy-poll-us N      guest driver thread spins N us before sleeping\n"
+	      "output:\n"
+	      "  --csv FILE  --json FILE  --plot FILE.png (gnuplot)   --quiet (no progress)\n"
+	      "datagrams are not measured: uvsock has no datagram sockets yet.\n",
+	      f);
+}
+
+/* ---- the plan --------------------------------------------------------------------------- */
+
+/* One run of every selected stream and round-trip point, transport after transport. */
+static void measure_round(struct env *e)
+{
+	static const enum tr st[] = { T_VSOCK_G2H, T_VSOCK_H2G,   T_INPROC_G2H, T_INPROC_H2G,
+		                      T_TCP,       T_TCP_NODELAY, T_UNIX,       T_SHM };
+	static const enum tr rt[] = {
+		T_VSOCK_G2H, T_INPROC_G2H, T_TCP, T_TCP_NODELAY, T_UNIX, T_SHM
+	};
+	static const enum tr par[] = { T_VSOCK_G2H, T_VSOCK_H2G, T_TCP_NODELAY, T_UNIX };
+	static const enum tr seq[] = { T_VSOCK_SEQ_G2H, T_VSOCK_SEQ_H2G, T_UNIX_SEQ };
+	const struct opts *o = e->o;
+#define ON(t) (tr_available(e, t) && (!o->transports || (o->transports & (1u << (t)))))
+
+	if (o->tests & M_STREAM)
+		for (int si = 0; si < o->nsizes; si++)
+			for (int rx = 0; rx < 2; rx++)
+				for (unsigned k = 0; k < sizeof(st) / sizeof(st[0]); k++)
+					if (ON(st[k]))
+						run_stream_point(e, st[k], o->sizes[si],
+						                 (enum rxmode)rx, 1, 1);
+	if (o->tests & M_PARALLEL)
+		for (int i = 0; i < o->nstreams; i++)
+			for (unsigned k = 0; k < sizeof(par) / sizeof(par[0]); k++)
+				if (ON(par[k]))
+					run_stream_point(e, par[k], 65536, RX_64K, o->streams[i],
+					                 1);
+	if ((o->tests & M_SEQPACKET) && e->guest_seq_lfd >= 0)
+		for (int si = 0; si < o->nsizes; si++)
+			for (unsigned k = 0; k < sizeof(seq) / sizeof(seq[0]); k++)
+				if (o->sizes[si] <= 65536 && ON(seq[k]))
+					run_stream_point(e, seq[k], o->sizes[si], RX_64K, 1, 1);
+	if (o->tests & M_RTT)
+		for (int si = 0; si < o->nrtt_sizes; si++)
+			for (unsigned k = 0; k < sizeof(rt) / sizeof(rt[0]); k++)
+				if (ON(rt[k]))
+					run_rtt_point(e, rt[k], o->rtt_sizes[si], 1);
+#undef ON
+}
+
+/*
+ * runs rounds of every point (so that a change of the machine's load during the run hits every
+ * transport alike, and the ratios stay fair), then the memory and multi-VM measurements.
+ */
+static void measure(struct env *e, int runs)
+{
+	for (int r = 0; r < runs; r++) {
+		if (runs > 1)
+			progress("round %d of %d", r + 1, runs);
+		measure_round(e);
+	}
+	if (e->o->tests & M_MEM)
+		run_mem(e);
+	if ((e->o->tests & M_VMS) && !e->o->socket)
+		run_vms(e);
+}
+
+/* Applies the base switch lists plus `item` (NULL: none) and sets the environment up. */
+static void setup_variant(struct env *e, const struct opts *o, const char *item, char *devlist,
+                          size_t cap)
+{
+	char err[200];
+
+	snprintf(devlist, cap, "%s%s%s", o->tune_device ? o->tune_device : "",
+	         o->tune_device && item ? "," : "", item ? item : "");
+	e->tune_dev = *devlist ? devlist : NULL;
+	if ((o->tune_guest && tune_set(o->tune_guest, err, sizeof(err)) < 0) ||
+	    (item && tune_set(item, err, sizeof(err)) < 0))
+		die("--tune-guest/--compare: %s", err);
+	tune_describe(g_res.tune_desc, sizeof(g_res.tune_desc));
+	env_setup(e);
+	snprintf(g_res.backend, sizeof(g_res.backend), "%s%s (guest CID %u)",
+	         o->socket ? e->sock : "uvsockd", e->daemon > 0 ? " started by uvsock-perf" : "",
+	         uvsock_ctx_local_cid(e->g));
+}
+
+/* Adds the --in-process against ceiling ratio at 64 KiB (64k reads) if both were measured. */
+static void inproc_ratio(struct env *e)
+{
+	for (int i = 0; i < g_res.nst; i++) {
+		const struct res_stream *a = &g_res.st[i];
+		double ga[PERF_MAX_RUNS], gb[PERF_MAX_RUNS];
+
+		if (a->t != T_INPROC_G2H || a->size != 65536 || a->rx != RX_64K || a->streams != 1)
+			continue;
+		for (int j = 0; j < g_res.nst; j++) {
+			const struct res_stream *b = &g_res.st[j];
+
+			if (b->t != T_SHM || b->size != 65536 || b->rx != RX_64K ||
+			    b->streams != 1 || strcmp(a->variant, b->variant) || !a->n || !b->n)
+				continue;
+			for (int k = 0; k < a->n; k++)
+				ga[k] = a->s[k].gbps;
+			for (int k = 0; k < b->n; k++)
+				gb[k] = b->s[k].gbps;
+			e->variant = a->variant;
+			add_mem(e, "inproc_g2h_vs_shm_64KiB", median(ga, a->n) / median(gb, b->n),
+			        "x", "--in-process guest->host at 64 KiB / shared-memory ring");
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	enum {
+		O_UVSOCKD = 256,
+		O_SOCKET,
+		O_UDS,
+		O_INPROC,
+		O_TESTS,
+		O_SIZES,
+		O_RTT_SIZES,
+		O_STREAMS,
+		O_RUNS,
+		O_DURATION,
+		O_RTT_COUNT,
+		O_IDLE,
+		O_VMS,
+		O_QUICK,
+		O_TUNE_DEV,
+		O_TUNE_GUEST,
+		O_COMPARE,
+		O_BUSY,
+		O_CSV,
+		O_JSON,
+		O_PLOT,
+		O_QUIET,
+		O_TRANSPORTS
+	};
+	static const struct option lo[] = {
+		{ "uvsockd", required_argument, NULL, O_UVSOCKD },
+		{ "socket", required_argument, NULL, O_SOCKET },
+		{ "uds-path", required_argument, NULL, O_UDS },
+		{ "in-process", no_argument, NULL, O_INPROC },
+		{ "tests", required_argument, NULL, O_TESTS },
+		{ "sizes", required_argument, NULL, O_SIZES },
+		{ "rtt-sizes", required_argument, NULL, O_RTT_SIZES },
+		{ "streams", required_argument, NULL, O_STREAMS },
+		{ "runs", required_argument, NULL, O_RUNS },
+		{ "duration-ms", required_argument, NULL, O_DURATION },
+		{ "rtt-count", required_argument, NULL, O_RTT_COUNT },
+		{ "idle-conns", required_argument, NULL, O_IDLE },
+		{ "vms", required_argument, NULL, O_VMS },
+		{ "quick", no_argument, NULL, O_QUICK },
+		{ "tune-device", required_argument, NULL, O_TUNE_DEV },
+		{ "tune-guest", required_argument, NULL, O_TUNE_GUEST },
+		{ "compare", required_argument, NULL, O_COMPARE },
+		{ "busy-poll-us", required_argument, NULL, O_BUSY },
+		{ "csv", required_argument, NULL, O_CSV },
+		{ "json", required_argument, NULL, O_JSON },
+		{ "plot", required_argument, NULL, O_PLOT },
+		{ "quiet", no_argument, NULL, O_QUIET },
+		{ "transports", required_argument, NULL, O_TRANSPORTS },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	static struct opts o = { .runs = 5,
+		                 .duration_ms = 200,
+		                 .rtt_count = 5000,
+		                 .idle_conns = 10000,
+		                 .nvms = 64,
+		                 .tests = M_STREAM | M_RTT | M_PARALLEL | M_SEQPACKET | M_MEM |
+		                          M_VMS };
+	static struct env env;
+	bool inproc = false, tests_given = false, runs_given = false;
+	char devlist[512];
+	int c, rc = 0;
+
+	g_t0 = mono_ns();
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case O_UVSOCKD:
+			o.uvsockd = optarg;
+			break;
+		case O_SOCKET:
+			o.socket = optarg;
+			break;
+		case O_UDS:
+			o.uds = optarg;
+			break;
+		case O_INPROC:
+			inproc = true;
+			break;
+		case O_TESTS:
+			o.tests = parse_tests(optarg);
+			tests_given = true;
+			break;
+		case O_SIZES:
+			o.nsizes = parse_sizes(optarg, o.sizes, PERF_MAX_SIZES, 512u << 10);
+			break;
+		case O_RTT_SIZES:
+			o.nrtt_sizes = parse_sizes(optarg, o.rtt_sizes, 8, 64u << 10);
+			break;
+		case O_STREAMS: {
+			size_t v[8];
+
+			o.nstreams = parse_sizes(optarg, v, 8, 256);
+			for (int i = 0; i < o.nstreams; i++)
+				o.streams[i] = (int)v[i];
+			break;
+		}
+		case O_RUNS:
+			o.runs = parse_int(optarg, 1, PERF_MAX_RUNS, "--runs");
+			runs_given = true;
+			break;
+		case O_DURATION:
+			o.duration_ms = parse_int(optarg, 10, 60000, "--duration-ms");
+			break;
+		case O_RTT_COUNT:
+			o.rtt_count = parse_int(optarg, 100, 10000000, "--rtt-count");
+			break;
+		case O_IDLE:
+			o.idle_conns = parse_int(optarg, 1, 1000000, "--idle-conns");
+			break;
+		case O_VMS:
+			o.nvms = parse_int(optarg, 1, 128, "--vms");
+			break;
+		case O_QUICK:
+			o.quick = true;
+			break;
+		case O_TUNE_DEV:
+			o.tune_device = optarg;
+			break;
+		case O_TUNE_GUEST:
+			o.tune_guest = optarg;
+			break;
+		case O_COMPARE:
+			o.compare = optarg;
+			break;
+		case O_BUSY:
+			o.busy_poll_us = (unsigned)parse_int(optarg, 0, 1000000, "us");
+			break;
+		case O_CSV:
+			o.csv = optarg;
+			break;
+		case O_JSON:
+			o.json = optarg;
+			break;
+		case O_PLOT:
+			o.plot = optarg;
+			break;
+		case O_QUIET:
+			g_quiet = true;
+			break;
+		case O_TRANSPORTS:
+			o.transports = parse_transports(optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc || !!o.socket != !!o.uds) {
+		fprintf(stderr, "uvsock-perf: %s\n",
+		        optind < argc ? "unexpected argument"
+		                      : "--socket and --uds-path go together");
+		usage(stderr);
+		return 2;
+	}
+	if (o.socket && o.tune_device) {
+		fprintf(stderr, "uvsock-perf: --tune-device needs a uvsockd started here\n");
+		return 2;
+	}
+	if (inproc)
+		o.tests |= M_INPROC;
+	if (o.quick) {
+		static const size_t qs[] = { 64, 65536 };
+
+		if (!o.nsizes) {
+			memcpy(o.sizes, qs, sizeof(qs));
+			o.nsizes = 2;
+		}
+		if (!o.nrtt_sizes)
+			o.rtt_sizes[o.nrtt_sizes++] = 64;
+		if (!o.nstreams)
+			o.streams[o.nstreams++] = 4;
+		if (!runs_given)
+			o.runs = 1;
+		o.duration_ms = o.duration_ms > 50 ? 50 : o.duration_ms;
+		o.rtt_count = o.rtt_count > 200 ? 200 : o.rtt_count;
+		o.idle_conns = o.idle_conns > 100 ? 100 : o.idle_conns;
+		o.nvms = o.nvms > 4 ? 4 : o.nvms;
+	}
+	if (!o.nsizes)
+		for (size_t s = 64; s <= (512u << 10); s = s == 64 ? 256 : s * 2)
+			o.sizes[o.nsizes++] = s;
+	if (!o.nrtt_sizes) {
+		o.rtt_sizes[0] = 64;
+		o.rtt_sizes[1] = 256;
+		o.rtt_sizes[2] = 4096;
+		o.nrtt_sizes = 3;
+	}
+	if (!o.nstreams) {
+		o.streams[0] = 4;
+		o.streams[1] = 16;
+		o.streams[2] = 64;
+		o.nstreams = 3;
+	}
+	if (o.socket && !tests_given)
+		o.tests &= ~(unsigned)(M_MEM | M_VMS); /* they need a uvsockd of our own */
+	signal(SIGPIPE, SIG_IGN);
+	env.o = &o;
+	env.variant = "";
+	g_env = &env;
+	if (!o.compare) {
+		setup_variant(&env, &o, NULL, devlist, sizeof(devlist));
+		measure(&env, o.runs);
+		inproc_ratio(&env);
+		env_teardown(&env);
+	} else {
+		char *list = strdup(o.compare), *save = NULL;
+
+		if (!list)
+			die("out of memory");
+		for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+			char name[64], item[2][80], var[2][96];
+			const char *eq = strchr(t, '=');
+
+			snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - t) : (int)strlen(t),
+			         t);
+			/* busy-poll-us=N: 0 against N; any other switch: no-NAME against NAME. */
+			snprintf(item[0], sizeof(item[0]), eq ? "%s=0" : "no-%s", name);
+			snprintf(item[1], sizeof(item[1]), "%s", t);
+			snprintf(var[0], sizeof(var[0]), "%s:off", t);
+			snprintf(var[1], sizeof(var[1]), "%s:on", t);
+			for (int r = 0; r < o.runs; r++) {
+				for (int on = 0; on < 2; on++) {
+					progress("compare %s: round %d of %d", var[on], r + 1,
+					         o.runs);
+					env.variant = var[on];
+					setup_variant(&env, &o, item[on], devlist, sizeof(devlist));
+					measure(&env, 1);
+					env_teardown(&env);
+				}
+			}
+			/* Back to the base settings for the next switch. */
+			if (tune_set(eq ? "busy-poll-us=0" : name, NULL, 0) < 0)
+				die("switch '%s'", name);
+			env.variant = var[0];
+			inproc_ratio(&env);
+			env.variant = var[1];
+			inproc_ratio(&env);
+		}
+		free(list);
+		/* The header shows the base settings, not the last compared one. */
+		if (o.tune_guest)
+			tune_set(o.tune_guest, NULL, 0);
+		tune_describe(g_res.tune_desc, sizeof(g_res.tune_desc));
+	}
+	g_env = NULL;
+	g_res.seconds = (double)(mono_ns() - g_t0) / 1e9;
+	report_table(stdout);
+	if (o.compare)
+		report_compare(stdout);
+	if (o.csv && report_csv(o.csv) < 0) {
+		fprintf(stderr, "uvsock-perf: --csv %s: %s\n", o.csv, strerror(errno));
+		rc = 1;
+	}
+	if (o.json && report_json(o.json, &o) < 0) {
+		fprintf(stderr, "uvsock-perf: --json %s: %s\n", o.json, strerror(errno));
+		rc = 1;
+	}
+	if (o.plot) {
+		int r = report_plot(o.plot);
+
+		if (r < 0) {
+			fprintf(stderr, "uvsock-perf: --plot %s: %s (is gnuplot installed?)\n",
+			        o.plot, strerror(-r));
+			rc = 1;
+		}
+	}
+	return rc;
+}
