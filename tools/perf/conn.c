@@ -487,7 +487,7 @@ static void start_daemon(struct env *e)
 
 void env_setup(struct env *e)
 {
-	struct uvsock_guest_opts go = { .busy_poll_us = e->o->busy_poll_us };
+	struct uvsock_guest_opts go = { .size = sizeof(go), .busy_poll_us = e->o->busy_poll_us };
 	struct sockaddr_vm va = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY };
 	socklen_t alen = sizeof(e->tcp_addr);
 	int one = 1;

@@ -241,7 +241,7 @@ void inproc_pair(struct inproc *ip, bool g2h, struct conn *tx, struct conn *rx)
 
 struct inproc *inproc_new(void)
 {
-	struct uvsock_dev_config cfg = { .guest_cid = 3, .name = "perf" };
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = 3, .name = "perf" };
 	struct uvsock_dev_mem_region region;
 	struct uvsock_dev_queue q;
 	struct sockaddr_un a = { .sun_family = AF_UNIX };

@@ -179,7 +179,8 @@ void run_vms(struct env *e)
 	pid = spawn_uvsockd(bin, e->tune_dev, args, logp);
 	for (int i = 0; i < nv; i++) {
 		char sock[128], lp[96];
-		struct uvsock_guest_opts go = { .busy_poll_us = e->o->busy_poll_us };
+		struct uvsock_guest_opts go = { .size = sizeof(go),
+						 .busy_poll_us = e->o->busy_poll_us };
 
 		snprintf(sock, sizeof(sock), "%s/vm%d.sock", dir, i);
 		if (wait_socket(pid, sock, 10000) < 0)
