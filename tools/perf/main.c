@@ -281,6 +281,7 @@ static void usage(FILE *f)
 	      "  --busy-poll-us N      guest driver thread spins N us before sleeping\n"
 	      "output:\n"
 	      "  --csv FILE  --json FILE  --plot FILE.png (gnuplot)   --quiet (no progress)\n"
+	      "  -h, --help  -V, --version\n"
 	      "datagrams are not measured: uvsock has no datagram sockets yet.\n",
 	      f);
 }
@@ -440,6 +441,7 @@ int main(int argc, char **argv)
 		{ "quiet", no_argument, NULL, O_QUIET },
 		{ "transports", required_argument, NULL, O_TRANSPORTS },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
 	static struct opts o = { .runs = 5,
@@ -455,7 +457,7 @@ int main(int argc, char **argv)
 	int c, rc = 0;
 
 	g_t0 = mono_ns();
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		switch (c) {
 		case O_UVSOCKD:
 			o.uvsockd = optarg;
@@ -535,6 +537,9 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
+			return 0;
+		case 'V':
+			printf("uvsock-perf %s\n", UVSOCK_VERSION);
 			return 0;
 		default:
 			usage(stderr);

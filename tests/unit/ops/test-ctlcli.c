@@ -121,7 +121,7 @@ TEST(add_and_remove_requests_and_answers)
 		ops_tap_init(&f.taps[i]);
 	snprintf(f.dir, sizeof(f.dir), "/tmp/uvsock-ctlcli-XXXXXX");
 	ASSERT_TRUE(mkdtemp(f.dir) != NULL);
-	snprintf(f.path, sizeof(f.path), "%s/ctl", f.dir);
+	snprintf(f.path, sizeof(f.path), "%s/d.ctl", f.dir);
 	cfg.path = f.path;
 	cfg.opaque = &f;
 	ASSERT_OK(ops_ctl_start(&cfg, &f.ctl));
