@@ -972,7 +972,7 @@ static int check_all_unserved(const struct uvsockd_config *c, char *err, size_t 
 	return check_not_served(path, SOCK_STREAM, "control socket", 0, err, errlen);
 }
 
-int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen)
+int uvsockd_check_dirs(const struct uvsockd_config *c, char *err, size_t errlen)
 {
 	for (unsigned i = 0; i < c->n_vms; i++) {
 		int r = 0;
@@ -990,7 +990,14 @@ int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen
 				return r;
 		}
 	}
-	return check_all_unserved(c, err, errlen);
+	return 0;
+}
+
+int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen)
+{
+	int r = uvsockd_check_dirs(c, err, errlen);
+
+	return r < 0 ? r : check_all_unserved(c, err, errlen);
 }
 
 void uvsockd_config_clear(struct uvsockd_config *c)

@@ -125,6 +125,13 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 int uvsockd_check_paths(const struct uvsockd_config *c, char *err, size_t errlen);
 
 /*
+ * The checks of uvsockd_check_paths() but the liveness probes: directories, path types and
+ * cgroups. For VMs added at runtime (vm-add, SIGHUP), whose config also names the sockets this
+ * process serves itself; a path another process serves fails when the VM binds it.
+ */
+int uvsockd_check_dirs(const struct uvsockd_config *c, char *err, size_t errlen);
+
+/*
  * The group of --socket-group as a gid (a name from the group database, or a number); *gid is
  * (gid_t)-1 when none was given. Returns 0 or -ENOENT / -errno with a one-line message in err.
  */

@@ -42,7 +42,8 @@ static int match_vm(const struct uvsockd_config *cfg, int fd, const char *name)
 		const char *p = cfg->vms[i].socket_path;
 
 		if (cfg->vms[i].fd <= 0 &&
-		    (strcmp(name, p) == 0 || strcmp(name, basename_of(p)) == 0))
+		    (strcmp(name, p) == 0 || strcmp(name, basename_of(p)) == 0 ||
+		     (cfg->vms[i].name[0] && strcmp(name, cfg->vms[i].name) == 0)))
 			return (int)i;
 	}
 	return -1;
@@ -77,7 +78,7 @@ static int adopt_activated(const struct uvsockd_config *cfg, char *err, size_t e
 		if (vm < 0) {
 			snprintf(err, errlen,
 				 "socket activation: fd %d (%s) is no VM's socket (match: the VM's "
-				 "socket path, or its basename as FileDescriptorName=)", fd,
+				 "socket path, or its basename or name= as FileDescriptorName=)", fd,
 				 name ? name : "no name");
 			r = -ENOENT;
 			close(fd);

@@ -183,17 +183,15 @@ int daemon_ctl_start(const struct uvsockd_config *cfg, const struct ops_ctl_ops 
 		return 0;
 	if (!cfg->control_path[0]) {
 		if (ops_ctl_default_path(cfg->vms[0].socket_path, def, sizeof(def)) < 0) {
-			fprintf(stderr,
-				"uvsockd: %s.ctl is too long for a control socket; use "
-				"--control PATH or --control none\n",
-				cfg->vms[0].socket_path);
+			log_error("%s.ctl is too long for a control socket; use --control PATH or "
+				  "--control none", cfg->vms[0].socket_path);
 			return -ENAMETOOLONG;
 		}
 		cc.path = def;
 	}
 	r = ops_ctl_start(&cc, ret);
 	if (r < 0)
-		fprintf(stderr, "uvsockd: control socket %s: %s\n", cc.path, strerror(-r));
+		log_error("control socket %s: %s", cc.path, strerror(-r));
 	else if (ops == &vm_set_ctl_ops)
 		((struct vm_set *)opaque)->ctl = *ret; /* removals tell its capture */
 	return r;
@@ -457,7 +455,7 @@ static int ctl_vm_add(void *opaque, const char *spec, uint32_t *ret_cid, char *e
 	}
 	r = uvsockd_parse_args(3, argv, &nc, err, errlen);
 	if (r == 0)
-		r = uvsockd_check_paths(&nc, err, errlen);
+		r = uvsockd_check_dirs(&nc, err, errlen);
 	if (r == 0)
 		r = vm_create(s, &nc.vms[0], false, err, errlen);
 	if (r == 0) {
@@ -575,7 +573,7 @@ static void vm_set_reload(struct vm_set *s, const struct uvsockd_config *was)
 	pthread_mutex_lock(&s->lock);
 	r = uvsockd_parse_args(reload_argc, reload_argv, &nc, err, sizeof(err));
 	if (r == 0)
-		r = uvsockd_check_paths(&nc, err, sizeof(err));
+		r = uvsockd_check_dirs(&nc, err, sizeof(err));
 	if (r == 0 && nc.isolate) {
 		snprintf(err, sizeof(err),
 			 "isolate cannot be turned on at runtime (restart uvsockd)");
@@ -629,7 +627,7 @@ static int vm_set_create(struct vm_set *s, const struct uvsockd_config *cfg, con
 	int r;
 
 	if (vsock_router_new(&s->router) < 0) {
-		fprintf(stderr, "uvsockd: out of memory\n");
+		log_error("out of memory");
 		return -ENOMEM;
 	}
 	/* fds are per process: the budget is shared by this process's VMs only */
@@ -653,8 +651,7 @@ static int vm_set_create(struct vm_set *s, const struct uvsockd_config *cfg, con
 
 		r = ops_pcap_open_path(cfg->capture_path, &po, &s->capture);
 		if (r < 0) {
-			fprintf(stderr, "uvsockd: --capture %s: %s\n", cfg->capture_path,
-				strerror(-r));
+			log_error("--capture %s: %s", cfg->capture_path, strerror(-r));
 			return r;
 		}
 		log_info("capturing every VM into %s", cfg->capture_path);
@@ -662,7 +659,7 @@ static int vm_set_create(struct vm_set *s, const struct uvsockd_config *cfg, con
 	for (unsigned i = 0; i < n; i++) {
 		r = vm_create(s, &cfg->vms[idx ? idx[i] : i], true, err, sizeof(err));
 		if (r < 0) {
-			fprintf(stderr, "uvsockd: %s\n", err);
+			log_error("%s", err);
 			return r;
 		}
 	}
@@ -675,7 +672,7 @@ static int vm_set_start(struct vm_set *s)
 
 	for (unsigned i = 0; i < s->n; i++) {
 		if (vm_thread_start(s->vms[i], err, sizeof(err)) < 0) {
-			fprintf(stderr, "uvsockd: %s\n", err);
+			log_error("%s", err);
 			return -EAGAIN;
 		}
 	}

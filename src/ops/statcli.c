@@ -465,6 +465,13 @@ static void print_counters(FILE *out, const struct ops_jv *c)
 		ops_json_u64(c, "host_clients_refused", 0),
 		ops_json_u64(c, "host_handshake_timeouts", 0),
 		ops_json_u64(c, "host_symlinks_refused", 0));
+	fprintf(out, "  host fails  %" PRIu64 " listeners denied, %" PRIu64
+		     " with no guest, %" PRIu64 " bad CONNECT lines, %" PRIu64
+		     " refused by the guest\n",
+		ops_json_u64(c, "host_listeners_denied", 0),
+		ops_json_u64(c, "host_clients_no_guest", 0),
+		ops_json_u64(c, "host_connect_bad_lines", 0),
+		ops_json_u64(c, "host_clients_guest_refused", 0));
 	fprintf(out, "  dropped    ");
 	for (unsigned i = 0; i < _OPS_DROP_MAX; i++)
 		fprintf(out, " %s %" PRIu64, ops_drop_reason_name(i),

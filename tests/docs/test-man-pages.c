@@ -9,7 +9,7 @@
  * (paths compiled in); the comparison is tests/harness/manpage.h.
  *
  * Every page of man/ is installed (named in an install_man() of a meson.build) and has the
- * sections an operator looks for (issue 14): NAME, SYNOPSIS, DESCRIPTION, OPTIONS, SIGNALS,
+ * sections an operator looks for: NAME, SYNOPSIS, DESCRIPTION, OPTIONS, SIGNALS,
  * FILES, ENVIRONMENT, EXIT STATUS and SEE ALSO.
  */
 #include <dirent.h>

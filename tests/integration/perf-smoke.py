@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Smoke test of uvsock-perf itself (nothing timed, no speed asserted): a --quick run of every
 # measurement against the uvsockd of this build, then the JSON, CSV and terminal output are
-# checked for their schema: the transports of issue 11 item 4 are all there, every number is a
+# checked for their schema: every transport is there, every number is a
 # finite non-negative value, percentiles are ordered, the memory section has its records.
 # Also: --help says datagrams are not measured, and a usage error exits 2.
 # Usage: perf-smoke.py UVSOCK_PERF UVSOCKD

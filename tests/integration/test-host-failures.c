@@ -82,9 +82,9 @@ static unsigned log_lines_with(const struct uvd *u, const char *a, const char *b
 /* Waits (bounded) for exactly one warn line holding `what` (and `tag`). */
 static void expect_one_warn(const struct uvd *u, const char *tag, const char *what)
 {
-	if (!WAIT_FOR(log_lines_with(u, "uvsock warn: vm=3", what) >= 1, WAIT_MS))
+	if (!WAIT_FOR(log_lines_with(u, "uvsockd warn: vm=3", what) >= 1, WAIT_MS))
 		test_fail(__FILE__, __LINE__, "no warn line with '%s' in %s", what, u->log);
-	ASSERT_EQ(log_lines_with(u, "uvsock warn: vm=3", what), 1);
+	ASSERT_EQ(log_lines_with(u, "uvsockd warn: vm=3", what), 1);
 	ASSERT_EQ(log_lines_with(u, tag, what), 1);
 }
 

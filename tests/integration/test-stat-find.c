@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * How uvsock-stat finds a daemon's control socket (suite 'integration'; issue 14, bug 2): a live
+ * How uvsock-stat finds a daemon's control socket (suite 'integration'): a live
  * uvsockd with two VMs (tests/harness/uvsockd-proc.h, stopped by PID), uvsock-stat run
  * in-process (statrun.h) on a thread of its own. uvsock-stat must never connect to a vhost-user
  * socket: pointed at any VM's socket it finds the control socket that lists that VM, and when

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uvsock-perf: the benchmark of a vhost-user vsock back-end (issue 11 item 4). A userspace guest
+ * uvsock-perf: the benchmark of a vhost-user vsock back-end. A userspace guest
  * driver (the guest role, uvsock_ctx_new_guest) drives the back-end through real shared-memory
  * virtqueues and this program plays the host application on the back-end's hybrid Unix-socket
  * side; in the same run, with the same method and sizes, it measures TCP loopback (TCP_NODELAY

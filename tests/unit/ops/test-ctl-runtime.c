@@ -135,7 +135,7 @@ TEST(removed_vm_leaves_a_running_capture)
 	}
 	snprintf(s.f.dir, sizeof(s.f.dir), "/tmp/uvsock-ctlrt-XXXXXX");
 	ASSERT_TRUE(mkdtemp(s.f.dir) != NULL);
-	snprintf(s.f.path, sizeof(s.f.path), "%s/ctl", s.f.dir);
+	snprintf(s.f.path, sizeof(s.f.path), "%s/d.ctl", s.f.dir);
 	snprintf(pcap, sizeof(pcap), "%s/all.pcap", s.f.dir);
 	cfg.path = s.f.path;
 	cfg.opaque = &s;
