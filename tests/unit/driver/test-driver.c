@@ -25,35 +25,8 @@
 #undef VMADDR_CID_HOST
 #undef VMADDR_CID_ANY
 #undef VMADDR_PORT_ANY
-#include "tdev.h"
+#include "drvtest.h"
 #include "test.h"
-
-static void tdev_start(struct tdev *t, uint32_t cid)
-{
-	tdev_new(t, NULL, cid);
-	tdev_run(t);
-}
-
-static void tdev_stop(struct tdev *t)
-{
-	tdev_halt(t);
-	/* The device removed its sockets; the test's host listeners (<uds>_<port>) go here. */
-	{
-		DIR *dir = opendir(t->dir);
-		struct dirent *de;
-		char path[400];
-
-		while (dir && (de = readdir(dir)) != NULL) {
-			if (de->d_name[0] == '.')
-				continue;
-			snprintf(path, sizeof(path), "%s/%s", t->dir, de->d_name);
-			unlink(path);
-		}
-		if (dir)
-			closedir(dir);
-	}
-	ASSERT_EQ(rmdir(t->dir), 0);
-}
 
 static struct uvsock_ctx *guest_new(struct tdev *t)
 {

@@ -46,19 +46,27 @@ static void loop_done(struct loop *l, struct loop_async *a)
 	loop_free(l);
 }
 
-TEST(off_never_spins)
+/* One iteration with nothing to do, after one that worked; returns the counters. */
+static struct loop_stats idle_once(unsigned us, int timeout_ms)
 {
 	struct loop_async *a;
 	struct loop_stats st;
 	atomic_int hits = 0;
-	struct loop *l = busy_loop(0, &a, &hits);
+	struct loop *l = busy_loop(us, &a, &hits);
 
-	ASSERT_EQ(loop_run_once(l, 5), 0);
+	ASSERT_EQ(loop_run_once(l, timeout_ms), 0);
 	loop_get_stats(l, &st);
+	loop_done(l, a);
+	return st;
+}
+
+TEST(off_never_spins)
+{
+	struct loop_stats st = idle_once(0, 5);
+
 	ASSERT_EQ_U64(st.spins, 0);
 	ASSERT_EQ_U64(st.spin_ns, 0);
 	ASSERT_EQ_U64(st.sleeps, 2);
-	loop_done(l, a);
 }
 
 TEST(idle_spin_is_bounded_then_sleeps)
@@ -146,31 +154,19 @@ TEST(spin_honours_timers)
 
 TEST(timeout_bounds_the_spin)
 {
-	struct loop_async *a;
-	struct loop_stats st;
-	atomic_int hits = 0;
-	struct loop *l = busy_loop(LONG_SPIN_US, &a, &hits);
+	struct loop_stats st = idle_once(LONG_SPIN_US, 20);
 
-	ASSERT_EQ(loop_run_once(l, 20), 0);
-	loop_get_stats(l, &st);
 	ASSERT_EQ_U64(st.spins, 1);
 	ASSERT_EQ_U64(st.spin_found, 0);
 	ASSERT_GE(st.spin_ns, 20u * NS_PER_MS);
-	loop_done(l, a);
 }
 
 TEST(nonblocking_iteration_never_spins)
 {
-	struct loop_async *a;
-	struct loop_stats st;
-	atomic_int hits = 0;
-	struct loop *l = busy_loop(LONG_SPIN_US, &a, &hits);
+	struct loop_stats st = idle_once(LONG_SPIN_US, 0);
 
-	ASSERT_EQ(loop_run_once(l, 0), 0);
-	loop_get_stats(l, &st);
 	ASSERT_EQ_U64(st.spins, 0);
 	ASSERT_EQ_U64(st.sleeps, 1);
-	loop_done(l, a);
 }
 
 TEST_MAIN()
