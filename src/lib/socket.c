@@ -1382,7 +1382,8 @@ int uvsock_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 		if (now >= deadline)
 			break;
 		/* Direct RX: this caller drains the RX ring and sleeps on its interrupt too. */
-		if (direct && direct->tops->rx_wait(direct, kfds, (unsigned)nfds, NULL, 0, deadline)) {
+		if (direct &&
+		    direct->tops->rx_wait(direct, kfds, (unsigned)nfds, NULL, 0, deadline) > 0) {
 			ready = poll_scan(fds, nfds, NULL, false, NULL);
 			continue;
 		}
