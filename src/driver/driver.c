@@ -396,8 +396,9 @@ static bool rx_pass(struct vdrv *d)
 		unsigned n = 0, taken = 0;
 
 		/*
-		 * Reference 5.5: while queued replies are at the limit, RX waits for TX to drain
-		 * them, as Linux does. But not while the TX ring itself is full: then the device
+		 * While queued replies are at the limit, RX waits for TX to drain them, as Linux
+		 * does (net/vmw_vsock/virtio_transport.c, virtio_transport_more_replies();
+		 * docs/guest-role.md "Reply limit"). But not while the TX ring itself is full: then the device
 		 * holds our TX buffers, and it may be waiting for room in our RX ring to deliver
 		 * its own replies (its TX draining stops at its reply limit too). Stopping both
 		 * rings would deadlock; the engine keeps replies as per-socket bits plus a capped
@@ -551,13 +552,15 @@ static bool io_rx(struct vdrv *d, bool *signalled)
  */
 static void rx_put_app(struct vdrv *d)
 {
-	bool more = !atomic_load(&d->dead) && !d->rx_stalled && vring_drv_enable_cb(d->rx);
+	/* RX state is read before the token goes: afterwards it is someone else's. */
+	bool stalled = d->rx_stalled;
+	bool more = !atomic_load(&d->dead) && !stalled && vring_drv_enable_cb(d->rx);
 
 	tls_rx = NULL;
-	/* seq_cst store, then loads of rx_contended / io_norx: pairs with io_sleep_norx(). */
+	/* seq_cst store, then loads of rx_contended / io_norx: pairs with io_sleep_rx(). */
 	atomic_store(&d->rx_tok, false);
 	if ((atomic_exchange(&d->rx_contended, false) && atomic_load(&d->io_norx)) || more ||
-	    d->rx_stalled)
+	    stalled)
 		vdrv_tx_ready(d);
 }
 
@@ -710,8 +713,8 @@ int vdrv_rx_wait(struct vdrv *d, struct pollfd *fds, unsigned nfds, atomic_uint 
 {
 	struct pollfd *own = fds + nfds;
 	int timeout = POLL_MAX_MS;
+	bool fed, intr;
 	uint64_t now;
-	bool fed;
 
 	if (!d->direct || !atomic_load(&d->direct_ok) || atomic_load(&d->dead) || tls_io == d ||
 	    tls_rx == d)
@@ -737,8 +740,10 @@ int vdrv_rx_wait(struct vdrv *d, struct pollfd *fds, unsigned nfds, atomic_uint 
 	if (fed)
 		STAT_ADD(d, rx_direct, 1);
 	if (d->rx_stalled || fed || (word && atomic_load(word) != val)) {
+		bool stalled = d->rx_stalled;
+
 		rx_put_app(d);
-		return d->rx_stalled && !fed ? 0 : 1;
+		return stalled && !fed ? 0 : 1;
 	}
 	/* The RX interrupt is on (enabled above) and nothing is pending: sleep on it. */
 	/* seq_cst store, then the load of *word: pairs with the event's bump of *word and its load
@@ -759,8 +764,12 @@ int vdrv_rx_wait(struct vdrv *d, struct pollfd *fds, unsigned nfds, atomic_uint 
 	own[0] = (struct pollfd){ .fd = d->rx_call, .events = POLLIN };
 	own[1] = (struct pollfd){ .fd = d->hold_fd, .events = POLLIN };
 	STAT_ADD(d, rx_direct_sleeps, 1);
-	poll(fds, (nfds_t)nfds + 2, timeout);
+	intr = poll(fds, (nfds_t)nfds + 2, timeout) < 0 && errno == EINTR;
 	atomic_store(&d->holder_sleeping, false);
+	if (intr) {
+		rx_put_app(d);
+		return -EINTR;
+	}
 	if (own[0].revents & POLLIN)
 		drain_eventfd(d->rx_call);
 	if (own[1].revents & POLLIN)

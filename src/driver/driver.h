@@ -156,7 +156,8 @@ void vdrv_free(struct vdrv *d);
  * until one fires or deadline_ns (CLOCK_MONOTONIC, UINT64_MAX: none) passes; then one more RX
  * pass and the token goes back. fds must have room for nfds + 2 entries (the last two are
  * ours); revents of the caller's entries are set by poll().
- * Returns 1 (the caller re-checks its condition and may call again), or 0 if the token is not
+ * Returns 1 (the caller re-checks its condition and may call again), -EINTR (a signal
+ * interrupted the sleep; the token is given back), or 0 if the token is not
  * available (another thread drains, no session, back-end gone, direct RX off, RX held back
  * until TX drains): then the caller sleeps its own way, and whoever drains wakes it through the
  * engine's sock_event as before. Never spins: 1 without sleeping only after progress.

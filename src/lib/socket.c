@@ -315,7 +315,8 @@ static int sock_wait(struct usock *us, unsigned seq, uint64_t deadline)
 		atomic_fetch_add(&us->direct, 1);
 		r = us->ctx->tops->rx_wait(us->ctx, own, 0, &us->evseq, seq, deadline);
 		atomic_fetch_sub(&us->direct, 1);
-		if (r > 0)
+		/* A signal is a spurious wake-up here, as for the futex below. */
+		if (r != 0)
 			return 0;
 	}
 	atomic_fetch_add(&us->waiters, 1);
@@ -1265,6 +1266,7 @@ int uvsock_set_nonblock(int fd, int on)
 /* ---- Polling ---------------------------------------------------------------------------- */
 
 #define POLL_INTEREST_BITS (POLLIN | POLLOUT | POLLRDHUP | POLLERR | POLLHUP)
+#define POLL_STACK_FDS 16 /* uvsock_poll: up to this many descriptors without an allocation */
 
 int uvsock_poll_events(int fd)
 {
@@ -1364,14 +1366,17 @@ int uvsock_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 {
 	uint64_t deadline = timeout_ms < 0 ? NO_DEADLINE
 					   : mono_ns() + (uint64_t)timeout_ms * NS_PER_MS;
+	struct pollfd stack_kfds[POLL_STACK_FDS + 2], *kfds = stack_kfds;
 	struct uvsock_ctx *direct;
-	struct pollfd *kfds;
+	bool intr = false;
 	int ready;
 
 	if (nfds > (1u << 20) || (nfds && !fds))
 		return ret_errno(-EINVAL);
-	/* Two spare entries for the transport's own fds in rx_wait. */
-	kfds = calloc(nfds + 2, sizeof(*kfds));
+	/* Two spare entries for the transport's own fds in rx_wait; no allocation for few fds. */
+	memset(stack_kfds, 0, sizeof(stack_kfds));
+	if (nfds > POLL_STACK_FDS)
+		kfds = calloc(nfds + 2, sizeof(*kfds));
 	if (!kfds)
 		return ret_errno(-ENOMEM);
 	ready = poll_scan(fds, nfds, kfds, true, &direct);
@@ -1382,19 +1387,30 @@ int uvsock_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 		if (now >= deadline)
 			break;
 		/* Direct RX: this caller drains the RX ring and sleeps on its interrupt too. */
-		if (direct &&
-		    direct->tops->rx_wait(direct, kfds, (unsigned)nfds, NULL, 0, deadline) > 0) {
-			ready = poll_scan(fds, nfds, NULL, false, NULL);
-			continue;
+		if (direct) {
+			int r = direct->tops->rx_wait(direct, kfds, (unsigned)nfds, NULL, 0,
+						      deadline);
+
+			if (r == -EINTR) {
+				intr = true;
+				break;
+			}
+			if (r > 0) {
+				ready = poll_scan(fds, nfds, NULL, false, NULL);
+				continue;
+			}
 		}
 		ms = deadline == NO_DEADLINE ? -1
 					     : (int)MIN((deadline - now + 999999) / 1000000, INT_MAX);
 		if (poll(kfds, nfds, ms) < 0 && errno == EINTR) {
-			free(kfds);
+			if (kfds != stack_kfds)
+				free(kfds);
 			return -1;
 		}
 		ready = poll_scan(fds, nfds, NULL, false, NULL);
 	}
-	free(kfds);
-	return ready;
+	if (kfds != stack_kfds)
+		free(kfds);
+	/* Interrupted in the direct wait: as poll(2), EINTR. */
+	return intr ? ret_errno(-EINTR) : ready;
 }
