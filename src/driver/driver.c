@@ -398,11 +398,11 @@ static bool rx_pass(struct vdrv *d)
 		/*
 		 * While queued replies are at the limit, RX waits for TX to drain them, as Linux
 		 * does (net/vmw_vsock/virtio_transport.c, virtio_transport_more_replies();
-		 * docs/guest-role.md "Reply limit"). But not while the TX ring itself is full: then the device
-		 * holds our TX buffers, and it may be waiting for room in our RX ring to deliver
-		 * its own replies (its TX draining stops at its reply limit too). Stopping both
-		 * rings would deadlock; the engine keeps replies as per-socket bits plus a capped
-		 * ring, so taking more RX cannot grow memory without bound.
+		 * docs/guest-role.md "Reply limit"). But not while the TX ring itself is full:
+		 * then the device holds our TX buffers, and it may be waiting for room in our RX
+		 * ring to deliver its own replies (its TX draining stops at its reply limit too).
+		 * Stopping both rings would deadlock; the engine keeps replies as per-socket bits
+		 * plus a capped ring, so taking more RX cannot grow memory without bound.
 		 */
 		if (!vsock_engine_can_feed(d->e) && !d->tx_blocked) {
 			d->rx_stalled = true;
