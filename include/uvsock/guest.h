@@ -80,6 +80,9 @@ struct uvsock_guest_stats {
 	uint64_t tx_inflight;       /* TX buffers the device has not returned yet (now) */
 	uint64_t sleep_state;       /* why the driver thread last slept: 1 TX full, 2 RX held
 				     * back (reply queue full), 4 back-end gone (diagnostics) */
+	uint64_t rx_direct;         /* RX passes run by a blocked recv/send/poll caller itself
+				     * (direct RX) that took packets */
+	uint64_t rx_direct_sleeps;  /* times such a caller slept on the RX interrupt itself */
 };
 /* Returns 0, or -1 with errno EINVAL (not a guest context, ret NULL, bad ret->size). */
 int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats *ret);

@@ -48,6 +48,7 @@
 #include "util/iov.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/tune.h"
 #include "vring/guest_mem.h"
 
 struct vsock_router {
@@ -807,6 +808,7 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	r = loop_new(&d->loop);
 	if (r < 0)
 		goto out_free;
+	loop_set_busy_poll(d->loop, tune_get()->busy_poll_us);
 	r = loop_timer_new(d->loop, eng_timer_cb, d, &d->eng_timer);
 	if (r < 0)
 		goto out_free;

@@ -123,6 +123,7 @@ struct sib_port {
 	/* this device's guest packets dropped because the sibling holding them was freed (added by
 	 * that sibling's vsock_dev_free; reported in sibling_dropped); relaxed */
 	_Atomic uint64_t peer_dropped;
+	struct sib_pool *pool;         /* our guest's sibling packet buffers (sibling.c) */
 };
 
 enum hconn_state {

@@ -3,8 +3,9 @@
  * The sibling port of a device (device.h: guest-to-guest routing between devices of one
  * process, as vhost-device-vsock's groups): the reference-counted struct sib_port with its
  * bounded inbox (device_internal.h), the hand-off of our guest's packets to a sibling's inbox
- * (copied; held per sibling while it is full, dropped once it is congested), the delivery of
- * our inbox to our guest's RX ring in pieces (dev_sib_pull, for rx_fill in device.c), the
+ * (copied into a buffer of our pool, below; held per sibling while it is full, dropped once it
+ * is congested), the delivery of our inbox to our guest's RX ring in pieces (dev_sib_pull, for
+ * rx_fill in device.c), the
  * wakeups between the devices' loops, linking (vsock_dev_link_sibling), and the detach of a
  * device that is freed while its siblings run (dev_sib_detach: what was queued for it is
  * dropped and answered with an RST, as sib_reject does for what is sent to it later).
@@ -40,8 +41,20 @@
  * RSTs the device makes (for our guest, or for a freed sibling's senders) are dropped too when
  * the inbox they are for is full.
  *
+ * Packet buffers (issue 11, "packet buffers without per-packet allocation"): a sibling packet
+ * is copied once out of our guest's TX buffer into a buffer of our port's pool (struct
+ * sib_pool), and once from there into the sibling guest's RX buffer by the sibling's thread,
+ * which then gives the buffer back to our pool. The pool keeps freed buffers in three size
+ * classes (a header, 4 KiB, 64 KiB of payload) up to a bounded number each; its owner (our
+ * device's thread) takes from and puts back to its free lists without a lock or an atomic, and
+ * other threads return buffers through a lock-free stack (push only; the owner takes the whole
+ * stack at once with an exchange, so no ABA). Each buffer handed out holds a reference to its
+ * pool, so a pool outlives its device for as long as a sibling still holds one of its buffers;
+ * buffers returned to a pool whose device is gone are freed.
+ *
  * Threads: everything here runs on the owning device's thread, except what touches another
- * device's port: its inbox under inbox.lock, its wakeups only while it is not closed.
+ * device's port: its inbox under inbox.lock, its wakeups only while it is not closed, its pool's
+ * return stack.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -53,6 +66,172 @@
 #include "util/log.h"
 #include "util/macros.h"
 #include "util/time.h"
+
+/* ---- packet buffers: the port's pool ---------------------------------------------------- */
+
+#define SIB_CLASSES 3
+
+/* Payload room and number of free buffers kept, per class (at most ~1.4 MiB per device). */
+static const uint32_t sib_class_room[SIB_CLASSES] = { 256, 4096, VSOCK_MAX_PKT_PAYLOAD };
+static const unsigned sib_class_keep[SIB_CLASSES] = { 256, 64, 16 };
+
+/* In front of every struct sib_pkt; the packet starts SIB_BUF_OFF bytes after it. */
+struct sib_buf {
+	struct sib_pool *pool;   /* NULL: allocated without a pool (freed at once) */
+	struct sib_buf *next;    /* in a free list or the return stack */
+	unsigned cls;
+};
+
+#define SIB_BUF_OFF ((sizeof(struct sib_buf) + _Alignof(max_align_t) - 1) & \
+		     ~(_Alignof(max_align_t) - 1))
+
+struct sib_pool {
+	_Atomic(struct sib_buf *) returned; /* buffers given back by other threads */
+	struct sib_buf *free[SIB_CLASSES];   /* owner's thread only */
+	unsigned nfree[SIB_CLASSES];
+	atomic_uint refs;                    /* the owning port's + one per buffer handed out */
+	atomic_bool dead;                    /* the owner is gone: returned buffers are freed */
+};
+
+static struct sib_buf *sib_buf_of(struct sib_pkt *p)
+{
+	return (struct sib_buf *)((uint8_t *)p - SIB_BUF_OFF);
+}
+
+static struct sib_pkt *sib_pkt_of(struct sib_buf *b)
+{
+	return (struct sib_pkt *)((uint8_t *)b + SIB_BUF_OFF);
+}
+
+/* Frees every buffer of the list b. */
+static void sib_buf_free_list(struct sib_buf *b)
+{
+	while (b) {
+		struct sib_buf *next = b->next;
+
+		free(b);
+		b = next;
+	}
+}
+
+static void sib_pool_unref(struct sib_pool *pl)
+{
+	/* acq_rel: every holder's use of the pool happens before the last one frees it. */
+	if (atomic_fetch_sub_explicit(&pl->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	sib_buf_free_list(atomic_exchange_explicit(&pl->returned, NULL, memory_order_acquire));
+	for (unsigned c = 0; c < SIB_CLASSES; c++)
+		sib_buf_free_list(pl->free[c]);
+	free(pl);
+}
+
+/* Puts b on the owner's free list of its class, or frees it if that list is full. Owner only. */
+static void sib_pool_keep(struct sib_pool *pl, struct sib_buf *b)
+{
+	if (pl->nfree[b->cls] >= sib_class_keep[b->cls]) {
+		free(b);
+		return;
+	}
+	b->next = pl->free[b->cls];
+	pl->free[b->cls] = b;
+	pl->nfree[b->cls]++;
+}
+
+/*
+ * A buffer for a packet with len payload bytes, from the pool of d's port (d's thread). Returns
+ * the packet (header fields zeroed) or NULL (-ENOMEM).
+ */
+static struct sib_pkt *sib_pkt_alloc(struct vsock_dev *d, uint32_t len)
+{
+	struct sib_pool *pl = d->port ? d->port->pool : NULL;
+	struct sib_buf *b = NULL;
+	unsigned c = 0;
+
+	while (c < SIB_CLASSES - 1 && len > sib_class_room[c])
+		c++;
+	if (pl && !pl->free[c]) {
+		/* Acquire: pairs with the release CAS of sib_pkt_free; takes the whole stack. */
+		struct sib_buf *r = atomic_exchange_explicit(&pl->returned, NULL,
+							     memory_order_acquire);
+
+		while (r) {
+			struct sib_buf *next = r->next;
+
+			sib_pool_keep(pl, r);
+			r = next;
+		}
+	}
+	if (pl && pl->free[c]) {
+		b = pl->free[c];
+		pl->free[c] = b->next;
+		pl->nfree[c]--;
+	} else {
+		b = malloc(SIB_BUF_OFF + sizeof(struct sib_pkt) + sib_class_room[c]);
+		if (!b)
+			return NULL;
+		b->cls = c;
+	}
+	b->pool = pl;
+	if (pl)
+		atomic_fetch_add_explicit(&pl->refs, 1, memory_order_relaxed);
+	memset(sib_pkt_of(b), 0, sizeof(struct sib_pkt));
+	return sib_pkt_of(b);
+}
+
+/*
+ * Gives p's buffer back to its pool: straight to the free list if d's port owns the pool (we
+ * are its thread), else through the pool's return stack; freed if the pool's device is gone.
+ */
+static void sib_pkt_free(struct vsock_dev *d, struct sib_pkt *p)
+{
+	struct sib_buf *b, *head;
+	struct sib_pool *pl;
+
+	if (!p)
+		return;
+	b = sib_buf_of(p);
+	pl = b->pool;
+	if (!pl) {
+		free(b);
+		return;
+	}
+	if (d->port && d->port->pool == pl && !atomic_load_explicit(&pl->dead,
+								    memory_order_relaxed)) {
+		sib_pool_keep(pl, b);
+	} else if (atomic_load_explicit(&pl->dead, memory_order_relaxed)) {
+		free(b);
+	} else {
+		head = atomic_load_explicit(&pl->returned, memory_order_relaxed);
+		/* Release: b->next (and the buffer) visible to the owner's acquire exchange. */
+		do {
+			b->next = head;
+		} while (!atomic_compare_exchange_weak_explicit(&pl->returned, &head, b,
+							       memory_order_release,
+							       memory_order_relaxed));
+	}
+	/* Our reference, held while the buffer was out (also across the push above). */
+	sib_pool_unref(pl);
+}
+
+/*
+ * The device of port is being freed: its pool keeps no buffers any more, and buffers still held
+ * by siblings are freed when they come back (the last one frees the pool).
+ */
+static void sib_pool_close(struct sib_port *port)
+{
+	struct sib_pool *pl = port->pool;
+
+	if (!pl)
+		return;
+	atomic_store_explicit(&pl->dead, true, memory_order_relaxed);
+	for (unsigned c = 0; c < SIB_CLASSES; c++) {
+		sib_buf_free_list(pl->free[c]);
+		pl->free[c] = NULL;
+		pl->nfree[c] = 0;
+	}
+	port->pool = NULL;
+	sib_pool_unref(pl);
+}
 
 /* ---- the ports and the inbox ----------------------------------------------------------------- */
 
@@ -171,7 +350,7 @@ static int sib_push(struct sib_port *t, struct sib_pkt *p, bool wait)
  * RST. Returns 0 if queued (the caller wakes t2's device), -EINVAL for an RST, -ENOBUFS if t2's
  * inbox is full (its guest times out instead), -EPIPE if t2 is closed too, -ENOMEM.
  */
-static int sib_queue_rst(struct sib_port *t2, const struct vsock_hdr *h)
+static int sib_queue_rst(struct vsock_dev *d, struct sib_port *t2, const struct vsock_hdr *h)
 {
 	struct sib_inbox *in = &t2->inbox;
 	struct sib_pkt *p;
@@ -179,7 +358,7 @@ static int sib_queue_rst(struct sib_port *t2, const struct vsock_hdr *h)
 
 	if (h->op == VSOCK_OP_RST)
 		return -EINVAL;
-	p = malloc(sizeof(*p));
+	p = sib_pkt_alloc(d, 0);
 	if (!p)
 		return -ENOMEM;
 	*p = (struct sib_pkt){
@@ -196,7 +375,7 @@ static int sib_queue_rst(struct sib_port *t2, const struct vsock_hdr *h)
 		inbox_put(in, p);
 	pthread_mutex_unlock(&in->lock);
 	if (r < 0)
-		free(p);
+		sib_pkt_free(d, p);
 	return r;
 }
 
@@ -208,7 +387,7 @@ static int sib_queue_rst(struct sib_port *t2, const struct vsock_hdr *h)
 static void sib_reject(struct vsock_dev *d, const struct vsock_hdr *h)
 {
 	DEV_STAT_ADD(d, sibling_dropped, 1);
-	switch (sib_queue_rst(d->port, h)) {
+	switch (sib_queue_rst(d, d->port, h)) {
 	case 0:
 		d->rx_more = true;
 		break;
@@ -263,12 +442,12 @@ void dev_sib_drop_all(struct vsock_dev *d)
 	struct sib_pkt *p;
 
 	if (d->rx_cur) {
-		free(d->rx_cur);
+		sib_pkt_free(d, d->rx_cur);
 		d->rx_cur = NULL;
 		DEV_STAT_ADD(d, sibling_dropped, 1);
 	}
 	while ((p = sib_take(d))) {
-		free(p);
+		sib_pkt_free(d, p);
 		DEV_STAT_ADD(d, sibling_dropped, 1);
 	}
 }
@@ -297,7 +476,7 @@ ssize_t dev_sib_pull(struct vsock_dev *d, struct vsock_hdr *h, const struct iove
 	iov_write_at(piov, pn, 0, p->data + p->off, n);
 	p->off += (uint32_t)n;
 	if (p->off == p->hdr.len) {
-		free(p);
+		sib_pkt_free(d, p);
 		d->rx_cur = NULL;
 	}
 	return (ssize_t)n;
@@ -320,13 +499,15 @@ static void sib_note_target(struct vsock_dev *d, struct sib_port *t)
 
 /* ---- TX: our guest's packets to a sibling ------------------------------------------------- */
 
-static struct sib_pkt *sib_pkt_copy(const struct vsock_hdr *h, const struct iovec *iov, unsigned n)
+/* The one copy out of our guest: header and payload of the chain iov into a pool buffer. */
+static struct sib_pkt *sib_pkt_copy(struct vsock_dev *d, const struct vsock_hdr *h,
+				    const struct iovec *iov, unsigned n)
 {
-	struct sib_pkt *p = malloc(sizeof(*p) + h->len);
+	struct sib_pkt *p = sib_pkt_alloc(d, h->len);
 
 	if (!p)
 		return NULL;
-	*p = (struct sib_pkt){ .hdr = *h };
+	p->hdr = *h;
 	iov_read_at(iov, n, VSOCK_HDR_SIZE, p->data, h->len);
 	return p;
 }
@@ -367,7 +548,7 @@ static void sib_hold_drop(struct vsock_dev *d, struct sib_hold *ho, bool reject)
 		sib_hold_unlink(d, ho, p->next, p->hdr.len);
 		if (reject)
 			sib_reject(d, &p->hdr);
-		free(p);
+		sib_pkt_free(d, p);
 	}
 }
 
@@ -421,7 +602,7 @@ static bool sib_hold_flush(struct vsock_dev *d, struct sib_port *t, struct sib_h
 		} else {
 			/* Gone, or congested meanwhile (another sender's stall limit). */
 			sib_reject(d, &p->hdr);
-			free(p);
+			sib_pkt_free(d, p);
 		}
 	}
 	if (moved) {
@@ -451,7 +632,7 @@ enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const 
 		DEV_STAT_ADD(d, sibling_replies_dropped, 1);
 		return DEV_TX_DROP;
 	}
-	p = sib_pkt_copy(h, iov, n);
+	p = sib_pkt_copy(d, h, iov, n);
 	if (!p) {
 		DEV_STAT_ADD(d, sibling_dropped, 1);
 		return DEV_TX_DROP;
@@ -468,7 +649,7 @@ enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const 
 		return DEV_TX_SIBLING_SENT;
 	}
 	if ((r == -ENOBUFS || r == -EBUSY) && reply) {
-		free(p);
+		sib_pkt_free(d, p);
 		DEV_STAT_ADD(d, sibling_replies_dropped, 1);
 		return DEV_TX_DROP;
 	}
@@ -476,7 +657,7 @@ enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const 
 		return sib_hold_put(d, ho, p);
 	/* Gone, or congested: dropped, and the connection fails at once. */
 	sib_reject(d, &p->hdr);
-	free(p);
+	sib_pkt_free(d, p);
 	return DEV_TX_DROP;
 }
 
@@ -554,6 +735,10 @@ int dev_sib_init(struct vsock_dev *d)
 		return -ENOMEM;
 	pthread_mutex_init(&d->port->inbox.lock, NULL);
 	atomic_init(&d->port->refs, 1);
+	d->port->pool = calloc(1, sizeof(*d->port->pool));
+	if (!d->port->pool)
+		return -ENOMEM;
+	atomic_init(&d->port->pool->refs, 1);
 	d->port->cid = d->cid;
 	memcpy(d->port->name, d->name, sizeof(d->port->name));
 	r = loop_timer_new(d->loop, stage_timer_cb, d, &d->stage_timer);
@@ -645,10 +830,10 @@ void dev_sib_detach(struct vsock_dev *d)
 		/* Not a sibling's guest packet: an RST a device made for our own guest. */
 		if (from && !left[i]->made && !sib_port_closed(from)) {
 			atomic_fetch_add_explicit(&from->peer_dropped, 1, memory_order_relaxed);
-			if (sib_queue_rst(from, &left[i]->hdr) == 0)
+			if (sib_queue_rst(d, from, &left[i]->hdr) == 0)
 				sib_port_signal(from, false);
 		}
-		free(left[i]);
+		sib_pkt_free(d, left[i]);
 	}
 	for (unsigned i = 0; i < d->n_sibs; i++) {
 		sib_hold_drop(d, &d->hold[i], false);
@@ -660,6 +845,7 @@ void dev_sib_detach(struct vsock_dev *d)
 	free(d->hold);
 	d->hold = NULL;
 	d->n_sibs = 0;
+	sib_pool_close(port);
 	sib_port_unref(port);
 	d->port = NULL;
 }

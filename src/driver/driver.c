@@ -19,6 +19,12 @@
  * waiting for TX space) and re-checks the rings, then polls the call eventfds, its wake eventfd
  * and the front-end socket (for hang-up) until the next timer deadline.
  *
+ * Direct RX: RX work (rx_pass, refills, the RX interrupt flags) is done by whoever holds the RX
+ * drain token rx_tok: the I/O thread (io_rx) or an application thread waiting in vdrv_rx_wait,
+ * which then sleeps on the RX call eventfd itself. The rules (who reads that eventfd, when the
+ * I/O thread watches it, who wakes whom on release) are at the functions of the token section
+ * and in docs/guest-role.md "Direct RX".
+ *
  * Waking the thread: vdrv_tx_ready() sets tx_work; it writes the wake eventfd only if the
  * thread said it is about to sleep. The thread sets `sleeping` and then re-reads tx_work before
  * it polls. Both sides use sequentially consistent accesses, so at least one of them sees the
@@ -41,6 +47,7 @@
 #include "util/log.h"
 #include "util/macros.h"
 #include "util/time.h"
+#include "util/tune.h"
 #include "vhost_user/frontend.h"
 #include "vring/vring.h"
 #include "vring/vring_drv.h"
@@ -53,6 +60,7 @@
 #define MAX_QUEUE_SIZE 1024u
 #define FLUSH_MS 200u        /* bound of the last TX flush at stop */
 #define POLL_MAX_MS 1000     /* safety net: re-check timers at least once a second */
+#define NORX_MAX_MS 1        /* I/O thread sleep while an application thread drains RX */
 
 #define STAT_ADD(d, field, n) atomic_fetch_add_explicit(&(d)->st.field, (n), memory_order_relaxed)
 #define STAT_SET(d, field, v) atomic_store_explicit(&(d)->st.field, (v), memory_order_relaxed)
@@ -60,7 +68,7 @@
 struct vdrv_atomic_stats {
 	_Atomic uint64_t rx_bufs, rx_batches, rx_dropped, rx_buf_len, rx_posted;
 	_Atomic uint64_t tx_pkts, tx_bytes, tx_full, kicks, kicks_suppressed, wakeups, resets;
-	_Atomic uint64_t backend_lost, tx_inflight, sleep_state;
+	_Atomic uint64_t backend_lost, tx_inflight, sleep_state, rx_direct, rx_direct_sleeps;
 };
 
 struct vdrv {
@@ -85,8 +93,9 @@ struct vdrv {
 	uint16_t *rx_free, *tx_free;
 	unsigned rx_nfree, tx_nfree, rx_posted;
 	struct vdrv_rxsize rxs;
-	bool tx_blocked;           /* engine has packets but the TX pool or ring is full */
-	bool rx_stalled;           /* engine's reply queue is full: RX waits for TX */
+	atomic_bool tx_blocked;    /* engine has packets but the TX pool or ring is full (written
+				    * by the I/O thread, read by RX drains) */
+	bool rx_stalled;           /* engine's reply queue is full: RX waits for TX (RX state) */
 	atomic_bool dead;          /* back-end lost or rings broken: no ring work */
 	struct vsock_pkt_ref refs[RX_BATCH];
 	struct iovec iovs[RX_BATCH];
@@ -101,11 +110,31 @@ struct vdrv {
 	atomic_bool sleeping;
 	atomic_bool wake_sent;
 
+	/*
+	 * Direct RX (vdrv_rx_wait). rx_tok is the RX drain token: its holder (the I/O thread or
+	 * an application thread) owns the RX ring's driver side and the RX state above (rx_len,
+	 * rx_free, rx_posted, rxs, rx_stalled, refs, iovs, batch_slots). Claimed with an exchange
+	 * (acquire) and released with a store (release), all seq_cst for the Dekker pairs below.
+	 * Held by the control path while no session runs.
+	 */
+	bool direct;               /* tune direct_rx at vdrv_new */
+	bool rx_batch;             /* tune rx_batch at vdrv_new */
+	atomic_bool rx_tok;
+	atomic_bool direct_ok;     /* a session runs: application threads may claim rx_tok */
+	atomic_bool rx_contended;  /* a waiter failed to claim rx_tok: the releaser makes sure
+				    * the I/O thread serves RX */
+	atomic_bool io_norx;       /* the I/O thread sleeps without watching the RX interrupt */
+	atomic_bool holder_sleeping; /* an application thread holding rx_tok sleeps in poll() */
+	atomic_bool io_rx_off;     /* test hook: the I/O thread never drains RX */
+	int hold_fd;               /* eventfd: wakes the sleeping holder (socket events, stop) */
+
 	struct vdrv_atomic_stats st;
 };
 
 /* The driver whose I/O thread is the current thread, if any. */
 static __thread struct vdrv *tls_io;
+/* The driver whose RX drain token an application thread (this one) holds, if any. */
+static __thread struct vdrv *tls_rx;
 
 void vdrv_config_default(struct vdrv_config *cfg)
 {
@@ -345,11 +374,14 @@ static bool tx_discard(struct vdrv *d)
 
 static void rx_feed(struct vdrv *d, unsigned n)
 {
-	if (n == 1)
-		vsock_engine_feed(d->e, &d->refs[0].hdr, d->refs[0].iov, d->refs[0].iovcnt);
-	else if (n > 1)
+	if (n > 1 && d->rx_batch) {
 		vsock_engine_feed_batch(d->e, d->refs, n);
-	STAT_ADD(d, rx_batches, 1);
+	} else {
+		/* tune no-rx-batch: one lookup and socket lock per packet, as before batching. */
+		for (unsigned i = 0; i < n; i++)
+			vsock_engine_feed(d->e, &d->refs[i].hdr, d->refs[i].iov, d->refs[i].iovcnt);
+	}
+	STAT_ADD(d, rx_batches, n > 1 && d->rx_batch ? 1 : n);
 	/* The engine copied what it keeps: the slots are free again. */
 	for (unsigned i = 0; i < n; i++)
 		d->rx_free[d->rx_nfree++] = d->batch_slots[i];
@@ -364,12 +396,13 @@ static bool rx_pass(struct vdrv *d)
 		unsigned n = 0, taken = 0;
 
 		/*
-		 * Reference 5.5: while queued replies are at the limit, RX waits for TX to drain
-		 * them, as Linux does. But not while the TX ring itself is full: then the device
-		 * holds our TX buffers, and it may be waiting for room in our RX ring to deliver
-		 * its own replies (its TX draining stops at its reply limit too). Stopping both
-		 * rings would deadlock; the engine keeps replies as per-socket bits plus a capped
-		 * ring, so taking more RX cannot grow memory without bound.
+		 * While queued replies are at the limit, RX waits for TX to drain them, as Linux
+		 * does (net/vmw_vsock/virtio_transport.c, virtio_transport_more_replies();
+		 * docs/guest-role.md "Reply limit"). But not while the TX ring itself is full:
+		 * then the device holds our TX buffers, and it may be waiting for room in our RX
+		 * ring to deliver its own replies (its TX draining stops at its reply limit too).
+		 * Stopping both rings would deadlock; the engine keeps replies as per-socket bits
+		 * plus a capped ring, so taking more RX cannot grow memory without bound.
 		 */
 		if (!vsock_engine_can_feed(d->e) && !d->tx_blocked) {
 			d->rx_stalled = true;
@@ -438,16 +471,27 @@ static void drain_eventfd(int fd)
 		log_msg(LOG_LVL_DEBUG, "vdrv: eventfd read: %s", strerror(errno));
 }
 
-/* True if the rings have work for us (busy polling). */
+/* Takes the RX drain token if it is free. seq_cst: see the Dekker pairs at rx_put_app/io_sleep. */
+static bool rx_try(struct vdrv *d)
+{
+	return !atomic_exchange(&d->rx_tok, true);
+}
+
+/* True if the rings have work for us (busy polling; RX only while we can take the token). */
 static bool ring_work(struct vdrv *d)
 {
+	bool rx = false;
+
 	if (atomic_load_explicit(&d->tx_work, memory_order_relaxed))
 		return true;
 	if (atomic_load(&d->dead))
 		return false;
-	if (!d->rx_stalled && vring_drv_more_used(d->rx))
-		return true;
-	return d->tx_blocked && vring_drv_more_used(d->tx);
+	if (!atomic_load_explicit(&d->io_rx_off, memory_order_relaxed) &&
+	    !atomic_load_explicit(&d->rx_tok, memory_order_relaxed) && rx_try(d)) {
+		rx = !d->rx_stalled && vring_drv_more_used(d->rx);
+		atomic_store(&d->rx_tok, false);
+	}
+	return rx || (d->tx_blocked && vring_drv_more_used(d->tx));
 }
 
 /*
@@ -476,19 +520,97 @@ static void final_flush(struct vdrv *d)
 	}
 }
 
+/* ---- the RX drain token ----------------------------------------------------------------- */
+
+/*
+ * The I/O thread's turn at RX, if the token is free (and the test hook allows): interrupts off
+ * while it works, then one RX pass. *signalled says the RX interrupt fired while we slept: its
+ * eventfd is read only here, under the token, so that a sleeping holder polling the same
+ * eventfd never loses the interrupt to us. Returns true if it took packets.
+ */
+static bool io_rx(struct vdrv *d, bool *signalled)
+{
+	bool any;
+
+	if (atomic_load_explicit(&d->io_rx_off, memory_order_relaxed) || !rx_try(d))
+		return false;
+	if (*signalled) {
+		drain_eventfd(d->rx_call);
+		*signalled = false;
+	}
+	vring_drv_disable_cb(d->rx);
+	any = rx_pass(d);
+	atomic_store(&d->rx_tok, false);
+	return any;
+}
+
+/*
+ * An application thread gives the token back. The RX interrupt is left on (the I/O thread
+ * may be asleep on it); used buffers that arrived before it was re-enabled raise no interrupt,
+ * so if there are some, or if a waiter could not claim the token while we held it and the I/O
+ * thread sleeps without watching RX, the I/O thread is woken to serve them.
+ */
+static void rx_put_app(struct vdrv *d)
+{
+	/* RX state is read before the token goes: afterwards it is someone else's. */
+	bool stalled = d->rx_stalled;
+	bool more = !atomic_load(&d->dead) && !stalled && vring_drv_enable_cb(d->rx);
+
+	tls_rx = NULL;
+	/* seq_cst store, then loads of rx_contended / io_norx: pairs with io_sleep_rx(). */
+	atomic_store(&d->rx_tok, false);
+	if ((atomic_exchange(&d->rx_contended, false) && atomic_load(&d->io_norx)) || more ||
+	    stalled)
+		vdrv_tx_ready(d);
+}
+
+/*
+ * The I/O thread's RX state before it sleeps. Returns 1 to sleep watching the RX interrupt
+ * (re-enabled here), 0 to sleep without it (an application thread holds the token and watches
+ * it; the sleep is then at most NORX_MAX_MS, and a holder that leaves others waiting wakes
+ * us), -1 to go round again (buffers came back meanwhile, or the token came free). *stalled
+ * is what the last RX pass found.
+ */
+static int io_sleep_rx(struct vdrv *d, bool *stalled)
+{
+	if (atomic_load_explicit(&d->io_rx_off, memory_order_relaxed)) {
+		*stalled = false;
+		return 0;
+	}
+	if (!rx_try(d)) {
+		/* seq_cst store, then load of rx_tok: pairs with rx_put_app(). */
+		atomic_store(&d->io_norx, true);
+		if (!atomic_load(&d->rx_tok)) {
+			atomic_store(&d->io_norx, false);
+			return -1;
+		}
+		*stalled = false;
+		return 0;
+	}
+	*stalled = d->rx_stalled;
+	if (!*stalled && vring_drv_enable_cb(d->rx)) {
+		/* Buffers came back after our last look: no interrupt announces them. */
+		vring_drv_disable_cb(d->rx);
+		atomic_store(&d->rx_tok, false);
+		return -1;
+	}
+	atomic_store(&d->rx_tok, false);
+	return 1;
+}
+
 static void *io_main(void *arg)
 {
 	struct vdrv *d = arg;
 	uint64_t deadline = UINT64_MAX;
+	bool rx_signalled = false;
 
 	tls_io = d;
-	vring_drv_disable_cb(d->rx);
 	vring_drv_disable_cb(d->tx);
 	for (;;) {
-		bool busy = false, dead;
+		bool busy = false, dead, stalled = false;
 		struct pollfd pfd[4];
 		uint64_t now;
-		int timeout, n;
+		int timeout, n, rxw = 0;
 
 		if (atomic_load(&d->stop))
 			break;
@@ -496,7 +618,7 @@ static void *io_main(void *arg)
 		dead = atomic_load(&d->dead);
 		if (!dead) {
 			busy |= tx_reclaim(d);
-			busy |= rx_pass(d);
+			busy |= io_rx(d, &rx_signalled);
 			busy |= tx_pass(d);
 		} else {
 			busy |= tx_discard(d);
@@ -526,23 +648,23 @@ static void *io_main(void *arg)
 			continue;
 		}
 		dead = atomic_load(&d->dead);
-		if (!dead && !d->rx_stalled && vring_drv_enable_cb(d->rx)) {
-			/* Buffers came back after our last look: no interrupt announces them. */
-			vring_drv_disable_cb(d->rx);
+		if (!dead && (rxw = io_sleep_rx(d, &stalled)) < 0) {
 			atomic_store(&d->sleeping, false);
 			continue;
 		}
-		if (!dead && (d->tx_blocked || d->rx_stalled) && vring_drv_enable_cb(d->tx)) {
+		if (!dead && (d->tx_blocked || stalled) && vring_drv_enable_cb(d->tx)) {
 			vring_drv_disable_cb(d->tx);
-			vring_drv_disable_cb(d->rx);
+			atomic_store(&d->io_norx, false);
 			atomic_store(&d->sleeping, false);
 			continue;
 		}
 		STAT_SET(d, tx_inflight, d->ntx - d->tx_nfree);
 		STAT_SET(d, sleep_state, (d->tx_blocked ? VDRV_SLEPT_TX_BLOCKED : 0u) |
-					 (d->rx_stalled ? VDRV_SLEPT_RX_STALLED : 0u) |
+					 (stalled ? VDRV_SLEPT_RX_STALLED : 0u) |
 					 (dead ? VDRV_SLEPT_DEAD : 0u));
 		timeout = POLL_MAX_MS;
+		if (!dead && rxw == 0)
+			timeout = NORX_MAX_MS;
 		deadline = vsock_engine_next_deadline(d->e);
 		now = mono_ns();
 		if (deadline != UINT64_MAX) {
@@ -554,23 +676,26 @@ static void *io_main(void *arg)
 		n = 0;
 		pfd[n++] = (struct pollfd){ .fd = d->wake_fd, .events = POLLIN };
 		if (!dead) {
-			pfd[n++] = (struct pollfd){ .fd = d->rx_call, .events = POLLIN };
+			if (rxw > 0)
+				pfd[n++] = (struct pollfd){ .fd = d->rx_call, .events = POLLIN };
 			pfd[n++] = (struct pollfd){ .fd = d->tx_call, .events = POLLIN };
 			/* No events: only POLLHUP/POLLERR, i.e. the back-end went away. */
 			pfd[n++] = (struct pollfd){ .fd = d->front_fd, .events = 0 };
 		}
 		poll(pfd, (nfds_t)n, timeout);
+		atomic_store(&d->io_norx, false);
 		atomic_store(&d->sleeping, false);
 		atomic_store(&d->wake_sent, false);
 		STAT_ADD(d, wakeups, 1);
-		if (!dead) {
-			vring_drv_disable_cb(d->rx);
+		if (!dead)
 			vring_drv_disable_cb(d->tx);
-		}
 		for (int i = 0; i < n; i++) {
 			if (pfd[i].fd == d->front_fd && i > 0) {
 				if (pfd[i].revents & (POLLHUP | POLLERR))
 					backend_lost(d, "back-end hung up");
+			} else if (pfd[i].fd == d->rx_call && i > 0) {
+				/* Read by io_rx under the token (a holder may need it). */
+				rx_signalled |= !!(pfd[i].revents & POLLIN);
 			} else if (pfd[i].revents & POLLIN) {
 				drain_eventfd(pfd[i].fd);
 			}
@@ -579,6 +704,100 @@ static void *io_main(void *arg)
 	final_flush(d);
 	tls_io = NULL;
 	return NULL;
+}
+
+/* ---- direct RX: an application thread drains the RX ring ------------------------------- */
+
+int vdrv_rx_wait(struct vdrv *d, struct pollfd *fds, unsigned nfds, atomic_uint *word,
+		 unsigned val, uint64_t deadline_ns)
+{
+	struct pollfd *own = fds + nfds;
+	int timeout = POLL_MAX_MS;
+	bool fed, intr;
+	uint64_t now;
+
+	if (!d->direct || !atomic_load(&d->direct_ok) || atomic_load(&d->dead) || tls_io == d ||
+	    tls_rx == d)
+		return 0;
+	if (!rx_try(d)) {
+		/* seq_cst store, then the exchange: pairs with rx_put_app's store and exchange. */
+		atomic_store(&d->rx_contended, true);
+		if (!rx_try(d))
+			return 0;
+	}
+	if (!atomic_load(&d->direct_ok) || atomic_load(&d->dead)) {
+		atomic_store(&d->rx_tok, false);
+		return 0;
+	}
+	tls_rx = d;
+	vring_drv_disable_cb(d->rx);
+	fed = rx_pass(d);
+	if (!fed && !d->rx_stalled && vring_drv_enable_cb(d->rx)) {
+		/* Buffers came back before the re-enable: take them now. */
+		vring_drv_disable_cb(d->rx);
+		fed = rx_pass(d);
+	}
+	if (fed)
+		STAT_ADD(d, rx_direct, 1);
+	if (d->rx_stalled || fed || (word && atomic_load(word) != val)) {
+		bool stalled = d->rx_stalled;
+
+		rx_put_app(d);
+		return stalled && !fed ? 0 : 1;
+	}
+	/* The RX interrupt is on (enabled above) and nothing is pending: sleep on it. */
+	/* seq_cst store, then the load of *word: pairs with the event's bump of *word and its load
+	 * of holder_sleeping in vdrv_rx_wake(). */
+	atomic_store(&d->holder_sleeping, true);
+	if (word && atomic_load(word) != val) {
+		atomic_store(&d->holder_sleeping, false);
+		rx_put_app(d);
+		return 1;
+	}
+	now = mono_ns();
+	if (deadline_ns != UINT64_MAX) {
+		uint64_t ms = deadline_ns > now ? (deadline_ns - now + 999999u) / 1000000u : 0;
+
+		if (ms < (uint64_t)timeout)
+			timeout = (int)ms;
+	}
+	own[0] = (struct pollfd){ .fd = d->rx_call, .events = POLLIN };
+	own[1] = (struct pollfd){ .fd = d->hold_fd, .events = POLLIN };
+	STAT_ADD(d, rx_direct_sleeps, 1);
+	intr = poll(fds, (nfds_t)nfds + 2, timeout) < 0 && errno == EINTR;
+	atomic_store(&d->holder_sleeping, false);
+	if (intr) {
+		rx_put_app(d);
+		return -EINTR;
+	}
+	if (own[0].revents & POLLIN)
+		drain_eventfd(d->rx_call);
+	if (own[1].revents & POLLIN)
+		drain_eventfd(d->hold_fd);
+	if (atomic_load(&d->direct_ok) && !atomic_load(&d->dead)) {
+		vring_drv_disable_cb(d->rx);
+		if (rx_pass(d))
+			STAT_ADD(d, rx_direct, 1);
+	}
+	rx_put_app(d);
+	return 1;
+}
+
+void vdrv_rx_wake(struct vdrv *d)
+{
+	uint64_t one = 1;
+
+	/* The holder itself feeding the engine needs no wake-up. */
+	if (tls_rx == d || !atomic_load(&d->holder_sleeping))
+		return;
+	if (write(d->hold_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_msg(LOG_LVL_DEBUG, "vdrv: holder wake: %s", strerror(errno));
+}
+
+void vdrv_test_io_rx(struct vdrv *d, bool on)
+{
+	atomic_store(&d->io_rx_off, !on);
+	vdrv_tx_ready(d);
 }
 
 /* ---- control path ----------------------------------------------------------------------- */
@@ -600,6 +819,25 @@ void vdrv_tx_ready(struct vdrv *d)
 	}
 }
 
+/*
+ * Takes the RX token back from the data path before the session's rings go away: no
+ * application thread may claim it any more, a sleeping holder is woken and gives it back (it
+ * holds it for one pass and one poll() at most).
+ */
+static void rx_quiesce(struct vdrv *d)
+{
+	uint64_t one = 1;
+
+	atomic_store(&d->direct_ok, false);
+	while (!rx_try(d)) {
+		if (write(d->hold_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			log_msg(LOG_LVL_DEBUG, "vdrv: holder wake: %s", strerror(errno));
+		poll(NULL, 0, 1);
+	}
+	/* A wake-up nobody took is stale for the next session. */
+	drain_eventfd(d->hold_fd);
+}
+
 static int thread_start(struct vdrv *d)
 {
 	int r;
@@ -608,9 +846,14 @@ static int thread_start(struct vdrv *d)
 	atomic_store(&d->sleeping, false);
 	atomic_store(&d->wake_sent, false);
 	atomic_store(&d->tx_work, true);
+	/* The control path held the RX token while no session ran: hand it to the data path. */
+	atomic_store(&d->rx_tok, false);
+	atomic_store(&d->direct_ok, true);
 	r = -pthread_create(&d->th, NULL, io_main, d);
-	if (r < 0)
+	if (r < 0) {
+		rx_quiesce(d);
 		return r;
+	}
 	d->running = true;
 	return 0;
 }
@@ -625,6 +868,7 @@ static void thread_stop(struct vdrv *d)
 	if (write(d->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		log_msg(LOG_LVL_DEBUG, "vdrv: wake: %s", strerror(errno));
 	pthread_join(d->th, NULL);
+	rx_quiesce(d);
 	d->running = false;
 }
 
@@ -640,6 +884,9 @@ static int front_open(struct vdrv *d)
 	fc.mem_size = d->mem_size;
 	fc.queue_size = d->cfg.queue_size;
 	fc.timeout_ms = d->cfg.timeout_ms;
+	/* tune no-event-idx: notifications by flags only, as before the event index. */
+	if (!tune_get()->event_idx)
+		fc.features &= ~VHU_BIT(VHU_F_EVENT_IDX);
 	r = vhu_front_connect(d->path, &fc, &f);
 	if (r < 0)
 		return r;
@@ -669,6 +916,11 @@ int vdrv_new(const struct vdrv_config *cfg, struct vdrv **ret)
 		return -ENOMEM;
 	d->cfg = *cfg;
 	d->wake_fd = -1;
+	d->hold_fd = -1;
+	d->direct = tune_get()->direct_rx;
+	d->rx_batch = tune_get()->rx_batch;
+	/* No session yet: the control path holds the RX token (thread_start hands it over). */
+	atomic_init(&d->rx_tok, true);
 	pthread_mutex_init(&d->ctl_mu, NULL);
 	if (!d->cfg.queue_size)
 		d->cfg.queue_size = 128;
@@ -678,6 +930,14 @@ int vdrv_new(const struct vdrv_config *cfg, struct vdrv **ret)
 		d->cfg.rx_buf_max = VDRV_RXSIZE_MAX_DEFAULT;
 	if (!d->cfg.timeout_ms)
 		d->cfg.timeout_ms = 5000;
+	/* tune no-pkt64k: RX buffers of at most 4 KiB (the device splits larger packets), as
+	 * Linux's guest posts; no-rx-adaptive: one fixed size, the largest allowed. */
+	if (!tune_get()->pkt64k && d->cfg.rx_buf_max > VDRV_RXSIZE_MIN_DEFAULT)
+		d->cfg.rx_buf_max = VDRV_RXSIZE_MIN_DEFAULT;
+	if (!tune_get()->pkt64k && d->cfg.rx_buf_min > d->cfg.rx_buf_max)
+		d->cfg.rx_buf_min = d->cfg.rx_buf_max;
+	if (!tune_get()->rx_adaptive)
+		d->cfg.rx_buf_min = d->cfg.rx_buf_max;
 	if (d->cfg.queue_size > MAX_QUEUE_SIZE || vring_layout(d->cfg.queue_size, &l) < 0 ||
 	    d->cfg.tx_bufs > MAX_QUEUE_SIZE ||
 	    vdrv_rxsize_init(&d->rxs, d->cfg.rx_buf_min, d->cfg.rx_buf_max) < 0) {
@@ -696,7 +956,8 @@ int vdrv_new(const struct vdrv_config *cfg, struct vdrv **ret)
 					(d->cfg.tx_bufs ? d->cfg.tx_bufs : d->cfg.queue_size));
 	d->mem_size = (need + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (d->wake_fd < 0) {
+	d->hold_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (d->wake_fd < 0 || d->hold_fd < 0) {
 		r = -errno;
 		goto fail;
 	}
@@ -714,6 +975,11 @@ fail:
 uint32_t vdrv_guest_cid(const struct vdrv *d)
 {
 	return d->cid;
+}
+
+uint64_t vdrv_features(const struct vdrv *d)
+{
+	return d->f ? vhu_front_features(d->f) : 0;
 }
 
 bool vdrv_seqpacket(const struct vdrv *d)
@@ -824,6 +1090,8 @@ void vdrv_free(struct vdrv *d)
 	vhu_front_free(d->f);
 	if (d->wake_fd >= 0)
 		close(d->wake_fd);
+	if (d->hold_fd >= 0)
+		close(d->hold_fd);
 	pthread_mutex_destroy(&d->ctl_mu);
 	free(d->path);
 	free(d);
@@ -854,6 +1122,8 @@ void vdrv_get_stats(struct vdrv *d, struct vdrv_stats *ret)
 	LD(backend_lost);
 	LD(tx_inflight);
 	LD(sleep_state);
+	LD(rx_direct);
+	LD(rx_direct_sleeps);
 #undef LD
 	*ret = s;
 }

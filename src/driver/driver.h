@@ -29,12 +29,19 @@
  * dropped and counted); a used ring error breaks the rings (every socket is reset, nothing
  * crashes); a back-end that hangs up resets every connected socket.
  *
- * Threads: vdrv_tx_ready() may be called from any thread (it is the engine's tx_ready hook).
- * The other calls are control-path calls, made by one thread at a time.
+ * Direct RX (tune direct_rx): an application thread blocked in the socket API may drain the RX
+ * ring itself (vdrv_rx_wait) instead of waiting for the I/O thread: whoever holds the RX drain
+ * token owns the RX ring's driver side (docs/guest-role.md, "Direct RX").
+ *
+ * Threads: vdrv_tx_ready(), vdrv_rx_wait() and vdrv_rx_wake() may be called from any thread
+ * (tx_ready is the engine's hook). The other calls are control-path calls, made by one thread at
+ * a time.
  */
 #ifndef UVSOCK_DRIVER_DRIVER_H
 #define UVSOCK_DRIVER_DRIVER_H
 
+#include <poll.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -68,6 +75,9 @@ struct vdrv_stats {
 	uint64_t backend_lost;      /* back-end hung up or broke the rings */
 	uint64_t tx_inflight;       /* TX buffers on the ring now (not monotonic) */
 	uint64_t sleep_state;       /* VDRV_SLEPT_* as of the last sleep (not monotonic) */
+	uint64_t rx_direct;         /* RX passes run by application threads that took packets */
+	uint64_t rx_direct_sleeps;  /* waits in which an application thread slept on the RX
+				     * interrupt itself (vdrv_rx_wait) */
 };
 
 /* Why the I/O thread last went to sleep (diagnostics, vdrv_stats.sleep_state). */
@@ -88,6 +98,8 @@ int vdrv_new(const struct vdrv_config *cfg, struct vdrv **ret);
 
 /* The guest CID read with GET_CONFIG (changes on vdrv_transport_reset / vdrv_reconnect). */
 uint32_t vdrv_guest_cid(const struct vdrv *d);
+/* The virtio features negotiated with the back-end (0 while disconnected). Control thread. */
+uint64_t vdrv_features(const struct vdrv *d);
 /* True if the back-end negotiated VIRTIO_VSOCK_F_SEQPACKET. */
 bool vdrv_seqpacket(const struct vdrv *d);
 
@@ -133,6 +145,41 @@ void vdrv_stop(struct vdrv *d);
 
 /* Stops if needed, closes the front-end and frees everything. Safe on NULL. */
 void vdrv_free(struct vdrv *d);
+
+/*
+ * Direct RX (tune direct_rx, issue "one wake-up per hop"): one round of a wait of an
+ * application thread blocked in the socket API, which drains the RX ring itself instead of
+ * waiting for the I/O thread to hand packets over. If the RX drain token is free the caller
+ * takes it, runs an RX pass (packets go through the engine, whose sock_event wakes their
+ * waiters), and unless that changed *word from val (word may be NULL) or found packets, sleeps
+ * in poll() on the RX interrupt, its holder wake-up (vdrv_rx_wake) and the caller's fds[0..nfds)
+ * until one fires or deadline_ns (CLOCK_MONOTONIC, UINT64_MAX: none) passes; then one more RX
+ * pass and the token goes back. fds must have room for nfds + 2 entries (the last two are
+ * ours); revents of the caller's entries are set by poll().
+ * Returns 1 (the caller re-checks its condition and may call again), -EINTR (a signal
+ * interrupted the sleep; the token is given back), or 0 if the token is not
+ * available (another thread drains, no session, back-end gone, direct RX off, RX held back
+ * until TX drains): then the caller sleeps its own way, and whoever drains wakes it through the
+ * engine's sock_event as before. Never spins: 1 without sleeping only after progress.
+ * Context: any application thread, no engine or socket-API lock held except the API's
+ * per-direction socket lock; not from the engine's callbacks.
+ */
+int vdrv_rx_wait(struct vdrv *d, struct pollfd *fds, unsigned nfds, atomic_uint *word,
+		 unsigned val, uint64_t deadline_ns);
+
+/*
+ * Wakes the application thread sleeping in vdrv_rx_wait, if one sleeps (an event it may be
+ * waiting for came from elsewhere: another thread's call, a timer). Cheap otherwise: one
+ * atomic load. Any thread, including from sock_event (engine socket lock held).
+ */
+void vdrv_rx_wake(struct vdrv *d);
+
+/*
+ * Test hook: with on false the I/O thread stops draining the RX ring (it leaves it to
+ * application threads in vdrv_rx_wait), to show that a blocked call gets its data without it.
+ * Any thread.
+ */
+void vdrv_test_io_rx(struct vdrv *d, bool on);
 
 /* True while the I/O thread runs and the back-end is usable. Any thread. */
 bool vdrv_alive(const struct vdrv *d);

@@ -84,6 +84,21 @@ static int g_connect_check(struct uvsock_ctx *ctx, uint32_t cid)
 	return 0;
 }
 
+static int g_rx_wait(struct uvsock_ctx *ctx, struct pollfd *fds, unsigned nfds, atomic_uint *word,
+		     unsigned val, uint64_t deadline_ns)
+{
+	struct vguest *g = uvsock_ctx_transport_(ctx);
+
+	return vdrv_rx_wait(g->d, fds, nfds, word, val, deadline_ns);
+}
+
+static void g_rx_wake(struct uvsock_ctx *ctx)
+{
+	struct vguest *g = uvsock_ctx_transport_(ctx);
+
+	vdrv_rx_wake(g->d);
+}
+
 static void g_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *st)
 {
 	struct vguest *g = uvsock_ctx_transport_(ctx);
@@ -113,6 +128,8 @@ static const struct uvsock_transport_ops guest_ops = {
 	.name = "guest",
 	.tx_ready = g_tx_ready,
 	.connect_check = g_connect_check,
+	.rx_wait = g_rx_wait,
+	.rx_wake = g_rx_wake,
 	.get_stats = g_get_stats,
 	.stop = g_stop,
 	.destroy = g_destroy,
@@ -187,6 +204,11 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 	return ctx;
 }
 
+struct vdrv *uvsock_ctx_guest_vdrv_(struct uvsock_ctx *ctx)
+{
+	return reg_find(ctx);
+}
+
 /* Runs op on ctx's driver, in the public API's convention: 0, or -1 with errno (EINVAL: not a
  * guest-role context). */
 static int guest_op(struct uvsock_ctx *ctx, int (*op)(struct vdrv *d))
@@ -244,6 +266,8 @@ int uvsock_ctx_guest_get_stats(struct uvsock_ctx *ctx, struct uvsock_guest_stats
 		.backend_lost = s.backend_lost,
 		.tx_inflight = s.tx_inflight,
 		.sleep_state = s.sleep_state,
+		.rx_direct = s.rx_direct,
+		.rx_direct_sleeps = s.rx_direct_sleeps,
 	};
 	if (abi_struct_out(ret, &st, sizeof(st), ABI_SIZE_0(struct uvsock_guest_stats, sleep_state))) {
 		errno = EINVAL;

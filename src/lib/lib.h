@@ -17,6 +17,7 @@
 #ifndef UVSOCK_LIB_LIB_H
 #define UVSOCK_LIB_LIB_H
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -43,6 +44,18 @@ struct uvsock_transport_ops {
 	int (*connect_check)(struct uvsock_ctx *ctx, uint32_t cid);
 	/* Optional: CIDs other than the engine's local CID that bind() accepts as local. */
 	bool (*cid_is_local)(struct uvsock_ctx *ctx, uint32_t cid);
+	/*
+	 * Optional (direct RX, docs/performance.md "wake-ups and busy polling"): one round of a
+	 * wait of a blocked API caller that receives for itself: as vdrv_rx_wait() of
+	 * src/driver/driver.h (fds with room for nfds + 2 entries; word/val: the caller's event
+	 * counter and the value it sleeps on, or NULL). Returns 1 (re-check), or 0: not
+	 * available, sleep as without it.
+	 */
+	int (*rx_wait)(struct uvsock_ctx *ctx, struct pollfd *fds, unsigned nfds,
+		       atomic_uint *word, unsigned val, uint64_t deadline_ns);
+	/* Optional, with rx_wait: wakes the caller sleeping in rx_wait (vdrv_rx_wake). Called
+	 * from sock_event, under the engine socket's lock. */
+	void (*rx_wake)(struct uvsock_ctx *ctx);
 	/* Optional: transport-level counters added to uvsock_ctx_get_stats (e.g. dropped). */
 	void (*get_stats)(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *st);
 	/*
@@ -70,6 +83,11 @@ int uvsock_ctx_create_(const struct uvsock_transport_ops *ops, void *tp,
 /* The context's engine and transport state. Valid until uvsock_ctx_free(). Any thread. */
 struct vsock_engine *uvsock_ctx_engine_(struct uvsock_ctx *ctx);
 void *uvsock_ctx_transport_(struct uvsock_ctx *ctx);
+
+/* The guest role's driver of ctx (src/driver/driver.h), or NULL if ctx is not a guest context:
+ * for tests and tools that reach below the API (vdrv_test_io_rx). Any thread. */
+struct vdrv;
+struct vdrv *uvsock_ctx_guest_vdrv_(struct uvsock_ctx *ctx);
 
 /*
  * Waits until *word != val or the absolute CLOCK_MONOTONIC deadline (ns, UINT64_MAX = none).

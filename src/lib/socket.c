@@ -22,6 +22,15 @@
  * arm only if it is for v or older: an arm for a later value belongs to a waiter that already
  * saw this event, so it is left for the event that waiter is really waiting for.
  *
+ * Direct RX (transports with rx_wait, the guest role; tune direct_rx). A blocked call first asks
+ * the transport to wait for it: the caller then drains the RX ring itself and sleeps on the
+ * device's interrupt instead of on the futex (one wake-up per hop: the device wakes the
+ * application thread, not a transport thread that wakes it in turn). While it does, `direct`
+ * counts it, and sock_event of that socket wakes it through the transport's rx_wake (events
+ * that come from elsewhere: a close, a timer, another thread). The same Dekker pair as above:
+ * direct++ before the waiter's last evseq check; the event's evseq bump before its load of
+ * direct. uvsock_poll does the same with the descriptors it polls.
+ *
  * Pollable descriptor. While armed (interest != 0) the eventfd holds 1 exactly when the last
  * known poll mask intersects interest|POLLERR|POLLHUP. sock_event applies the mask it is given;
  * an API call that may have changed the mask without an event re-polls (refresh), and a
@@ -61,6 +70,7 @@ struct usock {
 	_Atomic uint64_t bufsize;    /* cached SO_VM_SOCKETS_BUFFER_SIZE */
 	atomic_uint evseq;           /* bumped by every sock_event; futex word */
 	atomic_int waiters;          /* threads sleeping on evseq */
+	atomic_int direct;           /* threads waiting in the transport's rx_wait */
 	_Atomic uint64_t wake_arm;   /* 0 or ARM_BIT | evseq value a waiter sleeps on */
 	pthread_mutex_t tx_mu;       /* serializes senders */
 	pthread_mutex_t rx_mu;       /* serializes receivers and accepters */
@@ -252,6 +262,9 @@ void uvsock_sock_event_(struct usock *us, unsigned mask)
 			uvsock_futex_wake_(&us->evseq);
 		}
 	}
+	/* After the bump: pairs with direct++ and the evseq check in sock_wait. */
+	if (atomic_load(&us->direct) > 0)
+		us->ctx->tops->rx_wake(us->ctx);
 	if (atomic_load_explicit(&us->armed, memory_order_relaxed)) {
 		pthread_mutex_lock(&us->pmu);
 		us->pseq++;
@@ -283,6 +296,8 @@ static void sock_wake_all(struct usock *us)
 {
 	atomic_fetch_add(&us->evseq, 1);
 	uvsock_futex_wake_(&us->evseq);
+	if (atomic_load(&us->direct) > 0)
+		us->ctx->tops->rx_wake(us->ctx);
 }
 
 /*
@@ -294,6 +309,16 @@ static int sock_wait(struct usock *us, unsigned seq, uint64_t deadline)
 
 	if (deadline != NO_DEADLINE && mono_ns() >= deadline)
 		return -ETIMEDOUT;
+	if (us->ctx->tops->rx_wait) {
+		struct pollfd own[2];
+
+		atomic_fetch_add(&us->direct, 1);
+		r = us->ctx->tops->rx_wait(us->ctx, own, 0, &us->evseq, seq, deadline);
+		atomic_fetch_sub(&us->direct, 1);
+		/* A signal is a spurious wake-up here, as for the futex below. */
+		if (r != 0)
+			return 0;
+	}
 	atomic_fetch_add(&us->waiters, 1);
 	atomic_store(&us->wake_arm, ARM_BIT | seq);
 	if (atomic_load(&us->evseq) == seq)
@@ -1241,6 +1266,7 @@ int uvsock_set_nonblock(int fd, int on)
 /* ---- Polling ---------------------------------------------------------------------------- */
 
 #define POLL_INTEREST_BITS (POLLIN | POLLOUT | POLLRDHUP | POLLERR | POLLHUP)
+#define POLL_STACK_FDS 16 /* uvsock_poll: up to this many descriptors without an allocation */
 
 int uvsock_poll_events(int fd)
 {
@@ -1285,11 +1311,19 @@ int uvsock_poll_interest(int fd, short events)
 	return 0;
 }
 
-/* Fills revents for every entry; returns the number of ready entries. */
-static int poll_scan(struct pollfd *fds, nfds_t nfds, struct pollfd *kfds, bool arm)
+/*
+ * Fills revents for every entry; returns the number of ready entries. With kfds, also sets
+ * *direct to the context of every socket polled if they all share one whose transport has
+ * rx_wait (direct RX), else NULL.
+ */
+static int poll_scan(struct pollfd *fds, nfds_t nfds, struct pollfd *kfds, bool arm,
+		     struct uvsock_ctx **direct)
 {
+	bool mixed = false;
 	int ready = 0;
 
+	if (direct)
+		*direct = NULL;
 	for (nfds_t i = 0; i < nfds; i++) {
 		struct usock *us;
 		unsigned m, want;
@@ -1317,8 +1351,14 @@ static int poll_scan(struct pollfd *fds, nfds_t nfds, struct pollfd *kfds, bool 
 			ready++;
 		if (kfds)
 			kfds[i].fd = us->fd;
+		if (direct && !mixed && us->ctx->tops->rx_wait && (!*direct || *direct == us->ctx))
+			*direct = us->ctx;
+		else if (direct)
+			mixed = true;
 		sock_put(us);
 	}
+	if (mixed)
+		*direct = NULL;
 	return ready;
 }
 
@@ -1326,29 +1366,51 @@ int uvsock_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 {
 	uint64_t deadline = timeout_ms < 0 ? NO_DEADLINE
 					   : mono_ns() + (uint64_t)timeout_ms * NS_PER_MS;
-	struct pollfd *kfds;
+	struct pollfd stack_kfds[POLL_STACK_FDS + 2], *kfds = stack_kfds;
+	struct uvsock_ctx *direct;
+	bool intr = false;
 	int ready;
 
 	if (nfds > (1u << 20) || (nfds && !fds))
 		return ret_errno(-EINVAL);
-	kfds = calloc(nfds ? nfds : 1, sizeof(*kfds));
+	/* Two spare entries for the transport's own fds in rx_wait; no allocation for few fds. */
+	memset(stack_kfds, 0, sizeof(stack_kfds));
+	if (nfds > POLL_STACK_FDS)
+		kfds = calloc(nfds + 2, sizeof(*kfds));
 	if (!kfds)
 		return ret_errno(-ENOMEM);
-	ready = poll_scan(fds, nfds, kfds, true);
+	ready = poll_scan(fds, nfds, kfds, true, &direct);
 	while (ready == 0) {
 		uint64_t now = mono_ns();
 		int ms;
 
 		if (now >= deadline)
 			break;
+		/* Direct RX: this caller drains the RX ring and sleeps on its interrupt too. */
+		if (direct) {
+			int r = direct->tops->rx_wait(direct, kfds, (unsigned)nfds, NULL, 0,
+						      deadline);
+
+			if (r == -EINTR) {
+				intr = true;
+				break;
+			}
+			if (r > 0) {
+				ready = poll_scan(fds, nfds, NULL, false, NULL);
+				continue;
+			}
+		}
 		ms = deadline == NO_DEADLINE ? -1
 					     : (int)MIN((deadline - now + 999999) / 1000000, INT_MAX);
 		if (poll(kfds, nfds, ms) < 0 && errno == EINTR) {
-			free(kfds);
+			if (kfds != stack_kfds)
+				free(kfds);
 			return -1;
 		}
-		ready = poll_scan(fds, nfds, NULL, false);
+		ready = poll_scan(fds, nfds, NULL, false, NULL);
 	}
-	free(kfds);
-	return ready;
+	if (kfds != stack_kfds)
+		free(kfds);
+	/* Interrupted in the direct wait: as poll(2), EINTR. */
+	return intr ? ret_errno(-EINTR) : ready;
 }

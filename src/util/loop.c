@@ -3,6 +3,11 @@
  * The epoll event loop of loop.h: watches keyed by epoll_event.data.ptr, a binary min-heap of
  * timers, eventfd-backed async handles. Objects removed during dispatch are parked on a zombie
  * list and freed when the batch is done, so an event already fetched for them is skipped.
+ *
+ * Busy polling (loop_set_busy_poll): an iteration that ran a callback sets `worked`; the next
+ * blocking iteration spins on epoll_wait(0) until an event, a due timer, the end of its own
+ * timeout or busy_poll_us, then sleeps for the rest. The counters are written by the loop thread
+ * only and read by any thread (relaxed atomics: statistics, they publish nothing).
  */
 #include "util/loop.h"
 
@@ -55,6 +60,9 @@ struct loop {
 	struct loop_timer **heap; /* min-heap on deadline */
 	size_t heap_len, heap_cap;
 	size_t ntimers;           /* timers alive; heap_cap >= ntimers, so arming never allocates */
+	unsigned busy_poll_us;    /* 0: never spin */
+	bool worked;              /* the last iteration ran a callback */
+	_Atomic uint64_t spin_ns, spins, spin_found, sleeps;
 };
 
 uint64_t loop_now_ns(void)
@@ -422,12 +430,80 @@ static int run_timers(struct loop *l)
 	return n;
 }
 
+#define STAT_ADD(l, f, n) atomic_fetch_add_explicit(&(l)->f, (n), memory_order_relaxed)
+
+void loop_set_busy_poll(struct loop *l, unsigned us)
+{
+	l->busy_poll_us = us;
+}
+
+void loop_get_stats(const struct loop *l, struct loop_stats *ret)
+{
+	struct loop *m = (struct loop *)l;
+
+	ret->spin_ns = atomic_load_explicit(&m->spin_ns, memory_order_relaxed);
+	ret->spins = atomic_load_explicit(&m->spins, memory_order_relaxed);
+	ret->spin_found = atomic_load_explicit(&m->spin_found, memory_order_relaxed);
+	ret->sleeps = atomic_load_explicit(&m->sleeps, memory_order_relaxed);
+}
+
+/* True if the earliest timer is due at `now`. */
+static bool timer_due(const struct loop *l, uint64_t now)
+{
+	return l->heap_len > 0 && l->heap[0]->deadline <= now;
+}
+
+/*
+ * The spin of busy polling, before a wait of timeout_ms (> 0, or -1: none): epoll_wait(0) until
+ * it returns events (or an error), a timer falls due, or the spin's time is up; *timeout_ms is
+ * then reduced by the time spun. Returns what epoll_wait returned last; *due is set if the spin
+ * ended on a due timer (nothing to wait for then).
+ */
+static int busy_poll(struct loop *l, struct epoll_event *evs, int *timeout_ms, bool *due)
+{
+	uint64_t start = loop_now_ns(), now = start, until = start + l->busy_poll_us * 1000ull;
+	int n = 0;
+
+	if (*timeout_ms > 0 && start + (uint64_t)*timeout_ms * NS_PER_MS < until)
+		until = start + (uint64_t)*timeout_ms * NS_PER_MS;
+	STAT_ADD(l, spins, 1);
+	*due = false;
+	while (now < until) {
+		n = epoll_wait(l->epfd, evs, LOOP_MAX_EVENTS, 0);
+		now = loop_now_ns();
+		if (n != 0)
+			break;
+		if (timer_due(l, now)) {
+			*due = true;
+			break;
+		}
+	}
+	STAT_ADD(l, spin_ns, now - start);
+	if (n > 0 || *due)
+		STAT_ADD(l, spin_found, 1);
+	if (*timeout_ms > 0) {
+		uint64_t spent_ms = (now - start) / NS_PER_MS;
+
+		*timeout_ms = spent_ms >= (uint64_t)*timeout_ms ? 0 : *timeout_ms - (int)spent_ms;
+	}
+	return n;
+}
+
 int loop_run_once(struct loop *l, int timeout_ms)
 {
 	struct epoll_event evs[LOOP_MAX_EVENTS];
-	int n, ran = 0;
+	int n = 0, ran = 0;
+	bool due = false;
 
-	n = epoll_wait(l->epfd, evs, LOOP_MAX_EVENTS, timeout_for(l, timeout_ms));
+	if (l->busy_poll_us && l->worked && timeout_ms != 0)
+		n = busy_poll(l, evs, &timeout_ms, &due);
+	if (n == 0 && !due) {
+		int to = timeout_for(l, timeout_ms);
+
+		if (to != 0)
+			STAT_ADD(l, sleeps, 1);
+		n = epoll_wait(l->epfd, evs, LOOP_MAX_EVENTS, to);
+	}
 	if (n < 0) {
 		if (errno == EINTR)
 			n = 0;
@@ -454,6 +530,7 @@ int loop_run_once(struct loop *l, int timeout_ms)
 		l->zombies = w->next_zombie;
 		watch_release(w);
 	}
+	l->worked = ran > 0;
 	return ran;
 }
 

@@ -110,6 +110,29 @@ int loop_fd(const struct loop *l);
  */
 int loop_next_timeout_ms(struct loop *l);
 
+/*
+ * Busy polling (vhost's busyloop_timeout; docs/performance.md "wake-ups and busy polling"):
+ * after an iteration that ran at least one callback, the next loop_run_once() with a non-zero
+ * timeout first polls epoll without sleeping (epoll_wait with timeout 0) for up to `us`
+ * microseconds, and only then sleeps for what is left of its timeout. The spin ends early when
+ * an event arrives (dispatched at once, no wake-up of a sleeping thread) or a timer falls due
+ * (timers are honoured exactly as without spinning). 0 (the default) turns it off. A loop run
+ * with loop_run_once(l, 0) (an embedding outer loop) never spins. Loop thread only, or before
+ * the loop runs.
+ */
+void loop_set_busy_poll(struct loop *l, unsigned us);
+
+/* What busy polling cost and found; monotonic counters. */
+struct loop_stats {
+	uint64_t spin_ns;     /* time spent spinning (ns of CPU burnt waiting for work) */
+	uint64_t spins;       /* spins started */
+	uint64_t spin_found;  /* spins that ended with work (an event or a due timer) */
+	uint64_t sleeps;      /* epoll_wait calls that could block (after a spin or without one) */
+};
+
+/* Snapshot of the counters. Any thread (relaxed loads of single-writer counters). */
+void loop_get_stats(const struct loop *l, struct loop_stats *ret);
+
 /* Runs until loop_stop(). Returns 0, or -errno if epoll_wait failed. */
 int loop_run(struct loop *l);
 

@@ -25,35 +25,8 @@
 #undef VMADDR_CID_HOST
 #undef VMADDR_CID_ANY
 #undef VMADDR_PORT_ANY
-#include "tdev.h"
+#include "drvtest.h"
 #include "test.h"
-
-static void tdev_start(struct tdev *t, uint32_t cid)
-{
-	tdev_new(t, NULL, cid);
-	tdev_run(t);
-}
-
-static void tdev_stop(struct tdev *t)
-{
-	tdev_halt(t);
-	/* The device removed its sockets; the test's host listeners (<uds>_<port>) go here. */
-	{
-		DIR *dir = opendir(t->dir);
-		struct dirent *de;
-		char path[400];
-
-		while (dir && (de = readdir(dir)) != NULL) {
-			if (de->d_name[0] == '.')
-				continue;
-			snprintf(path, sizeof(path), "%s/%s", t->dir, de->d_name);
-			unlink(path);
-		}
-		if (dir)
-			closedir(dir);
-	}
-	ASSERT_EQ(rmdir(t->dir), 0);
-}
 
 static struct uvsock_ctx *guest_new(struct tdev *t)
 {
@@ -346,39 +319,93 @@ TEST(backend_loss_resets_sockets_and_connect_fails_fast)
 	uvsock_ctx_free(g);
 }
 
-TEST(siblings_talk_guest_to_guest)
-{
+/* Two linked devices (CIDs 3 and 4) with a guest each. */
+struct sib_pair {
 	struct vsock_router *r;
 	struct tdev a, b;
 	struct uvsock_ctx *ga, *gb;
-	int ls, ca, sb;
+};
+
+static void sib_pair_open(struct sib_pair *p)
+{
+	ASSERT_OK(vsock_router_new(&p->r));
+	tdev_new(&p->a, p->r, 3);
+	tdev_new(&p->b, p->r, 4);
+	ASSERT_OK(vsock_dev_link_sibling(p->a.d, p->b.d));
+	tdev_run(&p->a);
+	tdev_run(&p->b);
+	p->ga = guest_new(&p->a);
+	p->gb = guest_new(&p->b);
+	ASSERT_EQ(uvsock_ctx_local_cid(p->gb), 4);
+}
+
+static void sib_pair_close(struct sib_pair *p)
+{
+	uvsock_ctx_free(p->ga);
+	uvsock_ctx_free(p->gb);
+	tdev_stop(&p->a);
+	tdev_stop(&p->b);
+	vsock_router_free(p->r);
+}
+
+/* A connection of `type` from guest 3 to guest 4 (port 9000): *ca on 3, *sb on 4. */
+static void sib_pair_connect(struct sib_pair *p, int type, int *ca, int *sb)
+{
+	int ls = g_listen(p->gb, type, 9000);
+
+	*ca = g_connect(p->ga, type, 4, 9000);
+	ASSERT_GE(*ca, 0);
+	*sb = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(*sb, 0);
+	uvsock_close(ls);
+	g_set_timeouts(*ca, WAIT_MS);
+	g_set_timeouts(*sb, WAIT_MS);
+}
+
+TEST(siblings_talk_guest_to_guest)
+{
+	struct sib_pair p;
 	const size_t total = 8u << 20;
-	ASSERT_OK(vsock_router_new(&r));
-	tdev_new(&a, r, 3);
-	tdev_new(&b, r, 4);
-	ASSERT_OK(vsock_dev_link_sibling(a.d, b.d));
-	tdev_run(&a);
-	tdev_run(&b);
-	ga = guest_new(&a);
-	gb = guest_new(&b);
-	ASSERT_EQ(uvsock_ctx_local_cid(gb), 4);
-	ls = g_listen(gb, SOCK_STREAM, 9000);
-	ca = g_connect(ga, SOCK_STREAM, 4, 9000);
-	ASSERT_GE(ca, 0);
-	sb = uvsock_accept(ls, NULL, NULL);
-	ASSERT_GE(sb, 0);
-	g_set_timeouts(ca, WAIT_MS);
-	g_set_timeouts(sb, WAIT_MS);
+	int ca, sb;
+
+	sib_pair_open(&p);
+	sib_pair_connect(&p, SOCK_STREAM, &ca, &sb);
 	g_transfer(ca, sb, total, 30000, 7);
 	g_transfer(sb, ca, total, 65536, 8);
 	uvsock_close(ca);
 	uvsock_close(sb);
-	uvsock_close(ls);
-	uvsock_ctx_free(ga);
-	uvsock_ctx_free(gb);
-	tdev_stop(&a);
-	tdev_stop(&b);
-	vsock_router_free(r);
+	sib_pair_close(&p);
+}
+
+/*
+ * Sibling packets of every size class of the sending device's buffer pool (src/device/sibling.c:
+ * a header only, <= 256 B, <= 4 KiB, <= 64 KiB) and on both sides of each bound, many times
+ * each way so that buffers are recycled through the pools: every message arrives whole, in
+ * order, with its bytes (SEQPACKET: one message is one packet).
+ */
+TEST(siblings_reuse_pool_buffers_of_every_class)
+{
+	static const size_t sizes[] = { 1, 255, 256, 257, 4095, 4096, 4097, 65535, 65536 };
+	static uint8_t out[65536], in[65536];
+	struct sib_pair p;
+	int ca, sb;
+
+	sib_pair_open(&p);
+	sib_pair_connect(&p, SOCK_SEQPACKET, &ca, &sb);
+	for (unsigned round = 0; round < 40; round++) {
+		for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+			int from = (round & 1) ? sb : ca, to = (round & 1) ? ca : sb;
+			uint64_t seed = round * 100u + i + 1;
+
+			hs_fill(out, sizes[i], seed, 0);
+			ASSERT_EQ(uvsock_send(from, out, sizes[i], MSG_EOR), (ssize_t)sizes[i]);
+			ASSERT_EQ(uvsock_recv(to, in, sizeof(in), 0), (ssize_t)sizes[i]);
+			ASSERT_EQ(hs_check(in, sizes[i], seed, 0), sizes[i]);
+		}
+	}
+	uvsock_close(ca);
+	uvsock_close(sb);
+	sib_pair_close(&p);
 }
 
 /* Both directions at once over rings of a given size: tiny rings exercise the TX-full and
