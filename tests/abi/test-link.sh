@@ -24,7 +24,10 @@ else
 fi
 pc=$(find "$root" -name uvsock.pc | head -n 1)
 [ -n "$pc" ] || { echo "# no uvsock.pc installed"; exit 1; }
-export PKG_CONFIG_PATH="${pc%/uvsock.pc}" PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR=""
+# The system's .pc directories stay on the path for uvsock.pc's Requires.private (yaml-0.1);
+# under the sysroot their -I/-L name directories that do not exist, and -lyaml is found as usual.
+sys_pc=$(pkg-config --variable pc_path pkg-config)
+export PKG_CONFIG_PATH="${pc%/uvsock.pc}:$sys_pc" PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR=""
 # pkg-config prefixes the sysroot to --variable as to -I/-L.
 libdir=$(pkg-config --variable=libdir uvsock)
 # meson test points LD_LIBRARY_PATH at the build tree: only the scratch root may serve the library.

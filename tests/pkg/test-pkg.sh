@@ -131,7 +131,8 @@ fi
 # 6. libuvsock-dev: the out-of-tree program built with only its pkg-config file, run against
 # libuvsock0's library.
 pc=$(find "$root" -name uvsock.pc | head -n 1)
-if [ -n "$pc" ] && PKG_CONFIG_PATH="${pc%/uvsock.pc}" PKG_CONFIG_SYSROOT_DIR="$root" \
+if [ -n "$pc" ] && PKG_CONFIG_PATH="${pc%/uvsock.pc}:$(pkg-config --variable pc_path pkg-config)" \
+	PKG_CONFIG_SYSROOT_DIR="$root" \
 	PKG_CONFIG_LIBDIR="" sh -c 'cc -o "$1" "$2" $(pkg-config --cflags --libs uvsock)' sh \
 		"$tmp/prog" "$src/tests/abi/link-prog.c" >"$tmp/cc.log" 2>&1 &&
 	timeout 60 "$tmp/prog" >>"$tmp/cc.log" 2>&1; then

@@ -53,7 +53,7 @@ static void conn_close(struct conn *c)
 
 static struct uvsock_guest_stats gstats(struct uvsock_ctx *g)
 {
-	struct uvsock_guest_stats st;
+	struct uvsock_guest_stats st = { .size = sizeof(st) };
 
 	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
 	return st;
