@@ -48,6 +48,7 @@
 #include "util/iov.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/tune.h"
 #include "vring/guest_mem.h"
 
 struct vsock_router {
@@ -135,6 +136,25 @@ static void rx_account(struct vsock_dev *d, bool sib)
 		d->rx_eng_run++;
 }
 
+/*
+ * The next packet of the VM's own traffic: the engine's, else host bytes read in place
+ * (host_rx_read), else what reading made the engine queue (a SHUTDOWN at host EOF, an RST).
+ */
+static ssize_t rx_pull_own(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
+			   int pn, size_t room, bool have_eng)
+{
+	ssize_t n = -EAGAIN;
+
+	if (have_eng)
+		n = vsock_engine_pull(d->eng, h, piov, pn, room);
+	if (n < 0 && d->rd_head) {
+		n = host_rx_read(d, h, piov, (unsigned)pn, room);
+		if (n < 0)
+			n = vsock_engine_pull(d->eng, h, piov, pn, room);
+	}
+	return n;
+}
+
 static void rx_fill(struct vsock_dev *d)
 {
 	struct dev_queue *dq = &d->rxq;
@@ -147,11 +167,13 @@ static void rx_fill(struct vsock_dev *d)
 	if (!dq->running || dev_broken(d) || !mem_intact(d, dq)) {
 		if (!dq->running)
 			dev_sib_drop_all(d);
+		host_rx_park(d);
 		return;
 	}
 	vring_dev_disable_notify(&dq->q);
 	for (;;) {
 		bool have_eng = d->eng && vsock_engine_has_pending(d->eng);
+		bool have_host = !have_eng && d->rd_head && host_rx_pending(d);
 		bool have_sib = dev_sib_pending(d);
 		struct vring_chain ch;
 		struct vsock_hdr h;
@@ -161,7 +183,7 @@ static void rx_fill(struct vsock_dev *d)
 		int r, pn;
 		bool sib;
 
-		if (!have_eng && !have_sib)
+		if (!have_eng && !have_host && !have_sib)
 			break;
 		if (pkts >= DEV_PASS_PKTS || bytes >= DEV_PASS_BYTES) {
 			d->rx_more = true;
@@ -174,6 +196,7 @@ static void rx_fill(struct vsock_dev *d)
 				vring_dev_disable_notify(&dq->q);
 				continue;
 			}
+			host_rx_park(d);
 			break;
 		}
 		if (r == -ENOBUFS) {
@@ -194,7 +217,7 @@ static void rx_fill(struct vsock_dev *d)
 			mark_broken(d, dq, "rx buffer shorter than the 44-byte header");
 			break;
 		}
-		room = MIN(ch.in_len - VSOCK_HDR_SIZE, (uint64_t)VSOCK_MAX_PKT_PAYLOAD);
+		room = MIN(ch.in_len - VSOCK_HDR_SIZE, (uint64_t)d->max_pkt);
 		pn = iov_slice(iov, ch.in_num, VSOCK_HDR_SIZE, room, piov, DEV_RX_IOV_MAX);
 		if (pn < 0) {
 			(void)vring_dev_fill(&dq->q, ch.head, 0);
@@ -202,15 +225,16 @@ static void rx_fill(struct vsock_dev *d)
 			mark_broken(d, dq, "rx buffer layout");
 			break;
 		}
-		sib = rx_sib_next(d, have_eng, have_sib);
+		sib = rx_sib_next(d, have_eng || have_host, have_sib);
 		if (sib)
 			n = dev_sib_pull(d, &h, piov, (unsigned)pn, room);
 		else
-			n = vsock_engine_pull(d->eng, &h, piov, pn, room);
+			n = rx_pull_own(d, &h, piov, pn, room, have_eng);
 		if (n < 0) {
 			/* has_pending said yes; nothing came: return the buffer unused. */
 			(void)vring_dev_fill(&dq->q, ch.head, 0);
 			filled = true;
+			host_rx_park(d);
 			break;
 		}
 		rx_account(d, sib);
@@ -320,7 +344,7 @@ void dev_tx_drain(struct vsock_dev *d)
 			d->tx_throttled = true;
 			break;
 		}
-		while (nh < DEV_TX_BATCH) {
+		while (nh < (d->tx_batch ? DEV_TX_BATCH : 1u)) {
 			struct vring_chain ch;
 			int r;
 
@@ -414,7 +438,24 @@ static void eng_sock_event(void *opaque, struct vsock_sock *s, void *user, unsig
 	host_mark_dirty(user);
 }
 
+static size_t eng_deliver(void *opaque, struct vsock_sock *s, void *user, const struct iovec *iov,
+			  int iovcnt, size_t len)
+{
+	(void)s;
+	if (user == &listener_mark)
+		return 0;
+	return host_deliver(opaque, user, iov, iovcnt, len);
+}
+
 static const struct vsock_engine_ops eng_ops = {
+	.now = eng_now,
+	.tx_ready = eng_tx_ready,
+	.sock_event = eng_sock_event,
+	.deliver = eng_deliver,
+};
+
+/* The zerocopy switch off: every guest payload is queued in the engine (the copying path). */
+static const struct vsock_engine_ops eng_ops_copy = {
 	.now = eng_now,
 	.tx_ready = eng_tx_ready,
 	.sock_event = eng_sock_event,
@@ -431,13 +472,13 @@ static int engine_create(struct vsock_dev *d, unsigned tx_num)
 	cfg.buf_size = d->buf_alloc;
 	if (cfg.buf_max < d->buf_alloc)
 		cfg.buf_max = d->buf_alloc;
-	cfg.max_pkt = VSOCK_MAX_PKT_PAYLOAD;
+	cfg.max_pkt = d->max_pkt;
 	cfg.max_socks = d->max_conns + 8;
 	cfg.reply_limit = tx_num;
 	cfg.port_lo = DEV_HOST_PORT_LO;
 	cfg.port_hi = DEV_HOST_PORT_HI;
 	cfg.seqpacket = !!(d->features & (1ull << VIRTIO_VSOCK_F_SEQPACKET));
-	cfg.ops = &eng_ops;
+	cfg.ops = d->zerocopy ? &eng_ops : &eng_ops_copy;
 	cfg.opaque = d;
 	r = vsock_engine_new(&cfg, &e);
 	if (r < 0)
@@ -790,6 +831,9 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d->queue_size_max = cfg->queue_size_max ? cfg->queue_size_max : 1024;
 	d->max_conns = cfg->max_conns ? cfg->max_conns : 1024;
 	d->router = router;
+	d->zerocopy = tune_get()->zerocopy;
+	d->tx_batch = tune_get()->tx_batch;
+	d->max_pkt = tune_get()->pkt64k ? VSOCK_MAX_PKT_PAYLOAD : DEV_PKT_SMALL;
 	pthread_mutex_init(&d->eng_lock, NULL);
 	pthread_mutex_init(&d->call_lock, NULL);
 	pthread_cond_init(&d->call_cond, NULL);

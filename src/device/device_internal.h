@@ -32,6 +32,8 @@
  * its payload slice: chains of up to 64 segments are accepted, e.g. Linux 6.17 nonlinear skbs). */
 #define DEV_TX_BATCH 64u
 #define DEV_TX_IOV_MAX 128u
+/* Largest packet payload with the pkt64k switch off (src/util/tune.h), as Linux before 6.x. */
+#define DEV_PKT_SMALL 4096u
 /* RX chain iovecs (Linux posts one or two elements per RX buffer). */
 #define DEV_RX_IOV_MAX 64u
 /*
@@ -151,6 +153,11 @@ struct hconn {
 	bool host_wr_blocked;         /* the host socket would block: EPOLLOUT wanted */
 	bool guest_blocked;           /* no guest credit: EPOLLIN off until POLLOUT */
 	bool host_hup;                /* epoll said EPOLLHUP/EPOLLERR: the host hung up */
+	/* zero-copy host -> guest (host_rx_read): on dev->rd_head's list while the host socket
+	 * has bytes (or EOF) for the guest's RX buffers */
+	struct hconn *rd_next;
+	bool rd_queued;
+	bool rd_parked;               /* EPOLLIN off while queued: the RX ring has no buffers */
 };
 
 /* One of the two rings (0 rx, 1 tx). */
@@ -202,8 +209,14 @@ struct vsock_dev {
 	struct hconn *conns;
 	struct hconn *dirty;
 	unsigned n_conns;
-	uint8_t *scratch;              /* bounce buffer: host reads, seqpacket messages */
+	uint8_t *scratch;              /* bounce buffer: seqpacket messages, and host reads with
+					* the zerocopy switch off */
 	size_t scratch_len;
+	/* the data-path switches of src/util/tune.h, read at creation (constant) */
+	bool zerocopy;                 /* STREAM host I/O straight from/into guest buffers */
+	bool tx_batch;                 /* off: one TX chain per batch, one interrupt each */
+	uint32_t max_pkt;              /* largest payload put in one RX buffer (pkt64k: 64 KiB) */
+	struct hconn *rd_head, *rd_tail; /* STREAM connections whose host bytes wait for RX */
 
 	/* siblings: only their ports are touched (a linked device may be freed while we run) */
 	struct sib_port *port;          /* ours: our inbox and wakeups */
@@ -264,6 +277,27 @@ void host_accept_guest_conns(struct vsock_dev *d);
 /* Services every connection whose engine socket changed state. */
 void host_service_dirty(struct vsock_dev *d);
 void host_mark_dirty(struct hconn *c);
+/*
+ * Zero-copy guest -> host (the engine's ops->deliver, engine.h): writes what the host socket of
+ * the connection `user` takes of the guest's payload, straight from its TX buffer. Returns the
+ * bytes taken; 0 when the connection cannot take bytes now (not open yet, blocked, shut down).
+ * Called by the engine with that socket's lock held: touches only the connection.
+ */
+size_t host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
+		    size_t len);
+/*
+ * Zero-copy host -> guest. host_rx_pending: some connection has host bytes (or EOF) for the
+ * guest and the credit to send them (drops those that have not). host_rx_read: reads the first
+ * one's bytes straight into an RX buffer's payload area (piov/pn, room bytes: at most the
+ * guest's credit), coalescing everything its socket holds up to that, and fills *h; returns the
+ * payload length, or -EAGAIN if nothing was read (EOF and errors leave their SHUTDOWN or RST in
+ * the engine instead). host_rx_park: the RX ring cannot take more now: stop polling the
+ * waiting connections for input (spinning on a readable socket) until host_rx_read serves them.
+ */
+bool host_rx_pending(struct vsock_dev *d);
+ssize_t host_rx_read(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
+		     unsigned pn, size_t room);
+void host_rx_park(struct vsock_dev *d);
 
 /* counters.c */
 /*
