@@ -156,6 +156,7 @@ static void vhu_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 		return;
 	}
 	vhu_backend_config_init(&cfg);
+	cfg.features &= uvsock_dev_features(); /* what the device implements (event-idx switch) */
 	cfg.guest_cid = vsock_dev_guest_cid(v->d);
 	cfg.queue_size_max = v->queue_size_max;
 	cfg.name = vsock_dev_name(v->d);
