@@ -136,23 +136,81 @@ static void rx_account(struct vsock_dev *d, bool sib)
 		d->rx_eng_run++;
 }
 
-/*
- * The next packet of the VM's own traffic: the engine's, else host bytes read in place
- * (host_rx_read), else what reading made the engine queue (a SHUTDOWN at host EOF, an RST).
- */
-static ssize_t rx_pull_own(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
-			   int pn, size_t room, bool have_eng)
+/* Puts packet h (payload already in place) into RX chain head/iov and counts it. */
+static void rx_put(struct vsock_dev *d, uint16_t head, const struct iovec *iov, unsigned n,
+		   const struct vsock_hdr *h, const struct iovec *piov, int pn)
 {
-	ssize_t n = -EAGAIN;
+	uint8_t wire[VSOCK_HDR_SIZE];
 
-	if (have_eng)
-		n = vsock_engine_pull(d->eng, h, piov, pn, room);
-	if (n < 0 && d->rd_head) {
-		n = host_rx_read(d, h, piov, (unsigned)pn, room);
-		if (n < 0)
-			n = vsock_engine_pull(d->eng, h, piov, pn, room);
+	vsock_hdr_encode(h, wire);
+	OPS_TAP(&d->tap, h, piov, pn);
+	iov_write_at(iov, n, 0, wire, VSOCK_HDR_SIZE);
+	(void)vring_dev_fill(&d->rxq.q, head, VSOCK_HDR_SIZE + h->len);
+}
+
+/*
+ * Zero-copy host -> guest: host bytes (want of them, host_rx_pending) read with one readv into
+ * the payload areas of the popped chain p[0] and of as many more RX buffers as they need, up to
+ * DEV_RX_GATHER_BYTES; each buffer is one packet. A buffer the read did not use gets what
+ * reading left in the engine (a SHUTDOWN at host EOF, an RST), else goes back empty.
+ * Returns the buffers filled; *bytes gets their payload.
+ */
+static unsigned rx_host_fill(struct vsock_dev *d, struct host_rx_piece *p, size_t want,
+			     unsigned budget, size_t *bytes)
+{
+	struct dev_queue *dq = &d->rxq;
+	struct iovec in_none[1], piov[DEV_RX_IOV_MAX];
+	size_t got = p[0].room;
+	unsigned np = 1;
+	int used;
+
+	want = MIN(want, (size_t)DEV_RX_GATHER_BYTES);
+	while (got < want && np < MIN(budget, DEV_RX_GATHER)) {
+		struct iovec *iov = d->rx_gather_iov[np];
+		struct vring_chain ch;
+
+		/* Anything but a good chain ends the gathering; rx_fill's next pop deals with it. */
+		if (vring_dev_empty(&dq->q) ||
+		    vring_dev_pop(&dq->q, in_none, 0, iov, DEV_RX_IOV_MAX, &ch) < 0)
+			break;
+		if (ch.in_len < VSOCK_HDR_SIZE) {
+			(void)vring_dev_fill(&dq->q, ch.head, 0);
+			mark_broken(d, dq, "rx buffer shorter than the 44-byte header");
+			break;
+		}
+		p[np] = (struct host_rx_piece){
+			.head = ch.head,
+			.iov = iov,
+			.iovcnt = ch.in_num,
+			.room = MIN(ch.in_len - VSOCK_HDR_SIZE, (uint64_t)d->max_pkt),
+		};
+		got += p[np++].room;
 	}
-	return n;
+	used = host_rx_read(d, p, np);
+	if (used < 0)
+		used = 0;
+	*bytes = 0;
+	for (unsigned i = 0; i < np; i++) {
+		struct vsock_hdr h;
+		ssize_t n;
+		int pn = iov_slice(p[i].iov, p[i].iovcnt, VSOCK_HDR_SIZE,
+				   i < (unsigned)used ? p[i].h.len : p[i].room, piov, DEV_RX_IOV_MAX);
+
+		if (i < (unsigned)used) {
+			rx_put(d, p[i].head, p[i].iov, p[i].iovcnt, &p[i].h, piov, pn);
+			*bytes += p[i].h.len;
+			continue;
+		}
+		n = pn < 0 || !d->eng ? -EAGAIN : vsock_engine_pull(d->eng, &h, piov, pn, p[i].room);
+		if (n < 0) {
+			(void)vring_dev_fill(&dq->q, p[i].head, 0);
+			continue;
+		}
+		rx_put(d, p[i].head, p[i].iov, p[i].iovcnt, &h, piov, pn);
+		*bytes += (size_t)n;
+		used++;
+	}
+	return (unsigned)used;
 }
 
 static void rx_fill(struct vsock_dev *d)
@@ -173,17 +231,17 @@ static void rx_fill(struct vsock_dev *d)
 	vring_dev_disable_notify(&dq->q);
 	for (;;) {
 		bool have_eng = d->eng && vsock_engine_has_pending(d->eng);
-		bool have_host = !have_eng && d->rd_head && host_rx_pending(d);
+		size_t want = !have_eng && d->rd_head ? host_rx_pending(d) : 0;
 		bool have_sib = dev_sib_pending(d);
+		struct host_rx_piece hp[DEV_RX_GATHER];
 		struct vring_chain ch;
 		struct vsock_hdr h;
-		uint8_t wire[VSOCK_HDR_SIZE];
 		size_t room;
 		ssize_t n;
 		int r, pn;
 		bool sib;
 
-		if (!have_eng && !have_host && !have_sib)
+		if (!have_eng && !want && !have_sib)
 			break;
 		if (pkts >= DEV_PASS_PKTS || bytes >= DEV_PASS_BYTES) {
 			d->rx_more = true;
@@ -225,24 +283,39 @@ static void rx_fill(struct vsock_dev *d)
 			mark_broken(d, dq, "rx buffer layout");
 			break;
 		}
-		sib = rx_sib_next(d, have_eng || have_host, have_sib);
+		sib = rx_sib_next(d, have_eng || want, have_sib);
+		filled = true;
+		if (!sib && !have_eng) {
+			size_t got;
+			unsigned k;
+
+			hp[0] = (struct host_rx_piece){ .head = ch.head, .iov = iov,
+							.iovcnt = ch.in_num, .room = room };
+			k = rx_host_fill(d, hp, want, DEV_PASS_PKTS - pkts, &got);
+			for (unsigned i = 0; i < k; i++)
+				rx_account(d, false);
+			pkts += k;
+			bytes += got;
+			if (k == 0) {
+				host_rx_park(d);
+				break;
+			}
+			if (dev_broken(d))
+				break; /* a bad buffer among the gathered ones */
+			continue;
+		}
 		if (sib)
 			n = dev_sib_pull(d, &h, piov, (unsigned)pn, room);
 		else
-			n = rx_pull_own(d, &h, piov, pn, room, have_eng);
+			n = vsock_engine_pull(d->eng, &h, piov, pn, room);
 		if (n < 0) {
 			/* has_pending said yes; nothing came: return the buffer unused. */
 			(void)vring_dev_fill(&dq->q, ch.head, 0);
-			filled = true;
 			host_rx_park(d);
 			break;
 		}
 		rx_account(d, sib);
-		vsock_hdr_encode(&h, wire);
-		OPS_TAP(&d->tap, &h, piov, pn);
-		iov_write_at(iov, ch.in_num, 0, wire, VSOCK_HDR_SIZE);
-		(void)vring_dev_fill(&dq->q, ch.head, VSOCK_HDR_SIZE + (uint32_t)n);
-		filled = true;
+		rx_put(d, ch.head, iov, ch.in_num, &h, piov, pn);
 		pkts++;
 		bytes += (size_t)n;
 	}
@@ -844,7 +917,8 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d->tx_iov = calloc(DEV_TX_BATCH, sizeof(*d->tx_iov));
 	d->tx_refs = calloc(DEV_TX_BATCH, sizeof(*d->tx_refs));
 	d->tx_heads = calloc(DEV_TX_BATCH, sizeof(*d->tx_heads));
-	if (!d->scratch || !d->tx_iov || !d->tx_refs || !d->tx_heads) {
+	d->rx_gather_iov = calloc(DEV_RX_GATHER, sizeof(*d->rx_gather_iov));
+	if (!d->scratch || !d->tx_iov || !d->tx_refs || !d->tx_heads || !d->rx_gather_iov) {
 		r = -ENOMEM;
 		goto out_free;
 	}
@@ -946,6 +1020,7 @@ void vsock_dev_free(struct vsock_dev *d)
 	free(d->tx_iov);
 	free(d->tx_refs);
 	free(d->tx_heads);
+	free(d->rx_gather_iov);
 	free(d);
 }
 

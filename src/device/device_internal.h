@@ -32,6 +32,13 @@
  * its payload slice: chains of up to 64 segments are accepted, e.g. Linux 6.17 nonlinear skbs). */
 #define DEV_TX_BATCH 64u
 #define DEV_TX_IOV_MAX 128u
+/*
+ * Zero-copy host reads (host_rx_read): one readv fills up to DEV_RX_GATHER guest RX buffers
+ * (each one packet) with at most DEV_RX_GATHER_BYTES, so a guest posting small buffers (Linux:
+ * 4 KiB) costs one read per 64 KiB, not one per buffer.
+ */
+#define DEV_RX_GATHER 16u
+#define DEV_RX_GATHER_BYTES (64u * 1024)
 /* Largest packet payload with the pkt64k switch off (src/util/tune.h), as Linux before 6.x. */
 #define DEV_PKT_SMALL 4096u
 /* RX chain iovecs (Linux posts one or two elements per RX buffer). */
@@ -160,6 +167,15 @@ struct hconn {
 	bool rd_parked;               /* EPOLLIN off while queued: the RX ring has no buffers */
 };
 
+/* One guest RX buffer of a zero-copy host read: the chain, the room after its header. */
+struct host_rx_piece {
+	uint16_t head;
+	const struct iovec *iov;  /* the whole chain (header first), borrowed guest memory */
+	unsigned iovcnt;
+	size_t room;              /* payload bytes it takes (<= max_pkt) */
+	struct vsock_hdr h;       /* set by host_rx_read for the pieces it filled */
+};
+
 /* One of the two rings (0 rx, 1 tx). */
 struct dev_queue {
 	struct vsock_dev *dev;
@@ -217,6 +233,7 @@ struct vsock_dev {
 	bool tx_batch;                 /* off: one TX chain per batch, one interrupt each */
 	uint32_t max_pkt;              /* largest payload put in one RX buffer (pkt64k: 64 KiB) */
 	struct hconn *rd_head, *rd_tail; /* STREAM connections whose host bytes wait for RX */
+	struct iovec (*rx_gather_iov)[DEV_RX_IOV_MAX]; /* chains of a gathered host read (once) */
 
 	/* siblings: only their ports are touched (a linked device may be freed while we run) */
 	struct sib_port *port;          /* ours: our inbox and wakeups */
@@ -286,17 +303,19 @@ void host_mark_dirty(struct hconn *c);
 size_t host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
 		    size_t len);
 /*
- * Zero-copy host -> guest. host_rx_pending: some connection has host bytes (or EOF) for the
- * guest and the credit to send them (drops those that have not). host_rx_read: reads the first
- * one's bytes straight into an RX buffer's payload area (piov/pn, room bytes: at most the
- * guest's credit), coalescing everything its socket holds up to that, and fills *h; returns the
- * payload length, or -EAGAIN if nothing was read (EOF and errors leave their SHUTDOWN or RST in
- * the engine instead). host_rx_park: the RX ring cannot take more now: stop polling the
- * waiting connections for input (spinning on a readable socket) until host_rx_read serves them.
+ * Zero-copy host -> guest (device thread). host_rx_pending: the bytes the first connection of
+ * the read list has for the guest now (what its host socket holds, capped by the guest's
+ * credit; at least 1 if its engine packets must go first), 0 if none has any (those without
+ * credit or input leave the list; EOF leaves its SHUTDOWN in the engine). host_rx_read: reads
+ * that connection's bytes with one readv straight into the payload areas of the np buffers
+ * (each at most its room, all together at most the credit) and fills the header of each buffer
+ * it used, in order; returns how many it used (>= 1), or -EAGAIN if it read nothing (EOF and
+ * errors leave a SHUTDOWN or RST in the engine instead). host_rx_park: the RX ring cannot take
+ * more now: stop polling the waiting connections for input (a readable socket would make the
+ * loop spin) until host_rx_read serves them.
  */
-bool host_rx_pending(struct vsock_dev *d);
-ssize_t host_rx_read(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
-		     unsigned pn, size_t room);
+size_t host_rx_pending(struct vsock_dev *d);
+int host_rx_read(struct vsock_dev *d, struct host_rx_piece *p, unsigned np);
 void host_rx_park(struct vsock_dev *d);
 
 /* counters.c */

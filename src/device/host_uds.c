@@ -896,43 +896,74 @@ static void rd_eof(struct hconn *c, bool err)
 	hconn_update_events(c);
 }
 
-bool host_rx_pending(struct vsock_dev *d)
+size_t host_rx_pending(struct vsock_dev *d)
 {
 	struct hconn *c;
 
 	while ((c = d->rd_head)) {
-		ssize_t r = vsock_sock_tx_reserve(c->s, 1);
+		ssize_t r = vsock_sock_tx_reserve(c->s, SIZE_MAX);
+		int avail = 0;
 		char b;
 
-		if (r <= 0 && r != -EAGAIN) {
+		if (r == -EAGAIN)
+			return 1; /* a buffer for its engine packets first */
+		if (r <= 0) {
 			rd_cannot_send(c, r);
 			continue;
 		}
+		if (ioctl(c->fd, FIONREAD, &avail) == 0 && avail > 0)
+			return MIN((size_t)avail, (size_t)r);
 		/*
-		 * A popped RX buffer must never go unused (the guest counts an empty one as a drop),
-		 * and an EPOLLIN may be stale (another event of the same wakeup drained the socket),
-		 * so look first; EOF needs no buffer of its own, only the engine's SHUTDOWN.
+		 * Nothing queued: EOF, or a stale EPOLLIN (another event of the same wakeup drained
+		 * the socket). A popped RX buffer must never go unused (the guest counts an empty
+		 * one as a drop), so tell them apart first; EOF needs only the engine's SHUTDOWN.
 		 */
 		r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 		if (r > 0)
-			return true;
+			return 1;
 		if (r == 0 || (errno != EAGAIN && errno != EINTR))
 			rd_eof(c, r < 0);
 		else
 			rd_done(c);
 	}
-	return false;
+	return 0;
 }
 
-ssize_t host_rx_read(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
-		     unsigned pn, size_t room)
+/*
+ * Builds in v (max entries) the payload areas of p[0..np) for *r bytes in all, as many whole
+ * areas as fit (the first always does: a chain has at most DEV_RX_IOV_MAX entries); *r is set
+ * to the bytes described. Returns the entries used.
+ */
+static int rx_gather_iov(const struct host_rx_piece *p, unsigned np, size_t *r, struct iovec *v,
+			 size_t max)
 {
-	struct iovec v[DEV_RX_IOV_MAX];
+	size_t vn = 0, got = 0;
+
+	for (unsigned i = 0; i < np && got < *r; i++) {
+		size_t k = MIN(*r - got, p[i].room);
+		int n = iov_slice(p[i].iov, p[i].iovcnt, VSOCK_HDR_SIZE, k, v + vn, max - vn);
+
+		if (n < 0)
+			break;
+		vn += (size_t)n;
+		got += k;
+	}
+	*r = got;
+	return (int)vn;
+}
+
+int host_rx_read(struct vsock_dev *d, struct host_rx_piece *p, unsigned np)
+{
+	struct iovec v[2 * DEV_RX_IOV_MAX];
+	size_t room = 0;
 	struct hconn *c;
 
+	for (unsigned i = 0; i < np; i++)
+		room += p[i].room;
 	while ((c = d->rd_head)) {
 		ssize_t r = vsock_sock_tx_reserve(c->s, room), n;
-		int vn;
+		int vn, used = 0;
+		size_t want;
 
 		if (r == -EAGAIN)
 			return -EAGAIN; /* its engine packets (a RESPONSE...) go first */
@@ -940,29 +971,38 @@ ssize_t host_rx_read(struct vsock_dev *d, struct vsock_hdr *h, const struct iove
 			rd_cannot_send(c, r);
 			continue;
 		}
-		vn = iov_slice(piov, pn, 0, (size_t)r, v, ARRAY_SIZE(v));
-		n = vn < 0 ? -1 : readv(c->fd, v, vn);
-		if (n > 0) {
-			if (vsock_sock_tx_commit(c->s, (size_t)n, h) < 0) {
-				/* Cannot happen on the one thread that feeds the engine; the bytes
-				 * are gone, so is the connection. */
-				rd_done(c);
-				hconn_close(c);
-				continue;
-			}
-			DEV_STAT_ADD(d, zc_rx_bytes, (uint64_t)n);
-			/* Round robin; a read that filled the packet may have left more behind. */
-			rd_unlink(c);
-			if (n == r)
-				rd_queue(c);
+		want = (size_t)r;
+		vn = rx_gather_iov(p, np, &want, v, ARRAY_SIZE(v));
+		r = (ssize_t)want;
+		n = readv(c->fd, v, vn);
+		if (n <= 0) {
+			if (n == 0 || (errno != EAGAIN && errno != EINTR))
+				rd_eof(c, n < 0);
 			else
 				rd_done(c);
-			return n;
+			continue;
 		}
-		if (n == 0 || vn < 0 || (errno != EAGAIN && errno != EINTR))
-			rd_eof(c, n < 0);
+		DEV_STAT_ADD(d, zc_rx_bytes, (uint64_t)n);
+		/* One packet per buffer, in order; each carries our credit as of then. */
+		for (size_t left = (size_t)n; left > 0; used++) {
+			size_t k = MIN(left, p[used].room);
+
+			if (vsock_sock_tx_commit(c->s, k, &p[used].h) < 0) {
+				/* Cannot happen on the one thread that feeds the engine; the bytes are
+				 * gone, so is the connection. */
+				rd_done(c);
+				hconn_close(c);
+				return used ? used : -EAGAIN;
+			}
+			left -= k;
+		}
+		/* Round robin; a read that filled every buffer may have left more behind. */
+		rd_unlink(c);
+		if (n == r)
+			rd_queue(c);
 		else
 			rd_done(c);
+		return used;
 	}
 	return -EAGAIN;
 }

@@ -329,15 +329,16 @@ size_t vsock_sock_send_space(struct vsock_sock *s);
 /*
  * Zero-copy send for transports that forward bytes (device role: host Unix socket -> guest RX
  * buffer, read straight into the buffer's payload area). vsock_sock_tx_reserve() says how many
- * payload bytes one RW packet of s may carry now: at most max, the peer's credit and max_pkt.
- * It returns 0 when there is no credit (as send() would block), -EAGAIN when other packets of s
- * must go first (control packets, bytes queued by send(): pull them, then ask again), -EPIPE
- * (shut down for sending, or the peer shut down receiving), -ENOTCONN, -EOPNOTSUPP (SEQPACKET).
- * The caller then puts up to that many bytes into the packet and calls vsock_sock_tx_commit()
- * with the count n it put there: the engine accounts them (tx_cnt, counters, a pending credit
- * update is answered) and fills *h, the complete RW header carrying our current credit
- * (fwd_cnt, buf_alloc). Returns 0, or the errors of reserve (and -EINVAL for n beyond the credit)
- * if s changed in between; the caller then drops the bytes and must end the connection. Nothing
+ * payload bytes s may send now: at most max and the peer's credit. It returns 0 when there is
+ * no credit (as send() would block), -EAGAIN when other packets of s must go first (control
+ * packets, bytes queued by send(): pull them, then ask again), -EPIPE (shut down for sending,
+ * or the peer shut down receiving), -ENOTCONN, -EOPNOTSUPP (SEQPACKET). The caller then puts up
+ * to that many bytes into one or more RW packets of at most max_pkt bytes each and calls
+ * vsock_sock_tx_commit() for each, in order, with the count n it put there: the engine accounts
+ * them (tx_cnt, counters, a pending credit update is answered) and fills *h, the complete RW
+ * header carrying our current credit (fwd_cnt, buf_alloc). Returns 0, or the errors of reserve
+ * (and -EINVAL for n beyond the credit or max_pkt) if s changed in between; the caller then
+ * drops the bytes and must end the connection. Nothing
  * is queued inside the engine on this path; both calls take the socket lock, and reserve and
  * commit must come from the one thread that feeds the engine (nothing may change s in between).
  */

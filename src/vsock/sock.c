@@ -419,7 +419,7 @@ ssize_t vsock_sock_tx_reserve(struct vsock_sock *s, size_t max)
 	sock_lock(s);
 	r = tx_direct_check(s);
 	if (r == 0) {
-		r = (ssize_t)MIN(MIN(max, (size_t)s->e->cfg.max_pkt), (size_t)sock_send_space(s));
+		r = (ssize_t)MIN(max, (size_t)sock_send_space(s));
 		if (r == 0 && max)
 			STAT_INC(s->e, credit_stalls);
 	}

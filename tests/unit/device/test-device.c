@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -25,6 +26,8 @@
 #include "test.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/tune.h"
+#include "uvsock/device.h"
 #include "vhost_user/frontend.h"
 #include "vring/vring.h"
 #include "vring/vring_drv.h"
@@ -329,6 +332,22 @@ static void check_pattern(const uint8_t *buf, size_t len, size_t off)
 			test_fail(__FILE__, __LINE__, "byte %zu corrupted", off + i);
 }
 
+/* On solo_start_guest_conn's connection: "hello" guest -> host, then "world" host -> guest. */
+static void hello_world(struct tguest *g, int hfd)
+{
+	struct vsock_hdr h = mkhdr(g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 5), r;
+	char buf[256];
+
+	tg_send(g, &h, "hello");
+	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 5);
+	ASSERT_MEMEQ(buf, "hello", 5);
+	ASSERT_EQ(write(hfd, "world", 5), 5);
+	ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RW);
+	ASSERT_EQ(r.len, 5);
+	ASSERT_MEMEQ(buf, "world", 5);
+}
+
 /* ---- tests -------------------------------------------------------------------------------- */
 
 TEST(guest_connect_without_host_listener_gets_rst_at_once)
@@ -364,19 +383,7 @@ TEST(guest_to_host_stream_with_half_close)
 	int lfd, hfd;
 
 	hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
-
-	/* guest -> host */
-	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 5);
-	tg_send(&g, &h, "hello");
-	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 5);
-	ASSERT_MEMEQ(buf, "hello", 5);
-
-	/* host -> guest */
-	ASSERT_EQ(write(hfd, "world", 5), 5);
-	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
-	ASSERT_EQ(r.op, VSOCK_OP_RW);
-	ASSERT_EQ(r.len, 5);
-	ASSERT_MEMEQ(buf, "world", 5);
+	hello_world(&g, hfd);
 
 	/* guest SHUTDOWN(SEND): the host sees EOF but can still write. */
 	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_SHUTDOWN, 0);
@@ -1253,6 +1260,219 @@ TEST(sibling_flood_gets_one_rx_buffer_in_five_while_the_engine_has_data)
 	vsock_dev_get_stats(p.tb.d, &st);
 	ASSERT_EQ(st.sibling_dropped, 0);
 	sib_pair_stop(&p);
+}
+
+/* ---- zero-copy host path (docs/performance.md, "uvsockd's host path") --------------------- */
+
+/* The device's engine socket of its one connection (listing), in *ret. */
+static void conn_info_one(void *arg, const struct vsock_sock_info *info)
+{
+	if (info->state != VSOCK_SS_LISTEN)
+		*(struct vsock_sock_info *)arg = *info;
+}
+
+static struct vsock_sock_info conn_info(struct tdev *t)
+{
+	struct vsock_sock_info info = { 0 };
+
+	vsock_dev_foreach_sock(t->d, conn_info_one, &info);
+	return info;
+}
+
+/*
+ * Guest -> host with the host socket full: what it takes goes straight from the TX buffers, the
+ * rest is queued and flushed later in order, and fwd_cnt counts only what the host socket took.
+ */
+TEST(zerocopy_guest_to_host_with_the_host_socket_full)
+{
+	struct vsock_dev_stats st;
+	static uint8_t payload[4096], rb[65536];
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr h;
+	char path[160];
+	size_t total = 62 * sizeof(payload), got = 0;
+	struct vsock_sock_info info;
+	int lfd, hfd, inq;
+
+	hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
+	/* 248 KiB, within the credit, while the host reads nothing: more than its socket takes. */
+	for (size_t off = 0; off < total; off += sizeof(payload)) {
+		for (size_t i = 0; i < sizeof(payload); i++)
+			payload[i] = (uint8_t)((off + i) % 251);
+		h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, sizeof(payload));
+		tg_send(&g, &h, payload);
+	}
+	ASSERT_WAIT_FOR((info = conn_info(&t), info.fwd_cnt + info.rx_bytes == total), WAIT_MS);
+	vsock_dev_get_stats(t.d, &st);
+	ASSERT_GT(st.zc_tx_bytes, 0);
+	ASSERT_GE(info.fwd_cnt, st.zc_tx_bytes); /* in place, plus what a retry flushed */
+	ASSERT_GT(info.rx_bytes, 0);             /* the rest waits, unacknowledged */
+	ASSERT_LE(info.rx_bytes, info.buf_alloc);
+	/* fwd_cnt is exactly what the host socket holds: credit only for what it took. */
+	ASSERT_OK(ioctl(hfd, FIONREAD, &inq));
+	ASSERT_EQ((uint32_t)inq, info.fwd_cnt);
+	while (got < total) {
+		ssize_t n = read_wait(hfd, rb, sizeof(rb), WAIT_MS);
+
+		ASSERT_GT(n, 0);
+		check_pattern(rb, (size_t)n, got);
+		got += (size_t)n;
+	}
+	ASSERT_WAIT_FOR((info = conn_info(&t), info.fwd_cnt == total), WAIT_MS);
+	ASSERT_EQ(info.rx_bytes, 0);
+	/* Nothing queued any more: in place again. */
+	vsock_dev_get_stats(t.d, &st);
+	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 5);
+	tg_send(&g, &h, "again");
+	ASSERT_EQ(read_wait(hfd, rb, sizeof(rb), WAIT_MS), 5);
+	ASSERT_MEMEQ(rb, "again", 5);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(t.d, &st), st.zc_tx_bytes), WAIT_MS);
+	close(hfd);
+	close(lfd);
+	unlink(path);
+	solo_stop(&t, &g);
+}
+
+/* Waits until the device has put n more packets (from before) into RX buffers. */
+static void wait_rx_pkts(struct tdev *t, uint64_t n)
+{
+	struct vsock_dev_stats st;
+
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(t->d, &st), st.rx_pkts >= n), WAIT_MS);
+}
+
+/*
+ * Host -> guest while the guest posts no RX buffers: 100 small host writes wait in the host
+ * socket and become as few packets as the guest's buffers allow, read with one readv over
+ * several buffers, every buffer full but the last; every byte in order, all of it in place.
+ */
+TEST(zerocopy_host_to_guest_coalesces_small_writes)
+{
+	static uint8_t chunk[640], buf[RXBUF];
+	struct vsock_dev_stats st;
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr req, r;
+	size_t total = 100 * sizeof(chunk), got = 0, off = 0;
+	unsigned rw = 0;
+	int fd;
+
+	tdev_new(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect_nrx(&g, &t, 2);
+	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
+	/* Take the guest's two buffers with one byte each. */
+	vsock_dev_get_stats(t.d, &st);
+	for (int i = 0; i < 2; i++) {
+		chunk[0] = (uint8_t)(off % 251);
+		ASSERT_EQ(write(fd, chunk, 1), 1);
+		off++;
+		wait_rx_pkts(&t, st.rx_pkts + 1 + (uint64_t)i);
+	}
+	for (int w = 0; w < 100; w++) {
+		for (size_t i = 0; i < sizeof(chunk); i++)
+			chunk[i] = (uint8_t)((off + i) % 251);
+		ASSERT_EQ(write(fd, chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+		off += sizeof(chunk);
+	}
+	/* Buffers again, many at once: one gathered read fills them. */
+	for (int i = 2; i < NRX; i++)
+		tg_post_rx(&g, i);
+	tg_kick(&g, 0);
+	total += 2;
+	while (got < total) {
+		ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RW);
+		check_pattern(buf, r.len, got);
+		got += r.len;
+		if (++rw > 2 && got < total)
+			ASSERT_EQ(r.len, RXBUF - 44);
+	}
+	ASSERT_EQ(got, total);
+	/* 2 one-byte packets, then 64000 bytes in 16 buffers of 4052 (the last 3220). */
+	ASSERT_EQ(rw, 2 + (64000 + RXBUF - 45) / (RXBUF - 44));
+	vsock_dev_get_stats(t.d, &st);
+	ASSERT_EQ(st.zc_rx_bytes, total);
+	close(fd);
+	solo_stop(&t, &g);
+}
+
+/*
+ * A guest RX buffer shorter than the header while host bytes wait for it (first or among the
+ * gathered ones): that VM's device is broken, nothing crashes or spins, another VM is unaffected.
+ */
+TEST(zerocopy_short_rx_buffer_breaks_only_that_vm)
+{
+	struct vsock_dev_stats st;
+	struct tdev t, t2;
+	struct tguest g, g2;
+	struct vsock_hdr req, req2, r;
+	static uint8_t big[20000], buf[RXBUF];
+	int fd, fd2;
+
+	for (int gathered = 0; gathered < 2; gathered++) {
+		tdev_new(&t, NULL, 3);
+		tdev_run(&t);
+		tg_connect_nrx(&g, &t, 1);
+		host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
+		solo_start(&t2, &g2);
+		host_initiated(&t2, &g2, SOCK_STREAM, &fd2, &req2);
+		/* Take the one buffer, then let bytes wait in the host socket. */
+		vsock_dev_get_stats(t.d, &st);
+		ASSERT_EQ(write(fd, "x", 1), 1);
+		wait_rx_pkts(&t, st.rx_pkts + 1);
+		ASSERT_EQ(write(fd, big, sizeof(big)), (ssize_t)sizeof(big));
+		if (gathered) {
+			struct vring_drv_buf b = { .addr = g.rxg[5], .len = 20, .write = true };
+
+			tg_post_rx(&g, 4);
+			ASSERT_GE(vring_drv_add(g.rx, &b, 1, (void *)(uintptr_t)6), 0);
+		} else {
+			struct vring_drv_buf b = { .addr = g.rxg[4], .len = 43, .write = true };
+
+			ASSERT_GE(vring_drv_add(g.rx, &b, 1, (void *)(uintptr_t)5), 0);
+		}
+		tg_kick(&g, 0);
+		ASSERT_WAIT_FOR((vsock_dev_get_stats(t.d, &st), st.ring_errors == 1), WAIT_MS);
+		/* The other VM still moves data both ways. */
+		ASSERT_EQ(write(fd2, "ping", 4), 4);
+		ASSERT_OK(tg_recv(&g2, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RW);
+		ASSERT_MEMEQ(buf, "ping", 4);
+		/* The broken one is still alive: counters answer, the thread stops cleanly. */
+		vsock_dev_get_stats(t.d, &st);
+		ASSERT_EQ(st.ring_errors, 1);
+		close(fd);
+		close(fd2);
+		solo_stop(&t2, &g2);
+		solo_stop(&t, &g);
+	}
+}
+
+/* UVSOCK_TUNE=no-zerocopy,no-event-idx: the copying path still works; EVENT_IDX not offered. */
+TEST(no_zerocopy_switch_runs_the_copying_path)
+{
+	struct vsock_dev_stats st;
+	struct tdev t;
+	struct tguest g;
+	char path[160], err[128];
+	int lfd, hfd;
+
+	ASSERT_OK(tune_set("no-zerocopy,no-event-idx", err, sizeof(err)));
+	ASSERT_EQ(uvsock_dev_features() & (1ull << UVSOCK_DEV_F_EVENT_IDX), 0);
+	hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
+	ASSERT_EQ(vhu_front_features(g.f) & (1ull << UVSOCK_DEV_F_EVENT_IDX), 0);
+	for (int i = 0; i < 20; i++)
+		hello_world(&g, hfd);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(t.d, &st), st.rx_bytes == 100), WAIT_MS);
+	ASSERT_EQ(st.tx_bytes, 100);
+	ASSERT_EQ(st.zc_tx_bytes, 0);
+	ASSERT_EQ(st.zc_rx_bytes, 0);
+	close(hfd);
+	close(lfd);
+	unlink(path);
+	solo_stop(&t, &g);
 }
 
 TEST_MAIN()

@@ -168,9 +168,10 @@ TEST(reserve_commit_send_path)
 
 	connect_pair(w, VSOCK_TYPE_STREAM, 503, &l, &c, &a);
 	fill_pattern(pay, sizeof(pay), 5);
-	/* At most max, max_pkt and the credit. */
+	/* At most max and the credit; a commit at most max_pkt. */
 	ASSERT_EQ(vsock_sock_tx_reserve(a, 1000), 1000);
-	ASSERT_EQ(vsock_sock_tx_reserve(a, 1 << 20), 65536);
+	ASSERT_EQ(vsock_sock_tx_reserve(a, 1 << 20), 262144);
+	ASSERT_ERR(vsock_sock_tx_commit(a, 65537, &h), EINVAL);
 	ASSERT_OK(vsock_sock_tx_commit(a, 1000, &h));
 	ASSERT_EQ(h.op, VSOCK_OP_RW);
 	ASSERT_EQ(h.len, 1000u);
@@ -191,6 +192,7 @@ TEST(reserve_commit_send_path)
 		ssize_t n = vsock_sock_tx_reserve(a, sizeof(pay));
 
 		ASSERT_GT(n, 0);
+		ASSERT_LE(n, (ssize_t)sizeof(pay));
 		ASSERT_OK(vsock_sock_tx_commit(a, (size_t)n, &h));
 		iov = (struct iovec){pay, (size_t)n};
 		ASSERT_OK(vsock_engine_feed(w->g, &h, &iov, 1));
