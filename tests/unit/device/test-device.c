@@ -332,6 +332,47 @@ static void check_pattern(const uint8_t *buf, size_t len, size_t off)
 			test_fail(__FILE__, __LINE__, "byte %zu corrupted", off + i);
 }
 
+/*
+ * Allocation counting, for the per-packet allocation test: malloc, calloc and realloc called by
+ * alloc_thread while alloc_counting is set are counted. glibc only, and not under
+ * AddressSanitizer, which owns malloc (the test skips there).
+ */
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+#define ALLOC_COUNTING 1
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t m);
+extern void *__libc_realloc(void *p, size_t n);
+static atomic_bool alloc_counting;
+static pthread_t alloc_thread;
+static atomic_uint alloc_count;
+
+static void alloc_note(void)
+{
+	/* acquire: pairs with the release that set it, so alloc_thread is the one written. */
+	if (atomic_load_explicit(&alloc_counting, memory_order_acquire) &&
+	    pthread_equal(pthread_self(), alloc_thread))
+		atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+}
+
+void *malloc(size_t n)
+{
+	alloc_note();
+	return __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t m)
+{
+	alloc_note();
+	return __libc_calloc(n, m);
+}
+
+void *realloc(void *p, size_t n)
+{
+	alloc_note();
+	return __libc_realloc(p, n);
+}
+#endif
+
 /* On solo_start_guest_conn's connection: "hello" guest -> host, then "world" host -> guest. */
 static void hello_world(struct tguest *g, int hfd)
 {
@@ -1473,6 +1514,54 @@ TEST(no_zerocopy_switch_runs_the_copying_path)
 	close(lfd);
 	unlink(path);
 	solo_stop(&t, &g);
+}
+
+/*
+ * No allocation per packet on the device's data path, zero-copy or not: 1000 packets each way
+ * (and the credit updates they cause) cost the device thread no malloc at all once warm.
+ */
+TEST(no_allocation_per_packet_on_the_host_path)
+{
+#ifdef ALLOC_COUNTING
+	char path[160], err[128];
+	struct vsock_hdr h;
+	struct tdev t;
+	struct tguest g;
+	int lfd, hfd, fd2;
+
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1)
+			ASSERT_OK(tune_set("no-zerocopy", err, sizeof(err)));
+		hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
+		for (int i = 0; i < 50; i++)
+			hello_world(&g, hfd);
+		alloc_thread = t.th;
+		atomic_store_explicit(&alloc_count, 0, memory_order_relaxed);
+		/* release: publishes alloc_thread to alloc_note (acquire). */
+		atomic_store_explicit(&alloc_counting, true, memory_order_release);
+		for (int i = 0; i < 1000; i++)
+			hello_world(&g, hfd);
+		test_note("pass %d (%s): %u allocations by the device thread for 2000 packets",
+			  pass, pass ? "no-zerocopy" : "zerocopy",
+			  atomic_load_explicit(&alloc_count, memory_order_relaxed));
+		ASSERT_EQ(atomic_load_explicit(&alloc_count, memory_order_relaxed), 0);
+		/* The hook does count: a new connection allocates its state. */
+		h = mkhdr(&g, 2, 40002, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+		tg_send(&g, &h, NULL);
+		fd2 = accept_wait(lfd, WAIT_MS);
+		ASSERT_GE(fd2, 0);
+		ASSERT_WAIT_FOR(atomic_load_explicit(&alloc_count, memory_order_relaxed) > 0,
+				WAIT_MS);
+		atomic_store_explicit(&alloc_counting, false, memory_order_relaxed);
+		close(fd2);
+		close(hfd);
+		close(lfd);
+		unlink(path);
+		solo_stop(&t, &g);
+	}
+#else
+	test_skip("malloc cannot be counted here (not glibc, or under AddressSanitizer)");
+#endif
 }
 
 TEST_MAIN()
