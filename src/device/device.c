@@ -161,7 +161,7 @@ static unsigned rx_host_fill(struct vsock_dev *d, struct host_rx_piece *p, size_
 	struct dev_queue *dq = &d->rxq;
 	struct iovec in_none[1], piov[DEV_RX_IOV_MAX];
 	size_t got = p[0].room;
-	unsigned np = 1;
+	unsigned np = 1, filled = 0;
 	int used;
 
 	want = MIN(want, (size_t)DEV_RX_GATHER_BYTES);
@@ -169,7 +169,7 @@ static unsigned rx_host_fill(struct vsock_dev *d, struct host_rx_piece *p, size_
 		struct iovec *iov = d->rx_gather_iov[np];
 		struct vring_chain ch;
 
-		/* Anything but a good chain ends the gathering; rx_fill's next pop deals with it. */
+		/* Anything but a good chain ends the gathering; rx_fill's next pop handles it. */
 		if (vring_dev_empty(&dq->q) ||
 		    vring_dev_pop(&dq->q, in_none, 0, iov, DEV_RX_IOV_MAX, &ch) < 0)
 			break;
@@ -191,26 +191,30 @@ static unsigned rx_host_fill(struct vsock_dev *d, struct host_rx_piece *p, size_
 		used = 0;
 	*bytes = 0;
 	for (unsigned i = 0; i < np; i++) {
+		bool read = i < (unsigned)used;
 		struct vsock_hdr h;
 		ssize_t n;
 		int pn = iov_slice(p[i].iov, p[i].iovcnt, VSOCK_HDR_SIZE,
-				   i < (unsigned)used ? p[i].h.len : p[i].room, piov, DEV_RX_IOV_MAX);
+				   read ? p[i].h.len : p[i].room, piov, DEV_RX_IOV_MAX);
 
-		if (i < (unsigned)used) {
+		if (read) {
 			rx_put(d, p[i].head, p[i].iov, p[i].iovcnt, &p[i].h, piov, pn);
 			*bytes += p[i].h.len;
+			filled++;
 			continue;
 		}
-		n = pn < 0 || !d->eng ? -EAGAIN : vsock_engine_pull(d->eng, &h, piov, pn, p[i].room);
+		n = -EAGAIN;
+		if (pn >= 0 && d->eng)
+			n = vsock_engine_pull(d->eng, &h, piov, pn, p[i].room);
 		if (n < 0) {
 			(void)vring_dev_fill(&dq->q, p[i].head, 0);
 			continue;
 		}
 		rx_put(d, p[i].head, p[i].iov, p[i].iovcnt, &h, piov, pn);
 		*bytes += (size_t)n;
-		used++;
+		filled++;
 	}
-	return (unsigned)used;
+	return filled;
 }
 
 static void rx_fill(struct vsock_dev *d)

@@ -988,8 +988,8 @@ int host_rx_read(struct vsock_dev *d, struct host_rx_piece *p, unsigned np)
 			size_t k = MIN(left, p[used].room);
 
 			if (vsock_sock_tx_commit(c->s, k, &p[used].h) < 0) {
-				/* Cannot happen on the one thread that feeds the engine; the bytes are
-				 * gone, so is the connection. */
+				/* Cannot happen on the one thread that feeds the engine; the
+				 * bytes are gone, so is the connection. */
 				rd_done(c);
 				hconn_close(c);
 				return used ? used : -EAGAIN;

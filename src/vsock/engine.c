@@ -735,7 +735,8 @@ static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsoc
 		return 0;
 	if (took) {
 		/* What the consumer refused queues; the slice fits: iovcnt is within the array. */
-		iovcnt = iov_slice(iov, iov_count(iovcnt), took, len - took, rest, ARRAY_SIZE(rest));
+		iovcnt = iov_slice(iov, iov_count(iovcnt), took, len - took, rest,
+				   ARRAY_SIZE(rest));
 		if (iovcnt < 0) {
 			sock_abort(cx, s, EPROTO);
 			return -EPROTO;
