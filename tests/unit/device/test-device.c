@@ -1564,4 +1564,55 @@ TEST(no_allocation_per_packet_on_the_host_path)
 #endif
 }
 
+/*
+ * Every switch of the device and the engine off (and zerocopy on or off): bytes still flow both
+ * ways, in order, packets within 4 KiB (no-pkt64k) also when host bytes are read in place.
+ */
+TEST(device_and_engine_switches_off_still_move_data)
+{
+	static uint8_t payload[3000], rb[RXBUF];
+	struct vsock_dev_stats st;
+	char path[160], err[128];
+	struct vsock_hdr h, r;
+	struct tdev t;
+	struct tguest g;
+	int lfd, hfd;
+
+	for (int pass = 0; pass < 2; pass++) {
+		size_t got = 0, total = 20 * sizeof(payload);
+
+		ASSERT_OK(tune_set(pass ? "no-zerocopy" : "zerocopy,no-tx-batch,no-event-idx,"
+			  "no-credit-reduce,no-merge,no-pkt64k,no-rx-batch", err, sizeof(err)));
+		hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
+		for (int i = 0; i < 5; i++)
+			hello_world(&g, hfd);
+		for (size_t off = 0; off < total; off += sizeof(payload)) {
+			for (size_t i = 0; i < sizeof(payload); i++)
+				payload[i] = (uint8_t)((off + i) % 251);
+			h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW,
+				  sizeof(payload));
+			tg_send(&g, &h, payload);
+			ASSERT_EQ(write(hfd, payload, sizeof(payload)), (ssize_t)sizeof(payload));
+		}
+		while (got < total) {
+			ssize_t n = read_wait(hfd, rb, sizeof(rb), WAIT_MS);
+
+			ASSERT_GT(n, 0);
+			check_pattern(rb, (size_t)n, got);
+			got += (size_t)n;
+		}
+		for (got = 0; got < total; got += r.len) {
+			ASSERT_OK(tg_recv(&g, &r, rb, sizeof(rb), WAIT_MS, true));
+			ASSERT_EQ(r.op, VSOCK_OP_RW);
+			check_pattern(rb, r.len, got);
+		}
+		vsock_dev_get_stats(t.d, &st);
+		ASSERT_EQ(st.zc_rx_bytes == 0, pass == 1);
+		close(hfd);
+		close(lfd);
+		unlink(path);
+		solo_stop(&t, &g);
+	}
+}
+
 TEST_MAIN()
