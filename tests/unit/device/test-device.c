@@ -1441,7 +1441,8 @@ TEST(zerocopy_host_to_guest_coalesces_small_writes)
 
 /*
  * A guest RX buffer shorter than the header while host bytes wait for it (first or among the
- * gathered ones): that VM's device is broken, nothing crashes or spins, another VM is unaffected.
+ * gathered ones), or one outside guest memory among the gathered ones: that VM's device is
+ * broken, nothing crashes or spins, another VM is unaffected.
  */
 TEST(zerocopy_short_rx_buffer_breaks_only_that_vm)
 {
@@ -1452,7 +1453,7 @@ TEST(zerocopy_short_rx_buffer_breaks_only_that_vm)
 	static uint8_t big[20000], buf[RXBUF];
 	int fd, fd2;
 
-	for (int gathered = 0; gathered < 2; gathered++) {
+	for (int gathered = 0; gathered < 3; gathered++) {
 		tdev_new(&t, NULL, 3);
 		tdev_run(&t);
 		tg_connect_nrx(&g, &t, 1);
@@ -1465,7 +1466,9 @@ TEST(zerocopy_short_rx_buffer_breaks_only_that_vm)
 		wait_rx_pkts(&t, st.rx_pkts + 1);
 		ASSERT_EQ(write(fd, big, sizeof(big)), (ssize_t)sizeof(big));
 		if (gathered) {
-			struct vring_drv_buf b = { .addr = g.rxg[5], .len = 20, .write = true };
+			struct vring_drv_buf b = { .addr = gathered == 1 ? g.rxg[5] : 1ull << 40,
+						   .len = gathered == 1 ? 20 : RXBUF,
+						   .write = true };
 
 			tg_post_rx(&g, 4);
 			ASSERT_GE(vring_drv_add(g.rx, &b, 1, (void *)(uintptr_t)6), 0);
