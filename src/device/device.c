@@ -136,6 +136,87 @@ static void rx_account(struct vsock_dev *d, bool sib)
 		d->rx_eng_run++;
 }
 
+/* Puts packet h (payload already in place) into RX chain head/iov and counts it. */
+static void rx_put(struct vsock_dev *d, uint16_t head, const struct iovec *iov, unsigned n,
+		   const struct vsock_hdr *h, const struct iovec *piov, int pn)
+{
+	uint8_t wire[VSOCK_HDR_SIZE];
+
+	vsock_hdr_encode(h, wire);
+	OPS_TAP(&d->tap, h, piov, pn);
+	iov_write_at(iov, n, 0, wire, VSOCK_HDR_SIZE);
+	(void)vring_dev_fill(&d->rxq.q, head, VSOCK_HDR_SIZE + h->len);
+}
+
+/*
+ * Zero-copy host -> guest: host bytes (want of them, host_rx_pending) read with one readv into
+ * the payload areas of the popped chain p[0] and of as many more RX buffers as they need, up to
+ * DEV_RX_GATHER_BYTES; each buffer is one packet. A buffer the read did not use gets what
+ * reading left in the engine (a SHUTDOWN at host EOF, an RST), else goes back empty.
+ * Returns the buffers filled; *bytes gets their payload.
+ */
+static unsigned rx_host_fill(struct vsock_dev *d, struct host_rx_piece *p, size_t want,
+			     unsigned budget, size_t *bytes)
+{
+	struct dev_queue *dq = &d->rxq;
+	struct iovec in_none[1], piov[DEV_RX_IOV_MAX];
+	size_t got = p[0].room;
+	unsigned np = 1, filled = 0;
+	int used;
+
+	want = MIN(want, (size_t)DEV_RX_GATHER_BYTES);
+	while (got < want && np < MIN(budget, DEV_RX_GATHER)) {
+		struct iovec *iov = d->rx_gather_iov[np];
+		struct vring_chain ch;
+
+		/* Anything but a good chain ends the gathering; rx_fill's next pop handles it. */
+		if (vring_dev_empty(&dq->q) ||
+		    vring_dev_pop(&dq->q, in_none, 0, iov, DEV_RX_IOV_MAX, &ch) < 0)
+			break;
+		if (ch.in_len < VSOCK_HDR_SIZE) {
+			(void)vring_dev_fill(&dq->q, ch.head, 0);
+			mark_broken(d, dq, "rx buffer shorter than the 44-byte header");
+			break;
+		}
+		p[np] = (struct host_rx_piece){
+			.head = ch.head,
+			.iov = iov,
+			.iovcnt = ch.in_num,
+			.room = MIN(ch.in_len - VSOCK_HDR_SIZE, (uint64_t)d->max_pkt),
+		};
+		got += p[np++].room;
+	}
+	used = host_rx_read(d, p, np);
+	if (used < 0)
+		used = 0;
+	*bytes = 0;
+	for (unsigned i = 0; i < np; i++) {
+		bool read = i < (unsigned)used;
+		struct vsock_hdr h;
+		ssize_t n;
+		int pn = iov_slice(p[i].iov, p[i].iovcnt, VSOCK_HDR_SIZE,
+				   read ? p[i].h.len : p[i].room, piov, DEV_RX_IOV_MAX);
+
+		if (read) {
+			rx_put(d, p[i].head, p[i].iov, p[i].iovcnt, &p[i].h, piov, pn);
+			*bytes += p[i].h.len;
+			filled++;
+			continue;
+		}
+		n = -EAGAIN;
+		if (pn >= 0 && d->eng)
+			n = vsock_engine_pull(d->eng, &h, piov, pn, p[i].room);
+		if (n < 0) {
+			(void)vring_dev_fill(&dq->q, p[i].head, 0);
+			continue;
+		}
+		rx_put(d, p[i].head, p[i].iov, p[i].iovcnt, &h, piov, pn);
+		*bytes += (size_t)n;
+		filled++;
+	}
+	return filled;
+}
+
 static void rx_fill(struct vsock_dev *d)
 {
 	struct dev_queue *dq = &d->rxq;
@@ -148,21 +229,23 @@ static void rx_fill(struct vsock_dev *d)
 	if (!dq->running || dev_broken(d) || !mem_intact(d, dq)) {
 		if (!dq->running)
 			dev_sib_drop_all(d);
+		host_rx_park(d);
 		return;
 	}
 	vring_dev_disable_notify(&dq->q);
 	for (;;) {
 		bool have_eng = d->eng && vsock_engine_has_pending(d->eng);
+		size_t want = !have_eng && d->rd_head ? host_rx_pending(d) : 0;
 		bool have_sib = dev_sib_pending(d);
+		struct host_rx_piece hp[DEV_RX_GATHER];
 		struct vring_chain ch;
 		struct vsock_hdr h;
-		uint8_t wire[VSOCK_HDR_SIZE];
 		size_t room;
 		ssize_t n;
 		int r, pn;
 		bool sib;
 
-		if (!have_eng && !have_sib)
+		if (!have_eng && !want && !have_sib)
 			break;
 		if (pkts >= DEV_PASS_PKTS || bytes >= DEV_PASS_BYTES) {
 			d->rx_more = true;
@@ -175,6 +258,7 @@ static void rx_fill(struct vsock_dev *d)
 				vring_dev_disable_notify(&dq->q);
 				continue;
 			}
+			host_rx_park(d);
 			break;
 		}
 		if (r == -ENOBUFS) {
@@ -195,7 +279,7 @@ static void rx_fill(struct vsock_dev *d)
 			mark_broken(d, dq, "rx buffer shorter than the 44-byte header");
 			break;
 		}
-		room = MIN(ch.in_len - VSOCK_HDR_SIZE, (uint64_t)VSOCK_MAX_PKT_PAYLOAD);
+		room = MIN(ch.in_len - VSOCK_HDR_SIZE, (uint64_t)d->max_pkt);
 		pn = iov_slice(iov, ch.in_num, VSOCK_HDR_SIZE, room, piov, DEV_RX_IOV_MAX);
 		if (pn < 0) {
 			(void)vring_dev_fill(&dq->q, ch.head, 0);
@@ -203,7 +287,27 @@ static void rx_fill(struct vsock_dev *d)
 			mark_broken(d, dq, "rx buffer layout");
 			break;
 		}
-		sib = rx_sib_next(d, have_eng, have_sib);
+		sib = rx_sib_next(d, have_eng || want, have_sib);
+		filled = true;
+		if (!sib && !have_eng) {
+			size_t got;
+			unsigned k;
+
+			hp[0] = (struct host_rx_piece){ .head = ch.head, .iov = iov,
+							.iovcnt = ch.in_num, .room = room };
+			k = rx_host_fill(d, hp, want, DEV_PASS_PKTS - pkts, &got);
+			for (unsigned i = 0; i < k; i++)
+				rx_account(d, false);
+			pkts += k;
+			bytes += got;
+			if (k == 0) {
+				host_rx_park(d);
+				break;
+			}
+			if (dev_broken(d))
+				break; /* a bad buffer among the gathered ones */
+			continue;
+		}
 		if (sib)
 			n = dev_sib_pull(d, &h, piov, (unsigned)pn, room);
 		else
@@ -211,15 +315,11 @@ static void rx_fill(struct vsock_dev *d)
 		if (n < 0) {
 			/* has_pending said yes; nothing came: return the buffer unused. */
 			(void)vring_dev_fill(&dq->q, ch.head, 0);
-			filled = true;
+			host_rx_park(d);
 			break;
 		}
 		rx_account(d, sib);
-		vsock_hdr_encode(&h, wire);
-		OPS_TAP(&d->tap, &h, piov, pn);
-		iov_write_at(iov, ch.in_num, 0, wire, VSOCK_HDR_SIZE);
-		(void)vring_dev_fill(&dq->q, ch.head, VSOCK_HDR_SIZE + (uint32_t)n);
-		filled = true;
+		rx_put(d, ch.head, iov, ch.in_num, &h, piov, pn);
 		pkts++;
 		bytes += (size_t)n;
 	}
@@ -321,7 +421,7 @@ void dev_tx_drain(struct vsock_dev *d)
 			d->tx_throttled = true;
 			break;
 		}
-		while (nh < DEV_TX_BATCH) {
+		while (nh < (d->tx_batch ? DEV_TX_BATCH : 1u)) {
 			struct vring_chain ch;
 			int r;
 
@@ -415,7 +515,24 @@ static void eng_sock_event(void *opaque, struct vsock_sock *s, void *user, unsig
 	host_mark_dirty(user);
 }
 
+static size_t eng_deliver(void *opaque, struct vsock_sock *s, void *user, const struct iovec *iov,
+			  int iovcnt, size_t len)
+{
+	(void)s;
+	if (user == &listener_mark)
+		return 0;
+	return host_deliver(opaque, user, iov, iovcnt, len);
+}
+
 static const struct vsock_engine_ops eng_ops = {
+	.now = eng_now,
+	.tx_ready = eng_tx_ready,
+	.sock_event = eng_sock_event,
+	.deliver = eng_deliver,
+};
+
+/* The zerocopy switch off: every guest payload is queued in the engine (the copying path). */
+static const struct vsock_engine_ops eng_ops_copy = {
 	.now = eng_now,
 	.tx_ready = eng_tx_ready,
 	.sock_event = eng_sock_event,
@@ -432,13 +549,13 @@ static int engine_create(struct vsock_dev *d, unsigned tx_num)
 	cfg.buf_size = d->buf_alloc;
 	if (cfg.buf_max < d->buf_alloc)
 		cfg.buf_max = d->buf_alloc;
-	cfg.max_pkt = VSOCK_MAX_PKT_PAYLOAD;
+	cfg.max_pkt = d->max_pkt;
 	cfg.max_socks = d->max_conns + 8;
 	cfg.reply_limit = tx_num;
 	cfg.port_lo = DEV_HOST_PORT_LO;
 	cfg.port_hi = DEV_HOST_PORT_HI;
 	cfg.seqpacket = !!(d->features & (1ull << VIRTIO_VSOCK_F_SEQPACKET));
-	cfg.ops = &eng_ops;
+	cfg.ops = d->zerocopy ? &eng_ops : &eng_ops_copy;
 	cfg.opaque = d;
 	r = vsock_engine_new(&cfg, &e);
 	if (r < 0)
@@ -791,6 +908,9 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d->queue_size_max = cfg->queue_size_max ? cfg->queue_size_max : 1024;
 	d->max_conns = cfg->max_conns ? cfg->max_conns : 1024;
 	d->router = router;
+	d->zerocopy = tune_get()->zerocopy;
+	d->tx_batch = tune_get()->tx_batch;
+	d->max_pkt = tune_get()->pkt64k ? VSOCK_MAX_PKT_PAYLOAD : DEV_PKT_SMALL;
 	pthread_mutex_init(&d->eng_lock, NULL);
 	pthread_mutex_init(&d->call_lock, NULL);
 	pthread_cond_init(&d->call_cond, NULL);
@@ -801,7 +921,8 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d->tx_iov = calloc(DEV_TX_BATCH, sizeof(*d->tx_iov));
 	d->tx_refs = calloc(DEV_TX_BATCH, sizeof(*d->tx_refs));
 	d->tx_heads = calloc(DEV_TX_BATCH, sizeof(*d->tx_heads));
-	if (!d->scratch || !d->tx_iov || !d->tx_refs || !d->tx_heads) {
+	d->rx_gather_iov = calloc(DEV_RX_GATHER, sizeof(*d->rx_gather_iov));
+	if (!d->scratch || !d->tx_iov || !d->tx_refs || !d->tx_heads || !d->rx_gather_iov) {
 		r = -ENOMEM;
 		goto out_free;
 	}
@@ -904,6 +1025,7 @@ void vsock_dev_free(struct vsock_dev *d)
 	free(d->tx_iov);
 	free(d->tx_refs);
 	free(d->tx_heads);
+	free(d->rx_gather_iov);
 	free(d);
 }
 

@@ -98,6 +98,8 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(tx_bytes)              /* their payload bytes */                                         \
 	X(rx_pkts)               /* packets put in guest RX buffers */                             \
 	X(rx_bytes)              /* their payload bytes */                                         \
+	X(zc_tx_bytes)           /* guest bytes sent to host sockets straight from TX buffers */   \
+	X(zc_rx_bytes)           /* host bytes read straight into guest RX buffers */              \
 	X(tx_bad_chain)          /* TX chain dropped: short, writable, len mismatch, big */        \
 	X(tx_bad_src_cid)        /* TX packet whose src_cid is not the VM's CID */                 \
 	X(tx_bad_dst_cid)        /* TX packet to a CID that is neither 2 nor a sibling */          \

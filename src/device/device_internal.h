@@ -32,6 +32,15 @@
  * its payload slice: chains of up to 64 segments are accepted, e.g. Linux 6.17 nonlinear skbs). */
 #define DEV_TX_BATCH 64u
 #define DEV_TX_IOV_MAX 128u
+/*
+ * Zero-copy host reads (host_rx_read): one readv fills up to DEV_RX_GATHER guest RX buffers
+ * (each one packet) with at most DEV_RX_GATHER_BYTES, so a guest posting small buffers (Linux:
+ * 4 KiB) costs one read per 64 KiB, not one per buffer.
+ */
+#define DEV_RX_GATHER 16u
+#define DEV_RX_GATHER_BYTES (64u * 1024)
+/* Largest packet payload with the pkt64k switch off (src/util/tune.h), as Linux before 6.x. */
+#define DEV_PKT_SMALL 4096u
 /* RX chain iovecs (Linux posts one or two elements per RX buffer). */
 #define DEV_RX_IOV_MAX 64u
 /*
@@ -152,6 +161,20 @@ struct hconn {
 	bool host_wr_blocked;         /* the host socket would block: EPOLLOUT wanted */
 	bool guest_blocked;           /* no guest credit: EPOLLIN off until POLLOUT */
 	bool host_hup;                /* epoll said EPOLLHUP/EPOLLERR: the host hung up */
+	/* zero-copy host -> guest (host_rx_read): on dev->rd_head's list while the host socket
+	 * has bytes (or EOF) for the guest's RX buffers */
+	struct hconn *rd_next;
+	bool rd_queued;
+	bool rd_parked;               /* EPOLLIN off while queued: the RX ring has no buffers */
+};
+
+/* One guest RX buffer of a zero-copy host read: the chain, the room after its header. */
+struct host_rx_piece {
+	uint16_t head;
+	const struct iovec *iov;  /* the whole chain (header first), borrowed guest memory */
+	unsigned iovcnt;
+	size_t room;              /* payload bytes it takes (<= max_pkt) */
+	struct vsock_hdr h;       /* set by host_rx_read for the pieces it filled */
 };
 
 /* One of the two rings (0 rx, 1 tx). */
@@ -203,8 +226,15 @@ struct vsock_dev {
 	struct hconn *conns;
 	struct hconn *dirty;
 	unsigned n_conns;
-	uint8_t *scratch;              /* bounce buffer: host reads, seqpacket messages */
+	uint8_t *scratch;              /* bounce buffer: seqpacket messages, and host reads with
+					* the zerocopy switch off */
 	size_t scratch_len;
+	/* the data-path switches of src/util/tune.h, read at creation (constant) */
+	bool zerocopy;                 /* STREAM host I/O straight from/into guest buffers */
+	bool tx_batch;                 /* off: one TX chain per batch, one interrupt each */
+	uint32_t max_pkt;              /* largest payload put in one RX buffer (pkt64k: 64 KiB) */
+	struct hconn *rd_head, *rd_tail; /* STREAM connections whose host bytes wait for RX */
+	struct iovec (*rx_gather_iov)[DEV_RX_IOV_MAX]; /* chains of a gathered host read (once) */
 
 	/* siblings: only their ports are touched (a linked device may be freed while we run) */
 	struct sib_port *port;          /* ours: our inbox and wakeups */
@@ -265,6 +295,29 @@ void host_accept_guest_conns(struct vsock_dev *d);
 /* Services every connection whose engine socket changed state. */
 void host_service_dirty(struct vsock_dev *d);
 void host_mark_dirty(struct hconn *c);
+/*
+ * Zero-copy guest -> host (the engine's ops->deliver, engine.h): writes what the host socket of
+ * the connection `user` takes of the guest's payload, straight from its TX buffer. Returns the
+ * bytes taken; 0 when the connection cannot take bytes now (not open yet, blocked, shut down).
+ * Called by the engine with that socket's lock held: touches only the connection.
+ */
+size_t host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
+		    size_t len);
+/*
+ * Zero-copy host -> guest (device thread). host_rx_pending: the bytes the first connection of
+ * the read list has for the guest now (what its host socket holds, capped by the guest's
+ * credit; at least 1 if its engine packets must go first), 0 if none has any (those without
+ * credit or input leave the list; EOF leaves its SHUTDOWN in the engine). host_rx_read: reads
+ * that connection's bytes with one readv straight into the payload areas of the np buffers
+ * (each at most its room, all together at most the credit) and fills the header of each buffer
+ * it used, in order; returns how many it used (>= 1), or -EAGAIN if it read nothing (EOF and
+ * errors leave a SHUTDOWN or RST in the engine instead). host_rx_park: the RX ring cannot take
+ * more now: stop polling the waiting connections for input (a readable socket would make the
+ * loop spin) until host_rx_read serves them.
+ */
+size_t host_rx_pending(struct vsock_dev *d);
+int host_rx_read(struct vsock_dev *d, struct host_rx_piece *p, unsigned np);
+void host_rx_park(struct vsock_dev *d);
 
 /* counters.c */
 /*

@@ -28,6 +28,7 @@
 #include "util/abisize.h"
 #include "util/fdcheck.h"
 #include "util/log.h"
+#include "util/tune.h"
 #include "vhost_user/backend.h"
 #include "vring/guest_mem.h"
 #include "vsock/hdr.h"
@@ -152,6 +153,9 @@ unsigned dev_api_router_refs(void)
 
 uint64_t uvsock_dev_features(void)
 {
+	/* The event-idx switch off (src/util/tune.h): not offered, for before/after figures. */
+	if (!tune_get()->event_idx)
+		return API_FEATURES & ~(1ull << UVSOCK_DEV_F_EVENT_IDX);
 	return API_FEATURES;
 }
 

@@ -13,10 +13,16 @@
  *     opened at start, never through a symlink: uds_connect_at) and confirm (RESPONSE) once it
  *     is connected, or reject (RST) at once if nobody listens.
  *
- * Data: guest bytes wait in the engine socket (bounded by the buf_alloc we advertised) until the
- * host socket takes them: vsock_sock_rx_peek_iov + sendmsg + vsock_sock_rx_consume, so fwd_cnt
- * (the guest's credit) moves only when the host program has the bytes. Host bytes are read only
- * up to the guest's credit; with no credit the Unix socket is not polled for reading.
+ * Data, STREAM (docs/performance.md, "uvsockd's host path"): guest bytes go to the host socket
+ * straight from the guest's TX buffer (host_deliver, the engine's ops->deliver); only what the
+ * socket refuses waits in the engine socket (bounded by the buf_alloc we advertised) until it
+ * takes it: vsock_sock_rx_peek_iov + sendmsg + vsock_sock_rx_consume. Either way fwd_cnt (the
+ * guest's credit) moves only when the host program has the bytes. A readable host socket joins
+ * the device's read list; the RX path (host_rx_read) reads it straight into the payload area of
+ * a guest RX buffer, at most the guest's credit, everything the socket holds up to that in one
+ * packet. With no credit the Unix socket is not polled for reading, nor while its bytes wait for
+ * RX buffers. SEQPACKET, and STREAM with the zerocopy switch off (src/util/tune.h), go through
+ * the engine's queues and the scratch buffer instead.
  * Half-close: guest SHUTDOWN(SEND) -> shutdown(SHUT_WR) once everything is flushed; host EOF ->
  * SHUTDOWN(SEND). The engine never answers an RST with an RST.
  *
@@ -33,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -41,6 +48,7 @@
 #include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/iov.h"
 #include "util/time.h"
 #include "util/uds.h"
 
@@ -52,6 +60,26 @@
 
 static void hconn_update_events(struct hconn *c);
 static void start_guest_connect(struct hconn *c, uint32_t port);
+static void rd_queue(struct hconn *c);
+
+/* Takes c off the device's read list (host_rx_read), wherever it is; usually the head. */
+static void rd_unlink(struct hconn *c)
+{
+	struct vsock_dev *d = c->dev;
+	struct hconn **pp = &d->rd_head, *prev = NULL;
+
+	if (!c->rd_queued)
+		return;
+	while (*pp != c) {
+		prev = *pp;
+		pp = &prev->rd_next;
+	}
+	*pp = c->rd_next;
+	if (d->rd_tail == c)
+		d->rd_tail = prev;
+	c->rd_queued = false;
+	c->rd_next = NULL;
+}
 
 void host_mark_dirty(struct hconn *c)
 {
@@ -79,6 +107,7 @@ static void hconn_free(struct hconn *c, bool close_sock)
 				break;
 			}
 	}
+	rd_unlink(c);
 	if (c->s) {
 		vsock_sock_set_user(c->s, NULL);
 		if (close_sock)
@@ -148,6 +177,7 @@ void host_close_all(struct vsock_dev *d)
 	while (d->conns)
 		hconn_free(d->conns, false);
 	d->dirty = NULL;
+	d->rd_head = d->rd_tail = NULL;
 }
 
 /* Ends the connection: the engine socket is closed (SHUTDOWN, then RST after the linger). */
@@ -625,7 +655,7 @@ static void hconn_update_events(struct hconn *c)
 
 	if (c->state != HC_OPEN)
 		return;
-	if (!c->host_rd_eof && !c->guest_blocked)
+	if (!c->host_rd_eof && !c->guest_blocked && !c->rd_parked)
 		ev |= EPOLLIN;
 	if (c->host_wr_blocked)
 		ev |= EPOLLOUT;
@@ -724,6 +754,12 @@ static int read_from_host(struct hconn *c)
 	struct vsock_dev *d = c->dev;
 	size_t moved = 0;
 
+	if (d->zerocopy && !c->seqpacket) {
+		/* Read by the RX path straight into a guest buffer (host_rx_read). */
+		if (!c->host_rd_eof)
+			rd_queue(c);
+		return 0;
+	}
 	while (!c->host_rd_eof && moved < HOST_READ_BUDGET) {
 		struct iovec iov;
 		ssize_t n, s;
@@ -783,6 +819,214 @@ static int read_from_host(struct hconn *c)
 	if (moved >= HOST_READ_BUDGET)
 		host_mark_dirty(c);
 	return 0;
+}
+
+/* ---- zero-copy data ------------------------------------------------------------------------ */
+
+size_t host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
+		    size_t len)
+{
+	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+	struct hconn *c = user;
+	ssize_t w;
+
+	/* Before HC_OPEN the host program has not had its "OK" line yet: the bytes wait. */
+	if (!c || c->state != HC_OPEN || c->seqpacket || c->host_wr_shut || c->host_wr_blocked)
+		return 0;
+	w = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (w < 0 || (size_t)w < len) {
+		/* The rest is queued; flush_to_host retries it, waits for EPOLLOUT, or ends the
+		 * connection on an error. */
+		c->host_wr_blocked = true;
+		host_mark_dirty(c);
+		if (w < 0)
+			return 0;
+	}
+	DEV_STAT_ADD(d, zc_tx_bytes, (uint64_t)w);
+	return (size_t)w;
+}
+
+/* Puts c at the tail of the read list if it is not on it. */
+static void rd_queue(struct hconn *c)
+{
+	struct vsock_dev *d = c->dev;
+
+	if (c->rd_queued)
+		return;
+	c->rd_queued = true;
+	c->rd_next = NULL;
+	if (d->rd_tail)
+		d->rd_tail->rd_next = c;
+	else
+		d->rd_head = c;
+	d->rd_tail = c;
+}
+
+/* c leaves the read list: polled for input again if it was parked. */
+static void rd_done(struct hconn *c)
+{
+	rd_unlink(c);
+	if (c->rd_parked) {
+		c->rd_parked = false;
+		hconn_update_events(c);
+	}
+}
+
+/*
+ * c cannot send now: reserve said r (0: no guest credit; -EPIPE: the guest shut down receiving;
+ * else the engine socket is no longer connected). It leaves the read list.
+ */
+static void rd_cannot_send(struct hconn *c, ssize_t r)
+{
+	rd_done(c);
+	if (r == 0)
+		c->guest_blocked = true;
+	else if (r == -EPIPE)
+		guest_rcv_shut(c);
+	host_mark_dirty(c);
+	hconn_update_events(c);
+}
+
+/* The host socket of c reached EOF (or failed: err): c leaves the read list. */
+static void rd_eof(struct hconn *c, bool err)
+{
+	rd_done(c);
+	if (err) {
+		hconn_close(c);
+		return;
+	}
+	/* Host EOF: the guest gets SHUTDOWN with SEND only (half-close). */
+	c->host_rd_eof = true;
+	(void)vsock_sock_shutdown(c->s, VSOCK_SHUTDOWN_SEND);
+	if (c->host_wr_shut || c->host_hup) {
+		/* Both directions over, as hconn_service_open decides: one SHUTDOWN (both flags)
+		 * goes out, not two. */
+		hconn_close(c);
+		return;
+	}
+	host_mark_dirty(c);
+	hconn_update_events(c);
+}
+
+size_t host_rx_pending(struct vsock_dev *d)
+{
+	struct hconn *c;
+
+	while ((c = d->rd_head)) {
+		ssize_t r = vsock_sock_tx_reserve(c->s, SIZE_MAX);
+		int avail = 0;
+		char b;
+
+		if (r == -EAGAIN)
+			return 1; /* a buffer for its engine packets first */
+		if (r <= 0) {
+			rd_cannot_send(c, r);
+			continue;
+		}
+		if (ioctl(c->fd, FIONREAD, &avail) == 0 && avail > 0)
+			return MIN((size_t)avail, (size_t)r);
+		/*
+		 * Nothing queued: EOF, or a stale EPOLLIN (another event of the same wakeup drained
+		 * the socket). A popped RX buffer must never go unused (the guest counts an empty
+		 * one as a drop), so tell them apart first; EOF needs only the engine's SHUTDOWN.
+		 */
+		r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (r > 0)
+			return 1;
+		if (r == 0 || (errno != EAGAIN && errno != EINTR))
+			rd_eof(c, r < 0);
+		else
+			rd_done(c);
+	}
+	return 0;
+}
+
+/*
+ * Builds in v (max entries) the payload areas of p[0..np) for *r bytes in all, as many whole
+ * areas as fit (the first always does: a chain has at most DEV_RX_IOV_MAX entries); *r is set
+ * to the bytes described. Returns the entries used.
+ */
+static int rx_gather_iov(const struct host_rx_piece *p, unsigned np, size_t *r, struct iovec *v,
+			 size_t max)
+{
+	size_t vn = 0, got = 0;
+
+	for (unsigned i = 0; i < np && got < *r; i++) {
+		size_t k = MIN(*r - got, p[i].room);
+		int n = iov_slice(p[i].iov, p[i].iovcnt, VSOCK_HDR_SIZE, k, v + vn, max - vn);
+
+		if (n < 0)
+			break;
+		vn += (size_t)n;
+		got += k;
+	}
+	*r = got;
+	return (int)vn;
+}
+
+int host_rx_read(struct vsock_dev *d, struct host_rx_piece *p, unsigned np)
+{
+	struct iovec v[2 * DEV_RX_IOV_MAX];
+	size_t room = 0;
+	struct hconn *c;
+
+	for (unsigned i = 0; i < np; i++)
+		room += p[i].room;
+	while ((c = d->rd_head)) {
+		ssize_t r = vsock_sock_tx_reserve(c->s, room), n;
+		int vn, used = 0;
+		size_t want;
+
+		if (r == -EAGAIN)
+			return -EAGAIN; /* its engine packets (a RESPONSE...) go first */
+		if (r <= 0) {
+			rd_cannot_send(c, r);
+			continue;
+		}
+		want = (size_t)r;
+		vn = rx_gather_iov(p, np, &want, v, ARRAY_SIZE(v));
+		r = (ssize_t)want;
+		n = readv(c->fd, v, vn);
+		if (n <= 0) {
+			if (n == 0 || (errno != EAGAIN && errno != EINTR))
+				rd_eof(c, n < 0);
+			else
+				rd_done(c);
+			continue;
+		}
+		DEV_STAT_ADD(d, zc_rx_bytes, (uint64_t)n);
+		/* One packet per buffer, in order; each carries our credit as of then. */
+		for (size_t left = (size_t)n; left > 0; used++) {
+			size_t k = MIN(left, p[used].room);
+
+			if (vsock_sock_tx_commit(c->s, k, &p[used].h) < 0) {
+				/* Cannot happen on the one thread that feeds the engine; the
+				 * bytes are gone, so is the connection. */
+				rd_done(c);
+				hconn_close(c);
+				return used ? used : -EAGAIN;
+			}
+			left -= k;
+		}
+		/* Round robin; a read that filled every buffer may have left more behind. */
+		rd_unlink(c);
+		if (n == r)
+			rd_queue(c);
+		else
+			rd_done(c);
+		return used;
+	}
+	return -EAGAIN;
+}
+
+void host_rx_park(struct vsock_dev *d)
+{
+	for (struct hconn *c = d->rd_head; c; c = c->rd_next) {
+		if (c->rd_parked)
+			continue;
+		c->rd_parked = true;
+		hconn_update_events(c);
+	}
 }
 
 static bool rx_empty(struct hconn *c)

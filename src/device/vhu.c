@@ -155,6 +155,7 @@ static int vmm_attach(struct dev_vhu *v, int s)
 	int r;
 
 	vhu_backend_config_init(&cfg);
+	cfg.features &= uvsock_dev_features(); /* what the device implements (event-idx switch) */
 	cfg.guest_cid = vsock_dev_guest_cid(v->d);
 	cfg.queue_size_max = v->queue_size_max;
 	cfg.name = vsock_dev_name(v->d);

@@ -26,11 +26,13 @@
 
 #include "util/iov.h"
 #include "util/macros.h"
+#include "util/tune.h"
 #include "vsock/credit.h"
 #include "vsock/engine_internal.h"
 
 #define RX_DEFER_MAX 64u  /* sockets whose events one batch defers before flushing early */
 #define BATCH_RUN_MAX 256u /* packets handled under one socket lock hold in a batch */
+#define RX_DELIVER_IOV_MAX 128u /* payload iovecs an in-place delivery may have (engine.h) */
 
 /* ---- references and locks -------------------------------------------------------------------- */
 
@@ -507,6 +509,7 @@ struct vsock_sock *vsock_sk_alloc(struct vsock_engine *e, enum vsock_type type, 
 	s->rcvlowat = 1;
 	s->buf_alloc = (uint32_t)s->buf_size;
 	s->rx_limit = s->buf_alloc;
+	s->rxq.no_merge = !e->merge;
 
 	pthread_mutex_lock(&e->all_lock);
 	s->all_next = e->all;
@@ -601,6 +604,9 @@ int vsock_engine_new(const struct vsock_engine_config *cfg, struct vsock_engine 
 		e->cfg.close_timeout_ns = 8000000000ull;
 	e->ops = cfg->ops;
 	e->opaque = cfg->opaque;
+	e->credit_reduce = tune_get()->credit_reduce;
+	e->rx_batch = tune_get()->rx_batch;
+	e->merge = tune_get()->merge;
 	atomic_init(&e->local_cid, cfg->local_cid);
 	atomic_init(&e->tx_pending, 0);
 	atomic_init(&e->next_deadline, UINT64_MAX);
@@ -670,6 +676,42 @@ void vsock_engine_get_stats(struct vsock_engine *e, struct vsock_engine_stats *r
 
 /* ---- receive path ---------------------------------------------------------------------------- */
 
+void vsock_sk_consumed(struct vsock_sock *s, uint32_t n, bool message)
+{
+	s->fwd_cnt += n;
+	if (s->state != VSOCK_SS_CONNECTED)
+		return;
+	if (message || !s->e->credit_reduce ||
+	    vsock_credit_need_update(s->buf_alloc, s->fwd_cnt, s->last_fwd_cnt, s->rxq.bytes,
+				     s->rcvlowat))
+		vsock_sk_pend_set(s, PEND_CREDIT_UPDATE);
+}
+
+/*
+ * Offers an RW payload of a STREAM socket with nothing queued to ops->deliver (engine.h).
+ * Returns the bytes it took, counted as received and consumed. s locked.
+ */
+static uint32_t sock_rx_deliver(struct vsock_sock *s, const struct iovec *iov, int iovcnt,
+				uint32_t len)
+{
+	struct vsock_engine *e = s->e;
+	size_t took;
+
+	if (!e->ops->deliver || s->type != VSOCK_TYPE_STREAM || s->rxq.bytes ||
+	    iov_count(iovcnt) > RX_DELIVER_IOV_MAX)
+		return 0;
+	took = e->ops->deliver(e->opaque, s, atomic_load_explicit(&s->user, memory_order_relaxed),
+			       iov, iovcnt, len);
+	if (took == 0)
+		return 0;
+	if (took > len)
+		took = len; /* a callback bug must not inflate fwd_cnt */
+	s->bytes_in += took;
+	STAT_ADD(e, rx_bytes, took);
+	vsock_sk_consumed(s, (uint32_t)took, false);
+	return (uint32_t)took;
+}
+
 /* Queues an RW payload (credit check, then rxq.c: small-payload merge, memory bound). s locked. */
 static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_hdr *h,
 		      const struct iovec *iov, int iovcnt, uint32_t len)
@@ -677,6 +719,8 @@ static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsoc
 	struct vsock_engine *e = s->e;
 	bool seq = s->type == VSOCK_TYPE_SEQPACKET;
 	bool eom = seq && (h->flags & VSOCK_SEQ_EOM);
+	struct iovec rest[RX_DELIVER_IOV_MAX];
+	uint32_t took;
 	int r;
 
 	if (len == 0 && !eom)
@@ -685,6 +729,20 @@ static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsoc
 		STAT_INC(e, credit_violations);
 		sock_abort(cx, s, ENOBUFS);
 		return -ENOBUFS;
+	}
+	took = sock_rx_deliver(s, iov, iovcnt, len);
+	if (took == len)
+		return 0;
+	if (took) {
+		/* What the consumer refused queues; the slice fits: iovcnt is within the array. */
+		iovcnt = iov_slice(iov, iov_count(iovcnt), took, len - took, rest,
+				   ARRAY_SIZE(rest));
+		if (iovcnt < 0) {
+			sock_abort(cx, s, EPROTO);
+			return -EPROTO;
+		}
+		iov = rest;
+		len -= took;
 	}
 	r = vsock_rxq_push(&s->rxq, iov, iov_count(iovcnt), len, seq, eom,
 			   eom && (h->flags & VSOCK_SEQ_EOR), s->rx_limit);
@@ -1007,7 +1065,7 @@ void vsock_engine_feed_batch(struct vsock_engine *e, const struct vsock_pkt_ref 
 	for (size_t i = 0; i < n; i++) {
 		struct vsock_sock *prev = held;
 
-		if (held && ++run >= BATCH_RUN_MAX) {
+		if (held && (++run >= BATCH_RUN_MAX || !e->rx_batch)) {
 			held_release(&held); /* bound the lock hold */
 			run = 0;
 		}
@@ -1032,6 +1090,29 @@ static void tx_ring_read(struct vsock_sock *s, struct iov_cur *cur, uint32_t n)
 	s->tx_len -= n;
 }
 
+void vsock_sk_hdr_init(const struct vsock_sock *s, struct vsock_hdr *h)
+{
+	*h = (struct vsock_hdr){
+		.src_cid = vsock_engine_local_cid(s->e),
+		.dst_cid = s->peer_cid,
+		.src_port = s->local_port,
+		.dst_port = s->peer_port,
+		.type = (uint16_t)s->type,
+	};
+}
+
+void vsock_sk_hdr_finish(struct vsock_sock *s, struct vsock_hdr *h, uint32_t len)
+{
+	h->len = len;
+	/* Every packet carries our credit, so it also answers any pending CREDIT_UPDATE. */
+	h->buf_alloc = sock_adv_buf_alloc(s);
+	h->fwd_cnt = s->fwd_cnt;
+	s->last_fwd_cnt = s->fwd_cnt;
+	vsock_sk_pend_clear(s, PEND_CREDIT_UPDATE);
+	STAT_INC(s->e, tx_pkts);
+	STAT_ADD(s->e, tx_bytes, len);
+}
+
 /* Builds the next packet of s into h/iov. s locked. Returns payload length or -EAGAIN. */
 static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struct iovec *iov,
 			  int iovcnt, size_t max_payload)
@@ -1039,13 +1120,7 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 	struct vsock_engine *e = s->e;
 	uint32_t len = 0;
 
-	*h = (struct vsock_hdr){
-		.src_cid = vsock_engine_local_cid(e),
-		.dst_cid = s->peer_cid,
-		.src_port = s->local_port,
-		.dst_port = s->peer_port,
-		.type = (uint16_t)s->type,
-	};
+	vsock_sk_hdr_init(s, h);
 	if (s->pend & PEND_RST) {
 		h->op = VSOCK_OP_RST;
 		vsock_sk_pend_clear(s, ~0u);
@@ -1104,14 +1179,7 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 	} else {
 		return -EAGAIN;
 	}
-	h->len = len;
-	/* Every packet carries our credit, so it also answers any pending CREDIT_UPDATE. */
-	h->buf_alloc = sock_adv_buf_alloc(s);
-	h->fwd_cnt = s->fwd_cnt;
-	s->last_fwd_cnt = s->fwd_cnt;
-	vsock_sk_pend_clear(s, PEND_CREDIT_UPDATE);
-	STAT_INC(e, tx_pkts);
-	STAT_ADD(e, tx_bytes, len);
+	vsock_sk_hdr_finish(s, h, len);
 	return len;
 }
 

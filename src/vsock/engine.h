@@ -5,8 +5,10 @@
  * by engine.c (packets, states, credit, pull, timers), sock.c (the vsock_sock_* calls) and rxq.c
  * (the receive queue).
  *
- *   packets in:   vsock_engine_feed() / vsock_engine_feed_batch()  (always consume the packet)
- *   packets out:  vsock_engine_pull()  (only when the caller has room; -EAGAIN when nothing)
+ *   packets in:   vsock_engine_feed() / vsock_engine_feed_batch()  (always consume the packet;
+ *                 with ops->deliver an RW payload may be taken in place instead of queued)
+ *   packets out:  vsock_engine_pull()  (only when the caller has room; -EAGAIN when nothing);
+ *                 vsock_sock_tx_reserve() / _commit() for an RW packet the caller fills itself
  *   time:         ops->now() supplies monotonic ns; vsock_engine_run_timers() fires what is due,
  *                 vsock_engine_next_deadline() says when to call it next
  *   sockets:      vsock_sock_*(): non-blocking socket calls, Linux AF_VSOCK semantics and errno;
@@ -86,6 +88,19 @@ struct vsock_engine_ops {
 	 * value set with vsock_sock_set_user(). Optional.
 	 */
 	void (*sock_event)(void *opaque, struct vsock_sock *s, void *user, unsigned mask);
+	/*
+	 * Deliver in place, the receive half of a forwarding transport's zero-copy path (the device
+	 * role hands guest bytes to a host Unix socket straight from the guest's TX buffers;
+	 * docs/performance.md, "uvsockd's host path"). An RW payload for a CONNECTED STREAM socket
+	 * that has nothing queued is offered here first, after the credit check: the callback
+	 * passes on what it can of the len bytes in iov (non-blocking) and returns how many it took
+	 * (0..len). Those count as read at once (fwd_cnt, the credit-update rule); only the rest is
+	 * queued, and later payloads queue behind it (never reordered), bounded by buf_alloc as
+	 * always. iov is borrowed for the call. Called with that socket's lock held, like
+	 * sock_event: it must not call into the engine. Optional: NULL queues every payload.
+	 */
+	size_t (*deliver)(void *opaque, struct vsock_sock *s, void *user, const struct iovec *iov,
+			  int iovcnt, size_t len);
 };
 
 struct vsock_engine_config {
@@ -310,6 +325,25 @@ void vsock_sock_rx_consume(struct vsock_sock *s, size_t n);
 
 /* Bytes that vsock_sock_send() would accept now (peer credit), for STREAM. */
 size_t vsock_sock_send_space(struct vsock_sock *s);
+
+/*
+ * Zero-copy send for transports that forward bytes (device role: host Unix socket -> guest RX
+ * buffer, read straight into the buffer's payload area). vsock_sock_tx_reserve() says how many
+ * payload bytes s may send now: at most max and the peer's credit. It returns 0 when there is
+ * no credit (as send() would block), -EAGAIN when other packets of s must go first (control
+ * packets, bytes queued by send(): pull them, then ask again), -EPIPE (shut down for sending,
+ * or the peer shut down receiving), -ENOTCONN, -EOPNOTSUPP (SEQPACKET). The caller then puts up
+ * to that many bytes into one or more RW packets of at most max_pkt bytes each and calls
+ * vsock_sock_tx_commit() for each, in order, with the count n it put there: the engine accounts
+ * them (tx_cnt, counters, a pending credit update is answered) and fills *h, the complete RW
+ * header carrying our current credit (fwd_cnt, buf_alloc). Returns 0, or the errors of reserve
+ * (and -EINVAL for n beyond the credit or max_pkt) if s changed in between; the caller then
+ * drops the bytes and must end the connection. Nothing
+ * is queued inside the engine on this path; both calls take the socket lock, and reserve and
+ * commit must come from the one thread that feeds the engine (nothing may change s in between).
+ */
+ssize_t vsock_sock_tx_reserve(struct vsock_sock *s, size_t max);
+int vsock_sock_tx_commit(struct vsock_sock *s, size_t n, struct vsock_hdr *h);
 
 /*
  * Queues a CREDIT_REQUEST to the peer (docs/vsock-protocol.md §3: Linux never sends one, but

@@ -147,6 +147,10 @@ struct vsock_engine {
 	struct vsock_sock *wildcard[3]; /* by type; Protected by all_lock */
 
 	atomic_uint socks_open;
+	/* The data-path switches of src/util/tune.h, read once at creation (constant). */
+	bool credit_reduce; /* off: a credit update after every read */
+	bool rx_batch;      /* off: feed_batch takes each packet's socket lock on its own */
+	bool merge;         /* off: no small-payload merge in the receive queues */
 	/*
 	 * The counters of struct vsock_engine_stats, added to from any thread with relaxed atomics
 	 * (each counts on its own; nothing is ordered by them). st.socks_open is unused: the
@@ -289,5 +293,18 @@ void vsock_sk_unlink_bound(struct vsock_sock *s);
  * errno or 0) becomes the pending error.
  */
 void vsock_sk_terminate(struct rx_ctx *cx, struct vsock_sock *s, bool send_rst, int err);
+/*
+ * n received bytes were consumed (read by the application, or taken in place by ops->deliver):
+ * fwd_cnt moves and a credit update is queued if the peer needs one (docs/vsock-protocol.md §3;
+ * always for a whole message, and after every read with the credit-reduce switch off).
+ */
+void vsock_sk_consumed(struct vsock_sock *s, uint32_t n, bool message);
+/* An outgoing header of s: addresses and type set, everything else 0. */
+void vsock_sk_hdr_init(const struct vsock_sock *s, struct vsock_hdr *h);
+/*
+ * Completes an outgoing header of s with len and our credit (every packet carries it, so a
+ * pending CREDIT_UPDATE is answered) and counts the packet.
+ */
+void vsock_sk_hdr_finish(struct vsock_sock *s, struct vsock_hdr *h, uint32_t len);
 
 #endif

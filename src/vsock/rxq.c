@@ -133,10 +133,11 @@ int vsock_rxq_push(struct vsock_rxq *q, const struct iovec *iov, size_t iovcnt, 
 	struct rx_chunk *c = q->tail;
 	struct iov_cur cur;
 
-	if (!(len <= VSOCK_GOOD_COPY_LEN && c && !c->eom && c->cap - c->end >= len)) {
+	if (!(len <= VSOCK_GOOD_COPY_LEN && !q->no_merge && c && !c->eom &&
+	      c->cap - c->end >= len)) {
 		uint32_t cap = len;
 
-		if (len <= VSOCK_GOOD_COPY_LEN && !eom)
+		if (len <= VSOCK_GOOD_COPY_LEN && !eom && !q->no_merge)
 			cap = RX_SMALL_CHUNK; /* room for the small payloads that follow */
 		if (q->mem + cap + RX_CHUNK_OVERHEAD > limit)
 			cap = len;

@@ -48,6 +48,8 @@ struct vsock_rxq {
 	uint32_t bytes;         /* payload bytes queued, not yet read */
 	uint32_t msgs;          /* SEQPACKET: whole messages queued (chunks with eom) */
 	uint32_t open_bytes;    /* SEQPACKET: bytes of the message still open at the tail (no eom) */
+	bool no_merge;          /* set by the owner: small payloads get chunks of their own (the
+				 * "merge" switch of src/util/tune.h off); kept by vsock_rxq_free */
 };
 
 /*
@@ -89,7 +91,7 @@ uint32_t vsock_rxq_read_msg(struct vsock_rxq *q, const struct iovec *iov, size_t
  */
 size_t vsock_rxq_peek_iov(const struct vsock_rxq *q, struct iovec *iov, size_t iovcnt);
 
-/* Frees every chunk and the spare; the queue is empty (and zeroed) afterwards. */
+/* Frees every chunk and the spare; the queue is empty (zeroed but for no_merge) afterwards. */
 void vsock_rxq_free(struct vsock_rxq *q);
 
 #endif

@@ -397,6 +397,55 @@ size_t vsock_sock_send_space(struct vsock_sock *s)
 	return r;
 }
 
+/* Why s cannot take a zero-copy RW packet now (vsock_sock_tx_reserve), or 0. s locked. */
+static int tx_direct_check(const struct vsock_sock *s)
+{
+	if (s->type != VSOCK_TYPE_STREAM)
+		return -EOPNOTSUPP;
+	if ((s->shutdown & VSOCK_SHUTDOWN_SEND) || (s->peer_shutdown & VSOCK_SHUTDOWN_RCV))
+		return -EPIPE;
+	if (s->state != VSOCK_SS_CONNECTED)
+		return -ENOTCONN;
+	/* Order: what pull would hand out first (a RESPONSE, send()'s bytes) goes first. */
+	if ((s->pend & ~(unsigned)PEND_CREDIT_UPDATE) || s->tx_len)
+		return -EAGAIN;
+	return 0;
+}
+
+ssize_t vsock_sock_tx_reserve(struct vsock_sock *s, size_t max)
+{
+	ssize_t r;
+
+	sock_lock(s);
+	r = tx_direct_check(s);
+	if (r == 0) {
+		r = (ssize_t)MIN(max, (size_t)sock_send_space(s));
+		if (r == 0 && max)
+			STAT_INC(s->e, credit_stalls);
+	}
+	sock_unlock(s);
+	return r;
+}
+
+int vsock_sock_tx_commit(struct vsock_sock *s, size_t n, struct vsock_hdr *h)
+{
+	int r;
+
+	sock_lock(s);
+	r = tx_direct_check(s);
+	if (r == 0 && (n > s->e->cfg.max_pkt || n > sock_send_space(s)))
+		r = -EINVAL;
+	if (r == 0) {
+		vsock_sk_hdr_init(s, h);
+		h->op = VSOCK_OP_RW;
+		s->tx_cnt += (uint32_t)n;
+		s->bytes_out += n;
+		vsock_sk_hdr_finish(s, h, (uint32_t)n);
+	}
+	sock_unlock(s);
+	return r;
+}
+
 int vsock_sock_request_credit(struct vsock_sock *s)
 {
 	int r = 0;
@@ -410,17 +459,6 @@ int vsock_sock_request_credit(struct vsock_sock *s)
 	return r;
 }
 
-/* After the application consumed bytes: credit update (docs/vsock-protocol.md §3, rules 1, 2). */
-static void sock_consumed(struct vsock_sock *s, uint32_t n, bool message)
-{
-	s->fwd_cnt += n;
-	if (s->state != VSOCK_SS_CONNECTED)
-		return;
-	if (message || vsock_credit_need_update(s->buf_alloc, s->fwd_cnt, s->last_fwd_cnt,
-						s->rxq.bytes, s->rcvlowat))
-		vsock_sk_pend_set(s, PEND_CREDIT_UPDATE);
-}
-
 /* Consumes (or with peek, copies) up to len STREAM bytes into iov. Returns bytes. s locked. */
 static uint32_t stream_copy_out(struct vsock_sock *s, const struct iovec *iov, size_t iovcnt,
 				uint32_t len, bool peek)
@@ -428,7 +466,7 @@ static uint32_t stream_copy_out(struct vsock_sock *s, const struct iovec *iov, s
 	uint32_t done = vsock_rxq_read(&s->rxq, iov, iovcnt, len, peek);
 
 	if (!peek && done)
-		sock_consumed(s, done, false);
+		vsock_sk_consumed(s, done, false);
 	return done;
 }
 
@@ -454,7 +492,7 @@ static ssize_t seqpacket_recv(struct vsock_sock *s, const struct iovec *iov, int
 	if (msglen > copied)
 		mflags |= VSOCK_MSG_TRUNC;
 	if (!peek)
-		sock_consumed(s, msglen, true);
+		vsock_sk_consumed(s, msglen, true);
 	if (ret_msg_flags)
 		*ret_msg_flags = mflags;
 	return (flags & VSOCK_MSG_TRUNC) ? (ssize_t)msglen : (ssize_t)copied;

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -25,6 +26,8 @@
 #include "test.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/tune.h"
+#include "uvsock/device.h"
 #include "vhost_user/frontend.h"
 #include "vring/vring.h"
 #include "vring/vring_drv.h"
@@ -329,6 +332,63 @@ static void check_pattern(const uint8_t *buf, size_t len, size_t off)
 			test_fail(__FILE__, __LINE__, "byte %zu corrupted", off + i);
 }
 
+/*
+ * Allocation counting, for the per-packet allocation test: malloc, calloc and realloc called by
+ * alloc_thread while alloc_counting is set are counted. glibc only, and not under
+ * AddressSanitizer, which owns malloc (the test skips there).
+ */
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+#define ALLOC_COUNTING 1
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t m);
+extern void *__libc_realloc(void *p, size_t n);
+static atomic_bool alloc_counting;
+static pthread_t alloc_thread;
+static atomic_uint alloc_count;
+
+static void alloc_note(void)
+{
+	/* acquire: pairs with the release that set it, so alloc_thread is the one written. */
+	if (atomic_load_explicit(&alloc_counting, memory_order_acquire) &&
+	    pthread_equal(pthread_self(), alloc_thread))
+		atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+}
+
+void *malloc(size_t n)
+{
+	alloc_note();
+	return __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t m)
+{
+	alloc_note();
+	return __libc_calloc(n, m);
+}
+
+void *realloc(void *p, size_t n)
+{
+	alloc_note();
+	return __libc_realloc(p, n);
+}
+#endif
+
+/* On solo_start_guest_conn's connection: "hello" guest -> host, then "world" host -> guest. */
+static void hello_world(struct tguest *g, int hfd)
+{
+	struct vsock_hdr h = mkhdr(g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 5), r;
+	char buf[256];
+
+	tg_send(g, &h, "hello");
+	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 5);
+	ASSERT_MEMEQ(buf, "hello", 5);
+	ASSERT_EQ(write(hfd, "world", 5), 5);
+	ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RW);
+	ASSERT_EQ(r.len, 5);
+	ASSERT_MEMEQ(buf, "world", 5);
+}
+
 /* ---- tests -------------------------------------------------------------------------------- */
 
 TEST(guest_connect_without_host_listener_gets_rst_at_once)
@@ -364,19 +424,7 @@ TEST(guest_to_host_stream_with_half_close)
 	int lfd, hfd;
 
 	hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
-
-	/* guest -> host */
-	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 5);
-	tg_send(&g, &h, "hello");
-	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 5);
-	ASSERT_MEMEQ(buf, "hello", 5);
-
-	/* host -> guest */
-	ASSERT_EQ(write(hfd, "world", 5), 5);
-	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
-	ASSERT_EQ(r.op, VSOCK_OP_RW);
-	ASSERT_EQ(r.len, 5);
-	ASSERT_MEMEQ(buf, "world", 5);
+	hello_world(&g, hfd);
 
 	/* guest SHUTDOWN(SEND): the host sees EOF but can still write. */
 	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_SHUTDOWN, 0);
@@ -1253,6 +1301,321 @@ TEST(sibling_flood_gets_one_rx_buffer_in_five_while_the_engine_has_data)
 	vsock_dev_get_stats(p.tb.d, &st);
 	ASSERT_EQ(st.sibling_dropped, 0);
 	sib_pair_stop(&p);
+}
+
+/* ---- zero-copy host path (docs/performance.md, "uvsockd's host path") --------------------- */
+
+/* The device's engine socket of its one connection (listing), in *ret. */
+static void conn_info_one(void *arg, const struct vsock_sock_info *info)
+{
+	if (info->state != VSOCK_SS_LISTEN)
+		*(struct vsock_sock_info *)arg = *info;
+}
+
+static struct vsock_sock_info conn_info(struct tdev *t)
+{
+	struct vsock_sock_info info = { 0 };
+
+	vsock_dev_foreach_sock(t->d, conn_info_one, &info);
+	return info;
+}
+
+/*
+ * Guest -> host with the host socket full: what it takes goes straight from the TX buffers, the
+ * rest is queued and flushed later in order, and fwd_cnt counts only what the host socket took.
+ */
+TEST(zerocopy_guest_to_host_with_the_host_socket_full)
+{
+	struct vsock_dev_stats st;
+	static uint8_t payload[4096], rb[65536];
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr h;
+	char path[160];
+	size_t total = 62 * sizeof(payload), got = 0;
+	struct vsock_sock_info info;
+	int lfd, hfd, inq;
+
+	hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
+	/* 248 KiB, within the credit, while the host reads nothing: more than its socket takes. */
+	for (size_t off = 0; off < total; off += sizeof(payload)) {
+		for (size_t i = 0; i < sizeof(payload); i++)
+			payload[i] = (uint8_t)((off + i) % 251);
+		h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, sizeof(payload));
+		tg_send(&g, &h, payload);
+	}
+	ASSERT_WAIT_FOR((info = conn_info(&t), info.fwd_cnt + info.rx_bytes == total), WAIT_MS);
+	vsock_dev_get_stats(t.d, &st);
+	ASSERT_GT(st.zc_tx_bytes, 0);
+	ASSERT_GE(info.fwd_cnt, st.zc_tx_bytes); /* in place, plus what a retry flushed */
+	ASSERT_GT(info.rx_bytes, 0);             /* the rest waits, unacknowledged */
+	ASSERT_LE(info.rx_bytes, info.buf_alloc);
+	/* fwd_cnt is exactly what the host socket holds: credit only for what it took. */
+	ASSERT_OK(ioctl(hfd, FIONREAD, &inq));
+	ASSERT_EQ((uint32_t)inq, info.fwd_cnt);
+	while (got < total) {
+		ssize_t n = read_wait(hfd, rb, sizeof(rb), WAIT_MS);
+
+		ASSERT_GT(n, 0);
+		check_pattern(rb, (size_t)n, got);
+		got += (size_t)n;
+	}
+	ASSERT_WAIT_FOR((info = conn_info(&t), info.fwd_cnt == total), WAIT_MS);
+	ASSERT_EQ(info.rx_bytes, 0);
+	/* Nothing queued any more: in place again. */
+	vsock_dev_get_stats(t.d, &st);
+	h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 5);
+	tg_send(&g, &h, "again");
+	ASSERT_EQ(read_wait(hfd, rb, sizeof(rb), WAIT_MS), 5);
+	ASSERT_MEMEQ(rb, "again", 5);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(t.d, &st), st.zc_tx_bytes), WAIT_MS);
+	close(hfd);
+	close(lfd);
+	unlink(path);
+	solo_stop(&t, &g);
+}
+
+/* Waits until the device has put n more packets (from before) into RX buffers. */
+static void wait_rx_pkts(struct tdev *t, uint64_t n)
+{
+	struct vsock_dev_stats st;
+
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(t->d, &st), st.rx_pkts >= n), WAIT_MS);
+}
+
+/*
+ * Host -> guest while the guest posts no RX buffers: 100 small host writes wait in the host
+ * socket and become as few packets as the guest's buffers allow, read with one readv over
+ * several buffers, every buffer full but the last; every byte in order, all of it in place.
+ */
+TEST(zerocopy_host_to_guest_coalesces_small_writes)
+{
+	static uint8_t chunk[640], buf[RXBUF];
+	struct vsock_dev_stats st;
+	struct tdev t;
+	struct tguest g;
+	struct vsock_hdr req, r;
+	size_t total = 100 * sizeof(chunk), got = 0, off = 0;
+	unsigned rw = 0;
+	int fd;
+
+	tdev_new(&t, NULL, 3);
+	tdev_run(&t);
+	tg_connect_nrx(&g, &t, 2);
+	host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
+	/* Take the guest's two buffers with one byte each. */
+	vsock_dev_get_stats(t.d, &st);
+	for (int i = 0; i < 2; i++) {
+		chunk[0] = (uint8_t)(off % 251);
+		ASSERT_EQ(write(fd, chunk, 1), 1);
+		off++;
+		wait_rx_pkts(&t, st.rx_pkts + 1 + (uint64_t)i);
+	}
+	for (int w = 0; w < 100; w++) {
+		for (size_t i = 0; i < sizeof(chunk); i++)
+			chunk[i] = (uint8_t)((off + i) % 251);
+		ASSERT_EQ(write(fd, chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+		off += sizeof(chunk);
+	}
+	/* Buffers again, many at once: one gathered read fills them. */
+	for (int i = 2; i < NRX; i++)
+		tg_post_rx(&g, i);
+	tg_kick(&g, 0);
+	total += 2;
+	while (got < total) {
+		ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RW);
+		check_pattern(buf, r.len, got);
+		got += r.len;
+		if (++rw > 2 && got < total)
+			ASSERT_EQ(r.len, RXBUF - 44);
+	}
+	ASSERT_EQ(got, total);
+	/* 2 one-byte packets, then 64000 bytes in 16 buffers of 4052 (the last 3220). */
+	ASSERT_EQ(rw, 2 + (64000 + RXBUF - 45) / (RXBUF - 44));
+	vsock_dev_get_stats(t.d, &st);
+	ASSERT_EQ(st.zc_rx_bytes, total);
+	close(fd);
+	solo_stop(&t, &g);
+}
+
+/*
+ * A guest RX buffer shorter than the header while host bytes wait for it (first or among the
+ * gathered ones), or one outside guest memory among the gathered ones: that VM's device is
+ * broken, nothing crashes or spins, another VM is unaffected.
+ */
+TEST(zerocopy_short_rx_buffer_breaks_only_that_vm)
+{
+	struct vsock_dev_stats st;
+	struct tdev t, t2;
+	struct tguest g, g2;
+	struct vsock_hdr req, req2, r;
+	static uint8_t big[20000], buf[RXBUF];
+	int fd, fd2;
+
+	for (int gathered = 0; gathered < 3; gathered++) {
+		tdev_new(&t, NULL, 3);
+		tdev_run(&t);
+		tg_connect_nrx(&g, &t, 1);
+		host_initiated(&t, &g, SOCK_STREAM, &fd, &req);
+		solo_start(&t2, &g2);
+		host_initiated(&t2, &g2, SOCK_STREAM, &fd2, &req2);
+		/* Take the one buffer, then let bytes wait in the host socket. */
+		vsock_dev_get_stats(t.d, &st);
+		ASSERT_EQ(write(fd, "x", 1), 1);
+		wait_rx_pkts(&t, st.rx_pkts + 1);
+		ASSERT_EQ(write(fd, big, sizeof(big)), (ssize_t)sizeof(big));
+		if (gathered) {
+			struct vring_drv_buf b = { .addr = gathered == 1 ? g.rxg[5] : 1ull << 40,
+						   .len = gathered == 1 ? 20 : RXBUF,
+						   .write = true };
+
+			tg_post_rx(&g, 4);
+			ASSERT_GE(vring_drv_add(g.rx, &b, 1, (void *)(uintptr_t)6), 0);
+		} else {
+			struct vring_drv_buf b = { .addr = g.rxg[4], .len = 43, .write = true };
+
+			ASSERT_GE(vring_drv_add(g.rx, &b, 1, (void *)(uintptr_t)5), 0);
+		}
+		tg_kick(&g, 0);
+		ASSERT_WAIT_FOR((vsock_dev_get_stats(t.d, &st), st.ring_errors == 1), WAIT_MS);
+		/* The other VM still moves data both ways. */
+		ASSERT_EQ(write(fd2, "ping", 4), 4);
+		ASSERT_OK(tg_recv(&g2, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RW);
+		ASSERT_MEMEQ(buf, "ping", 4);
+		/* The broken one is still alive: counters answer, the thread stops cleanly. */
+		vsock_dev_get_stats(t.d, &st);
+		ASSERT_EQ(st.ring_errors, 1);
+		close(fd);
+		close(fd2);
+		solo_stop(&t2, &g2);
+		solo_stop(&t, &g);
+	}
+}
+
+/* UVSOCK_TUNE=no-zerocopy,no-event-idx: the copying path still works; EVENT_IDX not offered. */
+TEST(no_zerocopy_switch_runs_the_copying_path)
+{
+	struct vsock_dev_stats st;
+	struct tdev t;
+	struct tguest g;
+	char path[160], err[128];
+	int lfd, hfd;
+
+	ASSERT_OK(tune_set("no-zerocopy,no-event-idx", err, sizeof(err)));
+	ASSERT_EQ(uvsock_dev_features() & (1ull << UVSOCK_DEV_F_EVENT_IDX), 0);
+	hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
+	ASSERT_EQ(vhu_front_features(g.f) & (1ull << UVSOCK_DEV_F_EVENT_IDX), 0);
+	for (int i = 0; i < 20; i++)
+		hello_world(&g, hfd);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(t.d, &st), st.rx_bytes == 100), WAIT_MS);
+	ASSERT_EQ(st.tx_bytes, 100);
+	ASSERT_EQ(st.zc_tx_bytes, 0);
+	ASSERT_EQ(st.zc_rx_bytes, 0);
+	close(hfd);
+	close(lfd);
+	unlink(path);
+	solo_stop(&t, &g);
+}
+
+/*
+ * No allocation per packet on the device's data path, zero-copy or not: 1000 packets each way
+ * (and the credit updates they cause) cost the device thread no malloc at all once warm.
+ */
+TEST(no_allocation_per_packet_on_the_host_path)
+{
+#ifdef ALLOC_COUNTING
+	char path[160], err[128];
+	struct vsock_hdr h;
+	struct tdev t;
+	struct tguest g;
+	int lfd, hfd, fd2;
+
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1)
+			ASSERT_OK(tune_set("no-zerocopy", err, sizeof(err)));
+		hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
+		for (int i = 0; i < 50; i++)
+			hello_world(&g, hfd);
+		alloc_thread = t.th;
+		atomic_store_explicit(&alloc_count, 0, memory_order_relaxed);
+		/* release: publishes alloc_thread to alloc_note (acquire). */
+		atomic_store_explicit(&alloc_counting, true, memory_order_release);
+		for (int i = 0; i < 1000; i++)
+			hello_world(&g, hfd);
+		test_note("pass %d (%s): %u allocations by the device thread for 2000 packets",
+			  pass, pass ? "no-zerocopy" : "zerocopy",
+			  atomic_load_explicit(&alloc_count, memory_order_relaxed));
+		ASSERT_EQ(atomic_load_explicit(&alloc_count, memory_order_relaxed), 0);
+		/* The hook does count: a new connection allocates its state. */
+		h = mkhdr(&g, 2, 40002, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+		tg_send(&g, &h, NULL);
+		fd2 = accept_wait(lfd, WAIT_MS);
+		ASSERT_GE(fd2, 0);
+		ASSERT_WAIT_FOR(atomic_load_explicit(&alloc_count, memory_order_relaxed) > 0,
+				WAIT_MS);
+		atomic_store_explicit(&alloc_counting, false, memory_order_relaxed);
+		close(fd2);
+		close(hfd);
+		close(lfd);
+		unlink(path);
+		solo_stop(&t, &g);
+	}
+#else
+	test_skip("malloc cannot be counted here (not glibc, or under AddressSanitizer)");
+#endif
+}
+
+/*
+ * Every switch of the device and the engine off (and zerocopy on or off): bytes still flow both
+ * ways, in order, packets within 4 KiB (no-pkt64k) also when host bytes are read in place.
+ */
+TEST(device_and_engine_switches_off_still_move_data)
+{
+	static uint8_t payload[3000], rb[RXBUF];
+	struct vsock_dev_stats st;
+	char path[160], err[128];
+	struct vsock_hdr h, r;
+	struct tdev t;
+	struct tguest g;
+	int lfd, hfd;
+
+	for (int pass = 0; pass < 2; pass++) {
+		size_t got = 0, total = 20 * sizeof(payload);
+
+		ASSERT_OK(tune_set(pass ? "no-zerocopy" : "zerocopy,no-tx-batch,no-event-idx,"
+			  "no-credit-reduce,no-merge,no-pkt64k,no-rx-batch", err, sizeof(err)));
+		hfd = solo_start_guest_conn(&t, &g, path, sizeof(path), &lfd);
+		for (int i = 0; i < 5; i++)
+			hello_world(&g, hfd);
+		for (size_t off = 0; off < total; off += sizeof(payload)) {
+			for (size_t i = 0; i < sizeof(payload); i++)
+				payload[i] = (uint8_t)((off + i) % 251);
+			h = mkhdr(&g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW,
+				  sizeof(payload));
+			tg_send(&g, &h, payload);
+			ASSERT_EQ(write(hfd, payload, sizeof(payload)), (ssize_t)sizeof(payload));
+		}
+		while (got < total) {
+			ssize_t n = read_wait(hfd, rb, sizeof(rb), WAIT_MS);
+
+			ASSERT_GT(n, 0);
+			check_pattern(rb, (size_t)n, got);
+			got += (size_t)n;
+		}
+		for (got = 0; got < total; got += r.len) {
+			ASSERT_OK(tg_recv(&g, &r, rb, sizeof(rb), WAIT_MS, true));
+			ASSERT_EQ(r.op, VSOCK_OP_RW);
+			check_pattern(rb, r.len, got);
+		}
+		vsock_dev_get_stats(t.d, &st);
+		ASSERT_EQ(st.zc_rx_bytes == 0, pass == 1);
+		close(hfd);
+		close(lfd);
+		unlink(path);
+		solo_stop(&t, &g);
+	}
 }
 
 TEST_MAIN()
