@@ -13,6 +13,7 @@
 
 #include "device/device_internal.h"
 #include "ops/stats.h"
+#include "util/loop.h"
 #include "util/macros.h"
 
 void dev_eng_stats_accumulate(struct vsock_engine_stats *acc, const struct vsock_engine_stats *s,
@@ -37,6 +38,14 @@ void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret)
 	VSOCK_DEV_STATS(DEV_STATS_READ_)
 #undef DEV_STATS_READ_
 	ret->sibling_dropped += atomic_load_explicit(&d->port->peer_dropped, memory_order_relaxed);
+	/* The device loop's own counters (util/loop.c, --busy-poll-us): the cost of spinning. */
+	{
+		struct loop_stats ls;
+
+		loop_get_stats(d->loop, &ls);
+		ret->busy_poll_ns = ls.spin_ns;
+		ret->busy_poll_found = ls.spin_found;
+	}
 }
 
 void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret)
@@ -86,6 +95,8 @@ void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev
 		OPS_CTR_ADD(ret, host_clients_no_guest, d->host_conns_no_guest);
 		OPS_CTR_ADD(ret, host_connect_bad_lines, d->host_connect_bad_line);
 		OPS_CTR_ADD(ret, host_clients_guest_refused, d->host_conns_guest_refused);
+		OPS_CTR_ADD(ret, busy_poll_ns, d->busy_poll_ns);
+		OPS_CTR_ADD(ret, busy_poll_found, d->busy_poll_found);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_SPOOFED_CID], d->tx_bad_src_cid);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_NO_ROUTE],
 			    d->tx_bad_dst_cid + d->sibling_dropped + d->sibling_replies_dropped);

@@ -129,7 +129,10 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(host_conns_no_guest)   /* host connections closed at once: no VMM attached or the guest  \
 				  * driver not running */                                          \
 	X(host_conns_guest_refused) /* host CONNECTs the guest answered with RST (nobody listens   \
-				     * on that guest port) */
+				     * on that guest port) */                                     \
+	X(busy_poll_ns)          /* CPU time the device thread spent busy polling (ns; the       \
+				  * loop's counter, read by vsock_dev_get_stats) */               \
+	X(busy_poll_found)       /* busy polls that ended with work */
 
 struct vsock_dev_stats {
 #define VSOCK_DEV_STATS_FIELD_(f) uint64_t f;

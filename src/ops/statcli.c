@@ -472,6 +472,10 @@ static void print_counters(FILE *out, const struct ops_jv *c)
 		ops_json_u64(c, "host_clients_no_guest", 0),
 		ops_json_u64(c, "host_connect_bad_lines", 0),
 		ops_json_u64(c, "host_clients_guest_refused", 0));
+	if (ops_json_u64(c, "busy_poll_ns", 0))
+		fprintf(out, "  busy poll   %.3f s CPU, %" PRIu64 " polls found work\n",
+			(double)ops_json_u64(c, "busy_poll_ns", 0) / 1e9,
+			ops_json_u64(c, "busy_poll_found", 0));
 	fprintf(out, "  dropped    ");
 	for (unsigned i = 0; i < _OPS_DROP_MAX; i++)
 		fprintf(out, " %s %" PRIu64, ops_drop_reason_name(i),

@@ -64,7 +64,10 @@ enum ops_drop_reason {
 	X(host_connect_bad_lines, "host_connect_bad_lines",                                        \
 	  "host connections closed because their CONNECT line did not parse")                      \
 	X(host_clients_guest_refused, "host_clients_guest_refused",                                \
-	  "host CONNECTs refused by the guest (nobody listens on that guest port)")
+	  "host CONNECTs refused by the guest (nobody listens on that guest port)")                \
+	X(busy_poll_ns, "busy_poll_ns",                                                            \
+	  "CPU time the VM's device thread spent busy polling, in ns (--busy-poll-us)")            \
+	X(busy_poll_found, "busy_poll_found", "busy polls that ended with work")
 
 struct ops_vm_counters {
 #define OPS_X_FIELD_(f, name, help) _Atomic uint64_t f;
