@@ -23,6 +23,7 @@
 #include "ops/config.h"
 #include "ops/config_uvsockd.h"
 #include "ops/ctl.h"
+#include "util/size.h"
 #include "util/uds.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -62,29 +63,10 @@ static int parse_u64(const char *s, uint64_t *ret)
  * A byte count with an optional binary suffix K, M, G or T (KiB ... TiB; lower case too, as
  * uvsock-perf takes them). Returns 0, -EINVAL or -ERANGE.
  */
+/* A byte count with K/M/G/T (util/size.h: the one parser of the tools' sizes). */
 static int parse_bytes(const char *v, uint64_t *ret)
 {
-	static const char suffixes[] = "KMGT";
-	char num[32];
-	size_t n = strlen(v);
-	unsigned shift = 0;
-	const char *p;
-	uint64_t x;
-
-	if (n == 0 || n >= sizeof(num))
-		return -EINVAL;
-	memcpy(num, v, n + 1);
-	p = strchr(suffixes, num[n - 1] & ~0x20);
-	if (p && num[n - 1]) {
-		shift = 10u * (unsigned)(p - suffixes + 1);
-		num[n - 1] = '\0';
-	}
-	if (parse_u64(num, &x) < 0)
-		return -EINVAL;
-	if (x > (UINT64_MAX >> shift))
-		return -ERANGE;
-	*ret = x << shift;
-	return 0;
+	return size_parse(v, 0, UINT64_MAX, ret);
 }
 
 /* A guest memory cap: a byte count (parse_bytes), at least 1 MiB. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The one parser of byte counts on the command lines of the tools (uvsock-stat, uvsock-demo;
- * uvsockd and uvsock-perf may use it too): a decimal number with an optional binary suffix,
+ * The one parser of byte counts on the command lines (uvsockd, uvsock-stat, uvsock-demo,
+ * uvsock-perf): a decimal number with an optional binary suffix,
  * K, M, G or T in either case (KiB, MiB, GiB, TiB: "64K" is 65536). A bare number is bytes.
  */
 #ifndef UVSOCK_UTIL_SIZE_H

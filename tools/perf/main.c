@@ -24,6 +24,7 @@
 #include <uvsock/uvsock.h>
 
 #include "perf.h"
+#include "util/size.h"
 #include "util/time.h"
 #include "util/tune.h"
 
@@ -142,28 +143,12 @@ double median(double *v, int n)
 
 /* ---- options ---------------------------------------------------------------------------- */
 
+/* A byte count with K/M/G/T (util/size.h, as every tool takes them), at least 1. */
 static uint64_t parse_size(const char *s)
 {
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t v;
 
-	if (end == s)
-		die("bad size '%s'", s);
-	switch (*end) {
-	case 'k':
-	case 'K':
-		v <<= 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		v <<= 20;
-		end++;
-		break;
-	default:
-		break;
-	}
-	if (*end || v == 0)
+	if (size_parse(s, 1, UINT64_MAX, &v) < 0)
 		die("bad size '%s'", s);
 	return v;
 }
