@@ -64,6 +64,11 @@ static uint32_t ctl_vm_cid(void *opaque, unsigned idx)
 	return vsock_dev_guest_cid(((struct vm_set *)opaque)->vms[idx].dev);
 }
 
+static const char *ctl_vm_uds_path(void *opaque, unsigned idx)
+{
+	return vsock_dev_uds_path(((struct vm_set *)opaque)->vms[idx].dev);
+}
+
 static void ctl_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 {
 	vsock_dev_get_ops_stats(((struct vm_set *)opaque)->vms[idx].dev, ret);
@@ -112,6 +117,7 @@ static struct ops_tap *ctl_vm_tap(void *opaque, unsigned idx)
 const struct ops_ctl_ops vm_set_ctl_ops = {
 	.vm_count = ctl_vm_count,
 	.vm_cid = ctl_vm_cid,
+	.vm_uds_path = ctl_vm_uds_path,
 	.vm_stats = ctl_vm_stats,
 	.vm_conns = ctl_vm_conns,
 	.vm_tap = ctl_vm_tap,
