@@ -124,6 +124,9 @@ struct shim_vm {
  */
 #define SHIM_DEFAULT_CONTROL "/run/uvsockd.ctl"
 int shim_vms(struct shim_vm *vms, int max);
+/* Around fork(): the VM cache's mutex (prepare takes it; parent and child release it). */
+void shim_vms_atfork_prepare(void);
+void shim_vms_atfork_release(void);
 
 /* The real libc functions (dlsym RTLD_NEXT), resolved by the library's constructor. */
 struct shim_real {

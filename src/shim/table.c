@@ -221,15 +221,18 @@ bool shim_port_taken(uint32_t port, int type, const struct vsk *except)
 
 void shim_table_atfork_prepare(void)
 {
+	shim_vms_atfork_prepare();
 	pthread_mutex_lock(&lock);
 }
 
 void shim_table_atfork_parent(void)
 {
 	pthread_mutex_unlock(&lock);
+	shim_vms_atfork_release();
 }
 
 void shim_table_atfork_child(void)
 {
 	pthread_mutex_unlock(&lock);
+	shim_vms_atfork_release();
 }
