@@ -6,7 +6,7 @@ want="meson ninja-build gcc pkg-config"
 for k in "${@:-build test}"; do
 	case "$k" in
 	build) ;;
-	test) want="$want clang libclang-rt-14-dev socat tshark" ;; # tshark: the capture suite
+	test) want="$want clang libclang-rt-14-dev socat ncat tshark" ;; # tshark: the capture suite; socat, ncat: the shim suite
 	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod" ;;
 	capture) want="$want tshark" ;;
 	*) echo "install-deps: unknown set '$k'" >&2; exit 2 ;;
