@@ -97,7 +97,8 @@ static int set_preload(const char *lib)
 		v = malloc(n);
 		if (!v)
 			return -ENOMEM;
-		snprintf(v, n, "%s:%s", lib, old);
+		/* After what is there: a sanitizer runtime preloaded by the caller must stay first. */
+		snprintf(v, n, "%s:%s", old, lib);
 		r = setenv("LD_PRELOAD", v, 1);
 		free(v);
 	} else {
