@@ -251,6 +251,21 @@ static int mode_nonblock(unsigned cid, unsigned port, unsigned closed_port)
 		}
 		close(fd);
 	}
+	/* A connect timeout shorter than any answer (1 us, spent before the first wait). */
+	{
+		struct sockaddr_vm a = addr(cid, port);
+		struct timeval tv = { .tv_sec = 0, .tv_usec = 1 };
+		int fd = socket(AF_VSOCK, SOCK_STREAM, 0);
+
+		CHECK(setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv)) == 0,
+		      "timeout");
+		check_errno(connect(fd, (struct sockaddr *)&a, sizeof(a)), ETIMEDOUT, "timed out");
+		/* The socket is usable again afterwards, as the kernel's. */
+		tv.tv_sec = 5;
+		CHECK(setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv)) == 0 &&
+		      connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect after a timeout");
+		close(fd);
+	}
 	return 0;
 }
 
