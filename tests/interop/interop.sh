@@ -11,7 +11,11 @@
 # guest over a second serial port. Every step has a time limit; every process started here is
 # ended by PID on every exit path; temporary files live in one mktemp dir removed at exit.
 #
-# Usage: interop.sh --guest BIN --host BIN [--daemon UVSOCKD] [--selftest] [--kernels "M..."]
+# Usage: interop.sh --guest BIN --host BIN [--daemon UVSOCKD] [--uvsock-run BIN] [--selftest]
+#                   [--kernels "M..."]
+#   --uvsock-run adds the shim cases (shim_h2g, shim_g2h, shim_refused: Debian's socat and ncat
+#                run unmodified through uvsock-run on the host, docs/shim.md) when socat and
+#                ncat are installed
 #   --selftest   no daemon: boot each kernel, load the modules, and run the guest program over
 #                vsock loopback plus the control channel (proves everything but uvsockd)
 # Environment: UVSOCK_INTEROP_BULK (bytes each way of the bulk cases, default 64 MiB),
@@ -33,7 +37,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 
-GUEST="" HOST="" DAEMON="" SELFTEST=0
+GUEST="" HOST="" DAEMON="" UVSOCK_RUN="" SELFTEST=0
 KERNELS=$INTEROP_KERNELS
 BULK=${UVSOCK_INTEROP_BULK:-$((64 << 20))}
 VM_LIMIT=${UVSOCK_INTEROP_VM_LIMIT:-900}   # seconds one VM may run in all
@@ -42,9 +46,10 @@ while [ $# -gt 0 ]; do
 	--guest) GUEST=$2; shift 2 ;;
 	--host) HOST=$2; shift 2 ;;
 	--daemon) DAEMON=$2; shift 2 ;;
+	--uvsock-run) UVSOCK_RUN=$2; shift 2 ;;
 	--selftest) SELFTEST=1; shift ;;
 	--kernels) KERNELS=$2; shift 2 ;;
-	*) echo "usage: $0 --guest BIN --host BIN [--daemon UVSOCKD] [--selftest]" >&2; exit 2 ;;
+	*) echo "usage: $0 --guest BIN --host BIN [--daemon UVSOCKD] [--uvsock-run BIN] [--selftest]" >&2; exit 2 ;;
 	esac
 done
 
@@ -151,6 +156,8 @@ vm_start() {
 	[ "$cid" -ge 3 ] && hargs+=(--cid "$cid")
 	[ -n "$DPID" ] && hargs+=(--daemon-pid "$DPID")
 	[ -n "$hold" ] && hargs+=(--hold-file "$hold")
+	# The shim cases: the helper runs socat/ncat through uvsock-run, always (docs/shim.md).
+	[ -n "$UVSOCK_RUN" ] && [ "$cid" -ge 3 ] && hargs+=(--uvsock-run "$UVSOCK_RUN" --control "$T/vm3.sock")
 	"$HOST" "${hargs[@]}" >"$T/$name.host.log" 2>&1 &
 	HPID[$name]=$!
 	local end=$(($(now_ms) + 10000))
@@ -345,6 +352,13 @@ MAIN_CASES=${UVSOCK_INTEROP_CASES:-}
 [ -n "$MAIN_CASES" ] || MAIN_CASES="hello,g2h_echo,h2g_echo,g2h_seqpacket,h2g_seqpacket,g2h_refused,h2g_refused"
 [ -n "${UVSOCK_INTEROP_CASES:-}" ] || MAIN_CASES+=",g2h_halfclose,h2g_halfclose,host_close,guest_close,g2h_bulk,h2g_bulk"
 [ -n "${UVSOCK_INTEROP_CASES:-}" ] || MAIN_CASES+=",g2h_many,h2g_many,g2h_backpressure,h2g_backpressure,h2g_tiny,close_rst,reload"
+if [ -z "${UVSOCK_INTEROP_CASES:-}" ] && [ -n "$UVSOCK_RUN" ]; then
+	if command -v socat >/dev/null && command -v ncat >/dev/null; then
+		MAIN_CASES+=",shim_h2g,shim_g2h,shim_refused"
+	else
+		echo "interop: NOTE: socat or ncat not installed: the shim cases are left out" >&2
+	fi
+fi
 SELF_CASES="ctl,lo_refused,lo_seqpacket,lo_stream"
 
 run_kernel() {

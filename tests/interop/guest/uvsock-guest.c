@@ -1744,6 +1744,118 @@ static int c_ctl(const char *arg, char *d)
 	return 0;
 }
 
+/* ---- unmodified AF_VSOCK host programs through uvsock-run (docs/shim.md) ---- */
+
+/* Reads until EOF (stream) or one message (seqpacket), at most len-1 bytes, within 20 s. */
+static ssize_t read_reply(int fd, int type, char *buf, size_t len)
+{
+	size_t got = 0;
+
+	set_timeouts(fd, 20000);
+	for (;;) {
+		ssize_t n = recv(fd, buf + got, len - 1 - got, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		got += (size_t)n;
+		if (n == 0 || type == SOCK_SEQPACKET || got == len - 1)
+			break;
+	}
+	buf[got] = '\0';
+	return (ssize_t)got;
+}
+
+/*
+ * Host -> guest: the host helper runs socat/ncat (uvsock-run) connecting to our port; we echo
+ * what it sends (to its EOF, or one message), and the helper checks that it printed the echo.
+ */
+static int shim_h2g_one(const char *name, uint32_t port, int type, char *d)
+{
+	char out[DETAIL], buf[256];
+	int lfd = vs_listen(port, type), fd;
+	unsigned tag;
+	ssize_t n;
+
+	if (lfd < 0)
+		return fail(d, "%s: listen on port %u: %s", name, port, strerror(-lfd));
+	if (req(out, sizeof(out), 20, "SHIMRUN %s %u", name, port) < 0) {
+		close(lfd);
+		return fail(d, "%s: %s", name, out);
+	}
+	fd = vs_accept(lfd, 20000);
+	close(lfd);
+	if (fd < 0)
+		return fail(d, "%s: no connection from the host program: %s", name, strerror(-fd));
+	n = read_reply(fd, type, buf, sizeof(buf));
+	if (n > 0)
+		send_full(fd, buf, (size_t)n);
+	close(fd);
+	tag = req_send("SHIMWAIT %s", name);
+	if (req_wait(tag, out, sizeof(out), 30) < 0)
+		return fail(d, "%s", out);
+	return 0;
+}
+
+/* Guest -> host: the helper runs socat/ncat listening; we connect to CID 2 and talk to it. */
+static int shim_g2h_one(const char *name, uint32_t port, int type, char *d)
+{
+	char out[DETAIL], line[80], buf[256], want[80];
+	int fd;
+	ssize_t n;
+
+	if (req(out, sizeof(out), 30, "SHIMRUN %s %u", name, port) < 0)
+		return fail(d, "%s: %s", name, out);
+	fd = vs_connect(VMADDR_CID_HOST, port, type, 10000);
+	if (fd < 0)
+		return fail(d, "%s: connect to host port %u: %s", name, port, strerror(-fd));
+	snprintf(line, sizeof(line), "shim-guest-%s\n", name);
+	send_full(fd, line, strlen(line));
+	if (type == SOCK_STREAM)
+		shutdown(fd, SHUT_WR);
+	n = read_reply(fd, type, buf, sizeof(buf));
+	close(fd);
+	snprintf(want, sizeof(want), "shim-host-%s\n", name);
+	if (n < 0 || strcmp(buf, want) != 0)
+		return fail(d, "%s: got '%.60s' (%s), want '%s'", name, n < 0 ? "" : buf,
+			    n < 0 ? strerror((int)-n) : "ok", want);
+	if (req(out, sizeof(out), 30, "SHIMWAIT %s", name) < 0)
+		return fail(d, "%s", out);
+	return 0;
+}
+
+static int c_shim_h2g(const char *arg, char *d)
+{
+	if (shim_h2g_one("socat-connect", 7100, SOCK_STREAM, d) < 0 ||
+	    shim_h2g_one("socat-connect-seq", 7101, SOCK_SEQPACKET, d) < 0 ||
+	    shim_h2g_one("ncat-connect", 7102, SOCK_STREAM, d) < 0)
+		return -1;
+	snprintf(d, DETAIL, "socat VSOCK-CONNECT (stream, seqpacket) and ncat --vsock: echoed");
+	return 0;
+}
+
+static int c_shim_g2h(const char *arg, char *d)
+{
+	if (shim_g2h_one("socat-listen", 7110, SOCK_STREAM, d) < 0 ||
+	    shim_g2h_one("socat-listen-seq", 7111, SOCK_SEQPACKET, d) < 0 ||
+	    shim_g2h_one("ncat-listen", 7112, SOCK_STREAM, d) < 0)
+		return -1;
+	snprintf(d, DETAIL, "socat VSOCK-LISTEN (stream, seqpacket) and ncat --vsock -l: both ways");
+	return 0;
+}
+
+static int c_shim_refused(const char *arg, char *d)
+{
+	char out[DETAIL];
+
+	if (req(out, sizeof(out), 20, "SHIMRUN socat-refused %u", XFER_PORT_NOBODY) < 0 ||
+	    req(out, sizeof(out), 30, "SHIMWAIT socat-refused") < 0)
+		return fail(d, "%s", out);
+	snprintf(d, DETAIL, "%s", out);
+	return 0;
+}
+
 /* ---- case table and runner ---- */
 
 struct gcase {
@@ -1777,6 +1889,9 @@ static const struct gcase cases[] = {
 	{ "reload", c_reload, 240 },
 	{ "close_rst", c_close_rst, 120 },
 	{ "h2g_tiny", c_h2g_tiny, 120 },
+	{ "shim_h2g", c_shim_h2g, 180 },
+	{ "shim_g2h", c_shim_g2h, 180 },
+	{ "shim_refused", c_shim_refused, 60 },
 	{ "reboot", c_reboot, 30 },
 	{ "lo_stream", c_lo_stream, 240 },
 	{ "lo_seqpacket", c_lo_seqpacket, 60 },

@@ -12,6 +12,10 @@
  *  - the control channel: a Unix listener that QEMU connects to as the guest's /dev/ttyS1, with
  *    tagged request/response lines (see guest/uvsock-guest.c for the requests).
  *
+ *  - with --uvsock-run: unmodified AF_VSOCK host programs (socat, ncat) through uvsock-run and
+ *    libuvsock-preload.so (docs/shim.md), on the guest's SHIMRUN/SHIMWAIT requests; always
+ *    through uvsock-run, whose seccomp filter refuses this machine's own AF_VSOCK.
+ *
  * It also measures uvsockd's VmRSS (--daemon-pid) for the back-pressure cases and waits for a
  * file (--hold-file) for the "survive" case. `--selftest` runs every session mode over plain
  * Unix sockets inside this process (no VM, no daemon) and exits 0/1.
@@ -39,7 +43,7 @@
 #define MSG 400
 
 static struct {
-	const char *ctl, *uds, *hold, *name;
+	const char *ctl, *uds, *hold, *name, *uvsock_run, *control;
 	long cid;
 	long daemon_pid;
 } opt = { .cid = -1, .daemon_pid = -1, .name = "vm" };
@@ -848,6 +852,178 @@ static void cmd_tiny(struct ctl *c, unsigned tag, const char *args)
 	ctl_send(c, "%u OK %u writes in %lld ms", tag, count, (long long)(xfer_now_ms() - t0));
 }
 
+/* ---- AF_VSOCK programs through uvsock-run (SHIMRUN NAME PORT, SHIMWAIT NAME) ---- */
+
+/*
+ * One scenario per name: the program and its arguments after uvsock-run, whether it listens
+ * (then SHIMRUN answers once its socket file <uds>_<port> is there), and what it must print:
+ * the echo of its own input (the guest echoes), the guest's line, or the refusal.
+ */
+struct shim_scn {
+	const char *name;
+	const char *argv[8];   /* "%c" / "%p": the guest's CID / the port */
+	bool listens, refused;
+};
+
+static const struct shim_scn shim_scns[] = {
+	{ "socat-connect", { "socat", "-t", "5", "-", "VSOCK-CONNECT:%c:%p" } },
+	{ "socat-connect-seq", { "socat", "-t", "5", "-", "VSOCK-CONNECT:%c:%p,socktype=5" } },
+	{ "ncat-connect", { "ncat", "--vsock", "%c", "%p" } },
+	{ "socat-listen", { "socat", "-t", "5", "VSOCK-LISTEN:%p", "-" }, true },
+	{ "socat-listen-seq", { "socat", "-t", "5", "VSOCK-LISTEN:%p,socktype=5", "-" }, true },
+	{ "ncat-listen", { "ncat", "--vsock", "-l", "%p" }, true },
+	{ "socat-refused", { "socat", "-", "VSOCK-CONNECT:%c:%p" }, false, true },
+};
+
+/* The running program of a scenario (one at a time per name). */
+static struct shim_job {
+	pid_t pid;
+	int out;
+	unsigned port;
+} shim_jobs[sizeof(shim_scns) / sizeof(shim_scns[0])];
+
+static int shim_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(shim_scns) / sizeof(shim_scns[0]); i++)
+		if (strcmp(shim_scns[i].name, name) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* What the host program is given on stdin (and, echoed, what it must print for connects). */
+static void shim_host_text(const char *name, char *buf, size_t len)
+{
+	snprintf(buf, len, "shim-host-%s\n", name);
+}
+
+static void cmd_shimrun(struct ctl *c, unsigned tag, const char *args)
+{
+	char name[40], text[80], argbuf[8][80], path[300];
+	char *argv[12];
+	unsigned port = 0;
+	int i, n = 0, in[2], out[2];
+	const struct shim_scn *s;
+	struct shim_job *j;
+	struct stat st;
+
+	if (!opt.uvsock_run || sscanf(args, "%39s %u", name, &port) != 2 || (i = shim_find(name)) < 0) {
+		ctl_send(c, "%u FAIL SHIMRUN: %s", tag, opt.uvsock_run ? "bad request" :
+			 "no --uvsock-run given to the host helper");
+		return;
+	}
+	s = &shim_scns[i];
+	j = &shim_jobs[i];
+	argv[n++] = (char *)opt.uvsock_run;
+	argv[n++] = "--control";
+	argv[n++] = (char *)opt.control;
+	for (int k = 0; k < 8 && s->argv[k]; k++) {
+		const char *a = s->argv[k], *pc = strstr(a, "%c"), *pp = strstr(a, "%p");
+
+		if (pc)
+			snprintf(argbuf[k], sizeof(argbuf[k]), "%.*s%ld%s", (int)(pc - a), a, opt.cid,
+				 pc + 2);
+		else if (pp)
+			snprintf(argbuf[k], sizeof(argbuf[k]), "%.*s%u%s", (int)(pp - a), a, port,
+				 pp + 2);
+		else
+			snprintf(argbuf[k], sizeof(argbuf[k]), "%s", a);
+		argv[n++] = argbuf[k];
+	}
+	argv[n] = NULL;
+	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0) {
+		ctl_send(c, "%u FAIL pipe: %s", tag, strerror(errno));
+		return;
+	}
+	j->pid = fork();
+	if (j->pid == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		dup2(out[1], 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	j->out = out[0];
+	j->port = port;
+	/* The whole input at once, then EOF: the program half-closes after sending it. */
+	shim_host_text(name, text, sizeof(text));
+	if (j->pid > 0)
+		send_full(in[1], text, strlen(text));
+	close(in[1]);
+	if (j->pid < 0) {
+		ctl_send(c, "%u FAIL fork: %s", tag, strerror(errno));
+		return;
+	}
+	logf_("SHIMRUN %s: pid %d: %s ... %s", name, (int)j->pid, argv[3], argv[n - 1]);
+	if (!s->listens) {
+		ctl_send(c, "%u OK started pid %d", tag, (int)j->pid);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s_%u", opt.uds, port);
+	for (int64_t end = xfer_now_ms() + 20000; xfer_now_ms() < end; usleep(20000))
+		if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+			ctl_send(c, "%u OK listening pid %d", tag, (int)j->pid);
+			return;
+		}
+	ctl_send(c, "%u FAIL %s: no listener at %s within 20 s", tag, name, path);
+}
+
+/* Waits (20 s) for the program's end and judges its output; kills it by PID past the limit. */
+static void cmd_shimwait(struct ctl *c, unsigned tag, const char *args)
+{
+	char name[40], want[80], buf[2048];
+	size_t len = 0;
+	int64_t end = xfer_now_ms() + 20000;
+	int i = sscanf(args, "%39s", name) == 1 ? shim_find(name) : -1, st = 0;
+	const struct shim_scn *s;
+	struct shim_job *j;
+	bool ok;
+
+	if (i < 0 || shim_jobs[i].pid <= 0) {
+		ctl_send(c, "%u FAIL SHIMWAIT: no such program running", tag);
+		return;
+	}
+	s = &shim_scns[i];
+	j = &shim_jobs[i];
+	for (;;) {
+		struct pollfd p = { .fd = j->out, .events = POLLIN };
+		ssize_t n;
+
+		if (xfer_now_ms() >= end || poll(&p, 1, (int)(end - xfer_now_ms())) <= 0)
+			break;
+		n = read(j->out, buf + len, sizeof(buf) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	close(j->out);
+	if (waitpid(j->pid, &st, WNOHANG) == 0) {
+		kill(j->pid, SIGKILL);
+		waitpid(j->pid, &st, 0);
+	}
+	j->pid = 0;
+	for (char *q = buf; *q; q++)
+		if (*q == '\n')
+			*q = '|';
+	if (s->refused) {
+		ok = WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(buf, "Connection reset by peer");
+	} else {
+		if (s->listens)
+			snprintf(want, sizeof(want), "shim-guest-%s|", name);
+		else
+			shim_host_text(name, want, sizeof(want));
+		for (char *q = want; *q; q++)
+			if (*q == '\n')
+				*q = '|';
+		ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && strcmp(buf, want) == 0;
+	}
+	logf_("SHIMWAIT %s: status 0x%x output '%s'", name, st, buf);
+	ctl_send(c, "%u %s %s: exit %d, output '%.200s'", tag, ok ? "OK" : "FAIL", name,
+		 WIFEXITED(st) ? WEXITSTATUS(st) : -1, buf);
+}
+
 static unsigned boots;
 
 static void dispatch(struct ctl *c, char *line)
@@ -926,6 +1102,10 @@ static void dispatch(struct ctl *c, char *line)
 	} else if (strcmp(cmd, "REBOOT") == 0) {
 		logf_("guest reboots (boot %u done)", boots);
 		ctl_send(c, "%u OK %u", tag, boots);
+	} else if (strcmp(cmd, "SHIMRUN") == 0) {
+		cmd_shimrun(c, tag, args);
+	} else if (strcmp(cmd, "SHIMWAIT") == 0) {
+		cmd_shimwait(c, tag, args);
 	} else if (strcmp(cmd, "TINY") == 0) {
 		cmd_tiny(c, tag, args);
 	} else if (strcmp(cmd, "BYE") == 0) {
@@ -1053,7 +1233,8 @@ static int usage(void)
 {
 	fprintf(stderr,
 		"usage: uvsock-interop-host --ctl PATH --uds PATH [--cid N] [--daemon-pid P]"
-		" [--hold-file F] [--name NAME]\n       uvsock-interop-host --selftest\n");
+		" [--hold-file F] [--name NAME]\n"
+		"       [--uvsock-run PATH --control PATH]\n       uvsock-interop-host --selftest\n");
 	return 2;
 }
 
@@ -1066,6 +1247,8 @@ int main(int argc, char **argv)
 		{ "daemon-pid", required_argument, NULL, 'p' },
 		{ "hold-file", required_argument, NULL, 'h' },
 		{ "name", required_argument, NULL, 'n' },
+		{ "uvsock-run", required_argument, NULL, 'r' },
+		{ "control", required_argument, NULL, 'C' },
 		{ "selftest", no_argument, NULL, 's' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1094,13 +1277,19 @@ int main(int argc, char **argv)
 		case 'n':
 			opt.name = optarg;
 			break;
+		case 'r':
+			opt.uvsock_run = optarg;
+			break;
+		case 'C':
+			opt.control = optarg;
+			break;
 		case 's':
 			return selftest();
 		default:
 			return usage();
 		}
 	}
-	if (!opt.ctl || !opt.uds)
+	if (!opt.ctl || !opt.uds || (opt.uvsock_run && !opt.control))
 		return usage();
 	start_service("5000", SOCK_STREAM, stream_session);
 	start_service("5001", SOCK_SEQPACKET, seq_session);
