@@ -917,16 +917,19 @@ static void cmd_shimrun(struct ctl *c, unsigned tag, const char *args)
 	argv[n++] = "--control";
 	argv[n++] = (char *)opt.control;
 	for (int k = 0; k < 8 && s->argv[k]; k++) {
-		const char *a = s->argv[k], *pc = strstr(a, "%c"), *pp = strstr(a, "%p");
+		size_t o = 0;
 
-		if (pc)
-			snprintf(argbuf[k], sizeof(argbuf[k]), "%.*s%ld%s", (int)(pc - a), a, opt.cid,
-				 pc + 2);
-		else if (pp)
-			snprintf(argbuf[k], sizeof(argbuf[k]), "%.*s%u%s", (int)(pp - a), a, port,
-				 pp + 2);
-		else
-			snprintf(argbuf[k], sizeof(argbuf[k]), "%s", a);
+		/* %c -> the guest's CID, %p -> the port; everything else as it is. */
+		for (const char *a = s->argv[k]; *a && o < sizeof(argbuf[k]) - 12; a++) {
+			if (a[0] == '%' && (a[1] == 'c' || a[1] == 'p')) {
+				o += (size_t)sprintf(argbuf[k] + o, "%lu",
+						     a[1] == 'c' ? (unsigned long)opt.cid : port);
+				a++;
+			} else {
+				argbuf[k][o++] = *a;
+			}
+		}
+		argbuf[k][o] = '\0';
 		argv[n++] = argbuf[k];
 	}
 	argv[n] = NULL;
@@ -948,8 +951,8 @@ static void cmd_shimrun(struct ctl *c, unsigned tag, const char *args)
 	j->port = port;
 	/* The whole input at once, then EOF: the program half-closes after sending it. */
 	shim_host_text(name, text, sizeof(text));
-	if (j->pid > 0)
-		send_full(in[1], text, strlen(text));
+	if (j->pid > 0 && write(in[1], text, strlen(text)) != (ssize_t)strlen(text))
+		logf_("SHIMRUN %s: writing its input: %s", name, strerror(errno));
 	close(in[1]);
 	if (j->pid < 0) {
 		ctl_send(c, "%u FAIL fork: %s", tag, strerror(errno));
