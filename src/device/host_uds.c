@@ -722,6 +722,16 @@ static void guest_rcv_shut(struct hconn *c)
 	shutdown(c->fd, SHUT_RD);
 }
 
+/* guest_rcv_shut() if the guest has sent SHUTDOWN with RCV. */
+static void guest_rcv_shut_if_asked(struct hconn *c)
+{
+	struct vsock_sock_info info;
+
+	vsock_sock_get_info(c->s, &info);
+	if (info.peer_shutdown & VSOCK_SHUTDOWN_RCV)
+		guest_rcv_shut(c);
+}
+
 /* Host -> guest. Returns 0, or -EPIPE if the connection must end. */
 static int read_from_host(struct hconn *c)
 {
@@ -807,6 +817,13 @@ static void hconn_service_open(struct hconn *c)
 		hconn_close(c);
 		return;
 	}
+	/*
+	 * The guest shut down receiving (its close(): SHUTDOWN with RCV and SEND): the host ->
+	 * guest direction ends before the SEND shutdown below is passed on, so a host program that
+	 * sees the EOF finds its writes refused (EPIPE) at once, as a vsock peer's are.
+	 */
+	if ((mask & (VSOCK_POLLRDHUP | VSOCK_POLLHUP)) && !c->host_rd_eof)
+		guest_rcv_shut_if_asked(c);
 	/* Guest half-close: pass it on once every byte it sent has been handed over. */
 	if ((mask & VSOCK_POLLRDHUP) && !c->host_wr_shut && !c->host_wr_blocked &&
 	    rx_empty(c)) {
