@@ -1856,6 +1856,97 @@ static int c_shim_refused(const char *arg, char *d)
 	return 0;
 }
 
+/* ---- the kernel's own suite: vsock_test client here, its server on the host (uvsock-run) ---- */
+
+#define VT_CTL_TCP 41236 /* the helper's VT_CTL_TCP; guest TCP -> vsock 2:1235 -> host TCP */
+
+/* True once something listens on TCP port (any address) in this guest: /proc/net/tcp. */
+static bool tcp_listening(unsigned port)
+{
+	char line[256], want[16];
+	bool found = false;
+	FILE *f = fopen("/proc/net/tcp", "r");
+
+	snprintf(want, sizeof(want), ":%04X", port);
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		char local[64], remote[64], st[8];
+
+		if (sscanf(line, "%*s %63s %63s %7s", local, remote, st) == 3 && strstr(local, want) &&
+		    strcmp(st, "0A") == 0)
+			found = true;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/*
+ * arg: test ids to skip, '.'-separated ("9.10"): vsock_test ends at its first failing test, so
+ * the cases that cannot pass are skipped to run the rest (docs/shim.md lists them and why).
+ */
+static int c_vsock_test(const char *arg, char *d)
+{
+	char out[DETAIL], port[16], *argv[40], skips[20][24], line[512];
+	int n = 0, pfd[2], st = 0, oks = 0;
+	pid_t relay, client;
+	FILE *f;
+
+	if (access("/bin/vsock_test", X_OK) != 0)
+		return fail(d, "no /bin/vsock_test in the initramfs (linux-source not cached)");
+	run_cmd("ifconfig lo 127.0.0.1 up");
+	if (req(out, sizeof(out), 40, "VTSERVER") < 0)
+		return fail(d, "%s", out);
+	snprintf(port, sizeof(port), "%d", VT_CTL_TCP);
+	relay = fork();
+	if (relay == 0) {
+		execl("/bin/busybox", "nc", "-l", "-p", port, "-e", "/bin/uvsock-guest", "connect",
+		      "2", "1235", (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 100 && !tcp_listening(VT_CTL_TCP); i++)
+		usleep(50000);
+	argv[n++] = "/bin/vsock_test";
+	argv[n++] = "--mode=client";
+	argv[n++] = "--control-host=127.0.0.1";
+	argv[n++] = "--control-port=41236";
+	argv[n++] = "--peer-cid=2";
+	for (const char *a = arg; a && *a && n < 20;) {
+		snprintf(skips[n], sizeof(skips[n]), "--skip=%d", atoi(a));
+		argv[n] = skips[n];
+		n++;
+		a = strchr(a, '.');
+		a = a ? a + 1 : NULL;
+	}
+	argv[n] = NULL;
+	if (pipe(pfd) < 0)
+		return fail(d, "pipe: %s", strerror(errno));
+	client = fork();
+	if (client == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	f = fdopen(pfd[0], "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		printf("UVSOCK-VT %s\n", line);
+		fflush(stdout);
+		oks += line[0] >= '0' && line[0] <= '9' && strstr(line, "...ok") != NULL;
+	}
+	if (f)
+		fclose(f);
+	waitpid(client, &st, 0);
+	kill(relay, SIGKILL);
+	waitpid(relay, NULL, 0);
+	if (req(out, sizeof(out), 300, "VTWAIT") < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		return fail(d, "%d tests ok, then client exit %d; %s", oks,
+			    WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+	snprintf(d, DETAIL, "%d tests ok (skipped: %s); %s", oks, arg && *arg ? arg : "none", out);
+	return 0;
+}
+
 /* ---- case table and runner ---- */
 
 struct gcase {
@@ -1892,6 +1983,7 @@ static const struct gcase cases[] = {
 	{ "shim_h2g", c_shim_h2g, 180 },
 	{ "shim_g2h", c_shim_g2h, 180 },
 	{ "shim_refused", c_shim_refused, 60 },
+	{ "vsock_test", c_vsock_test, 400 },
 	{ "reboot", c_reboot, 30 },
 	{ "lo_stream", c_lo_stream, 240 },
 	{ "lo_seqpacket", c_lo_seqpacket, 60 },

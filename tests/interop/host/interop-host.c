@@ -43,7 +43,7 @@
 #define MSG 400
 
 static struct {
-	const char *ctl, *uds, *hold, *name, *uvsock_run, *control;
+	const char *ctl, *uds, *hold, *name, *uvsock_run, *control, *vsock_test;
 	long cid;
 	long daemon_pid;
 } opt = { .cid = -1, .daemon_pid = -1, .name = "vm" };
@@ -1027,6 +1027,153 @@ static void cmd_shimwait(struct ctl *c, unsigned tag, const char *args)
 		 WIFEXITED(st) ? WEXITSTATUS(st) : -1, buf);
 }
 
+/*
+ * The kernel's own suite (tools/testing/vsock vsock_test, built for this host from the guest
+ * kernel's source): VTSERVER starts its server half through uvsock-run, with the control channel
+ * (TCP in vsock_test) carried from the guest: guest TCP 127.0.0.1:VT_CTL_TCP -> vsock host port
+ * VT_CTL_VSOCK -> <uds>_VT_CTL_VSOCK -> socat -> TCP 127.0.0.1:VT_CTL_TCP here. VTWAIT collects its
+ * output (each line also on stdout as "UVSOCK-HOST VT ...") and exit status.
+ */
+#define VT_CTL_VSOCK 1235
+#define VT_CTL_TCP "41236"
+
+static struct {
+	pid_t server, relay;
+	int out;
+} vt_run = { .out = -1 };
+
+static pid_t spawn_out(char *const argv[], int *out_fd)
+{
+	int out[2];
+	pid_t pid;
+
+	if (pipe2(out, O_CLOEXEC) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		int nul = open("/dev/null", O_RDONLY);
+
+		dup2(nul, 0);
+		dup2(out[1], 1);
+		dup2(out[1], 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(out[1]);
+	if (pid < 0) {
+		close(out[0]);
+		return -1;
+	}
+	*out_fd = out[0];
+	return pid;
+}
+
+static void vt_stop(void)
+{
+	int st;
+
+	for (int i = 0; i < 2; i++) {
+		pid_t *p = i ? &vt_run.relay : &vt_run.server;
+
+		if (*p > 0) {
+			kill(*p, SIGKILL);
+			waitpid(*p, &st, 0);
+		}
+		*p = 0;
+	}
+	if (vt_run.out >= 0)
+		close(vt_run.out);
+	vt_run.out = -1;
+}
+
+static void cmd_vtserver(struct ctl *c, unsigned tag)
+{
+	char path[300], listen_arg[340], cid[32], line[512] = "";
+	size_t len = 0;
+	int rfd = -1;
+
+	if (!opt.uvsock_run || !opt.vsock_test) {
+		ctl_send(c, "%u FAIL no --uvsock-run / --vsock-test given to the host helper", tag);
+		return;
+	}
+	vt_stop();
+	snprintf(path, sizeof(path), "%s_%u", opt.uds, VT_CTL_VSOCK);
+	snprintf(listen_arg, sizeof(listen_arg), "UNIX-LISTEN:%s,fork", path);
+	snprintf(cid, sizeof(cid), "--peer-cid=%ld", opt.cid);
+	/* The relay is Unix <-> TCP on loopback only: no vsock involved. */
+	char *relay[] = { "/usr/bin/socat", listen_arg, "TCP4:127.0.0.1:" VT_CTL_TCP, NULL };
+	char *server[] = { (char *)opt.uvsock_run, "--control", (char *)opt.control,
+			   (char *)opt.vsock_test, "--mode=server", "--control-host=127.0.0.1",
+			   "--control-port=" VT_CTL_TCP, cid, NULL };
+
+	vt_run.relay = spawn_out(relay, &rfd);
+	if (rfd >= 0)
+		close(rfd);
+	vt_run.server = spawn_out(server, &vt_run.out);
+	if (vt_run.relay <= 0 || vt_run.server <= 0) {
+		ctl_send(c, "%u FAIL cannot start the relay or the vsock_test server", tag);
+		vt_stop();
+		return;
+	}
+	/* Ready once the server says its control socket listens (and the relay's file is there). */
+	for (int64_t end = xfer_now_ms() + 20000; xfer_now_ms() < end;) {
+		struct pollfd p = { .fd = vt_run.out, .events = POLLIN };
+		struct stat st;
+		ssize_t n;
+
+		if (strstr(line, "Control socket listening") && stat(path, &st) == 0) {
+			ctl_send(c, "%u OK vsock_test server pid %d", tag, (int)vt_run.server);
+			return;
+		}
+		if (poll(&p, 1, 100) <= 0 || len + 1 >= sizeof(line))
+			continue;
+		n = read(vt_run.out, line + len, sizeof(line) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		line[len] = '\0';
+	}
+	ctl_send(c, "%u FAIL vsock_test server not ready within 20 s: '%.200s'", tag, line);
+	vt_stop();
+}
+
+static void cmd_vtwait(struct ctl *c, unsigned tag)
+{
+	char buf[8192];
+	size_t len = 0;
+	int64_t end = xfer_now_ms() + 240000;
+	int st = 0;
+
+	if (vt_run.server <= 0) {
+		ctl_send(c, "%u FAIL no vsock_test server running", tag);
+		return;
+	}
+	for (;;) {
+		struct pollfd p = { .fd = vt_run.out, .events = POLLIN };
+		ssize_t n;
+
+		if (xfer_now_ms() >= end || poll(&p, 1, (int)(end - xfer_now_ms())) <= 0)
+			break;
+		n = read(vt_run.out, buf + len, sizeof(buf) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	if (waitpid(vt_run.server, &st, WNOHANG) == 0) {
+		kill(vt_run.server, SIGKILL);
+		waitpid(vt_run.server, &st, 0);
+	}
+	vt_run.server = 0;
+	vt_stop();
+	for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n"))
+		printf("UVSOCK-HOST VT %s\n", l);
+	fflush(stdout);
+	ctl_send(c, "%u %s vsock_test server exit %d", tag,
+		 WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "OK" : "FAIL",
+		 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
 static unsigned boots;
 
 static void dispatch(struct ctl *c, char *line)
@@ -1105,6 +1252,10 @@ static void dispatch(struct ctl *c, char *line)
 	} else if (strcmp(cmd, "REBOOT") == 0) {
 		logf_("guest reboots (boot %u done)", boots);
 		ctl_send(c, "%u OK %u", tag, boots);
+	} else if (strcmp(cmd, "VTSERVER") == 0) {
+		cmd_vtserver(c, tag);
+	} else if (strcmp(cmd, "VTWAIT") == 0) {
+		cmd_vtwait(c, tag);
 	} else if (strcmp(cmd, "SHIMRUN") == 0) {
 		cmd_shimrun(c, tag, args);
 	} else if (strcmp(cmd, "SHIMWAIT") == 0) {
@@ -1252,6 +1403,7 @@ int main(int argc, char **argv)
 		{ "name", required_argument, NULL, 'n' },
 		{ "uvsock-run", required_argument, NULL, 'r' },
 		{ "control", required_argument, NULL, 'C' },
+		{ "vsock-test", required_argument, NULL, 'V' },
 		{ "selftest", no_argument, NULL, 's' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1285,6 +1437,9 @@ int main(int argc, char **argv)
 			break;
 		case 'C':
 			opt.control = optarg;
+			break;
+		case 'V':
+			opt.vsock_test = optarg;
 			break;
 		case 's':
 			return selftest();
@@ -1321,6 +1476,7 @@ int main(int argc, char **argv)
 			dispatch(&c, line);
 	}
 	logf_("control channel closed (VM gone)");
+	vt_stop();
 	char path[256];
 
 	snprintf(path, sizeof(path), "%s_5000", opt.uds);
