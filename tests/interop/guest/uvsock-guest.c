@@ -1884,31 +1884,71 @@ static bool tcp_listening(unsigned port)
  * arg: test ids to skip, '.'-separated ("9.10"): vsock_test ends at its first failing test, so
  * the cases that cannot pass are skipped to run the rest (docs/shim.md lists them and why).
  */
-static int c_vsock_test(const char *arg, char *d)
+/* Starts argv (vsock_test) with its output into *out_fd. Returns the pid or -1. */
+static pid_t vt_start(char **argv, int *out_fd)
 {
-	char out[DETAIL], port[16], *argv[40], skips[20][24], line[512];
-	int n = 0, pfd[2], st = 0, oks = 0;
-	pid_t relay, client;
-	FILE *f;
+	int pfd[2];
+	pid_t pid;
+
+	if (pipe(pfd) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	if (pid < 0)
+		close(pfd[0]);
+	*out_fd = pfd[0];
+	return pid;
+}
+
+/* Its output lines on the console as "UVSOCK-VT <line>" until it ends; returns its wait status
+ * and counts its passed tests in *oks. */
+static int vt_collect(pid_t pid, int fd, int *oks)
+{
+	char line[512];
+	FILE *f = fdopen(fd, "r");
+	int st = -1;
+
+	*oks = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		printf("UVSOCK-VT %s\n", line);
+		fflush(stdout);
+		*oks += line[0] >= '0' && line[0] <= '9' && strstr(line, "...ok") != NULL;
+	}
+	if (f)
+		fclose(f);
+	waitpid(pid, &st, 0);
+	return st;
+}
+
+/*
+ * The kernel's vsock_test with the guest as `mode` (client: the host's half is the server, and
+ * the reverse). arg: test ids to skip, '.'-separated ("6.9"): vsock_test ends at its first
+ * failing test, so the cases that cannot pass over the hybrid path are skipped to run the rest
+ * (docs/shim.md lists them and why).
+ */
+static int vsock_test_as(const char *mode, const char *arg, char *d)
+{
+	bool client = strcmp(mode, "client") == 0;
+	char out[DETAIL], port[16], *argv[40], skips[20][24], opt_mode[24], opt_port[32];
+	int n = 0, st, oks = 0, fd = -1;
+	pid_t relay = -1, self = -1;
 
 	if (access("/bin/vsock_test", X_OK) != 0)
 		return fail(d, "no /bin/vsock_test in the initramfs (linux-source not cached)");
 	run_cmd("ifconfig lo 127.0.0.1 up");
-	if (req(out, sizeof(out), 40, "VTSERVER") < 0)
-		return fail(d, "%s", out);
-	snprintf(port, sizeof(port), "%d", VT_CTL_TCP);
-	relay = fork();
-	if (relay == 0) {
-		execl("/bin/busybox", "nc", "-l", "-p", port, "-e", "/bin/uvsock-guest", "connect",
-		      "2", "1235", (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 100 && !tcp_listening(VT_CTL_TCP); i++)
-		usleep(50000);
+	snprintf(opt_mode, sizeof(opt_mode), "--mode=%s", mode);
+	snprintf(opt_port, sizeof(opt_port), "--control-port=%d", VT_CTL_TCP + !client);
 	argv[n++] = "/bin/vsock_test";
-	argv[n++] = "--mode=client";
+	argv[n++] = opt_mode;
 	argv[n++] = "--control-host=127.0.0.1";
-	argv[n++] = "--control-port=41236";
+	argv[n++] = opt_port;
 	argv[n++] = "--peer-cid=2";
 	for (const char *a = arg; a && *a && n < 20;) {
 		snprintf(skips[n], sizeof(skips[n]), "--skip=%d", atoi(a));
@@ -1918,33 +1958,63 @@ static int c_vsock_test(const char *arg, char *d)
 		a = a ? a + 1 : NULL;
 	}
 	argv[n] = NULL;
-	if (pipe(pfd) < 0)
-		return fail(d, "pipe: %s", strerror(errno));
-	client = fork();
-	if (client == 0) {
-		dup2(pfd[1], 1);
-		dup2(pfd[1], 2);
-		execv(argv[0], argv);
-		_exit(127);
+	snprintf(port, sizeof(port), "%d", VT_CTL_TCP + !client);
+	if (client) {
+		/* Control: guest TCP -> vsock host port 1235 -> the host helper's relay. */
+		if (req(out, sizeof(out), 40, "VTSERVER") < 0)
+			return fail(d, "%s", out);
+		relay = fork();
+		if (relay == 0) {
+			execl("/bin/busybox", "nc", "-l", "-p", port, "-e", "/bin/uvsock-guest",
+			      "connect", "2", "1235", (char *)NULL);
+			_exit(127);
+		}
+		for (int i = 0; i < 100 && !tcp_listening(VT_CTL_TCP); i++)
+			usleep(50000);
+		self = vt_start(argv, &fd);
+	} else {
+		/* Control: our server's TCP port <- relay <- vsock port 1236 <- the host's socat. */
+		self = vt_start(argv, &fd);
+		for (int i = 0; i < 100 && !tcp_listening(VT_CTL_TCP + 1); i++)
+			usleep(50000);
+		relay = fork();
+		if (relay == 0) {
+			execl("/bin/busybox", "nc", "127.0.0.1", port, "-e", "/bin/uvsock-guest",
+			      "listen", "1236", (char *)NULL);
+			_exit(127);
+		}
+		usleep(300000); /* the relay's vsock listener, before the host connects */
+		if (self > 0 && req(out, sizeof(out), 40, "VTCLIENT") < 0) {
+			kill(self, SIGKILL);
+			kill(relay, SIGKILL);
+			(void)vt_collect(self, fd, &oks);
+			waitpid(relay, NULL, 0);
+			return fail(d, "%s", out);
+		}
 	}
-	close(pfd[1]);
-	f = fdopen(pfd[0], "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = '\0';
-		printf("UVSOCK-VT %s\n", line);
-		fflush(stdout);
-		oks += line[0] >= '0' && line[0] <= '9' && strstr(line, "...ok") != NULL;
+	if (self < 0)
+		return fail(d, "cannot start vsock_test: %s", strerror(errno));
+	st = vt_collect(self, fd, &oks);
+	if (relay > 0) {
+		kill(relay, SIGKILL);
+		waitpid(relay, NULL, 0);
 	}
-	if (f)
-		fclose(f);
-	waitpid(client, &st, 0);
-	kill(relay, SIGKILL);
-	waitpid(relay, NULL, 0);
 	if (req(out, sizeof(out), 300, "VTWAIT") < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		return fail(d, "%d tests ok, then client exit %d; %s", oks,
+		return fail(d, "guest %s: %d tests ok, exit %d; %s", mode, oks,
 			    WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
-	snprintf(d, DETAIL, "%d tests ok (skipped: %s); %s", oks, arg && *arg ? arg : "none", out);
+	snprintf(d, DETAIL, "guest %s: %d tests ok (skipped: %s); host: %s", mode, oks,
+		 arg && *arg ? arg : "none", out);
 	return 0;
+}
+
+static int c_vsock_test(const char *arg, char *d)
+{
+	return vsock_test_as("client", arg, d);
+}
+
+static int c_vsock_test_server(const char *arg, char *d)
+{
+	return vsock_test_as("server", arg, d);
 }
 
 /* ---- case table and runner ---- */
@@ -1984,6 +2054,7 @@ static const struct gcase cases[] = {
 	{ "shim_g2h", c_shim_g2h, 180 },
 	{ "shim_refused", c_shim_refused, 60 },
 	{ "vsock_test", c_vsock_test, 400 },
+	{ "vsock_test_server", c_vsock_test_server, 400 },
 	{ "reboot", c_reboot, 30 },
 	{ "lo_stream", c_lo_stream, 240 },
 	{ "lo_seqpacket", c_lo_seqpacket, 60 },

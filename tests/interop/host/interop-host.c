@@ -1032,10 +1032,14 @@ static void cmd_shimwait(struct ctl *c, unsigned tag, const char *args)
  * kernel's source): VTSERVER starts its server half through uvsock-run, with the control channel
  * (TCP in vsock_test) carried from the guest: guest TCP 127.0.0.1:VT_CTL_TCP -> vsock host port
  * VT_CTL_VSOCK -> <uds>_VT_CTL_VSOCK -> socat -> TCP 127.0.0.1:VT_CTL_TCP here. VTWAIT collects its
- * output (each line also on stdout as "UVSOCK-HOST VT ...") and exit status.
+ * output (each line also on stdout as "UVSOCK-HOST VT ...") and exit status. VTCLIENT is the
+ * other way round: its client half here, the control channel TCP 127.0.0.1:VT_CTL_TCP2 -> socat
+ * (through uvsock-run) -> vsock guest port VT_CTL_VSOCK2 -> the guest's relay -> its server.
  */
 #define VT_CTL_VSOCK 1235
 #define VT_CTL_TCP "41236"
+#define VT_CTL_VSOCK2 "1236"
+#define VT_CTL_TCP2 "41237"
 
 static struct {
 	pid_t server, relay;
@@ -1052,6 +1056,8 @@ static pid_t spawn_out(char *const argv[], int *out_fd)
 	pid = fork();
 	if (pid == 0) {
 		int nul = open("/dev/null", O_RDONLY);
+
+		setpgid(0, 0); /* its own group: socat's forked children end with it (vt_stop) */
 
 		dup2(nul, 0);
 		dup2(out[1], 1);
@@ -1076,7 +1082,11 @@ static void vt_stop(void)
 		pid_t *p = i ? &vt_run.relay : &vt_run.server;
 
 		if (*p > 0) {
-			kill(*p, SIGKILL);
+			/* The group (socat forks a child per connection): TERM, then KILL after 2 s. */
+			kill(-*p, SIGTERM);
+			for (int k = 0; k < 40 && waitpid(*p, &st, WNOHANG) == 0; k++)
+				usleep(50000);
+			kill(-*p, SIGKILL);
 			waitpid(*p, &st, 0);
 		}
 		*p = 0;
@@ -1098,7 +1108,7 @@ static void cmd_vtserver(struct ctl *c, unsigned tag)
 	}
 	vt_stop();
 	snprintf(path, sizeof(path), "%s_%u", opt.uds, VT_CTL_VSOCK);
-	snprintf(listen_arg, sizeof(listen_arg), "UNIX-LISTEN:%s,fork", path);
+	snprintf(listen_arg, sizeof(listen_arg), "UNIX-LISTEN:%s,fork,unlink-early", path);
 	snprintf(cid, sizeof(cid), "--peer-cid=%ld", opt.cid);
 	/* The relay is Unix <-> TCP on loopback only: no vsock involved. */
 	char *relay[] = { "/usr/bin/socat", listen_arg, "TCP4:127.0.0.1:" VT_CTL_TCP, NULL };
@@ -1145,7 +1155,7 @@ static void cmd_vtwait(struct ctl *c, unsigned tag)
 	int st = 0;
 
 	if (vt_run.server <= 0) {
-		ctl_send(c, "%u FAIL no vsock_test server running", tag);
+		ctl_send(c, "%u FAIL no vsock_test running", tag);
 		return;
 	}
 	for (;;) {
@@ -1169,9 +1179,61 @@ static void cmd_vtwait(struct ctl *c, unsigned tag)
 	for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n"))
 		printf("UVSOCK-HOST VT %s\n", l);
 	fflush(stdout);
-	ctl_send(c, "%u %s vsock_test server exit %d", tag,
+	ctl_send(c, "%u %s vsock_test exit %d", tag,
 		 WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "OK" : "FAIL",
 		 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+/* True once something listens on TCP port here (/proc/net/tcp). */
+static bool tcp_listening(unsigned port)
+{
+	char line[256], want[16];
+	bool found = false;
+	FILE *f = fopen("/proc/net/tcp", "r");
+
+	snprintf(want, sizeof(want), ":%04X", port);
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		char local[64], remote[64], st[8];
+
+		if (sscanf(line, "%*s %63s %63s %7s", local, remote, st) == 3 && strstr(local, want) &&
+		    strcmp(st, "0A") == 0)
+			found = true;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+static void cmd_vtclient(struct ctl *c, unsigned tag)
+{
+	char connect_arg[64], cid[32];
+	int rfd = -1;
+
+	if (!opt.uvsock_run || !opt.vsock_test) {
+		ctl_send(c, "%u FAIL no --uvsock-run / --vsock-test given to the host helper", tag);
+		return;
+	}
+	vt_stop();
+	snprintf(connect_arg, sizeof(connect_arg), "VSOCK-CONNECT:%ld:" VT_CTL_VSOCK2, opt.cid);
+	snprintf(cid, sizeof(cid), "--peer-cid=%ld", opt.cid);
+	char *relay[] = { (char *)opt.uvsock_run, "--control", (char *)opt.control, "/usr/bin/socat",
+			  "TCP4-LISTEN:" VT_CTL_TCP2 ",bind=127.0.0.1,reuseaddr", connect_arg, NULL };
+	char *client[] = { (char *)opt.uvsock_run, "--control", (char *)opt.control,
+			   (char *)opt.vsock_test, "--mode=client", "--control-host=127.0.0.1",
+			   "--control-port=" VT_CTL_TCP2, cid, NULL };
+
+	vt_run.relay = spawn_out(relay, &rfd);
+	if (rfd >= 0)
+		close(rfd);
+	for (int i = 0; i < 200 && !tcp_listening((unsigned)atoi(VT_CTL_TCP2)); i++)
+		usleep(50000);
+	vt_run.server = spawn_out(client, &vt_run.out);
+	if (vt_run.relay <= 0 || vt_run.server <= 0) {
+		ctl_send(c, "%u FAIL cannot start the relay or the vsock_test client", tag);
+		vt_stop();
+		return;
+	}
+	ctl_send(c, "%u OK vsock_test client pid %d", tag, (int)vt_run.server);
 }
 
 static unsigned boots;
@@ -1254,6 +1316,8 @@ static void dispatch(struct ctl *c, char *line)
 		ctl_send(c, "%u OK %u", tag, boots);
 	} else if (strcmp(cmd, "VTSERVER") == 0) {
 		cmd_vtserver(c, tag);
+	} else if (strcmp(cmd, "VTCLIENT") == 0) {
+		cmd_vtclient(c, tag);
 	} else if (strcmp(cmd, "VTWAIT") == 0) {
 		cmd_vtwait(c, tag);
 	} else if (strcmp(cmd, "SHIMRUN") == 0) {
