@@ -61,13 +61,7 @@ static void refuse_unless_guarded(void)
 
 static struct sockaddr_vm addr(unsigned cid, unsigned port)
 {
-	struct sockaddr_vm a;
-
-	memset(&a, 0, sizeof(a));
-	a.svm_family = AF_VSOCK;
-	a.svm_cid = cid;
-	a.svm_port = port;
-	return a;
+	return (struct sockaddr_vm){ .svm_family = AF_VSOCK, .svm_cid = cid, .svm_port = port };
 }
 
 static int type_of(const char *s)

@@ -1825,24 +1825,43 @@ static int shim_g2h_one(const char *name, uint32_t port, int type, char *d)
 	return 0;
 }
 
+/* The scenarios of shim_h2g and shim_g2h (the helper's shim_scns names them too). */
+static const struct {
+	const char *name;
+	uint32_t port;
+	int type;
+	bool g2h;
+} shim_cases[] = {
+	{ "socat-connect", 7100, SOCK_STREAM, false },
+	{ "socat-connect-seq", 7101, SOCK_SEQPACKET, false },
+	{ "ncat-connect", 7102, SOCK_STREAM, false },
+	{ "socat-listen", 7110, SOCK_STREAM, true },
+	{ "socat-listen-seq", 7111, SOCK_SEQPACKET, true },
+	{ "ncat-listen", 7112, SOCK_STREAM, true },
+};
+
+static int shim_run_all(bool g2h, char *d)
+{
+	for (size_t i = 0; i < sizeof(shim_cases) / sizeof(shim_cases[0]); i++) {
+		if (shim_cases[i].g2h != g2h)
+			continue;
+		if ((g2h ? shim_g2h_one : shim_h2g_one)(shim_cases[i].name, shim_cases[i].port,
+							shim_cases[i].type, d) < 0)
+			return -1;
+	}
+	snprintf(d, DETAIL, g2h ? "socat VSOCK-LISTEN (stream, seqpacket) and ncat --vsock -l: both "
+				  "ways" : "socat VSOCK-CONNECT (stream, seqpacket) and ncat --vsock: echoed");
+	return 0;
+}
+
 static int c_shim_h2g(const char *arg, char *d)
 {
-	if (shim_h2g_one("socat-connect", 7100, SOCK_STREAM, d) < 0 ||
-	    shim_h2g_one("socat-connect-seq", 7101, SOCK_SEQPACKET, d) < 0 ||
-	    shim_h2g_one("ncat-connect", 7102, SOCK_STREAM, d) < 0)
-		return -1;
-	snprintf(d, DETAIL, "socat VSOCK-CONNECT (stream, seqpacket) and ncat --vsock: echoed");
-	return 0;
+	return shim_run_all(false, d);
 }
 
 static int c_shim_g2h(const char *arg, char *d)
 {
-	if (shim_g2h_one("socat-listen", 7110, SOCK_STREAM, d) < 0 ||
-	    shim_g2h_one("socat-listen-seq", 7111, SOCK_SEQPACKET, d) < 0 ||
-	    shim_g2h_one("ncat-listen", 7112, SOCK_STREAM, d) < 0)
-		return -1;
-	snprintf(d, DETAIL, "socat VSOCK-LISTEN (stream, seqpacket) and ncat --vsock -l: both ways");
-	return 0;
+	return shim_run_all(true, d);
 }
 
 static int c_shim_refused(const char *arg, char *d)
@@ -1859,26 +1878,6 @@ static int c_shim_refused(const char *arg, char *d)
 /* ---- the kernel's own suite: vsock_test client here, its server on the host (uvsock-run) ---- */
 
 #define VT_CTL_TCP 41236 /* the helper's VT_CTL_TCP; guest TCP -> vsock 2:1235 -> host TCP */
-
-/* True once something listens on TCP port (any address) in this guest: /proc/net/tcp. */
-static bool tcp_listening(unsigned port)
-{
-	char line[256], want[16];
-	bool found = false;
-	FILE *f = fopen("/proc/net/tcp", "r");
-
-	snprintf(want, sizeof(want), ":%04X", port);
-	while (f && !found && fgets(line, sizeof(line), f)) {
-		char local[64], remote[64], st[8];
-
-		if (sscanf(line, "%*s %63s %63s %7s", local, remote, st) == 3 && strstr(local, want) &&
-		    strcmp(st, "0A") == 0)
-			found = true;
-	}
-	if (f)
-		fclose(f);
-	return found;
-}
 
 /*
  * arg: test ids to skip, '.'-separated ("9.10"): vsock_test ends at its first failing test, so
@@ -1969,13 +1968,13 @@ static int vsock_test_as(const char *mode, const char *arg, char *d)
 			      "connect", "2", "1235", (char *)NULL);
 			_exit(127);
 		}
-		for (int i = 0; i < 100 && !tcp_listening(VT_CTL_TCP); i++)
+		for (int i = 0; i < 100 && !xfer_tcp_listening(VT_CTL_TCP); i++)
 			usleep(50000);
 		self = vt_start(argv, &fd);
 	} else {
 		/* Control: our server's TCP port <- relay <- vsock port 1236 <- the host's socat. */
 		self = vt_start(argv, &fd);
-		for (int i = 0; i < 100 && !tcp_listening(VT_CTL_TCP + 1); i++)
+		for (int i = 0; i < 100 && !xfer_tcp_listening(VT_CTL_TCP + 1); i++)
 			usleep(50000);
 		relay = fork();
 		if (relay == 0) {

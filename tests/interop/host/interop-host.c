@@ -1184,26 +1184,6 @@ static void cmd_vtwait(struct ctl *c, unsigned tag)
 		 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
-/* True once something listens on TCP port here (/proc/net/tcp). */
-static bool tcp_listening(unsigned port)
-{
-	char line[256], want[16];
-	bool found = false;
-	FILE *f = fopen("/proc/net/tcp", "r");
-
-	snprintf(want, sizeof(want), ":%04X", port);
-	while (f && !found && fgets(line, sizeof(line), f)) {
-		char local[64], remote[64], st[8];
-
-		if (sscanf(line, "%*s %63s %63s %7s", local, remote, st) == 3 && strstr(local, want) &&
-		    strcmp(st, "0A") == 0)
-			found = true;
-	}
-	if (f)
-		fclose(f);
-	return found;
-}
-
 static void cmd_vtclient(struct ctl *c, unsigned tag)
 {
 	char connect_arg[64], cid[32];
@@ -1225,7 +1205,7 @@ static void cmd_vtclient(struct ctl *c, unsigned tag)
 	vt_run.relay = spawn_out(relay, &rfd);
 	if (rfd >= 0)
 		close(rfd);
-	for (int i = 0; i < 200 && !tcp_listening((unsigned)atoi(VT_CTL_TCP2)); i++)
+	for (int i = 0; i < 200 && !xfer_tcp_listening((unsigned)atoi(VT_CTL_TCP2)); i++)
 		usleep(50000);
 	vt_run.server = spawn_out(client, &vt_run.out);
 	if (vt_run.relay <= 0 || vt_run.server <= 0) {
