@@ -34,8 +34,18 @@ struct proc {
 	size_t len;
 };
 
+static void proc_start_opt(struct proc *p, const struct uvd *u, bool raw, const char *opt,
+			   char *const *argv);
+
 /* Starts argv (through uvsock-run unless raw) with UVSOCK_CONTROL pointing at u's daemon. */
 static void proc_start(struct proc *p, const struct uvd *u, bool raw, char *const *argv)
+{
+	proc_start_opt(p, u, raw, NULL, argv);
+}
+
+/* proc_start with one more uvsock-run option (e.g. "--listen-vm=4"), or none (NULL). */
+static void proc_start_opt(struct proc *p, const struct uvd *u, bool raw, const char *opt,
+			   char *const *argv)
 {
 	char *full[32];
 	int in[2], out[2], n = 0;
@@ -46,6 +56,8 @@ static void proc_start(struct proc *p, const struct uvd *u, bool raw, char *cons
 		full[n++] = (char *)UVSOCK_RUN_PATH;
 		full[n++] = (char *)"--control";
 		full[n++] = (char *)u->sock[0];
+		if (opt)
+			full[n++] = (char *)opt;
 	}
 	for (int i = 0; argv[i] && n < 31; i++)
 		full[n++] = argv[i];
@@ -484,6 +496,51 @@ TEST(listen_accept_knows_the_guest_address)
 	note_output(&p);
 	ASSERT_EQ(st, 0);
 	env_stop(&v);
+}
+
+/* One listener over two VMs (an epoll fd over two Unix listeners), then one VM only. */
+TEST(listen_on_every_vm_or_the_one_named)
+{
+	uint32_t cids[2] = { 3, 4 };
+	struct uvsock_ctx *g3, *g4;
+	struct env v;
+	struct proc p;
+	char got[64], path[200];
+	struct stat st;
+
+	uvd_start(&v.u, 2, cids, NULL, NULL);
+	g3 = v.ctx = g_guest_new(v.u.sock[0], NULL);
+	g4 = g_guest_new(v.u.sock[1], NULL);
+	proc_start(&p, &v.u, false, (char *[]){ SHIM_PROG_PATH, "serve", "6010", "stream", "2",
+						NULL });
+	proc_expect(&p, "listening");
+	guest_call(&v, SOCK_STREAM, 6010, "from 3", got, sizeof(got));
+	ASSERT_STREQ(got, "from 3");
+	proc_expect(&p, "accepted 3 ");
+	v.ctx = g4;
+	guest_call(&v, SOCK_STREAM, 6010, "from 4", got, sizeof(got));
+	v.ctx = g3;
+	ASSERT_STREQ(got, "from 4");
+	proc_expect(&p, "accepted 4 ");
+	ASSERT_EQ(proc_wait(&p), 0);
+	/* The socket files went with the listener. */
+	snprintf(path, sizeof(path), "%s_6010", v.u.uds[1]);
+	ASSERT_NE(stat(path, &st), 0);
+
+	proc_start_opt(&p, &v.u, false, "--listen-vm=4",
+		       (char *[]){ SHIM_PROG_PATH, "serve", "6011", "stream", "1", NULL });
+	proc_expect(&p, "listening");
+	snprintf(path, sizeof(path), "%s_6011", v.u.uds[0]);
+	ASSERT_NE(stat(path, &st), 0);
+	ASSERT_LT(g_connect(v.ctx, SOCK_STREAM, VMADDR_CID_HOST, 6011), 0); /* VM 3: refused */
+	v.ctx = g4;
+	guest_call(&v, SOCK_STREAM, 6011, "only 4", got, sizeof(got));
+	ASSERT_STREQ(got, "only 4");
+	proc_expect(&p, "accepted 4 ");
+	ASSERT_EQ(proc_wait(&p), 0);
+	uvsock_ctx_free(g4);
+	uvsock_ctx_free(g3);
+	ASSERT_EQ(uvd_stop(&v.u), 0);
 }
 
 TEST(errno_options_and_dev_vsock)
