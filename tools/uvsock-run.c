@@ -55,7 +55,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: uvsock-run [--control PATH] [--listen-vm CID[,CID...]] [-v] [--] "
 		   "PROGRAM [ARGS...]\n"
-		   "Runs PROGRAM with its AF_VSOCK sockets carried by uvsockd (libuvsock-preload.so),\n"
+		   "Runs PROGRAM with its AF_VSOCK sockets carried by uvsockd\n"
+		   "(libuvsock-preload.so), "
 		   "under a seccomp filter that refuses the kernel's AF_VSOCK.\n"
 		   "  --control PATH     uvsockd's control socket (default: $UVSOCK_CONTROL, else "
 		   DEFAULT_CONTROL ")\n"
@@ -97,7 +98,7 @@ static int set_preload(const char *lib)
 		v = malloc(n);
 		if (!v)
 			return -ENOMEM;
-		/* After what is there: a sanitizer runtime preloaded by the caller must stay first. */
+		/* After what is there: a sanitizer runtime the caller preloads stays first. */
 		snprintf(v, n, "%s:%s", old, lib);
 		r = setenv("LD_PRELOAD", v, 1);
 		free(v);
@@ -264,14 +265,15 @@ int main(int argc, char **argv)
 		test_family = atoi(tf);
 	r = install_filter(test_family);
 	if (r < 0) {
-		fprintf(stderr, "uvsock-run: cannot install the seccomp filter (%s): refusing to run "
-			"%s without it\n", strerror(-r), argv[i]);
+		fprintf(stderr, "uvsock-run: cannot install the seccomp filter (%s): "
+			"refusing to run %s without it\n", strerror(-r), argv[i]);
 		return 126;
 	}
 	if (verbose)
-		fprintf(stderr, "uvsock-run: seccomp filter installed (socket(AF_VSOCK%s) refused); "
-			"LD_PRELOAD=%s; control %s\n", test_family >= 0 ? " and the test family" : "",
-			lib, getenv("UVSOCK_CONTROL"));
+		fprintf(stderr, "uvsock-run: seccomp filter installed (socket(AF_VSOCK%s) "
+			"refused); LD_PRELOAD=%s; control %s\n",
+			test_family >= 0 ? " and the test family" : "", lib,
+			getenv("UVSOCK_CONTROL"));
 	execvp(argv[i], argv + i);
 	r = errno;
 	fprintf(stderr, "uvsock-run: cannot run %s: %s\n", argv[i], strerror(r));

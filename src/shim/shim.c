@@ -433,14 +433,16 @@ static int do_bind(struct vsk *v, const struct sockaddr *addr, socklen_t len)
 		return -ENOMEM;
 	n = MAX(listen_vms(vms, SHIM_MAX_VMS), 0);
 	if (port == SHIM_PORT_ANY) {
-		/* af_vsock.c __vsock_bind_connectible: above the reserved ports, from a random start. */
+		/* As af_vsock.c __vsock_bind_connectible: above the reserved ports, from a random
+		 * start. */
 		uint32_t start = 1024 + (uint32_t)(mono_ns() % 50000);
 
 		r = -EADDRNOTAVAIL;
 		for (uint32_t i = 0; i < 50000; i++) {
 			uint32_t p = start + i;
 
-			if (!shim_port_taken(p, v->type, v) && !port_busy_on_vms(p, v->type, vms, n)) {
+			if (!shim_port_taken(p, v->type, v) &&
+			    !port_busy_on_vms(p, v->type, vms, n)) {
 				port = p;
 				r = 0;
 				break;
@@ -1118,11 +1120,11 @@ static void export_one(int fd, struct vsk *v, void *arg)
 	/* Only what the new program inherits; a listener over several VMs cannot be carried. */
 	if (fd_cloexec(fd) || (v->state == VS_LISTEN && v->nl != 1) || b->len + 200 > b->cap)
 		return;
-	n = snprintf(b->s + b->len, b->cap - b->len, "%s%d,%d,%d,%d,%u,%u,%u,%u,%llu,%llu,%llu,%llu",
-		     b->len ? ";" : "", fd, (int)v->kind, v->type, (int)v->state, v->lcid,
-		     v->lport, v->pcid, v->pport, (unsigned long long)v->connect_timeout_ns,
-		     (unsigned long long)v->buf_size, (unsigned long long)v->buf_min,
-		     (unsigned long long)v->buf_max);
+	n = snprintf(b->s + b->len, b->cap - b->len,
+		     "%s%d,%d,%d,%d,%u,%u,%u,%u,%llu,%llu,%llu,%llu", b->len ? ";" : "", fd,
+		     (int)v->kind, v->type, (int)v->state, v->lcid, v->lport, v->pcid, v->pport,
+		     (unsigned long long)v->connect_timeout_ns, (unsigned long long)v->buf_size,
+		     (unsigned long long)v->buf_min, (unsigned long long)v->buf_max);
 	if (n > 0)
 		b->len += (size_t)n;
 }

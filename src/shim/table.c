@@ -79,7 +79,8 @@ static void release(struct vsk *v)
 		for (int i = 0; i < v->nl; i++) {
 			if (v->owner == getpid())
 				(void)uds_unlink_owned(v->l[i].path, &v->l[i].ul);
-			/* With one listener, l[0].fd was the socket's own fd, closed by the caller. */
+			/* With one listener, l[0].fd was the socket's own fd (the caller closes
+			 * it). */
 			if (v->nl > 1 && v->l[i].fd >= 0)
 				shim_real.close(v->l[i].fd);
 		}

@@ -211,8 +211,8 @@ static int mode_errors(unsigned cid, unsigned closed_port)
 	      getsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, &tl) == 0 &&
 	      tv.tv_sec == 1 && tv.tv_usec == 0, "connect timeout");
 	tv.tv_usec = 1000000;
-	check_errno(setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv)), ERANGE,
-		    "timeout range");
+	check_errno(setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv)),
+		    ERANGE, "timeout range");
 	check_errno(getpeername(fd, (struct sockaddr *)&(struct sockaddr_vm){ 0 },
 				&(socklen_t){ sizeof(struct sockaddr_vm) }), ENOTCONN, "no peer");
 	close(fd);
@@ -249,15 +249,16 @@ static int mode_nonblock(unsigned cid, unsigned port, unsigned closed_port)
 	{
 		struct sockaddr_vm a = addr(cid, port);
 		struct timeval tv = { .tv_sec = 0, .tv_usec = 1 };
-		int fd = socket(AF_VSOCK, SOCK_STREAM, 0);
+		int fd = socket(AF_VSOCK, SOCK_STREAM, 0), r;
 
 		CHECK(setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv)) == 0,
 		      "timeout");
 		check_errno(connect(fd, (struct sockaddr *)&a, sizeof(a)), ETIMEDOUT, "timed out");
 		/* The socket is usable again afterwards, as the kernel's. */
 		tv.tv_sec = 5;
-		CHECK(setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv)) == 0 &&
-		      connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect after a timeout");
+		r = setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv));
+		CHECK(r == 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0,
+		      "connect after a timeout");
 		close(fd);
 	}
 	return 0;

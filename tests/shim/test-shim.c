@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Unmodified AF_VSOCK host programs over uvsockd (suite 'shim', docs/shim.md): Debian's socat
- * (VSOCK-CONNECT, VSOCK-LISTEN) and ncat --vsock, and shim-prog (names, errno, options, non-blocking
- * connect, 100 threads, fork and exec after connect) run through uvsock-run against a guest-role
- * VM of a uvsockd started here; the guest side is the uvsock API in this process. And the
- * seccomp filter of uvsock-run, proved with a harmless address family on a static program.
+ * (VSOCK-CONNECT, VSOCK-LISTEN) and ncat --vsock, and shim-prog (names, errno, options,
+ * non-blocking connect, 100 threads, fork and exec after connect) run through uvsock-run
+ * against a guest-role VM of a uvsockd started here; the guest side is the uvsock API in this
+ * process. And the seccomp filter of uvsock-run, proved with a harmless address family on a
+ * static program.
  *
  * SAFETY: every host program runs through uvsock-run (its filter refuses the kernel's AF_VSOCK);
  * shim-prog refuses to start otherwise; nothing here creates an AF_VSOCK socket of the kernel.

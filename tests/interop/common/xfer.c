@@ -1216,8 +1216,8 @@ bool xfer_tcp_listening(unsigned port)
 	while (f && !found && fgets(line, sizeof(line), f)) {
 		char local[64], remote[64], st[8];
 
-		if (sscanf(line, "%*s %63s %63s %7s", local, remote, st) == 3 && strstr(local, want) &&
-		    strcmp(st, "0A") == 0)
+		if (sscanf(line, "%*s %63s %63s %7s", local, remote, st) == 3 &&
+		    strstr(local, want) && strcmp(st, "0A") == 0)
 			found = true;
 	}
 	if (f)

@@ -1849,8 +1849,8 @@ static int shim_run_all(bool g2h, char *d)
 							shim_cases[i].type, d) < 0)
 			return -1;
 	}
-	snprintf(d, DETAIL, g2h ? "socat VSOCK-LISTEN (stream, seqpacket) and ncat --vsock -l: both "
-				  "ways" : "socat VSOCK-CONNECT (stream, seqpacket) and ncat --vsock: echoed");
+	snprintf(d, DETAIL, "%s", g2h ? "socat VSOCK-LISTEN (stream, seqpacket), ncat --vsock -l"
+				      : "socat VSOCK-CONNECT (stream, seqpacket), ncat --vsock");
 	return 0;
 }
 
@@ -1972,7 +1972,7 @@ static int vsock_test_as(const char *mode, const char *arg, char *d)
 			usleep(50000);
 		self = vt_start(argv, &fd);
 	} else {
-		/* Control: our server's TCP port <- relay <- vsock port 1236 <- the host's socat. */
+		/* Control: our server's TCP port <- relay <- vsock 1236 <- the host's socat. */
 		self = vt_start(argv, &fd);
 		for (int i = 0; i < 100 && !xfer_tcp_listening(VT_CTL_TCP + 1); i++)
 			usleep(50000);

@@ -906,7 +906,8 @@ static void cmd_shimrun(struct ctl *c, unsigned tag, const char *args)
 	struct shim_job *j;
 	struct stat st;
 
-	if (!opt.uvsock_run || sscanf(args, "%39s %u", name, &port) != 2 || (i = shim_find(name)) < 0) {
+	if (!opt.uvsock_run || sscanf(args, "%39s %u", name, &port) != 2 ||
+	    (i = shim_find(name)) < 0) {
 		ctl_send(c, "%u FAIL SHIMRUN: %s", tag, opt.uvsock_run ? "bad request" :
 			 "no --uvsock-run given to the host helper");
 		return;
@@ -1011,7 +1012,8 @@ static void cmd_shimwait(struct ctl *c, unsigned tag, const char *args)
 		if (*q == '\n')
 			*q = '|';
 	if (s->refused) {
-		ok = WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(buf, "Connection reset by peer");
+		ok = WIFEXITED(st) && WEXITSTATUS(st) != 0 &&
+		     strstr(buf, "Connection reset by peer");
 	} else {
 		if (s->listens)
 			snprintf(want, sizeof(want), "shim-guest-%s|", name);
@@ -1082,7 +1084,7 @@ static void vt_stop(void)
 		pid_t *p = i ? &vt_run.relay : &vt_run.server;
 
 		if (*p > 0) {
-			/* The group (socat forks a child per connection): TERM, then KILL after 2 s. */
+			/* The group (socat forks a child per connection): TERM, KILL after 2 s. */
 			kill(-*p, SIGTERM);
 			for (int k = 0; k < 40 && waitpid(*p, &st, WNOHANG) == 0; k++)
 				usleep(50000);
@@ -1196,8 +1198,9 @@ static void cmd_vtclient(struct ctl *c, unsigned tag)
 	vt_stop();
 	snprintf(connect_arg, sizeof(connect_arg), "VSOCK-CONNECT:%ld:" VT_CTL_VSOCK2, opt.cid);
 	snprintf(cid, sizeof(cid), "--peer-cid=%ld", opt.cid);
-	char *relay[] = { (char *)opt.uvsock_run, "--control", (char *)opt.control, "/usr/bin/socat",
-			  "TCP4-LISTEN:" VT_CTL_TCP2 ",bind=127.0.0.1,reuseaddr", connect_arg, NULL };
+	char *relay[] = { (char *)opt.uvsock_run, "--control", (char *)opt.control,
+			  "/usr/bin/socat", "TCP4-LISTEN:" VT_CTL_TCP2 ",bind=127.0.0.1,reuseaddr",
+			  connect_arg, NULL };
 	char *client[] = { (char *)opt.uvsock_run, "--control", (char *)opt.control,
 			   (char *)opt.vsock_test, "--mode=client", "--control-host=127.0.0.1",
 			   "--control-port=" VT_CTL_TCP2, cid, NULL };
@@ -1432,7 +1435,8 @@ static int usage(void)
 	fprintf(stderr,
 		"usage: uvsock-interop-host --ctl PATH --uds PATH [--cid N] [--daemon-pid P]"
 		" [--hold-file F] [--name NAME]\n"
-		"       [--uvsock-run PATH --control PATH]\n       uvsock-interop-host --selftest\n");
+		"       [--uvsock-run PATH --control PATH [--vsock-test PATH]]\n"
+		"       uvsock-interop-host --selftest\n");
 	return 2;
 }
 
