@@ -374,6 +374,11 @@ static uint32_t iso_vm_cid(void *opaque, unsigned idx)
 	return ((struct iso *)opaque)->cfg->vms[idx].guest_cid;
 }
 
+static const char *iso_vm_uds_path(void *opaque, unsigned idx)
+{
+	return ((struct iso *)opaque)->cfg->vms[idx].uds_path;
+}
+
 static void iso_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 {
 	struct iso *iso = opaque;
@@ -420,6 +425,7 @@ static void iso_vm_conns(void *opaque, unsigned idx,
 static const struct ops_ctl_ops iso_ctl_ops = {
 	.vm_count = iso_vm_count,
 	.vm_cid = iso_vm_cid,
+	.vm_uds_path = iso_vm_uds_path,
 	.vm_stats = iso_vm_stats,
 	.vm_conns = iso_vm_conns,
 };

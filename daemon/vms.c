@@ -92,6 +92,11 @@ static uint32_t ctl_vm_cid(void *opaque, unsigned idx)
 	return vsock_dev_guest_cid(dev_at(opaque, idx));
 }
 
+static const char *ctl_vm_uds_path(void *opaque, unsigned idx)
+{
+	return vsock_dev_uds_path(((struct vm_set *)opaque)->vms[idx].dev);
+}
+
 static void ctl_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 {
 	const struct vm_thread *t = ((struct vm_set *)opaque)->vms[idx];
@@ -157,6 +162,7 @@ static int ctl_vm_remove(void *opaque, const char *which, uint32_t *ret_cid, cha
 const struct ops_ctl_ops vm_set_ctl_ops = {
 	.vm_count = ctl_vm_count,
 	.vm_cid = ctl_vm_cid,
+	.vm_uds_path = ctl_vm_uds_path,
 	.vm_stats = ctl_vm_stats,
 	.vm_conns = ctl_vm_conns,
 	.vm_tap = ctl_vm_tap,

@@ -26,6 +26,7 @@ ALLOWED = {
     "device": {"util", "vsock", "vring", "vhost_user", "ops", "uvsock"},
     "driver": {"util", "vsock", "vring", "vhost_user"},
     "lib": {"util", "vsock", "driver", "uvsock"},
+    "shim": {"util", "ops"},
 }
 PUBLIC = "uvsock"  # include/uvsock/*.h
 

@@ -22,4 +22,10 @@ for meta in ${@:-$INTEROP_KERNELS}; do
 		[ $rc = 1 ] || rc=$r
 	fi
 done
+# The kernel's own vsock suite for the vsock_test case (tools/testing/vsock of linux-source-6.1).
+if fetch_vsock_test_src; then
+	ilog "$VT_SRC_PKG: tools/testing/vsock in $(vsock_test_src)"
+else
+	ilog "$VT_SRC_PKG: could not be fetched (the vsock_test case will be left out)"
+fi
 exit $rc

@@ -6,8 +6,9 @@ want="meson ninja-build gcc pkg-config libsystemd-dev libyaml-dev" # libsystemd:
 for k in "${@:-build test}"; do
 	case "$k" in
 	build) ;;
-	# tshark: the capture suite; python3-prometheus-client: its parsers check --prometheus
-	test) want="$want clang libclang-rt-14-dev socat tshark python3-prometheus-client" ;;
+	# tshark: the capture suite; python3-prometheus-client: its parsers check --prometheus;
+	# socat, ncat: the shim suite
+	test) want="$want clang libclang-rt-14-dev socat ncat tshark python3-prometheus-client" ;;
 	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod" ;;
 	capture) want="$want tshark" ;;
 	# The Debian package and its test (debian/, tests/pkg): tools and Build-Depends.

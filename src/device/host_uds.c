@@ -559,8 +559,22 @@ static void guest_conn_log_path(struct vsock_dev *d, struct vsock_sock *child, c
 					  : "cannot be reached without /proc");
 }
 
+/*
+ * The abstract name the Unix socket to <uds-path>_<port> is bound to: "uvsock-peer PID CID PORT
+ * HOSTPORT", the guest's address, for a listener (libuvsock-preload.so) that checks PID against
+ * SO_PEERCRED (docs/uvsockd.md "Who is calling").
+ */
+static void peer_name(struct vsock_sock *child, uint32_t port, char *buf, size_t len)
+{
+	uint32_t cid = 0, pport = 0;
+
+	(void)vsock_sock_peer_addr(child, &cid, &pport);
+	snprintf(buf, len, "uvsock-peer %d %u %u %u", (int)getpid(), cid, pport, port);
+}
+
 static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 {
+	char peer[64];
 	bool seq = vsock_sock_type(child) == VSOCK_TYPE_SEQPACKET;
 	char name[sizeof(d->uds_path) + 12];
 	uint32_t cid, port;
@@ -578,7 +592,9 @@ static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 	}
 	snprintf(name, sizeof(name), "%s_%u", uds_base(d), port);
 	/* In uds_path's directory as opened at start, following no symlink (uds_connect.h). */
-	fd = uds_connect_at(d->host_dir_fd, name, seq ? SOCK_SEQPACKET : SOCK_STREAM, &pending);
+	peer_name(child, port, peer, sizeof(peer));
+	fd = uds_connect_at_as(d->host_dir_fd, name, seq ? SOCK_SEQPACKET : SOCK_STREAM, peer,
+			       &pending);
 	if (fd < 0) {
 		/* ENOENT / ECONNREFUSED: nobody listens; EAGAIN: backlog full. RST at once. */
 		guest_conn_log_path(d, child, name, fd);
@@ -746,6 +762,16 @@ static void guest_rcv_shut(struct hconn *c)
 	c->host_rd_eof = true;
 	c->guest_blocked = false;
 	shutdown(c->fd, SHUT_RD);
+}
+
+/* guest_rcv_shut() if the guest has sent SHUTDOWN with RCV. */
+static void guest_rcv_shut_if_asked(struct hconn *c)
+{
+	struct vsock_sock_info info;
+
+	vsock_sock_get_info(c->s, &info);
+	if (info.peer_shutdown & VSOCK_SHUTDOWN_RCV)
+		guest_rcv_shut(c);
 }
 
 /* Host -> guest. Returns 0, or -EPIPE if the connection must end. */
@@ -1047,6 +1073,13 @@ static void hconn_service_open(struct hconn *c)
 		hconn_close(c);
 		return;
 	}
+	/*
+	 * The guest shut down receiving (its close(): SHUTDOWN with RCV and SEND): the host ->
+	 * guest direction ends before the SEND shutdown below is passed on, so a host program that
+	 * sees the EOF finds its writes refused (EPIPE) at once, as a vsock peer's are.
+	 */
+	if ((mask & (VSOCK_POLLRDHUP | VSOCK_POLLHUP)) && !c->host_rd_eof)
+		guest_rcv_shut_if_asked(c);
 	/* Guest half-close: pass it on once every byte it sent has been handed over. */
 	if ((mask & VSOCK_POLLRDHUP) && !c->host_wr_shut && !c->host_wr_blocked &&
 	    rx_empty(c)) {

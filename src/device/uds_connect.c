@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -118,7 +119,26 @@ size_t uds_connect_format_ok(char *buf, uint32_t port)
 	return (size_t)snprintf(buf, 16, "OK %u\n", port);
 }
 
+/* Binds fd to the abstract name `abstract` (without its leading NUL). Returns 0 or -errno. */
+static int bind_abstract(int fd, const char *abstract)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t n = strlen(abstract);
+
+	if (n + 1 > sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path + 1, abstract, n);
+	return bind(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+							  1 + n)) < 0 ? -errno : 0;
+}
+
 int uds_connect_at(int dirfd, const char *name, int type, bool *ret_pending)
+{
+	return uds_connect_at_as(dirfd, name, type, NULL, ret_pending);
+}
+
+int uds_connect_at_as(int dirfd, const char *name, int type, const char *abstract,
+		      bool *ret_pending)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
@@ -146,6 +166,9 @@ int uds_connect_at(int dirfd, const char *name, int type, bool *ret_pending)
 		r = -errno;
 		goto out_path;
 	}
+	/* Taken already (a name is never reused while its socket lives): connect unnamed. */
+	if (abstract)
+		(void)bind_abstract(fd, abstract);
 	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
 	close(pfd);
 	if (r < 0 && r != -EINPROGRESS) {

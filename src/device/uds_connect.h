@@ -71,4 +71,13 @@ size_t uds_connect_format_ok(char *buf, uint32_t port);
  */
 int uds_connect_at(int dirfd, const char *name, int type, bool *ret_pending);
 
+/*
+ * uds_connect_at() from a socket bound first to the abstract name `abstract` (given without its
+ * leading NUL; NULL: unnamed), so the listener's accept()/getpeername() sees that name: the
+ * guest's address for libuvsock-preload.so (docs/uvsockd.md "Who is calling"). A name already
+ * taken (or too long) leaves the socket unnamed; the connect goes ahead. Same returns.
+ */
+int uds_connect_at_as(int dirfd, const char *name, int type, const char *abstract,
+		      bool *ret_pending);
+
 #endif

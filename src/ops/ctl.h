@@ -10,6 +10,7 @@
  *   capture stop | capture status
  *   vm-add SPEC                         -> a new VM (SPEC as uvsockd's --vm, no spaces)
  *   vm-remove CID|NAME                  -> that VM stopped and removed
+ *   vms                                 -> each VM's cid and uds_path (libuvsock-preload.so)
  *   quit
  *
  * A request may start with "v1 " to require protocol version 1; every answer is one line of JSON
@@ -51,6 +52,8 @@ struct ops_ctl_ops {
 	unsigned (*vm_count)(void *opaque);
 	/* CID of VM idx. Required. */
 	uint32_t (*vm_cid)(void *opaque, unsigned idx);
+	/* VM idx's host-side socket path (uds-path), borrowed. Optional (`vms` needs it). */
+	const char *(*vm_uds_path)(void *opaque, unsigned idx);
 	/* Fills *ret (zeroed by the caller) for VM idx. Required. */
 	void (*vm_stats)(void *opaque, unsigned idx, struct ops_vm_stats *ret);
 	/*

@@ -547,10 +547,34 @@ static void cmd_vm(struct ops_ctl *c, struct ops_jw *w, int argc, char **argv)
 	ops_jw_obj_end(w);
 }
 
+/*
+ * vms: each VM's CID and host-side socket path, for libuvsock-preload.so (docs/shim.md),
+ * which connects to <uds_path> and listens at <uds_path>_<port> in place of AF_VSOCK.
+ */
+static void cmd_vms(struct ops_ctl *c, struct ops_jw *w)
+{
+	unsigned n = c->ops->vm_count(c->opaque);
+
+	if (!c->ops->vm_uds_path) {
+		ctl_error_answer(w, ENOTSUP, "this server does not tell its VMs' uds-path");
+		return;
+	}
+	begin(w, true);
+	ops_jw_arr_begin(w, "vms");
+	for (unsigned i = 0; i < n; i++) {
+		ops_jw_obj_begin(w, NULL);
+		ops_jw_u64(w, "cid", c->ops->vm_cid(c->opaque, i));
+		ops_jw_str(w, "uds_path", c->ops->vm_uds_path(c->opaque, i));
+		ops_jw_obj_end(w);
+	}
+	ops_jw_arr_end(w);
+	ops_jw_obj_end(w);
+}
+
 static void cmd_version(struct ops_ctl *c, struct ops_jw *w)
 {
 	static const char *const cmds[] = { "version", "stats", "conns", "capture", "vm-add",
-					    "vm-remove", "quit" };
+					    "vm-remove", "vms", "quit" };
 
 	begin(w, true);
 	ops_jw_str(w, "server", c->server);
@@ -598,6 +622,8 @@ void ctl_cmd_run(struct ops_ctl *c, struct ctl_client *cl, char *line, struct op
 		cmd_capture(c, cl, w, argc, argv);
 	else if (strcmp(argv[0], "vm-add") == 0 || strcmp(argv[0], "vm-remove") == 0)
 		cmd_vm(c, w, argc, argv);
+	else if (strcmp(argv[0], "vms") == 0 && argc == 1)
+		cmd_vms(c, w);
 	else if (strcmp(argv[0], "quit") == 0 && argc == 1) {
 		begin(w, true);
 		ops_jw_obj_end(w);

@@ -207,8 +207,9 @@ static_busybox() {
 	[ -x "$bb" ] && ! readelf -l "$bb" 2>/dev/null | grep -q 'interpreter' && echo "$bb"
 }
 
-# build_initramfs KDIR GUEST_BIN OUT: an uncompressed newc cpio with busybox, /init, the vsock
-# modules of KDIR (uncompressed, with their load order) and the in-guest test program.
+# build_initramfs KDIR GUEST_BIN OUT [VSOCK_TEST]: an uncompressed newc cpio with busybox, /init,
+# the vsock modules of KDIR (uncompressed, with their load order), the in-guest test program and,
+# if given, the kernel's static vsock_test as /bin/vsock_test.
 # Uncompressed because decompressing under TCG costs boot time; it is a few MiB.
 build_initramfs() {
 	local kdir=$1 guest=$2 out=$3 here root bb
@@ -220,6 +221,7 @@ build_initramfs() {
 	cp "$here/init.sh" "$root/init"
 	chmod 755 "$root/init"
 	cp "$guest" "$root/bin/uvsock-guest"
+	[ -n "${4:-}" ] && cp "$4" "$root/bin/vsock_test"
 	cp -r "$kdir/modules/." "$root/lib/modules/"
 	cp "$kdir/load-order" "$root/etc/uvsock/load-order"
 	kinfo "$kdir" kver >"$root/etc/uvsock/kver"
@@ -297,3 +299,45 @@ wait_for_line() {
 
 # now_ms: milliseconds since the epoch.
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# ---- the kernel's own vsock suite (tools/testing/vsock), for the vsock_test case ----
+
+VT_SRC_PKG=linux-source-6.1
+
+# The cached tools/testing/vsock of VT_SRC_PKG (fetch_vsock_test_src fills it).
+vsock_test_src() { echo "$(interop_cache_dir)/src/$VT_SRC_PKG/tools/testing/vsock"; }
+
+# Fetches VT_SRC_PKG with apt-get download (never installed) and keeps only its
+# tools/testing/vsock in the cache. Returns 0 if it is cached afterwards.
+fetch_vsock_test_src() {
+	local dir tmp ver
+	dir=$(vsock_test_src)
+	[ -f "$dir/vsock_test.c" ] && return 0
+	ver=$(apt-cache show --no-all-versions "$VT_SRC_PKG" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
+	[ -n "$ver" ] || { ilog "apt-cache does not know $VT_SRC_PKG"; return 2; }
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/uvsock-src.XXXXXX") || return 1
+	if ! (cd "$tmp" && timeout 900 apt-get download -q "$VT_SRC_PKG=$ver" >download.log 2>&1); then
+		ilog "apt-get download $VT_SRC_PKG=$ver failed"; rm -rf "$tmp"; return 2
+	fi
+	dpkg-deb -x "$tmp"/*.deb "$tmp/x" &&
+		mkdir -p "$(dirname "$(dirname "$(dirname "$dir")")")" &&
+		tar -xJf "$tmp/x/usr/src/$VT_SRC_PKG.tar.xz" -C "$(interop_cache_dir)/src" \
+			--wildcards "$VT_SRC_PKG/tools/testing/vsock/*"
+	local rc=$?
+	rm -rf "$tmp"
+	[ $rc = 0 ] && [ -f "$dir/vsock_test.c" ]
+}
+
+# build_vsock_test OUTDIR: OUTDIR/vsock_test (for the host, run through uvsock-run) and
+# OUTDIR/vsock_test.static (for the initramfs) from the cached source. Returns 0 if both built.
+build_vsock_test() {
+	local src out=$1 f
+	src=$(vsock_test_src)
+	[ -f "$src/vsock_test.c" ] || return 1
+	for f in "" -static; do
+		gcc -g -O2 -I"$src" '-DARRAY_SIZE(x)=(sizeof(x)/sizeof((x)[0]))' -D_GNU_SOURCE \
+			-Wno-pointer-sign -fno-strict-overflow -fno-strict-aliasing $f \
+			-o "$out/vsock_test${f:+.static}" "$src"/vsock_test.c "$src"/timeout.c \
+			"$src"/control.c "$src"/util.c 2>"$out/vsock_test-build.log" || return 1
+	done
+}

@@ -1205,3 +1205,22 @@ int recv_full(int fd, void *buf, size_t len)
 	}
 	return 0;
 }
+
+bool xfer_tcp_listening(unsigned port)
+{
+	char line[256], want[16];
+	bool found = false;
+	FILE *f = fopen("/proc/net/tcp", "r");
+
+	snprintf(want, sizeof(want), ":%04X", port);
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		char local[64], remote[64], st[8];
+
+		if (sscanf(line, "%*s %63s %63s %7s", local, remote, st) == 3 &&
+		    strstr(local, want) && strcmp(st, "0A") == 0)
+			found = true;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}

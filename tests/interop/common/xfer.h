@@ -189,6 +189,8 @@ void set_timeouts(int fd, int ms);
 
 /* send_full / recv_full: blocking loops; Returns: 0, -errno, or -EPIPE on early EOF. */
 int send_full(int fd, const void *buf, size_t len);
+/* True once something listens on TCP port (any address) here: /proc/net/tcp (vsock_test). */
+bool xfer_tcp_listening(unsigned port);
 int recv_full(int fd, void *buf, size_t len);
 
 #endif

@@ -1744,6 +1744,278 @@ static int c_ctl(const char *arg, char *d)
 	return 0;
 }
 
+/* ---- unmodified AF_VSOCK host programs through uvsock-run (docs/shim.md) ---- */
+
+/* Reads until EOF (stream) or one message (seqpacket), at most len-1 bytes, within 20 s. */
+static ssize_t read_reply(int fd, int type, char *buf, size_t len)
+{
+	size_t got = 0;
+
+	set_timeouts(fd, 20000);
+	for (;;) {
+		ssize_t n = recv(fd, buf + got, len - 1 - got, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		got += (size_t)n;
+		if (n == 0 || type == SOCK_SEQPACKET || got == len - 1)
+			break;
+	}
+	buf[got] = '\0';
+	return (ssize_t)got;
+}
+
+/*
+ * Host -> guest: the host helper runs socat/ncat (uvsock-run) connecting to our port; we echo
+ * what it sends (to its EOF, or one message), and the helper checks that it printed the echo.
+ */
+static int shim_h2g_one(const char *name, uint32_t port, int type, char *d)
+{
+	char out[DETAIL], buf[256];
+	int lfd = vs_listen(port, type), fd;
+	unsigned tag;
+	ssize_t n;
+
+	if (lfd < 0)
+		return fail(d, "%s: listen on port %u: %s", name, port, strerror(-lfd));
+	if (req(out, sizeof(out), 20, "SHIMRUN %s %u", name, port) < 0) {
+		close(lfd);
+		return fail(d, "%s: %s", name, out);
+	}
+	fd = vs_accept(lfd, 20000);
+	close(lfd);
+	if (fd < 0)
+		return fail(d, "%s: no connection from the host program: %s", name, strerror(-fd));
+	n = read_reply(fd, type, buf, sizeof(buf));
+	if (n > 0)
+		send_full(fd, buf, (size_t)n);
+	close(fd);
+	tag = req_send("SHIMWAIT %s", name);
+	if (req_wait(tag, out, sizeof(out), 30) < 0)
+		return fail(d, "%s", out);
+	return 0;
+}
+
+/* Guest -> host: the helper runs socat/ncat listening; we connect to CID 2 and talk to it. */
+static int shim_g2h_one(const char *name, uint32_t port, int type, char *d)
+{
+	char out[DETAIL], line[80], buf[256], want[80];
+	int fd;
+	ssize_t n;
+
+	if (req(out, sizeof(out), 30, "SHIMRUN %s %u", name, port) < 0)
+		return fail(d, "%s: %s", name, out);
+	fd = vs_connect(VMADDR_CID_HOST, port, type, 10000);
+	if (fd < 0)
+		return fail(d, "%s: connect to host port %u: %s", name, port, strerror(-fd));
+	snprintf(line, sizeof(line), "shim-guest-%s\n", name);
+	send_full(fd, line, strlen(line));
+	if (type == SOCK_STREAM)
+		shutdown(fd, SHUT_WR);
+	n = read_reply(fd, type, buf, sizeof(buf));
+	close(fd);
+	snprintf(want, sizeof(want), "shim-host-%s\n", name);
+	if (n < 0 || strcmp(buf, want) != 0)
+		return fail(d, "%s: got '%.60s' (%s), want '%s'", name, n < 0 ? "" : buf,
+			    n < 0 ? strerror((int)-n) : "ok", want);
+	if (req(out, sizeof(out), 30, "SHIMWAIT %s", name) < 0)
+		return fail(d, "%s", out);
+	return 0;
+}
+
+/* The scenarios of shim_h2g and shim_g2h (the helper's shim_scns names them too). */
+static const struct {
+	const char *name;
+	uint32_t port;
+	int type;
+	bool g2h;
+} shim_cases[] = {
+	{ "socat-connect", 7100, SOCK_STREAM, false },
+	{ "socat-connect-seq", 7101, SOCK_SEQPACKET, false },
+	{ "ncat-connect", 7102, SOCK_STREAM, false },
+	{ "socat-listen", 7110, SOCK_STREAM, true },
+	{ "socat-listen-seq", 7111, SOCK_SEQPACKET, true },
+	{ "ncat-listen", 7112, SOCK_STREAM, true },
+};
+
+static int shim_run_all(bool g2h, char *d)
+{
+	for (size_t i = 0; i < sizeof(shim_cases) / sizeof(shim_cases[0]); i++) {
+		if (shim_cases[i].g2h != g2h)
+			continue;
+		if ((g2h ? shim_g2h_one : shim_h2g_one)(shim_cases[i].name, shim_cases[i].port,
+							shim_cases[i].type, d) < 0)
+			return -1;
+	}
+	snprintf(d, DETAIL, "%s", g2h ? "socat VSOCK-LISTEN (stream, seqpacket), ncat --vsock -l"
+				      : "socat VSOCK-CONNECT (stream, seqpacket), ncat --vsock");
+	return 0;
+}
+
+static int c_shim_h2g(const char *arg, char *d)
+{
+	return shim_run_all(false, d);
+}
+
+static int c_shim_g2h(const char *arg, char *d)
+{
+	return shim_run_all(true, d);
+}
+
+static int c_shim_refused(const char *arg, char *d)
+{
+	char out[DETAIL];
+
+	if (req(out, sizeof(out), 20, "SHIMRUN socat-refused %u", XFER_PORT_NOBODY) < 0 ||
+	    req(out, sizeof(out), 30, "SHIMWAIT socat-refused") < 0)
+		return fail(d, "%s", out);
+	snprintf(d, DETAIL, "%s", out);
+	return 0;
+}
+
+/* ---- the kernel's own suite: vsock_test client here, its server on the host (uvsock-run) ---- */
+
+#define VT_CTL_TCP 41236 /* the helper's VT_CTL_TCP; guest TCP -> vsock 2:1235 -> host TCP */
+
+/*
+ * arg: test ids to skip, '.'-separated ("9.10"): vsock_test ends at its first failing test, so
+ * the cases that cannot pass are skipped to run the rest (docs/shim.md lists them and why).
+ */
+/* Starts argv (vsock_test) with its output into *out_fd. Returns the pid or -1. */
+static pid_t vt_start(char **argv, int *out_fd)
+{
+	int pfd[2];
+	pid_t pid;
+
+	if (pipe(pfd) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	if (pid < 0)
+		close(pfd[0]);
+	*out_fd = pfd[0];
+	return pid;
+}
+
+/* Its output lines on the console as "UVSOCK-VT <line>" until it ends; returns its wait status
+ * and counts its passed tests in *oks. */
+static int vt_collect(pid_t pid, int fd, int *oks)
+{
+	char line[512];
+	FILE *f = fdopen(fd, "r");
+	int st = -1;
+
+	*oks = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		printf("UVSOCK-VT %s\n", line);
+		fflush(stdout);
+		*oks += line[0] >= '0' && line[0] <= '9' && strstr(line, "...ok") != NULL;
+	}
+	if (f)
+		fclose(f);
+	waitpid(pid, &st, 0);
+	return st;
+}
+
+/*
+ * The kernel's vsock_test with the guest as `mode` (client: the host's half is the server, and
+ * the reverse). arg: test ids to skip, '.'-separated ("6.9"): vsock_test ends at its first
+ * failing test, so the cases that cannot pass over the hybrid path are skipped to run the rest
+ * (docs/shim.md lists them and why).
+ */
+static int vsock_test_as(const char *mode, const char *arg, char *d)
+{
+	bool client = strcmp(mode, "client") == 0;
+	char out[DETAIL], port[16], *argv[40], skips[20][24], opt_mode[24], opt_port[32];
+	int n = 0, st, oks = 0, fd = -1;
+	pid_t relay = -1, self = -1;
+
+	if (access("/bin/vsock_test", X_OK) != 0)
+		return fail(d, "no /bin/vsock_test in the initramfs (linux-source not cached)");
+	run_cmd("ifconfig lo 127.0.0.1 up");
+	snprintf(opt_mode, sizeof(opt_mode), "--mode=%s", mode);
+	snprintf(opt_port, sizeof(opt_port), "--control-port=%d", VT_CTL_TCP + !client);
+	argv[n++] = "/bin/vsock_test";
+	argv[n++] = opt_mode;
+	argv[n++] = "--control-host=127.0.0.1";
+	argv[n++] = opt_port;
+	argv[n++] = "--peer-cid=2";
+	for (const char *a = arg; a && *a && n < 20;) {
+		snprintf(skips[n], sizeof(skips[n]), "--skip=%d", atoi(a));
+		argv[n] = skips[n];
+		n++;
+		a = strchr(a, '.');
+		a = a ? a + 1 : NULL;
+	}
+	argv[n] = NULL;
+	snprintf(port, sizeof(port), "%d", VT_CTL_TCP + !client);
+	if (client) {
+		/* Control: guest TCP -> vsock host port 1235 -> the host helper's relay. */
+		if (req(out, sizeof(out), 40, "VTSERVER") < 0)
+			return fail(d, "%s", out);
+		relay = fork();
+		if (relay == 0) {
+			execl("/bin/busybox", "nc", "-l", "-p", port, "-e", "/bin/uvsock-guest",
+			      "connect", "2", "1235", (char *)NULL);
+			_exit(127);
+		}
+		for (int i = 0; i < 100 && !xfer_tcp_listening(VT_CTL_TCP); i++)
+			usleep(50000);
+		self = vt_start(argv, &fd);
+	} else {
+		/* Control: our server's TCP port <- relay <- vsock 1236 <- the host's socat. */
+		self = vt_start(argv, &fd);
+		for (int i = 0; i < 100 && !xfer_tcp_listening(VT_CTL_TCP + 1); i++)
+			usleep(50000);
+		relay = fork();
+		if (relay == 0) {
+			execl("/bin/busybox", "nc", "127.0.0.1", port, "-e", "/bin/uvsock-guest",
+			      "listen", "1236", (char *)NULL);
+			_exit(127);
+		}
+		usleep(300000); /* the relay's vsock listener, before the host connects */
+		if (self > 0 && req(out, sizeof(out), 40, "VTCLIENT") < 0) {
+			kill(self, SIGKILL);
+			kill(relay, SIGKILL);
+			(void)vt_collect(self, fd, &oks);
+			waitpid(relay, NULL, 0);
+			return fail(d, "%s", out);
+		}
+	}
+	if (self < 0)
+		return fail(d, "cannot start vsock_test: %s", strerror(errno));
+	st = vt_collect(self, fd, &oks);
+	if (relay > 0) {
+		kill(relay, SIGKILL);
+		waitpid(relay, NULL, 0);
+	}
+	if (req(out, sizeof(out), 300, "VTWAIT") < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		return fail(d, "guest %s: %d tests ok, exit %d; %s", mode, oks,
+			    WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+	snprintf(d, DETAIL, "guest %s: %d tests ok (skipped: %s); host: %s", mode, oks,
+		 arg && *arg ? arg : "none", out);
+	return 0;
+}
+
+static int c_vsock_test(const char *arg, char *d)
+{
+	return vsock_test_as("client", arg, d);
+}
+
+static int c_vsock_test_server(const char *arg, char *d)
+{
+	return vsock_test_as("server", arg, d);
+}
+
 /* ---- case table and runner ---- */
 
 struct gcase {
@@ -1777,6 +2049,11 @@ static const struct gcase cases[] = {
 	{ "reload", c_reload, 240 },
 	{ "close_rst", c_close_rst, 120 },
 	{ "h2g_tiny", c_h2g_tiny, 120 },
+	{ "shim_h2g", c_shim_h2g, 180 },
+	{ "shim_g2h", c_shim_g2h, 180 },
+	{ "shim_refused", c_shim_refused, 60 },
+	{ "vsock_test", c_vsock_test, 400 },
+	{ "vsock_test_server", c_vsock_test_server, 400 },
 	{ "reboot", c_reboot, 30 },
 	{ "lo_stream", c_lo_stream, 240 },
 	{ "lo_seqpacket", c_lo_seqpacket, 60 },

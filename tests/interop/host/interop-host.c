@@ -12,6 +12,10 @@
  *  - the control channel: a Unix listener that QEMU connects to as the guest's /dev/ttyS1, with
  *    tagged request/response lines (see guest/uvsock-guest.c for the requests).
  *
+ *  - with --uvsock-run: unmodified AF_VSOCK host programs (socat, ncat) through uvsock-run and
+ *    libuvsock-preload.so (docs/shim.md), on the guest's SHIMRUN/SHIMWAIT requests; always
+ *    through uvsock-run, whose seccomp filter refuses this machine's own AF_VSOCK.
+ *
  * It also measures uvsockd's VmRSS (--daemon-pid) for the back-pressure cases and waits for a
  * file (--hold-file) for the "survive" case. `--selftest` runs every session mode over plain
  * Unix sockets inside this process (no VM, no daemon) and exits 0/1.
@@ -39,7 +43,7 @@
 #define MSG 400
 
 static struct {
-	const char *ctl, *uds, *hold, *name;
+	const char *ctl, *uds, *hold, *name, *uvsock_run, *control, *vsock_test;
 	long cid;
 	long daemon_pid;
 } opt = { .cid = -1, .daemon_pid = -1, .name = "vm" };
@@ -848,6 +852,373 @@ static void cmd_tiny(struct ctl *c, unsigned tag, const char *args)
 	ctl_send(c, "%u OK %u writes in %lld ms", tag, count, (long long)(xfer_now_ms() - t0));
 }
 
+/* ---- AF_VSOCK programs through uvsock-run (SHIMRUN NAME PORT, SHIMWAIT NAME) ---- */
+
+/*
+ * One scenario per name: the program and its arguments after uvsock-run, whether it listens
+ * (then SHIMRUN answers once its socket file <uds>_<port> is there), and what it must print:
+ * the echo of its own input (the guest echoes), the guest's line, or the refusal.
+ */
+struct shim_scn {
+	const char *name;
+	const char *argv[8];   /* "%c" / "%p": the guest's CID / the port */
+	bool listens, refused;
+};
+
+static const struct shim_scn shim_scns[] = {
+	{ "socat-connect", { "socat", "-t", "5", "-", "VSOCK-CONNECT:%c:%p" } },
+	{ "socat-connect-seq", { "socat", "-t", "5", "-", "VSOCK-CONNECT:%c:%p,socktype=5" } },
+	{ "ncat-connect", { "ncat", "--vsock", "%c", "%p" } },
+	{ "socat-listen", { "socat", "-t", "5", "VSOCK-LISTEN:%p", "-" }, true },
+	{ "socat-listen-seq", { "socat", "-t", "5", "VSOCK-LISTEN:%p,socktype=5", "-" }, true },
+	{ "ncat-listen", { "ncat", "--vsock", "-l", "%p" }, true },
+	{ "socat-refused", { "socat", "-", "VSOCK-CONNECT:%c:%p" }, false, true },
+};
+
+/* The running program of a scenario (one at a time per name). */
+static struct shim_job {
+	pid_t pid;
+	int out;
+	unsigned port;
+} shim_jobs[sizeof(shim_scns) / sizeof(shim_scns[0])];
+
+static int shim_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(shim_scns) / sizeof(shim_scns[0]); i++)
+		if (strcmp(shim_scns[i].name, name) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* What the host program is given on stdin (and, echoed, what it must print for connects). */
+static void shim_host_text(const char *name, char *buf, size_t len)
+{
+	snprintf(buf, len, "shim-host-%s\n", name);
+}
+
+static void cmd_shimrun(struct ctl *c, unsigned tag, const char *args)
+{
+	char name[40], text[80], argbuf[8][80], path[300];
+	char *argv[12];
+	unsigned port = 0;
+	int i, n = 0, in[2], out[2];
+	const struct shim_scn *s;
+	struct shim_job *j;
+	struct stat st;
+
+	if (!opt.uvsock_run || sscanf(args, "%39s %u", name, &port) != 2 ||
+	    (i = shim_find(name)) < 0) {
+		ctl_send(c, "%u FAIL SHIMRUN: %s", tag, opt.uvsock_run ? "bad request" :
+			 "no --uvsock-run given to the host helper");
+		return;
+	}
+	s = &shim_scns[i];
+	j = &shim_jobs[i];
+	argv[n++] = (char *)opt.uvsock_run;
+	argv[n++] = "--control";
+	argv[n++] = (char *)opt.control;
+	for (int k = 0; k < 8 && s->argv[k]; k++) {
+		size_t o = 0;
+
+		/* %c -> the guest's CID, %p -> the port; everything else as it is. */
+		for (const char *a = s->argv[k]; *a && o < sizeof(argbuf[k]) - 12; a++) {
+			if (a[0] == '%' && (a[1] == 'c' || a[1] == 'p')) {
+				o += (size_t)sprintf(argbuf[k] + o, "%lu",
+						     a[1] == 'c' ? (unsigned long)opt.cid : port);
+				a++;
+			} else {
+				argbuf[k][o++] = *a;
+			}
+		}
+		argbuf[k][o] = '\0';
+		argv[n++] = argbuf[k];
+	}
+	argv[n] = NULL;
+	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0) {
+		ctl_send(c, "%u FAIL pipe: %s", tag, strerror(errno));
+		return;
+	}
+	j->pid = fork();
+	if (j->pid == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		dup2(out[1], 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	j->out = out[0];
+	j->port = port;
+	/* The whole input at once, then EOF: the program half-closes after sending it. */
+	shim_host_text(name, text, sizeof(text));
+	if (j->pid > 0 && write(in[1], text, strlen(text)) != (ssize_t)strlen(text))
+		logf_("SHIMRUN %s: writing its input: %s", name, strerror(errno));
+	close(in[1]);
+	if (j->pid < 0) {
+		ctl_send(c, "%u FAIL fork: %s", tag, strerror(errno));
+		return;
+	}
+	logf_("SHIMRUN %s: pid %d: %s ... %s", name, (int)j->pid, argv[3], argv[n - 1]);
+	if (!s->listens) {
+		ctl_send(c, "%u OK started pid %d", tag, (int)j->pid);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s_%u", opt.uds, port);
+	for (int64_t end = xfer_now_ms() + 20000; xfer_now_ms() < end; usleep(20000))
+		if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+			ctl_send(c, "%u OK listening pid %d", tag, (int)j->pid);
+			return;
+		}
+	ctl_send(c, "%u FAIL %s: no listener at %s within 20 s", tag, name, path);
+}
+
+/* Waits (20 s) for the program's end and judges its output; kills it by PID past the limit. */
+static void cmd_shimwait(struct ctl *c, unsigned tag, const char *args)
+{
+	char name[40], want[80], buf[2048];
+	size_t len = 0;
+	int64_t end = xfer_now_ms() + 20000;
+	int i = sscanf(args, "%39s", name) == 1 ? shim_find(name) : -1, st = 0;
+	const struct shim_scn *s;
+	struct shim_job *j;
+	bool ok;
+
+	if (i < 0 || shim_jobs[i].pid <= 0) {
+		ctl_send(c, "%u FAIL SHIMWAIT: no such program running", tag);
+		return;
+	}
+	s = &shim_scns[i];
+	j = &shim_jobs[i];
+	for (;;) {
+		struct pollfd p = { .fd = j->out, .events = POLLIN };
+		ssize_t n;
+
+		if (xfer_now_ms() >= end || poll(&p, 1, (int)(end - xfer_now_ms())) <= 0)
+			break;
+		n = read(j->out, buf + len, sizeof(buf) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	close(j->out);
+	if (waitpid(j->pid, &st, WNOHANG) == 0) {
+		kill(j->pid, SIGKILL);
+		waitpid(j->pid, &st, 0);
+	}
+	j->pid = 0;
+	for (char *q = buf; *q; q++)
+		if (*q == '\n')
+			*q = '|';
+	if (s->refused) {
+		ok = WIFEXITED(st) && WEXITSTATUS(st) != 0 &&
+		     strstr(buf, "Connection reset by peer");
+	} else {
+		if (s->listens)
+			snprintf(want, sizeof(want), "shim-guest-%s|", name);
+		else
+			shim_host_text(name, want, sizeof(want));
+		for (char *q = want; *q; q++)
+			if (*q == '\n')
+				*q = '|';
+		ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && strcmp(buf, want) == 0;
+	}
+	logf_("SHIMWAIT %s: status 0x%x output '%s'", name, st, buf);
+	ctl_send(c, "%u %s %s: exit %d, output '%.200s'", tag, ok ? "OK" : "FAIL", name,
+		 WIFEXITED(st) ? WEXITSTATUS(st) : -1, buf);
+}
+
+/*
+ * The kernel's own suite (tools/testing/vsock vsock_test, built for this host from the guest
+ * kernel's source): VTSERVER starts its server half through uvsock-run, with the control channel
+ * (TCP in vsock_test) carried from the guest: guest TCP 127.0.0.1:VT_CTL_TCP -> vsock host port
+ * VT_CTL_VSOCK -> <uds>_VT_CTL_VSOCK -> socat -> TCP 127.0.0.1:VT_CTL_TCP here. VTWAIT collects its
+ * output (each line also on stdout as "UVSOCK-HOST VT ...") and exit status. VTCLIENT is the
+ * other way round: its client half here, the control channel TCP 127.0.0.1:VT_CTL_TCP2 -> socat
+ * (through uvsock-run) -> vsock guest port VT_CTL_VSOCK2 -> the guest's relay -> its server.
+ */
+#define VT_CTL_VSOCK 1235
+#define VT_CTL_TCP "41236"
+#define VT_CTL_VSOCK2 "1236"
+#define VT_CTL_TCP2 "41237"
+
+static struct {
+	pid_t server, relay;
+	int out;
+} vt_run = { .out = -1 };
+
+static pid_t spawn_out(char *const argv[], int *out_fd)
+{
+	int out[2];
+	pid_t pid;
+
+	if (pipe2(out, O_CLOEXEC) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		int nul = open("/dev/null", O_RDONLY);
+
+		setpgid(0, 0); /* its own group: socat's forked children end with it (vt_stop) */
+
+		dup2(nul, 0);
+		dup2(out[1], 1);
+		dup2(out[1], 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(out[1]);
+	if (pid < 0) {
+		close(out[0]);
+		return -1;
+	}
+	*out_fd = out[0];
+	return pid;
+}
+
+static void vt_stop(void)
+{
+	int st;
+
+	for (int i = 0; i < 2; i++) {
+		pid_t *p = i ? &vt_run.relay : &vt_run.server;
+
+		if (*p > 0) {
+			/* The group (socat forks a child per connection): TERM, KILL after 2 s. */
+			kill(-*p, SIGTERM);
+			for (int k = 0; k < 40 && waitpid(*p, &st, WNOHANG) == 0; k++)
+				usleep(50000);
+			kill(-*p, SIGKILL);
+			waitpid(*p, &st, 0);
+		}
+		*p = 0;
+	}
+	if (vt_run.out >= 0)
+		close(vt_run.out);
+	vt_run.out = -1;
+}
+
+static void cmd_vtserver(struct ctl *c, unsigned tag)
+{
+	char path[300], listen_arg[340], cid[32], line[512] = "";
+	size_t len = 0;
+	int rfd = -1;
+
+	if (!opt.uvsock_run || !opt.vsock_test) {
+		ctl_send(c, "%u FAIL no --uvsock-run / --vsock-test given to the host helper", tag);
+		return;
+	}
+	vt_stop();
+	snprintf(path, sizeof(path), "%s_%u", opt.uds, VT_CTL_VSOCK);
+	snprintf(listen_arg, sizeof(listen_arg), "UNIX-LISTEN:%s,fork,unlink-early", path);
+	snprintf(cid, sizeof(cid), "--peer-cid=%ld", opt.cid);
+	/* The relay is Unix <-> TCP on loopback only: no vsock involved. */
+	char *relay[] = { "/usr/bin/socat", listen_arg, "TCP4:127.0.0.1:" VT_CTL_TCP, NULL };
+	char *server[] = { (char *)opt.uvsock_run, "--control", (char *)opt.control,
+			   (char *)opt.vsock_test, "--mode=server", "--control-host=127.0.0.1",
+			   "--control-port=" VT_CTL_TCP, cid, NULL };
+
+	vt_run.relay = spawn_out(relay, &rfd);
+	if (rfd >= 0)
+		close(rfd);
+	vt_run.server = spawn_out(server, &vt_run.out);
+	if (vt_run.relay <= 0 || vt_run.server <= 0) {
+		ctl_send(c, "%u FAIL cannot start the relay or the vsock_test server", tag);
+		vt_stop();
+		return;
+	}
+	/* Ready once the server says its control socket listens (and the relay's file is there). */
+	for (int64_t end = xfer_now_ms() + 20000; xfer_now_ms() < end;) {
+		struct pollfd p = { .fd = vt_run.out, .events = POLLIN };
+		struct stat st;
+		ssize_t n;
+
+		if (strstr(line, "Control socket listening") && stat(path, &st) == 0) {
+			ctl_send(c, "%u OK vsock_test server pid %d", tag, (int)vt_run.server);
+			return;
+		}
+		if (poll(&p, 1, 100) <= 0 || len + 1 >= sizeof(line))
+			continue;
+		n = read(vt_run.out, line + len, sizeof(line) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		line[len] = '\0';
+	}
+	ctl_send(c, "%u FAIL vsock_test server not ready within 20 s: '%.200s'", tag, line);
+	vt_stop();
+}
+
+static void cmd_vtwait(struct ctl *c, unsigned tag)
+{
+	char buf[8192];
+	size_t len = 0;
+	int64_t end = xfer_now_ms() + 240000;
+	int st = 0;
+
+	if (vt_run.server <= 0) {
+		ctl_send(c, "%u FAIL no vsock_test running", tag);
+		return;
+	}
+	for (;;) {
+		struct pollfd p = { .fd = vt_run.out, .events = POLLIN };
+		ssize_t n;
+
+		if (xfer_now_ms() >= end || poll(&p, 1, (int)(end - xfer_now_ms())) <= 0)
+			break;
+		n = read(vt_run.out, buf + len, sizeof(buf) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	if (waitpid(vt_run.server, &st, WNOHANG) == 0) {
+		kill(vt_run.server, SIGKILL);
+		waitpid(vt_run.server, &st, 0);
+	}
+	vt_run.server = 0;
+	vt_stop();
+	for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n"))
+		printf("UVSOCK-HOST VT %s\n", l);
+	fflush(stdout);
+	ctl_send(c, "%u %s vsock_test exit %d", tag,
+		 WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "OK" : "FAIL",
+		 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+static void cmd_vtclient(struct ctl *c, unsigned tag)
+{
+	char connect_arg[64], cid[32];
+	int rfd = -1;
+
+	if (!opt.uvsock_run || !opt.vsock_test) {
+		ctl_send(c, "%u FAIL no --uvsock-run / --vsock-test given to the host helper", tag);
+		return;
+	}
+	vt_stop();
+	snprintf(connect_arg, sizeof(connect_arg), "VSOCK-CONNECT:%ld:" VT_CTL_VSOCK2, opt.cid);
+	snprintf(cid, sizeof(cid), "--peer-cid=%ld", opt.cid);
+	char *relay[] = { (char *)opt.uvsock_run, "--control", (char *)opt.control,
+			  "/usr/bin/socat", "TCP4-LISTEN:" VT_CTL_TCP2 ",bind=127.0.0.1,reuseaddr",
+			  connect_arg, NULL };
+	char *client[] = { (char *)opt.uvsock_run, "--control", (char *)opt.control,
+			   (char *)opt.vsock_test, "--mode=client", "--control-host=127.0.0.1",
+			   "--control-port=" VT_CTL_TCP2, cid, NULL };
+
+	vt_run.relay = spawn_out(relay, &rfd);
+	if (rfd >= 0)
+		close(rfd);
+	for (int i = 0; i < 200 && !xfer_tcp_listening((unsigned)atoi(VT_CTL_TCP2)); i++)
+		usleep(50000);
+	vt_run.server = spawn_out(client, &vt_run.out);
+	if (vt_run.relay <= 0 || vt_run.server <= 0) {
+		ctl_send(c, "%u FAIL cannot start the relay or the vsock_test client", tag);
+		vt_stop();
+		return;
+	}
+	ctl_send(c, "%u OK vsock_test client pid %d", tag, (int)vt_run.server);
+}
+
 static unsigned boots;
 
 static void dispatch(struct ctl *c, char *line)
@@ -926,6 +1297,16 @@ static void dispatch(struct ctl *c, char *line)
 	} else if (strcmp(cmd, "REBOOT") == 0) {
 		logf_("guest reboots (boot %u done)", boots);
 		ctl_send(c, "%u OK %u", tag, boots);
+	} else if (strcmp(cmd, "VTSERVER") == 0) {
+		cmd_vtserver(c, tag);
+	} else if (strcmp(cmd, "VTCLIENT") == 0) {
+		cmd_vtclient(c, tag);
+	} else if (strcmp(cmd, "VTWAIT") == 0) {
+		cmd_vtwait(c, tag);
+	} else if (strcmp(cmd, "SHIMRUN") == 0) {
+		cmd_shimrun(c, tag, args);
+	} else if (strcmp(cmd, "SHIMWAIT") == 0) {
+		cmd_shimwait(c, tag, args);
 	} else if (strcmp(cmd, "TINY") == 0) {
 		cmd_tiny(c, tag, args);
 	} else if (strcmp(cmd, "BYE") == 0) {
@@ -1053,7 +1434,9 @@ static int usage(void)
 {
 	fprintf(stderr,
 		"usage: uvsock-interop-host --ctl PATH --uds PATH [--cid N] [--daemon-pid P]"
-		" [--hold-file F] [--name NAME]\n       uvsock-interop-host --selftest\n");
+		" [--hold-file F] [--name NAME]\n"
+		"       [--uvsock-run PATH --control PATH [--vsock-test PATH]]\n"
+		"       uvsock-interop-host --selftest\n");
 	return 2;
 }
 
@@ -1066,6 +1449,9 @@ int main(int argc, char **argv)
 		{ "daemon-pid", required_argument, NULL, 'p' },
 		{ "hold-file", required_argument, NULL, 'h' },
 		{ "name", required_argument, NULL, 'n' },
+		{ "uvsock-run", required_argument, NULL, 'r' },
+		{ "control", required_argument, NULL, 'C' },
+		{ "vsock-test", required_argument, NULL, 'V' },
 		{ "selftest", no_argument, NULL, 's' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1094,13 +1480,22 @@ int main(int argc, char **argv)
 		case 'n':
 			opt.name = optarg;
 			break;
+		case 'r':
+			opt.uvsock_run = optarg;
+			break;
+		case 'C':
+			opt.control = optarg;
+			break;
+		case 'V':
+			opt.vsock_test = optarg;
+			break;
 		case 's':
 			return selftest();
 		default:
 			return usage();
 		}
 	}
-	if (!opt.ctl || !opt.uds)
+	if (!opt.ctl || !opt.uds || (opt.uvsock_run && !opt.control))
 		return usage();
 	start_service("5000", SOCK_STREAM, stream_session);
 	start_service("5001", SOCK_SEQPACKET, seq_session);
@@ -1129,6 +1524,7 @@ int main(int argc, char **argv)
 			dispatch(&c, line);
 	}
 	logf_("control channel closed (VM gone)");
+	vt_stop();
 	char path[256];
 
 	snprintf(path, sizeof(path), "%s_5000", opt.uds);
