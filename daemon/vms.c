@@ -94,7 +94,7 @@ static uint32_t ctl_vm_cid(void *opaque, unsigned idx)
 
 static const char *ctl_vm_uds_path(void *opaque, unsigned idx)
 {
-	return vsock_dev_uds_path(((struct vm_set *)opaque)->vms[idx].dev);
+	return vsock_dev_uds_path(dev_at(opaque, idx));
 }
 
 static void ctl_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
