@@ -41,7 +41,7 @@
  * RSTs the device makes (for our guest, or for a freed sibling's senders) are dropped too when
  * the inbox they are for is full.
  *
- * Packet buffers (issue 11, "packet buffers without per-packet allocation"): a sibling packet
+ * Packet buffers, with no allocation per packet (docs/performance.md §8): a sibling packet
  * is copied once out of our guest's TX buffer into a buffer of our port's pool (struct
  * sib_pool), and once from there into the sibling guest's RX buffer by the sibling's thread,
  * which then gives the buffer back to our pool. The pool keeps freed buffers in three size
