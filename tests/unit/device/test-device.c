@@ -335,9 +335,15 @@ static void check_pattern(const uint8_t *buf, size_t len, size_t off)
 /*
  * Allocation counting, for the per-packet allocation test: malloc, calloc and realloc called by
  * alloc_thread while alloc_counting is set are counted. glibc only, and not under
- * AddressSanitizer, which owns malloc (the test skips there).
+ * AddressSanitizer or ThreadSanitizer, which own malloc (the test skips there).
  */
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZER_OWNS_MALLOC 1
+#endif
+#endif
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) &&      \
+	!defined(SANITIZER_OWNS_MALLOC)
 #define ALLOC_COUNTING 1
 extern void *__libc_malloc(size_t n);
 extern void *__libc_calloc(size_t n, size_t m);
@@ -1563,7 +1569,7 @@ TEST(no_allocation_per_packet_on_the_host_path)
 		solo_stop(&t, &g);
 	}
 #else
-	test_skip("malloc cannot be counted here (not glibc, or under AddressSanitizer)");
+	test_skip("malloc cannot be counted here (not glibc, or under a sanitizer)");
 #endif
 }
 
