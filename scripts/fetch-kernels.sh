@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Fetches the guest kernels of the real-guest interop run into its cache (apt-get download and
-# dpkg-deb -x, never installed; see tests/interop/lib.sh fetch_kernel and docs/interop.md), so
+# dpkg-deb -x, never installed; 6.1 and 6.12 through the system's Debian 12 lists, 7.3 from
+# trixie-backports through a private apt configuration under the cache that never changes the
+# system's sources; see tests/interop/lib.sh fetch_kernel and docs/interop.md), so
 # that the interop test itself never touches the network: it only looks in the cache and skips
 # (exit 77, loudly) when a kernel is missing. `make check` runs this (target interop-deps).
-#   scripts/fetch-kernels.sh [META...]   (default: the run's kernels, $UVSOCK_INTEROP_KERNELS)
+#   scripts/fetch-kernels.sh [KERNEL...]   (6.1, 6.12, 7.3 or a meta package; default: the run's
+#                                           kernels, $UVSOCK_INTEROP_KERNELS)
 # Exit: 0 every kernel is cached, 2 one could not be fetched (no package archive), 1 an error.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)

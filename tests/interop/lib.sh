@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # Shared shell functions of the real-guest interop run (tests/interop/interop.sh), of
 # scripts/fetch-kernels.sh and of scripts/vm-shell.sh: where the cache lives, fetching and
-# unpacking the two Debian guest kernels (never installing them; only fetch_kernel touches the
+# unpacking the Debian guest kernels (never installing them; only fetch_kernel touches the
 # network, and the test itself only looks in the cache with kernel_cached), recovering the
 # uncompressed vmlinux from a bzImage, computing the module load order from modules.dep, building
 # the initramfs, starting QEMU, and waiting with a deadline for a line to appear in a file.
@@ -22,19 +22,81 @@ interop_cache_dir() {
 # Bump when the layout of a cached kernel directory changes, so old entries are not reused.
 INTEROP_CACHE_LAYOUT=2
 
-# The guest kernels of the run: Debian meta packages (6.1 and 6.12). UVSOCK_INTEROP_KERNELS
-# overrides, for the test and for scripts/fetch-kernels.sh alike.
-INTEROP_KERNELS=${UVSOCK_INTEROP_KERNELS:-"linux-image-amd64 linux-image-6.12-amd64"}
+# The guest kernels of the run, by short name (kernel_spec maps each to a meta package and the
+# Debian suite it comes from): 6.1 and 6.12 from the system's Debian 12 lists, 7.3 from
+# trixie-backports (or unstable) through a private apt configuration (private_apt_opts).
+# UVSOCK_INTEROP_KERNELS overrides (comma or space separated, e.g. "6.1,6.12"; a meta package
+# name of the system's lists is accepted too), for the test and scripts/fetch-kernels.sh alike.
+INTEROP_KERNELS=${UVSOCK_INTEROP_KERNELS:-"6.1 6.12 7.3"}
+INTEROP_KERNELS=${INTEROP_KERNELS//,/ }
+
+# kernel_spec NAME: set KMETA (the meta package) and KSUITES (the suites to look in, in order of
+# preference; empty = the system's own apt lists). Returns 1 for an unknown 7.x name.
+kernel_spec() {
+	case $1 in
+	6.1) KMETA=linux-image-amd64 KSUITES="" ;;
+	6.12) KMETA=linux-image-6.12-amd64 KSUITES="" ;;
+	7.*) KMETA=linux-image-amd64 KSUITES="trixie-backports unstable" ;;
+	*) KMETA=$1 KSUITES="" ;;
+	esac
+}
+
+# private_apt_opts SUITE: fill the array APT_OPTS with an apt configuration of its own for SUITE
+# (sources list, lists, cache and state under the interop cache, no sources.list.d, no
+# preferences (an empty directory stands for the parts directories), signed by the Debian
+# archive keyring), creating its directories. The system's
+# apt configuration and dpkg state are never read for sources nor written.
+private_apt_opts() {
+	local d
+	d="$(interop_cache_dir)/apt/$1"
+	mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/state" "$d/none.d" || return 1
+	[ -f "$d/state/status" ] || : >"$d/state/status"
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
+		"${UVSOCK_INTEROP_MIRROR:-http://deb.debian.org/debian} $1 main" >"$d/sources.list"
+	APT_OPTS=(-o "Dir::Etc::SourceList=$d/sources.list" -o "Dir::Etc::SourceParts=$d/none.d"
+		-o "Dir::State=$d/state" -o "Dir::State::Lists=$d/lists"
+		-o "Dir::State::status=$d/state/status" -o "Dir::Cache=$d/cache"
+		-o Dir::Etc::Preferences=/dev/null -o "Dir::Etc::PreferencesParts=$d/none.d"
+		-o Acquire::Languages=none -o APT::Get::List-Cleanup=true)
+}
+
+# _apt SUITE CMD ARGS...: run the apt command CMD (apt-get, apt-cache) with the system's
+# configuration (SUITE empty) or SUITE's private one, for at most 900 s.
+_apt() {
+	local suite=$1 cmd=$2
+	shift 2
+	if [ -z "$suite" ]; then
+		timeout 900 "$cmd" "$@"
+	else
+		private_apt_opts "$suite" || return 1
+		timeout 900 "$cmd" "${APT_OPTS[@]}" "$@"
+	fi
+}
 
 # Modules the guest needs (with everything modules.dep says they need). Built-in ones are skipped.
 INTEROP_MODULES="virtio_pci vmw_vsock_virtio_transport vsock_loopback vsock_diag vsockmon"
 
 ilog() { echo "interop: $*" >&2; }
 
-# The concrete image package a meta package (linux-image-amd64, linux-image-6.12-amd64) depends on.
+# _resolve_image_pkg SUITE META: the concrete image package META (linux-image-amd64,
+# linux-image-6.12-amd64) depends on, in the system's lists (SUITE empty) or SUITE's private ones.
 _resolve_image_pkg() {
-	apt-cache depends "$1" 2>/dev/null |
+	_apt "$1" apt-cache depends "$2" 2>/dev/null |
 		awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }'
+}
+
+# _pkg_version SUITE PKG: the candidate version of PKG.
+_pkg_version() {
+	_apt "$1" apt-cache show --no-all-versions "$2" 2>/dev/null | awk '/^Version:/ { print $2; exit }'
+}
+
+# _split_pkgs SUITE PKG: the packages a 7.x kernel is split into besides its (nearly empty)
+# linux-image package: PKG's dependencies named linux-WORD-<its ABI name> (linux-binary-*: the
+# bzImage, linux-base-*: config and System.map, linux-modules-*: the modules). Empty for 6.x.
+_split_pkgs() {
+	local abi=${2#linux-image-}
+	_apt "$1" apt-cache depends "$2" 2>/dev/null | awk -v abi="$abi" \
+		'$1 == "Depends:" && substr($2, length($2) - length(abi)) == "-" abi && $2 ~ /^linux-[a-z]+-/ { print $2 }'
 }
 
 # extract_vmlinux BZIMAGE OUT: find a compressed payload (xz, zstd, gzip, lz4) inside the bzImage
@@ -88,56 +150,88 @@ _module_order() {
 # _kernel_key META PKG VER: the cache directory name of one kernel package version.
 _kernel_key() { echo "$1.${2}_${3//:/%}.v$INTEROP_CACHE_LAYOUT"; }
 
-# kernel_cached META: set KDIR to META's kernel in the cache without fetching anything: the
-# version the local package lists resolve META to when that one is cached, else the newest
-# cached one. Returns 0, or 2 when nothing is cached for META (scripts/fetch-kernels.sh fetches).
+# _kernel_want NAME PKG: whether image package PKG is what NAME asks for (a 7.x name wants a
+# linux-image-7.* package: trixie-backports may still carry 6.x, then unstable is tried).
+_kernel_want() {
+	case $1 in
+	7.*) case $2 in linux-image-7.*) return 0 ;; *) return 1 ;; esac ;;
+	esac
+	[ -n "$2" ]
+}
+
+# kernel_cached NAME: set KDIR to NAME's kernel (a short name of kernel_spec or a meta package)
+# in the cache without fetching anything: for each of its suites, the version the local (or
+# private) package lists resolve it to when that one is cached, else the newest cached one.
+# Returns 0, or 2 when nothing is cached for NAME (scripts/fetch-kernels.sh fetches).
 kernel_cached() {
-	local meta=$1 cache pkg ver dir
+	local name=$1 cache pkg ver dir suite km
 	cache=$(interop_cache_dir)
-	pkg=$(_resolve_image_pkg "$meta")
-	if [ -n "$pkg" ]; then
-		ver=$(apt-cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
-		dir="$cache/kernels/$(_kernel_key "$meta" "$pkg" "$ver")"
-		if [ -n "$ver" ] && [ -f "$dir/.complete" ]; then
-			KDIR=$dir
-			return 0
+	kernel_spec "$name"
+	for suite in ${KSUITES:-""}; do
+		km=$KMETA${suite:+@$suite}
+		pkg=$(_resolve_image_pkg "$suite" "$KMETA")
+		if _kernel_want "$name" "$pkg"; then
+			ver=$(_pkg_version "$suite" "$pkg")
+			dir="$cache/kernels/$(_kernel_key "$km" "$pkg" "$ver")"
+			if [ -n "$ver" ] && [ -f "$dir/.complete" ]; then
+				KDIR=$dir
+				return 0
+			fi
 		fi
-	fi
-	dir=$(ls -d "$cache/kernels/$meta".*".v$INTEROP_CACHE_LAYOUT"/ 2>/dev/null | tail -n 1)
-	if [ -n "$dir" ] && [ -f "$dir/.complete" ]; then
-		KDIR=${dir%/}
-		return 0
-	fi
+		for dir in $(ls -d "$cache/kernels/$km".*".v$INTEROP_CACHE_LAYOUT"/ 2>/dev/null | sort -rV); do
+			pkg=${dir##*/kernels/"$km".}
+			if _kernel_want "$name" "${pkg%%_*}" && [ -f "$dir/.complete" ]; then
+				KDIR=${dir%/}
+				return 0
+			fi
+		done
+	done
 	return 2
 }
 
-# fetch_kernel META: make sure the kernel that META (a Debian meta package) currently resolves to
-# is unpacked in the cache, and set KDIR to its directory. The directory holds: vmlinuz, vmlinux
+# fetch_kernel NAME: make sure the kernel that NAME (a short name of kernel_spec, or a Debian meta
+# package of the system's lists) currently resolves to is unpacked in the cache, and set KDIR to
+# its directory. A suite other than the system's is looked up with `apt-get update` under its
+# private configuration (private_apt_opts) first. The directory holds: vmlinuz, vmlinux
 # (when it could be recovered), config, modules/ (only the modules the guest needs, uncompressed),
-# load-order (their paths under modules/, dependencies first), info (package, version, kver).
+# load-order (their paths under modules/, dependencies first), info (package, version, kver,
+# meta, suite). A 7.x kernel comes split in linux-image, -binary, -base and -modules packages
+# (_split_pkgs); all are downloaded and unpacked into one tree.
 # Returns 0, or 2 when the package archive cannot be reached (caller decides to skip), 1 on errors.
 fetch_kernel() {
-	local meta=$1 cache pkg ver key dir tmp deb kver m rel
+	local name=$1 cache pkg="" ver key dir tmp deb kver m rel suite="" s km root
 	cache=$(interop_cache_dir)
 	mkdir -p "$cache" || { ilog "cannot create cache dir $cache"; return 1; }
-	pkg=$(_resolve_image_pkg "$meta")
-	if [ -z "$pkg" ] && [ "$(id -u)" = 0 ]; then
-		ilog "apt-cache does not know $meta; running apt-get update"
-		timeout 600 apt-get update -qq >/dev/null 2>&1 || true
-		pkg=$(_resolve_image_pkg "$meta")
-	fi
+	kernel_spec "$name"
+	for s in ${KSUITES:-""}; do
+		if [ -n "$s" ]; then
+			ilog "$name: apt-get update of the private configuration for $s"
+			_apt "$s" apt-get update -q >"$cache/apt/$s/update.log" 2>&1 ||
+				{ ilog "$name: apt-get update for $s failed:"; sed 's/^/  /' "$cache/apt/$s/update.log" | tail -n 5 >&2; }
+		fi
+		pkg=$(_resolve_image_pkg "$s" "$KMETA")
+		if [ -z "$pkg" ] && [ -z "$s" ] && [ "$(id -u)" = 0 ]; then
+			ilog "apt-cache does not know $KMETA; running apt-get update"
+			timeout 600 apt-get update -qq >/dev/null 2>&1 || true
+			pkg=$(_resolve_image_pkg "" "$KMETA")
+		fi
+		if _kernel_want "$name" "$pkg"; then suite=$s; break; fi
+		[ -n "$pkg" ] && ilog "$name: ${s:-system} lists resolve $KMETA to $pkg, not wanted"
+		pkg=""
+	done
 	if [ -z "$pkg" ]; then
-		# Offline, but maybe a previous run cached something for this meta package.
-		if kernel_cached "$meta"; then
-			ilog "$meta not resolvable; using cached $(tr '\n' ' ' <"$KDIR/info")"
+		# Offline, but maybe a previous run cached something for this kernel.
+		if kernel_cached "$name"; then
+			ilog "$name not resolvable; using cached $(tr '\n' ' ' <"$KDIR/info")"
 			return 0
 		fi
-		ilog "cannot resolve $meta to a kernel image package (no package lists?)"
+		ilog "cannot resolve $name to a kernel image package (no package lists?)"
 		return 2
 	fi
-	ver=$(apt-cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
+	km=$KMETA${suite:+@$suite}
+	ver=$(_pkg_version "$suite" "$pkg")
 	[ -n "$ver" ] || { ilog "no version for $pkg"; return 2; }
-	key=$(_kernel_key "$meta" "$pkg" "$ver")
+	key=$(_kernel_key "$km" "$pkg" "$ver")
 	dir="$cache/kernels/$key"
 	KDIR=$dir
 	[ -f "$dir/.complete" ] && return 0
@@ -147,29 +241,40 @@ fetch_kernel() {
 	flock -w 900 "$lockfd" || { ilog "cache lock busy"; exec {lockfd}>&-; return 1; }
 	if [ -f "$dir/.complete" ]; then exec {lockfd}>&-; return 0; fi
 	tmp=$(mktemp -d "$cache/tmp.XXXXXX")
-	ilog "downloading $pkg=$ver"
-	if ! (cd "$tmp" && timeout 900 apt-get download -q "$pkg=$ver" >download.log 2>&1); then
+	local pkgs=("$pkg=$ver") p
+	for p in $(_split_pkgs "$suite" "$pkg"); do pkgs+=("$p=$ver"); done
+	ilog "downloading ${pkgs[*]}${suite:+ (from $suite, private apt configuration)}"
+	if ! (cd "$tmp" && _apt "$suite" apt-get download -q "${pkgs[@]}" >download.log 2>&1); then
 		sed 's/^/  /' "$tmp/download.log" >&2
 		rm -rf "$tmp"; exec {lockfd}>&-
-		ilog "apt-get download $pkg=$ver failed"
+		ilog "apt-get download ${pkgs[*]} failed"
 		return 2
 	fi
-	deb=$(ls "$tmp"/*.deb | head -n 1)
-	timeout 600 dpkg-deb -x "$deb" "$tmp/x" || { rm -rf "$tmp"; exec {lockfd}>&-; return 1; }
-	kver=$(ls "$tmp/x/lib/modules" | head -n 1)
-	if [ ! -f "$tmp/x/lib/modules/$kver/modules.dep" ]; then
+	for deb in "$tmp"/*.deb; do
+		timeout 600 dpkg-deb -x "$deb" "$tmp/x" || { rm -rf "$tmp"; exec {lockfd}>&-; return 1; }
+	done
+	# Modules live in lib/modules or, in a merged-/usr package, usr/lib/modules.
+	root=$tmp/x
+	[ -d "$root/lib/modules" ] || root=$tmp/x/usr
+	kver=$(ls "$root/lib/modules" 2>/dev/null | head -n 1)
+	[ -n "$kver" ] || { ilog "${pkgs[*]} hold no lib/modules"; rm -rf "$tmp"; exec {lockfd}>&-; return 1; }
+	if [ ! -f "$root/lib/modules/$kver/modules.dep" ]; then
 		# The package leaves modules.dep to the installer; compute it in the unpacked tree.
-		PATH=$PATH:/usr/sbin:/sbin depmod -b "$tmp/x" "$kver" || { ilog "depmod failed"; rm -rf "$tmp"; exec {lockfd}>&-; return 1; }
+		PATH=$PATH:/usr/sbin:/sbin depmod -b "$root" "$kver" || { ilog "depmod failed"; rm -rf "$tmp"; exec {lockfd}>&-; return 1; }
 	fi
 	rm -rf "$dir"; mkdir -p "$dir/modules"
-	cp "$tmp/x/boot/vmlinuz-$kver" "$dir/vmlinuz"
-	cp "$tmp/x/boot/config-$kver" "$dir/config"
+	# 6.x: boot/vmlinuz-KVER, boot/config-KVER; 7.x: (usr/)lib/modules/KVER/{vmlinuz,config}.
+	for m in vmlinuz config; do
+		p=$(ls "$tmp/x/boot/$m-$kver" "$root/lib/modules/$kver/$m" 2>/dev/null | head -n 1)
+		[ -n "$p" ] || { ilog "${pkgs[*]} hold no $m-$kver"; rm -rf "$tmp" "$dir"; exec {lockfd}>&-; return 1; }
+		cp "$p" "$dir/$m"
+	done
 	for m in modules.dep modules.order modules.builtin; do
-		[ -f "$tmp/x/lib/modules/$kver/$m" ] && cp "$tmp/x/lib/modules/$kver/$m" "$dir/$m"
+		[ -f "$root/lib/modules/$kver/$m" ] && cp "$root/lib/modules/$kver/$m" "$dir/$m"
 	done
 	: >"$dir/load-order"
-	for rel in $(_module_order "$tmp/x" "$kver" $INTEROP_MODULES); do
-		local src="$tmp/x/lib/modules/$kver/$rel" out="$dir/modules/${rel%%.ko*}.ko"
+	for rel in $(_module_order "$root" "$kver" $INTEROP_MODULES); do
+		local src="$root/lib/modules/$kver/$rel" out="$dir/modules/${rel%%.ko*}.ko"
 		mkdir -p "$(dirname "$out")"
 		case $rel in
 		*.ko) cp "$src" "$out" ;;
@@ -188,7 +293,8 @@ fetch_kernel() {
 	if extract_vmlinux "$dir/vmlinuz" "$dir/vmlinux"; then :; else
 		ilog "could not recover vmlinux from $pkg; will boot the bzImage"
 	fi
-	printf 'package=%s\nversion=%s\nkver=%s\nmeta=%s\n' "$pkg" "$ver" "$kver" "$meta" >"$dir/info"
+	printf 'package=%s\nversion=%s\nkver=%s\nmeta=%s\nsuite=%s\n' "$pkg" "$ver" "$kver" "$KMETA" \
+		"${suite:-system}" >"$dir/info"
 	rm -rf "$tmp"
 	touch "$dir/.complete"
 	exec {lockfd}>&-
