@@ -31,7 +31,8 @@ INTEROP_KERNELS=${UVSOCK_INTEROP_KERNELS:-"6.1 6.12 7.3"}
 INTEROP_KERNELS=${INTEROP_KERNELS//,/ }
 
 # kernel_spec NAME: set KMETA (the meta package) and KSUITES (the suites to look in, in order of
-# preference; empty = the system's own apt lists). Returns 1 for an unknown 7.x name.
+# preference; empty = the system's own apt lists). Any other name is taken as a meta package of
+# the system's lists.
 kernel_spec() {
 	case $1 in
 	6.1) KMETA=linux-image-amd64 KSUITES="" ;;
@@ -41,11 +42,11 @@ kernel_spec() {
 	esac
 }
 
-# private_apt_opts SUITE: fill the array APT_OPTS with an apt configuration of its own for SUITE
-# (sources list, lists, cache and state under the interop cache, no sources.list.d, no
-# preferences (an empty directory stands for the parts directories), signed by the Debian
-# archive keyring), creating its directories. The system's
-# apt configuration and dpkg state are never read for sources nor written.
+# private_apt_opts SUITE: fill the array APT_OPTS with an apt configuration of its own for SUITE,
+# creating its directories under the interop cache: sources list (signed by the Debian archive
+# keyring), lists, cache and an empty dpkg status; no sources.list.d and no preferences (an
+# empty directory of its own stands for the parts directories, a nonexistent one makes apt
+# warn). The system's sources, lists and dpkg state are never read for it nor written.
 private_apt_opts() {
 	local d
 	d="$(interop_cache_dir)/apt/$1"
