@@ -23,7 +23,8 @@ while [ $# -gt 1 ]; do
 		case $2 in
 		6.1) META=linux-image-amd64 ;;
 		6.12) META=linux-image-6.12-amd64 ;;
-		*) echo "vm-shell: --kernel 6.1 or 6.12" >&2; exit 2 ;;
+		7.3) META=7.3 ;; # trixie-backports, fetched by scripts/fetch-kernels.sh 7.3
+		*) echo "vm-shell: --kernel 6.1, 6.12 or 7.3" >&2; exit 2 ;;
 		esac
 		shift 2 ;;
 	--guest) GUEST=$2; shift 2 ;;
