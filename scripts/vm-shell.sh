@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Boot the interop guest (a Debian 6.1 or 6.12 kernel, busybox, the vsock modules and
+# Boot the interop guest (a Debian 6.1, 6.12 or 7.3 kernel, busybox, the vsock modules and
 # uvsock-guest) under QEMU against a RUNNING uvsockd, with an interactive shell on this
 # terminal, to try vsock in a real VM in one command. The guest's CID comes from uvsockd.
 #
-#   scripts/vm-shell.sh [--kernel 6.1|6.12] [--guest BIN] VHOST_USER_SOCKET
+#   scripts/vm-shell.sh [--kernel 6.1|6.12|7.3] [--guest BIN] VHOST_USER_SOCKET
 #
 # e.g.  build/daemon/uvsockd --vm guest-cid=3,socket=/tmp/vm3.sock,uds-path=/tmp/vm3.vsock &
 #       scripts/vm-shell.sh /tmp/vm3.sock
