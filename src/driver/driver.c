@@ -67,6 +67,8 @@
 #define RX_BATCH 64u         /* packets per vsock_engine_feed_batch call */
 #define RX_BUDGET 256u       /* RX packets per loop round before TX gets a turn */
 #define TX_KICK_BATCH 32u    /* publish and maybe kick at least this often while pulling */
+#define TX_DIRECT_SMALL 16384u /* direct TX: a smaller packet goes direct only while the device
+			      * holds no TX buffer (else the engine merges it with others) */
 #define MAX_QUEUE_SIZE 1024u
 #define FLUSH_MS 200u        /* bound of the last TX flush at stop */
 #define POLL_MAX_MS 1000     /* safety net: re-check timers at least once a second */
@@ -900,14 +902,24 @@ void vdrv_test_io_tx(struct vdrv *d, bool on)
 
 /* ---- direct TX: an application thread publishes its own bytes ------------------------- */
 
-/* Takes a TX slot for a direct sender, to fill outside tx_mu; -1 if none may be taken. */
-static int tx_slot_take(struct vdrv *d)
+/*
+ * Takes a TX slot for a direct sender, to fill outside tx_mu with a packet of n bytes; -1 if
+ * none may be taken. A packet below TX_DIRECT_SMALL is refused while the device still holds
+ * TX buffers: it then goes through the engine, which queues it with the writes that follow and
+ * hands the I/O thread packets of up to 64 KiB (the device works per packet).
+ */
+static int tx_slot_take(struct vdrv *d, size_t n)
 {
 	int slot = -1;
 
 	pthread_mutex_lock(&d->tx_mu);
 	if (d->tx_ok && !atomic_load(&d->dead))
 		slot = tx_slot_get(d);
+	if (slot >= 0 && n < TX_DIRECT_SMALL && d->tx_nfree + d->tx_held < d->ntx) {
+		tx_reclaim(d);
+		/* The pool's top may have changed: take the slot anew. */
+		slot = d->tx_nfree + d->tx_held < d->ntx ? -1 : d->tx_free[d->tx_nfree - 1];
+	}
 	if (slot >= 0) {
 		d->tx_nfree--;
 		d->tx_held++;
@@ -970,7 +982,7 @@ ssize_t vdrv_tx_send(struct vdrv *d, struct vsock_sock *s, const struct iovec *i
 		room = vsock_sock_tx_reserve(s, MIN(len - done, max_pkt));
 		if (room <= 0)
 			break;
-		slot = tx_slot_take(d);
+		slot = tx_slot_take(d, (size_t)room);
 		if (slot < 0)
 			break;
 		/* The one copy, outside tx_mu: the slot is ours until tx_slot_send. */

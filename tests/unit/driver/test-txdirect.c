@@ -2,7 +2,7 @@
 /*
  * Direct TX of the guest role (src/driver/driver.h vdrv_tx_send; docs/guest-role.md "Direct
  * TX"), against the device role in-process: a send on an idle connection reaches the host
- * through the direct path (tx_direct_pkts), no-tx-direct keeps every byte on the engine's path,
+ * through the direct path (tx_direct_pkts; a small one once the device holds no TX buffer), no-tx-direct keeps every byte on the engine's path,
  * a send behind a queued control packet or queued bytes falls back and keeps the order, a flood
  * the host does not read never exceeds the device's credit, and many threads sending on many
  * connections at once deliver every byte intact.
@@ -18,6 +18,7 @@
 #include "guestside.h"
 #include "lib/lib.h"
 #include "driver/driver.h"
+#include "util/time.h"
 #include "util/tune.h"
 #include "drvtest.h"
 #include "test.h"
@@ -45,24 +46,53 @@ static void send_mib(struct conn *c, uint64_t seed)
 	ASSERT_TRUE(hr.ok);
 }
 
+/*
+ * A small send goes direct only while the device holds none of our TX buffers: sends one byte
+ * `ch` at a time (each read back by the host) until one went direct, within WAIT_MS. On an
+ * idle connection that is the first or second one.
+ */
+static void small_send_goes_direct(struct conn *c, char ch)
+{
+	uint64_t before = dstats(c->g).tx_direct_bytes;
+	uint64_t until = mono_ms() + WAIT_MS;
+	char got;
+
+	for (;;) {
+		ASSERT_EQ(uvsock_send(c->gfd, &ch, 1, 0), 1);
+		ASSERT_EQ(hs_read_full(c->hfd, &got, 1, WAIT_MS), 1);
+		ASSERT_EQ(got, ch);
+		if (dstats(c->g).tx_direct_bytes > before)
+			break;
+		ASSERT_LT(mono_ms(), until);
+		test_sleep_ms(1);
+	}
+	ASSERT_EQ_U64(dstats(c->g).tx_direct_bytes - before, 1);
+}
+
 TEST(send_on_an_idle_connection_goes_direct)
 {
 	struct vdrv_stats a, b;
+	uint8_t *buf = malloc(65536);
 	struct conn c;
-	char buf[4];
 
+	ASSERT_TRUE(buf != NULL);
 	conn_open(&c);
-	/* The handshake is over (the host's CONNECT got its OK): nothing is queued for us. */
+	/* The handshake is over (the host's CONNECT got its OK): nothing is queued for us, and a
+	 * whole packet goes direct whatever the device still holds. */
+	hs_fill(buf, 65536, 10, 0);
 	a = dstats(c.g);
-	ASSERT_EQ(uvsock_send(c.gfd, "ping", 4, 0), 4);
+	ASSERT_EQ(uvsock_send(c.gfd, buf, 65536, 0), 65536);
 	b = dstats(c.g);
 	ASSERT_EQ_U64(b.tx_direct_pkts - a.tx_direct_pkts, 1);
-	ASSERT_EQ_U64(b.tx_direct_bytes - a.tx_direct_bytes, 4);
-	ASSERT_EQ(hs_read_full(c.hfd, buf, 4, WAIT_MS), 4);
-	ASSERT_MEMEQ(buf, "ping", 4);
+	ASSERT_EQ_U64(b.tx_direct_bytes - a.tx_direct_bytes, 65536);
+	memset(buf, 0, 65536);
+	ASSERT_EQ(hs_read_full(c.hfd, buf, 65536, WAIT_MS), 65536);
+	ASSERT_EQ(hs_check(buf, 65536, 10, 0), 65536);
+	small_send_goes_direct(&c, 'p');
+	free(buf);
 	send_mib(&c, 11);
 	b = dstats(c.g);
-	ASSERT_GT(b.tx_direct_bytes, a.tx_direct_bytes + 4);
+	ASSERT_GT(b.tx_direct_bytes, a.tx_direct_bytes + 65537);
 	ASSERT_LE(b.tx_direct_bytes, b.tx_bytes);
 	conn_close(&c);
 }
@@ -108,10 +138,7 @@ TEST(send_behind_queued_packets_falls_back_in_order)
 	ASSERT_MEMEQ(buf, "abcd", 4);
 	ASSERT_EQ_U64(dstats(c.g).tx_direct_pkts, a.tx_direct_pkts);
 	/* The host read them: the I/O thread pulled all, nothing is queued for us any more. */
-	ASSERT_EQ(uvsock_send(c.gfd, "ef", 2, 0), 2);
-	ASSERT_EQ_U64(dstats(c.g).tx_direct_bytes - a.tx_direct_bytes, 2);
-	ASSERT_EQ(hs_read_full(c.hfd, buf, 2, WAIT_MS), 2);
-	ASSERT_MEMEQ(buf, "ef", 2);
+	small_send_goes_direct(&c, 'e');
 	conn_close(&c);
 }
 
