@@ -25,6 +25,15 @@
  * I/O thread watches it, who wakes whom on release) are at the functions of the token section
  * and in docs/guest-role.md "Direct RX".
  *
+ * Direct TX (tune tx_direct): an application thread sending on a STREAM socket whose engine
+ * queue is empty copies its bytes straight into TX slots and publishes them itself
+ * (vdrv_tx_send). tx_mu orders the TX ring's producers: the I/O thread holds it for TX reclaim,
+ * pulls and the TX interrupt flags; a direct sender takes a slot under it (tx_held keeps a
+ * descriptor reserved for it), copies outside it, and commits and publishes under it again.
+ * So the avail ring keeps one producer at a time, the lock is never held across a 64 KiB copy
+ * by an application thread, and nothing the engine queues for the socket after the commit
+ * reaches the ring before the packet (a commit that finds packets queued fails: fallback).
+ *
  * Waking the thread: vdrv_tx_ready() sets tx_work; it writes the wake eventfd only if the
  * thread said it is about to sleep. The thread sets `sleeping` and then re-reads tx_work before
  * it polls. Both sides use sequentially consistent accesses, so at least one of them sees the
@@ -44,6 +53,7 @@
 #include <unistd.h>
 
 #include "driver/rxsize.h"
+#include "util/iov.h"
 #include "util/log.h"
 #include "util/macros.h"
 #include "util/time.h"
@@ -57,6 +67,8 @@
 #define RX_BATCH 64u         /* packets per vsock_engine_feed_batch call */
 #define RX_BUDGET 256u       /* RX packets per loop round before TX gets a turn */
 #define TX_KICK_BATCH 32u    /* publish and maybe kick at least this often while pulling */
+#define TX_DIRECT_SMALL 16384u /* direct TX: a smaller packet goes direct only while the device
+			      * holds no TX buffer (else the engine merges it with others) */
 #define MAX_QUEUE_SIZE 1024u
 #define FLUSH_MS 200u        /* bound of the last TX flush at stop */
 #define POLL_MAX_MS 1000     /* safety net: re-check timers at least once a second */
@@ -69,6 +81,7 @@ struct vdrv_atomic_stats {
 	_Atomic uint64_t rx_bufs, rx_batches, rx_dropped, rx_buf_len, rx_posted;
 	_Atomic uint64_t tx_pkts, tx_bytes, tx_full, kicks, kicks_suppressed, wakeups, resets;
 	_Atomic uint64_t backend_lost, tx_inflight, sleep_state, rx_direct, rx_direct_sleeps;
+	_Atomic uint64_t tx_direct_pkts, tx_direct_bytes;
 };
 
 struct vdrv {
@@ -91,10 +104,21 @@ struct vdrv {
 	uint64_t rx_gpa, tx_gpa;
 	uint32_t *rx_len;          /* posted length per RX slot (0: not posted) */
 	uint16_t *rx_free, *tx_free;
-	unsigned rx_nfree, tx_nfree, rx_posted;
+	unsigned rx_nfree, tx_nfree, rx_posted; /* tx_free, tx_nfree: under tx_mu */
 	struct vdrv_rxsize rxs;
 	atomic_bool tx_blocked;    /* engine has packets but the TX pool or ring is full (written
-				    * by the I/O thread, read by RX drains) */
+				    * by the I/O thread under tx_mu, read by RX drains) */
+	/*
+	 * TX producers (direct TX): tx_mu guards the TX ring's driver side (add, kick, reclaim,
+	 * interrupt flags), the TX pool (tx_free, tx_nfree) and tx_ok. Lock order: tx_mu ->
+	 * engine locks (pull, reserve, commit); never taken under an engine lock.
+	 */
+	pthread_mutex_t tx_mu;
+	bool tx_direct;            /* tune tx_direct at vdrv_new */
+	bool tx_ok;                /* a session runs: application threads may publish TX */
+	unsigned tx_held;          /* slots direct senders took from the pool and fill outside
+				    * tx_mu; each keeps a TX descriptor reserved */
+	pthread_cond_t tx_cond;    /* signalled when tx_held drops to 0 (tx_quiesce waits) */
 	bool rx_stalled;           /* engine's reply queue is full: RX waits for TX (RX state) */
 	atomic_bool dead;          /* back-end lost or rings broken: no ring work */
 	struct vsock_pkt_ref refs[RX_BATCH];
@@ -126,6 +150,7 @@ struct vdrv {
 	atomic_bool io_norx;       /* the I/O thread sleeps without watching the RX interrupt */
 	atomic_bool holder_sleeping; /* an application thread holding rx_tok sleeps in poll() */
 	atomic_bool io_rx_off;     /* test hook: the I/O thread never drains RX */
+	atomic_bool io_tx_off;     /* test hook: the I/O thread pulls nothing from the engine */
 	int hold_fd;               /* eventfd: wakes the sleeping holder (socket events, stop) */
 
 	struct vdrv_atomic_stats st;
@@ -305,54 +330,88 @@ static bool tx_reclaim(struct vdrv *d)
 	return any;
 }
 
+/* True if a TX slot is free and a descriptor is left beyond those direct senders hold. */
+static bool tx_room(struct vdrv *d)
+{
+	return d->tx_nfree > 0 && vring_drv_num_free(d->tx) > d->tx_held;
+}
+
+/*
+ * The next free TX slot (the pool's last), reclaiming completions if none is free, or -1
+ * (pool or ring full). The caller pops it (tx_nfree--) once it uses it. tx_mu held.
+ */
+static int tx_slot_get(struct vdrv *d)
+{
+	if (!tx_room(d)) {
+		tx_reclaim(d);
+		if (!tx_room(d))
+			return -1;
+	}
+	return d->tx_free[d->tx_nfree - 1];
+}
+
+/*
+ * Puts the packet in TX slot `slot` (taken from the pool; header h, n payload bytes already
+ * in place) on the TX ring, and kicks (if the device asks) every TX_KICK_BATCH
+ * publications counted in *since_kick. Returns 0, or -EIO if the ring is broken (then the
+ * back-end is lost). tx_mu held.
+ */
+static int tx_publish(struct vdrv *d, uint16_t slot, const struct vsock_hdr *h, uint32_t n,
+		      unsigned *since_kick)
+{
+	struct vring_drv_buf b = {
+		.addr = d->tx_gpa + (uint64_t)slot * SLOT_STRIDE,
+		.len = VSOCK_HDR_SIZE + n,
+		.write = false,
+	};
+
+	vsock_hdr_encode(h, d->tx_arena + (size_t)slot * SLOT_STRIDE);
+	if (vring_drv_add(d->tx, &b, 1, (void *)(uintptr_t)(slot + 1u)) < 0) {
+		/* Cannot happen with a free descriptor checked before, unless broken. */
+		backend_lost(d, "TX ring broken");
+		return -EIO;
+	}
+	STAT_ADD(d, tx_pkts, 1);
+	STAT_ADD(d, tx_bytes, n);
+	if (++*since_kick == TX_KICK_BATCH) {
+		kick(d, d->tx, d->tx_kick);
+		*since_kick = 0;
+	}
+	return 0;
+}
+
 static bool tx_pass(struct vdrv *d)
 {
 	unsigned n = 0, since_kick = 0;
 
+	if (atomic_load_explicit(&d->io_tx_off, memory_order_relaxed))
+		return false;
 	d->tx_blocked = false;
 	for (;;) {
-		struct vring_drv_buf b;
 		struct vsock_hdr h;
 		struct iovec iov;
-		uint16_t slot;
 		uint8_t *base;
 		ssize_t r;
+		int slot = tx_slot_get(d);
 
-		if (d->tx_nfree == 0 || vring_drv_num_free(d->tx) == 0) {
-			tx_reclaim(d);
-			if (d->tx_nfree == 0 || vring_drv_num_free(d->tx) == 0) {
-				/* Stop pulling until completions come back. */
-				if (vsock_engine_has_pending(d->e)) {
-					d->tx_blocked = true;
-					STAT_ADD(d, tx_full, 1);
-				}
-				break;
+		if (slot < 0) {
+			/* Stop pulling until completions come back. */
+			if (vsock_engine_has_pending(d->e)) {
+				d->tx_blocked = true;
+				STAT_ADD(d, tx_full, 1);
 			}
+			break;
 		}
-		slot = d->tx_free[d->tx_nfree - 1];
 		base = d->tx_arena + (size_t)slot * SLOT_STRIDE;
 		iov.iov_base = base + VSOCK_HDR_SIZE;
 		iov.iov_len = TX_PAYLOAD;
 		r = vsock_engine_pull(d->e, &h, &iov, 1, TX_PAYLOAD);
 		if (r < 0)
 			break;
-		vsock_hdr_encode(&h, base);
-		b.addr = d->tx_gpa + (uint64_t)slot * SLOT_STRIDE;
-		b.len = VSOCK_HDR_SIZE + (uint32_t)r;
-		b.write = false;
-		if (vring_drv_add(d->tx, &b, 1, (void *)(uintptr_t)(slot + 1u)) < 0) {
-			/* Cannot happen with a free descriptor checked above, unless broken. */
-			backend_lost(d, "TX ring broken");
-			break;
-		}
 		d->tx_nfree--;
+		if (tx_publish(d, (uint16_t)slot, &h, (uint32_t)r, &since_kick) < 0)
+			break;
 		n++;
-		STAT_ADD(d, tx_pkts, 1);
-		STAT_ADD(d, tx_bytes, (uint64_t)r);
-		if (++since_kick == TX_KICK_BATCH) {
-			kick(d, d->tx, d->tx_kick);
-			since_kick = 0;
-		}
 	}
 	if (since_kick)
 		kick(d, d->tx, d->tx_kick);
@@ -491,7 +550,14 @@ static bool ring_work(struct vdrv *d)
 		rx = !d->rx_stalled && vring_drv_more_used(d->rx);
 		atomic_store(&d->rx_tok, false);
 	}
-	return rx || (d->tx_blocked && vring_drv_more_used(d->tx));
+	if (rx || !d->tx_blocked)
+		return rx;
+	/* A direct sender holding tx_mu is TX work too: tx_pass will wait for it. */
+	if (pthread_mutex_trylock(&d->tx_mu) != 0)
+		return true;
+	rx = vring_drv_more_used(d->tx);
+	pthread_mutex_unlock(&d->tx_mu);
+	return rx;
 }
 
 /*
@@ -505,14 +571,17 @@ static void final_flush(struct vdrv *d)
 
 	while (!atomic_load(&d->dead)) {
 		struct pollfd p = { .fd = d->tx_call, .events = POLLIN };
+		bool done, more;
 
+		pthread_mutex_lock(&d->tx_mu);
 		tx_reclaim(d);
 		tx_pass(d);
-		if (d->tx_nfree == d->ntx && !vsock_engine_has_pending(d->e))
+		done = d->tx_nfree == d->ntx && !vsock_engine_has_pending(d->e);
+		more = !done && vring_drv_enable_cb(d->tx);
+		pthread_mutex_unlock(&d->tx_mu);
+		if (done || mono_ns() >= until)
 			break;
-		if (mono_ns() >= until)
-			break;
-		if (vring_drv_enable_cb(d->tx))
+		if (more)
 			continue;
 		poll(&p, 1, 10);
 		if (p.revents & POLLIN)
@@ -598,6 +667,25 @@ static int io_sleep_rx(struct vdrv *d, bool *stalled)
 	return 1;
 }
 
+/* The TX interrupt flags, under tx_mu (direct senders reclaim and publish concurrently). */
+static void tx_disable_cb(struct vdrv *d)
+{
+	pthread_mutex_lock(&d->tx_mu);
+	vring_drv_disable_cb(d->tx);
+	pthread_mutex_unlock(&d->tx_mu);
+}
+
+/* Re-enables the TX interrupt; true if completions arrived meanwhile (as vring_drv_enable_cb). */
+static bool tx_enable_cb(struct vdrv *d)
+{
+	bool more;
+
+	pthread_mutex_lock(&d->tx_mu);
+	more = vring_drv_enable_cb(d->tx);
+	pthread_mutex_unlock(&d->tx_mu);
+	return more;
+}
+
 static void *io_main(void *arg)
 {
 	struct vdrv *d = arg;
@@ -605,7 +693,7 @@ static void *io_main(void *arg)
 	bool rx_signalled = false;
 
 	tls_io = d;
-	vring_drv_disable_cb(d->tx);
+	tx_disable_cb(d);
 	for (;;) {
 		bool busy = false, dead, stalled = false;
 		struct pollfd pfd[4];
@@ -617,9 +705,13 @@ static void *io_main(void *arg)
 		atomic_store(&d->tx_work, false);
 		dead = atomic_load(&d->dead);
 		if (!dead) {
+			pthread_mutex_lock(&d->tx_mu);
 			busy |= tx_reclaim(d);
+			pthread_mutex_unlock(&d->tx_mu);
 			busy |= io_rx(d, &rx_signalled);
+			pthread_mutex_lock(&d->tx_mu);
 			busy |= tx_pass(d);
+			pthread_mutex_unlock(&d->tx_mu);
 		} else {
 			busy |= tx_discard(d);
 		}
@@ -652,13 +744,15 @@ static void *io_main(void *arg)
 			atomic_store(&d->sleeping, false);
 			continue;
 		}
-		if (!dead && (d->tx_blocked || stalled) && vring_drv_enable_cb(d->tx)) {
-			vring_drv_disable_cb(d->tx);
+		if (!dead && (d->tx_blocked || stalled) && tx_enable_cb(d)) {
+			tx_disable_cb(d);
 			atomic_store(&d->io_norx, false);
 			atomic_store(&d->sleeping, false);
 			continue;
 		}
+		pthread_mutex_lock(&d->tx_mu);
 		STAT_SET(d, tx_inflight, d->ntx - d->tx_nfree);
+		pthread_mutex_unlock(&d->tx_mu);
 		STAT_SET(d, sleep_state, (d->tx_blocked ? VDRV_SLEPT_TX_BLOCKED : 0u) |
 					 (stalled ? VDRV_SLEPT_RX_STALLED : 0u) |
 					 (dead ? VDRV_SLEPT_DEAD : 0u));
@@ -688,7 +782,7 @@ static void *io_main(void *arg)
 		atomic_store(&d->wake_sent, false);
 		STAT_ADD(d, wakeups, 1);
 		if (!dead)
-			vring_drv_disable_cb(d->tx);
+			tx_disable_cb(d);
 		for (int i = 0; i < n; i++) {
 			if (pfd[i].fd == d->front_fd && i > 0) {
 				if (pfd[i].revents & (POLLHUP | POLLERR))
@@ -800,6 +894,109 @@ void vdrv_test_io_rx(struct vdrv *d, bool on)
 	vdrv_tx_ready(d);
 }
 
+void vdrv_test_io_tx(struct vdrv *d, bool on)
+{
+	atomic_store_explicit(&d->io_tx_off, !on, memory_order_relaxed);
+	vdrv_tx_ready(d);
+}
+
+/* ---- direct TX: an application thread publishes its own bytes ------------------------- */
+
+/*
+ * Takes a TX slot for a direct sender, to fill outside tx_mu with a packet of n bytes; -1 if
+ * none may be taken. A packet below TX_DIRECT_SMALL is refused while the device still holds
+ * TX buffers: it then goes through the engine, which queues it with the writes that follow and
+ * hands the I/O thread packets of up to 64 KiB (the device works per packet).
+ */
+static int tx_slot_take(struct vdrv *d, size_t n)
+{
+	int slot = -1;
+
+	pthread_mutex_lock(&d->tx_mu);
+	if (d->tx_ok && !atomic_load(&d->dead))
+		slot = tx_slot_get(d);
+	if (slot >= 0 && n < TX_DIRECT_SMALL && d->tx_nfree + d->tx_held < d->ntx) {
+		tx_reclaim(d);
+		/* The pool's top may have changed: take the slot anew. */
+		slot = d->tx_nfree + d->tx_held < d->ntx ? -1 : d->tx_free[d->tx_nfree - 1];
+	}
+	if (slot >= 0) {
+		d->tx_nfree--;
+		d->tx_held++;
+	}
+	pthread_mutex_unlock(&d->tx_mu);
+	return slot;
+}
+
+/*
+ * Commits the n bytes a direct sender copied into `slot` and publishes the packet, or gives
+ * the slot back. Returns 0, or -1: nothing was accounted (s changed since the reserve), or the
+ * ring broke.
+ */
+static int tx_slot_send(struct vdrv *d, struct vsock_sock *s, uint16_t slot, size_t n)
+{
+	unsigned since_kick = 0;
+	struct vsock_hdr h;
+	int r = -1;
+
+	pthread_mutex_lock(&d->tx_mu);
+	d->tx_held--;
+	/*
+	 * Under tx_mu, nothing the engine queues for s after this commit can reach the ring
+	 * before the packet. A commit that fails (a packet fed meanwhile: RST, SHUTDOWN, a
+	 * smaller credit; or a control packet queued) accounted nothing: the bytes are still
+	 * the caller's, and send()'s own path takes it from here.
+	 */
+	if (d->tx_ok && !atomic_load(&d->dead) && vsock_sock_tx_commit(s, n, &h) == 0) {
+		/* A broken ring resets every socket: the accounted bytes are moot then. */
+		r = tx_publish(d, slot, &h, (uint32_t)n, &since_kick);
+		if (r == 0)
+			kick(d, d->tx, d->tx_kick);
+	} else {
+		d->tx_free[d->tx_nfree++] = slot;
+	}
+	if (!d->tx_held)
+		pthread_cond_broadcast(&d->tx_cond);
+	pthread_mutex_unlock(&d->tx_mu);
+	return r;
+}
+
+ssize_t vdrv_tx_send(struct vdrv *d, struct vsock_sock *s, const struct iovec *iov, int iovcnt,
+		     size_t len, size_t max_pkt)
+{
+	struct iov_cur cur;
+	size_t done = 0;
+
+	if (!d->tx_direct || iovcnt < 0 || tls_io == d)
+		return 0;
+	max_pkt = MIN(max_pkt, (size_t)TX_PAYLOAD);
+	iov_cur_init(&cur, iov, (size_t)iovcnt);
+	while (done < len) {
+		ssize_t room;
+		size_t n;
+		int slot;
+
+		/* -EAGAIN: control packets or queued bytes of s go first (through the engine);
+		 * 0: no credit; other errors: send()'s own path reports them. Commit checks
+		 * again. */
+		room = vsock_sock_tx_reserve(s, MIN(len - done, max_pkt));
+		if (room <= 0)
+			break;
+		slot = tx_slot_take(d, (size_t)room);
+		if (slot < 0)
+			break;
+		/* The one copy, outside tx_mu: the slot is ours until tx_slot_send. */
+		n = iov_cur_read(&cur, d->tx_arena + (size_t)slot * SLOT_STRIDE + VSOCK_HDR_SIZE,
+				 (size_t)room);
+		if (tx_slot_send(d, s, (uint16_t)slot, n) < 0)
+			break;
+		done += n;
+		STAT_ADD(d, tx_direct_pkts, 1);
+		STAT_ADD(d, tx_direct_bytes, (uint64_t)n);
+	}
+	return (ssize_t)done;
+}
+
 /* ---- control path ----------------------------------------------------------------------- */
 
 void vdrv_tx_ready(struct vdrv *d)
@@ -838,6 +1035,19 @@ static void rx_quiesce(struct vdrv *d)
 	drain_eventfd(d->hold_fd);
 }
 
+/*
+ * Ends direct TX for the session: no sender takes a slot any more, and those filling one
+ * outside tx_mu give it back or publish it before this returns.
+ */
+static void tx_quiesce(struct vdrv *d)
+{
+	pthread_mutex_lock(&d->tx_mu);
+	d->tx_ok = false;
+	while (d->tx_held)
+		pthread_cond_wait(&d->tx_cond, &d->tx_mu);
+	pthread_mutex_unlock(&d->tx_mu);
+}
+
 static int thread_start(struct vdrv *d)
 {
 	int r;
@@ -849,8 +1059,12 @@ static int thread_start(struct vdrv *d)
 	/* The control path held the RX token while no session ran: hand it to the data path. */
 	atomic_store(&d->rx_tok, false);
 	atomic_store(&d->direct_ok, true);
+	pthread_mutex_lock(&d->tx_mu);
+	d->tx_ok = true;
+	pthread_mutex_unlock(&d->tx_mu);
 	r = -pthread_create(&d->th, NULL, io_main, d);
 	if (r < 0) {
+		tx_quiesce(d);
 		rx_quiesce(d);
 		return r;
 	}
@@ -864,6 +1078,8 @@ static void thread_stop(struct vdrv *d)
 
 	if (!d->running)
 		return;
+	/* No direct sender publishes from here on; the last one leaves before the flush. */
+	tx_quiesce(d);
 	atomic_store(&d->stop, true);
 	if (write(d->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		log_msg(LOG_LVL_DEBUG, "vdrv: wake: %s", strerror(errno));
@@ -922,6 +1138,9 @@ int vdrv_new(const struct vdrv_config *cfg, struct vdrv **ret)
 	/* No session yet: the control path holds the RX token (thread_start hands it over). */
 	atomic_init(&d->rx_tok, true);
 	pthread_mutex_init(&d->ctl_mu, NULL);
+	pthread_mutex_init(&d->tx_mu, NULL);
+	pthread_cond_init(&d->tx_cond, NULL);
+	d->tx_direct = tune_get()->tx_direct;
 	if (!d->cfg.queue_size)
 		d->cfg.queue_size = 128;
 	if (!d->cfg.rx_buf_min)
@@ -1093,6 +1312,8 @@ void vdrv_free(struct vdrv *d)
 	if (d->hold_fd >= 0)
 		close(d->hold_fd);
 	pthread_mutex_destroy(&d->ctl_mu);
+	pthread_mutex_destroy(&d->tx_mu);
+	pthread_cond_destroy(&d->tx_cond);
 	free(d->path);
 	free(d);
 }
@@ -1124,6 +1345,8 @@ void vdrv_get_stats(struct vdrv *d, struct vdrv_stats *ret)
 	LD(sleep_state);
 	LD(rx_direct);
 	LD(rx_direct_sleeps);
+	LD(tx_direct_pkts);
+	LD(tx_direct_bytes);
 #undef LD
 	*ret = s;
 }

@@ -33,7 +33,12 @@
  * ring itself (vdrv_rx_wait) instead of waiting for the I/O thread: whoever holds the RX drain
  * token owns the RX ring's driver side (docs/guest-role.md, "Direct RX").
  *
- * Threads: vdrv_tx_ready(), vdrv_rx_wait() and vdrv_rx_wake() may be called from any thread
+ * Direct TX (tune tx_direct): an application thread sending on a STREAM socket whose engine
+ * queue is empty copies its bytes straight into TX buffers and publishes them (vdrv_tx_send):
+ * one copy, no engine send ring, no I/O thread wake-up (docs/guest-role.md, "Direct TX").
+ *
+ * Threads: vdrv_tx_ready(), vdrv_rx_wait(), vdrv_rx_wake() and vdrv_tx_send() may be called
+ * from any thread
  * (tx_ready is the engine's hook). The other calls are control-path calls, made by one thread at
  * a time.
  */
@@ -44,6 +49,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #include "vsock/engine.h"
 
@@ -78,6 +85,9 @@ struct vdrv_stats {
 	uint64_t rx_direct;         /* RX passes run by application threads that took packets */
 	uint64_t rx_direct_sleeps;  /* waits in which an application thread slept on the RX
 				     * interrupt itself (vdrv_rx_wait) */
+	uint64_t tx_direct_pkts;    /* packets an application thread put on the TX ring itself
+				     * (vdrv_tx_send; also in tx_pkts) */
+	uint64_t tx_direct_bytes;   /* their payload bytes (also in tx_bytes) */
 };
 
 /* Why the I/O thread last went to sleep (diagnostics, vdrv_stats.sleep_state). */
@@ -175,11 +185,33 @@ int vdrv_rx_wait(struct vdrv *d, struct pollfd *fds, unsigned nfds, atomic_uint 
 void vdrv_rx_wake(struct vdrv *d);
 
 /*
+ * Direct TX (tune tx_direct): sends up to len bytes of iov (iovcnt entries, already checked)
+ * on the STREAM socket s in the calling thread: while the engine has nothing queued for s
+ * (vsock_sock_tx_reserve), the peer's credit allows and TX buffers are free, the bytes are
+ * copied straight into TX buffers in packets of at most max_pkt (the engine's cfg.max_pkt),
+ * accounted with vsock_sock_tx_commit, put on the TX ring and the device kicked if it asks for
+ * it. Returns the bytes sent, 0 included: whatever is left goes through vsock_sock_send() as
+ * before (which also reports EPIPE, ENOTCONN, ECONNRESET, no credit...). Never blocks beyond
+ * the TX lock held by another sender or the I/O thread.
+ * Context: any application thread, holding the socket API's send lock of s (one sender per
+ * socket), no engine lock; not from the engine's callbacks or the I/O thread (returns 0).
+ */
+ssize_t vdrv_tx_send(struct vdrv *d, struct vsock_sock *s, const struct iovec *iov, int iovcnt,
+		     size_t len, size_t max_pkt);
+
+/*
  * Test hook: with on false the I/O thread stops draining the RX ring (it leaves it to
  * application threads in vdrv_rx_wait), to show that a blocked call gets its data without it.
  * Any thread.
  */
 void vdrv_test_io_rx(struct vdrv *d, bool on);
+
+/*
+ * Test hook: with on false the I/O thread pulls nothing from the engine (what send() queues
+ * there stays queued; direct TX is not affected), to show that a send falls back behind
+ * queued packets. Turn it back on before stopping. Any thread.
+ */
+void vdrv_test_io_tx(struct vdrv *d, bool on);
 
 /* True while the I/O thread runs and the back-end is usable. Any thread. */
 bool vdrv_alive(const struct vdrv *d);

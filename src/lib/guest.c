@@ -23,6 +23,7 @@
 struct vguest {
 	struct vdrv *d;
 	struct uvsock_ctx *ctx;
+	size_t max_pkt;             /* the engine's cfg.max_pkt (direct TX packet size) */
 	struct vguest *next;
 };
 
@@ -99,6 +100,14 @@ static void g_rx_wake(struct uvsock_ctx *ctx)
 	vdrv_rx_wake(g->d);
 }
 
+static ssize_t g_send_direct(struct uvsock_ctx *ctx, struct vsock_sock *s,
+			     const struct iovec *iov, int iovcnt, size_t len)
+{
+	struct vguest *g = uvsock_ctx_transport_(ctx);
+
+	return vdrv_tx_send(g->d, s, iov, iovcnt, len, g->max_pkt);
+}
+
 static void g_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *st)
 {
 	struct vguest *g = uvsock_ctx_transport_(ctx);
@@ -130,6 +139,7 @@ static const struct uvsock_transport_ops guest_ops = {
 	.connect_check = g_connect_check,
 	.rx_wait = g_rx_wait,
 	.rx_wake = g_rx_wake,
+	.send_direct = g_send_direct,
 	.get_stats = g_get_stats,
 	.stop = g_stop,
 	.destroy = g_destroy,
@@ -186,6 +196,7 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 		if (cfg.buf_max < o.buf_size)
 			cfg.buf_max = o.buf_size;
 	}
+	g->max_pkt = cfg.max_pkt;
 	r = uvsock_ctx_create_(&guest_ops, g, &cfg, o.flags & UVSOCK_CTX_UNPRIVILEGED, &ctx);
 	if (r < 0) {
 		vdrv_free(g->d);

@@ -56,6 +56,14 @@ struct uvsock_transport_ops {
 	/* Optional, with rx_wait: wakes the caller sleeping in rx_wait (vdrv_rx_wake). Called
 	 * from sock_event, under the engine socket's lock. */
 	void (*rx_wake)(struct uvsock_ctx *ctx);
+	/*
+	 * Optional (direct TX, docs/guest-role.md "Direct TX"): sends up to len bytes of iov on
+	 * the STREAM socket s straight to the transport, as vdrv_tx_send() of
+	 * src/driver/driver.h. Returns the bytes it took (0: none); the rest goes through
+	 * vsock_sock_send(). Called with the API socket's tx_mu held, no engine lock.
+	 */
+	ssize_t (*send_direct)(struct uvsock_ctx *ctx, struct vsock_sock *s,
+			       const struct iovec *iov, int iovcnt, size_t len);
 	/* Optional: transport-level counters added to uvsock_ctx_get_stats (e.g. dropped). */
 	void (*get_stats)(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *st);
 	/*

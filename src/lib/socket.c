@@ -874,6 +874,17 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 		goto out_put;
 	/* Each round: what is left of msg's iovecs, or the socket closed meanwhile (n < 0). */
 	while ((n = sock_io_round(us, &io, msg, (size_t)total, (size_t)len, &seq)) >= 0) {
+		/* Direct TX: the transport copies what it can straight into its TX buffers. */
+		r = 0;
+		if (us->type == SOCK_STREAM && us->ctx->tops->send_direct)
+			r = us->ctx->tops->send_direct(us->ctx, us->vs, io.iov, n,
+						       (size_t)len - (size_t)total);
+		if (r > 0) {
+			total += r;
+			if (total >= len)
+				break;
+			continue;
+		}
 		r = vsock_sock_send(us->vs, io.iov, n, eflags);
 		if (r > 0) {
 			total += r;

@@ -25,7 +25,8 @@
 	X(merge, "merge", "engine: merge small payloads into one packet")                          \
 	X(pkt64k, "pkt64k", "packets up to 64 KiB (off: 4 KiB, as Linux before 6.x)")              \
 	X(rx_adaptive, "rx-adaptive", "guest role: adaptive RX buffer size")                       \
-	X(direct_rx, "direct-rx", "guest role: a waiting recv/poll caller drains the RX ring")
+	X(direct_rx, "direct-rx", "guest role: a waiting recv/poll caller drains the RX ring")     \
+	X(tx_direct, "tx-direct", "guest role: send copies once, straight into TX buffers")
 
 struct tune {
 #define TUNE_FIELD(f, n, d) bool f;

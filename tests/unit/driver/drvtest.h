@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What the guest-role tests of this folder share: the in-process device (tests/harness/tdev.h)
- * started for one guest CID and stopped with its temporary directory emptied and removed.
+ * started for one guest CID and stopped with its temporary directory emptied and removed, and
+ * (with guestside.h) one guest connection accepted from the host.
  */
 #ifndef UVSOCK_TESTS_DRVTEST_H
 #define UVSOCK_TESTS_DRVTEST_H
@@ -37,6 +38,34 @@ static inline void tdev_stop(struct tdev *t)
 			closedir(dir);
 	}
 	ASSERT_EQ(rmdir(t->dir), 0);
+}
+
+/*
+ * A device for CID 3 and a guest on it, with one host connection accepted on port 6000
+ * (the file including this includes guestside.h and <uvsock/uvsock.h> first).
+ */
+struct conn {
+	struct tdev t;
+	struct uvsock_ctx *g;
+	int ls, gfd, hfd;
+};
+
+static inline void conn_open(struct conn *c)
+{
+	tdev_start(&c->t, 3);
+	c->g = g_guest_new(c->t.sock, NULL);
+	c->ls = g_listen(c->g, SOCK_STREAM, 6000);
+	c->gfd = g_accept_host(c->ls, c->t.uds, SOCK_STREAM, 6000, &c->hfd);
+	g_set_timeouts(c->gfd, WAIT_MS);
+}
+
+static inline void conn_close(struct conn *c)
+{
+	uvsock_close(c->gfd);
+	close(c->hfd);
+	uvsock_close(c->ls);
+	uvsock_ctx_free(c->g);
+	tdev_stop(&c->t);
 }
 
 #endif

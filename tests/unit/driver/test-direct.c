@@ -26,31 +26,6 @@
 #define NCONN 4
 #define ROUNDS 200
 
-/* A device for CID 3 and a guest on it, with one host connection accepted on port 6000. */
-struct conn {
-	struct tdev t;
-	struct uvsock_ctx *g;
-	int ls, gfd, hfd;
-};
-
-static void conn_open(struct conn *c)
-{
-	tdev_start(&c->t, 3);
-	c->g = g_guest_new(c->t.sock, NULL);
-	c->ls = g_listen(c->g, SOCK_STREAM, 6000);
-	c->gfd = g_accept_host(c->ls, c->t.uds, SOCK_STREAM, 6000, &c->hfd);
-	g_set_timeouts(c->gfd, WAIT_MS);
-}
-
-static void conn_close(struct conn *c)
-{
-	uvsock_close(c->gfd);
-	close(c->hfd);
-	uvsock_close(c->ls);
-	uvsock_ctx_free(c->g);
-	tdev_stop(&c->t);
-}
-
 static struct uvsock_guest_stats gstats(struct uvsock_ctx *g)
 {
 	struct uvsock_guest_stats st = { .size = sizeof(st) };

@@ -17,6 +17,7 @@ TEST(defaults_all_on)
 	t = tune_get();
 	ASSERT_TRUE(t->zerocopy && t->tx_batch && t->event_idx && t->rx_batch);
 	ASSERT_TRUE(t->credit_reduce && t->merge && t->pkt64k && t->rx_adaptive && t->direct_rx);
+	ASSERT_TRUE(t->tx_direct);
 	ASSERT_EQ(t->busy_poll_us, 0u);
 }
 
