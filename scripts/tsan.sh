@@ -19,8 +19,8 @@
 set -u
 
 BUILD=${TSAN_BUILD:-build-tsan}
-TESTS=${*:-"lib-lib driver-driver driver-hostile device-loop device-device embed-device-api
-	conformance-loopback conformance-loopback-pump-thread conformance-uvsockd e2e
+TESTS=${*:-"lib-lib driver-driver driver-hostile driver-direct driver-txdirect device-loop
+	device-device embed-device-api conformance-loopback conformance-loopback-pump-thread conformance-uvsockd e2e
 	sibling-flood"}
 
 if [ ! -f "$BUILD/build.ninja" ]; then
