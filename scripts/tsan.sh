@@ -20,8 +20,8 @@ set -u
 
 BUILD=${TSAN_BUILD:-build-tsan}
 TESTS=${*:-"lib-lib driver-driver driver-hostile driver-direct driver-txdirect device-loop
-	device-device embed-device-api conformance-loopback conformance-loopback-pump-thread conformance-uvsockd e2e
-	sibling-flood"}
+	device-device embed-device-api conformance-loopback conformance-loopback-pump-thread
+	conformance-uvsockd e2e sibling-flood"}
 
 if [ ! -f "$BUILD/build.ninja" ]; then
 	meson setup "$BUILD" -Db_sanitize=thread -Dinterop=false || exit 1
