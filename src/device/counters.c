@@ -33,19 +33,16 @@ void dev_eng_stats_accumulate(struct vsock_engine_stats *acc, const struct vsock
 
 void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret)
 {
+	struct loop_stats ls;
+
 	/* Relaxed: each counter is a whole value; the set is not a consistent snapshot. */
 #define DEV_STATS_READ_(f) ret->f = atomic_load_explicit(&d->stats.f, memory_order_relaxed);
 	VSOCK_DEV_STATS(DEV_STATS_READ_)
 #undef DEV_STATS_READ_
 	ret->sibling_dropped += atomic_load_explicit(&d->port->peer_dropped, memory_order_relaxed);
-	/* The device loop's own counters (util/loop.c, --busy-poll-us): the cost of spinning. */
-	{
-		struct loop_stats ls;
-
-		loop_get_stats(d->loop, &ls);
-		ret->busy_poll_ns = ls.spin_ns;
-		ret->busy_poll_found = ls.spin_found;
-	}
+	loop_get_stats(d->loop, &ls);
+	ret->busy_poll_ns = ls.spin_ns;
+	ret->busy_poll_found = ls.spin_found;
 }
 
 void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret)

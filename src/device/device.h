@@ -129,15 +129,15 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(host_conns_no_guest)   /* host connections closed at once: no VMM attached or the guest  \
 				  * driver not running */                                          \
 	X(host_conns_guest_refused) /* host CONNECTs the guest answered with RST (nobody listens   \
-				     * on that guest port) */                                     \
-	X(busy_poll_ns)          /* CPU time the device thread spent busy polling (ns; the       \
-				  * loop's counter, read by vsock_dev_get_stats) */               \
-	X(busy_poll_found)       /* busy polls that ended with work */
+				     * on that guest port) */
 
 struct vsock_dev_stats {
 #define VSOCK_DEV_STATS_FIELD_(f) uint64_t f;
 	VSOCK_DEV_STATS(VSOCK_DEV_STATS_FIELD_)
 #undef VSOCK_DEV_STATS_FIELD_
+	/* The device loop's own counters (util/loop.c loop_get_stats, --busy-poll-us). */
+	uint64_t busy_poll_ns;    /* CPU time the device thread spent busy polling */
+	uint64_t busy_poll_found; /* busy polls that ended with work */
 };
 void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret);
 
