@@ -172,17 +172,25 @@ void vdrv_config_default(struct vdrv_config *cfg)
 
 /* ---- session: rings and buffers --------------------------------------------------------- */
 
-static void kick(struct vdrv *d, struct vring_drv *r, int fd)
+/*
+ * Signals one of our non-blocking eventfds (a kick, a wake-up). A full counter (EAGAIN) still
+ * means "signalled"; nothing else can fail here. `what` names it in the debug log.
+ */
+static void signal_eventfd(int fd, const char *what)
 {
 	uint64_t one = 1;
 
+	if (write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_msg(LOG_LVL_DEBUG, "vdrv: %s: %s", what, strerror(errno));
+}
+
+static void kick(struct vdrv *d, struct vring_drv *r, int fd)
+{
 	if (!vring_drv_kick_prepare(r)) {
 		STAT_ADD(d, kicks_suppressed, 1);
 		return;
 	}
-	/* A full eventfd counter (EAGAIN) still means "signalled"; nothing else can fail here. */
-	if (write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		log_msg(LOG_LVL_DEBUG, "vdrv: kick: %s", strerror(errno));
+	signal_eventfd(fd, "kick");
 	STAT_ADD(d, kicks, 1);
 }
 
@@ -879,13 +887,10 @@ int vdrv_rx_wait(struct vdrv *d, struct pollfd *fds, unsigned nfds, atomic_uint 
 
 void vdrv_rx_wake(struct vdrv *d)
 {
-	uint64_t one = 1;
-
 	/* The holder itself feeding the engine needs no wake-up. */
 	if (tls_rx == d || !atomic_load(&d->holder_sleeping))
 		return;
-	if (write(d->hold_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		log_msg(LOG_LVL_DEBUG, "vdrv: holder wake: %s", strerror(errno));
+	signal_eventfd(d->hold_fd, "holder wake");
 }
 
 void vdrv_test_io_rx(struct vdrv *d, bool on)
@@ -1001,8 +1006,6 @@ ssize_t vdrv_tx_send(struct vdrv *d, struct vsock_sock *s, const struct iovec *i
 
 void vdrv_tx_ready(struct vdrv *d)
 {
-	uint64_t one = 1;
-
 	if (tls_io == d) {
 		atomic_store_explicit(&d->tx_work, true, memory_order_relaxed);
 		return;
@@ -1010,10 +1013,8 @@ void vdrv_tx_ready(struct vdrv *d)
 	/* seq_cst store of tx_work, then load of sleeping: pairs with the I/O thread's store of
 	 * sleeping, then load of tx_work. */
 	atomic_store(&d->tx_work, true);
-	if (atomic_load(&d->sleeping) && !atomic_exchange(&d->wake_sent, true)) {
-		if (write(d->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			log_msg(LOG_LVL_DEBUG, "vdrv: wake: %s", strerror(errno));
-	}
+	if (atomic_load(&d->sleeping) && !atomic_exchange(&d->wake_sent, true))
+		signal_eventfd(d->wake_fd, "wake");
 }
 
 /*
@@ -1023,12 +1024,9 @@ void vdrv_tx_ready(struct vdrv *d)
  */
 static void rx_quiesce(struct vdrv *d)
 {
-	uint64_t one = 1;
-
 	atomic_store(&d->direct_ok, false);
 	while (!rx_try(d)) {
-		if (write(d->hold_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			log_msg(LOG_LVL_DEBUG, "vdrv: holder wake: %s", strerror(errno));
+		signal_eventfd(d->hold_fd, "holder wake");
 		poll(NULL, 0, 1);
 	}
 	/* A wake-up nobody took is stale for the next session. */
@@ -1074,15 +1072,12 @@ static int thread_start(struct vdrv *d)
 
 static void thread_stop(struct vdrv *d)
 {
-	uint64_t one = 1;
-
 	if (!d->running)
 		return;
 	/* No direct sender publishes from here on; the last one leaves before the flush. */
 	tx_quiesce(d);
 	atomic_store(&d->stop, true);
-	if (write(d->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		log_msg(LOG_LVL_DEBUG, "vdrv: wake: %s", strerror(errno));
+	signal_eventfd(d->wake_fd, "wake");
 	pthread_join(d->th, NULL);
 	rx_quiesce(d);
 	d->running = false;
