@@ -18,13 +18,6 @@
 #include "util/log.h"
 #include "util/uds.h"
 
-static const char *basename_of(const char *path)
-{
-	const char *s = strrchr(path, '/');
-
-	return s ? s + 1 : path;
-}
-
 /* The VM an activated socket belongs to: by its bound address, else by its name; or -1. */
 static int match_vm(const struct uvsockd_config *cfg, int fd, const char *name)
 {
@@ -42,7 +35,7 @@ static int match_vm(const struct uvsockd_config *cfg, int fd, const char *name)
 		const char *p = cfg->vms[i].socket_path;
 
 		if (cfg->vms[i].fd <= 0 &&
-		    (strcmp(name, p) == 0 || strcmp(name, basename_of(p)) == 0 ||
+		    (strcmp(name, p) == 0 || strcmp(name, basename(p)) == 0 ||
 		     (cfg->vms[i].name[0] && strcmp(name, cfg->vms[i].name) == 0)))
 			return (int)i;
 	}

@@ -116,13 +116,6 @@ static int try_candidate(const char *cand, const char *want, const struct stat *
 	return 0;
 }
 
-static const char *base_name(const char *p)
-{
-	const char *s = strrchr(p, '/');
-
-	return s ? s + 1 : p;
-}
-
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -201,7 +194,7 @@ int ops_ctl_find(const char *path, int *ret_fd, char *found, size_t found_len)
 		return -ESRCH;
 	for (unsigned i = 0; i < n; i++) {
 		/* The same directory: "<path>.ctl" (asked above) is the one with its base name. */
-		if (r == -ESRCH && strcmp(strrchr(cands[i], '/') + 1, base_name(def)) != 0 &&
+		if (r == -ESRCH && strcmp(basename(cands[i]), basename(def)) != 0 &&
 		    try_candidate(cands[i], path, &st, false, ret_fd) == 1) {
 			if (found)
 				snprintf(found, found_len, "%s", cands[i]);
