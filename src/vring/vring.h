@@ -38,6 +38,8 @@
 /* Feature bit numbers (as in the virtio feature word). */
 #define VRING_FEAT_INDIRECT_DESC 28
 #define VRING_FEAT_EVENT_IDX 29
+#define VRING_FEAT_RING_PACKED 34 /* virtio 1.2 §2.8 */
+#define VRING_FEAT_IN_ORDER 35    /* virtio 1.2 §2.7.9, §2.8.21 */
 
 /* Alignment the spec requires of each part; vring_layout() uses 64 for avail and used. */
 #define VRING_DESC_ALIGN 16u

@@ -43,6 +43,7 @@
 enum vsock_type {
 	VSOCK_TYPE_STREAM = 1,
 	VSOCK_TYPE_SEQPACKET = 2,
+	VSOCK_TYPE_DGRAM = 3, /* only with VIRTIO_VSOCK_F_DGRAM negotiated (docs/vsock-protocol.md) */
 };
 
 enum vsock_op {
@@ -68,6 +69,11 @@ enum vsock_op {
 /* Feature bits (device-specific). */
 #define VIRTIO_VSOCK_F_STREAM 0
 #define VIRTIO_VSOCK_F_SEQPACKET 1
+/*
+ * Datagrams: bit 3 and type 3 as the virtio-vsock datagram series posted for Linux and the
+ * virtio spec proposed them (rx/tx queues reused; never merged). Bit 2 is NO_IMPLIED_STREAM.
+ */
+#define VIRTIO_VSOCK_F_DGRAM 3
 
 struct vsock_hdr {
 	uint64_t src_cid;
