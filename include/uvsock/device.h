@@ -80,13 +80,17 @@ extern "C" {
 
 /* Feature bits (bit numbers in the 64-bit virtio feature word). */
 #define UVSOCK_DEV_F_SEQPACKET 1        /* VIRTIO_VSOCK_F_SEQPACKET */
+#define UVSOCK_DEV_F_DGRAM 3            /* VIRTIO_VSOCK_F_DGRAM (docs/vsock-protocol.md) */
 #define UVSOCK_DEV_F_INDIRECT_DESC 28   /* VIRTIO_RING_F_INDIRECT_DESC */
 #define UVSOCK_DEV_F_EVENT_IDX 29       /* VIRTIO_RING_F_EVENT_IDX */
 #define UVSOCK_DEV_F_VERSION_1 32       /* VIRTIO_F_VERSION_1 */
+#define UVSOCK_DEV_F_RING_PACKED 34     /* VIRTIO_F_RING_PACKED */
+#define UVSOCK_DEV_F_IN_ORDER 35        /* VIRTIO_F_IN_ORDER */
 
 /* Queue indexes. */
 #define UVSOCK_DEV_QUEUE_RX 0u
 #define UVSOCK_DEV_QUEUE_TX 1u
+#define UVSOCK_DEV_QUEUE_EVENT 2u /* the event queue (virtio 1.2 §5.10.2) */
 
 struct uvsock_dev;
 

@@ -28,11 +28,14 @@
 /* Virtio feature bits (GET/SET_FEATURES). */
 #define VHU_VSOCK_F_STREAM 0
 #define VHU_VSOCK_F_SEQPACKET 1
+#define VHU_VSOCK_F_DGRAM 3
 #define VHU_F_NOTIFY_ON_EMPTY 24
 #define VHU_F_INDIRECT_DESC 28
 #define VHU_F_EVENT_IDX 29
 #define VHU_F_PROTOCOL_FEATURES 30
 #define VHU_F_VERSION_1 32
+#define VHU_F_RING_PACKED 34
+#define VHU_F_IN_ORDER 35
 #define VHU_F_LOG_ALL 26
 
 /* Protocol feature bits (GET/SET_PROTOCOL_FEATURES). */
