@@ -267,7 +267,8 @@ int uds_listen(const char *path, int type, int backlog, unsigned mode, struct ud
 		return r;
 	}
 	if ((mode && chmod(path, mode) < 0) ||
-	    (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0) || listen(fd, backlog) < 0 ||
+	    (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0) ||
+	    (type != SOCK_DGRAM && listen(fd, backlog) < 0) ||
 	    stat(path, &st) < 0) {
 		r = -errno;
 		close(fd);

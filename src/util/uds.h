@@ -85,7 +85,8 @@ bool uds_is_adopted(const char *path);
 void uds_drop_adopted(void);
 
 /*
- * Listens on path: type SOCK_STREAM or SOCK_SEQPACKET, the fd non-blocking and close-on-exec,
+ * Listens on path: type SOCK_STREAM or SOCK_SEQPACKET (SOCK_DGRAM: bound, no listen(); a live
+ * datagram socket there is one a probe can connect to), the fd non-blocking and close-on-exec,
  * mode applied with chmod when non-zero (mode 0: the default perms above, group included). A
  * socket adopted for path is returned instead (it must be a listener of that type: else
  * -EPROTOTYPE or -EINVAL, and it is closed). Returns 0 with *l filled, or -errno (see above).
