@@ -362,6 +362,8 @@ enum {
 	OPT_SOCKET_MODE,
 	OPT_SOCKET_GROUP,
 	OPT_FORWARD,
+	OPT_NO_DGRAM,
+	OPT_DGRAM_MAX,
 	OPT_SINGLE,
 };
 
@@ -379,6 +381,8 @@ static const struct option long_opts[] = {
 	{ "busy-poll-us", required_argument, NULL, OPT_BUSY_POLL },
 	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
 	{ "socket-group", required_argument, NULL, OPT_SOCKET_GROUP },
+	{ "no-dgram", no_argument, NULL, OPT_NO_DGRAM },
+	{ "dgram-max", required_argument, NULL, OPT_DGRAM_MAX },
 	{ "forward-cid", optional_argument, NULL, OPT_FORWARD },
 	{ "forward-listen", optional_argument, NULL, OPT_FORWARD },
 	{ "guest-cid", required_argument, NULL, OPT_SINGLE + KEY_CID },
@@ -405,6 +409,17 @@ static const char *opt_name(int val, char *buf, size_t len)
 		}
 	snprintf(buf, len, "-%c", val > 0 && val < 128 ? val : '?');
 	return buf;
+}
+
+/* --dgram-max SIZE: 1 .. 65492 bytes (64 KiB less the 44-byte header), K suffix allowed. */
+static int set_dgram_max(struct uvsockd_config *c, const char *v, char *err, size_t errlen)
+{
+	uint64_t x;
+
+	if (size_parse(v, 1, 65536 - 44, &x) < 0)
+		return fail(err, errlen, "--dgram-max '%s' must be a size from 1 to 65492 bytes", v);
+	c->dgram_max = (uint32_t)x;
+	return 0;
 }
 
 /* --tune LIST / --busy-poll-us N: appended to c->tune, checked by tune_set() at start-up. */
@@ -709,6 +724,12 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 		case OPT_SOCKET_GROUP:
 			r = set_group(&c, v, err, errlen);
 			break;
+		case OPT_NO_DGRAM:
+			c.no_dgram = true;
+			break;
+		case OPT_DGRAM_MAX:
+			r = set_dgram_max(&c, v, err, errlen);
+			break;
 		case OPT_FORWARD:
 			r = fail(err, errlen, "%s is not supported by uvsockd (see uvsockd --help)",
 				 argv[optind - 1]);
@@ -944,6 +965,12 @@ static int check_all_unserved(const struct uvsockd_config *c, char *err, size_t 
 		r = check_not_served(path, SOCK_SEQPACKET, "uds-path", v->guest_cid, err, errlen);
 		if (r < 0)
 			return r;
+		if (c->no_dgram)
+			continue;
+		snprintf(path, sizeof(path), "%s.dgram", v->uds_path);
+		r = check_not_served(path, SOCK_DGRAM, "uds-path", v->guest_cid, err, errlen);
+		if (r < 0)
+			return r;
 	}
 	if (c->control_off)
 		return 0;
@@ -1022,6 +1049,9 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"  --uds-path PATH         host-side Unix socket: host programs connect here and\n"
 		"                          send \"CONNECT <port>\\n\"; guest connections to host\n"
 		"                          port P go to PATH_P\n"
+		"                          datagrams: AF_UNIX SOCK_DGRAM, \"<guest port>\\n\" then\n"
+		"                          the payload; send to PATH.dgram; guest datagrams to\n"
+		"                          host port P go to the socket bound at PATH_P.dgram\n"
 		"  --tx-buffer-size BYTES  receive buffer per connection advertised to the guest\n"
 		"                          (buf_alloc; 4096..67108864 or 4K..64M, default 256K)\n"
 		"  --queue-size N          largest virtqueue size accepted (power of two,\n"
@@ -1053,6 +1083,8 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"                          busy-poll-us=N, comma-separated (repeatable)\n"
 		"  --busy-poll-us N        device threads spin N us for work before sleeping\n"
 		"                          (the same as --tune busy-poll-us=N; default 0)\n"
+		"  --no-dgram              do not offer datagrams (VIRTIO_VSOCK_F_DGRAM)\n"
+		"  --dgram-max SIZE        largest datagram payload (1..65492, default 65492)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  --print-capabilities    print the vhost-user backend capabilities as JSON\n"
 		"                          and exit, ignoring every other option\n"

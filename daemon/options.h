@@ -94,6 +94,10 @@ struct uvsockd_config {
 	 * uvsockd's own) of the vhost-user and host-side sockets uvsockd creates. */
 	unsigned socket_mode;
 	char socket_group[64];
+	/* --no-dgram: VIRTIO_VSOCK_F_DGRAM not offered, no <uds-path>.dgram; --dgram-max SIZE: the
+	 * largest datagram payload either way (0 = 65492), docs/uvsockd.md "Datagrams". */
+	bool no_dgram;
+	uint32_t dgram_max;
 };
 
 /* Usage errors (the command line or the --config file) exit with this status; others with 1. */

@@ -53,6 +53,8 @@ struct vm_set {
 	bool threads;           /* the VM threads run (after vm_set_start) */
 	uint64_t nofile;        /* RLIMIT_NOFILE in force: the fd budget's total */
 	uint32_t default_conns; /* host-side connections of a start-up VM without max-conns= */
+	bool no_dgram;          /* --no-dgram, --dgram-max: the same for every VM */
+	uint32_t dgram_max;
 };
 
 /* argv of uvsockd, for SIGHUP (vm_set_reload_args). */
@@ -393,6 +395,8 @@ static int vm_create(struct vm_set *s, const struct uvsockd_vm_config *v, bool s
 		.queue_size_max = v->queue_size,
 		.max_conns = t->max_conns,
 		.name = t->cfg.name,
+		.no_dgram = s->no_dgram,
+		.dgram_max = s->dgram_max,
 	};
 	r = vsock_dev_new(s->router, &dc, &t->dev);
 	if (r < 0) {
@@ -709,7 +713,8 @@ int vm_set_run(const struct uvsockd_config *cfg, const unsigned *idx, unsigned n
 	       const sigset_t *sigs, const struct vm_set_hooks *hooks)
 {
 	static const struct vm_set_hooks none;
-	struct vm_set s = { .runtime = idx == NULL };
+	struct vm_set s = { .runtime = idx == NULL, .no_dgram = cfg->no_dgram,
+			    .dgram_max = cfg->dgram_max };
 	bool hooked = false;
 	int r, sig = 0, rc = 1;
 

@@ -72,6 +72,20 @@ void vsock_dev_foreach_sock(struct vsock_dev *d,
 	pthread_mutex_unlock(&d->eng_lock);
 }
 
+/* The datagram counters: the device's own, one for one. */
+static void dev_dgram_counters(struct ops_vm_counters *ret, const struct vsock_dev_stats *d)
+{
+	OPS_CTR_ADD(ret, dgram_tx, d->dgram_tx);
+	OPS_CTR_ADD(ret, dgram_tx_bytes, d->dgram_tx_bytes);
+	OPS_CTR_ADD(ret, dgram_rx, d->dgram_rx);
+	OPS_CTR_ADD(ret, dgram_rx_bytes, d->dgram_rx_bytes);
+	OPS_CTR_ADD(ret, dgram_drop_no_listener, d->dgram_drop_no_listener);
+	OPS_CTR_ADD(ret, dgram_drop_full, d->dgram_drop_full);
+	OPS_CTR_ADD(ret, dgram_drop_oversize, d->dgram_drop_oversize);
+	OPS_CTR_ADD(ret, dgram_drop_not_negotiated, d->dgram_drop_not_negotiated);
+	OPS_CTR_ADD(ret, dgram_drop_malformed, d->dgram_drop_malformed);
+}
+
 void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev_stats *d,
 			     const struct vsock_engine_stats *e, unsigned listeners)
 {
@@ -94,6 +108,7 @@ void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev
 		OPS_CTR_ADD(ret, host_clients_guest_refused, d->host_conns_guest_refused);
 		OPS_CTR_ADD(ret, busy_poll_ns, d->busy_poll_ns);
 		OPS_CTR_ADD(ret, busy_poll_found, d->busy_poll_found);
+		dev_dgram_counters(ret, d);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_SPOOFED_CID], d->tx_bad_src_cid);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_NO_ROUTE],
 			    d->tx_bad_dst_cid + d->sibling_dropped + d->sibling_replies_dropped);

@@ -370,6 +370,8 @@ static enum dev_tx_verdict tx_classify(struct vsock_dev *d, const struct vring_c
 	}
 	DEV_STAT_ADD(d, tx_pkts, 1);
 	DEV_STAT_ADD(d, tx_bytes, h.len);
+	if (h.type == VSOCK_TYPE_DGRAM)
+		return dev_dgram_tx(d, &h, iov, ch->out_num);
 	if (h.dst_cid == VMADDR_CID_HOST) {
 		struct iovec *piov = iov + ch->out_num;
 
@@ -711,6 +713,7 @@ int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_c
 	dq->num = cfg->num;
 	dq->running = true;
 	d->features = cfg->features;
+	dev_dgram_features(d);
 	atomic_store_explicit(&d->broken, false, memory_order_relaxed);
 	if (qidx == 1 && !d->eng) {
 		r = engine_create(d, cfg->num);
@@ -953,6 +956,9 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	r = host_open_listeners(d);
 	if (r < 0)
 		goto out_free;
+	r = host_dgram_open(d, cfg);
+	if (r < 0)
+		goto out_free;
 	if (router) {
 		pthread_mutex_lock(&router->lock);
 		d->router_next = router->devs;
@@ -996,6 +1002,7 @@ void vsock_dev_free(struct vsock_dev *d)
 	engine_destroy(d);
 	guest_mem_free(d->mem_owned);
 	host_close_listeners(d);
+	host_dgram_close(d);
 	if (d->router) {
 		struct vsock_dev **pp;
 

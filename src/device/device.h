@@ -39,6 +39,8 @@ struct vsock_dev_config {
 	uint32_t queue_size_max;  /* largest ring size accepted from the VMM */
 	uint32_t max_conns;       /* host-side connections per VM (0: 1024) */
 	const char *name;         /* for logs ("vm3"); copied; NULL: "cid<N>" */
+	bool no_dgram;            /* do not offer VIRTIO_VSOCK_F_DGRAM, no <uds_path>.dgram */
+	uint32_t dgram_max;       /* largest datagram payload (0 or over: DEV_DGRAM_MAX, 65492) */
 };
 
 /*
@@ -129,7 +131,18 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(host_conns_no_guest)   /* host connections closed at once: no VMM attached or the guest  \
 				  * driver not running */                                          \
 	X(host_conns_guest_refused) /* host CONNECTs the guest answered with RST (nobody listens   \
-				     * on that guest port) */
+				     * on that guest port) */                                      \
+	X(dgram_tx)              /* guest datagrams sent on (to a host socket or a sibling) */     \
+	X(dgram_tx_bytes)        /* their payload bytes */                                         \
+	X(dgram_rx)              /* datagrams put in guest RX buffers (host or sibling) */         \
+	X(dgram_rx_bytes)        /* their payload bytes */                                         \
+	X(dgram_drop_no_listener) /* datagrams dropped: nothing bound at the destination */       \
+	X(dgram_drop_full)       /* datagrams dropped: the receiving queue (host socket, sibling   \
+				  * or our RX inbox) was full */                                   \
+	X(dgram_drop_oversize)   /* datagrams dropped: over the maximum or the RX buffer */        \
+	X(dgram_drop_not_negotiated) /* datagrams dropped: DGRAM not negotiated by this guest, or  \
+				      * by the sibling it was for */                               \
+	X(dgram_drop_malformed)  /* datagrams dropped: an op other than RW, a bad host line */
 
 struct vsock_dev_stats {
 #define VSOCK_DEV_STATS_FIELD_(f) uint64_t f;

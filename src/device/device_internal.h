@@ -14,7 +14,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 
 #include "device/device.h"
 #include "device/uds_connect.h"
@@ -66,6 +68,25 @@
 /* Host-initiated connections get local ports in [2^30, 2^31), as Firecracker. */
 #define DEV_HOST_PORT_LO (1u << 30)
 #define DEV_HOST_PORT_HI ((1u << 31) - 1)
+
+/*
+ * Datagrams (host_dgram.c, docs/uvsockd.md "Datagrams"): the largest payload (64 KiB - the
+ * header, the design's VSOCK_DGRAM_MAX), host senders remembered for replies (bounded, LRU), the
+ * host port of datagrams from an unbound host sender (replies to it are dropped), and the host
+ * datagrams read per wakeup of the per-VM socket.
+ */
+#define DEV_DGRAM_MAX (65536u - VSOCK_HDR_SIZE)
+#define DEV_DGRAM_PEERS 256u
+#define DEV_DGRAM_UNBOUND_PORT DEV_HOST_PORT_HI
+#define DEV_DGRAM_READ_BATCH 64u
+
+/* A host datagram sender not bound at <uds_path>_<port>.dgram, and the host port it got. */
+struct dgram_peer {
+	struct sockaddr_un sa;
+	socklen_t salen;
+	uint32_t port;
+	uint64_t used; /* dev->dgram_tick when last seen or replied to (LRU) */
+};
 
 /* The device's counters as it keeps them (vsock_dev_get_stats copies them out). */
 struct dev_counters {
@@ -133,6 +154,9 @@ struct sib_port {
 	 * that sibling's vsock_dev_free; reported in sibling_dropped); relaxed */
 	_Atomic uint64_t peer_dropped;
 	struct sib_pool *pool;         /* our guest's sibling packet buffers (sibling.c) */
+	/* our guest negotiated VIRTIO_VSOCK_F_DGRAM at its last queue start (a hint for senders:
+	 * the owner checks again at delivery); relaxed */
+	atomic_bool dgram;
 };
 
 enum hconn_state {
@@ -283,7 +307,20 @@ struct vsock_dev {
 	struct loop_timer *host_pause_timer; /* accepting paused (no fd left): resume then */
 	unsigned n_handshakes;         /* host connections in HC_READ_CONNECT (capped) */
 	int host_dir_fd;               /* O_PATH of uds_path's directory: <uds-path>_<port> */
+
+	/* datagrams (host_dgram.c); device thread */
+	bool dgram_off;                /* not offered (vsock_dev_config.no_dgram) */
+	uint32_t dgram_max;            /* largest payload accepted either way */
+	char dgram_path[108];          /* <uds_path>.dgram */
+	struct uds_listener dgram_l;   /* bound there (fd -1: datagrams off) */
+	struct loop_watch *dgram_w;
+	struct dgram_peer *dgram_peers; /* DEV_DGRAM_PEERS entries, n_dgram_peers used */
+	unsigned n_dgram_peers;
+	uint32_t dgram_next_port;      /* next ephemeral host port to try */
+	uint64_t dgram_tick;
 };
+
+
 
 /* host_uds.c */
 int host_open_listeners(struct vsock_dev *d);
@@ -354,10 +391,42 @@ void dev_sib_wake_targets(struct vsock_dev *d);
 bool dev_sib_pending(struct vsock_dev *d);
 ssize_t dev_sib_pull(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
 		     unsigned pn, size_t room);
+/*
+ * Datagrams through the sibling port (host_dgram.c uses them). dev_sib_send_dgram: copies our
+ * guest's datagram h for sibling t and hands it over, or drops it (full, gone: no hold, no RST).
+ * dev_sib_queue_self: queues a datagram from the host (h, payload data) for our own guest's RX
+ * ring. Both return 0, -ENOBUFS (full), -EPIPE (gone), -ENOMEM.
+ */
+int dev_sib_send_dgram(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
+		       const struct iovec *iov, unsigned n);
+int dev_sib_queue_self(struct vsock_dev *d, const struct vsock_hdr *h, const void *data);
 /* Drops everything queued for our guest (RX not running), counted in sibling_dropped. */
 void dev_sib_drop_all(struct vsock_dev *d);
 /* vsock_dev_free's part: see sibling.c. */
 void dev_sib_detach(struct vsock_dev *d);
+
+/* host_dgram.c */
+/* Binds <uds_path>.dgram (datagrams on; stale/live rules of uds_listen). Returns 0 or -errno. */
+int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg);
+/* Unbinds and removes <uds_path>.dgram (if still ours). Safe when never opened. */
+void host_dgram_close(struct vsock_dev *d);
+/* Our guest negotiated VIRTIO_VSOCK_F_DGRAM (and the device offers it). */
+bool dev_dgram_negotiated(const struct vsock_dev *d);
+/* The rings started with new features: tells senders whether our guest takes datagrams. */
+void dev_dgram_features(struct vsock_dev *d);
+/*
+ * A DGRAM packet h (src_cid checked) from our guest's TX chain iov (n entries, header first;
+ * the row has DEV_TX_IOV_MAX entries): sent to the host socket of its port, handed to a sibling,
+ * or dropped and counted. Never an RST. Returns DEV_TX_SIBLING_SENT or DEV_TX_DROP.
+ */
+enum dev_tx_verdict dev_dgram_tx(struct vsock_dev *d, const struct vsock_hdr *h, struct iovec *iov,
+				 unsigned n);
+/*
+ * The RX half (dev_sib_pull): a datagram p about to go into a guest RX buffer of room payload
+ * bytes. Returns true if it goes in whole (counted), false if it is dropped (counted: not
+ * negotiated, or larger than the buffer).
+ */
+bool dev_dgram_rx_ok(struct vsock_dev *d, const struct vsock_hdr *h, size_t room);
 
 /* device.c */
 /* Ring error: nothing is processed until the rings restart. Device thread (other threads load

@@ -35,10 +35,12 @@
 
 #define API_FEATURES                                                                               \
 	((1ull << UVSOCK_DEV_F_SEQPACKET) | (1ull << UVSOCK_DEV_F_INDIRECT_DESC) |                 \
-	 (1ull << UVSOCK_DEV_F_EVENT_IDX) | (1ull << UVSOCK_DEV_F_VERSION_1))
+	 (1ull << UVSOCK_DEV_F_EVENT_IDX) | (1ull << UVSOCK_DEV_F_VERSION_1) |                   \
+	 (1ull << UVSOCK_DEV_F_DGRAM))
 
 /* The API's feature bits are the vhost-user back-end's device bits (same numbers). */
 _Static_assert(UVSOCK_DEV_F_SEQPACKET == VIRTIO_VSOCK_F_SEQPACKET, "seqpacket bit");
+_Static_assert(UVSOCK_DEV_F_DGRAM == VIRTIO_VSOCK_F_DGRAM, "dgram bit");
 _Static_assert(UVSOCK_DEV_F_INDIRECT_DESC == VRING_FEAT_INDIRECT_DESC, "indirect bit");
 _Static_assert(UVSOCK_DEV_F_EVENT_IDX == VRING_FEAT_EVENT_IDX, "event idx bit");
 

@@ -453,6 +453,26 @@ void dev_sib_drop_all(struct vsock_dev *d)
 }
 
 /*
+ * The packet dev_sib_pull delivers next: the one partly delivered, or the oldest of the inbox
+ * that is not a datagram our guest cannot take whole in room bytes (those are dropped,
+ * counted by dev_dgram_rx_ok; rx_more set so that the engine's packets are not left waiting if
+ * nothing is left). NULL if none.
+ */
+static struct sib_pkt *sib_next_rx(struct vsock_dev *d, size_t room)
+{
+	struct sib_pkt *p;
+
+	if (d->rx_cur)
+		return d->rx_cur;
+	while ((p = sib_take(d)) && p->hdr.type == VSOCK_TYPE_DGRAM &&
+	       !dev_dgram_rx_ok(d, &p->hdr, room)) {
+		sib_pkt_free(d, p);
+		d->rx_more = true;
+	}
+	return p;
+}
+
+/*
  * The sibling half of rx_fill: puts the next piece of the oldest sibling packet (taken from the
  * inbox, or the one partly delivered) into piov (room bytes at most), vhost-style: each piece
  * has its own header with len = piece, EOM/EOR only on the last piece. Returns the payload
@@ -461,7 +481,7 @@ void dev_sib_drop_all(struct vsock_dev *d)
 ssize_t dev_sib_pull(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
 		     unsigned pn, size_t room)
 {
-	struct sib_pkt *p = d->rx_cur ? d->rx_cur : sib_take(d);
+	struct sib_pkt *p = sib_next_rx(d, room);
 	size_t left, n;
 
 	if (!p)
@@ -661,6 +681,51 @@ enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const 
 	return DEV_TX_DROP;
 }
 
+int dev_sib_send_dgram(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
+		       const struct iovec *iov, unsigned n)
+{
+	struct sib_pkt *p;
+	int r;
+
+	/* Hints: a port closed after this check makes sib_push fail with -EPIPE instead. */
+	if (sib_port_closed(t))
+		return -EPIPE;
+	if (!atomic_load_explicit(&t->dgram, memory_order_relaxed))
+		return -EPROTONOSUPPORT;
+	p = sib_pkt_copy(d, h, iov, n);
+	if (!p)
+		return -ENOMEM;
+	OPS_TAP(&d->tap, &p->hdr, (&(struct iovec){ p->data, p->hdr.len }), 1);
+	/* Never held, never answered: a datagram that finds no room is dropped. */
+	r = sib_push(t, p, false);
+	if (r < 0) {
+		sib_pkt_free(d, p);
+		return r == -EBUSY ? -ENOBUFS : r;
+	}
+	DEV_STAT_ADD(d, sibling_fwd_pkts, 1);
+	sib_note_target(d, t);
+	return 0;
+}
+
+int dev_sib_queue_self(struct vsock_dev *d, const struct vsock_hdr *h, const void *data)
+{
+	struct sib_pkt *p = sib_pkt_alloc(d, h->len);
+	int r;
+
+	if (!p)
+		return -ENOMEM;
+	p->hdr = *h;
+	p->made = true; /* not a sibling's: dev_sib_detach answers nothing for it */
+	memcpy(p->data, data, h->len);
+	r = sib_push(d->port, p, false);
+	if (r < 0) {
+		sib_pkt_free(d, p);
+		return r == -EBUSY ? -ENOBUFS : r;
+	}
+	d->rx_more = true;
+	return 0;
+}
+
 bool dev_sib_retry_staged(struct vsock_dev *d)
 {
 	for (unsigned i = 0; i < d->n_sibs; i++)
@@ -828,7 +893,8 @@ void dev_sib_detach(struct vsock_dev *d)
 		struct sib_port *from = dev_sib_lookup(d, left[i]->hdr.src_cid);
 
 		/* Not a sibling's guest packet: an RST a device made for our own guest. */
-		if (from && !left[i]->made && !sib_port_closed(from)) {
+		if (from && !left[i]->made && left[i]->hdr.type != VSOCK_TYPE_DGRAM &&
+		    !sib_port_closed(from)) {
 			atomic_fetch_add_explicit(&from->peer_dropped, 1, memory_order_relaxed);
 			if (sib_queue_rst(d, from, &left[i]->hdr) == 0)
 				sib_port_signal(from, false);

@@ -156,6 +156,8 @@ static int vmm_attach(struct dev_vhu *v, int s)
 
 	vhu_backend_config_init(&cfg);
 	cfg.features &= uvsock_dev_features(); /* what the device implements (event-idx switch) */
+	if (dev_vhu_offer_dgram(v->d))
+		cfg.features |= VHU_BIT(VHU_VSOCK_F_DGRAM);
 	cfg.guest_cid = vsock_dev_guest_cid(v->d);
 	cfg.queue_size_max = v->queue_size_max;
 	cfg.name = vsock_dev_name(v->d);

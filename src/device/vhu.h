@@ -68,5 +68,7 @@ void dev_vhu_vmm_state(struct vsock_dev *d, bool connected);
  * device thread does after each API call.
  */
 void dev_vhu_message_done(struct vsock_dev *d);
+/* The device offers VIRTIO_VSOCK_F_DGRAM (host_dgram.c: not made with no_dgram). */
+bool dev_vhu_offer_dgram(const struct vsock_dev *d);
 
 #endif

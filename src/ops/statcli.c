@@ -21,6 +21,7 @@
 
 #include "ops/ctl.h"
 #include "ops/stats.h"
+#include "util/macros.h"
 #include "util/size.h"
 #include "util/time.h"
 
@@ -444,6 +445,32 @@ static int request(int fd, const char *req, int pass_fd, char **raw, struct ops_
 	return 0;
 }
 
+/* The datagram lines, only for a VM that has seen datagrams (most guests never negotiate). */
+static void print_dgram_counters(FILE *out, const struct ops_jv *c)
+{
+	static const char *const drops[] = { "no_listener", "full", "oversize", "not_negotiated",
+					     "malformed" };
+	uint64_t any = ops_json_u64(c, "dgram_tx", 0) + ops_json_u64(c, "dgram_rx", 0);
+	char key[40];
+
+	for (unsigned i = 0; i < ARRAY_SIZE(drops); i++) {
+		snprintf(key, sizeof(key), "dgram_drop_%s", drops[i]);
+		any += ops_json_u64(c, key, 0);
+	}
+	if (!any)
+		return;
+	fprintf(out, "  datagrams   from guest %" PRIu64 ", %" PRIu64 " bytes    to guest %" PRIu64
+		     ", %" PRIu64 " bytes\n",
+		ops_json_u64(c, "dgram_tx", 0), ops_json_u64(c, "dgram_tx_bytes", 0),
+		ops_json_u64(c, "dgram_rx", 0), ops_json_u64(c, "dgram_rx_bytes", 0));
+	fprintf(out, "  dgram drops");
+	for (unsigned i = 0; i < ARRAY_SIZE(drops); i++) {
+		snprintf(key, sizeof(key), "dgram_drop_%s", drops[i]);
+		fprintf(out, " %s %" PRIu64, drops[i], ops_json_u64(c, key, 0));
+	}
+	fprintf(out, "\n");
+}
+
 static void print_counters(FILE *out, const struct ops_jv *c)
 {
 	const struct ops_jv *d = ops_json_get(c, "dropped");
@@ -476,6 +503,7 @@ static void print_counters(FILE *out, const struct ops_jv *c)
 		fprintf(out, "  busy poll   %.3f s CPU, %" PRIu64 " polls found work\n",
 			(double)ops_json_u64(c, "busy_poll_ns", 0) / 1e9,
 			ops_json_u64(c, "busy_poll_found", 0));
+	print_dgram_counters(out, c);
 	fprintf(out, "  dropped    ");
 	for (unsigned i = 0; i < _OPS_DROP_MAX; i++)
 		fprintf(out, " %s %" PRIu64, ops_drop_reason_name(i),

@@ -67,7 +67,21 @@ enum ops_drop_reason {
 	  "host CONNECTs refused by the guest (nobody listens on that guest port)")                \
 	X(busy_poll_ns, "busy_poll_ns",                                                            \
 	  "CPU time the VM's device thread spent busy polling, in ns (--busy-poll-us)")            \
-	X(busy_poll_found, "busy_poll_found", "busy polls that ended with work")
+	X(busy_poll_found, "busy_poll_found", "busy polls that ended with work")                  \
+	X(dgram_tx, "dgram_tx", "guest datagrams sent on to a host socket or a sibling VM")        \
+	X(dgram_tx_bytes, "dgram_tx_bytes", "payload bytes of those datagrams")                    \
+	X(dgram_rx, "dgram_rx", "datagrams put into the guest's RX ring")                          \
+	X(dgram_rx_bytes, "dgram_rx_bytes", "payload bytes of those datagrams")                    \
+	X(dgram_drop_no_listener, "dgram_drop_no_listener",                                        \
+	  "datagrams dropped: nothing bound at the destination")                                   \
+	X(dgram_drop_full, "dgram_drop_full",                                                      \
+	  "datagrams dropped: the receiving socket or queue was full")                             \
+	X(dgram_drop_oversize, "dgram_drop_oversize",                                              \
+	  "datagrams dropped: over the datagram maximum or the guest's RX buffer")                 \
+	X(dgram_drop_not_negotiated, "dgram_drop_not_negotiated",                                  \
+	  "datagrams dropped: the guest (or the sibling VM it was for) did not negotiate DGRAM")   \
+	X(dgram_drop_malformed, "dgram_drop_malformed",                                            \
+	  "datagrams dropped: an op other than RW from the guest, or a bad host port line")
 
 struct ops_vm_counters {
 #define OPS_X_FIELD_(f, name, help) _Atomic uint64_t f;

@@ -67,6 +67,15 @@ static void fake_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *s)
 	s->c.host_clients_guest_refused = base + 18;
 	s->c.busy_poll_ns = base + 50;
 	s->c.busy_poll_found = base + 51;
+	s->c.dgram_tx = base + 60;
+	s->c.dgram_tx_bytes = base + 61;
+	s->c.dgram_rx = base + 62;
+	s->c.dgram_rx_bytes = base + 63;
+	s->c.dgram_drop_no_listener = base + 64;
+	s->c.dgram_drop_full = base + 65;
+	s->c.dgram_drop_oversize = base + 66;
+	s->c.dgram_drop_not_negotiated = base + 67;
+	s->c.dgram_drop_malformed = base + 68;
 	for (unsigned i = 0; i < _OPS_DROP_MAX; i++)
 		s->c.dropped[i] = base + 20 + i;
 	s->have_engine = idx == 0;

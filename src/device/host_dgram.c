@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Datagrams of the device role (docs/uvsockd.md "Datagrams"; the wire format is
+ * docs/vsock-protocol.md "Datagrams"): VIRTIO_VSOCK_F_DGRAM offered unless the device was made
+ * with no_dgram; our guest's DGRAM packets handled here, never by the STREAM engine; the host
+ * side, plain AF_UNIX SOCK_DGRAM sockets.
+ *
+ * Host convention: every host-side datagram, both ways, starts with one line "<guest port>\n"
+ * (decimal, 1 to 10 digits, no leading zero, at most 4294967295), then the payload.
+ *  - Guest -> host port P: "<guest src port>\n<payload>" is sent from the per-VM socket to the
+ *    socket bound at <uds_path>_<P>.dgram (opened O_PATH | O_NOFOLLOW in uds_path's directory
+ *    and sent to through /proc/self/fd, as uds_connect_at: a symlink there is never followed),
+ *    or, if P is a port given to a host sender below, back to that sender's address.
+ *  - Host -> guest: the per-VM socket bound at <uds_path>.dgram takes "<guest dst port>\n
+ *    <payload>". The host source port is P when the sender is bound at <uds_path>_<P>.dgram;
+ *    a sender bound anywhere else gets an ephemeral port in [2^30, 2^31 - 1) remembered in a
+ *    table of DEV_DGRAM_PEERS entries (least recently used one replaced), so that replies reach
+ *    it; an unbound sender gets DEV_DGRAM_UNBOUND_PORT, whose replies are dropped.
+ * Host datagrams are read as they come (at most DEV_DGRAM_READ_BATCH per wakeup) and queued in
+ * our own sibling inbox (bounded: DEV_INBOX_PKTS / DEV_INBOX_BYTES, sibling.c), from which
+ * rx_fill puts each one whole into one guest RX buffer; a full inbox, a guest that did not
+ * negotiate DGRAM or rings not running drop the datagram (counted): the socket is always
+ * drained, so nothing waits in it without bound and the loop never spins on it.
+ *
+ * Threads: everything here runs on the device's thread.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "device/device_internal.h"
+#include "device/vhu.h"
+#include "ops/vmlog.h"
+#include "util/iov.h"
+#include "util/log.h"
+#include "util/macros.h"
+
+/* "<port>\n": at most 10 digits and the newline. */
+#define DGRAM_LINE_MAX 11u
+
+bool dev_dgram_negotiated(const struct vsock_dev *d)
+{
+	return !d->dgram_off && (d->features & (1ull << VIRTIO_VSOCK_F_DGRAM));
+}
+
+void dev_dgram_features(struct vsock_dev *d)
+{
+	if (d->port)
+		atomic_store_explicit(&d->port->dgram, dev_dgram_negotiated(d),
+				      memory_order_relaxed);
+}
+
+bool dev_vhu_offer_dgram(const struct vsock_dev *d)
+{
+	return !d->dgram_off;
+}
+
+/*
+ * Parses a decimal port of len bytes at s: 1 to 10 digits, no leading zero (but "0"), at most
+ * 0xffffffff. Returns 0 or -EINVAL.
+ */
+static int dgram_parse_port(const char *s, size_t len, uint32_t *port)
+{
+	uint64_t v = 0;
+
+	if (len == 0 || len > DGRAM_LINE_MAX - 1 || (s[0] == '0' && len > 1))
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	if (v > UINT32_MAX)
+		return -EINVAL;
+	*port = (uint32_t)v;
+	return 0;
+}
+
+/* The "<port>\n" line at the start of buf (len bytes). Returns its length or -EINVAL. */
+static int dgram_parse_line(const char *buf, size_t len, uint32_t *port)
+{
+	const char *nl = memchr(buf, '\n', MIN(len, (size_t)DGRAM_LINE_MAX));
+
+	if (!nl || dgram_parse_port(buf, (size_t)(nl - buf), port) < 0)
+		return -EINVAL;
+	return (int)(nl - buf) + 1;
+}
+
+/* The last component of uds_path. */
+static const char *dgram_base(const struct vsock_dev *d)
+{
+	const char *slash = strrchr(d->uds_path, '/');
+
+	return slash ? slash + 1 : d->uds_path;
+}
+
+/* P if path (len bytes, no NUL) is <uds_path>_<P>.dgram, else -EINVAL. */
+static int dgram_port_of_path(const struct vsock_dev *d, const char *path, size_t len,
+			      uint32_t *port)
+{
+	size_t pre = strlen(d->uds_path), suf = strlen(".dgram");
+
+	if (len < pre + 1 + suf + 1 || memcmp(path, d->uds_path, pre) || path[pre] != '_' ||
+	    memcmp(path + len - suf, ".dgram", suf))
+		return -EINVAL;
+	return dgram_parse_port(path + pre + 1, len - pre - 1 - suf, port);
+}
+
+static struct dgram_peer *dgram_peer_by_port(struct vsock_dev *d, uint32_t port)
+{
+	if (port < DEV_HOST_PORT_LO || port >= DEV_HOST_PORT_HI)
+		return NULL;
+	for (unsigned i = 0; i < d->n_dgram_peers; i++)
+		if (d->dgram_peers[i].port == port)
+			return &d->dgram_peers[i];
+	return NULL;
+}
+
+/* The remembered entry of a sender bound at sa (any other path, or an abstract name); a new one
+ * with a free ephemeral port (the least recently used entry replaced when the table is full). */
+static uint32_t dgram_peer_port(struct vsock_dev *d, const struct sockaddr_un *sa,
+				socklen_t salen)
+{
+	struct dgram_peer *p = NULL;
+
+	for (unsigned i = 0; i < d->n_dgram_peers; i++) {
+		struct dgram_peer *e = &d->dgram_peers[i];
+
+		if (e->salen == salen && !memcmp(&e->sa, sa, salen)) {
+			e->used = ++d->dgram_tick;
+			return e->port;
+		}
+		if (!p || e->used < p->used)
+			p = e;
+	}
+	if (d->n_dgram_peers < DEV_DGRAM_PEERS)
+		p = &d->dgram_peers[d->n_dgram_peers++];
+	else
+		p->port = 0; /* replaced: its port is free again */
+	/* A port no other entry has (the table is far smaller than the range: this ends). */
+	do {
+		if (++d->dgram_next_port < DEV_HOST_PORT_LO ||
+		    d->dgram_next_port >= DEV_HOST_PORT_HI)
+			d->dgram_next_port = DEV_HOST_PORT_LO;
+	} while (dgram_peer_by_port(d, d->dgram_next_port));
+	memset(&p->sa, 0, sizeof(p->sa));
+	memcpy(&p->sa, sa, salen);
+	p->salen = salen;
+	p->port = d->dgram_next_port;
+	p->used = ++d->dgram_tick;
+	return p->port;
+}
+
+/* The host port of a host datagram's sender (sa, salen as recvmsg gave them). */
+static uint32_t dgram_src_port(struct vsock_dev *d, const struct sockaddr_un *sa, socklen_t salen)
+{
+	size_t off = offsetof(struct sockaddr_un, sun_path);
+	uint32_t port;
+
+	if (salen <= off || salen > sizeof(*sa))
+		return DEV_DGRAM_UNBOUND_PORT;
+	if (sa->sun_path[0] &&
+	    dgram_port_of_path(d, sa->sun_path, strnlen(sa->sun_path, salen - off), &port) == 0)
+		return port;
+	return dgram_peer_port(d, sa, salen);
+}
+
+/* One datagram read from the per-VM socket: n bytes (more than scratch_len if truncated). */
+static void dgram_from_host(struct vsock_dev *d, const struct sockaddr_un *sa, socklen_t salen,
+			    size_t n)
+{
+	const char *buf = (const char *)d->scratch;
+	struct vsock_hdr h;
+	uint32_t port;
+	int line;
+
+	if (!dev_dgram_negotiated(d) || !d->rxq.running || dev_broken(d)) {
+		DEV_STAT_ADD(d, dgram_drop_not_negotiated, 1);
+		return;
+	}
+	line = dgram_parse_line(buf, MIN(n, d->scratch_len), &port);
+	if (line < 0) {
+		DEV_STAT_ADD(d, dgram_drop_malformed, 1);
+		log_vm_dev(LOG_LVL_DEBUG, d->cid, "host datagram dropped: no \"<port>\\n\" line");
+		return;
+	}
+	if (n > d->scratch_len || n - (size_t)line > d->dgram_max) {
+		DEV_STAT_ADD(d, dgram_drop_oversize, 1);
+		return;
+	}
+	h = (struct vsock_hdr){
+		.src_cid = VMADDR_CID_HOST,
+		.dst_cid = d->cid,
+		.src_port = dgram_src_port(d, sa, salen),
+		.dst_port = port,
+		.len = (uint32_t)(n - (size_t)line),
+		.type = VSOCK_TYPE_DGRAM,
+		.op = VSOCK_OP_RW,
+	};
+	if (dev_sib_queue_self(d, &h, buf + line) < 0)
+		DEV_STAT_ADD(d, dgram_drop_full, 1);
+}
+
+static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
+{
+	struct vsock_dev *d = opaque;
+
+	(void)l;
+	(void)events;
+	for (unsigned i = 0; i < DEV_DGRAM_READ_BATCH; i++) {
+		struct sockaddr_un sa;
+		struct iovec v = { d->scratch, d->scratch_len };
+		struct msghdr m = { .msg_name = &sa, .msg_namelen = sizeof(sa), .msg_iov = &v,
+				    .msg_iovlen = 1 };
+		/* MSG_TRUNC: the datagram's whole length, to tell an oversize one. */
+		ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_TRUNC);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		dgram_from_host(d, &sa, m.msg_namelen, (size_t)n);
+	}
+	dev_settle(d);
+}
+
+/*
+ * Sends our guest's datagram h (payload at piov, pn entries; pn < DEV_TX_IOV_MAX / 2 + 1) to the
+ * host: to the sender that got port dst_port, or to <uds_path>_<dst_port>.dgram.
+ */
+static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const struct iovec *piov,
+			  int pn)
+{
+	struct iovec v[1 + DEV_TX_IOV_MAX / 2];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct msghdr m = { .msg_iov = v, .msg_iovlen = (size_t)pn + 1 };
+	struct dgram_peer *peer = dgram_peer_by_port(d, h->dst_port);
+	char line[DGRAM_LINE_MAX + 1], name[NAME_MAX + 1];
+	struct stat st;
+	int pfd = -1;
+	ssize_t r;
+
+	if (d->dgram_l.fd < 0 || h->dst_port == DEV_DGRAM_UNBOUND_PORT)
+		goto no_listener;
+	v[0] = (struct iovec){ line, (size_t)snprintf(line, sizeof(line), "%u\n", h->src_port) };
+	memcpy(v + 1, piov, (size_t)pn * sizeof(*v));
+	if (peer) {
+		peer->used = ++d->dgram_tick;
+		m.msg_name = &peer->sa;
+		m.msg_namelen = peer->salen;
+	} else {
+		if ((size_t)snprintf(name, sizeof(name), "%s_%u.dgram", dgram_base(d), h->dst_port) >=
+		    sizeof(name))
+			goto no_listener;
+		/* O_PATH | O_NOFOLLOW: a symlink there gives an fd of the link, refused below. */
+		pfd = openat(d->host_dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (pfd < 0 || fstat(pfd, &st) < 0 || !S_ISSOCK(st.st_mode))
+			goto no_listener;
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", pfd);
+		m.msg_name = &sa;
+		m.msg_namelen = sizeof(sa);
+	}
+	r = sendmsg(d->dgram_l.fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (pfd >= 0)
+		close(pfd);
+	if (r >= 0) {
+		DEV_STAT_ADD(d, dgram_tx, 1);
+		DEV_STAT_ADD(d, dgram_tx_bytes, h->len);
+		return;
+	}
+	if (errno == EAGAIN || errno == ENOBUFS) {
+		DEV_STAT_ADD(d, dgram_drop_full, 1);
+		return;
+	}
+	/* ECONNREFUSED (nobody bound any more), EACCES, EPERM: nobody to take it. */
+	pfd = -1;
+no_listener:
+	if (pfd >= 0)
+		close(pfd);
+	DEV_STAT_ADD(d, dgram_drop_no_listener, 1);
+}
+
+enum dev_tx_verdict dev_dgram_tx(struct vsock_dev *d, const struct vsock_hdr *h, struct iovec *iov,
+				 unsigned n)
+{
+	struct iovec *piov = iov + n;
+	struct sib_port *t;
+	int pn, r;
+
+	if (!dev_dgram_negotiated(d)) {
+		/* Never an RST: a peer could not match it to anything (docs/vsock-protocol.md). */
+		DEV_STAT_ADD(d, dgram_drop_not_negotiated, 1);
+		return DEV_TX_DROP;
+	}
+	if (h->op != VSOCK_OP_RW) {
+		DEV_STAT_ADD(d, dgram_drop_malformed, 1);
+		return DEV_TX_DROP;
+	}
+	if (h->len > d->dgram_max) {
+		DEV_STAT_ADD(d, dgram_drop_oversize, 1);
+		return DEV_TX_DROP;
+	}
+	if (h->dst_cid == VMADDR_CID_HOST) {
+		/* The payload slice goes after the chain's own entries in the same row. */
+		pn = iov_slice(iov, n, VSOCK_HDR_SIZE, h->len, piov, DEV_TX_IOV_MAX / 2);
+		if (pn < 0) {
+			DEV_STAT_ADD(d, tx_bad_chain, 1);
+			return DEV_TX_DROP;
+		}
+		OPS_TAP(&d->tap, h, piov, pn);
+		dgram_to_host(d, h, piov, pn);
+		return DEV_TX_DROP; /* done with the chain: no engine packet */
+	}
+	t = dev_sib_lookup(d, h->dst_cid);
+	if (!t) {
+		DEV_STAT_ADD(d, tx_bad_dst_cid, 1);
+		return DEV_TX_DROP;
+	}
+	r = dev_sib_send_dgram(d, t, h, iov, n);
+	if (r == 0) {
+		DEV_STAT_ADD(d, dgram_tx, 1);
+		DEV_STAT_ADD(d, dgram_tx_bytes, h->len);
+		return DEV_TX_SIBLING_SENT;
+	}
+	if (r == -EPROTONOSUPPORT)
+		DEV_STAT_ADD(d, dgram_drop_not_negotiated, 1);
+	else if (r == -EPIPE)
+		DEV_STAT_ADD(d, dgram_drop_no_listener, 1);
+	else
+		DEV_STAT_ADD(d, dgram_drop_full, 1);
+	return DEV_TX_DROP;
+}
+
+bool dev_dgram_rx_ok(struct vsock_dev *d, const struct vsock_hdr *h, size_t room)
+{
+	if (!dev_dgram_negotiated(d)) {
+		DEV_STAT_ADD(d, dgram_drop_not_negotiated, 1);
+		return false;
+	}
+	if (h->len > room) {
+		DEV_STAT_ADD(d, dgram_drop_oversize, 1);
+		return false;
+	}
+	DEV_STAT_ADD(d, dgram_rx, 1);
+	DEV_STAT_ADD(d, dgram_rx_bytes, h->len);
+	return true;
+}
+
+int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
+{
+	int r;
+
+	d->dgram_l.fd = -1;
+	d->dgram_off = cfg->no_dgram;
+	d->dgram_max = cfg->dgram_max && cfg->dgram_max < DEV_DGRAM_MAX ? cfg->dgram_max
+									 : DEV_DGRAM_MAX;
+	d->dgram_next_port = DEV_HOST_PORT_LO - 1;
+	if (d->dgram_off)
+		return 0;
+	d->dgram_peers = calloc(DEV_DGRAM_PEERS, sizeof(*d->dgram_peers));
+	if (!d->dgram_peers)
+		return -ENOMEM;
+	if ((size_t)snprintf(d->dgram_path, sizeof(d->dgram_path), "%s.dgram", d->uds_path) >=
+	    sizeof(d->dgram_path))
+		return -ENAMETOOLONG;
+	r = uds_listen(d->dgram_path, SOCK_DGRAM, 0, 0, &d->dgram_l);
+	if (r < 0) {
+		dev_log_listen_error(d, d->dgram_path, r);
+		return r;
+	}
+	if (d->dgram_l.flags & UDS_REPLACED_STALE)
+		log_info("%s: replaced stale socket %s", d->name, d->dgram_path);
+	return loop_watch_add(d->loop, d->dgram_l.fd, EPOLLIN, dgram_read_cb, d, &d->dgram_w);
+}
+
+void host_dgram_close(struct vsock_dev *d)
+{
+	if (!d->dgram_peers)
+		return;
+	loop_watch_del(d->dgram_w);
+	d->dgram_w = NULL;
+	if (d->dgram_l.fd >= 0) {
+		uds_unlink_owned(d->dgram_path, &d->dgram_l);
+		close(d->dgram_l.fd);
+		d->dgram_l.fd = -1;
+	}
+	free(d->dgram_peers);
+	d->dgram_peers = NULL;
+	d->n_dgram_peers = 0;
+}
