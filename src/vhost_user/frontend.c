@@ -66,7 +66,8 @@ static void close_fd(int *fd)
 int vhu_front_new(int sock, const struct vhu_front_config *cfg, struct vhu_front **ret)
 {
 	const uint64_t wantable = VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_NOTIFY_ON_EMPTY) |
-				  VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX);
+				  VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) |
+				  VHU_BIT(VHU_VSOCK_F_DGRAM);
 	struct vhu_front *f;
 	int r;
 
