@@ -257,8 +257,9 @@ static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const 
 		m.msg_name = &peer->sa;
 		m.msg_namelen = peer->salen;
 	} else {
-		if ((size_t)snprintf(name, sizeof(name), "%s_%u.dgram", dgram_base(d), h->dst_port) >=
-		    sizeof(name))
+		int len = snprintf(name, sizeof(name), "%s_%u.dgram", dgram_base(d), h->dst_port);
+
+		if ((size_t)len >= sizeof(name))
 			goto no_listener;
 		/* O_PATH | O_NOFOLLOW: a symlink there gives an fd of the link, refused below. */
 		pfd = openat(d->host_dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);

@@ -8,7 +8,8 @@
  * guest -> host and host -> guest with the "<port>\n" line, replies to bound and unbound host
  * senders, the counters through uvsock-stat (JSON and text), a guest that does not negotiate
  * DGRAM (a Linux guest: dropped and counted, streams unchanged), sibling datagrams with and
- * without DGRAM on the target, and --no-dgram. Every wait is bounded; nothing is timed.
+ * without DGRAM on the target, --no-dgram, and datagrams in the --capture file. Every wait is
+ * bounded; nothing is timed.
  */
 #include <poll.h>
 #include <sys/socket.h>
@@ -405,6 +406,61 @@ TEST(no_dgram_offers_nothing_and_binds_nothing)
 	ASSERT_FALSE(dg_acked(&g));
 	dg_close(&g);
 	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+/* Counts the records of the pcap file at path whose virtio-vsock header has type 3 and op RW. */
+static unsigned pcap_dgram_records(const char *path)
+{
+	/* pcap: 24-byte file header; per record 16 bytes, then the 32-byte vsockmon header and the
+	 * 44-byte virtio-vsock header (type at offset 28, op at 30, little endian). */
+	static uint8_t file[1 << 20];
+	unsigned found = 0;
+	size_t n, off = 24;
+	FILE *f = fopen(path, "rb");
+
+	ASSERT_TRUE(f != NULL);
+	n = fread(file, 1, sizeof(file), f);
+	fclose(f);
+	while (off + 16 <= n) {
+		uint32_t incl = (uint32_t)file[off + 8] | (uint32_t)file[off + 9] << 8 |
+				(uint32_t)file[off + 10] << 16 | (uint32_t)file[off + 11] << 24;
+		const uint8_t *v = file + off + 16 + 32;
+
+		if (incl >= 32 + VSOCK_HDR_SIZE && off + 16 + incl <= n && v[28] == 3 &&
+		    v[29] == 0 && v[30] == VSOCK_OP_RW && v[31] == 0)
+			found++;
+		off += 16 + incl;
+	}
+	return found;
+}
+
+TEST(datagrams_are_in_the_capture)
+{
+	static const uint32_t cids[] = { 3 };
+	char cap[100], arg[120], dgp[200], p5000[200], buf[64];
+	struct vsock_hdr h;
+	struct dguest g;
+	struct uvd u;
+	int hfd;
+
+	snprintf(cap, sizeof(cap), "/tmp/uvsock-dgcap-%d.pcap", (int)getpid());
+	unlink(cap);
+	snprintf(arg, sizeof(arg), "--capture=%s", cap);
+	uvd_start(&u, 1, cids, NULL, arg);
+	path_of(dgp, sizeof(dgp), u.uds[0], ".dgram");
+	path_of(p5000, sizeof(p5000), u.uds[0], "_5000.dgram");
+	hfd = host_dgram(p5000);
+	dg_open(&g, u.sock[0], true);
+	dg_sendto(&g, 2, 1234, 5000, "out");
+	host_recvfrom(hfd, buf, sizeof(buf), NULL, 0);
+	host_sendto(hfd, dgp, "1234\nin");
+	ASSERT_OK(dg_next(&g, &h, buf, sizeof(buf)));
+	dg_close(&g);
+	close(hfd);
+	ASSERT_EQ(uvd_kill(&u), 0); /* the capture is complete once the daemon exited */
+	ASSERT_EQ(pcap_dgram_records(cap), 2);
+	unlink(cap);
+	(void)uvd_stop(&u);
 }
 
 /* socat (if installed) as the host program of docs/uvsockd.md's hand test. */
