@@ -378,7 +378,7 @@ int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 		return r;
 	}
 	if (d->dgram_l.flags & UDS_REPLACED_STALE)
-		log_info("%s: replaced stale socket %s", d->name, d->dgram_path);
+		log_info("%s: replaced the stale socket file %s", d->name, d->dgram_path);
 	return loop_watch_add(d->loop, d->dgram_l.fd, EPOLLIN, dgram_read_cb, d, &d->dgram_w);
 }
 
