@@ -12,7 +12,7 @@
  *     while it is served, kick/call/err of the rings, up to 8 memory-region fds of one
  *     SET_MEM_TABLE in flight, the epoll fd and eventfds of its loop, the two host listeners, the
  *     uds-path directory, the reserve fd and the short-lived fds of a connect or a refusal, the
- *     datagram socket <uds-path>.dgram and the O_PATH fd of one datagram sent to the host;
+ *     datagram socket <uds-path>.dgram and up to 8 O_PATH fds of its destinations;
  *   once (UVSOCKD_FDS_GLOBAL): stdio, the control socket and its clients, capture files, libc.
  *
  * Each VM's host side enforces its budget on its own (src/device/host_uds.c): connections beyond

@@ -79,6 +79,17 @@
 #define DEV_DGRAM_PEERS 256u
 #define DEV_DGRAM_UNBOUND_PORT DEV_HOST_PORT_HI
 #define DEV_DGRAM_READ_BATCH 64u
+/* Host destinations <uds_path>_<port>.dgram whose O_PATH fd is kept open (host_dgram.c). */
+#define DEV_DGRAM_DESTS 8u
+
+struct dgram_dest {
+	bool live;     /* pfd is open */
+	uint32_t port;
+	int pfd;       /* O_PATH | O_NOFOLLOW of the socket file */
+	dev_t dev;     /* what it was opened as: a replaced file is opened again */
+	ino_t ino;
+	uint64_t used; /* dev->dgram_tick (LRU) */
+};
 
 /* A host datagram sender not bound at <uds_path>_<port>.dgram, and the host port it got. */
 struct dgram_peer {
@@ -317,6 +328,7 @@ struct vsock_dev {
 	struct dgram_peer *dgram_peers; /* DEV_DGRAM_PEERS entries, n_dgram_peers used */
 	unsigned n_dgram_peers;
 	uint32_t dgram_next_port;      /* next ephemeral host port to try */
+	struct dgram_dest dgram_dests[DEV_DGRAM_DESTS];
 	uint64_t dgram_tick;
 };
 

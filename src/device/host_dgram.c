@@ -9,8 +9,9 @@
  * (decimal, 1 to 10 digits, no leading zero, at most 4294967295), then the payload.
  *  - Guest -> host port P: "<guest src port>\n<payload>" is sent from the per-VM socket to the
  *    socket bound at <uds_path>_<P>.dgram (opened O_PATH | O_NOFOLLOW in uds_path's directory
- *    and sent to through /proc/self/fd, as uds_connect_at: a symlink there is never followed),
- *    or, if P is a port given to a host sender below, back to that sender's address.
+ *    and sent to through /proc/self/fd, as uds_connect_at: a symlink there is never followed;
+ *    dgram_dest_fd), or, if P is a port given to a host sender below, back to that sender's
+ *    address.
  *  - Host -> guest: the per-VM socket bound at <uds_path>.dgram takes "<guest dst port>\n
  *    <payload>". The host source port is P when the sender is bound at <uds_path>_<P>.dgram;
  *    a sender bound anywhere else gets an ephemeral port in [2^30, 2^31 - 1) remembered in a
@@ -232,6 +233,64 @@ static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	dev_settle(d);
 }
 
+static void dgram_dest_drop(struct dgram_dest *e)
+{
+	if (e->live)
+		close(e->pfd);
+	e->live = false;
+}
+
+/*
+ * The O_PATH fd of the socket file <uds_path>_<port>.dgram, or -ENOENT (nothing there, not a
+ * socket, a symlink) or another -errno. Opened with O_PATH | O_NOFOLLOW in uds_path's directory
+ * and kept in a small table (DEV_DGRAM_DESTS, least recently used one closed), because a lookup
+ * of a fresh fd through /proc costs several times the send; each use checks with one
+ * fstatat(AT_SYMLINK_NOFOLLOW) that the path still names the same socket inode, and opens it
+ * again if it was replaced. What is sent to always is an inode that was a socket file at that
+ * path (never a symlink's target), whatever is swapped in between.
+ */
+static int dgram_dest_fd(struct vsock_dev *d, uint32_t port)
+{
+	struct dgram_dest *e = NULL, *slot = &d->dgram_dests[0];
+	char name[NAME_MAX + 1];
+	struct stat st;
+	int pfd;
+
+	if ((size_t)snprintf(name, sizeof(name), "%s_%u.dgram", dgram_base(d), port) >= sizeof(name))
+		return -ENAMETOOLONG;
+	for (unsigned i = 0; i < DEV_DGRAM_DESTS; i++) {
+		struct dgram_dest *c = &d->dgram_dests[i];
+
+		if (c->live && c->port == port)
+			e = c;
+		if (slot->live && (!c->live || c->used < slot->used))
+			slot = c;
+	}
+	if (fstatat(d->host_dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode)) {
+		if (e)
+			dgram_dest_drop(e);
+		return -ENOENT;
+	}
+	if (e && e->dev == st.st_dev && e->ino == st.st_ino) {
+		e->used = ++d->dgram_tick;
+		return e->pfd;
+	}
+	if (e)
+		slot = e;
+	pfd = openat(d->host_dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (pfd < 0)
+		return -errno;
+	/* A symlink gives an fd of the link itself: refused. */
+	if (fstat(pfd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		close(pfd);
+		return -ENOENT;
+	}
+	dgram_dest_drop(slot);
+	*slot = (struct dgram_dest){ .live = true, .port = port, .pfd = pfd, .dev = st.st_dev,
+				     .ino = st.st_ino, .used = ++d->dgram_tick };
+	return pfd;
+}
+
 /*
  * Sends our guest's datagram h (payload at piov, pn entries; pn < DEV_TX_IOV_MAX / 2 + 1) to the
  * host: to the sender that got port dst_port, or to <uds_path>_<dst_port>.dgram.
@@ -243,9 +302,8 @@ static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const 
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct msghdr m = { .msg_iov = v, .msg_iovlen = (size_t)pn + 1 };
 	struct dgram_peer *peer = dgram_peer_by_port(d, h->dst_port);
-	char line[DGRAM_LINE_MAX + 1], name[NAME_MAX + 1];
-	struct stat st;
-	int pfd = -1;
+	char line[DGRAM_LINE_MAX + 1];
+	int pfd;
 	ssize_t r;
 
 	if (d->dgram_l.fd < 0 || h->dst_port == DEV_DGRAM_UNBOUND_PORT)
@@ -257,21 +315,14 @@ static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const 
 		m.msg_name = &peer->sa;
 		m.msg_namelen = peer->salen;
 	} else {
-		int len = snprintf(name, sizeof(name), "%s_%u.dgram", dgram_base(d), h->dst_port);
-
-		if ((size_t)len >= sizeof(name))
-			goto no_listener;
-		/* O_PATH | O_NOFOLLOW: a symlink there gives an fd of the link, refused below. */
-		pfd = openat(d->host_dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-		if (pfd < 0 || fstat(pfd, &st) < 0 || !S_ISSOCK(st.st_mode))
+		pfd = dgram_dest_fd(d, h->dst_port);
+		if (pfd < 0)
 			goto no_listener;
 		snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", pfd);
 		m.msg_name = &sa;
 		m.msg_namelen = sizeof(sa);
 	}
 	r = sendmsg(d->dgram_l.fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
-	if (pfd >= 0)
-		close(pfd);
 	if (r >= 0) {
 		DEV_STAT_ADD(d, dgram_tx, 1);
 		DEV_STAT_ADD(d, dgram_tx_bytes, h->len);
@@ -282,10 +333,7 @@ static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const 
 		return;
 	}
 	/* ECONNREFUSED (nobody bound any more), EACCES, EPERM: nobody to take it. */
-	pfd = -1;
 no_listener:
-	if (pfd >= 0)
-		close(pfd);
 	DEV_STAT_ADD(d, dgram_drop_no_listener, 1);
 }
 
@@ -393,6 +441,8 @@ void host_dgram_close(struct vsock_dev *d)
 		close(d->dgram_l.fd);
 		d->dgram_l.fd = -1;
 	}
+	for (unsigned i = 0; i < DEV_DGRAM_DESTS; i++)
+		dgram_dest_drop(&d->dgram_dests[i]);
 	free(d->dgram_peers);
 	d->dgram_peers = NULL;
 	d->n_dgram_peers = 0;

@@ -2001,4 +2001,44 @@ TEST(dgram_counters_map_one_for_one)
 	ASSERT_EQ_U64(m.tx_pkts + m.rx_pkts + m.dropped[OPS_DROP_MALFORMED], 0);
 }
 
+TEST(dgram_to_host_never_follows_a_symlink_and_follows_a_rebound_socket)
+{
+	struct tdev t;
+	struct tguest g;
+	char path[160], target[160], buf[RXBUF];
+	int tfd, hfd;
+
+	tdev_new(&t, NULL, 3);
+	snprintf(path, sizeof(path), "%s_7000.dgram", t.uds);
+	snprintf(target, sizeof(target), "%s/target.dgram", t.dir);
+	tfd = dg_bind(target);
+	ASSERT_OK(symlink(target, path));
+	tdev_run(&t);
+	tg_connect_feat(&g, &t, NRX, DG_FEAT);
+	dg_send_guest(&g, 2, 1, 7000, "via link");
+	dg_sync(&g, 40010);
+	ASSERT_EQ_U64(DG_STAT(&t, dgram_drop_no_listener), 1);
+	ASSERT_EQ(recv(tfd, buf, sizeof(buf), MSG_DONTWAIT), -1);
+	/* A real socket there now; then closed and bound again (a new inode): both reached. */
+	ASSERT_OK(unlink(path));
+	hfd = dg_bind(path);
+	dg_send_guest(&g, 2, 1, 7000, "first");
+	ASSERT_EQ(dg_recv_host(hfd, buf, sizeof(buf), NULL, 0), 7);
+	close(hfd);
+	hfd = dg_bind(path);
+	dg_send_guest(&g, 2, 1, 7000, "second");
+	ASSERT_EQ(dg_recv_host(hfd, buf, sizeof(buf), NULL, 0), 8);
+	ASSERT_MEMEQ(buf, "1\nsecond", 8);
+	/* Gone: counted, and nothing is held open for it. */
+	close(hfd);
+	unlink(path);
+	dg_send_guest(&g, 2, 1, 7000, "third");
+	dg_sync(&g, 40011);
+	ASSERT_EQ_U64(DG_STAT(&t, dgram_drop_no_listener), 2);
+	ASSERT_EQ_U64(DG_STAT(&t, dgram_tx), 2);
+	close(tfd);
+	unlink(target);
+	solo_stop(&t, &g);
+}
+
 TEST_MAIN()
