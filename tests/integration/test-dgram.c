@@ -124,7 +124,8 @@ static void dg_put(struct dguest *g, const struct vsock_hdr *h, const void *data
 	ASSERT_LE(h->len, DG_TX_LEN - VSOCK_HDR_SIZE);
 	ASSERT_TRUE(WAIT_FOR((s = dg_tx_slot(g)) >= 0, DG_WAIT_MS));
 	vsock_hdr_encode(h, g->txp[s]);
-	memcpy(g->txp[s] + VSOCK_HDR_SIZE, data, h->len);
+	if (h->len)
+		memcpy(g->txp[s] + VSOCK_HDR_SIZE, data, h->len);
 	b = (struct vring_drv_buf){ .addr = g->txa[s], .len = VSOCK_HDR_SIZE + h->len };
 	g->tx_out[s] = true;
 	ASSERT_GE(vring_drv_add(g->tx, &b, 1, (void *)(uintptr_t)(s + 1)), 0);
