@@ -629,6 +629,52 @@ TEST(check_paths_refuses_a_live_listener)
 	rmdir(dir);
 }
 
+TEST(no_dgram_and_dgram_max)
+{
+	char dir[] = "/tmp/uvsockd-dg-XXXXXX", u[64], dg[80], arg[300];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct uvsockd_config c;
+	int l;
+
+	ASSERT_OK(parse(&c, "--socket", "/a", "--uds-path", "/b", NULL));
+	ASSERT_FALSE(c.no_dgram);
+	ASSERT_EQ(c.dgram_max, 0); /* the device's maximum, 65492 */
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--socket", "/a", "--uds-path", "/b", "--no-dgram", "--dgram-max=1K",
+			NULL));
+	ASSERT_TRUE(c.no_dgram);
+	ASSERT_EQ(c.dgram_max, 1024);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--socket", "/a", "--uds-path", "/b", "--dgram-max", "65492", NULL));
+	ASSERT_EQ(c.dgram_max, 65492);
+	uvsockd_config_clear(&c);
+	ASSERT_REJECTS("from 1 to 65492", "--socket", "/a", "--uds-path", "/b", "--dgram-max",
+		       "65493");
+	ASSERT_REJECTS("from 1 to 65492", "--socket", "/a", "--uds-path", "/b", "--dgram-max",
+		       "0");
+	ASSERT_REJECTS("--dgram-max 'x'", "--socket", "/a", "--uds-path", "/b", "--dgram-max",
+		       "x");
+
+	/* A live datagram socket at <uds-path>.dgram is refused at start-up, unless --no-dgram. */
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(u, sizeof(u), "%s/u", dir);
+	snprintf(dg, sizeof(dg), "%s.dgram", u);
+	snprintf(arg, sizeof(arg), "socket=%s/s,uds-path=%s", dir, u);
+	l = socket(AF_UNIX, SOCK_DGRAM, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", dg);
+	ASSERT_OK(bind(l, (struct sockaddr *)&sa, sizeof(sa)));
+	ASSERT_OK(parse(&c, "--vm", arg, NULL));
+	ASSERT_ERR(uvsockd_check_paths(&c, err, sizeof(err)), EADDRINUSE);
+	ASSERT_TRUE(strstr(err, dg) != NULL);
+	uvsockd_config_clear(&c);
+	ASSERT_OK(parse(&c, "--vm", arg, "--no-dgram", NULL));
+	ASSERT_OK(uvsockd_check_paths(&c, err, sizeof(err)));
+	uvsockd_config_clear(&c);
+	close(l);
+	unlink(dg);
+	rmdir(dir);
+}
+
 TEST(usage_mentions_every_option)
 {
 	static const char *const opts[] = { "--vm", "--config", "--guest-cid", "--socket",
@@ -637,7 +683,8 @@ TEST(usage_mentions_every_option)
 					    "--log-level", "--print-capabilities", "--help",
 					    "--version", "--isolate", "--cgroup", "--fd", "--tune",
 					    "--busy-poll-us", "--socket-mode", "--socket-group",
-					    "--socket-path", "--control", "--capture" };
+					    "--socket-path", "--control", "--capture",
+					    "--no-dgram", "--dgram-max" };
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
