@@ -8,8 +8,8 @@
  * guest -> host and host -> guest with the "<port>\n" line, replies to bound and unbound host
  * senders, the counters through uvsock-stat (JSON and text), a guest that does not negotiate
  * DGRAM (a Linux guest: dropped and counted, streams unchanged), sibling datagrams with and
- * without DGRAM on the target, --no-dgram, and datagrams in the --capture file. Every wait is
- * bounded; nothing is timed.
+ * without DGRAM on the target, --no-dgram, --dgram-max, and datagrams in the --capture file.
+ * Every wait is bounded; nothing is timed.
  */
 #include <poll.h>
 #include <sys/socket.h>
@@ -406,6 +406,35 @@ TEST(no_dgram_offers_nothing_and_binds_nothing)
 	dg_open(&g, u.sock[0], true);
 	ASSERT_FALSE(dg_acked(&g));
 	dg_close(&g);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+TEST(dgram_max_lowers_the_limit_both_ways)
+{
+	static const uint32_t cids[] = { 3 };
+	char dgp[200], p5000[200], buf[64];
+	struct vsock_hdr h;
+	struct dguest g;
+	struct uvd u;
+	int hfd;
+
+	uvd_start(&u, 1, cids, NULL, "--dgram-max=8");
+	hv_wait_ctl(u.sock[0]);
+	path_of(dgp, sizeof(dgp), u.uds[0], ".dgram");
+	path_of(p5000, sizeof(p5000), u.uds[0], "_5000.dgram");
+	hfd = host_dgram(p5000);
+	dg_open(&g, u.sock[0], true);
+	dg_sendto(&g, 2, 1234, 5000, "123456789");
+	dg_sendto(&g, 2, 1234, 5000, "12345678");
+	ASSERT_EQ(host_recvfrom(hfd, buf, sizeof(buf), NULL, 0), 13);
+	ASSERT_STREQ(buf, "1234\n12345678");
+	host_sendto(hfd, dgp, "1234\n123456789");
+	host_sendto(hfd, dgp, "1234\n12345678");
+	ASSERT_OK(dg_next(&g, &h, buf, sizeof(buf)));
+	ASSERT_EQ(h.len, 8);
+	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_drop_oversize"), 2);
+	dg_close(&g);
+	close(hfd);
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
