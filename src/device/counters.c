@@ -72,18 +72,17 @@ void vsock_dev_foreach_sock(struct vsock_dev *d,
 	pthread_mutex_unlock(&d->eng_lock);
 }
 
-/* The datagram counters: the device's own, one for one. */
+/* The datagram counters: the device's own, one for one, under the same names. */
+#define DEV_DGRAM_COUNTERS_(X)                                                                     \
+	X(dgram_tx) X(dgram_tx_bytes) X(dgram_rx) X(dgram_rx_bytes) X(dgram_drop_no_listener)      \
+	X(dgram_drop_full) X(dgram_drop_oversize) X(dgram_drop_not_negotiated)                     \
+	X(dgram_drop_malformed)
+
 static void dev_dgram_counters(struct ops_vm_counters *ret, const struct vsock_dev_stats *d)
 {
-	OPS_CTR_ADD(ret, dgram_tx, d->dgram_tx);
-	OPS_CTR_ADD(ret, dgram_tx_bytes, d->dgram_tx_bytes);
-	OPS_CTR_ADD(ret, dgram_rx, d->dgram_rx);
-	OPS_CTR_ADD(ret, dgram_rx_bytes, d->dgram_rx_bytes);
-	OPS_CTR_ADD(ret, dgram_drop_no_listener, d->dgram_drop_no_listener);
-	OPS_CTR_ADD(ret, dgram_drop_full, d->dgram_drop_full);
-	OPS_CTR_ADD(ret, dgram_drop_oversize, d->dgram_drop_oversize);
-	OPS_CTR_ADD(ret, dgram_drop_not_negotiated, d->dgram_drop_not_negotiated);
-	OPS_CTR_ADD(ret, dgram_drop_malformed, d->dgram_drop_malformed);
+#define DEV_DGRAM_ONE_(f) OPS_CTR_ADD(ret, f, d->f);
+	DEV_DGRAM_COUNTERS_(DEV_DGRAM_ONE_)
+#undef DEV_DGRAM_ONE_
 }
 
 void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev_stats *d,
