@@ -104,7 +104,8 @@ struct uvsock_dev_config {
 	uint32_t size;            /* sizeof(struct uvsock_dev_config) */
 	uint32_t guest_cid;       /* the guest's CID: 3 .. 0xfffffffe (the VMM's config space) */
 	const char *uds_path;     /* host side: listen here and at <uds_path>_seqpacket, connect to
-				   * <uds_path>_<port>; at most 96 bytes; copied */
+				   * <uds_path>_<port>; datagrams at <uds_path>.dgram and
+				   * <uds_path>_<port>.dgram; at most 96 bytes; copied */
 	uint32_t buf_alloc;       /* receive buffer advertised per connection; 0: 262144 */
 	uint32_t queue_size_max;  /* largest queue size accepted (power of two); 0: 1024 */
 	uint32_t max_conns;       /* host-side connections at a time; 0: 1024 */
@@ -113,15 +114,17 @@ struct uvsock_dev_config {
 };
 
 /*
- * The feature bits to offer the guest driver (VERSION_1, SEQPACKET, INDIRECT_DESC, EVENT_IDX).
+ * The feature bits to offer the guest driver (VERSION_1, SEQPACKET, DGRAM, INDIRECT_DESC,
+ * EVENT_IDX; datagrams: docs/uvsockd.md "Datagrams").
  * The VMM adds its transport's own bits (e.g. VIRTIO_F_ACCESS_PLATFORM is not supported: do
  * not offer it). Pure; any thread.
  */
 uint64_t uvsock_dev_features(void);
 
 /*
- * Creates a device: binds and listens on cfg->uds_path and <uds_path>_seqpacket (stale socket
- * files there are replaced; another kind of file is an error). No thread yet, no queue.
+ * Creates a device: binds and listens on cfg->uds_path and <uds_path>_seqpacket, binds the
+ * datagram socket <uds_path>.dgram (stale socket files there are replaced; another kind of file
+ * is an error). No thread yet, no queue.
  * Returns 0, -EINVAL (cfg NULL, bad size, reserved CID, uds_path NULL or too long,
  * queue_size_max not a power of two up to 32768, buf_alloc under 4096, unknown flags), -ENOMEM,
  * -EEXIST (a non-socket file at a path), or the errno of socket/bind/listen. *ret is written
