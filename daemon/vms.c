@@ -557,6 +557,8 @@ static void warn_fixed(const struct uvsockd_config *was, const struct uvsockd_co
 	if (was->guest_memory_max != nc->guest_memory_max ||
 	    was->guest_memory_total_max != nc->guest_memory_total_max)
 		log_warn("SIGHUP: the guest memory caps cannot change at runtime");
+	if (was->no_dgram != nc->no_dgram || was->dgram_max != nc->dgram_max)
+		log_warn("SIGHUP: --no-dgram and --dgram-max cannot change at runtime");
 }
 
 /*
