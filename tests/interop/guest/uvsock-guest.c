@@ -2150,7 +2150,8 @@ static int c_g2h_multidesc(const char *arg, char *d)
 	 * kernel copies them (virtio_transport_can_zcopy: the whole iov must go at once); the
 	 * plain ones are large.
 	 */
-	static const size_t sizes[] = { 65536, 1u << 20, 32768, 200000, 61440, 300001, 16384, 1000 };
+	static const size_t sizes[] = { 65536, 1u << 20, 32768, 200000,
+					61440, 300001,  16384,  1000 };
 	struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_COUNT, .c2s = MD_TOTAL, .seed = 51 };
 	uint8_t *buf = malloc(MD_TOTAL);
 	uint32_t zc_sends = 0, plain = 0;
@@ -2335,7 +2336,9 @@ static int c_peek_partial(const char *arg, char *d)
 	if (p1 <= 0 || xfer_pattern_check(55, 1000, buf, (size_t)p1) >= 0 || p2 < p1 ||
 	    xfer_pattern_check(55, 1000, buf + 500, (size_t)p2) >= 0) {
 		close(fd);
-		return fail(d, "MSG_PEEK after reading 1000 B: %zd B then %zd B, not the bytes from offset 1000",
+		return fail(d,
+			    "MSG_PEEK after reading 1000 B: %zd B then %zd B, not the bytes from "
+			    "offset 1000",
 			    p1, p2);
 	}
 	got = 1000;
@@ -2417,7 +2420,8 @@ static int c_sioc_queues(const char *arg, char *d)
 	shutdown(fd, SHUT_WR);
 	if (r < 0 || req(host, sizeof(host), 30, "VERDICT %llu", (unsigned long long)h.id) < 0) {
 		close(fd);
-		return fail(d, "%s; sending %u B: %s", in_note, SQ_OUT, r < 0 ? strerror((int)-r) : host);
+		return fail(d, "%s; sending %u B: %s", in_note, SQ_OUT,
+			    r < 0 ? strerror((int)-r) : host);
 	}
 	/* The host has read every byte: the device must have returned every TX buffer. */
 	t = xfer_now_ms();
@@ -2431,8 +2435,8 @@ static int c_sioc_queues(const char *arg, char *d)
 		snprintf(out_note, sizeof(out_note), "no SIOCOUTQ on this kernel's vsock (%s)",
 			 strerror((int)-out0));
 	else
-		snprintf(out_note, sizeof(out_note), "SIOCOUTQ 0 within %lld ms of the host's last read",
-			 (long long)t);
+		snprintf(out_note, sizeof(out_note),
+			 "SIOCOUTQ 0 within %lld ms of the host's last read", (long long)t);
 	snprintf(d, DETAIL, "%s; %s", in_note, out_note);
 	return 0;
 }
@@ -2478,8 +2482,8 @@ static int c_guest_linger(const char *arg, char *d)
 		return fail(d, "close with SO_LINGER 2 s took %lld ms", (long long)t);
 	if (req(host, sizeof(host), 30, "VERDICT %llu", (unsigned long long)h.id) < 0)
 		return fail(d, "close took %lld ms; %s", (long long)t, host);
-	snprintf(d, DETAIL, "close with SO_LINGER {1, 2 s} returned after %lld ms; %s", (long long)t,
-		 host);
+	snprintf(d, DETAIL, "close with SO_LINGER {1, 2 s} returned after %lld ms; %s",
+		 (long long)t, host);
 	return 0;
 }
 
