@@ -38,7 +38,8 @@
  * H2G_PKT_COST bytes of credit at most; with many small packets queued the host's bytes wait in
  * its socket and leave as fewer, larger packets once the guest has consumed some (coalescing).
  * Guests whose RX buffers are smaller than 2 * H2G_PKT_COST (not Linux: 4 KiB, 3776 bytes since
- * 6.17) are not covered.
+ * 6.17) are not covered. A guest program that waits (SO_RCVLOWAT) for more than the budget lets
+ * through sends no credit update, so nothing more comes until it reads (docs/performance.md §7).
  */
 #ifndef UVSOCK_DEVICE_H2G_BUDGET_H
 #define UVSOCK_DEVICE_H2G_BUDGET_H
