@@ -201,6 +201,11 @@ struct hconn {
 	struct hconn *rd_next;
 	bool rd_queued;
 	bool rd_parked;               /* EPOLLIN off while queued: the RX ring has no buffers */
+	/* guest per-packet overhead (h2g_budget.h): small packets and bytes of big ones sent and
+	 * maybe still queued in the guest, each with the stream offset the guest must pass to
+	 * have consumed them */
+	uint32_t h2g_small, h2g_small_end, h2g_big_end;
+	uint64_t h2g_big;
 };
 
 /* One guest RX buffer of a zero-copy host read: the chain, the room after its header. */

@@ -20,9 +20,10 @@
  * guest's credit) moves only when the host program has the bytes. A readable host socket joins
  * the device's read list; the RX path (host_rx_read) reads it straight into the payload area of
  * a guest RX buffer, at most the guest's credit, everything the socket holds up to that in one
- * packet. With no credit the Unix socket is not polled for reading, nor while its bytes wait for
- * RX buffers. SEQPACKET, and STREAM with the zerocopy switch off (src/util/tune.h), go through
- * the engine's queues and the scratch buffer instead.
+ * packet; while the guest holds many small packets, less (its per-packet overhead,
+ * h2g_budget.h). With no credit the Unix socket is not polled for reading, nor while its bytes
+ * wait for RX buffers. SEQPACKET, and STREAM with the zerocopy switch off (src/util/tune.h),
+ * go through the engine's queues and the scratch buffer instead.
  * Half-close: guest SHUTDOWN(SEND) -> shutdown(SHUT_WR) once everything is flushed; host EOF ->
  * SHUTDOWN(SEND). The engine never answers an RST with an RST.
  *
@@ -45,12 +46,14 @@
 #include <unistd.h>
 
 #include "device/device_internal.h"
+#include "device/h2g_budget.h"
 #include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/macros.h"
 #include "util/iov.h"
 #include "util/time.h"
 #include "util/uds.h"
+#include "vsock/credit.h"
 
 #define HOST_IOV_MAX 32
 /* Host bytes moved to the guest per readiness event of one connection (fairness). */
@@ -774,6 +777,50 @@ static void guest_rcv_shut_if_asked(struct hconn *c)
 		guest_rcv_shut(c);
 }
 
+/* ---- host -> guest budget (h2g_budget.h, docs/performance.md §7) ---------------------------- */
+
+/* c's credit limit and bytes in flight now; forgets the packets the guest consumed. */
+static void h2g_state(struct hconn *c, uint32_t *cap, uint64_t *in_flight)
+{
+	struct vsock_sock_info in;
+
+	vsock_sock_get_info(c->s, &in);
+	*cap = vsock_credit_peer_cap(in.peer_buf_alloc, in.buf_alloc);
+	*in_flight = (uint64_t)vsock_credit_in_flight(in.tx_cnt, in.peer_fwd_cnt) + in.tx_queued;
+	if (c->h2g_small && (int32_t)(in.peer_fwd_cnt - c->h2g_small_end) >= 0)
+		c->h2g_small = 0;
+	if (c->h2g_big && (int32_t)(in.peer_fwd_cnt - c->h2g_big_end) >= 0)
+		c->h2g_big = 0;
+}
+
+/* Bytes the next read of c may send the guest (0: wait until the guest consumes). */
+static uint32_t h2g_room(struct hconn *c)
+{
+	uint64_t in_flight;
+	uint32_t cap;
+
+	h2g_state(c, &cap, &in_flight);
+	return h2g_budget(cap, in_flight, c->h2g_big, c->h2g_small);
+}
+
+/* c sent or queued @small small packets and @big bytes in big ones (h2g_budget.h). */
+static void h2g_note(struct hconn *c, unsigned small, size_t big)
+{
+	struct vsock_sock_info in;
+
+	if (!small && !big)
+		return;
+	vsock_sock_get_info(c->s, &in);
+	if (small) {
+		c->h2g_small += small;
+		c->h2g_small_end = in.tx_cnt + in.tx_queued;
+	}
+	if (big) {
+		c->h2g_big += big;
+		c->h2g_big_end = in.tx_cnt + in.tx_queued;
+	}
+}
+
 /* Host -> guest. Returns 0, or -EPIPE if the connection must end. */
 static int read_from_host(struct hconn *c)
 {
@@ -791,7 +838,7 @@ static int read_from_host(struct hconn *c)
 		ssize_t n, s;
 
 		if (!c->seqpacket) {
-			size_t space = vsock_sock_send_space(c->s);
+			size_t space = MIN(vsock_sock_send_space(c->s), (size_t)h2g_room(c));
 
 			if (space == 0) {
 				c->guest_blocked = true;
@@ -839,6 +886,10 @@ static int read_from_host(struct hconn *c)
 		} else if (s != n) {
 			/* send_space promised room: a short send means the socket is no longer usable. */
 			return -EPIPE;
+		} else {
+			/* Where the engine cuts packets is not known here: all may be big, the
+			 * last one small. */
+			h2g_note(c, (size_t)n > H2G_MERGE_LEN, (size_t)n);
 		}
 		moved += (size_t)n;
 	}
@@ -945,6 +996,8 @@ size_t host_rx_pending(struct vsock_dev *d)
 
 		if (r == -EAGAIN)
 			return 1; /* a buffer for its engine packets first */
+		if (r > 0)
+			r = MIN(r, (ssize_t)h2g_room(c));
 		if (r <= 0) {
 			rd_cannot_send(c, r);
 			continue;
@@ -1001,7 +1054,8 @@ int host_rx_read(struct vsock_dev *d, struct host_rx_piece *p, unsigned np)
 	while ((c = d->rd_head)) {
 		ssize_t r = vsock_sock_tx_reserve(c->s, room), n;
 		int vn, used = 0;
-		size_t want;
+		unsigned small = 0;
+		size_t want, big = 0;
 
 		if (r == -EAGAIN)
 			return -EAGAIN; /* its engine packets (a RESPONSE...) go first */
@@ -1009,7 +1063,12 @@ int host_rx_read(struct vsock_dev *d, struct host_rx_piece *p, unsigned np)
 			rd_cannot_send(c, r);
 			continue;
 		}
-		want = (size_t)r;
+		/* The same bound as host_rx_pending's: every buffer it had popped gets bytes. */
+		want = MIN((size_t)r, (size_t)h2g_room(c));
+		if (want == 0) {
+			rd_cannot_send(c, 0);
+			continue;
+		}
 		vn = rx_gather_iov(p, np, &want, v, ARRAY_SIZE(v));
 		r = (ssize_t)want;
 		n = readv(c->fd, v, vn);
@@ -1025,6 +1084,9 @@ int host_rx_read(struct vsock_dev *d, struct host_rx_piece *p, unsigned np)
 		for (size_t left = (size_t)n; left > 0; used++) {
 			size_t k = MIN(left, p[used].room);
 
+			small += h2g_is_small(k);
+			big += k >= H2G_PKT_COST ? k : 0;
+
 			if (vsock_sock_tx_commit(c->s, k, &p[used].h) < 0) {
 				/* Cannot happen on the one thread that feeds the engine; the
 				 * bytes are gone, so is the connection. */
@@ -1034,6 +1096,7 @@ int host_rx_read(struct vsock_dev *d, struct host_rx_piece *p, unsigned np)
 			}
 			left -= k;
 		}
+		h2g_note(c, small, big);
 		/* Round robin; a read that filled every buffer may have left more behind. */
 		rd_unlink(c);
 		if (n == r)
@@ -1111,7 +1174,8 @@ static void hconn_service_open(struct hconn *c)
 		hconn_close(c);
 		return;
 	}
-	if (c->guest_blocked && (c->seqpacket || vsock_sock_send_space(c->s) > 0)) {
+	if (c->guest_blocked &&
+	    (c->seqpacket || (vsock_sock_send_space(c->s) > 0 && h2g_room(c) > 0))) {
 		c->guest_blocked = false;
 		if (read_from_host(c) < 0) {
 			hconn_close(c);

@@ -369,6 +369,8 @@ MAIN_CASES=${UVSOCK_INTEROP_CASES:-}
 [ -n "$MAIN_CASES" ] || MAIN_CASES="hello,g2h_echo,h2g_echo,g2h_seqpacket,h2g_seqpacket,g2h_refused,h2g_refused"
 [ -n "${UVSOCK_INTEROP_CASES:-}" ] || MAIN_CASES+=",g2h_halfclose,h2g_halfclose,host_close,guest_close,g2h_bulk,h2g_bulk"
 [ -n "${UVSOCK_INTEROP_CASES:-}" ] || MAIN_CASES+=",g2h_many,h2g_many,g2h_backpressure,h2g_backpressure,h2g_tiny,close_rst,reload"
+# New-kernel behaviour (issue 13 item 2; docs/interop.md cases 12-17).
+[ -n "${UVSOCK_INTEROP_CASES:-}" ] || MAIN_CASES+=",g2h_multidesc,h2g_small_slow,peek_partial,sioc_queues,guest_linger,h2g_bigbuf"
 # vsock_test cases that cannot pass over the hybrid path (docs/shim.md has each reason); they
 # are skipped so that the rest run (vsock_test stops at its first failure).
 # 6 SOCK_SEQPACKET msg bounds: MSG_EOR is not carried by Unix sockets; 9 SOCK_SEQPACKET invalid
@@ -420,7 +422,7 @@ run_kernel() {
 
 	daemon_start "$k" || { result "$k" uvsockd-start FAIL 0 "uvsockd did not start"; return; }
 
-	# Cases 1-7 and 10 in one boot of CID 3.
+	# Cases 1-7, 10 and 12-17 in one boot of CID 3.
 	vm_start "main-$k" 3 "$MAIN_CASES" && vm_boot "main-$k" && vm_wait "main-$k"
 	echo "  guest: $(tr -d '\r' <"$T/main-$k.serial" | grep -a -m1 '^UVSOCK-GUEST'); boot ${BOOTMS[main-$k]:-?} ms"
 	vm_results "$k" "main-$k"

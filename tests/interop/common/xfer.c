@@ -36,6 +36,15 @@ static uint64_t pat_word(uint32_t seed, uint64_t block)
 	return z ^ (z >> 31);
 }
 
+uint64_t xfer_hash(uint64_t h, const void *buf, size_t len)
+{
+	const uint8_t *p = buf, *end = p + len;
+
+	while (p < end)
+		h = (h ^ *p++) * 0x100000001b3ull; /* the 64-bit FNV prime */
+	return h;
+}
+
 void xfer_pattern_fill(uint32_t seed, uint64_t off, void *buf, size_t len)
 {
 	uint8_t *p = buf;

@@ -49,6 +49,7 @@ enum xfer_mode {
 	XM_FLOOD = 6, /* host server writes until the peer goes away */
 	XM_SINK = 7, /* host server reads forever, reports "FLOWING" once c2s seen */
 	XM_SEQ = 8, /* SEQPACKET session (xfer_seq_*) */
+	XM_COUNT = 9, /* host server reads exactly c2s bytes, then EOF; verdict names their hash */
 };
 
 #define XF_CHECK_EOR 0x1u /* SEQPACKET: MSG_EOR must arrive exactly as sent */
@@ -109,6 +110,13 @@ void xfer_pattern_fill(uint32_t seed, uint64_t off, void *buf, size_t len);
  * Returns: the index of the first wrong byte within @buf, or -1 if all match.
  */
 ssize_t xfer_pattern_check(uint32_t seed, uint64_t off, const void *buf, size_t len);
+
+/*
+ * xfer_hash: 64-bit FNV-1a of @len bytes of @buf, continuing from @h (start with XFER_HASH_INIT).
+ * Both ends of a session hash what they sent / received, so a verdict can name the hash.
+ */
+#define XFER_HASH_INIT 0xcbf29ce484222325ull
+uint64_t xfer_hash(uint64_t h, const void *buf, size_t len);
 
 /* The write-size and read-size cycles (1 B .. 256 KiB); exposed for case code. */
 size_t xfer_wsize(unsigned *i);

@@ -33,7 +33,9 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <linux/errqueue.h>
 #include <linux/netlink.h>
+#include <linux/sockios.h>
 #include <linux/sock_diag.h>
 #include <linux/vm_sockets.h>
 #include <linux/vm_sockets_diag.h>
@@ -250,6 +252,26 @@ static int vs_accept(int lfd, int timeout_ms)
 static uint64_t new_id(void)
 {
 	return ((uint64_t)g.cid << 32) | (++g.seed * 1000u);
+}
+
+/*
+ * Opens a guest -> host session with header @h (its id set here) on XFER_PORT_STREAM: connected,
+ * send and receive timeouts of @timeout_ms, the header sent. Returns: the fd, or -1 (@d says why).
+ */
+static int g2h_open(struct xfer_hdr *h, int timeout_ms, char *d)
+{
+	int fd;
+
+	h->id = new_id();
+	fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+	if (fd < 0)
+		return fail(d, "connect: %s", strerror(-fd));
+	set_timeouts(fd, timeout_ms);
+	if (send_full(fd, h, sizeof(*h)) < 0) {
+		close(fd);
+		return fail(d, "header send failed");
+	}
+	return fd;
 }
 
 /* ---- stream cases ---- */
@@ -648,15 +670,9 @@ static int c_guest_close(const char *arg, char *d)
 	uint64_t got = 0;
 
 	/* (a) guest->host: the host floods; the guest reads 64 KiB and closes. */
-	h.id = new_id();
-	fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+	fd = g2h_open(&h, 15000, d);
 	if (fd < 0)
-		return fail(d, "connect: %s", strerror(-fd));
-	set_timeouts(fd, 15000);
-	if (send_full(fd, &h, sizeof(h)) < 0) {
-		close(fd);
-		return fail(d, "header send failed");
-	}
+		return -1;
 	while (got < 65536) {
 		ssize_t r = recv(fd, buf, 65536, 0);
 
@@ -799,20 +815,23 @@ static int c_g2h_backpressure(const char *arg, char *d)
 	return 0;
 }
 
-static int c_h2g_backpressure(const char *arg, char *d)
+/*
+ * The host writes @total bytes (seed @seed) into a connection accepted from @lfd (closed here)
+ * while this side reads nothing, until its writer blocks (@may_pass: or all were taken); uvsockd's
+ * RSS must stay bounded; then everything is read and checked. @note starts the detail.
+ */
+static int h2g_stall(char *d, int lfd, uint32_t seed, unsigned total, bool may_pass,
+		     const char *note)
 {
 	char out[DETAIL];
 	uint8_t *buf = xfer_scratch(1);
 	uint64_t got = 0;
-	int lfd, fd;
+	int fd;
 	unsigned tag;
 	unsigned long long stuck;
 	long rss0, rss1;
 
-	lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM);
-	if (lfd < 0)
-		return fail(d, "listen: %s", strerror(-lfd));
-	tag = req_send("BPH2G %d %u 9", XFER_GPORT_STREAM, BP_TOTAL);
+	tag = req_send("BPH2G %d %u %u %d", XFER_GPORT_STREAM, total, seed, may_pass);
 	fd = vs_accept(lfd, 20000);
 	close(lfd);
 	if (fd < 0) {
@@ -852,13 +871,13 @@ static int c_h2g_backpressure(const char *arg, char *d)
 			int e = errno;
 
 			close(fd);
-			if (r == 0 && got == BP_TOTAL)
+			if (r == 0 && got == total)
 				break;
 			req_wait(tag, out, sizeof(out), 5);
 			return fail(d, "got %llu of %u B then %s; %s", (unsigned long long)got,
-				    BP_TOTAL, r ? strerror(e) : "EOF", out);
+				    total, r ? strerror(e) : "EOF", out);
 		}
-		bad = xfer_pattern_check(9, got, buf, r);
+		bad = xfer_pattern_check(seed, got, buf, r);
 		if (bad >= 0) {
 			close(fd);
 			return fail(d, "data mismatch at byte %llu",
@@ -869,10 +888,19 @@ static int c_h2g_backpressure(const char *arg, char *d)
 	if (req_wait(tag, out, sizeof(out), 30) < 0)
 		return fail(d, "%s", out);
 	snprintf(d, DETAIL,
-		 "host writer blocked after %llu B; uvsockd RSS %ld -> %ld kB; all %u B "
-		 "then read intact",
-		 stuck, rss0, rss1, BP_TOTAL);
+		 "%shost writer %s %llu B; uvsockd RSS %ld -> %ld kB; all %u B then read intact",
+		 note, stuck < total ? "blocked after" : "never blocked, guest took all", stuck,
+		 rss0, rss1, total);
 	return 0;
+}
+
+static int c_h2g_backpressure(const char *arg, char *d)
+{
+	int lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM);
+
+	if (lfd < 0)
+		return fail(d, "listen: %s", strerror(-lfd));
+	return h2g_stall(d, lfd, 9, BP_TOTAL, false, "");
 }
 
 /* ---- siblings, survival, module reload ---- */
@@ -958,15 +986,9 @@ static int c_survive(const char *arg, char *d)
 	char line[DETAIL];
 	int64_t end = xfer_now_ms() + 280000;
 
-	h.id = new_id();
-	fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+	fd = g2h_open(&h, 10000, d);
 	if (fd < 0)
-		return fail(d, "connect: %s", strerror(-fd));
-	set_timeouts(fd, 10000);
-	if (send_full(fd, &h, sizeof(h)) < 0) {
-		close(fd);
-		return fail(d, "header send failed");
-	}
+		return -1;
 	tag = req_send("HOLD");
 	printf("UVSOCK-INFO survive: echoing until the host says the other VM is gone\n");
 	fflush(stdout);
@@ -1009,15 +1031,9 @@ static int c_flood(const char *arg, char *d)
 	uint64_t off = 0;
 	int fd, r;
 
-	h.id = new_id();
-	fd = vs_connect(VMADDR_CID_HOST, XFER_PORT_STREAM, SOCK_STREAM, 5000);
+	fd = g2h_open(&h, 30000, d);
 	if (fd < 0)
-		return fail(d, "connect: %s", strerror(-fd));
-	set_timeouts(fd, 30000);
-	if (send_full(fd, &h, sizeof(h)) < 0) {
-		close(fd);
-		return fail(d, "header send failed");
-	}
+		return -1;
 	for (;;) {
 		xfer_pattern_fill(h.seed, off, buf, 65536);
 		if ((r = send_full(fd, buf, 65536)) < 0) {
@@ -2016,6 +2032,491 @@ static int c_vsock_test_server(const char *arg, char *d)
 	return vsock_test_as("server", arg, d);
 }
 
+/* ---- new-kernel behaviour (issue 13 item 2; docs/interop.md, cases 12-17) ---- */
+
+/*
+ * Sends @len bytes of @buf with @flags, retrying short sends and EINTR; *calls counts the
+ * send() calls that took bytes (each MSG_ZEROCOPY one gets its own completion number).
+ * Returns: 0 or -errno.
+ */
+static int send_flags(int fd, const uint8_t *buf, size_t len, int flags, uint32_t *calls)
+{
+	while (len > 0) {
+		ssize_t r = send(fd, buf, len, flags | MSG_NOSIGNAL);
+
+		if (r < 0 && errno == ENOBUFS && (flags & MSG_ZEROCOPY)) {
+			/* Out of optmem for notifications: reap some, then retry. */
+			struct pollfd p = { .fd = fd, .events = 0 };
+
+			poll(&p, 1, 100);
+			continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		buf += r;
+		len -= (size_t)r;
+		(*calls)++;
+	}
+	return 0;
+}
+
+/* SIOCINQ/SIOCOUTQ of @fd; Returns: the count, or -errno (no such ioctl on this kernel). */
+static long sioc(int fd, unsigned long req)
+{
+	int v = 0;
+
+	return ioctl(fd, req, &v) < 0 ? -errno : v;
+}
+
+/* Polls @fd's @req until it equals @want or @ms pass. Returns: the last value (or -errno). */
+static long sioc_wait(int fd, unsigned long req, long want, int ms)
+{
+	int64_t end = xfer_now_ms() + ms;
+	long v;
+
+	while ((v = sioc(fd, req)) >= 0 && v != want && xfer_now_ms() < end)
+		usleep(5000);
+	return v;
+}
+
+/* MSG_ZEROCOPY completions seen on a socket (linux Documentation/networking/msg_zerocopy.rst). */
+struct zc_seen {
+	uint32_t next; /* highest completed id + 1 */
+	uint32_t ids; /* ids completed, summed over the notifications' ranges */
+	uint32_t copied; /* of those, ids the kernel copied instead (SO_EE_CODE_ZEROCOPY_COPIED) */
+};
+
+/* Reads the completion notifications queued on @fd's error queue. Returns: 0 or -errno. */
+static int zc_reap(int fd, struct zc_seen *z)
+{
+	for (;;) {
+		char ctrl[CMSG_SPACE(sizeof(struct sock_extended_err)) + 64];
+		struct msghdr m = { .msg_control = ctrl, .msg_controllen = sizeof(ctrl) };
+		struct cmsghdr *cm;
+		struct sock_extended_err *ee;
+
+		if (recvmsg(fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
+			return errno == EAGAIN ? 0 : -errno;
+		cm = CMSG_FIRSTHDR(&m);
+		if (!cm)
+			return -EPROTO;
+		ee = (struct sock_extended_err *)CMSG_DATA(cm);
+		if (ee->ee_origin != SO_EE_ORIGIN_ZEROCOPY || ee->ee_errno != 0 ||
+		    ee->ee_data < ee->ee_info)
+			return -EPROTO;
+		if (ee->ee_data + 1 > z->next)
+			z->next = ee->ee_data + 1;
+		z->ids += ee->ee_data - ee->ee_info + 1;
+		if (ee->ee_code & SO_EE_CODE_ZEROCOPY_COPIED)
+			z->copied += ee->ee_data - ee->ee_info + 1;
+	}
+}
+
+/*
+ * After the host has read everything: waits (up to 5 s) until the kernel has sent every byte
+ * (SIOCOUTQ 0 where it exists) and completed at least @sends ids with no gap. Returns: 0 or -1.
+ */
+static int zc_wait_all(int fd, uint32_t sends, struct zc_seen *z)
+{
+	int64_t end = xfer_now_ms() + 5000;
+
+	for (;;) {
+		bool drained = sioc(fd, SIOCOUTQ) <= 0; /* 0, or no such ioctl */
+
+		if (zc_reap(fd, z) < 0)
+			return -1;
+		if (drained && z->ids >= sends && z->ids == z->next)
+			return 0;
+		if (xfer_now_ms() > end)
+			return -1;
+		usleep(20 * 1000);
+	}
+}
+
+#define MD_TOTAL (8u << 20) /* bytes of g2h_multidesc */
+
+/*
+ * g2h_multidesc: guest -> host sends that newer kernels put into TX packets of several
+ * descriptors: MSG_ZEROCOPY (payload in page fragments pinned from the user buffer, 6.7+ and
+ * 6.12.68+) alternating with plain large sends (non-linear skbs on 7.x). The host checks every
+ * byte and hashes the stream; the hash must equal the guest's.
+ */
+static int c_g2h_multidesc(const char *arg, char *d)
+{
+	/*
+	 * Zerocopy sends (even indexes) stay within one packet's 64 KiB and the credit, or the
+	 * kernel copies them (virtio_transport_can_zcopy: the whole iov must go at once); the
+	 * plain ones are large.
+	 */
+	static const size_t sizes[] = { 65536, 1u << 20, 32768, 200000,
+					61440, 300001,  16384,  1000 };
+	struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_COUNT, .c2s = MD_TOTAL, .seed = 51 };
+	uint8_t *buf = malloc(MD_TOTAL);
+	uint32_t zc_sends = 0, plain = 0;
+	struct zc_seen z = { 0 };
+	uint64_t off = 0, hash;
+	char out[DETAIL], zc_note[160], hs[40];
+	int one = 1, fd, zc, r = 0;
+
+	if (!buf)
+		return fail(d, "out of memory");
+	/* Filled once and never written again: zerocopy sends may still reference it. */
+	xfer_pattern_fill(h.seed, 0, buf, MD_TOTAL);
+	hash = xfer_hash(XFER_HASH_INIT, buf, MD_TOTAL);
+	fd = g2h_open(&h, 30000, d);
+	if (fd < 0) {
+		free(buf);
+		return -1;
+	}
+	zc = setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) == 0 ? 0 : errno;
+	for (unsigned i = 0; r == 0 && off < MD_TOTAL; i++) {
+		size_t n = sizes[i % (sizeof(sizes) / sizeof(sizes[0]))];
+		bool zs = !zc && (i & 1) == 0;
+
+		if (zs) /* the one before went out: wait for the credit it took */
+			sioc_wait(fd, SIOCOUTQ, 0, 1000);
+
+		if (n > MD_TOTAL - off)
+			n = MD_TOTAL - off;
+		r = send_flags(fd, buf + off, n, zs ? MSG_ZEROCOPY : 0, zs ? &zc_sends : &plain);
+		off += n;
+	}
+	if (r == 0)
+		shutdown(fd, SHUT_WR);
+	if (r < 0 || req(out, sizeof(out), 60, "VERDICT %llu", (unsigned long long)h.id) < 0) {
+		close(fd);
+		free(buf);
+		if (r < 0)
+			return fail(d, "send at %llu B: %s", (unsigned long long)off, strerror(-r));
+		return fail(d, "%s", out);
+	}
+	/* Every zerocopy send must be completed (its pages released) before the buffer goes. */
+	r = zc ? 0 : zc_wait_all(fd, zc_sends, &z);
+	close(fd);
+	free(buf);
+	if (r < 0)
+		return fail(d, "MSG_ZEROCOPY: %u sends, completions for ids 0..%u with %u in all",
+			    zc_sends, z.next, z.ids);
+	if (!zc && z.copied == z.ids)
+		return fail(d, "MSG_ZEROCOPY: the kernel copied all %u sends: no page-fragment "
+			    "descriptors reached the device", zc_sends);
+	snprintf(hs, sizeof(hs), "hash %016llx", (unsigned long long)hash);
+	if (!strstr(out, hs))
+		return fail(d, "host hashed another stream: guest %s, %s", hs, out);
+	if (zc)
+		snprintf(zc_note, sizeof(zc_note),
+			 "no MSG_ZEROCOPY on this kernel (SO_ZEROCOPY: %s): %u large sends only",
+			 strerror(zc), plain);
+	else
+		snprintf(zc_note, sizeof(zc_note),
+			 "%u MSG_ZEROCOPY sends, %u completion ids (%u copied by the kernel), %u "
+			 "plain sends",
+			 zc_sends, z.ids, z.copied, plain);
+	snprintf(d, DETAIL, "%u B in sends of 1000 B..1 MiB; %s; %s", MD_TOTAL, zc_note, out);
+	return 0;
+}
+
+/* Reads @fd to EOF checking pattern @seed, sleeping @pause_us after each read of at most
+ * 64..2047 B (varying). Returns: bytes read, or -errno (*ret_bytes: read so far). */
+static int64_t slow_read(int fd, uint32_t seed, unsigned pause_us, uint64_t *ret_bytes, char *d)
+{
+	uint8_t *buf = xfer_scratch(1);
+	uint64_t got = 0;
+
+	for (unsigned i = 0;; i++) {
+		ssize_t r = recv(fd, buf, 64 + (i * 613u) % 1984, 0), bad;
+
+		if (r == 0)
+			break;
+		if (r < 0) {
+			*ret_bytes = got;
+			return -errno;
+		}
+		bad = xfer_pattern_check(seed, got, buf, (size_t)r);
+		if (bad >= 0) {
+			*ret_bytes = got;
+			fail(d, "data mismatch at byte %llu", (unsigned long long)(got + bad));
+			return -EILSEQ;
+		}
+		got += (uint64_t)r;
+		if (pause_us)
+			usleep(pause_us);
+	}
+	*ret_bytes = got;
+	return (int64_t)got;
+}
+
+/*
+ * Listens on XFER_GPORT_STREAM and has the host write @total bytes (seed @seed) in writes of
+ * @lo..@hi bytes, @pace_us apart. Returns: the accepted fd (*tag: the HSEND request) or -1.
+ */
+static int hsend_accept(char *d, unsigned total, uint32_t seed, unsigned lo, unsigned hi,
+			unsigned pace_us, unsigned *tag)
+{
+	char out[DETAIL];
+	int lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM), fd;
+
+	if (lfd < 0)
+		return fail(d, "listen: %s", strerror(-lfd));
+	*tag = req_send("HSEND %d %u %u %u %u %u", XFER_GPORT_STREAM, total, seed, lo, hi,
+			pace_us);
+	fd = vs_accept(lfd, 20000);
+	close(lfd);
+	if (fd < 0) {
+		req_wait(*tag, out, sizeof(out), 5);
+		return fail(d, "no connection: %s; %s", strerror(-fd), out);
+	}
+	set_timeouts(fd, 30000);
+	return fd;
+}
+
+#define SS_TOTAL (1u << 20) /* h2g_small_slow: 4 times the guest's default 256 KiB buffer */
+
+/*
+ * h2g_small_slow: the host writes 129..512-byte chunks (bigger than the receiver's 128-byte
+ * merge limit, so each may become one packet) while the guest reads small pieces slowly. Newer
+ * kernels charge every queued packet its sk_buff overhead against buf_alloc and reset the
+ * connection past it; uvsockd must never get there (docs/performance.md §7).
+ */
+static int c_h2g_small_slow(const char *arg, char *d)
+{
+	char host[DETAIL];
+	uint64_t got = 0;
+	int64_t t0 = xfer_now_ms(), n;
+	unsigned tag;
+	int fd = hsend_accept(d, SS_TOTAL, 53, 129, 512, 20, &tag);
+
+	if (fd < 0)
+		return -1;
+	usleep(300 * 1000); /* let the buffer fill first */
+	n = slow_read(fd, 53, 1000, &got, d);
+	close(fd);
+	if (n == -EILSEQ)
+		return -1;
+	if (n < 0 || got != SS_TOTAL) {
+		req_wait(tag, host, sizeof(host), 10);
+		return fail(d, "guest got %llu of %u B, then %s%s; host: %s",
+			    (unsigned long long)got, SS_TOTAL, n < 0 ? strerror((int)-n) : "EOF",
+			    n == -ECONNRESET ? " (the guest kernel reset the connection)" : "",
+			    host);
+	}
+	if (req_wait(tag, host, sizeof(host), 30) < 0)
+		return fail(d, "%s", host);
+	snprintf(d, DETAIL,
+		 "%u B read in 64..2047-byte pieces 1 ms apart in %lld ms, no reset; host: %s",
+		 SS_TOTAL, (long long)(xfer_now_ms() - t0), host);
+	return 0;
+}
+
+/* peek_partial: after a partial read, MSG_PEEK returns the bytes that follow it. */
+static int c_peek_partial(const char *arg, char *d)
+{
+	uint8_t *buf = xfer_scratch(1);
+	char host[DETAIL];
+	unsigned tag;
+	ssize_t r, p1, p2;
+	uint64_t got = 0;
+	int fd = hsend_accept(d, 4096, 55, 4096, 4096, 0, &tag);
+
+	if (fd < 0)
+		return -1;
+	if (req_wait(tag, host, sizeof(host), 30) < 0) {
+		close(fd);
+		return fail(d, "%s", host);
+	}
+	r = recv(fd, buf, 1000, MSG_WAITALL);
+	if (r != 1000 || xfer_pattern_check(55, 0, buf, 1000) >= 0) {
+		close(fd);
+		return fail(d, "first read: %zd B%s", r, r == 1000 ? ", wrong data" : "");
+	}
+	p1 = recv(fd, buf, 500, MSG_PEEK);
+	p2 = p1 > 0 ? recv(fd, buf + 500, 3096, MSG_PEEK) : -1;
+	if (p1 <= 0 || xfer_pattern_check(55, 1000, buf, (size_t)p1) >= 0 || p2 < p1 ||
+	    xfer_pattern_check(55, 1000, buf + 500, (size_t)p2) >= 0) {
+		close(fd);
+		return fail(d,
+			    "MSG_PEEK after reading 1000 B: %zd B then %zd B, not the bytes from "
+			    "offset 1000",
+			    p1, p2);
+	}
+	got = 1000;
+	while ((r = recv(fd, buf, 65536, 0)) > 0) {
+		if (xfer_pattern_check(55, got, buf, (size_t)r) >= 0)
+			break;
+		got += (uint64_t)r;
+	}
+	close(fd);
+	if (r != 0 || got != 4096)
+		return fail(d, "after the peeks: read to %llu B, then %s", (unsigned long long)got,
+			    r < 0 ? strerror(errno) : r > 0 ? "wrong data" : "EOF");
+	snprintf(d, DETAIL,
+		 "read 1000 of 4096 B; MSG_PEEK gave %zd and %zd B from offset 1000; the rest read "
+		 "intact",
+		 p1, p2);
+	return 0;
+}
+
+#define SQ_IN 10000 /* bytes the host queues for SIOCINQ */
+#define SQ_OUT (512u << 10) /* bytes the guest sends before SIOCOUTQ must reach 0 */
+
+/*
+ * sioc_queues: SIOCINQ is the bytes queued (before and after a partial read); SIOCOUTQ reaches
+ * 0 within 2 s once the host has read everything (uvsockd returns TX descriptors promptly). A
+ * kernel without the ioctl on vsock says so in the detail.
+ */
+static int c_sioc_queues(const char *arg, char *d)
+{
+	struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_COUNT, .c2s = SQ_OUT, .seed = 57 };
+	uint8_t *buf = xfer_scratch(0);
+	char host[DETAIL], in_note[160], out_note[160];
+	long in0, in1 = 0, out0;
+	uint64_t got = 0, off = 0;
+	int64_t t;
+	unsigned tag;
+	ssize_t r;
+	int fd = hsend_accept(d, SQ_IN, 59, SQ_IN, SQ_IN, 0, &tag);
+
+	if (fd < 0)
+		return -1;
+	if (req_wait(tag, host, sizeof(host), 30) < 0) {
+		close(fd);
+		return fail(d, "%s", host);
+	}
+	in0 = sioc_wait(fd, SIOCINQ, SQ_IN, 5000);
+	if (in0 >= 0 && in0 != SQ_IN) {
+		close(fd);
+		return fail(d, "SIOCINQ %ld with %u B queued", in0, SQ_IN);
+	}
+	if (recv(fd, buf, 1234, MSG_WAITALL) != 1234) {
+		close(fd);
+		return fail(d, "partial read failed");
+	}
+	if (in0 >= 0 && (in1 = sioc(fd, SIOCINQ)) != SQ_IN - 1234) {
+		close(fd);
+		return fail(d, "SIOCINQ %ld after reading 1234 of %u B", in1, SQ_IN);
+	}
+	got = 1234;
+	while ((r = recv(fd, buf, 65536, 0)) > 0)
+		got += (uint64_t)r;
+	close(fd);
+	if (got != SQ_IN)
+		return fail(d, "read %llu of %u B", (unsigned long long)got, SQ_IN);
+	if (in0 < 0)
+		snprintf(in_note, sizeof(in_note), "no SIOCINQ on this kernel's vsock (%s)",
+			 strerror((int)-in0));
+	else
+		snprintf(in_note, sizeof(in_note), "SIOCINQ %ld, %ld after reading 1234 B", in0,
+			 in1);
+
+	fd = g2h_open(&h, 30000, d);
+	if (fd < 0)
+		return -1;
+	for (r = 0; r == 0 && off < SQ_OUT; off += 65536) {
+		xfer_pattern_fill(h.seed, off, buf, 65536);
+		r = send_full(fd, buf, 65536);
+	}
+	shutdown(fd, SHUT_WR);
+	if (r < 0 || req(host, sizeof(host), 30, "VERDICT %llu", (unsigned long long)h.id) < 0) {
+		close(fd);
+		return fail(d, "%s; sending %u B: %s", in_note, SQ_OUT,
+			    r < 0 ? strerror((int)-r) : host);
+	}
+	/* The host has read every byte: the device must have returned every TX buffer. */
+	t = xfer_now_ms();
+	out0 = sioc_wait(fd, SIOCOUTQ, 0, 2000);
+	t = xfer_now_ms() - t;
+	close(fd);
+	if (out0 > 0)
+		return fail(d, "%s; SIOCOUTQ still %ld 2 s after the host read all %u B", in_note,
+			    out0, SQ_OUT);
+	if (out0 < 0)
+		snprintf(out_note, sizeof(out_note), "no SIOCOUTQ on this kernel's vsock (%s)",
+			 strerror((int)-out0));
+	else
+		snprintf(out_note, sizeof(out_note),
+			 "SIOCOUTQ 0 within %lld ms of the host's last read", (long long)t);
+	snprintf(d, DETAIL, "%s; %s", in_note, out_note);
+	return 0;
+}
+
+#define LG_TOTAL (1u << 20)
+
+/*
+ * guest_linger: SO_LINGER {1, 2 s}, 1 MiB sent (more than uvsockd's window, so some is still in
+ * flight), close(): it returns within the linger time and the host gets every byte, then EOF.
+ */
+static int c_guest_linger(const char *arg, char *d)
+{
+	struct xfer_hdr h = { .magic = XFER_MAGIC, .mode = XM_COUNT, .c2s = LG_TOTAL, .seed = 61 };
+	struct linger lg = { .l_onoff = 1, .l_linger = 2 };
+	uint8_t *buf = xfer_scratch(0);
+	char host[DETAIL];
+	uint64_t off = 0;
+	int64_t t;
+	int fd, r;
+
+	fd = g2h_open(&h, 30000, d);
+	if (fd < 0)
+		return -1;
+	if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) < 0) {
+		r = errno;
+		close(fd);
+		return fail(d, "SO_LINGER: %s", strerror(r));
+	}
+	for (r = 0; r == 0 && off < LG_TOTAL; off += 65536) {
+		xfer_pattern_fill(h.seed, off, buf, 65536);
+		r = send_full(fd, buf, 65536);
+	}
+	if (r < 0) {
+		close(fd);
+		return fail(d, "send at %llu B: %s", (unsigned long long)off, strerror(-r));
+	}
+	t = xfer_now_ms();
+	r = close(fd);
+	t = xfer_now_ms() - t;
+	if (r < 0)
+		return fail(d, "close: %s", strerror(errno));
+	if (t > 3000)
+		return fail(d, "close with SO_LINGER 2 s took %lld ms", (long long)t);
+	if (req(host, sizeof(host), 30, "VERDICT %llu", (unsigned long long)h.id) < 0)
+		return fail(d, "close took %lld ms; %s", (long long)t, host);
+	snprintf(d, DETAIL, "close with SO_LINGER {1, 2 s} returned after %lld ms; %s",
+		 (long long)t, host);
+	return 0;
+}
+
+#define BB_TOTAL (8u << 20)
+
+/*
+ * h2g_bigbuf: the guest advertises a 4 GiB - 1 buffer (or the largest its kernel allows) and
+ * reads nothing while the host writes 8 MiB: uvsockd's RSS stays bounded by its own window
+ * (it caps the peer's credit at its own buf_alloc), and all bytes arrive intact afterwards.
+ */
+static int c_h2g_bigbuf(const char *arg, char *d)
+{
+	unsigned long long want = 0xffffffffull, max = want, got = 0;
+	socklen_t l = sizeof(got);
+	char note[120];
+	int lfd = vs_listen(XFER_GPORT_STREAM, SOCK_STREAM);
+
+	if (lfd < 0)
+		return fail(d, "listen: %s", strerror(-lfd));
+	/* Accepted sockets inherit the listener's buffer sizes (__vsock_create). */
+	if (setsockopt(lfd, AF_VSOCK, SO_VM_SOCKETS_BUFFER_MAX_SIZE, &max, sizeof(max)) < 0 ||
+	    setsockopt(lfd, AF_VSOCK, SO_VM_SOCKETS_BUFFER_SIZE, &want, sizeof(want)) < 0 ||
+	    getsockopt(lfd, AF_VSOCK, SO_VM_SOCKETS_BUFFER_SIZE, &got, &l) < 0) {
+		int e = errno;
+
+		close(lfd);
+		return fail(d, "buffer size options: %s", strerror(e));
+	}
+	snprintf(note, sizeof(note), "guest buf_alloc %llu B%s; ", got,
+		 got == want ? " (4 GiB - 1)" : " (the kernel's maximum)");
+	return h2g_stall(d, lfd, 63, BB_TOTAL, true, note);
+}
+
 /* ---- case table and runner ---- */
 
 struct gcase {
@@ -2049,6 +2550,12 @@ static const struct gcase cases[] = {
 	{ "reload", c_reload, 240 },
 	{ "close_rst", c_close_rst, 120 },
 	{ "h2g_tiny", c_h2g_tiny, 120 },
+	{ "g2h_multidesc", c_g2h_multidesc, 120 },
+	{ "h2g_small_slow", c_h2g_small_slow, 120 },
+	{ "peek_partial", c_peek_partial, 60 },
+	{ "sioc_queues", c_sioc_queues, 60 },
+	{ "guest_linger", c_guest_linger, 60 },
+	{ "h2g_bigbuf", c_h2g_bigbuf, 180 },
 	{ "shim_h2g", c_shim_h2g, 180 },
 	{ "shim_g2h", c_shim_g2h, 180 },
 	{ "shim_refused", c_shim_refused, 60 },

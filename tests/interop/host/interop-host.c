@@ -301,6 +301,38 @@ static void serve_sink(int fd, const struct xfer_hdr *h)
 	vt_end(h->id, true, "sink ended after %llu B", (unsigned long long)got);
 }
 
+/*
+ * XM_COUNT: read exactly c2s bytes (pattern checked in place, hashed), then EOF. The verdict
+ * names the hash so the guest can compare it with what it sent.
+ */
+static void serve_count(int fd, const struct xfer_hdr *h)
+{
+	uint8_t *buf = xfer_scratch(1);
+	uint64_t got = 0, hash = XFER_HASH_INIT;
+	ssize_t r, bad;
+
+	set_timeouts(fd, 30000);
+	while ((r = recv(fd, buf, 262144, 0)) > 0) {
+		bad = xfer_pattern_check(h->seed, got, buf, (size_t)r);
+		if (bad >= 0) {
+			vt_end(h->id, false, "count: mismatch at byte %llu",
+			       (unsigned long long)(got + bad));
+			return;
+		}
+		hash = xfer_hash(hash, buf, (size_t)r);
+		got += (uint64_t)r;
+	}
+	if (r < 0)
+		vt_end(h->id, false, "count: recv after %llu B: %s", (unsigned long long)got,
+		       strerror(errno));
+	else if (got != h->c2s)
+		vt_end(h->id, false, "count: EOF after %llu of %llu B", (unsigned long long)got,
+		       (unsigned long long)h->c2s);
+	else
+		vt_end(h->id, true, "got %llu B intact then EOF, hash %016llx",
+		       (unsigned long long)got, (unsigned long long)hash);
+}
+
 static void *stream_session(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
@@ -337,6 +369,9 @@ static void *stream_session(void *arg)
 		break;
 	case XM_SINK:
 		serve_sink(fd, &h);
+		break;
+	case XM_COUNT:
+		serve_count(fd, &h);
 		break;
 	default:
 		vt_end(h.id, false, "unknown mode %u", h.mode);
@@ -496,6 +531,17 @@ static int host_connect(unsigned port, char *why, size_t len)
 	return fd;
 }
 
+/* host_connect for a control request: a failure is answered (FAIL) here. Returns: fd or -1. */
+static int host_connect_req(struct ctl *c, unsigned tag, unsigned port)
+{
+	char why[MSG];
+	int fd = host_connect(port, why, sizeof(why));
+
+	if (fd < 0)
+		ctl_send(c, "%u FAIL %s", tag, why);
+	return fd;
+}
+
 static long daemon_rss_kb(void)
 {
 	char path[64], line[256];
@@ -633,7 +679,6 @@ static void cmd_hrefused(struct ctl *c, unsigned tag, const char *args)
 static void cmd_hclose(struct ctl *c, unsigned tag, const char *args)
 {
 	unsigned port, bytes;
-	char why[MSG];
 	uint8_t *buf = xfer_scratch(0);
 	int fd, r;
 
@@ -641,11 +686,9 @@ static void cmd_hclose(struct ctl *c, unsigned tag, const char *args)
 		ctl_send(c, "%u FAIL bad HCLOSE arguments", tag);
 		return;
 	}
-	fd = host_connect(port, why, sizeof(why));
-	if (fd < 0) {
-		ctl_send(c, "%u FAIL %s", tag, why);
+	fd = host_connect_req(c, tag, port);
+	if (fd < 0)
 		return;
-	}
 	xfer_pattern_fill(77, 0, buf, bytes);
 	r = send_full(fd, buf, bytes);
 	close(fd);
@@ -679,24 +722,28 @@ static void cmd_hflood(struct ctl *c, unsigned tag, const char *args)
 			 (unsigned long long)n);
 }
 
+/*
+ * BPH2G PORT TOTAL SEED [MAY_PASS]: write TOTAL bytes into a guest that reads nothing until the
+ * writer blocks (no progress for 1.5 s), report "STUCK bytes rss0 rss1", write the rest after
+ * the guest's GO. MAY_PASS 1: the guest may take all TOTAL bytes unread (it advertised a buffer
+ * that large); then STUCK reports TOTAL instead of a failure.
+ */
 static void cmd_bph2g(struct ctl *c, unsigned tag, const char *args)
 {
-	unsigned port, total, seed;
-	char why[MSG], line[MSG];
+	unsigned port, total, seed, may_pass = 0;
+	char line[MSG];
 	uint8_t *buf = xfer_scratch(0);
 	uint64_t off = 0;
 	long rss0 = daemon_rss_kb(), rss1;
 	int fd;
 
-	if (sscanf(args, "%u %u %u", &port, &total, &seed) != 3) {
+	if (sscanf(args, "%u %u %u %u", &port, &total, &seed, &may_pass) < 3) {
 		ctl_send(c, "%u FAIL bad BPH2G arguments", tag);
 		return;
 	}
-	fd = host_connect(port, why, sizeof(why));
-	if (fd < 0) {
-		ctl_send(c, "%u FAIL %s", tag, why);
+	fd = host_connect_req(c, tag, port);
+	if (fd < 0)
 		return;
-	}
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 	int64_t end = xfer_now_ms() + 60000;
 
@@ -704,6 +751,8 @@ static void cmd_bph2g(struct ctl *c, unsigned tag, const char *args)
 		size_t n = total - off < 65536 ? total - off : 65536;
 		ssize_t r;
 
+		if (n == 0 && may_pass)
+			break;
 		if (n == 0) {
 			close(fd);
 			ctl_send(c, "%u FAIL all %u B accepted while the guest reads nothing", tag,
@@ -824,7 +873,6 @@ static void cmd_hold(struct ctl *c, unsigned tag)
 static void cmd_tiny(struct ctl *c, unsigned tag, const char *args)
 {
 	unsigned port, count;
-	char why[MSG];
 	uint8_t *buf = xfer_scratch(0);
 	int fd;
 	int64_t t0 = xfer_now_ms();
@@ -833,11 +881,9 @@ static void cmd_tiny(struct ctl *c, unsigned tag, const char *args)
 		ctl_send(c, "%u FAIL bad TINY arguments", tag);
 		return;
 	}
-	fd = host_connect(port, why, sizeof(why));
-	if (fd < 0) {
-		ctl_send(c, "%u FAIL %s", tag, why);
+	fd = host_connect_req(c, tag, port);
+	if (fd < 0)
 		return;
-	}
 	xfer_pattern_fill(31, 0, buf, count);
 	for (unsigned i = 0; i < count; i++) {
 		int r = send_full(fd, buf + i, 1);
@@ -850,6 +896,52 @@ static void cmd_tiny(struct ctl *c, unsigned tag, const char *args)
 	}
 	close(fd);
 	ctl_send(c, "%u OK %u writes in %lld ms", tag, count, (long long)(xfer_now_ms() - t0));
+}
+
+/*
+ * HSEND PORT TOTAL SEED MIN MAX PACE_US: connect to the guest's PORT and write TOTAL pattern
+ * bytes in writes of MIN..MAX bytes (varying), PACE_US microseconds apart (0: back to back),
+ * then close. Replies once everything is written (or a write failed).
+ */
+static void cmd_hsend(struct ctl *c, unsigned tag, const char *args)
+{
+	unsigned port, total, seed, lo, hi, pace, writes = 0;
+	uint8_t *buf = xfer_scratch(0);
+	int64_t t0 = xfer_now_ms();
+	uint64_t off = 0;
+	int fd;
+
+	if (sscanf(args, "%u %u %u %u %u %u", &port, &total, &seed, &lo, &hi, &pace) != 6 ||
+	    lo == 0 || hi < lo || hi > XFER_SCRATCH) {
+		ctl_send(c, "%u FAIL bad HSEND arguments", tag);
+		return;
+	}
+	fd = host_connect_req(c, tag, port);
+	if (fd < 0)
+		return;
+	set_timeouts(fd, 30000);
+	while (off < total) {
+		size_t n = lo + (size_t)(writes * 7919u) % (hi - lo + 1);
+		int r;
+
+		if (n > total - off)
+			n = total - off;
+		xfer_pattern_fill(seed, off, buf, n);
+		r = send_full(fd, buf, n);
+		if (r < 0) {
+			ctl_send(c, "%u FAIL write #%u at %llu B: %s", tag, writes,
+				 (unsigned long long)off, strerror(-r));
+			close(fd);
+			return;
+		}
+		off += n;
+		writes++;
+		if (pace)
+			usleep(pace);
+	}
+	close(fd);
+	ctl_send(c, "%u OK %u writes of %u..%u B (%u B) in %lld ms", tag, writes, lo, hi, total,
+		 (long long)(xfer_now_ms() - t0));
 }
 
 /* ---- AF_VSOCK programs through uvsock-run (SHIMRUN NAME PORT, SHIMWAIT NAME) ---- */
@@ -1309,6 +1401,8 @@ static void dispatch(struct ctl *c, char *line)
 		cmd_shimwait(c, tag, args);
 	} else if (strcmp(cmd, "TINY") == 0) {
 		cmd_tiny(c, tag, args);
+	} else if (strcmp(cmd, "HSEND") == 0) {
+		cmd_hsend(c, tag, args);
 	} else if (strcmp(cmd, "BYE") == 0) {
 		logf_("guest said BYE");
 	} else {
