@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uvsock-kconf: the conformance table (tests/conformance/cases.c) against Linux's own AF_VSOCK,
+ * run inside the interop guest (docs/interop.md "The conformance table against the kernel").
+ * Linked statically (the guest's initramfs has no libc); kvsock.c maps the uvsock_* calls onto
+ * the real system calls.
+ *
+ *   uvsock-kconf [--pick NAME]... loopback
+ *       both sides of every case in this guest over vsock_loopback (CID 1); CID 99 is the
+ *       black hole (the guest's virtio transport sends it to uvsockd, which drops it)
+ *   uvsock-kconf [--pick NAME]... server CTLPORT
+ *   uvsock-kconf [--pick NAME]... client SERVER_CID CTLPORT
+ *       the two sides in two guests (uvsockd's sibling routing): the server side waits for one
+ *       SOCK_SEQPACKET control connection on CTLPORT, the client connects to it (retrying while
+ *       the other guest boots); the cases' own control messages run over it, and between two
+ *       cases both sides meet ("END idx verdict") so a failed case cannot leave stale messages
+ *       to the next one
+ *   uvsock-kconf --list
+ *
+ * Each case runs in a forked child with a 60 s limit and prints, on stdout (the console):
+ *   UVSOCK-BEGIN kconf/<case> 60
+ *   UVSOCK-CASE kconf/<case> PASS|FAIL|SKIP <ms> <detail>
+ * (the lines the interop harness reads; the child's own output follows as "# ..." lines). The
+ * exit status is the number of failed cases (at most 125). SIGPIPE is ignored: uvsock never
+ * raises it, Linux does for a send on a shut-down socket without MSG_NOSIGNAL.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "conf.h"
+#include "kvsock.h"
+
+#define CASE_LIMIT_S 60
+#define CONNECT_RETRY_MS 120000
+#define ACCEPT_WAIT_MS 240000
+#define BLACKHOLE_CID 99u
+#define MAX_PICK 64
+
+static unsigned kernel_version;
+static uint32_t local_cid, peer_cid;
+static enum conf_role role = CONF_BOTH;
+
+static int k_setup(struct conf_env *env)
+{
+	struct uvsock_ctx *ctx = kvsock_ctx_new(role == CONF_BOTH ? VMADDR_CID_LOCAL : local_cid);
+
+	if (!ctx)
+		return -ENOMEM;
+	env->client_ctx = ctx;
+	env->server_ctx = ctx;
+	env->server_cid = role == CONF_BOTH ? VMADDR_CID_LOCAL :
+		role == CONF_CLIENT ? peer_cid : local_cid;
+	env->client_cid = role == CONF_BOTH ? VMADDR_CID_LOCAL :
+		role == CONF_CLIENT ? local_cid : peer_cid;
+	env->blackhole_cid = BLACKHOLE_CID;
+	env->shared_engine = false;
+	env->kernel = kernel_version;
+	return 0;
+}
+
+static void k_teardown(struct conf_env *env)
+{
+	uvsock_ctx_free(env->client_ctx);
+}
+
+static const struct conf_factory kernel_factory = {
+	.name = "kernel",
+	.setup = k_setup,
+	.teardown = k_teardown,
+};
+
+static unsigned parse_kernel(void)
+{
+	struct utsname u;
+	unsigned major = 0, minor = 0;
+
+	if (uname(&u) < 0 || sscanf(u.release, "%u.%u", &major, &minor) != 2)
+		return CONF_KV(1, 0);
+	return CONF_KV(major, minor);
+}
+
+static uint32_t get_local_cid(void)
+{
+	unsigned int cid = VMADDR_CID_ANY;
+	int fd = open("/dev/vsock", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		if (ioctl(fd, IOCTL_VM_SOCKETS_GET_LOCAL_CID, &cid) < 0)
+			cid = VMADDR_CID_ANY;
+		close(fd);
+	}
+	return cid;
+}
+
+/* ---- Control connection between two guests ---- */
+
+static int ctl_connect(uint32_t cid, uint32_t port)
+{
+	struct sockaddr_vm sa = vm_addr(cid, port);
+	uint64_t end = test_now_ms() + CONNECT_RETRY_MS;
+
+	for (;;) {
+		int fd = socket(AF_VSOCK, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+		if (fd < 0)
+			return -1;
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			return fd;
+		close(fd);
+		if (test_now_ms() >= end)
+			return -1;
+		test_sleep_ms(200);
+	}
+}
+
+static int ctl_accept(uint32_t port)
+{
+	struct sockaddr_vm sa = vm_addr(VMADDR_CID_ANY, port), peer;
+	socklen_t len = sizeof(peer);
+	struct pollfd p;
+	int lfd, fd = -1;
+
+	lfd = socket(AF_VSOCK, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (lfd < 0)
+		return -1;
+	p = (struct pollfd){ .fd = lfd, .events = POLLIN };
+	if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 1) == 0 &&
+	    poll(&p, 1, ACCEPT_WAIT_MS) == 1) {
+		fd = accept4(lfd, (struct sockaddr *)&peer, &len, SOCK_CLOEXEC);
+		if (fd >= 0)
+			peer_cid = peer.svm_cid;
+	}
+	close(lfd);
+	return fd;
+}
+
+/* Sends "END idx verdict" and reads up to the peer's END for idx; its verdict into *peer_v. */
+static int ctl_meet(int ctl, unsigned idx, const char *verdict, char *peer_v, size_t vlen)
+{
+	char msg[256], want[32];
+	int n;
+
+	snprintf(msg, sizeof(msg), "END %u %s", idx, verdict);
+	if (send(ctl, msg, strlen(msg), MSG_NOSIGNAL) < 0)
+		return -1;
+	n = snprintf(want, sizeof(want), "END %u ", idx);
+	for (;;) {
+		struct pollfd p = { .fd = ctl, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&p, 1, (CASE_LIMIT_S + 10) * 1000) != 1)
+			return -1;
+		r = recv(ctl, msg, sizeof(msg) - 1, 0);
+		if (r <= 0)
+			return -1;
+		msg[r] = '\0';
+		/* Anything else is a message the other side's case left behind: dropped. */
+		if (strncmp(msg, want, (size_t)n) == 0) {
+			snprintf(peer_v, vlen, "%s", msg + n);
+			return 0;
+		}
+	}
+}
+
+/* ---- Running one case ---- */
+
+/* Runs case idx in a child; its output goes to the console as "# ..." lines, the first failure
+ * or skip note into detail. Returns PASS, FAIL or SKIP. */
+static const char *run_child(unsigned idx, int ctl, char *detail, size_t dlen)
+{
+	uint64_t end = test_now_ms() + CASE_LIMIT_S * 1000u;
+	char buf[4096], line[400];
+	size_t ll = 0;
+	int pfd[2], status = 0;
+	bool timed_out = false;
+	pid_t pid;
+
+	detail[0] = '\0';
+	if (pipe(pfd) < 0) {
+		snprintf(detail, dlen, "pipe: %s", strerror(errno));
+		return "FAIL";
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0) {
+		snprintf(detail, dlen, "fork: %s", strerror(errno));
+		close(pfd[0]);
+		close(pfd[1]);
+		return "FAIL";
+	}
+	if (pid == 0) {
+		close(pfd[0]);
+		dup2(pfd[1], STDOUT_FILENO);
+		close(pfd[1]);
+		alarm(CASE_LIMIT_S + 5); /* last resort if the parent dies */
+		conf_run_case(&kernel_factory, idx, role, ctl);
+		fflush(stdout);
+		_exit(0);
+	}
+	close(pfd[1]);
+	for (;;) {
+		struct pollfd p = { .fd = pfd[0], .events = POLLIN };
+		int64_t left = (int64_t)(end - test_now_ms());
+		ssize_t n;
+
+		if (left <= 0 || poll(&p, 1, (int)left) == 0) {
+			timed_out = true;
+			kill(pid, SIGKILL);
+			break;
+		}
+		n = read(pfd[0], buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		for (ssize_t i = 0; i < n; i++) {
+			if (buf[i] != '\n' && ll < sizeof(line) - 1) {
+				line[ll++] = buf[i];
+				continue;
+			}
+			if (buf[i] != '\n')
+				continue;
+			line[ll] = '\0';
+			ll = 0;
+			printf("# %s\n", line[0] == '#' ? line + 2 : line);
+			if (!detail[0] && line[0] == '#')
+				snprintf(detail, dlen, "%s", line + 2);
+		}
+	}
+	close(pfd[0]);
+	waitpid(pid, &status, 0);
+	if (timed_out) {
+		snprintf(detail, dlen, "time limit of %d s exceeded", CASE_LIMIT_S);
+		return "FAIL";
+	}
+	if (WIFSIGNALED(status)) {
+		snprintf(detail, dlen, "killed by signal %d", WTERMSIG(status));
+		return "FAIL";
+	}
+	if (WEXITSTATUS(status) == 77)
+		return "SKIP";
+	return WEXITSTATUS(status) == 0 ? "PASS" : "FAIL";
+}
+
+static bool picked(const char *name, char **pick, int npick)
+{
+	if (npick == 0)
+		return true;
+	for (int i = 0; i < npick; i++)
+		if (strcmp(pick[i], name) == 0)
+			return true;
+	return false;
+}
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: uvsock-kconf [--pick NAME]... loopback | server CTLPORT | "
+			"client SERVER_CID CTLPORT | --list\n");
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	char *pick[MAX_PICK];
+	int npick = 0, i, ctl = -1, fails = 0;
+	uint32_t ctl_port = 0;
+
+	for (i = 1; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+		if (strcmp(argv[i], "--list") == 0) {
+			for (unsigned c = 0; c < conf_ncases; c++)
+				printf("%s\n", conf_cases[c].name);
+			return 0;
+		}
+		if (strcmp(argv[i], "--pick") != 0 || i + 1 >= argc || npick == MAX_PICK)
+			return usage();
+		pick[npick++] = argv[++i];
+	}
+	if (i < argc && strcmp(argv[i], "loopback") == 0 && i + 1 == argc) {
+		role = CONF_BOTH;
+	} else if (i + 2 == argc && strcmp(argv[i], "server") == 0) {
+		role = CONF_SERVER;
+		ctl_port = (uint32_t)strtoul(argv[i + 1], NULL, 10);
+	} else if (i + 3 == argc && strcmp(argv[i], "client") == 0) {
+		role = CONF_CLIENT;
+		peer_cid = (uint32_t)strtoul(argv[i + 1], NULL, 10);
+		ctl_port = (uint32_t)strtoul(argv[i + 2], NULL, 10);
+	} else {
+		return usage();
+	}
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	kernel_version = parse_kernel();
+	local_cid = get_local_cid();
+	if (role == CONF_SERVER)
+		ctl = ctl_accept(ctl_port);
+	else if (role == CONF_CLIENT)
+		ctl = ctl_connect(peer_cid, ctl_port);
+	if (role != CONF_BOTH && ctl < 0) {
+		printf("UVSOCK-KCONF no control connection on port %u: %s\n", ctl_port,
+		       strerror(errno));
+		return 1;
+	}
+	printf("UVSOCK-KCONF %s kernel=%u.%u cid=%u peer=%u cases=%u\n", argv[i],
+	       kernel_version / 1000, kernel_version % 1000, local_cid, peer_cid, conf_ncases);
+	for (unsigned c = 0; c < conf_ncases; c++) {
+		const char *name = conf_cases[c].name, *v;
+		char detail[512], peer_v[256];
+		uint64_t t0;
+
+		if (!picked(name, pick, npick))
+			continue;
+		printf("UVSOCK-BEGIN kconf/%s %d\n", name, CASE_LIMIT_S);
+		t0 = test_now_ms();
+		v = run_child(c, ctl, detail, sizeof(detail));
+		if (role != CONF_BOTH) {
+			if (ctl_meet(ctl, c, v, peer_v, sizeof(peer_v)) < 0) {
+				printf("UVSOCK-CASE kconf/%s FAIL %llu control connection lost\n",
+				       name, (unsigned long long)(test_now_ms() - t0));
+				return 1 + fails;
+			}
+			/* A side that failed makes the case fail on both; a skip is mutual. */
+			if (strcmp(v, "PASS") == 0 && strcmp(peer_v, "PASS") != 0 &&
+			    strcmp(peer_v, "SKIP") != 0) {
+				v = "FAIL";
+				snprintf(detail, sizeof(detail), "the other side: %s", peer_v);
+			}
+		}
+		if (strcmp(v, "FAIL") == 0)
+			fails++;
+		printf("UVSOCK-CASE kconf/%s %s %llu %s\n", name, v,
+		       (unsigned long long)(test_now_ms() - t0), detail[0] ? detail : "-");
+	}
+	if (ctl >= 0)
+		close(ctl);
+	return fails > 125 ? 125 : fails;
+}
