@@ -928,7 +928,7 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 	ssize_t len, r, total = 0;
 	int n, eflags, mflags = 0;
 	struct sock_io io;
-	uint64_t target;
+	uint64_t target = 1;
 	unsigned seq;
 
 	if (!us)
@@ -974,7 +974,9 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 			r = -ENOTCONN; /* Linux: recv on a listener is ENOTCONN */
 		if (r > 0 && us->type == SOCK_STREAM) {
 			total += r;
-			if (total >= len || !(flags & MSG_WAITALL) || (flags & MSG_PEEK))
+			/* Linux (af_vsock.c __vsock_stream_recvmsg): up to the target, unless a
+			 * peek; a non-blocking call or a timeout returns what was read. */
+			if ((uint64_t)total >= target || (flags & MSG_PEEK))
 				break;
 			continue;
 		}
