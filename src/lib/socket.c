@@ -522,6 +522,10 @@ static int addr_in(const struct sockaddr *addr, socklen_t len, struct sockaddr_v
 {
 	struct sockaddr_vm svm;
 
+	/* Linux: a NULL address of nonzero length fails copying it in (net/socket.c
+	 * move_addr_to_kernel), a short one is EINVAL (af_vsock.c vsock_bind, vsock_connect). */
+	if (!addr && len > 0)
+		return -EFAULT;
 	if (!addr || len < (socklen_t)sizeof(svm))
 		return -EINVAL;
 	memcpy(&svm, addr, sizeof(svm));
@@ -848,7 +852,7 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 	if (!us)
 		return -1;
 	if (!msg) {
-		r = -EINVAL;
+		r = -EFAULT; /* Linux: net/socket.c copy_msghdr_from_user */
 		goto out_put;
 	}
 	if (flags & MSG_OOB) {
@@ -934,7 +938,7 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 	if (!us)
 		return -1;
 	if (!msg) {
-		r = -EINVAL;
+		r = -EFAULT; /* Linux: net/socket.c copy_msghdr_from_user */
 		goto out_put;
 	}
 	if (flags & (MSG_OOB | MSG_ERRQUEUE)) {
