@@ -248,10 +248,10 @@ int uvsock_getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen);
  *     BUFFER_SIZE is clamped into [min, max]; setting min/max re-clamps it),
  *     SO_VM_SOCKETS_CONNECT_TIMEOUT (_OLD and _NEW, struct timeval; 0 resets to 2 s).
  *   level SOL_SOCKET: SO_RCVTIMEO, SO_SNDTIMEO (struct timeval; 0 = wait forever),
- *     SO_RCVLOWAT (int; 0 becomes 1, must be <= buffer size), SO_ERROR (get: returns and clears
- *     the pending error), SO_TYPE, SO_DOMAIN, SO_PROTOCOL, SO_ACCEPTCONN (get only).
+ *     SO_RCVLOWAT (int; 0 becomes 1, STREAM: must be <= buffer size), SO_ERROR (get: returns
+ *     and clears the pending error), SO_TYPE, SO_DOMAIN, SO_PROTOCOL, SO_ACCEPTCONN (get only).
  * Errors: EBADF, ENOTSOCK, ENOPROTOOPT (unknown level or option, or set of a get-only option),
- * EINVAL (option length too small, NULL pointer, SO_RCVLOWAT above the buffer size), ERANGE
+ * EINVAL (option length too small, NULL pointer, STREAM SO_RCVLOWAT above the buffer size), ERANGE
  * (connect timeout out of range), EDOM (tv_usec out of range for SO_RCVTIMEO/SO_SNDTIMEO).
  */
 int uvsock_getsockopt(int fd, int level, int optname, void *optval, socklen_t *optlen);

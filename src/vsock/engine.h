@@ -386,7 +386,7 @@ enum vsock_sockopt {
 	VSOCK_OPT_BUFFER_MIN_SIZE, /* u64 */
 	VSOCK_OPT_BUFFER_MAX_SIZE, /* u64 */
 	VSOCK_OPT_CONNECT_TIMEOUT, /* ns; 0 resets to the default */
-	VSOCK_OPT_RCVLOWAT,        /* bytes; 0 becomes 1; > buffer size: -EINVAL */
+	VSOCK_OPT_RCVLOWAT,        /* bytes; 0 becomes 1; STREAM: > buffer size is -EINVAL */
 	_VSOCK_OPT_MAX,
 };
 int vsock_sock_setopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t val);

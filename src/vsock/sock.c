@@ -762,7 +762,9 @@ int vsock_sock_setopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t val
 		s->connect_timeout_ns = val ? val : s->e->cfg.connect_timeout_ns;
 		break;
 	case VSOCK_OPT_RCVLOWAT:
-		if (val > s->buf_size) {
+		/* Linux checks it on STREAM only: af_vsock.c vsock_set_rcvlowat is a
+		 * vsock_stream_ops callback, SEQPACKET takes any value. */
+		if (s->type == VSOCK_TYPE_STREAM && val > s->buf_size) {
 			r = -EINVAL;
 			break;
 		}
