@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -45,6 +46,7 @@
 #define ACCEPT_WAIT_MS 240000
 #define BLACKHOLE_CID 99u
 #define MAX_PICK 64
+#define FD_LIMIT 8192u
 
 static unsigned kernel_version;
 static uint32_t local_cid, peer_cid;
@@ -100,6 +102,19 @@ static uint32_t get_local_cid(void)
 		close(fd);
 	}
 	return cid;
+}
+
+/* stream_1000_connections holds ~2000 descriptors (both ends in one process on loopback). */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_max < FD_LIMIT)
+		rl.rlim_max = FD_LIMIT; /* root in the guest may raise it */
+	rl.rlim_cur = rl.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 /* ---- Control connection between two guests ---- */
@@ -298,6 +313,7 @@ int main(int argc, char **argv)
 		return usage();
 	}
 	signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	kernel_version = parse_kernel();
 	local_cid = get_local_cid();
