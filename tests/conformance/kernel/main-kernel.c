@@ -12,9 +12,10 @@
  *   uvsock-kconf [--pick NAME]... client SERVER_CID CTLPORT
  *       the two sides in two guests (uvsockd's sibling routing): the server side waits for one
  *       SOCK_SEQPACKET control connection on CTLPORT, the client connects to it (retrying while
- *       the other guest boots); the cases' own control messages run over it, and between two
- *       cases both sides meet ("END idx verdict") so a failed case cannot leave stale messages
- *       to the next one
+ *       the other guest boots); between two cases both sides meet on it ("END idx verdict"),
+ *       and each case's own control messages run over a connection of its own to the same
+ *       port, closed when the case ends (a side that failed so ends the other side's waits
+ *       at once and leaves nothing behind for the next case)
  *   uvsock-kconf --list
  *
  * Each case runs in a forked child with a 60 s limit and prints, on stdout (the console):
@@ -44,6 +45,7 @@
 #define CASE_LIMIT_S 60
 #define CONNECT_RETRY_MS 120000
 #define ACCEPT_WAIT_MS 240000
+#define CASE_CTL_WAIT_MS 10000
 #define BLACKHOLE_CID 99u
 #define MAX_PICK 64
 #define FD_LIMIT 8192u
@@ -119,10 +121,12 @@ static void raise_fd_limit(void)
 
 /* ---- Control connection between two guests ---- */
 
-static int ctl_connect(uint32_t cid, uint32_t port)
+static int ctl_lfd = -1; /* server: the control port's listener */
+
+static int ctl_connect(uint32_t cid, uint32_t port, uint64_t retry_ms)
 {
 	struct sockaddr_vm sa = vm_addr(cid, port);
-	uint64_t end = test_now_ms() + CONNECT_RETRY_MS;
+	uint64_t end = test_now_ms() + retry_ms;
 
 	for (;;) {
 		int fd = socket(AF_VSOCK, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -138,25 +142,35 @@ static int ctl_connect(uint32_t cid, uint32_t port)
 	}
 }
 
-static int ctl_accept(uint32_t port)
+/* The next connection to the control port (the first one tells the peer's CID). */
+static int ctl_accept(uint32_t port, int wait_ms)
 {
 	struct sockaddr_vm sa = vm_addr(VMADDR_CID_ANY, port), peer;
 	socklen_t len = sizeof(peer);
 	struct pollfd p;
-	int lfd, fd = -1;
+	int fd = -1;
 
-	lfd = socket(AF_VSOCK, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (lfd < 0)
-		return -1;
-	p = (struct pollfd){ .fd = lfd, .events = POLLIN };
-	if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 1) == 0 &&
-	    poll(&p, 1, ACCEPT_WAIT_MS) == 1) {
-		fd = accept4(lfd, (struct sockaddr *)&peer, &len, SOCK_CLOEXEC);
-		if (fd >= 0)
+	if (ctl_lfd < 0) {
+		ctl_lfd = socket(AF_VSOCK, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (ctl_lfd < 0 || bind(ctl_lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+		    listen(ctl_lfd, 4) < 0)
+			return -1;
+	}
+	p = (struct pollfd){ .fd = ctl_lfd, .events = POLLIN };
+	if (poll(&p, 1, wait_ms) == 1) {
+		fd = accept4(ctl_lfd, (struct sockaddr *)&peer, &len, SOCK_CLOEXEC);
+		if (fd >= 0 && peer_cid == 0)
 			peer_cid = peer.svm_cid;
 	}
-	close(lfd);
 	return fd;
+}
+
+/* Both sides: a control connection of its own for one case. */
+static int case_ctl(uint32_t port)
+{
+	if (role == CONF_SERVER)
+		return ctl_accept(port, CASE_CTL_WAIT_MS);
+	return ctl_connect(peer_cid, port, CASE_CTL_WAIT_MS);
 }
 
 /* Sends "END idx verdict" and reads up to the peer's END for idx; its verdict into *peer_v. */
@@ -318,9 +332,9 @@ int main(int argc, char **argv)
 	kernel_version = parse_kernel();
 	local_cid = get_local_cid();
 	if (role == CONF_SERVER)
-		ctl = ctl_accept(ctl_port);
+		ctl = ctl_accept(ctl_port, ACCEPT_WAIT_MS);
 	else if (role == CONF_CLIENT)
-		ctl = ctl_connect(peer_cid, ctl_port);
+		ctl = ctl_connect(peer_cid, ctl_port, CONNECT_RETRY_MS);
 	if (role != CONF_BOTH && ctl < 0) {
 		printf("UVSOCK-KCONF no control connection on port %u: %s\n", ctl_port,
 		       strerror(errno));
@@ -332,12 +346,22 @@ int main(int argc, char **argv)
 		const char *name = conf_cases[c].name, *v;
 		char detail[512], peer_v[256];
 		uint64_t t0;
+		int cctl;
 
 		if (!picked(name, pick, npick))
 			continue;
 		printf("UVSOCK-BEGIN kconf/%s %d\n", name, CASE_LIMIT_S);
 		t0 = test_now_ms();
-		v = run_child(c, ctl, detail, sizeof(detail));
+		if (role == CONF_BOTH) {
+			v = run_child(c, -1, detail, sizeof(detail));
+		} else if ((cctl = case_ctl(ctl_port)) < 0) {
+			v = "FAIL";
+			snprintf(detail, sizeof(detail), "no control connection for the case: %s",
+				 strerror(errno));
+		} else {
+			v = run_child(c, cctl, detail, sizeof(detail));
+			close(cctl);
+		}
 		if (role != CONF_BOTH) {
 			if (ctl_meet(ctl, c, v, peer_v, sizeof(peer_v)) < 0) {
 				printf("UVSOCK-CASE kconf/%s FAIL %llu control connection lost\n",
@@ -358,5 +382,7 @@ int main(int argc, char **argv)
 	}
 	if (ctl >= 0)
 		close(ctl);
+	if (ctl_lfd >= 0)
+		close(ctl_lfd);
 	return fails > 125 ? 125 : fails;
 }
