@@ -26,13 +26,11 @@
  * raises it, Linux does for a send on a shut-down socket without MSG_NOSIGNAL.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
@@ -56,32 +54,27 @@ static enum conf_role role = CONF_BOTH;
 
 static int k_setup(struct conf_env *env)
 {
-	struct uvsock_ctx *ctx = kvsock_ctx_new(role == CONF_BOTH ? VMADDR_CID_LOCAL : local_cid);
+	/* One context for this guest's CID serves whichever sides run here. */
+	struct uvsock_ctx *ctx = kvsock_ctx_new(local_cid);
 
 	if (!ctx)
 		return -ENOMEM;
-	env->client_ctx = ctx;
-	env->server_ctx = ctx;
-	env->server_cid = role == CONF_BOTH ? VMADDR_CID_LOCAL :
-		role == CONF_CLIENT ? peer_cid : local_cid;
-	env->client_cid = role == CONF_BOTH ? VMADDR_CID_LOCAL :
-		role == CONF_CLIENT ? local_cid : peer_cid;
-	env->blackhole_cid = BLACKHOLE_CID;
-	env->shared_engine = false;
-	env->kernel = kernel_version;
+	*env = (struct conf_env){
+		.client_ctx = ctx, .server_ctx = ctx,
+		.server_cid = role == CONF_CLIENT ? peer_cid : local_cid,
+		.client_cid = role == CONF_CLIENT ? local_cid : peer_cid,
+		.blackhole_cid = BLACKHOLE_CID, .kernel = kernel_version,
+	};
 	return 0;
 }
 
+/* The one context k_setup made (client and server share it). */
 static void k_teardown(struct conf_env *env)
 {
-	uvsock_ctx_free(env->client_ctx);
+	uvsock_ctx_free(env->server_ctx);
 }
 
-static const struct conf_factory kernel_factory = {
-	.name = "kernel",
-	.setup = k_setup,
-	.teardown = k_teardown,
-};
+static const struct conf_factory kernel_factory = { "kernel", k_setup, k_teardown };
 
 static unsigned parse_kernel(void)
 {
@@ -93,17 +86,15 @@ static unsigned parse_kernel(void)
 	return CONF_KV(major, minor);
 }
 
-static uint32_t get_local_cid(void)
+/* This guest's CID, as the control connection's local address tells it. */
+static uint32_t ctl_local_cid(int fd)
 {
-	unsigned int cid = VMADDR_CID_ANY;
-	int fd = open("/dev/vsock", O_RDONLY | O_CLOEXEC);
+	struct sockaddr_vm sa;
+	socklen_t len = sizeof(sa);
 
-	if (fd >= 0) {
-		if (ioctl(fd, IOCTL_VM_SOCKETS_GET_LOCAL_CID, &cid) < 0)
-			cid = VMADDR_CID_ANY;
-		close(fd);
-	}
-	return cid;
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+		return VMADDR_CID_ANY;
+	return sa.svm_cid;
 }
 
 /* stream_1000_connections holds ~2000 descriptors (both ends in one process on loopback). */
@@ -330,7 +321,8 @@ int main(int argc, char **argv)
 	raise_fd_limit();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	kernel_version = parse_kernel();
-	local_cid = get_local_cid();
+	local_cid = VMADDR_CID_LOCAL; /* loopback: both sides on CID 1 */
+	peer_cid = role == CONF_CLIENT ? peer_cid : (role == CONF_BOTH ? VMADDR_CID_LOCAL : 0);
 	if (role == CONF_SERVER)
 		ctl = ctl_accept(ctl_port, ACCEPT_WAIT_MS);
 	else if (role == CONF_CLIENT)
@@ -340,6 +332,8 @@ int main(int argc, char **argv)
 		       strerror(errno));
 		return 1;
 	}
+	if (ctl >= 0)
+		local_cid = ctl_local_cid(ctl);
 	printf("UVSOCK-KCONF %s kernel=%u.%u cid=%u peer=%u cases=%u\n", argv[i],
 	       kernel_version / 1000, kernel_version % 1000, local_cid, peer_cid, conf_ncases);
 	for (unsigned c = 0; c < conf_ncases; c++) {
