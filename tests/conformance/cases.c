@@ -379,6 +379,9 @@ static void rcvlowat_client(struct conf_args *a)
 	ctl_expect(a, "CHECKED");
 	conf_send_all(fd, buf, LOWAT);
 	ctl_send(a, "SENTALL");
+	ctl_expect(a, "ONEMORE");
+	conf_send_all(fd, buf, 1);
+	ctl_send(a, "SENTONE");
 	ctl_expect(a, "DONE");
 	ASSERT_SYS(uvsock_close(fd));
 }
@@ -388,6 +391,7 @@ static void rcvlowat_server(struct conf_args *a)
 	int lfd = conf_listen(a, SOCK_STREAM, a->port, 1), fd, lowat = LOWAT, got = 0;
 	socklen_t len = sizeof(got);
 	struct pollfd p;
+	uint64_t t0;
 	char buf[LOWAT];
 
 	ctl_send(a, "LISTENING");
@@ -414,6 +418,14 @@ static void rcvlowat_server(struct conf_args *a)
 	ASSERT_EQ(poll(&p, 1, 5000), 1);
 	ASSERT_TRUE(uvsock_poll_events(fd) & POLLIN);
 	ASSERT_EQ(uvsock_recv(fd, buf, sizeof(buf), MSG_DONTWAIT), LOWAT);
+	/* A blocking recv below the mark takes the byte, waits for more until SO_RCVTIMEO, and
+	 * then returns what it has (af_vsock.c __vsock_stream_recvmsg). */
+	ctl_send(a, "ONEMORE");
+	ctl_expect(a, "SENTONE");
+	set_timeval_opt(fd, SOL_SOCKET, SO_RCVTIMEO, 200);
+	t0 = test_now_ms();
+	ASSERT_EQ(uvsock_recv(fd, buf, sizeof(buf), 0), 1);
+	ASSERT_GE(test_now_ms() - t0, conf_min_wait(a, 199));
 	ctl_send(a, "DONE");
 	ASSERT_SYS(uvsock_close(fd));
 	ASSERT_SYS(uvsock_close(lfd));
