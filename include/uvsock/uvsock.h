@@ -153,7 +153,8 @@ int uvsock_socket(struct uvsock_ctx *ctx, int type, int protocol);
  * bind(2). addr must be a struct sockaddr_vm with svm_family AF_VSOCK; svm_cid VMADDR_CID_ANY or
  * the context's CID (loopback also accepts VMADDR_CID_LOCAL); svm_port VMADDR_PORT_ANY picks a
  * free port >= 1024.
- * Errors: EBADF, ENOTSOCK, EINVAL (bad address or length or family, or already bound),
+ * Errors: EBADF, ENOTSOCK, EFAULT (addr NULL, addrlen > 0), EINVAL (bad address or length or
+ * family, or already bound),
  * EADDRNOTAVAIL (CID not local, or no free port), EADDRINUSE, EACCES (port <= 1023 in an
  * UVSOCK_CTX_UNPRIVILEGED context).
  */
@@ -181,7 +182,8 @@ int uvsock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
  * connect(2). Blocking: waits until connected, refused or SO_VM_SOCKETS_CONNECT_TIMEOUT
  * (default 2 s). Non-blocking: returns EINPROGRESS; completion shows as POLLOUT (success) or
  * POLLERR with the result in SO_ERROR.
- * Errors: EBADF, ENOTSOCK, EINVAL (bad address, listening socket, shutting down), EISCONN,
+ * Errors: EBADF, ENOTSOCK, EFAULT (addr NULL, addrlen > 0), EINVAL (bad address, listening
+ * socket, shutting down), EISCONN,
  * EALREADY (non-blocking, attempt in progress), EINPROGRESS, ECONNRESET (refused: nothing
  * listens on the port), ETIMEDOUT, ENETUNREACH, EADDRNOTAVAIL (no free local port),
  * EPROTONOSUPPORT (SEQPACKET not supported by the peer transport).
@@ -197,22 +199,23 @@ int uvsock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
  * Errors: EBADF, ENOTSOCK, ENOTCONN, EPIPE (shut down for sending, peer shut down receiving, or
  * connection reset), EAGAIN (non-blocking and no credit, or SO_SNDTIMEO expired),
  * EMSGSIZE (SEQPACKET message larger than min(peer buffer, own buffer)), EOPNOTSUPP (MSG_OOB, or
- * msg_name on an unconnected socket), EISCONN (msg_name on a connected socket), EINVAL (NULL
- * msg, bad iovec).
+ * msg_name on an unconnected socket), EISCONN (msg_name on a connected socket), EFAULT (NULL
+ * msg), EINVAL (bad iovec).
  */
 ssize_t uvsock_send(int fd, const void *buf, size_t len, int flags);
 ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags);
 
 /*
- * recv(2) / recvmsg(2). STREAM: waits for at least min(SO_RCVLOWAT, len) bytes (len with
- * MSG_WAITALL); returns 0 at end of stream (peer shut down sending or closed, local SHUT_RD).
+ * recv(2) / recvmsg(2). STREAM: blocking, waits for at least min(SO_RCVLOWAT, len) bytes (len
+ * with MSG_WAITALL); non-blocking or at SO_RCVTIMEO, returns what is queued (as Linux); returns
+ * 0 at end of stream (peer shut down sending or closed, local SHUT_RD).
  * SEQPACKET: one whole message; msg_flags gets MSG_TRUNC if it did not fit (the rest is
  * discarded) and MSG_EOR if the sender set it; with MSG_TRUNC in flags the full message length is
  * returned. flags: MSG_DONTWAIT, MSG_PEEK, MSG_WAITALL, MSG_TRUNC. msg->msg_namelen is set to 0.
  * Errors: EBADF, ENOTSOCK, ENOTCONN (never connected, listening), EAGAIN (non-blocking and
  * nothing to read, or SO_RCVTIMEO expired), ENOMEM (STREAM: the wait target, SO_RCVLOWAT or
  * len with MSG_WAITALL, is >= the receive buffer size, as Linux), EOPNOTSUPP (MSG_OOB,
- * MSG_ERRQUEUE), EINVAL (NULL msg, bad iovec).
+ * MSG_ERRQUEUE), EFAULT (NULL msg), EINVAL (bad iovec).
  */
 ssize_t uvsock_recv(int fd, void *buf, size_t len, int flags);
 ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags);
@@ -245,10 +248,10 @@ int uvsock_getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen);
  *     BUFFER_SIZE is clamped into [min, max]; setting min/max re-clamps it),
  *     SO_VM_SOCKETS_CONNECT_TIMEOUT (_OLD and _NEW, struct timeval; 0 resets to 2 s).
  *   level SOL_SOCKET: SO_RCVTIMEO, SO_SNDTIMEO (struct timeval; 0 = wait forever),
- *     SO_RCVLOWAT (int; 0 becomes 1, must be <= buffer size), SO_ERROR (get: returns and clears
- *     the pending error), SO_TYPE, SO_DOMAIN, SO_PROTOCOL, SO_ACCEPTCONN (get only).
+ *     SO_RCVLOWAT (int; 0 becomes 1, STREAM: must be <= buffer size), SO_ERROR (get: returns
+ *     and clears the pending error), SO_TYPE, SO_DOMAIN, SO_PROTOCOL, SO_ACCEPTCONN (get only).
  * Errors: EBADF, ENOTSOCK, ENOPROTOOPT (unknown level or option, or set of a get-only option),
- * EINVAL (option length too small, NULL pointer, SO_RCVLOWAT above the buffer size), ERANGE
+ * EINVAL (option length too small, NULL pointer, STREAM SO_RCVLOWAT above the buffer size), ERANGE
  * (connect timeout out of range), EDOM (tv_usec out of range for SO_RCVTIMEO/SO_SNDTIMEO).
  */
 int uvsock_getsockopt(int fd, int level, int optname, void *optval, socklen_t *optlen);

@@ -522,6 +522,10 @@ static int addr_in(const struct sockaddr *addr, socklen_t len, struct sockaddr_v
 {
 	struct sockaddr_vm svm;
 
+	/* Linux: a NULL address of nonzero length fails copying it in (net/socket.c
+	 * move_addr_to_kernel), a short one is EINVAL (af_vsock.c vsock_bind, vsock_connect). */
+	if (!addr && len > 0)
+		return -EFAULT;
 	if (!addr || len < (socklen_t)sizeof(svm))
 		return -EINVAL;
 	memcpy(&svm, addr, sizeof(svm));
@@ -848,7 +852,7 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 	if (!us)
 		return -1;
 	if (!msg) {
-		r = -EINVAL;
+		r = -EFAULT; /* Linux: net/socket.c copy_msghdr_from_user */
 		goto out_put;
 	}
 	if (flags & MSG_OOB) {
@@ -928,13 +932,13 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 	ssize_t len, r, total = 0;
 	int n, eflags, mflags = 0;
 	struct sock_io io;
-	uint64_t target;
+	uint64_t target = 1;
 	unsigned seq;
 
 	if (!us)
 		return -1;
 	if (!msg) {
-		r = -EINVAL;
+		r = -EFAULT; /* Linux: net/socket.c copy_msghdr_from_user */
 		goto out_put;
 	}
 	if (flags & (MSG_OOB | MSG_ERRQUEUE)) {
@@ -974,7 +978,9 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 			r = -ENOTCONN; /* Linux: recv on a listener is ENOTCONN */
 		if (r > 0 && us->type == SOCK_STREAM) {
 			total += r;
-			if (total >= len || !(flags & MSG_WAITALL) || (flags & MSG_PEEK))
+			/* Linux (af_vsock.c __vsock_stream_recvmsg): up to the target, unless a
+			 * peek; a non-blocking call or a timeout returns what was read. */
+			if ((uint64_t)total >= target || (flags & MSG_PEEK))
 				break;
 			continue;
 		}

@@ -301,8 +301,9 @@ int vsock_sock_connect(struct vsock_sock *s, uint32_t cid, uint32_t port);
 ssize_t vsock_sock_send(struct vsock_sock *s, const struct iovec *iov, int iovcnt, int flags);
 
 /*
- * recv(2), non-blocking. STREAM: up to the iov size; honours rcvlowat (returns -EAGAIN below it
- * unless EOF) and MSG_PEEK, MSG_WAITALL is the caller's loop. After a reset by the peer (RST),
+ * recv(2), non-blocking. STREAM: up to the iov size, whatever is queued (-EAGAIN only when
+ * nothing is; rcvlowat is the blocking caller's target, as in Linux), MSG_PEEK; MSG_WAITALL and
+ * the rcvlowat wait are the caller's loop. After a reset by the peer (RST),
  * queued data is still returned, then 0 (EOF, as Linux). SEQPACKET: one whole message (MSG_PEEK
  * supported);
  * *ret_msg_flags gets MSG_TRUNC if it was longer than iov and MSG_EOR if the sender set EOR; with
@@ -385,7 +386,7 @@ enum vsock_sockopt {
 	VSOCK_OPT_BUFFER_MIN_SIZE, /* u64 */
 	VSOCK_OPT_BUFFER_MAX_SIZE, /* u64 */
 	VSOCK_OPT_CONNECT_TIMEOUT, /* ns; 0 resets to the default */
-	VSOCK_OPT_RCVLOWAT,        /* bytes; 0 becomes 1; > buffer size: -EINVAL */
+	VSOCK_OPT_RCVLOWAT,        /* bytes; 0 becomes 1; STREAM: > buffer size is -EINVAL */
 	_VSOCK_OPT_MAX,
 };
 int vsock_sock_setopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t val);

@@ -528,15 +528,14 @@ ssize_t vsock_sock_recv(struct vsock_sock *s, const struct iovec *iov, int iovcn
 		r = 0;
 		goto out;
 	}
-	if (s->rxq.bytes == 0 || s->rxq.bytes < MIN((size_t)s->rcvlowat, len)) {
-		if (!sock_rx_eof(s)) {
-			r = -EAGAIN;
-			goto out;
-		}
-		if (s->rxq.bytes == 0) {
-			r = 0;
-			goto out;
-		}
+	/*
+	 * Whatever is queued is returned, even below rcvlowat: Linux waits only while nothing is
+	 * queued (net/vmw_vsock/af_vsock.c vsock_connectible_wait_data); waiting for the
+	 * SO_RCVLOWAT target is the blocking caller's loop (__vsock_stream_recvmsg).
+	 */
+	if (s->rxq.bytes == 0) {
+		r = sock_rx_eof(s) ? 0 : -EAGAIN;
+		goto out;
 	}
 	r = stream_copy_out(s, iov, iov_count(iovcnt), (uint32_t)MIN(len, (size_t)UINT32_MAX),
 			    flags & VSOCK_MSG_PEEK);
@@ -763,7 +762,9 @@ int vsock_sock_setopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t val
 		s->connect_timeout_ns = val ? val : s->e->cfg.connect_timeout_ns;
 		break;
 	case VSOCK_OPT_RCVLOWAT:
-		if (val > s->buf_size) {
+		/* Linux checks it on STREAM only: af_vsock.c vsock_set_rcvlowat is a
+		 * vsock_stream_ops callback, SEQPACKET takes any value. */
+		if (s->type == VSOCK_TYPE_STREAM && val > s->buf_size) {
 			r = -EINVAL;
 			break;
 		}

@@ -183,32 +183,49 @@ static void *server_main(void *arg)
 	return NULL;
 }
 
-static void run_case(unsigned idx)
+void conf_run_case(const struct conf_factory *f, unsigned idx, enum conf_role role, int ctl)
 {
 	const struct conf_case *c = &conf_cases[idx];
 	struct server_thread st = { .c = c };
 	struct conf_args ca = { 0 };
 	struct conf_env env;
 	pthread_t th;
-	int sv[2], r;
+	int sv[2] = { ctl, ctl }, r;
 
 	memset(&env, 0, sizeof(env));
-	r = factory->setup(&env);
+	r = f->setup(&env);
 	if (r < 0)
-		test_fail(__FILE__, __LINE__, "factory %s setup: %s", factory->name, strerror(-r));
-	ASSERT_SYS(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
+		test_fail(__FILE__, __LINE__, "factory %s setup: %s", f->name, strerror(-r));
+	env.split = role != CONF_BOTH;
+	if (env.kernel && c->uvsock_only) {
+		f->teardown(&env);
+		test_skip(c->uvsock_only);
+	}
+	if (role == CONF_BOTH)
+		ASSERT_SYS(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
 	ca.env = &env;
 	ca.ctl = sv[0];
 	ca.port = PORT_BASE + idx * PORTS_PER_CASE;
 	st.args = ca;
 	st.args.ctl = sv[1];
 	st.args.is_server = true;
-	ASSERT_EQ(pthread_create(&th, NULL, server_main, &st), 0);
-	c->run_client(&ca);
-	ASSERT_EQ(pthread_join(th, NULL), 0);
-	close(sv[0]);
-	close(sv[1]);
-	factory->teardown(&env);
+	if (role == CONF_SERVER) {
+		c->run_server(&st.args);
+	} else if (role == CONF_CLIENT) {
+		c->run_client(&ca);
+	} else {
+		ASSERT_EQ(pthread_create(&th, NULL, server_main, &st), 0);
+		c->run_client(&ca);
+		ASSERT_EQ(pthread_join(th, NULL), 0);
+		close(sv[0]);
+		close(sv[1]);
+	}
+	f->teardown(&env);
+}
+
+static void run_case(unsigned idx)
+{
+	conf_run_case(factory, idx, CONF_BOTH, -1);
 }
 
 #define T1(i)                                                                                      \

@@ -6,6 +6,11 @@
  * later) and calls conf_main(); every case then runs in a forked child (tests/harness) with the
  * client in the main thread and the server in a second thread, synchronised through a small
  * in-process control channel (a SOCK_SEQPACKET socketpair, each wait bounded by 10 s).
+ *
+ * The same table also runs against Linux's own AF_VSOCK inside the interop guest
+ * (tests/conformance/kernel/: the uvsock_* calls mapped onto the real system calls). There a
+ * case marked uvsock_only is skipped, and a case may expect a per-kernel result through
+ * conf_kernel_before(); every userspace run still runs every case.
  */
 #ifndef UVSOCK_TESTS_CONF_H
 #define UVSOCK_TESTS_CONF_H
@@ -27,6 +32,8 @@ struct conf_env {
 	uint32_t client_cid;             /* CID the server sees as its peer */
 	uint32_t blackhole_cid;          /* packets to it get no answer; VMADDR_CID_ANY if none */
 	bool shared_engine;              /* both sides share one engine (stats cover both) */
+	unsigned kernel;                 /* CONF_KV() of the Linux kernel under test; 0: uvsock */
+	bool split;                      /* client and server run in different processes */
 	void *priv;                      /* factory-private */
 };
 
@@ -50,13 +57,50 @@ struct conf_case {
 	const char *name;
 	void (*run_client)(struct conf_args *a);
 	void (*run_server)(struct conf_args *a);
+	/* Non-NULL: uvsock's own rule, not Linux's; the kernel run skips the case (the reason). */
+	const char *uvsock_only;
 };
+
+/* A kernel version as compared by conf_kernel_before(). */
+#define CONF_KV(major, minor) ((unsigned)(major) * 1000u + (unsigned)(minor))
+
+/* True when the table runs against Linux's AF_VSOCK. */
+static inline bool conf_on_kernel(const struct conf_args *a)
+{
+	return a->env->kernel != 0;
+}
+
+/* True when the table runs against a Linux kernel older than major.minor. */
+static inline bool conf_kernel_before(const struct conf_args *a, unsigned major, unsigned minor)
+{
+	return a->env->kernel != 0 && a->env->kernel < CONF_KV(major, minor);
+}
 
 extern const struct conf_case conf_cases[];
 extern const unsigned conf_ncases;
 
+/*
+ * The least time a timeout of ms may have taken, as the cases check it: ms itself on uvsock; on
+ * the kernel three quarters of it, since the interop guest's timers under QEMU TCG fire early
+ * against CLOCK_MONOTONIC (seen: 171 ms for SO_RCVTIMEO 200 ms on 6.1, 173 ms for a 200 ms
+ * connect timeout on 7.3).
+ */
+static inline uint64_t conf_min_wait(const struct conf_args *a, uint64_t ms)
+{
+	return conf_on_kernel(a) ? ms * 3 / 4 : ms;
+}
+
 /* Registers every case with the harness and runs them (TAP). */
 int conf_main(int argc, char **argv, const struct conf_factory *f);
+
+/*
+ * Runs case idx in the calling process through factory f: both sides (client in the calling
+ * thread, server in a second one) when role is CONF_BOTH; one side when the two sides run in
+ * different processes, with ctl the control channel to the other one (a SOCK_SEQPACKET socket).
+ * Skips (test_skip) a uvsock_only case when the factory's env names a kernel.
+ */
+enum conf_role { CONF_BOTH, CONF_CLIENT, CONF_SERVER };
+void conf_run_case(const struct conf_factory *f, unsigned idx, enum conf_role role, int ctl);
 
 /* ---- Control channel (each call asserts; 10 s limit per wait) ---- */
 void ctl_send(struct conf_args *a, const char *msg);

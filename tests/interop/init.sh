@@ -19,6 +19,7 @@ for w in $(cat /proc/cmdline); do
 	case $w in
 	uvsock.mode=*) mode=${w#uvsock.mode=} ;;
 	uvsock.fault=panic) fault=panic ;;
+	uvsock.kconf=*) kconf=${w#uvsock.kconf=} ;;
 	esac
 done
 # Test knob of the harness (UVSOCK_INTEROP_FAULT=init-panic:VM): a kernel panic right after
@@ -52,4 +53,10 @@ BANNER
 fi
 
 /bin/uvsock-guest run
-finish $?
+rc=$?
+# Then the conformance table against this kernel, if asked (uvsock.kconf=loopback,
+# server,PORT or client,CID,PORT; tests/conformance/kernel/main-kernel.c).
+if [ -n "${kconf:-}" ]; then
+	/bin/uvsock-kconf $(echo "$kconf" | tr , ' ') || rc=$((rc + 1))
+fi
+finish $rc

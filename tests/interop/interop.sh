@@ -18,6 +18,9 @@
 #                run unmodified through uvsock-run on the host, docs/shim.md) when socat and
 #                ncat are installed, and the kernel's own vsock_test both ways (vsock_test,
 #                vsock_test_server) when scripts/fetch-kernels.sh cached its source
+#   --kconf BIN  the conformance table against each guest kernel (tests/conformance/kernel):
+#                over vsock_loopback in the main boot, between the sibling guests (client in
+#                CID 3, server in CID 4); as cases: kconf, kconf_sib (docs/interop.md)
 #   --selftest   no daemon: boot each kernel, load the modules, and run the guest program over
 #                vsock loopback plus the control channel (proves everything but uvsockd)
 # Environment: UVSOCK_INTEROP_BULK (bytes each way of the bulk cases, default 64 MiB),
@@ -41,7 +44,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 
-GUEST="" HOST="" DAEMON="" UVSOCK_RUN="" SELFTEST=0
+GUEST="" HOST="" DAEMON="" UVSOCK_RUN="" SELFTEST=0 KCONF_BIN=""
 KERNELS=$INTEROP_KERNELS
 BULK=${UVSOCK_INTEROP_BULK:-$((64 << 20))}
 VM_LIMIT=${UVSOCK_INTEROP_VM_LIMIT:-900}   # seconds one VM may run in all
@@ -51,6 +54,7 @@ while [ $# -gt 0 ]; do
 	--host) HOST=$2; shift 2 ;;
 	--daemon) DAEMON=$2; shift 2 ;;
 	--uvsock-run) UVSOCK_RUN=$2; shift 2 ;;
+	--kconf) KCONF_BIN=$2; shift 2 ;;
 	--selftest) SELFTEST=1; shift ;;
 	--kernels) KERNELS=$2; shift 2 ;;
 	*) echo "usage: $0 --guest BIN --host BIN [--daemon UVSOCKD] [--uvsock-run BIN] [--selftest]" >&2; exit 2 ;;
@@ -117,7 +121,7 @@ RESULTS=()   # "kernel|case|PASS|ms|detail"
 FAILS=0
 result() {   # kernel case PASS|FAIL ms detail
 	RESULTS+=("$1|$2|$3|$4|$5")
-	[ "$3" = PASS ] || FAILS=$((FAILS + 1))
+	[ "$3" = PASS ] || [ "$3" = SKIP ] || FAILS=$((FAILS + 1))
 	printf '  %-5s %-24s %-4s %7s ms  %s\n' "$1" "$2" "$3" "$4" "$5"
 }
 
@@ -199,6 +203,7 @@ vm_start() {
 	case ",${UVSOCK_INTEROP_FAULT:-}," in
 	*",init-panic:$name,"* | *",init-panic:${name%-*},"*) extra+=" uvsock.fault=panic" ;;
 	esac
+	extra+=${KCONF_APPEND[$name]:-}
 	qemu_args "$KDIR" "$INITRD" "uvsock.cases=$cases uvsock.bulk=$BULK$extra" "$T/$name.serial" \
 		"$vsock" "$ctl"
 	: >"$T/$name.serial"
@@ -398,13 +403,73 @@ case ",${UVSOCK_INTEROP_CASES:-}," in *,vsock_test*) build_vsock_test "$T" ;; es
 [ -f "$T/vsock_test.static" ] && VT_STATIC=$T/vsock_test.static VT_HOST=$T/vsock_test
 SELF_CASES="ctl,lo_refused,lo_seqpacket,lo_stream"
 
+# ---- the conformance table against the kernel (--kconf; docs/interop.md) ----
+
+# Which kconf steps run: both by default; with UVSOCK_INTEROP_CASES only those it names (kconf:
+# over vsock_loopback in the main boot; kconf_sib: client in CID 3, server in CID 4), taken out
+# of the guest program's list.
+declare -A KCONF_APPEND
+KCONF_LO=0 KCONF_SIB=0 KCONF_PORT=9000
+if [ -n "$KCONF_BIN" ] && [ $SELFTEST = 0 ]; then
+	if [ -z "${UVSOCK_INTEROP_CASES:-}" ]; then
+		KCONF_LO=1 KCONF_SIB=1
+	else
+		case ",$MAIN_CASES," in *,kconf,*) KCONF_LO=1 ;; esac
+		case ",$MAIN_CASES," in *,kconf_sib,*) KCONF_SIB=1 ;; esac
+		MAIN_CASES=$(echo ",$MAIN_CASES," | sed -e 's/,kconf_sib,/,/g' -e 's/,kconf,/,/g' \
+			-e 's/^,//' -e 's/,$//')
+		[ -n "$MAIN_CASES" ] || MAIN_CASES=hello
+	fi
+	[ $KCONF_LO = 1 ] || [ $KCONF_SIB = 1 ] || KCONF_BIN=""
+fi
+
+# kconf_prepare K: the kernel command line words that make /init run uvsock-kconf after the
+# guest program, per VM name (kept across a boot retry).
+kconf_prepare() {
+	[ $KCONF_LO = 1 ] && KCONF_APPEND[main-$1]=" uvsock.kconf=loopback"
+	[ $KCONF_SIB = 1 ] && KCONF_APPEND[sibsrv-$1]=" uvsock.kconf=server,$KCONF_PORT" &&
+		KCONF_APPEND[sibcli-$1]=" uvsock.kconf=client,4,$KCONF_PORT"
+	return 0
+}
+
+# kconf_results K NAME LABEL: one result per table case from NAME's serial log ("kconf <case>"
+# or "kconf_sib <case>"); a case without a line fails.
+kconf_results() {
+	local k=$1 name=$2 label=$3 c line verdict ms detail
+	[ -n "${KCONF_APPEND[$name]:-}" ] || return 0
+	while read -r c; do
+		line=$(tr -d '\r' <"$T/$name.serial" 2>/dev/null | grep -a -m1 "^UVSOCK-CASE kconf/$c ")
+		if [ -z "$line" ]; then
+			result "$k" "$label $c" FAIL 0 "[$name] no result: ${VMNOTE[$name]:-guest stopped early}"
+			continue
+		fi
+		IFS=' ' read -r _ _ verdict ms detail <<<"$line"
+		result "$k" "$label $c" "$verdict" "$ms" "[$name] $detail"
+	done < <("$KCONF_BIN" --list)
+}
+
+# kconf_sib_only K: with UVSOCK_INTEROP_CASES naming kconf_sib, the sibling pair boots for it
+# alone.
+kconf_sib_only() {
+	local k=$1
+	[ $KCONF_SIB = 1 ] || return 0
+	vm_start "sibsrv-$k" 4 hello && vm_start "sibcli-$k" 3 hello
+	vm_boot "sibsrv-$k" "sibcli-$k"
+	vm_wait "sibsrv-$k"
+	vm_wait "sibcli-$k"
+	kconf_results "$k" "sibcli-$k" kconf_sib
+	[ -n "${VMNOTE[sibsrv-$k]}${VMNOTE[sibcli-$k]}" ] && { vm_log_tail "sibsrv-$k"; vm_log_tail "sibcli-$k"; }
+	return 0
+}
+
 run_kernel() {
 	local meta=$1 k
 	kernel_cached "$meta" || skip "kernel $meta is not in the cache $(interop_cache_dir): $HOWTO"
 	k=$(kinfo "$KDIR" kver | cut -d. -f1,2)
 	echo "== kernel $(kinfo "$KDIR" package) $(kinfo "$KDIR" version) ($(kinfo "$KDIR" kver)), boot image $(basename "$(kernel_image "$KDIR")")"
 	INITRD="$T/initrd-$k.cpio"
-	build_initramfs "$KDIR" "$GUEST" "$INITRD" "${VT_STATIC:-}" || { result "$k" initramfs FAIL 0 "build failed"; return; }
+	kconf_prepare "$k"
+	KCONF_BIN=$KCONF_BIN build_initramfs "$KDIR" "$GUEST" "$INITRD" "${VT_STATIC:-}" || { result "$k" initramfs FAIL 0 "build failed"; return; }
 
 	if [ $SELFTEST = 1 ]; then
 		vm_start "self-$k" -1 "$SELF_CASES" || { result "$k" boot FAIL 0 "${VMNOTE[self-$k]}"; return; }
@@ -426,6 +491,7 @@ run_kernel() {
 	vm_start "main-$k" 3 "$MAIN_CASES" && vm_boot "main-$k" && vm_wait "main-$k"
 	echo "  guest: $(tr -d '\r' <"$T/main-$k.serial" | grep -a -m1 '^UVSOCK-GUEST'); boot ${BOOTMS[main-$k]:-?} ms"
 	vm_results "$k" "main-$k"
+	kconf_results "$k" "main-$k" kconf
 	[ -n "${VMNOTE[main-$k]}" ] && vm_log_tail "main-$k"
 	if ! daemon_alive; then
 		result "$k" uvsockd-alive FAIL 0 "uvsockd died during the main boot: $(tail -n 5 "$T/uvsockd.$k.log" | tr '\n' ' ')"
@@ -434,6 +500,7 @@ run_kernel() {
 	fi
 
 	if [ -n "${UVSOCK_INTEROP_CASES:-}" ]; then
+		kconf_sib_only "$k"
 		daemon_stop || result "$k" uvsockd-exit FAIL 0 "uvsockd did not exit cleanly on SIGTERM"
 		return
 	fi
@@ -449,6 +516,7 @@ run_kernel() {
 	vm_wait "sibcli-$k"
 	vm_results "$k" "sibsrv-$k" hello
 	vm_results "$k" "sibcli-$k" hello
+	kconf_results "$k" "sibcli-$k" kconf_sib
 	[ -n "${VMNOTE[sibsrv-$k]}${VMNOTE[sibcli-$k]}" ] && { vm_log_tail "sibsrv-$k"; vm_log_tail "sibcli-$k"; }
 
 	# Case 9: kill the QEMU of CID 3 mid-transfer while CID 4 keeps echoing; then CID 4 goes
@@ -522,8 +590,10 @@ n=0
 for r in "${RESULTS[@]}"; do
 	IFS='|' read -r k c v ms _ <<<"$r"
 	n=$((n + 1))
-	if [ "$v" = PASS ]; then v="ok"; else v="not ok"; fi
-	printf '%s %d - %-5s %-24s %7s ms\n' "$v" "$n" "$k" "$c" "$ms"
+	skipped=""
+	[ "$v" = SKIP ] && skipped=" # SKIP"
+	if [ "$v" = PASS ] || [ "$v" = SKIP ]; then v="ok"; else v="not ok"; fi
+	printf '%s %d - %-5s %-24s %7s ms%s\n' "$v" "$n" "$k" "$c" "$ms" "$skipped"
 done
 echo "1..$n"
 echo "# $((${#RESULTS[@]} - FAILS)) passed, $FAILS failed"

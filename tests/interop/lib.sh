@@ -316,7 +316,8 @@ static_busybox() {
 
 # build_initramfs KDIR GUEST_BIN OUT [VSOCK_TEST]: an uncompressed newc cpio with busybox, /init,
 # the vsock modules of KDIR (uncompressed, with their load order), the in-guest test program and,
-# if given, the kernel's static vsock_test as /bin/vsock_test.
+# if given, the kernel's static vsock_test as /bin/vsock_test; with KCONF_BIN set, that program
+# (the conformance table against the kernel) as /bin/uvsock-kconf.
 # Uncompressed because decompressing under TCG costs boot time; it is a few MiB.
 build_initramfs() {
 	local kdir=$1 guest=$2 out=$3 here root bb
@@ -329,6 +330,7 @@ build_initramfs() {
 	chmod 755 "$root/init"
 	cp "$guest" "$root/bin/uvsock-guest"
 	[ -n "${4:-}" ] && cp "$4" "$root/bin/vsock_test"
+	[ -n "${KCONF_BIN:-}" ] && cp "$KCONF_BIN" "$root/bin/uvsock-kconf"
 	cp -r "$kdir/modules/." "$root/lib/modules/"
 	cp "$kdir/load-order" "$root/etc/uvsock/load-order"
 	kinfo "$kdir" kver >"$root/etc/uvsock/kver"
