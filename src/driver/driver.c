@@ -1098,6 +1098,8 @@ static int front_open(struct vdrv *d)
 	/* tune no-event-idx: notifications by flags only, as before the event index. */
 	if (!tune_get()->event_idx)
 		fc.features &= ~VHU_BIT(VHU_F_EVENT_IDX);
+	if (!tune_get()->in_order) /* tune no-in-order: every used element read one by one */
+		fc.features &= ~VHU_BIT(VHU_F_IN_ORDER);
 	r = vhu_front_connect(d->path, &fc, &f);
 	if (r < 0)
 		return r;

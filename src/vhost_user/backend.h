@@ -36,10 +36,11 @@
 /* Device feature bits a back-end may offer besides VERSION_1 and PROTOCOL_FEATURES. */
 #define VHU_BACKEND_OPTIONAL_FEATURES                                                              \
 	(VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_NOTIFY_ON_EMPTY) |                         \
-	 VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX))
+	 VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_IN_ORDER))
 /* What vhu_backend_config_init() offers. */
 #define VHU_BACKEND_DEFAULT_FEATURES                                                               \
-	(VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX))
+	(VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) | \
+	 VHU_BIT(VHU_F_IN_ORDER))
 
 struct vhu_backend_config {
 	uint64_t guest_cid;     /* served by GET_CONFIG as le64 at offset 0 */

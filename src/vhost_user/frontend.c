@@ -50,7 +50,7 @@ void vhu_front_config_init(struct vhu_front_config *cfg)
 		.mem_size = 64ull << 20,
 		.gpa_base = 0,
 		.features = VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_INDIRECT_DESC) |
-			    VHU_BIT(VHU_F_EVENT_IDX),
+			    VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_IN_ORDER),
 		.queue_size = 128,
 		.timeout_ms = VHU_MSG_TIMEOUT_MS,
 	};
@@ -66,7 +66,8 @@ static void close_fd(int *fd)
 int vhu_front_new(int sock, const struct vhu_front_config *cfg, struct vhu_front **ret)
 {
 	const uint64_t wantable = VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_NOTIFY_ON_EMPTY) |
-				  VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX);
+				  VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) |
+				  VHU_BIT(VHU_F_IN_ORDER);
 	struct vhu_front *f;
 	int r;
 

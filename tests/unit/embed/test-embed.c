@@ -265,7 +265,7 @@ TEST(features_and_argument_errors)
 	uint64_t f = uvsock_dev_features();
 	char longp[200];
 
-	ASSERT_EQ(f, (1ull << 1) | (1ull << 28) | (1ull << 29) | (1ull << 32));
+	ASSERT_EQ(f, (1ull << 1) | (1ull << 28) | (1ull << 29) | (1ull << 32) | (1ull << 35));
 	ASSERT_ERR(uvsock_dev_new(NULL, &d2), EINVAL);
 	ASSERT_ERR(uvsock_dev_new(&cfg, &d2), EINVAL); /* no uds_path */
 	memset(longp, 'a', sizeof(longp) - 1);
