@@ -30,8 +30,12 @@
 #include "vhost_user/protocol.h"
 #include "vring/guest_mem.h"
 
-/* Queues served by the back-end: 0 = rx (device to guest), 1 = tx (guest to device). */
-#define VHU_NUM_QUEUES 2u
+/*
+ * Queues served by the back-end: 0 = rx (device to guest), 1 = tx (guest to device), 2 = the
+ * event queue (virtio 1.2 §5.10.2), which QEMU keeps for itself and other front-ends (Cloud
+ * Hypervisor, crosvm) hand over; a ring the front-end never sets up simply never runs.
+ */
+#define VHU_NUM_QUEUES 3u
 
 /* Device feature bits a back-end may offer besides VERSION_1 and PROTOCOL_FEATURES. */
 #define VHU_BACKEND_OPTIONAL_FEATURES                                                              \
