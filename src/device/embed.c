@@ -328,7 +328,7 @@ static int do_set_mem(struct vsock_dev *d, void *arg)
 {
 	struct guest_mem *m = arg;
 
-	if (d->rxq.running || d->txq.running)
+	if (d->rxq.running || d->txq.running || d->evq.running)
 		return -EBUSY;
 	guest_mem_free(d->mem_owned);
 	d->mem_owned = m;
@@ -425,7 +425,7 @@ int uvsock_dev_queue_start(struct uvsock_dev *u, unsigned qidx, const struct uvs
 
 	if (!uq || abi_struct_in(&cq, sizeof(cq), uq, ABI_SIZE_0(struct uvsock_dev_queue, flags)) < 0)
 		return -EINVAL;
-	if (qidx > UVSOCK_DEV_QUEUE_TX || q->kick_fd < 0 ||
+	if (qidx > UVSOCK_DEV_QUEUE_EVENT || q->kick_fd < 0 ||
 	    (q->flags & ~UVSOCK_DEV_QUEUE_HOST_ADDRS) || !vring_size_valid(q->num))
 		return -EINVAL;
 	/* Only eventfds: a pipe at EOF as kick fd would spin the device thread, a full pipe as
@@ -456,7 +456,7 @@ int uvsock_dev_queue_stop(struct uvsock_dev *u, unsigned qidx, uint16_t *ret_las
 	struct stop_arg a = { .qidx = qidx };
 	int r;
 
-	if (qidx > UVSOCK_DEV_QUEUE_TX)
+	if (qidx > UVSOCK_DEV_QUEUE_EVENT)
 		return -EINVAL;
 	r = api_run(u, do_queue_stop, &a);
 	if (r == 0 && ret_last_avail_idx)
@@ -484,9 +484,20 @@ int uvsock_dev_set_call_fd(struct uvsock_dev *u, unsigned qidx, int call_fd)
 	if (call_fd >= 0 && fd_check_eventfd(call_fd) < 0)
 		return -EINVAL;
 
-	if (qidx > UVSOCK_DEV_QUEUE_TX)
+	if (qidx > UVSOCK_DEV_QUEUE_EVENT)
 		return -EINVAL;
 	return api_run(u, do_set_call_fd, &a);
+}
+
+static int do_transport_reset(struct vsock_dev *d, void *arg)
+{
+	(void)arg;
+	return dev_transport_reset(d);
+}
+
+int uvsock_dev_transport_reset(struct uvsock_dev *u)
+{
+	return api_run(u, do_transport_reset, NULL);
 }
 
 static int do_reset(struct vsock_dev *d, void *arg)

@@ -297,7 +297,7 @@ TEST(features_and_argument_errors)
 	ASSERT_ERR(uvsock_dev_set_mem_table(e.dev, regs, 1), EINVAL);
 	regs[0] = eg_region(&e.g);
 	ASSERT_OK(uvsock_dev_set_mem_table(e.dev, regs, 1));
-	ASSERT_ERR(uvsock_dev_queue_start(e.dev, 2, &q), EINVAL);
+	ASSERT_ERR(uvsock_dev_queue_start(e.dev, 3, &q), EINVAL); /* 2 is the event queue */
 	q.num = 100;
 	ASSERT_ERR(uvsock_dev_queue_start(e.dev, 0, &q), EINVAL);
 	q.num = 2048; /* above queue_size_max (1024) */
