@@ -729,6 +729,7 @@ int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_c
 			dq->kick_fd = dq->call_fd = -1;
 			return r;
 		}
+		dev_evq_session_start(d, cfg->last_avail_idx);
 	}
 	if (qidx == 1)
 		d->tx_more = true;

@@ -58,7 +58,8 @@ void dev_evq_flush(struct vsock_dev *d)
 	bool pushed = false;
 
 	memcpy(ev, &id, sizeof(ev));
-	while (d->evq_reset_pending && eq->running) {
+	/* Only within a session: whether the guest needs it is decided when TX starts. */
+	while (d->evq_reset_pending && eq->running && d->txq.running) {
 		struct vring_chain ch;
 		uint16_t head;
 		int r = vring_dev_pop(&eq->q, out_none, 0, in, DEV_RX_IOV_MAX, &ch);
@@ -144,6 +145,13 @@ uint16_t dev_evq_stop(struct vsock_dev *d)
 void dev_evq_set_call_fd(struct vsock_dev *d, int call_fd)
 {
 	d->evq.call_fd = call_fd;
+}
+
+void dev_evq_session_start(struct vsock_dev *d, uint16_t tx_base)
+{
+	if (tx_base == 0)
+		d->evq_reset_pending = false;
+	dev_evq_flush(d);
 }
 
 void dev_evq_reset_needed(struct vsock_dev *d)

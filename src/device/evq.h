@@ -10,9 +10,10 @@
  * instead of waiting on connections the device no longer has. docs/vhost-user.md, "Event queue".
  *
  * The reset is pending from the moment the connections were dropped until it is written into an
- * event buffer; it is written when the event queue runs and has a buffer: at its start, at its
- * kick, and before RX is filled (so before the first packet of the new session, when the queue
- * already runs). At most one reset is pending: several drops before the guest sees one are one
+ * event buffer; it is written when a session runs and the event queue has a buffer: when TX or
+ * the event queue starts, at the event queue's kick, and before RX is filled (so before the
+ * first packet of the new session, when the queue already runs). A new guest driver (TX starts
+ * at index 0) has nothing to reset: the pending reset is dropped then. At most one reset is pending: several drops before the guest sees one are one
  * event for it. Everything runs on the device thread.
  */
 #ifndef UVSOCK_DEVICE_EVQ_H
@@ -46,7 +47,20 @@ void dev_evq_set_call_fd(struct vsock_dev *d, int call_fd);
  * be now. */
 void dev_evq_reset_needed(struct vsock_dev *d);
 
-/* Posts the pending reset if the event queue runs and has a buffer. Cheap when none is pending. */
+/*
+ * Posts the pending reset if a session runs (TX started), the event queue runs and has a
+ * buffer. Cheap when none is pending.
+ */
 void dev_evq_flush(struct vsock_dev *d);
+
+/*
+ * TX started a new session at avail index tx_base (SET_VRING_BASE). 0 is a driver that never
+ * used the ring: a new guest driver (its reset, a reboot, our guest role's reconnect), which has
+ * no connection to reset, so a pending reset is dropped (it would hit the new session's first
+ * connections). Anything else is a guest that survived (a front-end that reconnects and gives
+ * the rings back): the reset is posted. A surviving guest whose TX index wrapped to exactly 0
+ * misses it. Then flushes.
+ */
+void dev_evq_session_start(struct vsock_dev *d, uint16_t tx_base);
 
 #endif
