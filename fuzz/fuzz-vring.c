@@ -10,7 +10,8 @@
  * Input layout:
  *   byte 0      bit 0 INDIRECT_DESC, bit 1 EVENT_IDX, bits 2-5 log2(queue size) % 9,
  *               bit 6 small iovec arrays (exercise -ENOBUFS / skip), bit 7 driver mode
- *   bytes 1-2   last_avail_idx (le16) for the device queue
+ *   bytes 1-2   last_avail_idx (le16) for the device queue; bit 7 of byte 2 also negotiates
+ *               VIRTIO_F_IN_ORDER (both modes: batched used elements, ring-order descriptors)
  *   rest        copied to guest-physical 0.. (two 32 KiB regions at gpa 0 and 0x8000, separate
  *               host buffers); the ring sits at gpa 0 as laid out by vring_layout()
  */
@@ -143,6 +144,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		features |= 1ull << VRING_FEAT_INDIRECT_DESC;
 	if (data[0] & 2)
 		features |= 1ull << VRING_FEAT_EVENT_IDX;
+	if (data[2] & 0x80)
+		features |= 1ull << VRING_FEAT_IN_ORDER;
 	if (vring_layout(num, &l) < 0 || l.total > REGION)
 		return 0;
 	/* Separate allocations, exactly region-sized: ASan flags any access past a region. */

@@ -115,7 +115,7 @@ struct uvsock_dev_config {
 
 /*
  * The feature bits to offer the guest driver (VERSION_1, SEQPACKET, DGRAM, INDIRECT_DESC,
- * EVENT_IDX; datagrams: docs/uvsockd.md "Datagrams").
+ * EVENT_IDX, IN_ORDER; datagrams: docs/uvsockd.md "Datagrams").
  * The VMM adds its transport's own bits (e.g. VIRTIO_F_ACCESS_PLATFORM is not supported: do
  * not offer it). Pure; any thread.
  */
@@ -247,7 +247,8 @@ struct uvsock_dev_queue {
 #define UVSOCK_DEV_QUEUE_HOST_ADDRS 1u
 
 /*
- * Starts queue qidx (UVSOCK_DEV_QUEUE_RX or _TX). The used index is taken from the ring in guest
+ * Starts queue qidx (UVSOCK_DEV_QUEUE_RX, _TX or _EVENT: the event queue is optional and the
+ * device posts only TRANSPORT_RESET there). The used index is taken from the ring in guest
  * memory (never assumed 0). Starting TX after uvsock_dev_new or uvsock_dev_reset begins a new
  * session (fresh connection table, the device's wildcard listeners for guest connects).
  * Returns 0, -EPERM, -EINVAL (bad size, qidx, num, kick_fd < 0, a kick or call fd that is not an
@@ -279,6 +280,17 @@ int uvsock_dev_set_call_fd(struct uvsock_dev *d, unsigned qidx, int call_fd);
  * uvsock_dev_set_features. Returns 0, or -EPERM.
  */
 int uvsock_dev_reset(struct uvsock_dev *d);
+
+/*
+ * Transport reset, as a VMM does after restoring or migrating a VM (QEMU: vhost-vsock-common's
+ * TRANSPORT_RESET on load): every connection of the guest is dropped (host sockets closed), a
+ * VIRTIO_VSOCK_EVENT_TRANSPORT_RESET is posted on the event queue (UVSOCK_DEV_QUEUE_EVENT, when
+ * the VMM started it; otherwise when it starts) so that the guest resets its sockets and
+ * re-reads its CID, and a new session begins at once if TX runs. The device posts the same
+ * event by itself whenever it drops connections the guest may still hold (a reset, rings
+ * stopped). Queues keep running. Returns 0, -EPERM, -ENOMEM.
+ */
+int uvsock_dev_transport_reset(struct uvsock_dev *d);
 
 /* Counters (monotonic for the device's life, across resets) and state. */
 struct uvsock_dev_stats {

@@ -23,9 +23,17 @@ extern "C" {
 
 /* Options for uvsock_ctx_new_guest(). Set size, zero the rest (see "Structs that grow" in
  * <uvsock/uvsock.h>), then set what you need. */
+/*
+ * struct uvsock_guest_opts flag: hand the event queue to the back-end too (three virtqueues, as
+ * Cloud Hypervisor and crosvm do; QEMU keeps it, so the default is two) and act on the device's
+ * TRANSPORT_RESET events there as a Linux guest does (uvsock_ctx_guest_transport_reset). The
+ * back-end must accept a third queue (uvsockd does).
+ */
+#define UVSOCK_GUEST_EVENT_QUEUE 0x100u
+
 struct uvsock_guest_opts {
 	uint32_t size;           /* sizeof(struct uvsock_guest_opts) */
-	unsigned flags;          /* UVSOCK_CTX_UNPRIVILEGED */
+	unsigned flags;          /* UVSOCK_CTX_UNPRIVILEGED, UVSOCK_GUEST_EVENT_QUEUE */
 	uint32_t max_sockets;    /* cap on live sockets; 0: 65536 */
 	unsigned queue_size;     /* virtqueue size, power of two <= 1024; 0: 128 (as QEMU) */
 	uint32_t rx_buf_min;     /* RX buffer payload room bounds (adaptive in between); */
@@ -50,7 +58,8 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 /*
  * Delivers a TRANSPORT_RESET event as a Linux guest handles it: the CID is read again, every
  * connected socket fails with ECONNRESET (no RST is sent), listeners survive with the new CID.
- * (With vhost-user the event queue belongs to the VMM, which is the one to call this.)
+ * (With vhost-user the event queue belongs to the VMM, which is the one to call this; with
+ * UVSOCK_GUEST_EVENT_QUEUE the device's own events on it do the same.)
  * Returns 0, or -1 with errno EINVAL (not a guest context) or the back-end error.
  */
 int uvsock_ctx_guest_transport_reset(struct uvsock_ctx *ctx);

@@ -232,6 +232,7 @@ static void rx_fill(struct vsock_dev *d)
 		host_rx_park(d);
 		return;
 	}
+	dev_evq_flush(d); /* a pending reset goes before the new session's first packet */
 	vring_dev_disable_notify(&dq->q);
 	for (;;) {
 		bool have_eng = d->eng && vsock_engine_has_pending(d->eng);
@@ -591,6 +592,7 @@ out_free:
 static void engine_destroy(struct vsock_dev *d)
 {
 	struct vsock_engine *e;
+	uint64_t es_conns = 0;
 
 	/* Withdrawn from readers first, its counters moved into eng_past in the same step so that
 	 * readers never see them missing; host sockets are closed before the engine goes. */
@@ -601,6 +603,7 @@ static void engine_destroy(struct vsock_dev *d)
 
 		vsock_engine_get_stats(e, &es);
 		dev_eng_stats_accumulate(&d->eng_past, &es, !!d->lst[0] + !!d->lst[1]);
+		es_conns = es.socks_open - MIN(es.socks_open, (uint64_t)(!!d->lst[0] + !!d->lst[1]));
 	}
 	d->eng = NULL;
 	pthread_mutex_unlock(&d->eng_lock);
@@ -613,6 +616,9 @@ static void engine_destroy(struct vsock_dev *d)
 	dev_sib_drop_staged(d);
 	if (d->eng_timer)
 		loop_timer_disarm(d->eng_timer);
+	/* The guest may still hold connections the device no longer has: tell it (evq.h). */
+	if (es_conns)
+		dev_evq_reset_needed(d);
 }
 
 /* ---- settle: run what the last event made possible ---------------------------------------- */
@@ -697,6 +703,8 @@ int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_c
 	struct dev_queue *dq;
 	int r;
 
+	if (qidx == UVSOCK_DEV_QUEUE_EVENT && kick_fd >= 0)
+		return dev_evq_start(d, cfg, kick_fd, call_fd);
 	if (qidx >= 2 || kick_fd < 0)
 		return -EINVAL;
 	dq = qidx == 0 ? &d->rxq : &d->txq;
@@ -724,6 +732,7 @@ int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_c
 			dq->kick_fd = dq->call_fd = -1;
 			return r;
 		}
+		dev_evq_session_start(d, cfg->last_avail_idx);
 	}
 	if (qidx == 1)
 		d->tx_more = true;
@@ -737,6 +746,9 @@ int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_c
 uint16_t dev_queue_stop(struct vsock_dev *d, unsigned qidx)
 {
 	struct dev_queue *dq = qidx == 0 ? &d->rxq : &d->txq;
+
+	if (qidx == UVSOCK_DEV_QUEUE_EVENT)
+		return dev_evq_stop(d);
 
 	if (!dq->running)
 		return vring_dev_last_avail_idx(&dq->q);
@@ -752,15 +764,34 @@ void dev_set_call_fd(struct vsock_dev *d, unsigned qidx, int call_fd)
 {
 	if (qidx < 2)
 		(qidx == 0 ? &d->rxq : &d->txq)->call_fd = call_fd;
+	else if (qidx == UVSOCK_DEV_QUEUE_EVENT)
+		dev_evq_set_call_fd(d, call_fd);
 }
 
 void dev_reset(struct vsock_dev *d)
 {
 	dev_queue_stop(d, 0);
 	dev_queue_stop(d, 1);
+	dev_evq_stop(d);
 	engine_destroy(d);
 	dev_sib_drop_all(d);
 	atomic_store_explicit(&d->broken, false, memory_order_relaxed);
+}
+
+int dev_transport_reset(struct vsock_dev *d)
+{
+	int r = 0;
+
+	/* One event, whether or not engine_destroy found connections to drop. */
+	d->evq_reset_pending = true;
+	engine_destroy(d);
+	dev_evq_flush(d);
+	if (d->txq.running) {
+		r = engine_create(d, d->txq.num);
+		d->tx_more = d->rx_more = r == 0;
+		cont_schedule(d);
+	}
+	return r;
 }
 
 /* ---- services for the vhost-user glue (vhu.h) --------------------------------------------- */
@@ -897,6 +928,9 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 		return -ENOMEM;
 	d->uds_l.fd = d->uds_seq_l.fd = -1;
 	d->rxq.kick_fd = d->rxq.call_fd = d->txq.kick_fd = d->txq.call_fd = -1;
+	d->evq.kick_fd = d->evq.call_fd = -1;
+	d->evq.dev = d;
+	d->evq.idx = UVSOCK_DEV_QUEUE_EVENT;
 	d->rxq.dev = d->txq.dev = d;
 	d->rxq.idx = 0;
 	d->txq.idx = 1;
@@ -999,6 +1033,7 @@ void vsock_dev_free(struct vsock_dev *d)
 	d->vhu = NULL;
 	dev_queue_stop(d, 0);
 	dev_queue_stop(d, 1);
+	dev_evq_stop(d);
 	engine_destroy(d);
 	guest_mem_free(d->mem_owned);
 	host_close_listeners(d);

@@ -19,6 +19,7 @@
 #include <sys/un.h>
 
 #include "device/device.h"
+#include "device/evq.h"
 #include "device/uds_connect.h"
 #include "ops/pcap.h"
 #include "util/loop.h"
@@ -238,6 +239,8 @@ struct vsock_dev {
 
 	struct dev_vhu *vhu;           /* the vhost-user glue (vhu.c), or NULL (device API) */
 	struct dev_queue rxq, txq;
+	struct dev_queue evq;          /* queue 2, when the front-end hands it over (evq.c) */
+	bool evq_reset_pending;        /* a TRANSPORT_RESET waits for an event buffer (evq.h) */
 	/* guest memory the rings use: the vhost-user back-end's map (borrowed) or, for the device
 	 * API, mem_owned (uvsock_dev_set_mem_table) */
 	const struct guest_mem *mem;
@@ -470,6 +473,12 @@ uint16_t dev_queue_stop(struct vsock_dev *d, unsigned qidx);
 void dev_set_call_fd(struct vsock_dev *d, unsigned qidx, int call_fd);
 /* Guest driver reset: both queues stopped, every connection dropped, broken cleared. */
 void dev_reset(struct vsock_dev *d);
+/*
+ * The VMM's transport reset (uvsock_dev_transport_reset): every connection dropped, a
+ * TRANSPORT_RESET posted (evq.h), a new session begun at once if TX runs. Returns 0 or the
+ * engine's error.
+ */
+int dev_transport_reset(struct vsock_dev *d);
 /* A call run on the device thread (embed.c). */
 struct dev_call {
 	int (*fn)(struct vsock_dev *d, void *arg);

@@ -35,14 +35,15 @@
 
 #define API_FEATURES                                                                               \
 	((1ull << UVSOCK_DEV_F_SEQPACKET) | (1ull << UVSOCK_DEV_F_INDIRECT_DESC) |                 \
-	 (1ull << UVSOCK_DEV_F_EVENT_IDX) | (1ull << UVSOCK_DEV_F_VERSION_1) |                   \
-	 (1ull << UVSOCK_DEV_F_DGRAM))
+	 (1ull << UVSOCK_DEV_F_EVENT_IDX) | (1ull << UVSOCK_DEV_F_VERSION_1) |                    \
+	 (1ull << UVSOCK_DEV_F_DGRAM) | (1ull << UVSOCK_DEV_F_IN_ORDER))
 
 /* The API's feature bits are the vhost-user back-end's device bits (same numbers). */
 _Static_assert(UVSOCK_DEV_F_SEQPACKET == VIRTIO_VSOCK_F_SEQPACKET, "seqpacket bit");
 _Static_assert(UVSOCK_DEV_F_DGRAM == VIRTIO_VSOCK_F_DGRAM, "dgram bit");
 _Static_assert(UVSOCK_DEV_F_INDIRECT_DESC == VRING_FEAT_INDIRECT_DESC, "indirect bit");
 _Static_assert(UVSOCK_DEV_F_EVENT_IDX == VRING_FEAT_EVENT_IDX, "event idx bit");
+_Static_assert(UVSOCK_DEV_F_IN_ORDER == VRING_FEAT_IN_ORDER, "in-order bit");
 
 #define API_CONFIG_FLAGS UVSOCK_DEV_EXTERNAL_LOOP
 
@@ -155,10 +156,14 @@ unsigned dev_api_router_refs(void)
 
 uint64_t uvsock_dev_features(void)
 {
-	/* The event-idx switch off (src/util/tune.h): not offered, for before/after figures. */
+	uint64_t f = API_FEATURES;
+
+	/* The event-idx and in-order switches off (src/util/tune.h): not offered. */
 	if (!tune_get()->event_idx)
-		return API_FEATURES & ~(1ull << UVSOCK_DEV_F_EVENT_IDX);
-	return API_FEATURES;
+		f &= ~(1ull << UVSOCK_DEV_F_EVENT_IDX);
+	if (!tune_get()->in_order)
+		f &= ~(1ull << UVSOCK_DEV_F_IN_ORDER);
+	return f;
 }
 
 int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret)
@@ -324,7 +329,7 @@ static int do_set_mem(struct vsock_dev *d, void *arg)
 {
 	struct guest_mem *m = arg;
 
-	if (d->rxq.running || d->txq.running)
+	if (d->rxq.running || d->txq.running || d->evq.running)
 		return -EBUSY;
 	guest_mem_free(d->mem_owned);
 	d->mem_owned = m;
@@ -421,7 +426,7 @@ int uvsock_dev_queue_start(struct uvsock_dev *u, unsigned qidx, const struct uvs
 
 	if (!uq || abi_struct_in(&cq, sizeof(cq), uq, ABI_SIZE_0(struct uvsock_dev_queue, flags)) < 0)
 		return -EINVAL;
-	if (qidx > UVSOCK_DEV_QUEUE_TX || q->kick_fd < 0 ||
+	if (qidx > UVSOCK_DEV_QUEUE_EVENT || q->kick_fd < 0 ||
 	    (q->flags & ~UVSOCK_DEV_QUEUE_HOST_ADDRS) || !vring_size_valid(q->num))
 		return -EINVAL;
 	/* Only eventfds: a pipe at EOF as kick fd would spin the device thread, a full pipe as
@@ -452,7 +457,7 @@ int uvsock_dev_queue_stop(struct uvsock_dev *u, unsigned qidx, uint16_t *ret_las
 	struct stop_arg a = { .qidx = qidx };
 	int r;
 
-	if (qidx > UVSOCK_DEV_QUEUE_TX)
+	if (qidx > UVSOCK_DEV_QUEUE_EVENT)
 		return -EINVAL;
 	r = api_run(u, do_queue_stop, &a);
 	if (r == 0 && ret_last_avail_idx)
@@ -480,9 +485,20 @@ int uvsock_dev_set_call_fd(struct uvsock_dev *u, unsigned qidx, int call_fd)
 	if (call_fd >= 0 && fd_check_eventfd(call_fd) < 0)
 		return -EINVAL;
 
-	if (qidx > UVSOCK_DEV_QUEUE_TX)
+	if (qidx > UVSOCK_DEV_QUEUE_EVENT)
 		return -EINVAL;
 	return api_run(u, do_set_call_fd, &a);
+}
+
+static int do_transport_reset(struct vsock_dev *d, void *arg)
+{
+	(void)arg;
+	return dev_transport_reset(d);
+}
+
+int uvsock_dev_transport_reset(struct uvsock_dev *u)
+{
+	return api_run(u, do_transport_reset, NULL);
 }
 
 static int do_reset(struct vsock_dev *d, void *arg)

@@ -82,6 +82,7 @@ struct vdrv_atomic_stats {
 	_Atomic uint64_t tx_pkts, tx_bytes, tx_full, kicks, kicks_suppressed, wakeups, resets;
 	_Atomic uint64_t backend_lost, tx_inflight, sleep_state, rx_direct, rx_direct_sleeps;
 	_Atomic uint64_t tx_direct_pkts, tx_direct_bytes;
+	_Atomic uint64_t ev_resets;
 };
 
 struct vdrv {
@@ -100,6 +101,10 @@ struct vdrv {
 	unsigned num, ntx;
 	struct vring_drv *rx, *tx;
 	int rx_kick, rx_call, tx_kick, tx_call, front_fd;
+	struct vring_drv *ev;      /* the event queue (cfg.event_queue), I/O thread's */
+	int ev_kick, ev_call;
+	uint8_t *ev_arena;         /* one VSOCK_EVENT_LEN buffer per descriptor */
+	uint64_t ev_gpa;
 	uint8_t *rx_arena, *tx_arena;
 	uint64_t rx_gpa, tx_gpa;
 	uint32_t *rx_len;          /* posted length per RX slot (0: not posted) */
@@ -198,7 +203,8 @@ static void session_free(struct vdrv *d)
 {
 	vring_drv_free(d->rx);
 	vring_drv_free(d->tx);
-	d->rx = d->tx = NULL;
+	vring_drv_free(d->ev);
+	d->rx = d->tx = d->ev = NULL;
 	free(d->rx_len);
 	free(d->rx_free);
 	free(d->tx_free);
@@ -235,6 +241,103 @@ static void rx_refill(struct vdrv *d)
 	STAT_SET(d, rx_buf_len, len);
 	if (added)
 		kick(d, d->rx, d->rx_kick);
+}
+
+/*
+ * The event queue (virtio 1.2 §5.10.2): every descriptor holds one 4-byte event buffer, as Linux
+ * posts them (net/vmw_vsock/virtio_transport.c, virtio_vsock_event_fill). Cookie: slot + 1.
+ */
+#define VSOCK_EVENT_LEN 4u
+#define VSOCK_EVENT_TRANSPORT_RESET 0u
+#define EVENT_QUEUE 2u /* its index (virtio 1.2 §5.10.2) */
+
+static void backend_lost(struct vdrv *d, const char *why);
+
+static void ev_post(struct vdrv *d, unsigned slot)
+{
+	struct vring_drv_buf b = {
+		.addr = d->ev_gpa + (uint64_t)slot * VSOCK_EVENT_LEN,
+		.len = VSOCK_EVENT_LEN,
+		.write = true,
+	};
+
+	(void)vring_drv_add(d->ev, &b, 1, (void *)(uintptr_t)(slot + 1u));
+}
+
+static int ev_open(struct vdrv *d, uint64_t feats)
+{
+	const struct vhu_front_ring *er = vhu_front_ring(d->f, EVENT_QUEUE);
+	int r;
+
+	if (!er)
+		return -EPROTO;
+	r = vhu_front_alloc(d->f, (size_t)er->num * VSOCK_EVENT_LEN, 8, (void **)&d->ev_arena,
+			    &d->ev_gpa);
+	if (r == 0)
+		r = vring_drv_new(er->num, er->desc, er->avail, er->used, feats, &d->ev);
+	if (r < 0)
+		return r;
+	d->ev_kick = er->kick_fd;
+	d->ev_call = er->call_fd;
+	for (unsigned i = 0; i < er->num; i++)
+		ev_post(d, i);
+	kick(d, d->ev, d->ev_kick);
+	return 0;
+}
+
+/*
+ * A TRANSPORT_RESET from the device, on the I/O thread: as Linux's virtio_vsock_event_handle,
+ * the guest CID is read again (when no control call holds the front-end: it would be one of
+ * those that reset the connections themselves) and every connected socket is reset; listeners
+ * stay. Counted in resets.
+ */
+static void ev_transport_reset(struct vdrv *d)
+{
+	uint32_t cid = VMADDR_CID_ANY;
+	uint8_t cfg[8];
+
+	if (pthread_mutex_trylock(&d->ctl_mu) == 0) {
+		if (vhu_front_get_config(d->f, 0, sizeof(cfg), cfg) == 0) {
+			uint64_t c = vsock_le64_get_(cfg);
+
+			if (c > 2 && c < VMADDR_CID_ANY)
+				d->cid = cid = (uint32_t)c;
+		}
+		pthread_mutex_unlock(&d->ctl_mu);
+	}
+	log_msg(LOG_LVL_DEBUG, "vdrv: cid %u: transport reset from the device", d->cid);
+	STAT_ADD(d, resets, 1);
+	STAT_ADD(d, ev_resets, 1);
+	vsock_engine_transport_reset(d->e, cid);
+}
+
+/* Takes the device's events and posts their buffers again. Returns true if it took any. */
+static bool ev_pass(struct vdrv *d)
+{
+	bool took = false;
+	uint32_t len;
+	void *ck;
+
+	if (!d->ev)
+		return false;
+	while (vring_drv_get_used(d->ev, &len, &ck) == 0) {
+		unsigned slot = (unsigned)((uintptr_t)ck - 1u);
+		uint32_t id;
+
+		took = true;
+		memcpy(&id, d->ev_arena + (size_t)slot * VSOCK_EVENT_LEN, sizeof(id));
+		if (len >= VSOCK_EVENT_LEN && le32toh(id) == VSOCK_EVENT_TRANSPORT_RESET)
+			ev_transport_reset(d);
+		/* Other ids (none defined) and short events are ignored, as Linux does. */
+		ev_post(d, slot);
+	}
+	if (vring_drv_broken(d->ev)) {
+		backend_lost(d, "event queue broken");
+		return took;
+	}
+	if (took)
+		kick(d, d->ev, d->ev_kick);
+	return took;
 }
 
 /* Builds rings and buffers on the connected, initialised front-end d->f. */
@@ -284,6 +387,12 @@ static int session_open(struct vdrv *d)
 	d->tx_kick = tr->kick_fd;
 	d->tx_call = tr->call_fd;
 	d->front_fd = vhu_front_fd(d->f);
+	d->ev_call = -1;
+	if (d->cfg.event_queue) {
+		r = ev_open(d, feats);
+		if (r < 0)
+			goto fail;
+	}
 	r = vdrv_rxsize_init(&d->rxs, d->cfg.rx_buf_min, d->cfg.rx_buf_max);
 	if (r < 0)
 		goto fail;
@@ -704,7 +813,7 @@ static void *io_main(void *arg)
 	tx_disable_cb(d);
 	for (;;) {
 		bool busy = false, dead, stalled = false;
-		struct pollfd pfd[4];
+		struct pollfd pfd[5];
 		uint64_t now;
 		int timeout, n, rxw = 0;
 
@@ -717,6 +826,7 @@ static void *io_main(void *arg)
 			busy |= tx_reclaim(d);
 			pthread_mutex_unlock(&d->tx_mu);
 			busy |= io_rx(d, &rx_signalled);
+			busy |= ev_pass(d);
 			pthread_mutex_lock(&d->tx_mu);
 			busy |= tx_pass(d);
 			pthread_mutex_unlock(&d->tx_mu);
@@ -781,6 +891,8 @@ static void *io_main(void *arg)
 			if (rxw > 0)
 				pfd[n++] = (struct pollfd){ .fd = d->rx_call, .events = POLLIN };
 			pfd[n++] = (struct pollfd){ .fd = d->tx_call, .events = POLLIN };
+			if (d->ev)
+				pfd[n++] = (struct pollfd){ .fd = d->ev_call, .events = POLLIN };
 			/* No events: only POLLHUP/POLLERR, i.e. the back-end went away. */
 			pfd[n++] = (struct pollfd){ .fd = d->front_fd, .events = 0 };
 		}
@@ -1095,9 +1207,12 @@ static int front_open(struct vdrv *d)
 	fc.mem_size = d->mem_size;
 	fc.queue_size = d->cfg.queue_size;
 	fc.timeout_ms = d->cfg.timeout_ms;
+	fc.num_queues = d->cfg.event_queue ? 3 : 2;
 	/* tune no-event-idx: notifications by flags only, as before the event index. */
 	if (!tune_get()->event_idx)
 		fc.features &= ~VHU_BIT(VHU_F_EVENT_IDX);
+	if (!tune_get()->in_order) /* tune no-in-order: every used element read one by one */
+		fc.features &= ~VHU_BIT(VHU_F_IN_ORDER);
 	r = vhu_front_connect(d->path, &fc, &f);
 	if (r < 0)
 		return r;
@@ -1165,7 +1280,8 @@ int vdrv_new(const struct vdrv_config *cfg, struct vdrv **ret)
 		goto fail;
 	}
 	/* Two rings, one slot per RX descriptor and per TX buffer, rounded up to 1 MiB. */
-	need = 2 * (uint64_t)l.total + 4096 +
+	need = (d->cfg.event_queue ? 3 : 2) * (uint64_t)l.total + 4096 +
+	       (d->cfg.event_queue ? 8 + VSOCK_EVENT_LEN * (uint64_t)d->cfg.queue_size : 0) +
 	       (uint64_t)SLOT_STRIDE * (d->cfg.queue_size +
 					(d->cfg.tx_bufs ? d->cfg.tx_bufs : d->cfg.queue_size));
 	d->mem_size = (need + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
@@ -1342,6 +1458,7 @@ void vdrv_get_stats(struct vdrv *d, struct vdrv_stats *ret)
 	LD(rx_direct_sleeps);
 	LD(tx_direct_pkts);
 	LD(tx_direct_bytes);
+	LD(ev_resets);
 #undef LD
 	*ret = s;
 }

@@ -64,6 +64,8 @@ struct vdrv_config {
 	unsigned tx_bufs;          /* TX pool buffers (64 KiB + header each); 0: queue_size */
 	int timeout_ms;            /* deadline of each vhost-user exchange and connect; 0: 5000 */
 	unsigned busy_poll_us;     /* spin this long on the rings before sleeping; 0: never */
+	bool event_queue;          /* hand the event queue to the back-end too (three queues) and
+				    * act on its TRANSPORT_RESET events (vdrv_transport_reset) */
 };
 
 /* Counters, monotonic; snapshot with vdrv_get_stats() from any thread. */
@@ -88,6 +90,8 @@ struct vdrv_stats {
 	uint64_t tx_direct_pkts;    /* packets an application thread put on the TX ring itself
 				     * (vdrv_tx_send; also in tx_pkts) */
 	uint64_t tx_direct_bytes;   /* their payload bytes (also in tx_bytes) */
+	uint64_t ev_resets;         /* TRANSPORT_RESET events from the event queue (also in
+				     * resets) */
 };
 
 /* Why the I/O thread last went to sleep (diagnostics, vdrv_stats.sleep_state). */

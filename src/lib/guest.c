@@ -157,7 +157,8 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 
 	if ((opts && abi_struct_in(&o, sizeof(o), opts,
 				   ABI_SIZE_0(struct uvsock_guest_opts, busy_poll_us)) < 0) ||
-	    !socket_path || (o.flags & ~UVSOCK_CTX_UNPRIVILEGED) || o.timeout_ms < 0) {
+	    !socket_path || (o.flags & ~(UVSOCK_CTX_UNPRIVILEGED | UVSOCK_GUEST_EVENT_QUEUE)) ||
+	    o.timeout_ms < 0) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -177,6 +178,7 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 	if (o.timeout_ms)
 		dc.timeout_ms = o.timeout_ms;
 	dc.busy_poll_us = o.busy_poll_us;
+	dc.event_queue = o.flags & UVSOCK_GUEST_EVENT_QUEUE;
 	r = vdrv_new(&dc, &g->d);
 	if (r < 0) {
 		free(g);

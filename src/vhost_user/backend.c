@@ -272,7 +272,7 @@ static int reconcile_all(struct vhu_backend *b)
 static int check_index(struct vhu_backend *b, uint64_t idx)
 {
 	if (idx >= VHU_NUM_QUEUES)
-		return fail(b, -EINVAL, "queue index %llu (only 0 rx and 1 tx go to the back-end)",
+		return fail(b, -EINVAL, "queue index %llu (only 0 rx, 1 tx and 2 event exist)",
 			    (unsigned long long)idx);
 	return 0;
 }

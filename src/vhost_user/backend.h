@@ -30,17 +30,22 @@
 #include "vhost_user/protocol.h"
 #include "vring/guest_mem.h"
 
-/* Queues served by the back-end: 0 = rx (device to guest), 1 = tx (guest to device). */
-#define VHU_NUM_QUEUES 2u
+/*
+ * Queues served by the back-end: 0 = rx (device to guest), 1 = tx (guest to device), 2 = the
+ * event queue (virtio 1.2 §5.10.2), which QEMU keeps for itself and other front-ends (Cloud
+ * Hypervisor, crosvm) hand over; a ring the front-end never sets up simply never runs.
+ */
+#define VHU_NUM_QUEUES 3u
 
 /* Device feature bits a back-end may offer besides VERSION_1 and PROTOCOL_FEATURES. */
 #define VHU_BACKEND_OPTIONAL_FEATURES                                                              \
 	(VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_NOTIFY_ON_EMPTY) |                         \
-	 VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) |                                 \
+	 VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_IN_ORDER) |       \
 	 VHU_BIT(VHU_VSOCK_F_DGRAM))
 /* What vhu_backend_config_init() offers. */
 #define VHU_BACKEND_DEFAULT_FEATURES                                                               \
-	(VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX))
+	(VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) | \
+	 VHU_BIT(VHU_F_IN_ORDER))
 
 struct vhu_backend_config {
 	uint64_t guest_cid;     /* served by GET_CONFIG as le64 at offset 0 */

@@ -22,7 +22,7 @@
 #include "util/time.h"
 #include "vhost_user/msg.h"
 
-#define FRONT_NUM_QUEUES 2u
+#define FRONT_NUM_QUEUES 3u /* capacity: rx, tx and, with cfg.num_queues 3, event */
 
 struct vhu_front {
 	int sock;
@@ -40,6 +40,7 @@ struct vhu_front {
 	struct vhu_front_ring rings[FRONT_NUM_QUEUES];
 	int err_fd[FRONT_NUM_QUEUES];
 	uint16_t next_base[FRONT_NUM_QUEUES]; /* SET_VRING_BASE value for the next start */
+	unsigned nq;                          /* queues handed to the back-end: 2 or 3 */
 
 	struct vhu_msg reply; /* 4 KiB payload: kept off the stack */
 };
@@ -50,7 +51,7 @@ void vhu_front_config_init(struct vhu_front_config *cfg)
 		.mem_size = 64ull << 20,
 		.gpa_base = 0,
 		.features = VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_INDIRECT_DESC) |
-			    VHU_BIT(VHU_F_EVENT_IDX),
+			    VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_IN_ORDER),
 		.queue_size = 128,
 		.timeout_ms = VHU_MSG_TIMEOUT_MS,
 	};
@@ -67,14 +68,15 @@ int vhu_front_new(int sock, const struct vhu_front_config *cfg, struct vhu_front
 {
 	const uint64_t wantable = VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_NOTIFY_ON_EMPTY) |
 				  VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) |
-				  VHU_BIT(VHU_VSOCK_F_DGRAM);
+				  VHU_BIT(VHU_VSOCK_F_DGRAM) | VHU_BIT(VHU_F_IN_ORDER);
 	struct vhu_front *f;
 	int r;
 
 	if (sock < 0 || !cfg || !ret || cfg->mem_size == 0 || (cfg->mem_size & 4095) ||
 	    cfg->mem_size > SIZE_MAX / 2 || cfg->gpa_base + cfg->mem_size < cfg->gpa_base ||
 	    (cfg->features & ~wantable) || cfg->queue_size == 0 ||
-	    (cfg->queue_size & (cfg->queue_size - 1)) || cfg->queue_size > VHU_QUEUE_SIZE_MAX)
+	    (cfg->queue_size & (cfg->queue_size - 1)) || cfg->queue_size > VHU_QUEUE_SIZE_MAX ||
+	    (cfg->num_queues != 0 && cfg->num_queues != 2 && cfg->num_queues != 3))
 		return -EINVAL;
 	f = calloc(1, sizeof(*f));
 	if (!f)
@@ -86,6 +88,7 @@ int vhu_front_new(int sock, const struct vhu_front_config *cfg, struct vhu_front
 		f->rings[q].kick_fd = f->rings[q].call_fd = f->err_fd[q] = -1;
 	}
 	f->cfg = *cfg;
+	f->nq = cfg->num_queues == 3 ? 3 : 2;
 	if (f->cfg.timeout_ms <= 0)
 		f->cfg.timeout_ms = VHU_MSG_TIMEOUT_MS;
 
@@ -97,7 +100,7 @@ int vhu_front_new(int sock, const struct vhu_front_config *cfg, struct vhu_front
 	f->mem = mmap(NULL, cfg->mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, f->memfd, 0);
 	if (f->mem == MAP_FAILED)
 		goto fail_errno;
-	for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++) {
+	for (unsigned q = 0; q < f->nq; q++) {
 		f->rings[q].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		f->rings[q].call_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		f->err_fd[q] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -294,7 +297,7 @@ int vhu_front_init(struct vhu_front *f)
 		r = get_u64(f, VHU_REQ_GET_QUEUE_NUM, &qnum);
 		if (r < 0)
 			return r;
-		if (qnum < FRONT_NUM_QUEUES)
+		if (qnum < f->nq)
 			return -EPROTONOSUPPORT;
 	}
 	r = set_req(f, VHU_REQ_SET_OWNER, NULL, 0, NULL, 0);
@@ -309,7 +312,7 @@ int vhu_front_init(struct vhu_front *f)
 	 * it was offered (so rings start disabled and SET_VRING_ENABLE turns them on). */
 	f->features = VHU_BIT(VHU_F_VERSION_1) | VHU_BIT(VHU_F_PROTOCOL_FEATURES) |
 		      (f->cfg.features & offered);
-	for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++) {
+	for (unsigned q = 0; q < f->nq; q++) {
 		r = vring_file(f, VHU_REQ_SET_VRING_CALL, q, f->rings[q].call_fd);
 		if (r < 0)
 			return r;
@@ -368,7 +371,7 @@ static int alloc_rings(struct vhu_front *f)
 
 	if (f->rings_allocated)
 		return 0;
-	for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++) {
+	for (unsigned q = 0; q < f->nq; q++) {
 		struct vhu_front_ring *ring = &f->rings[q];
 		int r;
 
@@ -399,7 +402,7 @@ int vhu_front_setup_ring(struct vhu_front *f, unsigned qidx, uint16_t base)
 	struct vhu_front_ring *ring;
 	int r;
 
-	if (qidx >= FRONT_NUM_QUEUES)
+	if (qidx >= f->nq)
 		return -EINVAL;
 	r = alloc_rings(f);
 	if (r < 0)
@@ -461,13 +464,13 @@ int vhu_front_start(struct vhu_front *f)
 	r = vhu_front_set_mem_table(f);
 	if (r < 0)
 		return r;
-	for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++) {
+	for (unsigned q = 0; q < f->nq; q++) {
 		r = vhu_front_setup_ring(f, q, f->next_base[q]);
 		if (r < 0)
 			return r;
 	}
 	if (acked & VHU_BIT(VHU_F_PROTOCOL_FEATURES))
-		for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++) {
+		for (unsigned q = 0; q < f->nq; q++) {
 			r = vhu_front_enable_ring(f, q, true);
 			if (r < 0)
 				return r;
@@ -475,23 +478,23 @@ int vhu_front_start(struct vhu_front *f)
 	return 0;
 }
 
-int vhu_front_stop(struct vhu_front *f, uint16_t ret_bases[2])
+int vhu_front_stop(struct vhu_front *f, uint16_t *ret_bases)
 {
 	uint16_t bases[FRONT_NUM_QUEUES];
 	int r;
 
 	if (f->features & VHU_BIT(VHU_F_PROTOCOL_FEATURES))
-		for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++) {
+		for (unsigned q = 0; q < f->nq; q++) {
 			r = vhu_front_enable_ring(f, q, false);
 			if (r < 0)
 				return r;
 		}
-	for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++) {
+	for (unsigned q = 0; q < f->nq; q++) {
 		r = vhu_front_get_vring_base(f, q, &bases[q]);
 		if (r < 0)
 			return r;
 	}
-	for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++) {
+	for (unsigned q = 0; q < f->nq; q++) {
 		f->next_base[q] = bases[q];
 		if (ret_bases)
 			ret_bases[q] = bases[q];
@@ -523,7 +526,7 @@ uint64_t vhu_front_protocol_features(const struct vhu_front *f)
 
 const struct vhu_front_ring *vhu_front_ring(const struct vhu_front *f, unsigned qidx)
 {
-	if (qidx >= FRONT_NUM_QUEUES || !f->rings_allocated)
+	if (qidx >= f->nq || !f->rings_allocated)
 		return NULL;
 	return &f->rings[qidx];
 }

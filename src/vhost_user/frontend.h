@@ -2,7 +2,7 @@
 /*
  * vhost-user front-end for a vsock device: what QEMU does for vhost-user-vsock-pci, without a
  * VM. It negotiates features with any conforming vhost-user vsock back-end, reads the guest CID,
- * creates "guest memory" as one shared memfd region, places the two rings (0 rx, 1 tx) in it,
+ * creates "guest memory" as one shared memfd region, places the rings (0 rx, 1 tx, optionally 2 event) in it,
  * hands everything over (SET_MEM_TABLE, SET_VRING_*) with a kick and a call eventfd per ring,
  * and tears down in order. The guest role (src/driver/) and uvsock-perf drive the rings through
  * vhu_front_ring() and place their buffers with vhu_front_alloc().
@@ -27,8 +27,10 @@ struct vhu_front_config {
 	uint64_t mem_size;   /* bytes of guest memory (memfd), > 0, multiple of 4096 */
 	uint64_t gpa_base;   /* guest-physical address of the region (default 0) */
 	uint64_t features;   /* device features wanted (SEQPACKET, INDIRECT_DESC, EVENT_IDX,
-			      * NOTIFY_ON_EMPTY); what the back-end offers of them is acked */
+			      * IN_ORDER, NOTIFY_ON_EMPTY); what the back-end offers is acked */
 	unsigned queue_size; /* ring size, power of 2 <= 32768 (QEMU uses 128) */
+	unsigned num_queues; /* rings handed to the back-end: 2 (0 means 2: rx and tx, as QEMU) or
+			      * 3 (also the event queue, as Cloud Hypervisor and crosvm do) */
 	int timeout_ms;      /* deadline of each request/reply exchange */
 };
 
@@ -44,7 +46,8 @@ struct vhu_front_ring {
 
 struct vhu_front;
 
-/* Defaults: 64 MiB, gpa 0, SEQPACKET | INDIRECT_DESC | EVENT_IDX, queue size 128, 5 s. */
+/* Defaults: 64 MiB, gpa 0, SEQPACKET | INDIRECT_DESC | EVENT_IDX | IN_ORDER, queue size 128, two
+ * queues, 5 s. */
 void vhu_front_config_init(struct vhu_front_config *cfg);
 
 /*
@@ -68,9 +71,9 @@ void vhu_front_free(struct vhu_front *f);
 /*
  * Device initialisation as QEMU 7.2 realizes vhost-user-vsock: GET_FEATURES,
  * GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES (CONFIG, REPLY_ACK and MQ as offered),
- * [GET_QUEUE_NUM], SET_OWNER, SET_VRING_CALL for both rings, GET_CONFIG (guest CID).
+ * [GET_QUEUE_NUM], SET_OWNER, SET_VRING_CALL for each ring, GET_CONFIG (guest CID).
  * Returns 0; -EPROTONOSUPPORT if the back-end lacks VERSION_1, PROTOCOL_FEATURES or protocol
- * feature CONFIG, or offers fewer than 2 queues; -EPROTO for a malformed reply (flags not 0x5,
+ * feature CONFIG, or offers fewer queues than cfg.num_queues; -EPROTO for a malformed reply (flags not 0x5,
  * wrong request id or size) or a failed REPLY_ACK; -EINVAL for a reserved guest CID; -ETIMEDOUT;
  * -ECONNRESET / -EPIPE when the back-end closes.
  */
@@ -87,11 +90,11 @@ int vhu_front_init(struct vhu_front *f);
 int vhu_front_start(struct vhu_front *f);
 
 /*
- * Orderly stop (what QEMU does at reset/power-off): SET_VRING_ENABLE 0 for both rings (if
- * PROTOCOL_FEATURES), then GET_VRING_BASE for both. ret_bases (may be NULL) receives the two
- * next-avail indices. Returns 0 or as vhu_front_init().
+ * Orderly stop (what QEMU does at reset/power-off): SET_VRING_ENABLE 0 for every ring (if
+ * PROTOCOL_FEATURES), then GET_VRING_BASE for each. ret_bases (may be NULL) receives the
+ * next-avail indices, one per queue (cfg.num_queues of them). Returns 0 or as vhu_front_init().
  */
-int vhu_front_stop(struct vhu_front *f, uint16_t ret_bases[2]);
+int vhu_front_stop(struct vhu_front *f, uint16_t *ret_bases);
 
 /* ---- single steps, for tests and custom sequences (each one request + reply/ack) ---- */
 int vhu_front_get_features(struct vhu_front *f, uint64_t *ret);

@@ -121,6 +121,7 @@ int vring_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *cfg
 	n.mask = (uint16_t)(cfg->num - 1);
 	n.indirect = cfg->features & (1ull << VRING_FEAT_INDIRECT_DESC);
 	n.event_idx = cfg->features & (1ull << VRING_FEAT_EVENT_IDX);
+	n.in_order = cfg->features & (1ull << VRING_FEAT_IN_ORDER);
 	n.last_avail_idx = cfg->last_avail_idx;
 	n.shadow_avail_idx = cfg->last_avail_idx;
 	/* Continue where the guest sees the used ring, never from 0 (docs/vhost-user.md, "Ring
@@ -321,8 +322,19 @@ static int next_head(struct vring_dev_queue *q, uint16_t *ret_head)
 	return 0;
 }
 
-static inline void consumed(struct vring_dev_queue *q)
+/*
+ * Consumes the chain at last_avail_idx. rw: it has writable buffers, or nobody knows (skip):
+ * under IN_ORDER its used element must then carry its own length.
+ */
+static inline void consumed(struct vring_dev_queue *q, bool rw)
 {
+	if (rw) {
+		if (!q->rw_any)
+			q->rw_first = q->pop_seq;
+		q->rw_any = true;
+		q->rw_last = q->pop_seq;
+	}
+	q->pop_seq++;
 	q->last_avail_idx++;
 	q->inflight++;
 	/* While kicks are wanted, keep avail_event at the consumer position (as libvhost-user
@@ -344,7 +356,7 @@ int vring_dev_pop(struct vring_dev_queue *q, struct iovec *out_iov, unsigned out
 	r = walk_chain(q, head, out_iov, out_max, in_iov, in_max, &c);
 	if (r < 0)
 		return r;
-	consumed(q);
+	consumed(q, c.in_len > 0);
 	*ret = c;
 	return 0;
 }
@@ -357,24 +369,62 @@ int vring_dev_skip(struct vring_dev_queue *q, uint16_t *ret_head)
 	r = next_head(q, &head);
 	if (r < 0)
 		return r;
-	consumed(q);
+	consumed(q, true);
 	*ret_head = head;
 	return 0;
 }
 
-int vring_dev_fill(struct vring_dev_queue *q, uint16_t head, uint32_t len)
+static void write_used(struct vring_dev_queue *q, uint16_t slot, uint16_t head, uint32_t len)
 {
-	struct vring_used_elem_le *e;
+	struct vring_used_elem_le *e = &q->used->ring[slot & q->mask];
 
-	if (unlikely(q->err != VRING_ERR_NONE))
-		return -EIO;
-	if (head >= q->num || q->inflight == 0)
-		return -EINVAL;
-	e = &q->used->ring[q->used_idx & q->mask];
 	/* Plain (relaxed) stores: the release store of used->idx in vring_dev_flush() publishes
 	 * them. */
 	vring_store32_relaxed(&e->id, head);
 	vring_store32_relaxed(&e->len, len);
+}
+
+/*
+ * IN_ORDER: holds (head, len) back as the last element of the current batch. The element held
+ * before it is skipped if its chain was used completely (the driver assumes exactly that of a
+ * skipped buffer, virtio 1.2 §2.7.8), otherwise written in its slot and a new batch starts.
+ */
+static void fill_in_order(struct vring_dev_queue *q, uint16_t head, uint32_t len)
+{
+	/* Ordinal f is the chain being filled (chains are filled in pop order). It is known to be
+	 * device-readable only if no chain in flight may be writable or it comes before the first
+	 * one that may; the range of the unknown ones shrinks from the front. */
+	uint32_t f = q->fill_seq;
+	bool ro = !q->rw_any || (int32_t)(f - q->rw_first) < 0;
+	bool full = len == 0 && ro;
+
+	if (q->rw_any && f == q->rw_last)
+		q->rw_any = false;
+	else if (q->rw_any && f == q->rw_first)
+		q->rw_first = f + 1;
+
+	if (!q->batch_open || !q->batch_full) {
+		if (q->batch_open)
+			write_used(q, q->batch_slot, q->batch_head, q->batch_len);
+		q->batch_slot = q->used_idx;
+	}
+	q->batch_open = true;
+	q->batch_full = full;
+	q->batch_head = head;
+	q->batch_len = len;
+	q->fill_seq++;
+}
+
+int vring_dev_fill(struct vring_dev_queue *q, uint16_t head, uint32_t len)
+{
+	if (unlikely(q->err != VRING_ERR_NONE))
+		return -EIO;
+	if (head >= q->num || q->inflight == 0)
+		return -EINVAL;
+	if (q->in_order)
+		fill_in_order(q, head, len);
+	else
+		write_used(q, q->used_idx, head, len);
 	q->used_idx++;
 	q->inflight--;
 	return 0;
@@ -384,6 +434,10 @@ void vring_dev_flush(struct vring_dev_queue *q)
 {
 	if (q->published_used == q->used_idx || q->err != VRING_ERR_NONE)
 		return;
+	if (q->batch_open) {
+		write_used(q, q->batch_slot, q->batch_head, q->batch_len);
+		q->batch_open = false;
+	}
 	/* Release: orders the stores of buffer contents and used->ring[] entries before this
 	 * store of used->idx (driver side: its rmb after loading used->idx). */
 	vring_store16_release(&q->used->idx, q->used_idx);

@@ -188,7 +188,7 @@ struct vring_dev_config {
 	unsigned num;                /* queue size: power of two, <= 32768 */
 	enum vring_addr_kind addr_kind;
 	uint64_t desc_addr, avail_addr, used_addr;
-	uint64_t features;       /* negotiated feature bits (INDIRECT_DESC, EVENT_IDX used here) */
+	uint64_t features;       /* negotiated bits (INDIRECT_DESC, EVENT_IDX, IN_ORDER used here) */
 	uint16_t last_avail_idx; /* SET_VRING_BASE value (0 on first start) */
 };
 
@@ -223,6 +223,18 @@ struct vring_dev_queue {
 	uint16_t signalled_used;  /* used->idx at the last interrupt decision */
 	uint16_t used_flags;      /* shadow of used->flags (device-written) */
 	uint32_t inflight;        /* chains popped and not yet pushed */
+	/* VIRTIO_F_IN_ORDER (virtio 1.2 §2.7.9, used ring §2.7.8): batched used elements. */
+	bool in_order;            /* negotiated: elements are filled in pop order */
+	bool batch_open;          /* an element is held back until the next fill or flush */
+	bool batch_full;          /* the held element's chain was used completely */
+	uint16_t batch_slot;      /* used slot of the held element (its batch's first) */
+	uint16_t batch_head;      /* the held element */
+	uint32_t batch_len;
+	bool rw_any;              /* a chain in flight may have writable buffers: */
+	uint32_t rw_first;        /* ... none before this ordinal, */
+	uint32_t rw_last;         /* ... none after this one */
+	uint32_t pop_seq;         /* chains consumed (pop or skip), wraps */
+	uint32_t fill_seq;        /* chains filled, wraps: under IN_ORDER the ordinal of the next */
 	enum vring_err err;       /* VRING_ERR_NONE unless broken */
 	char errmsg[160];          /* human-readable detail of err, for logs */
 };
@@ -261,6 +273,11 @@ int vring_dev_skip(struct vring_dev_queue *q, uint16_t *ret_head);
  * Writes one used element (head, bytes written) into the used ring without publishing it:
  * call vring_dev_flush() after the last one of a batch. Returns 0, -EIO (broken) or -EINVAL
  * (head >= num, or more pushes than pops: caller bugs). Context: device thread.
+ * With VIRTIO_F_IN_ORDER the caller must fill chains in the order it popped them (the spec's
+ * requirement of the device). The element is then held back: a held element whose chain had no
+ * writable buffer and len 0 (used completely, as the driver will assume) is replaced by the next
+ * one, so a batch of such chains becomes one used element with the id of its last chain, in the
+ * slot of its first (virtio 1.2 §2.7.8); any other element is written in its own slot.
  */
 int vring_dev_fill(struct vring_dev_queue *q, uint16_t head, uint32_t len);
 

@@ -43,7 +43,11 @@ struct vring_drv {
 	bool event_idx;
 	bool indirect;
 	bool broken;
+	bool in_order;           /* VIRTIO_F_IN_ORDER: descriptors taken and returned in ring order */
 	bool cb_enabled;         /* interrupts wanted */
+	uint16_t batch_left;     /* IN_ORDER: buffers of the current used batch not yet taken */
+	uint16_t batch_id;       /* ... the batch's last chain, which carries batch_len */
+	uint32_t batch_len;
 	uint16_t free_head;      /* first free descriptor (valid when num_free > 0) */
 	uint32_t num_free;       /* free ring descriptors */
 	uint32_t inflight;       /* chains added and not yet returned */
@@ -79,10 +83,13 @@ int vring_drv_new(unsigned num, void *desc, void *avail, void *used, uint64_t fe
 	d->mask = (uint16_t)(num - 1);
 	d->event_idx = features & (1ull << VRING_FEAT_EVENT_IDX);
 	d->indirect = features & (1ull << VRING_FEAT_INDIRECT_DESC);
+	d->in_order = features & (1ull << VRING_FEAT_IN_ORDER);
 	d->cb_enabled = true;
 	d->num_free = num;
+	/* Without IN_ORDER the last link is never followed; with it the table is used as a ring
+	 * and the last descriptor's next is 0 (virtio 1.2 §2.7.9). */
 	for (unsigned i = 0; i < num; i++)
-		d->slot[i].next = (uint16_t)(i + 1); /* the last link is never followed */
+		d->slot[i].next = (uint16_t)((i + 1) & (d->in_order ? d->mask : 0xffffu));
 	memset(desc, 0, vring_desc_size(num));
 	memset(avail, 0, vring_avail_size(num));
 	memset(used, 0, vring_used_size(num));
@@ -248,6 +255,53 @@ static int broken(struct vring_drv *d)
 	return -EIO;
 }
 
+/*
+ * IN_ORDER: the in-flight chains lie in ring order right after the free descriptors, the
+ * oldest first; returns the oldest one's head.
+ */
+static uint16_t oldest_head(const struct vring_drv *d)
+{
+	return (uint16_t)((d->free_head + d->num_free) & d->mask);
+}
+
+/*
+ * IN_ORDER: reads the used element at last_used, which ends a batch of one or more buffers
+ * (virtio 1.2 §2.7.8: one element with the id of the batch's last buffer, in the slot of its
+ * first). The id must head an in-flight chain at most `pending` chains from the oldest one.
+ * Returns 0 (batch_left/batch_id/batch_len set) or -EIO.
+ */
+static int read_batch(struct vring_drv *d, uint16_t pending)
+{
+	struct vring_used_elem_le *e = &d->used->ring[d->last_used & d->mask];
+	uint32_t id = vring_load32_relaxed(&e->id), len = vring_load32_relaxed(&e->len);
+	uint16_t h = oldest_head(d);
+
+	if (id >= d->num || !d->slot[id].cookie || len > d->slot[id].in_len)
+		return broken(d);
+	for (unsigned k = 1; k <= pending; k++) {
+		if (h == id) {
+			d->batch_left = (uint16_t)k;
+			d->batch_id = (uint16_t)id;
+			d->batch_len = len;
+			return 0;
+		}
+		h = (uint16_t)((h + d->slot[h].ndescs) & d->mask);
+	}
+	return broken(d); /* in flight, but beyond what used->idx says was used: out of order */
+}
+
+/* IN_ORDER: takes the oldest chain, the next one of the current batch. Returns its head. */
+static uint16_t take_in_order(struct vring_drv *d, uint32_t *ret_len)
+{
+	uint16_t head = oldest_head(d);
+
+	d->batch_left--;
+	/* A skipped buffer was used completely (virtio 1.2 §2.7.8); the last has its length. */
+	*ret_len = d->batch_left ? d->slot[head].in_len : d->batch_len;
+	d->num_free += d->slot[head].ndescs; /* they follow the free ones: no relinking */
+	return head;
+}
+
 int vring_drv_get_used(struct vring_drv *d, uint32_t *ret_len, void **ret_cookie)
 {
 	struct vring_used_elem_le *e;
@@ -265,6 +319,12 @@ int vring_drv_get_used(struct vring_drv *d, uint32_t *ret_len, void **ret_cookie
 		return -EAGAIN;
 	if (pending > d->inflight)
 		return broken(d);
+	if (d->in_order) {
+		if (d->batch_left == 0 && read_batch(d, pending) < 0)
+			return -EIO;
+		id = take_in_order(d, &len);
+		goto taken;
+	}
 	e = &d->used->ring[d->last_used & d->mask];
 	id = vring_load32_relaxed(&e->id);
 	len = vring_load32_relaxed(&e->len);
@@ -281,6 +341,7 @@ int vring_drv_get_used(struct vring_drv *d, uint32_t *ret_len, void **ret_cookie
 		d->free_head = (uint16_t)id;
 		d->num_free += d->slot[id].ndescs;
 	}
+taken:
 	cookie = d->slot[id].cookie;
 	d->slot[id].cookie = NULL;
 	d->inflight--;

@@ -35,7 +35,9 @@ struct vring_drv_buf {
 /*
  * Creates the driver state for a ring of num entries whose parts live at the given host pointers
  * (e.g. base + vring_layout() offsets; alignment 16/2/4 at least). Zeroes the three parts and
- * starts at index 0. features: negotiated bits (VRING_FEAT_EVENT_IDX, VRING_FEAT_INDIRECT_DESC).
+ * starts at index 0. features: negotiated bits (VRING_FEAT_EVENT_IDX, VRING_FEAT_INDIRECT_DESC,
+ * VRING_FEAT_IN_ORDER: descriptors are then taken in ring order and a used element may end a
+ * batch, virtio 1.2 §2.7.8).
  * The ring memory is borrowed and must outlive the returned object. Interrupts start enabled.
  * Returns 0, -EINVAL (num, NULL or misaligned pointer) or -ENOMEM (private state, allocated once).
  */

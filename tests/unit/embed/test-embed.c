@@ -265,7 +265,8 @@ TEST(features_and_argument_errors)
 	uint64_t f = uvsock_dev_features();
 	char longp[200];
 
-	ASSERT_EQ(f, (1ull << 1) | (1ull << 3) | (1ull << 28) | (1ull << 29) | (1ull << 32));
+	ASSERT_EQ(f, (1ull << 1) | (1ull << 3) | (1ull << 28) | (1ull << 29) | (1ull << 32) |
+		      (1ull << 35));
 	ASSERT_ERR(uvsock_dev_new(NULL, &d2), EINVAL);
 	ASSERT_ERR(uvsock_dev_new(&cfg, &d2), EINVAL); /* no uds_path */
 	memset(longp, 'a', sizeof(longp) - 1);
@@ -297,7 +298,7 @@ TEST(features_and_argument_errors)
 	ASSERT_ERR(uvsock_dev_set_mem_table(e.dev, regs, 1), EINVAL);
 	regs[0] = eg_region(&e.g);
 	ASSERT_OK(uvsock_dev_set_mem_table(e.dev, regs, 1));
-	ASSERT_ERR(uvsock_dev_queue_start(e.dev, 2, &q), EINVAL);
+	ASSERT_ERR(uvsock_dev_queue_start(e.dev, 3, &q), EINVAL); /* 2 is the event queue */
 	q.num = 100;
 	ASSERT_ERR(uvsock_dev_queue_start(e.dev, 0, &q), EINVAL);
 	q.num = 2048; /* above queue_size_max (1024) */

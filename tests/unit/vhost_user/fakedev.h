@@ -18,11 +18,11 @@
 struct fakedev {
 	pthread_mutex_t lock;
 	char log[2048];
-	int starts[2], stops[2];
-	struct vhu_vring_info info[2]; /* last queue_start */
-	uint16_t used_idx_seen[2];     /* used->idx read at queue_start */
-	uint16_t stop_ret[2];          /* what queue_stop returns */
-	int call_fd[2];                /* last call fd seen (start or change) */
+	int starts[VHU_NUM_QUEUES], stops[VHU_NUM_QUEUES];
+	struct vhu_vring_info info[VHU_NUM_QUEUES]; /* last queue_start */
+	uint16_t used_idx_seen[VHU_NUM_QUEUES]; /* used->idx read at queue_start */
+	uint16_t stop_ret[VHU_NUM_QUEUES];      /* what queue_stop returns */
+	int call_fd[VHU_NUM_QUEUES];            /* last call fd seen (start or change) */
 	int start_error;               /* queue_start returns this if non-zero */
 	uint64_t features;
 	const struct guest_mem *mem;

@@ -33,7 +33,7 @@ static struct {
 	struct fakedev dev;
 	int memfd;
 	uint8_t *mem;
-	int kick[2], call[2];
+	int kick[VHU_NUM_QUEUES], call[VHU_NUM_QUEUES];
 	int fds_before;
 } fx;
 
@@ -53,7 +53,7 @@ static void fx_setup_cfg(const struct vhu_backend_config *cfg)
 	ASSERT_OK(ftruncate(fx.memfd, MEMSZ));
 	fx.mem = mmap(NULL, MEMSZ, PROT_READ | PROT_WRITE, MAP_SHARED, fx.memfd, 0);
 	ASSERT_TRUE(fx.mem != MAP_FAILED);
-	for (int q = 0; q < 2; q++) {
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
 		fx.kick[q] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		fx.call[q] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	}
@@ -75,7 +75,7 @@ static void fx_teardown(void)
 	vhu_backend_free(fx.b);
 	fx.b = NULL;
 	close(fx.sock);
-	for (int q = 0; q < 2; q++) {
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
 		close(fx.kick[q]);
 		close(fx.call[q]);
 	}
@@ -182,7 +182,7 @@ static uint64_t std_features(void)
 {
 	return VHU_BIT(VHU_F_VERSION_1) | VHU_BIT(VHU_F_PROTOCOL_FEATURES) |
 	       VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_INDIRECT_DESC) |
-	       VHU_BIT(VHU_VSOCK_F_SEQPACKET);
+	       VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_IN_ORDER);
 }
 
 static const uint64_t std_proto = VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK);
@@ -235,7 +235,7 @@ TEST(features_are_configurable_and_mq_optional)
 	ASSERT_OK(req_u64(VHU_REQ_SET_PROTOCOL_FEATURES, std_proto | VHU_BIT(VHU_PROTO_F_MQ), NULL,
 			  0));
 	ASSERT_OK(req(VHU_REQ_GET_QUEUE_NUM, 1, NULL, 0, NULL, 0));
-	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_QUEUE_NUM), 2);
+	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_QUEUE_NUM), 3); /* rx, tx, event */
 	/* SEQPACKET was not offered this time, so acking it is a violation. */
 	ASSERT_ERR(req_u64(VHU_REQ_SET_FEATURES, VHU_BIT(VHU_VSOCK_F_SEQPACKET), NULL, 0), EINVAL);
 	fx_teardown();
@@ -574,6 +574,37 @@ TEST(free_with_running_rings_stops_them_and_releases_memory)
 	fx_teardown();
 }
 
+/*
+ * The event queue (index 2): never set up (QEMU), nothing changes; set up (Cloud Hypervisor,
+ * crosvm, our front-end with num_queues 3), it starts, stops and answers its base like the
+ * other two.
+ */
+TEST(event_queue_runs_when_the_front_end_sets_it_up)
+{
+	struct vhu_vring_state st;
+	char log[512];
+
+	fx_setup();
+	bring_up_running();
+	ASSERT_FALSE(vhu_backend_queue_running(fx.b, 2));
+	fakedev_take_log(&fx.dev, log, sizeof(log));
+	setup_ring(2, 5);
+	ASSERT_FALSE(vhu_backend_queue_running(fx.b, 2)); /* disabled until SET_VRING_ENABLE */
+	ASSERT_OK(req_state(VHU_REQ_SET_VRING_ENABLE, 2, 1));
+	ASSERT_TRUE(vhu_backend_queue_running(fx.b, 2));
+	ASSERT_EQ(fx.dev.info[2].last_avail_idx, 5);
+	ASSERT_TRUE(same_eventfd(fx.kick[2], fx.dev.info[2].kick_fd));
+	fx.dev.stop_ret[2] = 6;
+	ASSERT_OK(req_state(VHU_REQ_GET_VRING_BASE, 2, 0));
+	get_reply(VHU_REQ_GET_VRING_BASE, &st, 8);
+	ASSERT_EQ(st.index, 2);
+	ASSERT_EQ(st.num, 6);
+	fakedev_take_log(&fx.dev, log, sizeof(log));
+	ASSERT_STREQ(log, "start2 stop2");
+	ASSERT_TRUE(vhu_backend_queue_running(fx.b, 0));
+	fx_teardown();
+}
+
 TEST(process_without_data_returns_at_once)
 {
 	fx_setup(); /* msg_timeout_ms 200 */
@@ -742,7 +773,7 @@ static const struct bad_case bad_cases[] = {
 	{ "SET_MEM_TABLE before SET_OWNER", ST_FRESH, VHU_REQ_SET_MEM_TABLE, 1, { 1 }, 40, -1,
 	  EPERM },
 	{ "GET_QUEUE_NUM without MQ", ST_OWNED, VHU_REQ_GET_QUEUE_NUM, 1, { 0 }, 0, 0, EPERM },
-	{ "SET_VRING_NUM index 2", ST_OWNED, VHU_REQ_SET_VRING_NUM, 1, STATE(2, 128), 8, 0, EINVAL },
+	{ "SET_VRING_NUM index 3", ST_OWNED, VHU_REQ_SET_VRING_NUM, 1, STATE(3, 128), 8, 0, EINVAL },
 	{ "SET_VRING_NUM index 255", ST_OWNED, VHU_REQ_SET_VRING_NUM, 1, STATE(255, 128), 8, 0,
 	  EINVAL },
 	{ "SET_VRING_NUM 100", ST_OWNED, VHU_REQ_SET_VRING_NUM, 1, STATE(0, 100), 8, 0, EINVAL },
@@ -754,17 +785,17 @@ static const struct bad_case bad_cases[] = {
 	  EBUSY },
 	{ "SET_FEATURES while started", ST_STARTED, VHU_REQ_SET_FEATURES, 1, U64(1ull << 32), 8, 0,
 	  EBUSY },
-	{ "SET_VRING_BASE index 2", ST_OWNED, VHU_REQ_SET_VRING_BASE, 1, STATE(2, 0), 8, 0, EINVAL },
+	{ "SET_VRING_BASE index 3", ST_OWNED, VHU_REQ_SET_VRING_BASE, 1, STATE(3, 0), 8, 0, EINVAL },
 	{ "SET_VRING_BASE 65536", ST_OWNED, VHU_REQ_SET_VRING_BASE, 1, STATE(0, 65536), 8, 0,
 	  EINVAL },
-	{ "GET_VRING_BASE index 2", ST_OWNED, VHU_REQ_GET_VRING_BASE, 1, STATE(2, 0), 8, 0, EINVAL },
-	{ "SET_VRING_ENABLE index 2", ST_OWNED, VHU_REQ_SET_VRING_ENABLE, 1, STATE(2, 1), 8, 0,
+	{ "GET_VRING_BASE index 3", ST_OWNED, VHU_REQ_GET_VRING_BASE, 1, STATE(3, 0), 8, 0, EINVAL },
+	{ "SET_VRING_ENABLE index 3", ST_OWNED, VHU_REQ_SET_VRING_ENABLE, 1, STATE(3, 1), 8, 0,
 	  EINVAL },
 	{ "SET_VRING_ENABLE value 2", ST_OWNED, VHU_REQ_SET_VRING_ENABLE, 1, STATE(0, 2), 8, 0,
 	  EINVAL },
-	{ "SET_VRING_KICK index 2", ST_OWNED, VHU_REQ_SET_VRING_KICK, 1, U64(2), 8, 1, EINVAL },
-	{ "SET_VRING_CALL index 2", ST_OWNED, VHU_REQ_SET_VRING_CALL, 1, U64(2), 8, 1, EINVAL },
-	{ "SET_VRING_ERR index 2", ST_OWNED, VHU_REQ_SET_VRING_ERR, 1, U64(2), 8, 1, EINVAL },
+	{ "SET_VRING_KICK index 3", ST_OWNED, VHU_REQ_SET_VRING_KICK, 1, U64(3), 8, 1, EINVAL },
+	{ "SET_VRING_CALL index 3", ST_OWNED, VHU_REQ_SET_VRING_CALL, 1, U64(3), 8, 1, EINVAL },
+	{ "SET_VRING_ERR index 3", ST_OWNED, VHU_REQ_SET_VRING_ERR, 1, U64(3), 8, 1, EINVAL },
 	{ "SET_VRING_KICK reserved bits", ST_OWNED, VHU_REQ_SET_VRING_KICK, 1, U64(0x200), 8, 1,
 	  EINVAL },
 	{ "SET_VRING_KICK without fd", ST_OWNED, VHU_REQ_SET_VRING_KICK, 1, U64(0), 8, 0, EPROTO },
@@ -779,7 +810,7 @@ static const struct bad_case bad_cases[] = {
 	{ "SET_MEM_TABLE header only", ST_OWNED, VHU_REQ_SET_MEM_TABLE, 1, { 1 }, 8, -1, EPROTO },
 	{ "SET_MEM_TABLE zero size region", ST_OWNED, VHU_REQ_SET_MEM_TABLE, 1, { 1 }, 40, -1,
 	  EINVAL },
-	{ "SET_VRING_ADDR index 2", ST_OWNED, VHU_REQ_SET_VRING_ADDR, 1, { 2 }, 40, 0, EINVAL },
+	{ "SET_VRING_ADDR index 3", ST_OWNED, VHU_REQ_SET_VRING_ADDR, 1, { 3 }, 40, 0, EINVAL },
 	{ "SET_VRING_ADDR log flag", ST_OWNED, VHU_REQ_SET_VRING_ADDR, 1, { 0, 0, 0, 0, 1 }, 40, 0,
 	  EINVAL },
 	{ "SET_VRING_ADDR short", ST_OWNED, VHU_REQ_SET_VRING_ADDR, 1, { 0 }, 32, 0, EPROTO },

@@ -109,7 +109,7 @@ TEST(full_cycle_against_our_backend)
 	ASSERT_EQ_U64(vhu_front_features(f),
 		      VHU_BIT(VHU_F_VERSION_1) | VHU_BIT(VHU_F_PROTOCOL_FEATURES) |
 			      VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_INDIRECT_DESC) |
-			      VHU_BIT(VHU_VSOCK_F_SEQPACKET));
+			      VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_IN_ORDER));
 	ASSERT_OK(vhu_front_start(f));
 	ASSERT_EQ_U64(s.dev.features, vhu_front_features(f));
 	/* Every request was acked, so the device state is final here. */
