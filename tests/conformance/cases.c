@@ -1802,7 +1802,7 @@ static void bad_descriptor_client(struct conf_args *a)
 	ASSERT_ERRNO(uvsock_recv(devnull, &c, 1, 0), ENOTSOCK);
 	ASSERT_ERRNO(uvsock_close(devnull), ENOTSOCK);
 	close(devnull);
-	ASSERT_ERRNO(uvsock_socket(a->env->client_ctx, SOCK_DGRAM, 0), ESOCKTNOSUPPORT);
+	ASSERT_ERRNO(uvsock_socket(a->env->client_ctx, SOCK_RDM, 0), ESOCKTNOSUPPORT);
 	ASSERT_ERRNO(uvsock_socket(a->env->client_ctx, SOCK_RAW, 0), ESOCKTNOSUPPORT);
 	ASSERT_ERRNO(uvsock_socket(a->env->client_ctx, SOCK_STREAM, 17), EPROTONOSUPPORT);
 	ASSERT_ERRNO(uvsock_socket(NULL, SOCK_STREAM, 0), EINVAL);
