@@ -440,17 +440,22 @@ static bool dg_charge(struct vsock_sock *s, uint32_t len)
 	return false;
 }
 
-/* Gives back a datagram's charge; reports the socket's event if a sender or poll waits. */
-static void dg_uncharge(struct vsock_sock *s, uint32_t len)
+/*
+ * Gives back a datagram's charge; reports the socket's event if a sender or poll waits.
+ * `locked`: the caller holds s's lock (the locked send path's failure exit).
+ */
+static void dg_uncharge(struct vsock_sock *s, uint32_t len, bool locked)
 {
 	atomic_fetch_sub_explicit(&s->dg_wmem, dg_cost(len), memory_order_relaxed);
 	/* seq_cst fence: our wmem RMW against the waiter's flag store (file comment). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&s->dg_tx_wait, memory_order_relaxed) &&
 	    atomic_exchange_explicit(&s->dg_tx_wait, false, memory_order_relaxed)) {
-		sock_lock(s);
+		if (!locked)
+			sock_lock(s);
 		vsock_sk_event(NULL, s);
-		sock_unlock(s);
+		if (!locked)
+			sock_unlock(s);
 	}
 }
 
@@ -478,7 +483,7 @@ static ssize_t dg_send_one(struct vsock_sock *s, const struct vsock_dgram_addr *
 		return -EAGAIN;
 	p = malloc(sizeof(*p) + len);
 	if (!p) {
-		dg_uncharge(s, len);
+		dg_uncharge(s, len, locked);
 		return -ENOMEM;
 	}
 	iov_read_at(iov, iov_count(iovcnt), 0, p->data, len);
@@ -556,7 +561,7 @@ ssize_t vsock_dgram_pull(struct vsock_engine *e, struct vsock_hdr *h, const stru
 			break;
 		/* It cannot fit the transport's buffer, and a datagram goes only whole. */
 		STAT_INC(e, dgram_drop_oversize);
-		dg_uncharge(s, p->len);
+		dg_uncharge(s, p->len, false);
 		sock_unref(s);
 		free(p);
 		first = false;
@@ -575,7 +580,7 @@ ssize_t vsock_dgram_pull(struct vsock_engine *e, struct vsock_hdr *h, const stru
 	STAT_ADD(e, tx_bytes, p->len);
 	STAT_INC(e, dgram_tx);
 	STAT_ADD(e, dgram_tx_bytes, p->len);
-	dg_uncharge(s, p->len);
+	dg_uncharge(s, p->len, false);
 	sock_unref(s);
 	free(p);
 	return h->len;

@@ -2,8 +2,8 @@
 /*
  * The vsock protocol engine, sans-I/O: the part Linux calls virtio_transport_common.c plus the
  * socket-level semantics of af_vsock.c. It never touches a file descriptor or a ring. Implemented
- * by engine.c (packets, states, credit, pull, timers), sock.c (the vsock_sock_* calls) and rxq.c
- * (the receive queue).
+ * by engine.c (packets, states, credit, pull, timers), sock.c (the vsock_sock_* calls), rxq.c
+ * (the receive queue) and dgram.c (datagram sockets, "Datagrams" below).
  *
  *   packets in:   vsock_engine_feed() / vsock_engine_feed_batch()  (always consume the packet;
  *                 with ops->deliver an RW payload may be taken in place instead of queued)
@@ -21,6 +21,7 @@
  * Threads. Every function here may be called from any thread. Each socket has one lock; the
  * connection table uses per-bucket locks and socket reference counts, so lookups on the data path
  * take no engine-wide lock. Pulling takes a short engine-wide lock on the send list only.
+ * Datagram sends (vsock_dgram_send) take no lock at all once the socket is bound.
  * Callbacks in ops are invoked with no engine lock held, except sock_event, which is called with
  * that socket's lock held and must not call back into the engine (wake a waiter, set a flag,
  * write an eventfd: nothing more).

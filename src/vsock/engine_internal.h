@@ -9,7 +9,8 @@
  *   listener socket lock  ->  child socket lock  ->  { tx_lock, timer_lock, all_lock,
  *                                                      conn table bucket locks }
  * The four on the right are leaves: nothing is taken while holding one of them. Code that holds
- * a leaf lock and needs a socket lock drops the leaf first (taking a reference).
+ * a leaf lock and needs a socket lock drops the leaf first (taking a reference). The datagram
+ * send queue's pop_lock (dgram.c) is a leaf too, taken only by pullers with no socket lock held.
  */
 #ifndef UVSOCK_VSOCK_ENGINE_INTERNAL_H
 #define UVSOCK_VSOCK_ENGINE_INTERNAL_H
