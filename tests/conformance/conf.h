@@ -54,6 +54,9 @@ struct conf_case {
 
 extern const struct conf_case conf_cases[];
 extern const unsigned conf_ncases;
+/* The datagram rows (cases_dgram.c), run after conf_cases. */
+extern const struct conf_case conf_dgram_cases[];
+extern const unsigned conf_dgram_ncases;
 
 /* Registers every case with the harness and runs them (TAP). */
 int conf_main(int argc, char **argv, const struct conf_factory *f);
