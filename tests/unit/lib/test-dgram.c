@@ -3,8 +3,9 @@
  * SOCK_DGRAM through the socket API over the loopback transport (src/lib/socket.c "Datagrams"):
  * delivery and boundaries, zero-length datagrams, truncation both ways, MSG_PEEK, the default
  * peer (connect, AF_UNSPEC), auto-bind, errno (EMSGSIZE, EDESTADDRREQ, EOPNOTSUPP), poll,
- * SO_RCVBUF with the drops it causes counted, and 16 threads sending on one socket (every
- * datagram received intact or counted as dropped; also run under TSan by scripts/tsan.sh).
+ * SO_RCVBUF with the drops it causes counted, and 16 threads sending on one socket, lock-free
+ * and with UVSOCK_DGRAM_LOCKED=1 (every datagram received intact or counted as dropped; also run
+ * under TSan by scripts/tsan.sh).
  */
 #include <poll.h>
 #include <pthread.h>
@@ -46,6 +47,29 @@ static uint32_t local_port(int fd)
 	return a.svm_port;
 }
 
+/* A loopback context with a receiver bound to port and an unbound sender. */
+struct pair {
+	struct uvsock_ctx *ctx;
+	int rx, tx;
+};
+
+static struct pair pair_open(uint32_t port)
+{
+	struct pair p = { .ctx = uvsock_ctx_new_loopback(NULL) };
+
+	ASSERT_TRUE(p.ctx != NULL);
+	p.rx = dg_socket(p.ctx, port);
+	p.tx = dg_socket(p.ctx, VMADDR_PORT_ANY);
+	return p;
+}
+
+static void pair_close(struct pair *p)
+{
+	ASSERT_EQ(uvsock_close(p->rx), 0);
+	ASSERT_EQ(uvsock_close(p->tx), 0);
+	uvsock_ctx_free(p->ctx);
+}
+
 static struct uvsock_ctx_stats ctx_stats(struct uvsock_ctx *ctx)
 {
 	struct uvsock_ctx_stats st = { .size = sizeof(st) };
@@ -56,14 +80,14 @@ static struct uvsock_ctx_stats ctx_stats(struct uvsock_ctx *ctx)
 
 TEST(dgram_delivery_boundaries_and_source)
 {
-	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(NULL);
-	int rx = dg_socket(ctx, 5000), tx = dg_socket(ctx, VMADDR_PORT_ANY);
+	struct pair pr = pair_open(5000);
+	struct uvsock_ctx *ctx = pr.ctx;
+	int rx = pr.rx, tx = pr.tx;
 	static char big[DG_MAX], got[DG_MAX + 16];
 	static const size_t sizes[NSIZES] = { 1, 100, 0, 4096, DG_MAX };
 	struct sockaddr_vm src;
 	socklen_t slen;
 
-	ASSERT_TRUE(ctx != NULL);
 	ASSERT_EQ(local_port(tx), VMADDR_PORT_ANY);
 	for (size_t i = 0; i < sizeof(big); i++)
 		big[i] = (char)(i * 7 + 1);
@@ -93,15 +117,13 @@ TEST(dgram_delivery_boundaries_and_source)
 	ASSERT_EQ(errno, EDESTADDRREQ);
 	ASSERT_EQ(ctx_stats(ctx).dgram_tx, NSIZES);
 	ASSERT_EQ(ctx_stats(ctx).dgram_rx, NSIZES);
-	uvsock_close(rx);
-	uvsock_close(tx);
-	uvsock_ctx_free(ctx);
+	pair_close(&pr);
 }
 
 TEST(dgram_truncation_and_peek)
 {
-	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(NULL);
-	int rx = dg_socket(ctx, 5001), tx = dg_socket(ctx, VMADDR_PORT_ANY);
+	struct pair pr = pair_open(5001);
+	int rx = pr.rx, tx = pr.tx;
 	char data[100], got[100];
 	struct iovec iov = { got, 10 };
 	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
@@ -126,15 +148,14 @@ TEST(dgram_truncation_and_peek)
 	ASSERT_EQ(uvsock_recvmsg(rx, &m, 0), 50);
 	ASSERT_EQ(m.msg_flags, 0);
 	ASSERT_MEMEQ(got, data, 50);
-	uvsock_close(rx);
-	uvsock_close(tx);
-	uvsock_ctx_free(ctx);
+	pair_close(&pr);
 }
 
 TEST(dgram_default_peer_and_errors)
 {
-	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(NULL);
-	int rx = dg_socket(ctx, 5002), tx = dg_socket(ctx, VMADDR_PORT_ANY);
+	struct pair pr = pair_open(5002);
+	struct uvsock_ctx *ctx = pr.ctx;
+	int rx = pr.rx, tx = pr.tx;
 	struct sockaddr_vm peer = vm_addr(VMADDR_CID_LOCAL, 5002), a;
 	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
 	socklen_t len = sizeof(a);
@@ -172,15 +193,13 @@ TEST(dgram_default_peer_and_errors)
 	errno = 0;
 	ASSERT_EQ(uvsock_send(tx, "x", 1, MSG_OOB), -1);
 	ASSERT_EQ(errno, EOPNOTSUPP);
-	uvsock_close(rx);
-	uvsock_close(tx);
-	uvsock_ctx_free(ctx);
+	pair_close(&pr);
 }
 
 TEST(dgram_poll_and_blocking_recv)
 {
-	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(NULL);
-	int rx = dg_socket(ctx, 5003), tx = dg_socket(ctx, VMADDR_PORT_ANY);
+	struct pair pr = pair_open(5003);
+	int rx = pr.rx, tx = pr.tx;
 	struct pollfd p[2] = { { .fd = rx, .events = POLLIN }, { .fd = tx, .events = POLLOUT } };
 	struct timeval tv = { .tv_sec = 0, .tv_usec = 20000 };
 	char got[8];
@@ -198,15 +217,14 @@ TEST(dgram_poll_and_blocking_recv)
 	ASSERT_EQ(p[0].revents, POLLIN);
 	ASSERT_EQ(uvsock_recv(rx, got, sizeof(got), 0), 2);
 	ASSERT_EQ(uvsock_poll(p, 1, 0), 0);
-	uvsock_close(rx);
-	uvsock_close(tx);
-	uvsock_ctx_free(ctx);
+	pair_close(&pr);
 }
 
 TEST(dgram_rcvbuf_full_drops_counted)
 {
-	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(NULL);
-	int rx = dg_socket(ctx, 5004), tx = dg_socket(ctx, VMADDR_PORT_ANY);
+	struct pair pr = pair_open(5004);
+	struct uvsock_ctx *ctx = pr.ctx;
+	int rx = pr.rx, tx = pr.tx;
 	int v = 4096, got_v = 0, n = 0;
 	socklen_t len = sizeof(got_v);
 	char data[1000], got[1000];
@@ -231,9 +249,7 @@ TEST(dgram_rcvbuf_full_drops_counted)
 		ASSERT_EQ(uvsock_recv(rx, got, sizeof(got), 0), (ssize_t)sizeof(got));
 	}
 	ASSERT_EQ(ctx_stats(ctx).dgram_drop_full, st.dgram_drop_full);
-	uvsock_close(rx);
-	uvsock_close(tx);
-	uvsock_ctx_free(ctx);
+	pair_close(&pr);
 }
 
 /* ---- 16 senders on one socket -------------------------------------------------------------- */
@@ -275,8 +291,9 @@ static void *cs_sender(void *arg)
 
 static void concurrent_senders(void)
 {
-	struct uvsock_ctx *ctx = uvsock_ctx_new_loopback(NULL);
-	int rx = dg_socket(ctx, 5005), tx = dg_socket(ctx, VMADDR_PORT_ANY);
+	struct pair pr = pair_open(5005);
+	struct uvsock_ctx *ctx = pr.ctx;
+	int rx = pr.rx, tx = pr.tx;
 	static unsigned char seen[CS_THREADS][CS_PER_THREAD];
 	struct cs cs[CS_THREADS];
 	pthread_t th[CS_THREADS];
@@ -319,13 +336,19 @@ static void concurrent_senders(void)
 	ASSERT_EQ(got + ctx_stats(ctx).dgram_drop_full, total);
 	test_note("16 senders: %llu received, %llu dropped (receiver full)",
 		  (unsigned long long)got, (unsigned long long)ctx_stats(ctx).dgram_drop_full);
-	uvsock_close(rx);
-	uvsock_close(tx);
-	uvsock_ctx_free(ctx);
+	pair_close(&pr);
 }
 
 TEST(dgram_16_senders_one_socket)
 {
+	concurrent_senders();
+}
+
+/* The same with every send under the socket lock (each case runs in a child of its own, so the
+ * variable, read once per process, applies to this case only). */
+TEST(dgram_16_senders_one_socket_locked)
+{
+	ASSERT_EQ(setenv("UVSOCK_DGRAM_LOCKED", "1", 1), 0);
 	concurrent_senders();
 }
 
