@@ -115,7 +115,7 @@ struct uvsock_ctx_stats {
 	uint64_t dgram_rx, dgram_rx_bytes; /* datagrams / payload bytes delivered to a socket */
 	uint64_t dgram_drop_no_listener;   /* received for a port no datagram socket is bound to */
 	uint64_t dgram_drop_full;          /* received while the socket's SO_RCVBUF was full */
-	uint64_t dgram_drop_oversize;      /* over the maximum, or larger than the transport's buffer */
+	uint64_t dgram_drop_oversize;      /* over the maximum, or beyond the transport's buffer */
 	uint64_t dgram_drop_not_negotiated; /* received without datagrams negotiated */
 };
 /* Returns 0, or -1 with errno EINVAL (ctx or ret NULL, bad ret->size). */

@@ -463,6 +463,7 @@ out_close_vs:
 int uvsock_socket(struct uvsock_ctx *ctx, int type, int protocol)
 {
 	int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+	enum vsock_type vtype;
 	struct vsock_sock *vs;
 	int r;
 
@@ -472,11 +473,13 @@ int uvsock_socket(struct uvsock_ctx *ctx, int type, int protocol)
 		return ret_errno(-EPROTONOSUPPORT);
 	if (base != SOCK_STREAM && base != SOCK_SEQPACKET && base != SOCK_DGRAM)
 		return ret_errno(-ESOCKTNOSUPPORT);
-	r = vsock_sock_new(ctx->engine,
-			   base == SOCK_STREAM	  ? VSOCK_TYPE_STREAM
-			   : base == SOCK_DGRAM ? VSOCK_TYPE_DGRAM
-						: VSOCK_TYPE_SEQPACKET,
-			   &vs);
+	if (base == SOCK_STREAM)
+		vtype = VSOCK_TYPE_STREAM;
+	else if (base == SOCK_DGRAM)
+		vtype = VSOCK_TYPE_DGRAM;
+	else
+		vtype = VSOCK_TYPE_SEQPACKET;
+	r = vsock_sock_new(ctx->engine, vtype, &vs);
 	if (r < 0)
 		return ret_errno(r);
 	return ret_errno(sock_wrap(ctx, vs, base, type));

@@ -115,7 +115,7 @@ static bool dgq_enqueue(struct vsock_engine *e, struct dgram_pkt *p)
 	bool kick;
 
 	dgq_push(q, p);
-	/* Counted after the link: n > 0 means a complete push to pull (a hint, see vsock_dgram_pull).
+	/* Counted after the link: n > 0 means a complete push to pull (a hint: vsock_dgram_pull).
 	 * Relaxed: the 0 -> 1 decision needs only the RMW's atomicity. */
 	kick = atomic_fetch_add_explicit(&q->n, 1, memory_order_relaxed) == 0;
 	/* seq_cst fence: our link store against the consumer's stalled store (file comment). */

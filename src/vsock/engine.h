@@ -227,14 +227,14 @@ uint32_t vsock_engine_local_cid(const struct vsock_engine *e);
 	X(socks_total)          /* sockets ever created */                                         \
 	X(connects_timed_out)                                                                      \
 	X(close_timeouts)                                                                          \
-	X(rst_dropped)          /* no-socket RST not queued: reply ring full */              \
-	X(dgram_tx)             /* datagrams pulled */                                           \
+	X(rst_dropped)          /* no-socket RST not queued: reply ring full */                    \
+	X(dgram_tx)             /* datagrams pulled */                                             \
 	X(dgram_tx_bytes)                                                                          \
-	X(dgram_rx)             /* datagrams delivered to a socket's receive queue */            \
+	X(dgram_rx)             /* datagrams delivered to a socket's receive queue */              \
 	X(dgram_rx_bytes)                                                                          \
-	X(dgram_drop_no_listener) /* fed datagram: no socket bound to its port */                \
-	X(dgram_drop_full)      /* fed datagram: receiver's SO_RCVBUF limit reached */            \
-	X(dgram_drop_oversize)  /* fed over dgram_max, or pulled over max_payload */             \
+	X(dgram_drop_no_listener) /* fed datagram: no socket bound to its port */                  \
+	X(dgram_drop_full)      /* fed datagram: receiver's SO_RCVBUF limit reached */             \
+	X(dgram_drop_oversize)  /* fed over dgram_max, or pulled over max_payload */               \
 	X(dgram_drop_not_negotiated) /* fed datagram while dgram is off */
 
 /* Counters. Read with vsock_engine_get_stats (a consistent-enough snapshot). */
