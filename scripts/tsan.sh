@@ -19,7 +19,7 @@
 set -u
 
 BUILD=${TSAN_BUILD:-build-tsan}
-TESTS=${*:-"lib-lib driver-driver driver-hostile driver-direct driver-txdirect device-loop
+TESTS=${*:-"lib-lib lib-dgram vsock-dgram driver-driver driver-hostile driver-direct driver-txdirect device-loop
 	device-device embed-device-api conformance-loopback conformance-loopback-pump-thread
 	conformance-uvsockd e2e sibling-flood"}
 

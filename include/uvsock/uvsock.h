@@ -111,6 +111,12 @@ struct uvsock_ctx_stats {
 	uint64_t socks_open;           /* live sockets now (not monotonic), lingering ones included */
 	uint64_t connects_timed_out;
 	uint64_t dropped;              /* packets the transport discarded (loopback: foreign CID) */
+	uint64_t dgram_tx, dgram_tx_bytes; /* datagrams / payload bytes sent */
+	uint64_t dgram_rx, dgram_rx_bytes; /* datagrams / payload bytes delivered to a socket */
+	uint64_t dgram_drop_no_listener;   /* received for a port no datagram socket is bound to */
+	uint64_t dgram_drop_full;          /* received while the socket's SO_RCVBUF was full */
+	uint64_t dgram_drop_oversize;      /* over the maximum, or beyond the transport's buffer */
+	uint64_t dgram_drop_not_negotiated; /* received without datagrams negotiated */
 };
 /* Returns 0, or -1 with errno EINVAL (ctx or ret NULL, bad ret->size). */
 int uvsock_ctx_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *ret);
@@ -141,11 +147,13 @@ int uvsock_set_log_fn(uvsock_log_fn fn, int level);
 /* ---- Sockets --------------------------------------------------------------------------- */
 
 /*
- * socket(2). type: SOCK_STREAM or SOCK_SEQPACKET, optionally or'ed with SOCK_NONBLOCK and
- * SOCK_CLOEXEC (applies to the descriptor). protocol: 0 or PF_VSOCK.
+ * socket(2). type: SOCK_STREAM, SOCK_SEQPACKET or SOCK_DGRAM, optionally or'ed with
+ * SOCK_NONBLOCK and SOCK_CLOEXEC (applies to the descriptor). protocol: 0 or PF_VSOCK.
+ * SOCK_DGRAM needs a transport that negotiated datagrams (loopback always does; the guest role
+ * when the device offers VIRTIO_VSOCK_F_DGRAM): docs/api.md "Datagrams".
  * Returns a descriptor >= 0, or -1 with errno: EINVAL (ctx NULL, unknown type flag),
- * EPROTONOSUPPORT (protocol), ESOCKTNOSUPPORT (SOCK_DGRAM or any other type), EMFILE (process fd
- * limit, or the context's max_sockets), ENFILE, ENOMEM.
+ * EPROTONOSUPPORT (protocol), ESOCKTNOSUPPORT (any other type), ENODEV (SOCK_DGRAM, not
+ * negotiated), EMFILE (process fd limit, or the context's max_sockets), ENFILE, ENOMEM.
  */
 int uvsock_socket(struct uvsock_ctx *ctx, int type, int protocol);
 
@@ -189,6 +197,29 @@ int uvsock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
  * EPROTONOSUPPORT (SEQPACKET not supported by the peer transport).
  */
 int uvsock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
+
+/*
+ * SOCK_DGRAM (docs/api.md "Datagrams"). bind as above, or automatic at the first send/connect.
+ * connect sets the default destination at once (nothing goes on the wire); an address with
+ * sa_family AF_UNSPEC clears it. listen/accept fail with EOPNOTSUPP. Sends never serialize
+ * threads on one socket. Each send is one datagram of at most 65492 bytes (VSOCK_DGRAM_MAX of the
+ * transport, maybe lower); it is queued whole or not at all, and it may be dropped on the way
+ * (no listener, receiver's SO_RCVBUF full: counted in uvsock_ctx_stats). Each recv returns one
+ * datagram: msg_flags MSG_TRUNC if it was cut to the buffer (the rest is discarded), the full
+ * length with MSG_TRUNC in flags, the sender's address in msg_name / src_addr.
+ * Blocking sends wait while the socket's SO_SNDBUF worth of datagrams waits to leave;
+ * SO_RCVBUF/SO_SNDBUF (int, SOL_SOCKET; the value set is doubled as Linux does) bound the
+ * queues, counting payload plus 64 bytes per datagram. POLLIN: a datagram is queued; POLLOUT:
+ * the send quota has room.
+ * Errors (as Linux UDP): EMSGSIZE (too long), EDESTADDRREQ (no address and no default peer),
+ * EAGAIN (non-blocking: nothing to read / send quota full), EINVAL (bad address), EBADF,
+ * ENOTSOCK, EOPNOTSUPP (MSG_OOB). Never EISCONN, ECONNREFUSED or ENOTCONN from send/recv.
+ * On STREAM/SEQPACKET sockets sendto/recvfrom behave as sendmsg/recvmsg with msg_name.
+ */
+ssize_t uvsock_sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *addr,
+		      socklen_t addrlen);
+ssize_t uvsock_recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
+			socklen_t *addrlen);
 
 /*
  * send(2) / sendmsg(2). STREAM: blocking calls return when every byte is queued (or when

@@ -144,6 +144,14 @@ int uvsock_ctx_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *ret)
 	st.backlog_refused = es.backlog_refused;
 	st.socks_open = es.socks_open;
 	st.connects_timed_out = es.connects_timed_out;
+	st.dgram_tx = es.dgram_tx;
+	st.dgram_tx_bytes = es.dgram_tx_bytes;
+	st.dgram_rx = es.dgram_rx;
+	st.dgram_rx_bytes = es.dgram_rx_bytes;
+	st.dgram_drop_no_listener = es.dgram_drop_no_listener;
+	st.dgram_drop_full = es.dgram_drop_full;
+	st.dgram_drop_oversize = es.dgram_drop_oversize;
+	st.dgram_drop_not_negotiated = es.dgram_drop_not_negotiated;
 	if (ctx->tops->get_stats)
 		ctx->tops->get_stats(ctx, &st);
 	if (abi_struct_out(ret, &st, sizeof(st), ABI_SIZE_0(struct uvsock_ctx_stats, dropped))) {

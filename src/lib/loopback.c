@@ -275,6 +275,7 @@ struct uvsock_ctx *uvsock_ctx_new_loopback(const struct uvsock_loopback_opts *op
 	/* Every reply is pulled and fed back at once; the bound only protects memory. */
 	cfg.reply_limit = 65536;
 	cfg.seqpacket = true;
+	cfg.dgram = true; /* datagrams are always "negotiated" with ourselves */
 	r = uvsock_ctx_create_(&loopback_ops, lb, &cfg, o.flags & UVSOCK_CTX_UNPRIVILEGED, &ctx);
 	if (r < 0)
 		goto fail;

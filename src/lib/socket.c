@@ -35,6 +35,11 @@
  * known poll mask intersects interest|POLLERR|POLLHUP. sock_event applies the mask it is given;
  * an API call that may have changed the mask without an event re-polls (refresh), and a
  * sequence number (pseq) keeps a stale re-poll from overwriting a newer event's mask.
+ *
+ * Datagrams (SOCK_DGRAM, the "Datagrams" section below). Sends take neither tx_mu nor the engine
+ * socket's lock (vsock_dgram_send, src/vsock/dgram.c), so threads sending on one descriptor run
+ * in parallel; receivers take no tx_mu/rx_mu either (each recv takes one whole datagram under
+ * the engine socket's lock). Blocking uses the same evseq wait as streams.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,7 +64,7 @@
 struct usock {
 	atomic_int refs;             /* 1 for the table entry (until close) + 1 per call */
 	int fd;                      /* the descriptor: our eventfd */
-	int type;                    /* SOCK_STREAM or SOCK_SEQPACKET */
+	int type;                    /* SOCK_STREAM, SOCK_SEQPACKET or SOCK_DGRAM */
 	struct uvsock_ctx *ctx;
 	struct vsock_sock *vs;       /* engine socket; our reference, released at destroy */
 	atomic_bool closed;          /* uvsock_close() was called */
@@ -458,6 +463,7 @@ out_close_vs:
 int uvsock_socket(struct uvsock_ctx *ctx, int type, int protocol)
 {
 	int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+	enum vsock_type vtype;
 	struct vsock_sock *vs;
 	int r;
 
@@ -465,10 +471,15 @@ int uvsock_socket(struct uvsock_ctx *ctx, int type, int protocol)
 		return ret_errno(-EINVAL);
 	if (protocol != 0 && protocol != PF_VSOCK)
 		return ret_errno(-EPROTONOSUPPORT);
-	if (base != SOCK_STREAM && base != SOCK_SEQPACKET)
+	if (base != SOCK_STREAM && base != SOCK_SEQPACKET && base != SOCK_DGRAM)
 		return ret_errno(-ESOCKTNOSUPPORT);
-	r = vsock_sock_new(ctx->engine,
-			   base == SOCK_STREAM ? VSOCK_TYPE_STREAM : VSOCK_TYPE_SEQPACKET, &vs);
+	if (base == SOCK_STREAM)
+		vtype = VSOCK_TYPE_STREAM;
+	else if (base == SOCK_DGRAM)
+		vtype = VSOCK_TYPE_DGRAM;
+	else
+		vtype = VSOCK_TYPE_SEQPACKET;
+	r = vsock_sock_new(ctx->engine, vtype, &vs);
 	if (r < 0)
 		return ret_errno(r);
 	return ret_errno(sock_wrap(ctx, vs, base, type));
@@ -605,9 +616,114 @@ int uvsock_getsockname(int fd, struct sockaddr *addr, socklen_t *addrlen)
 	return sock_name(fd, addr, addrlen, vsock_sock_local_addr);
 }
 
+/* getpeername of either kind of socket: a datagram socket's is its default peer. */
+static int sock_peer_addr(struct vsock_sock *s, uint32_t *ret_cid, uint32_t *ret_port)
+{
+	if (vsock_sock_type(s) == VSOCK_TYPE_DGRAM)
+		return vsock_dgram_peer_addr(s, ret_cid, ret_port);
+	return vsock_sock_peer_addr(s, ret_cid, ret_port);
+}
+
 int uvsock_getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen)
 {
-	return sock_name(fd, addr, addrlen, vsock_sock_peer_addr);
+	return sock_name(fd, addr, addrlen, sock_peer_addr);
+}
+
+/* ---- Datagrams ---------------------------------------------------------------------------- */
+
+/* connect(2) of a SOCK_DGRAM socket: the default peer; AF_UNSPEC clears it (Linux UDP). */
+static int dgram_connect(struct usock *us, const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct sockaddr_vm svm;
+	int r;
+
+	if (addr && addrlen >= (socklen_t)sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC)
+		return vsock_dgram_connect(us->vs, 0, 0, true);
+	r = addr_in(addr, addrlen, &svm);
+	if (r < 0)
+		return r;
+	return vsock_dgram_connect(us->vs, svm.svm_cid, svm.svm_port, false);
+}
+
+/* The blocking mode and deadline of a datagram call (O_NONBLOCK, MSG_DONTWAIT, *timeo). */
+static bool dgram_nonblock(struct usock *us, int flags, _Atomic uint64_t *timeo,
+			   uint64_t *ret_deadline)
+{
+	*ret_deadline = deadline_after(atomic_load(timeo));
+	return atomic_load(&us->nonblock) || (flags & MSG_DONTWAIT) ||
+	       atomic_load(timeo) == TIMEO_IMMEDIATE;
+}
+
+/*
+ * sendmsg(2) of a SOCK_DGRAM socket: one datagram to msg_name (msg_namelen != 0) or the default
+ * peer. Blocks (unless non-blocking) while the socket's send quota is full. No lock of ours.
+ */
+static ssize_t dgram_sendmsg(struct usock *us, const struct msghdr *msg, int flags)
+{
+	struct vsock_dgram_addr to, *top = NULL;
+	struct sockaddr_vm svm;
+	uint64_t deadline;
+	bool nonblock;
+	unsigned seq;
+	ssize_t r;
+
+	if (flags & MSG_OOB)
+		return -EOPNOTSUPP;
+	if (msg->msg_namelen) {
+		r = addr_in(msg->msg_name, msg->msg_namelen, &svm);
+		if (r < 0)
+			return r;
+		to = (struct vsock_dgram_addr){ .cid = svm.svm_cid, .port = svm.svm_port };
+		top = &to;
+	}
+	r = iov_check(msg->msg_iov, msg->msg_iovlen);
+	if (r < 0)
+		return r;
+	nonblock = dgram_nonblock(us, flags, &us->sndtimeo, &deadline);
+	do {
+		seq = atomic_load(&us->evseq);
+		if (atomic_load(&us->closed))
+			return -EBADF;
+		r = vsock_dgram_send(us->vs, top, msg->msg_iov, (int)msg->msg_iovlen);
+	} while (sock_retry(us, r, seq, nonblock, deadline));
+	return r;
+}
+
+/*
+ * recvmsg(2) of a SOCK_DGRAM socket: one whole datagram (MSG_TRUNC in msg_flags if cut; with
+ * MSG_TRUNC in flags its full length is returned), its source in msg_name.
+ */
+static ssize_t dgram_recvmsg(struct usock *us, struct msghdr *msg, int flags)
+{
+	struct vsock_dgram_addr src;
+	uint64_t deadline;
+	int mflags = 0;
+	bool nonblock;
+	unsigned seq;
+	ssize_t r;
+
+	if (flags & (MSG_OOB | MSG_ERRQUEUE))
+		return -EOPNOTSUPP;
+	r = iov_check(msg->msg_iov, msg->msg_iovlen);
+	if (r < 0)
+		return r;
+	msg->msg_flags = 0;
+	nonblock = dgram_nonblock(us, flags, &us->rcvtimeo, &deadline);
+	do {
+		seq = atomic_load(&us->evseq);
+		if (atomic_load(&us->closed))
+			return -EBADF;
+		r = vsock_dgram_recv(us->vs, msg->msg_iov, (int)msg->msg_iovlen,
+				     flags & (MSG_PEEK | MSG_TRUNC), &mflags, &src);
+	} while (sock_retry(us, r, seq, nonblock, deadline));
+	if (r < 0)
+		return r;
+	msg->msg_flags = mflags;
+	if (msg->msg_name)
+		addr_out(src.cid, src.port, msg->msg_name, &msg->msg_namelen);
+	else
+		msg->msg_namelen = 0;
+	return r;
 }
 
 /* ---- Connection setup -------------------------------------------------------------------- */
@@ -620,12 +736,17 @@ int uvsock_listen(int fd, int backlog)
 
 	if (!us)
 		return -1;
+	if (us->type == SOCK_DGRAM) {
+		r = -EOPNOTSUPP; /* Linux: sock_no_listen */
+		goto out;
+	}
 	/* Linux: listen() on an unbound socket is EINVAL (no auto-bind). */
 	r = vsock_sock_local_addr(us->vs, &cid, &port);
 	if (r == 0 && port == VMADDR_PORT_ANY)
 		r = -EINVAL;
 	if (r == 0)
 		r = vsock_sock_listen(us->vs, backlog);
+out:
 	pollfd_refresh(us);
 	sock_put(us);
 	return ret_errno(r);
@@ -645,6 +766,10 @@ int uvsock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
 		return -1;
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) {
 		r = -EINVAL;
+		goto out;
+	}
+	if (us->type == SOCK_DGRAM) {
+		r = -EOPNOTSUPP; /* Linux: sock_no_accept */
 		goto out;
 	}
 	if (addr && !addrlen) {
@@ -702,6 +827,10 @@ int uvsock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 
 	if (!us)
 		return -1;
+	if (us->type == SOCK_DGRAM) {
+		r = dgram_connect(us, addr, addrlen);
+		goto out;
+	}
 	nonblock = atomic_load(&us->nonblock);
 	st = vsock_sock_state(us->vs);
 	if (st == VSOCK_SS_CONNECTING) {
@@ -855,6 +984,10 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 		r = -EFAULT; /* Linux: net/socket.c copy_msghdr_from_user */
 		goto out_put;
 	}
+	if (us->type == SOCK_DGRAM) {
+		r = dgram_sendmsg(us, msg, flags);
+		goto out_put;
+	}
 	if (flags & MSG_OOB) {
 		r = -EOPNOTSUPP;
 		goto out_put;
@@ -941,6 +1074,10 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 		r = -EFAULT; /* Linux: net/socket.c copy_msghdr_from_user */
 		goto out_put;
 	}
+	if (us->type == SOCK_DGRAM) {
+		r = dgram_recvmsg(us, msg, flags);
+		goto out_put;
+	}
 	if (flags & (MSG_OOB | MSG_ERRQUEUE)) {
 		r = -EOPNOTSUPP;
 		goto out_put;
@@ -1001,6 +1138,36 @@ ssize_t uvsock_recv(int fd, void *buf, size_t len, int flags)
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 
 	return uvsock_recvmsg(fd, &msg, flags);
+}
+
+ssize_t uvsock_sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *addr,
+		      socklen_t addrlen)
+{
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr msg = { .msg_name = (void *)addr, .msg_namelen = addr ? addrlen : 0,
+			      .msg_iov = &iov, .msg_iovlen = 1 };
+
+	return uvsock_sendmsg(fd, &msg, flags);
+}
+
+ssize_t uvsock_recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
+			socklen_t *addrlen)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr msg = { .msg_name = addr, .msg_namelen = addr && addrlen ? *addrlen : 0,
+			      .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t r;
+
+	if (addr && !addrlen) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (!addr)
+		msg.msg_name = NULL;
+	r = uvsock_recvmsg(fd, &msg, flags);
+	if (r >= 0 && addr)
+		*addrlen = msg.msg_namelen;
+	return r;
 }
 
 int uvsock_shutdown(int fd, int how)
@@ -1138,6 +1305,16 @@ int uvsock_setsockopt(int fd, int level, int optname, const void *optval, sockle
 		r = -ENOPROTOOPT;
 		goto out;
 	}
+	if (us->type == SOCK_DGRAM && (optname == SO_RCVBUF || optname == SO_SNDBUF)) {
+		r = optval && optlen >= (socklen_t)sizeof(iv) ? 0 : -EINVAL;
+		if (r == 0) {
+			memcpy(&iv, optval, sizeof(iv));
+			r = vsock_dgram_set_buf(us->vs, optname == SO_RCVBUF,
+						iv < 0 ? 0 : (uint64_t)iv);
+		}
+		pollfd_refresh(us);
+		goto out;
+	}
 	switch (optname) {
 	case SO_RCVTIMEO_OLD:
 	case SO_RCVTIMEO_NEW:
@@ -1212,6 +1389,12 @@ int uvsock_getsockopt(int fd, int level, int optname, void *optval, socklen_t *o
 	}
 	if ((int)*optlen < 0) {
 		r = -EINVAL;
+		goto out;
+	}
+	if (us->type == SOCK_DGRAM && (optname == SO_RCVBUF || optname == SO_SNDBUF)) {
+		r = vsock_dgram_get_buf(us->vs, optname == SO_RCVBUF, &v);
+		if (r == 0)
+			r = int_out((int)MIN(v, (uint64_t)INT_MAX), optval, optlen);
 		goto out;
 	}
 	switch (optname) {

@@ -28,6 +28,7 @@
 	X(direct_rx, "direct-rx", "guest role: a waiting recv/poll caller drains the RX ring")     \
 	X(tx_direct, "tx-direct", "guest role: send copies once, straight into TX buffers")      \
 	X(in_order, "in-order", "offer and negotiate VIRTIO_F_IN_ORDER (device and guest role)")
+	X(dgram_lockfree, "dgram-lockfree", "engine: datagram sends without the socket lock")
 
 struct tune {
 #define TUNE_FIELD(f, n, d) bool f;

@@ -70,6 +70,8 @@ unsigned vsock_sk_poll_locked(const struct vsock_sock *s)
 	unsigned m = 0;
 	bool eof;
 
+	if (s->type == VSOCK_TYPE_DGRAM)
+		return vsock_dgram_poll_locked((struct vsock_sock *)s);
 	if (s->err)
 		m |= VSOCK_POLLERR;
 	if (s->state == VSOCK_SS_LISTEN)
@@ -419,7 +421,7 @@ static void sock_unlink(struct vsock_sock *s, bool *in,
 {
 	if (!*in)
 		return;
-	remove(s->e->ct, node);
+	remove(node == &s->bnode ? sock_bound_table(s) : s->e->ct, node);
 	*in = false;
 	sock_put_locked(s);
 }
@@ -510,6 +512,8 @@ struct vsock_sock *vsock_sk_alloc(struct vsock_engine *e, enum vsock_type type, 
 	s->buf_alloc = (uint32_t)s->buf_size;
 	s->rx_limit = s->buf_alloc;
 	s->rxq.no_merge = !e->merge;
+	if (type == VSOCK_TYPE_DGRAM)
+		vsock_dgram_sock_init(s);
 
 	pthread_mutex_lock(&e->all_lock);
 	s->all_next = e->all;
@@ -524,6 +528,7 @@ struct vsock_sock *vsock_sk_alloc(struct vsock_engine *e, enum vsock_type type, 
 static void sock_free_mem(struct vsock_sock *s)
 {
 	vsock_rxq_free(&s->rxq);
+	vsock_dgram_sock_free(s);
 	free(s->txbuf);
 	free(s->msgs);
 	pthread_mutex_destroy(&s->lock);
@@ -577,6 +582,8 @@ void vsock_engine_config_default(struct vsock_engine_config *cfg)
 		.port_lo = 0,
 		.port_hi = 0,
 		.seqpacket = true,
+		.dgram = false,
+		.dgram_max = VSOCK_DGRAM_MAX,
 	};
 }
 
@@ -624,6 +631,12 @@ int vsock_engine_new(const struct vsock_engine_config *cfg, struct vsock_engine 
 	r = vsock_conn_table_new(cfg->max_socks, ct_ref, &e->ct);
 	if (r < 0)
 		goto fail;
+	r = vsock_conn_table_new(cfg->max_socks, ct_ref, &e->dct);
+	if (r < 0)
+		goto fail;
+	r = vsock_dgram_engine_init(e);
+	if (r < 0)
+		goto fail;
 	*ret = e;
 	return 0;
 fail:
@@ -637,6 +650,7 @@ void vsock_engine_free(struct vsock_engine *e)
 
 	if (!e)
 		return;
+	vsock_dgram_engine_fini(e);
 	s = e->all;
 	while (s) {
 		struct vsock_sock *n = s->all_next;
@@ -644,6 +658,7 @@ void vsock_engine_free(struct vsock_engine *e)
 		s = n;
 	}
 	vsock_conn_table_free(e->ct);
+	vsock_conn_table_free(e->dct);
 	free(e->nosock);
 	free(e->heap);
 	pthread_mutex_destroy(&e->tx_lock);
@@ -1013,6 +1028,10 @@ static int rx_packet(struct vsock_engine *e, struct rx_ctx *cx, struct vsock_soc
 	struct vsock_sock *s = *held;
 
 	STAT_INC(e, rx_pkts);
+	if (h->type == VSOCK_TYPE_DGRAM) {
+		held_release(held); /* no socket lock may be held across the datagram's */
+		return vsock_dgram_rx(e, cx, h, iov, iovcnt, len);
+	}
 	herr = vsock_hdr_check(h, len);
 	if (herr != VSOCK_HDR_OK) {
 		STAT_INC(e, rx_dropped[herr]);
@@ -1256,17 +1275,31 @@ ssize_t vsock_engine_pull(struct vsock_engine *e, struct vsock_hdr *h, const str
 	 * packet queued concurrently may be missed, as it could be by a pull that took the lock
 	 * just before; its producer calls ops->tx_ready after queueing it, so it is not lost. The
 	 * acquire pairs with the release in tx_pending_update: a count read as non-zero comes with
-	 * the list it counts (we then take the lock anyway).
+	 * the list it counts (we then take the lock anyway). Datagrams (dgram.c) take every other
+	 * turn when both kinds wait, and the rest of the time when no stream packet does.
 	 */
-	if (atomic_load_explicit(&e->tx_pending, memory_order_acquire) == 0)
+	bool streams = atomic_load_explicit(&e->tx_pending, memory_order_acquire) != 0;
+	ssize_t r;
+
+	if (vsock_dgram_pending(e)) {
+		r = vsock_dgram_pull(e, h, iov, iovcnt, max_payload, streams);
+		if (r != -EAGAIN)
+			return r;
+	}
+	if (!streams)
 		return -EAGAIN;
-	return pull_locked(e, h, iov, iovcnt, max_payload);
+	r = pull_locked(e, h, iov, iovcnt, max_payload);
+	if (r == -EAGAIN && vsock_dgram_pending(e))
+		r = vsock_dgram_pull(e, h, iov, iovcnt, max_payload, false);
+	return r;
 }
 
 bool vsock_engine_has_pending(struct vsock_engine *e)
 {
 	bool r;
 
+	if (vsock_dgram_pending(e))
+		return true;
 	if (atomic_load_explicit(&e->tx_pending, memory_order_acquire) == 0)
 		return false; /* as in vsock_engine_pull */
 	pthread_mutex_lock(&e->tx_lock);

@@ -2,8 +2,8 @@
 /*
  * The vsock protocol engine, sans-I/O: the part Linux calls virtio_transport_common.c plus the
  * socket-level semantics of af_vsock.c. It never touches a file descriptor or a ring. Implemented
- * by engine.c (packets, states, credit, pull, timers), sock.c (the vsock_sock_* calls) and rxq.c
- * (the receive queue).
+ * by engine.c (packets, states, credit, pull, timers), sock.c (the vsock_sock_* calls), rxq.c
+ * (the receive queue) and dgram.c (datagram sockets, "Datagrams" below).
  *
  *   packets in:   vsock_engine_feed() / vsock_engine_feed_batch()  (always consume the packet;
  *                 with ops->deliver an RW payload may be taken in place instead of queued)
@@ -21,6 +21,7 @@
  * Threads. Every function here may be called from any thread. Each socket has one lock; the
  * connection table uses per-bucket locks and socket reference counts, so lookups on the data path
  * take no engine-wide lock. Pulling takes a short engine-wide lock on the send list only.
+ * Datagram sends (vsock_dgram_send) take no lock at all once the socket is bound.
  * Callbacks in ops are invoked with no engine lock held, except sock_event, which is called with
  * that socket's lock held and must not call back into the engine (wake a waiter, set a flag,
  * write an eventfd: nothing more).
@@ -115,6 +116,8 @@ struct vsock_engine_config {
 	uint32_t reply_limit;          /* cap on queued control replies (vhost: TX ring size) */
 	uint32_t port_lo, port_hi;     /* auto-bind range, inclusive; 0/0 = Linux ([1024, 2^32-2]) */
 	bool seqpacket;                /* the peer may use SEQPACKET (feature bit negotiated) */
+	bool dgram;                    /* VIRTIO_VSOCK_F_DGRAM negotiated: datagrams allowed */
+	uint32_t dgram_max;            /* largest datagram payload; 0 = VSOCK_DGRAM_MAX */
 	const struct vsock_engine_ops *ops;
 	void *opaque;                  /* passed to every ops callback */
 };
@@ -224,7 +227,15 @@ uint32_t vsock_engine_local_cid(const struct vsock_engine *e);
 	X(socks_total)          /* sockets ever created */                                         \
 	X(connects_timed_out)                                                                      \
 	X(close_timeouts)                                                                          \
-	X(rst_dropped)          /* no-socket RST not queued: reply ring full */
+	X(rst_dropped)          /* no-socket RST not queued: reply ring full */                    \
+	X(dgram_tx)             /* datagrams pulled */                                             \
+	X(dgram_tx_bytes)                                                                          \
+	X(dgram_rx)             /* datagrams delivered to a socket's receive queue */              \
+	X(dgram_rx_bytes)                                                                          \
+	X(dgram_drop_no_listener) /* fed datagram: no socket bound to its port */                  \
+	X(dgram_drop_full)      /* fed datagram: receiver's SO_RCVBUF limit reached */             \
+	X(dgram_drop_oversize)  /* fed over dgram_max, or pulled over max_payload */               \
+	X(dgram_drop_not_negotiated) /* fed datagram while dgram is off */
 
 /* Counters. Read with vsock_engine_get_stats (a consistent-enough snapshot). */
 struct vsock_engine_stats {
@@ -238,9 +249,10 @@ void vsock_engine_get_stats(struct vsock_engine *e, struct vsock_engine_stats *r
 /* ---- Sockets ---------------------------------------------------------------------------- */
 
 /*
- * Creates a socket of `type` (VSOCK_TYPE_STREAM or VSOCK_TYPE_SEQPACKET). The caller holds one
- * reference, released by vsock_sock_close().
- * Returns 0, -ESOCKTNOSUPPORT (other type), -EMFILE (max_socks reached), -ENOMEM.
+ * Creates a socket of `type` (VSOCK_TYPE_STREAM, VSOCK_TYPE_SEQPACKET, or VSOCK_TYPE_DGRAM: see
+ * "Datagrams" below). The caller holds one reference, released by vsock_sock_close().
+ * Returns 0, -ESOCKTNOSUPPORT (other type), -ENODEV (DGRAM, not negotiated), -EMFILE (max_socks
+ * reached), -ENOMEM. listen and connect of a DGRAM socket return -EOPNOTSUPP.
  * (SEQPACKET without the negotiated feature fails later, at connect/listen, as on Linux.)
  */
 int vsock_sock_new(struct vsock_engine *e, enum vsock_type type, struct vsock_sock **ret);
@@ -406,5 +418,76 @@ void vsock_sock_get_info(struct vsock_sock *s, struct vsock_sock_info *ret);
 /* Calls fn for every live socket of the engine (listing). fn must not call into the engine. */
 void vsock_engine_foreach_sock(struct vsock_engine *e,
 			       void (*fn)(void *arg, const struct vsock_sock_info *info), void *arg);
+
+/* ---- Datagrams (dgram.c; docs/vsock-protocol.md "Datagrams") ------------------------------ */
+
+/*
+ * A datagram socket is vsock_sock_new(e, VSOCK_TYPE_DGRAM): -ENODEV unless cfg.dgram (Linux's
+ * answer when no transport supports datagrams). It binds with vsock_sock_bind() (its ports are
+ * a namespace of their own, apart from STREAM/SEQPACKET), closes with vsock_sock_close(), polls
+ * with vsock_sock_poll() (POLLIN: a datagram is queued; POLLOUT: the send quota has room) and
+ * reports its address with vsock_sock_local_addr(). It has no state machine, no credit and
+ * never sends or receives an RST. Each fed DGRAM packet is one datagram for the socket bound to
+ * its destination port; each sent datagram leaves as one packet through vsock_engine_pull().
+ *
+ * Send path: vsock_dgram_send() takes no lock once the socket is bound (the default peer and
+ * the local address are single atomic words; the engine's send queue is a multi-producer
+ * lock-free list), so many threads may send on one socket at once. With the tune switch
+ * dgram-lockfree off or UVSOCK_DGRAM_LOCKED=1 in the environment (read once per engine) the
+ * same path runs under the socket lock, for comparison.
+ */
+
+/* Receive-queue charge of each queued datagram on top of its payload (SO_RCVBUF, SO_SNDBUF). */
+#define VSOCK_DGRAM_OVERHEAD 64u
+/* Default SO_RCVBUF and SO_SNDBUF of a datagram socket. */
+#define VSOCK_DGRAM_BUF_DEFAULT (256u * 1024u)
+
+/* A datagram address (source of a received one, destination of a sent one). */
+struct vsock_dgram_addr {
+	uint32_t cid, port;
+};
+
+/* True if the engine accepts datagrams (cfg.dgram). Any thread. */
+bool vsock_engine_dgram_enabled(const struct vsock_engine *e);
+/* The largest datagram payload of the engine (cfg.dgram_max). */
+uint32_t vsock_engine_dgram_max(const struct vsock_engine *e);
+
+/*
+ * connect(2) of a datagram socket: sets the default destination (auto-binding first, as Linux
+ * vsock_dgram_connect()); with `clear` (AF_UNSPEC) removes it instead. Datagrams from other
+ * peers are still received. Returns 0, -EADDRNOTAVAIL (auto-bind), -EOPNOTSUPP (not DGRAM).
+ */
+int vsock_dgram_connect(struct vsock_sock *s, uint32_t cid, uint32_t port, bool clear);
+/* getpeername(2): the default destination, or -ENOTCONN. */
+int vsock_dgram_peer_addr(struct vsock_sock *s, uint32_t *ret_cid, uint32_t *ret_port);
+
+/*
+ * sendto(2), never blocking: copies the iov_total(iov) bytes once into a packet and queues it
+ * for pull. `to` NULL means the default destination. Auto-binds an unbound socket (taking the
+ * socket lock only then). Returns the length, -EMSGSIZE (over dgram_max), -EDESTADDRREQ (no
+ * destination), -EAGAIN (the socket's SO_SNDBUF worth of datagrams is waiting to be pulled;
+ * poll for POLLOUT), -EADDRNOTAVAIL (auto-bind), -ENOMEM, -EOPNOTSUPP (not DGRAM).
+ */
+ssize_t vsock_dgram_send(struct vsock_sock *s, const struct vsock_dgram_addr *to,
+			 const struct iovec *iov, int iovcnt);
+
+/*
+ * recvfrom(2), never blocking: the oldest queued datagram, whole or cut to the iov size
+ * (*ret_msg_flags gets VSOCK_MSG_TRUNC then). flags: VSOCK_MSG_PEEK (leave it queued),
+ * VSOCK_MSG_TRUNC (return the datagram's full length). *ret_src gets its source (may be NULL).
+ * Returns the length, -EAGAIN (none queued), -EOPNOTSUPP (not DGRAM).
+ */
+ssize_t vsock_dgram_recv(struct vsock_sock *s, const struct iovec *iov, int iovcnt, int flags,
+			 int *ret_msg_flags, struct vsock_dgram_addr *ret_src);
+
+/*
+ * SO_RCVBUF / SO_SNDBUF of a datagram socket, in bytes counted as payload plus
+ * VSOCK_DGRAM_OVERHEAD per datagram. set doubles val as Linux does (the doubled value is what
+ * get returns), clamped to [4096, 64 MiB]. A full receive limit drops fed datagrams
+ * (dgram_drop_full); a full send limit makes vsock_dgram_send() return -EAGAIN.
+ * Returns 0, -EOPNOTSUPP (not DGRAM).
+ */
+int vsock_dgram_set_buf(struct vsock_sock *s, bool rcv, uint64_t val);
+int vsock_dgram_get_buf(struct vsock_sock *s, bool rcv, uint64_t *ret);
 
 #endif

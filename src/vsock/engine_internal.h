@@ -9,7 +9,8 @@
  *   listener socket lock  ->  child socket lock  ->  { tx_lock, timer_lock, all_lock,
  *                                                      conn table bucket locks }
  * The four on the right are leaves: nothing is taken while holding one of them. Code that holds
- * a leaf lock and needs a socket lock drops the leaf first (taking a reference).
+ * a leaf lock and needs a socket lock drops the leaf first (taking a reference). The datagram
+ * send queue's pop_lock (dgram.c) is a leaf too, taken only by pullers with no socket lock held.
  */
 #ifndef UVSOCK_VSOCK_ENGINE_INTERNAL_H
 #define UVSOCK_VSOCK_ENGINE_INTERNAL_H
@@ -49,6 +50,36 @@ enum sock_timer { TIMER_NONE, TIMER_CONNECT, TIMER_CLOSE };
 struct tx_msg {
 	uint32_t len;
 	uint32_t eor;
+};
+
+/*
+ * One datagram (dgram.c): on the engine's send queue (next is the lock-free queue's link, s the
+ * sending socket, referenced until the packet is pulled) or on a socket's receive queue (next
+ * under that socket's lock; s NULL). The payload follows.
+ */
+struct dgram_pkt {
+	_Atomic(struct dgram_pkt *) next;
+	struct vsock_sock *s;
+	uint32_t cid, port;       /* send queue: destination; receive queue: source */
+	uint32_t src_port;        /* send queue: the sender's port */
+	uint32_t len;
+	uint8_t data[];
+};
+
+/*
+ * The engine's datagram send queue (dgram.c): an intrusive multi-producer single-consumer list
+ * (one atomic exchange per push). Producers touch only head; tail and stub belong to the
+ * consumer, which holds pop_lock (taken by pullers only, never by a sender).
+ */
+struct dgram_queue {
+	_Atomic(struct dgram_pkt *) head;
+	char pad_[64 - sizeof(void *)]; /* producers' line apart from the consumer's */
+	struct dgram_pkt *tail;         /* Protected by pop_lock */
+	struct dgram_pkt stub;
+	pthread_mutex_t pop_lock;
+	atomic_uint n;                  /* datagrams pushed and not yet popped */
+	atomic_bool stalled;            /* a pop found a push half done (see dgram.c) */
+	bool turn;                      /* Protected by pop_lock: pull alternates with streams */
 };
 
 struct vsock_sock {
@@ -116,6 +147,19 @@ struct vsock_sock {
 	struct vsock_sock *acc_head, *acc_tail, *acc_next;
 
 	uint64_t bytes_in, bytes_out;
+
+	/*
+	 * Datagram sockets (dgram.c). dg_peer and dg_local are the send path's snapshot, written
+	 * under lock and read without it; dg_wmem and dg_tx_wait are shared by senders and the
+	 * puller. The rest is protected by lock.
+	 */
+	_Atomic uint64_t dg_peer;       /* cid << 32 | port of the default peer, or DG_NONE */
+	_Atomic uint64_t dg_local;      /* cid << 32 | port once bound, or DG_NONE */
+	_Atomic uint64_t dg_wmem;       /* bytes of our datagrams waiting to be pulled */
+	_Atomic uint64_t dg_sndbuf;
+	atomic_bool dg_tx_wait;         /* someone saw the send quota full: event when it drains */
+	struct dgram_pkt *dg_rx_head, *dg_rx_tail;
+	uint64_t dg_rmem, dg_rcvbuf;
 };
 
 struct vsock_engine {
@@ -151,6 +195,9 @@ struct vsock_engine {
 	bool credit_reduce; /* off: a credit update after every read */
 	bool rx_batch;      /* off: feed_batch takes each packet's socket lock on its own */
 	bool merge;         /* off: no small-payload merge in the receive queues */
+	bool dg_locked;     /* datagram sends hold the socket lock (dgram.c) */
+	struct vsock_conn_table *dct; /* bound datagram sockets */
+	struct dgram_queue dgq;
 	/*
 	 * The counters of struct vsock_engine_stats, added to from any thread with relaxed atomics
 	 * (each counts on its own; nothing is ordered by them). st.socks_open is unused: the
@@ -266,6 +313,39 @@ static inline bool sock_can_send_data(const struct vsock_sock *s)
 {
 	return s->state == VSOCK_SS_CONNECTED || s->state == VSOCK_SS_CLOSING;
 }
+
+/* The bound table of s's type: datagram ports are a namespace of their own. */
+static inline struct vsock_conn_table *sock_bound_table(const struct vsock_sock *s)
+{
+	return s->type == VSOCK_TYPE_DGRAM ? s->e->dct : s->e->ct;
+}
+
+/* ---- provided by dgram.c to engine.c and sock.c ---------------------------------------------- */
+
+/* Engine set-up and teardown of the datagram part (tables, queue). vsock_dgram_engine_init
+ * returns 0 or -ENOMEM; _fini frees what is still queued (no socket is unreferenced). */
+int vsock_dgram_engine_init(struct vsock_engine *e);
+void vsock_dgram_engine_fini(struct vsock_engine *e);
+/* A new DGRAM socket's fields; freeing its receive queue at destroy. */
+void vsock_dgram_sock_init(struct vsock_sock *s);
+void vsock_dgram_sock_free(struct vsock_sock *s);
+/* sock_bind_locked bound s: publishes the address to the send path. s locked. */
+void vsock_dgram_bound(struct vsock_sock *s);
+/* Poll mask of a DGRAM socket. s locked. */
+unsigned vsock_dgram_poll_locked(struct vsock_sock *s);
+/* One fed DGRAM packet (type checked by the caller; nothing locked). Returns as feed. */
+int vsock_dgram_rx(struct vsock_engine *e, struct rx_ctx *cx, const struct vsock_hdr *h,
+		   const struct iovec *iov, int iovcnt, size_t len);
+/* Datagrams wait in the send queue (a hint, no lock). */
+bool vsock_dgram_pending(struct vsock_engine *e);
+/*
+ * vsock_engine_pull's datagram half: with `first`, only every other call (so that datagrams and
+ * stream packets alternate), otherwise whenever one is queued. Returns the length or -EAGAIN.
+ */
+ssize_t vsock_dgram_pull(struct vsock_engine *e, struct vsock_hdr *h, const struct iovec *iov,
+			 int iovcnt, size_t max_payload, bool first);
+/* sock.c: bind of a locked socket (bind(2), listen's and the datagram send's auto-bind). */
+int vsock_sk_bind_locked(struct vsock_sock *s, uint32_t cid, uint32_t port);
 
 /* ---- provided by engine.c to sock.c; all but vsock_sk_alloc are called with s locked ------ */
 

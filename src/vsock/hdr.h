@@ -16,6 +16,8 @@
 
 #define VSOCK_HDR_SIZE 44u
 #define VSOCK_MAX_PKT_PAYLOAD 65536u   /* VIRTIO_VSOCK_MAX_PKT_BUF_SIZE */
+/* Largest datagram payload: header and payload fit 64 KiB (docs/vsock-protocol.md "Datagrams"). */
+#define VSOCK_DGRAM_MAX (65536u - 44u)
 /*
  * Small-payload merge threshold (Linux virtio_transport_recv_enqueue(), GOOD_COPY_LEN;
  * docs/vsock-protocol.md §4).

@@ -32,7 +32,9 @@ int vsock_sock_new(struct vsock_engine *e, enum vsock_type type, struct vsock_so
 	struct vsock_sock *s;
 	int r;
 
-	if (type != VSOCK_TYPE_STREAM && type != VSOCK_TYPE_SEQPACKET)
+	if (type == VSOCK_TYPE_DGRAM && !vsock_engine_dgram_enabled(e))
+		return -ENODEV;
+	if (type != VSOCK_TYPE_STREAM && type != VSOCK_TYPE_SEQPACKET && type != VSOCK_TYPE_DGRAM)
 		return -ESOCKTNOSUPPORT;
 	s = vsock_sk_alloc(e, type, &r);
 	if (!s)
@@ -65,12 +67,12 @@ static int sock_bind_locked(struct vsock_sock *s, uint32_t cid, uint32_t port)
 	if (port == VMADDR_PORT_ANY) {
 		uint32_t p = 0;
 
-		r = vsock_ct_bind_auto(e->ct, &s->bnode, cid, e->cfg.port_lo, e->cfg.port_hi, &p);
+		r = vsock_ct_bind_auto(sock_bound_table(s), &s->bnode, cid, e->cfg.port_lo, e->cfg.port_hi, &p);
 		if (r < 0)
 			return r == -EINVAL ? -EADDRNOTAVAIL : r;
 		port = p;
 	} else {
-		r = vsock_ct_insert_bound(e->ct, &s->bnode, cid, port);
+		r = vsock_ct_insert_bound(sock_bound_table(s), &s->bnode, cid, port);
 		if (r < 0)
 			return r;
 	}
@@ -78,7 +80,14 @@ static int sock_bind_locked(struct vsock_sock *s, uint32_t cid, uint32_t port)
 	s->bound = true;
 	s->bound_cid = cid;
 	s->local_port = port;
+	if (s->type == VSOCK_TYPE_DGRAM)
+		vsock_dgram_bound(s);
 	return 0;
+}
+
+int vsock_sk_bind_locked(struct vsock_sock *s, uint32_t cid, uint32_t port)
+{
+	return sock_bind_locked(s, cid, port);
 }
 
 int vsock_sock_bind(struct vsock_sock *s, uint32_t cid, uint32_t port)
@@ -97,6 +106,10 @@ static int sock_listen_common(struct vsock_sock *s, int backlog, bool deferred, 
 	int r = 0;
 
 	sock_lock(s);
+	if (s->type == VSOCK_TYPE_DGRAM) {
+		r = -EOPNOTSUPP; /* vsock_dgram_connect(); datagrams do not listen */
+		goto out;
+	}
 	if (s->type == VSOCK_TYPE_SEQPACKET && !e->cfg.seqpacket) {
 		r = -EPROTONOSUPPORT;
 		goto out;
@@ -202,6 +215,10 @@ int vsock_sock_connect(struct vsock_sock *s, uint32_t cid, uint32_t port)
 	int r;
 
 	sock_lock(s);
+	if (s->type == VSOCK_TYPE_DGRAM) {
+		r = -EOPNOTSUPP; /* vsock_dgram_connect(); datagrams do not listen */
+		goto out;
+	}
 	if (s->type == VSOCK_TYPE_SEQPACKET && !e->cfg.seqpacket) {
 		r = -EPROTONOSUPPORT;
 		goto out;

@@ -183,9 +183,15 @@ static void *server_main(void *arg)
 	return NULL;
 }
 
+/* Row idx of the table: cases.c's rows, then cases_dgram.c's. */
+static const struct conf_case *case_at(unsigned idx)
+{
+	return idx < conf_ncases ? &conf_cases[idx] : &conf_dgram_cases[idx - conf_ncases];
+}
+
 void conf_run_case(const struct conf_factory *f, unsigned idx, enum conf_role role, int ctl)
 {
-	const struct conf_case *c = &conf_cases[idx];
+	const struct conf_case *c = case_at(idx);
 	struct server_thread st = { .c = c };
 	struct conf_args ca = { 0 };
 	struct conf_env env;
@@ -252,9 +258,9 @@ int conf_main(int argc, char **argv, const struct conf_factory *f)
 	struct rlimit rl;
 
 	factory = f;
-	if (conf_ncases > sizeof(tramps) / sizeof(tramps[0])) {
-		fprintf(stderr, "conformance: %u cases, only %zu trampolines\n", conf_ncases,
-			sizeof(tramps) / sizeof(tramps[0]));
+	if (conf_ncases + conf_dgram_ncases > sizeof(tramps) / sizeof(tramps[0])) {
+		fprintf(stderr, "conformance: %u cases, only %zu trampolines\n",
+			conf_ncases + conf_dgram_ncases, sizeof(tramps) / sizeof(tramps[0]));
 		return 2;
 	}
 	/* 1000 concurrent connections need ~2000 descriptors. */
@@ -262,7 +268,7 @@ int conf_main(int argc, char **argv, const struct conf_factory *f)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	for (unsigned i = 0; i < conf_ncases; i++)
-		test_register(conf_cases[i].name, tramps[i]);
+	for (unsigned i = 0; i < conf_ncases + conf_dgram_ncases; i++)
+		test_register(case_at(i)->name, tramps[i]);
 	return test_main(argc, argv);
 }

@@ -78,6 +78,9 @@ static inline bool conf_kernel_before(const struct conf_args *a, unsigned major,
 
 extern const struct conf_case conf_cases[];
 extern const unsigned conf_ncases;
+/* The datagram rows (cases_dgram.c), run after conf_cases. */
+extern const struct conf_case conf_dgram_cases[];
+extern const unsigned conf_dgram_ncases;
 
 /*
  * The least time a timeout of ms may have taken, as the cases check it: ms itself on uvsock; on

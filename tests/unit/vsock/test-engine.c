@@ -598,7 +598,8 @@ TEST(bind_and_listen_errors)
 
 	ASSERT_OK(vsock_sock_new(w->h, VSOCK_TYPE_STREAM, &a));
 	ASSERT_OK(vsock_sock_new(w->h, VSOCK_TYPE_STREAM, &b));
-	ASSERT_ERR(vsock_sock_new(w->h, 3, &c), ESOCKTNOSUPPORT);
+	ASSERT_ERR(vsock_sock_new(w->h, 4, &c), ESOCKTNOSUPPORT);
+	ASSERT_ERR(vsock_sock_new(w->h, VSOCK_TYPE_DGRAM, &c), ENODEV); /* not negotiated */
 	ASSERT_OK(vsock_sock_local_addr(a, &cid, &port));
 	ASSERT_EQ(cid, VMADDR_CID_ANY);
 	ASSERT_EQ(port, VMADDR_PORT_ANY);
