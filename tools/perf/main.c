@@ -189,9 +189,9 @@ static unsigned parse_tests(const char *arg)
 		const char *n;
 		unsigned m;
 	} names[] = {
-		{ "stream", M_STREAM },       { "rtt", M_RTT }, { "parallel", M_PARALLEL },
-		{ "seqpacket", M_SEQPACKET }, { "mem", M_MEM }, { "vms", M_VMS },
-		{ "inproc", M_INPROC },
+		{ "stream", M_STREAM },       { "rtt", M_RTT },     { "parallel", M_PARALLEL },
+		{ "seqpacket", M_SEQPACKET }, { "mem", M_MEM },     { "vms", M_VMS },
+		{ "inproc", M_INPROC },       { "dgram", M_DGRAM },
 	};
 	char *list = strdup(arg), *save = NULL;
 	unsigned m = 0;
@@ -204,15 +204,17 @@ static unsigned parse_tests(const char *arg)
 		for (i = 0; i < sizeof(names) / sizeof(names[0]) && strcmp(names[i].n, t); i++)
 			;
 		if (i == sizeof(names) / sizeof(names[0]))
-			die("unknown test '%s' (stream rtt parallel seqpacket mem vms inproc)", t);
+			die("unknown test '%s' (stream rtt parallel seqpacket mem vms inproc "
+			    "dgram)",
+			    t);
 		m |= names[i].m;
 	}
 	free(list);
 	return m;
 }
 
-/* A transport list into a bit mask over enum tr. */
-static unsigned parse_transports(const char *arg)
+/* A transport list into a bit mask over the n names (enum tr or enum dgtr). */
+static unsigned parse_transports(const char *arg, const char *const *names, int n)
 {
 	char *list = strdup(arg), *save = NULL;
 	unsigned m = 0;
@@ -222,9 +224,9 @@ static unsigned parse_transports(const char *arg)
 	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		int i;
 
-		for (i = 0; i < T_MAX && strcmp(tr_name[i], t); i++)
+		for (i = 0; i < n && strcmp(names[i], t); i++)
 			;
-		if (i == T_MAX)
+		if (i == n)
 			die("unknown transport '%s'", t);
 		m |= 1u << i;
 	}
@@ -256,6 +258,14 @@ static void usage(FILE *f)
 	      "  --rtt-count N         timed round trips per run (default 5000)\n"
 	      "  --idle-conns N        idle connections of the memory test (default 10000)\n"
 	      "  --vms N               VMs on one daemon for the scale test (default 64)\n"
+	      "  --dgram               datagrams only (the \"dgram\" test): N sender threads on\n"
+	      "                        one socket -> one receiver over udp, unix-dgram,\n"
+	      "                        uvsock-loopback and uvsockd-g2h; MB/s and drops\n"
+	      "  --dgram-senders LIST  sender threads (default 1,2,4,16)\n"
+	      "  --dgram-size N        datagram payload (default 4K, at most 65492)\n"
+	      "  --dgram-transports L  only these datagram transports\n"
+	      "  --dgram-locked        also the uvsock rows with UVSOCK_DGRAM_LOCKED=1 (the\n"
+	      "                        socket-lock send path, the before/after figure)\n"
 	      "  --quick               smoke run: 64 B and 64 KiB, 1 run, short runs\n"
 	      "switches (src/util/tune.h: zerocopy tx-batch event-idx rx-batch credit-reduce\n"
 	      "merge pkt64k rx-adaptive direct-rx tx-direct busy-poll-us=N; NAME, no-NAME):\n"
@@ -266,8 +276,7 @@ static void usage(FILE *f)
 	      "  --busy-poll-us N      guest driver thread spins N us before sleeping\n"
 	      "output:\n"
 	      "  --csv FILE  --json FILE  --plot FILE.png (gnuplot)   --quiet (no progress)\n"
-	      "  -h, --help  -V, --version\n"
-	      "datagrams are not measured: uvsock has no datagram sockets yet.\n",
+	      "  -h, --help  -V, --version\n",
 	      f);
 }
 
@@ -304,6 +313,8 @@ static void measure_round(struct env *e)
 			for (unsigned k = 0; k < sizeof(seq) / sizeof(seq[0]); k++)
 				if (o->sizes[si] <= 65536 && ON(seq[k]))
 					run_stream_point(e, seq[k], o->sizes[si], RX_64K, 1, 1);
+	if (o->tests & M_DGRAM)
+		run_dgram_round(e);
 	if (o->tests & M_RTT)
 		for (int si = 0; si < o->nrtt_sizes; si++)
 			for (unsigned k = 0; k < sizeof(rt) / sizeof(rt[0]); k++)
@@ -399,7 +410,12 @@ int main(int argc, char **argv)
 		O_JSON,
 		O_PLOT,
 		O_QUIET,
-		O_TRANSPORTS
+		O_TRANSPORTS,
+		O_DGRAM,
+		O_DG_SENDERS,
+		O_DG_SIZE,
+		O_DG_TRANSPORTS,
+		O_DG_LOCKED
 	};
 	static const struct option lo[] = {
 		{ "uvsockd", required_argument, NULL, O_UVSOCKD },
@@ -425,6 +441,11 @@ int main(int argc, char **argv)
 		{ "plot", required_argument, NULL, O_PLOT },
 		{ "quiet", no_argument, NULL, O_QUIET },
 		{ "transports", required_argument, NULL, O_TRANSPORTS },
+		{ "dgram", no_argument, NULL, O_DGRAM },
+		{ "dgram-senders", required_argument, NULL, O_DG_SENDERS },
+		{ "dgram-size", required_argument, NULL, O_DG_SIZE },
+		{ "dgram-transports", required_argument, NULL, O_DG_TRANSPORTS },
+		{ "dgram-locked", no_argument, NULL, O_DG_LOCKED },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -437,7 +458,7 @@ int main(int argc, char **argv)
 		                 .tests = M_STREAM | M_RTT | M_PARALLEL | M_SEQPACKET | M_MEM |
 		                          M_VMS };
 	static struct env env;
-	bool inproc = false, tests_given = false, runs_given = false;
+	bool inproc = false, tests_given = false, runs_given = false, dgram = false;
 	char devlist[512];
 	int c, rc = 0;
 
@@ -518,7 +539,29 @@ int main(int argc, char **argv)
 			g_quiet = true;
 			break;
 		case O_TRANSPORTS:
-			o.transports = parse_transports(optarg);
+			o.transports = parse_transports(optarg, tr_name, T_MAX);
+			break;
+		case O_DGRAM:
+			dgram = true;
+			break;
+		case O_DG_SENDERS: {
+			size_t v[8];
+
+			o.ndg_senders = parse_sizes(optarg, v, 8, PERF_DGRAM_MAX_SENDERS);
+			for (int i = 0; i < o.ndg_senders; i++)
+				o.dg_senders[i] = (int)v[i];
+			break;
+		}
+		case O_DG_SIZE:
+			o.dg_size = (size_t)parse_size(optarg);
+			if (o.dg_size > PERF_DGRAM_MAX)
+				die("--dgram-size above %u", PERF_DGRAM_MAX);
+			break;
+		case O_DG_TRANSPORTS:
+			o.dg_transports = parse_transports(optarg, dg_name, D_MAX);
+			break;
+		case O_DG_LOCKED:
+			o.dg_locked = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -544,6 +587,16 @@ int main(int argc, char **argv)
 	}
 	if (inproc)
 		o.tests |= M_INPROC;
+	if (dgram)
+		o.tests = tests_given ? o.tests | M_DGRAM : M_DGRAM;
+	if (!o.ndg_senders) {
+		static const int ds[] = { 1, 2, 4, 16 };
+
+		memcpy(o.dg_senders, ds, sizeof(ds));
+		o.ndg_senders = 4;
+	}
+	if (!o.dg_size)
+		o.dg_size = 4096;
 	if (o.quick) {
 		static const size_t qs[] = { 64, 65536 };
 

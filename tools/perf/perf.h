@@ -55,7 +55,15 @@ enum {
 	M_MEM = 1u << 4,
 	M_VMS = 1u << 5,
 	M_INPROC = 1u << 6,
+	M_DGRAM = 1u << 7,
 };
+
+/* Datagram transports (--dgram); the names are the JSON/CSV "transport" values. */
+enum dgtr { D_UDP, D_UNIX, D_MAX };
+extern const char *const dg_name[D_MAX];
+#define PERF_DGRAM_MAX         65492u /* 64 KiB - the 44-byte vsock header */
+#define PERF_DGRAM_MAX_SENDERS 64
+#define PERF_HOST_DGRAM_PORT   5002u
 
 struct opts {
 	const char *uvsockd;
@@ -80,6 +88,11 @@ struct opts {
 	const char *compare;
 	const char *csv, *json, *plot;
 	bool quick;
+	int dg_senders[8]; /* --dgram: sender threads per point */
+	int ndg_senders;
+	size_t dg_size;
+	unsigned dg_transports; /* 1 << enum dgtr; 0: all */
+	bool dg_locked;         /* also the UVSOCK_DGRAM_LOCKED=1 rows */
 };
 
 /* What one setting of the switches runs against: a back-end, a guest context, listeners. */
@@ -194,7 +207,27 @@ struct res_mem {
 	char note[160];
 };
 
+/* One datagram run: payload MB/s at the receiver, and where the datagrams went. */
+struct dg_sample {
+	double mbps, tx_mbps;          /* received payload rate; sent rate over the senders' run */
+	uint64_t sent, received, lost; /* lost = sent - arrived */
+	uint64_t counted;              /* drops the transport counted itself */
+	uint64_t busy;                 /* sends refused with EAGAIN/ENOBUFS, retried */
+	uint64_t bad;                  /* arrived with a wrong length */
+};
+
+struct res_dgram {
+	enum dgtr t;
+	int senders;
+	size_t size;
+	char variant[48];
+	int n;
+	struct dg_sample s[PERF_MAX_RUNS];
+};
+
 struct results {
+	struct res_dgram *dg;
+	int ndg, cdg;
 	struct res_stream *st;
 	int nst, cst;
 	struct res_rtt *rt;
@@ -223,6 +256,13 @@ void run_mem(struct env *e);
 void run_vms(struct env *e);
 void add_mem(const struct env *e, const char *name, double v, const char *unit, const char *fmt,
              ...) __attribute__((format(printf, 5, 6)));
+
+/* dgram.c: the --dgram measurement and its part of the report. */
+struct res_dgram *res_dgram_get(enum dgtr t, int senders, const char *variant);
+void run_dgram_round(struct env *e);
+void dgram_table(FILE *f);
+void dgram_csv(FILE *f);
+void dgram_json(FILE *f);
 
 /* report.c */
 void report_table(FILE *f);

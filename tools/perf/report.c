@@ -327,7 +327,7 @@ void report_table(FILE *f)
 		fprintf(f, "  %-22s %12.4g %-7s %s%s%s\n", m->name, m->value, m->unit, m->note,
 		        *m->variant ? "; " : "", m->variant);
 	}
-	fprintf(f, "\ndatagrams: not measured (uvsock has no datagram sockets yet)\n");
+	dgram_table(f);
 	fprintf(f, "total time %.0f s\n", g_res.seconds);
 }
 
@@ -402,7 +402,8 @@ int report_csv(const char *path)
 	fprintf(f, "kind,transport,size,rx_mode,streams,variant,runs,gbps,gbps_min,gbps_max,"
 	           "cpu_s_per_gb,cpu_writer_s_per_gb,cpu_reader_s_per_gb,cpu_rest_s_per_gb,"
 	           "cpu_backend_s_per_gb,mbit_per_cpu_pct,ratio_unix,mean_us,p50_us,p99_us,p999_us,"
-	           "cpu_us_per_rt\n");
+	           "cpu_us_per_rt,mbps,mbps_min,mbps_max,sent,received,lost,counted_drops,"
+	           "ratio_udp\n");
 	for (int i = 0; i < g_res.nst; i++) {
 		const struct res_stream *r = &g_res.st[i];
 		struct stat3 g = STAT_OF(r, gbps);
@@ -411,7 +412,7 @@ int report_csv(const char *path)
 			continue;
 		fprintf(f,
 		        "stream,%s,%zu,%s,%d,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,"
-		        "%.3f,,,,,\n",
+		        "%.3f,,,,,,,,,,,,,,\n",
 		        tr_name[r->t], r->size, rxmode_name[r->rx], r->streams, r->variant, r->n,
 		        g.med, g.min, g.max, STAT_OF(r, cpu_s_per_gb).med,
 		        STAT_OF(r, cpu_writer).med, STAT_OF(r, cpu_reader).med,
@@ -423,11 +424,12 @@ int report_csv(const char *path)
 
 		if (!r->n)
 			continue;
-		fprintf(f, "rtt,%s,%zu,,1,%s,%d,,,,,,,,,,,%.2f,%.2f,%.2f,%.2f,%.2f\n",
+		fprintf(f, "rtt,%s,%zu,,1,%s,%d,,,,,,,,,,,%.2f,%.2f,%.2f,%.2f,%.2f,,,,,,,,\n",
 		        tr_name[r->t], r->size, r->variant, r->n, STAT_OF(r, mean_us).med,
 		        STAT_OF(r, p50_us).med, STAT_OF(r, p99_us).med, STAT_OF(r, p999_us).med,
 		        STAT_OF(r, cpu_us_per_rt).med);
 	}
+	dgram_csv(f);
 	return fclose(f) == 0 ? 0 : -errno;
 }
 
@@ -479,9 +481,10 @@ int report_json(const char *path, const struct opts *o)
 	json_str(f, g_res.tune_desc);
 	fprintf(f,
 	        ",\n  \"runs\": %d,\n  \"duration_ms\": %d,\n  \"rtt_count\": %d,\n"
-	        "  \"seconds\": %.1f,\n  \"datagram\": \"not measured: no datagram sockets yet\",\n"
-	        "  \"stream\": [",
+	        "  \"seconds\": %.1f,\n  \"datagram\": [",
 	        o->runs, o->duration_ms, o->rtt_count, g_res.seconds);
+	dgram_json(f);
+	fprintf(f, "\n  ],\n  \"stream\": [");
 	for (int i = 0; i < g_res.nst; i++)
 		if (g_res.st[i].n)
 			json_stream(f, &g_res.st[i], &first);
