@@ -93,6 +93,7 @@ struct vdrv {
 	uint64_t mem_size;
 	_Atomic uint32_t cid;      /* written under ctl_mu, read anywhere */
 	bool seqpacket;
+	bool dgram;                /* VIRTIO_VSOCK_F_DGRAM negotiated (control thread) */
 	struct vsock_engine *e;    /* borrowed, set by vdrv_start */
 
 	/* Session: rings and buffers of the current front-end; owned by the I/O thread while it
@@ -393,7 +394,8 @@ static int session_open(struct vdrv *d)
 		if (r < 0)
 			goto fail;
 	}
-	r = vdrv_rxsize_init(&d->rxs, d->cfg.rx_buf_min, d->cfg.rx_buf_max);
+	r = d->dgram ? vdrv_rxsize_init(&d->rxs, VDRV_RXSIZE_DGRAM, VDRV_RXSIZE_DGRAM)
+		     : vdrv_rxsize_init(&d->rxs, d->cfg.rx_buf_min, d->cfg.rx_buf_max);
 	if (r < 0)
 		goto fail;
 	for (unsigned i = 0; i < d->num; i++)
@@ -1213,6 +1215,8 @@ static int front_open(struct vdrv *d)
 		fc.features &= ~VHU_BIT(VHU_F_EVENT_IDX);
 	if (!tune_get()->in_order) /* tune no-in-order: every used element read one by one */
 		fc.features &= ~VHU_BIT(VHU_F_IN_ORDER);
+	if (!d->cfg.no_dgram)
+		fc.features |= VHU_BIT(VHU_VSOCK_F_DGRAM);
 	r = vhu_front_connect(d->path, &fc, &f);
 	if (r < 0)
 		return r;
@@ -1225,6 +1229,7 @@ static int front_open(struct vdrv *d)
 	d->f = f;
 	d->cid = (uint32_t)cid;
 	d->seqpacket = !!(vhu_front_features(f) & VHU_BIT(VHU_VSOCK_F_SEQPACKET));
+	d->dgram = !!(vhu_front_features(f) & VHU_BIT(VHU_VSOCK_F_DGRAM));
 	return 0;
 }
 
@@ -1315,6 +1320,11 @@ uint64_t vdrv_features(const struct vdrv *d)
 bool vdrv_seqpacket(const struct vdrv *d)
 {
 	return d->seqpacket;
+}
+
+bool vdrv_dgram(const struct vdrv *d)
+{
+	return d->dgram;
 }
 
 int vdrv_start(struct vdrv *d, struct vsock_engine *e)

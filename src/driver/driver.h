@@ -66,6 +66,7 @@ struct vdrv_config {
 	unsigned busy_poll_us;     /* spin this long on the rings before sleeping; 0: never */
 	bool event_queue;          /* hand the event queue to the back-end too (three queues) and
 				    * act on its TRANSPORT_RESET events (vdrv_transport_reset) */
+	bool no_dgram;             /* do not ask for VIRTIO_VSOCK_F_DGRAM */
 };
 
 /* Counters, monotonic; snapshot with vdrv_get_stats() from any thread. */
@@ -116,6 +117,13 @@ uint32_t vdrv_guest_cid(const struct vdrv *d);
 uint64_t vdrv_features(const struct vdrv *d);
 /* True if the back-end negotiated VIRTIO_VSOCK_F_SEQPACKET. */
 bool vdrv_seqpacket(const struct vdrv *d);
+/*
+ * True if the back-end negotiated VIRTIO_VSOCK_F_DGRAM (bit 3; asked for unless cfg.no_dgram).
+ * Then every RX buffer posted is VDRV_RXSIZE_DGRAM bytes of payload room (a 64 KiB buffer with
+ * the header), whatever the adaptive size would be: a datagram is delivered only whole, in one
+ * buffer (docs/guest-role.md, "Datagrams").
+ */
+bool vdrv_dgram(const struct vdrv *d);
 
 /*
  * Starts the device (SET_MEM_TABLE, rings, SET_VRING_ENABLE), posts RX buffers and starts the

@@ -179,6 +179,8 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 		dc.timeout_ms = o.timeout_ms;
 	dc.busy_poll_us = o.busy_poll_us;
 	dc.event_queue = o.flags & UVSOCK_GUEST_EVENT_QUEUE;
+	/* Datagrams need the engine's datagram sockets, which this engine does not have yet. */
+	dc.no_dgram = true;
 	r = vdrv_new(&dc, &g->d);
 	if (r < 0) {
 		free(g);
