@@ -33,7 +33,8 @@ extern "C" {
 
 struct uvsock_guest_opts {
 	uint32_t size;           /* sizeof(struct uvsock_guest_opts) */
-	unsigned flags;          /* UVSOCK_CTX_UNPRIVILEGED, UVSOCK_GUEST_EVENT_QUEUE */
+	unsigned flags;          /* UVSOCK_CTX_UNPRIVILEGED, UVSOCK_GUEST_EVENT_QUEUE,
+				  * UVSOCK_GUEST_NO_DGRAM */
 	uint32_t max_sockets;    /* cap on live sockets; 0: 65536 */
 	unsigned queue_size;     /* virtqueue size, power of two <= 1024; 0: 128 (as QEMU) */
 	uint32_t rx_buf_min;     /* RX buffer payload room bounds (adaptive in between); */
@@ -43,6 +44,12 @@ struct uvsock_guest_opts {
 	int timeout_ms;          /* vhost-user connect and request deadline; 0: 5000 */
 	unsigned busy_poll_us;   /* the driver thread spins this long before sleeping; 0: never */
 };
+
+/*
+ * Do not ask the back-end for VIRTIO_VSOCK_F_DGRAM: SOCK_DGRAM sockets then fail with ENODEV, and
+ * RX buffers follow the adaptive size alone (docs/guest-role.md, "Datagrams").
+ */
+#define UVSOCK_GUEST_NO_DGRAM 0x200u
 
 /*
  * Connects to the vhost-user vsock back-end listening at socket_path, negotiates (VERSION_1,

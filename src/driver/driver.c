@@ -394,8 +394,10 @@ static int session_open(struct vdrv *d)
 		if (r < 0)
 			goto fail;
 	}
-	r = d->dgram ? vdrv_rxsize_init(&d->rxs, VDRV_RXSIZE_DGRAM, VDRV_RXSIZE_DGRAM)
-		     : vdrv_rxsize_init(&d->rxs, d->cfg.rx_buf_min, d->cfg.rx_buf_max);
+	/* Datagrams: no buffer smaller than the largest datagram (driver.h, vdrv_dgram). */
+	r = vdrv_rxsize_init(&d->rxs, d->dgram ? MAX(d->cfg.rx_buf_min, VDRV_RXSIZE_DGRAM)
+					       : d->cfg.rx_buf_min,
+			     d->dgram ? MAX(d->cfg.rx_buf_max, VDRV_RXSIZE_DGRAM) : d->cfg.rx_buf_max);
 	if (r < 0)
 		goto fail;
 	for (unsigned i = 0; i < d->num; i++)

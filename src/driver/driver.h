@@ -119,8 +119,8 @@ uint64_t vdrv_features(const struct vdrv *d);
 bool vdrv_seqpacket(const struct vdrv *d);
 /*
  * True if the back-end negotiated VIRTIO_VSOCK_F_DGRAM (bit 3; asked for unless cfg.no_dgram).
- * Then every RX buffer posted is VDRV_RXSIZE_DGRAM bytes of payload room (a 64 KiB buffer with
- * the header), whatever the adaptive size would be: a datagram is delivered only whole, in one
+ * Then every RX buffer posted has at least VDRV_RXSIZE_DGRAM bytes of payload room (a 64 KiB
+ * buffer with the header), whatever the adaptive size or the no-pkt64k cap would be: a datagram is delivered only whole, in one
  * buffer (docs/guest-role.md, "Datagrams").
  */
 bool vdrv_dgram(const struct vdrv *d);

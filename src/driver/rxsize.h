@@ -20,13 +20,15 @@
 
 #include <stdint.h>
 
+#include "vsock/hdr.h"
+
 #define VDRV_RXSIZE_MIN_DEFAULT 4096u   /* payload; Linux's VIRTIO_VSOCK_DEFAULT_RX_BUF_SIZE */
 #define VDRV_RXSIZE_MAX_DEFAULT 65536u  /* payload bytes; VIRTIO_VSOCK_MAX_PKT_BUF_SIZE */
 #define VDRV_RXSIZE_WEIGHT 16u          /* EWMA weight: each sample moves the average by 1/16 */
 #define VDRV_RXSIZE_ALIGN 64u           /* header + payload room is a multiple of this */
 /* Payload room of every RX buffer while datagrams are negotiated: the largest datagram, so
  * that header + payload is one 64 KiB buffer (docs/vsock-protocol.md, "Datagrams"). */
-#define VDRV_RXSIZE_DGRAM (65536u - 44u)
+#define VDRV_RXSIZE_DGRAM VSOCK_DGRAM_MAX
 
 struct vdrv_rxsize {
 	uint32_t min, max;   /* bounds of the payload room, bytes */

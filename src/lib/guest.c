@@ -157,7 +157,9 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 
 	if ((opts && abi_struct_in(&o, sizeof(o), opts,
 				   ABI_SIZE_0(struct uvsock_guest_opts, busy_poll_us)) < 0) ||
-	    !socket_path || (o.flags & ~(UVSOCK_CTX_UNPRIVILEGED | UVSOCK_GUEST_EVENT_QUEUE)) ||
+	    !socket_path ||
+	    (o.flags & ~(UVSOCK_CTX_UNPRIVILEGED | UVSOCK_GUEST_EVENT_QUEUE |
+			 UVSOCK_GUEST_NO_DGRAM)) ||
 	    o.timeout_ms < 0) {
 		errno = EINVAL;
 		return NULL;
@@ -179,8 +181,7 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 		dc.timeout_ms = o.timeout_ms;
 	dc.busy_poll_us = o.busy_poll_us;
 	dc.event_queue = o.flags & UVSOCK_GUEST_EVENT_QUEUE;
-	/* Datagrams need the engine's datagram sockets, which this engine does not have yet. */
-	dc.no_dgram = true;
+	dc.no_dgram = !!(o.flags & UVSOCK_GUEST_NO_DGRAM);
 	r = vdrv_new(&dc, &g->d);
 	if (r < 0) {
 		free(g);
@@ -195,6 +196,8 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 	 * §5; Linux net/vmw_vsock/virtio_transport.c, virtio_transport_more_replies()). */
 	cfg.reply_limit = dc.queue_size;
 	cfg.seqpacket = vdrv_seqpacket(g->d);
+	/* SOCK_DGRAM sockets only when the back-end negotiated VIRTIO_VSOCK_F_DGRAM. */
+	cfg.dgram = vdrv_dgram(g->d);
 	if (o.buf_size) {
 		cfg.buf_size = o.buf_size;
 		if (cfg.buf_max < o.buf_size)

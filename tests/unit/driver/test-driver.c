@@ -30,7 +30,10 @@
 
 static struct uvsock_ctx *guest_new(struct tdev *t)
 {
-	return g_guest_new(t->sock, NULL);
+	/* Without datagrams: the RX sizing checked here is the adaptive one (test-dgram.c). */
+	struct uvsock_guest_opts o = { .size = sizeof(o), .flags = UVSOCK_GUEST_NO_DGRAM };
+
+	return g_guest_new(t->sock, &o);
 }
 
 /*
@@ -412,7 +415,8 @@ TEST(siblings_reuse_pool_buffers_of_every_class)
  * RX-refill paths on almost every packet, large ones the batching. */
 static void both_ways_with_queue_size(unsigned qsize, uint32_t rx_min, uint32_t rx_max)
 {
-	struct uvsock_guest_opts o = { .size = sizeof(o), .queue_size = qsize, .rx_buf_min = rx_min,
+	struct uvsock_guest_opts o = { .size = sizeof(o), .flags = UVSOCK_GUEST_NO_DGRAM,
+				       .queue_size = qsize, .rx_buf_min = rx_min,
 				       .rx_buf_max = rx_max };
 	struct tdev t;
 	struct uvsock_ctx *g;
