@@ -144,23 +144,41 @@ static size_t host_recv(int fd, uint32_t want_port, void *buf, size_t cap)
 	return pl;
 }
 
+/*
+ * uvsockd with guest 3 (datagrams on), a host socket bound at <uds>_HOST_PORT.dgram (its path in
+ * path) and a guest datagram socket bound at GUEST_PORT.
+ */
+static void pair_up(struct dg_env *d, char *path, size_t cap, int *gfd, int *hfd)
+{
+	env_up(d, 0);
+	port_path(d, HOST_PORT, path, cap);
+	*hfd = host_dgram(path);
+	*gfd = guest_dgram(d, GUEST_PORT);
+}
+
+static void pair_down(struct dg_env *d, const char *path, int gfd, int hfd)
+{
+	uvsock_close(gfd);
+	close(hfd);
+	unlink(path);
+	env_down(d);
+}
+
 static void fill(uint8_t *p, size_t n, unsigned seed)
 {
 	for (size_t i = 0; i < n; i++)
 		p[i] = (uint8_t)(i * 7u + seed);
 }
 
-TEST (guest_to_host_and_back) {
+TEST(guest_to_host_and_back)
+{
 	struct dg_env d;
 	struct sockaddr_vm from;
 	socklen_t fl = sizeof(from);
 	char path[200], buf[64];
 	int gfd, hfd;
 
-	env_up(&d, 0);
-	port_path(&d, HOST_PORT, path, sizeof(path));
-	hfd = host_dgram(path);
-	gfd = guest_dgram(&d, GUEST_PORT);
+	pair_up(&d, path, sizeof(path), &gfd, &hfd);
 	{
 		struct sockaddr_vm host = vm_addr(VMADDR_CID_HOST, HOST_PORT);
 
@@ -175,13 +193,11 @@ TEST (guest_to_host_and_back) {
 	ASSERT_EQ(memcmp(buf, "world", 5), 0);
 	ASSERT_EQ(from.svm_cid, VMADDR_CID_HOST);
 	ASSERT_EQ(from.svm_port, HOST_PORT);
-	uvsock_close(gfd);
-	close(hfd);
-	unlink(path);
-	env_down(&d);
+	pair_down(&d, path, gfd, hfd);
 }
 
-TEST (size_boundaries_both_ways) {
+TEST(size_boundaries_both_ways)
+{
 	static const size_t sizes[] = { 0, 1, 4096, DG_MAX };
 	struct sockaddr_vm host = vm_addr(VMADDR_CID_HOST, HOST_PORT);
 	uint8_t *out = malloc(DG_MAX + 1), *in = malloc(DG_MAX + 1);
@@ -190,10 +206,7 @@ TEST (size_boundaries_both_ways) {
 	int gfd, hfd;
 
 	ASSERT_TRUE(out && in);
-	env_up(&d, 0);
-	port_path(&d, HOST_PORT, path, sizeof(path));
-	hfd = host_dgram(path);
-	gfd = guest_dgram(&d, GUEST_PORT);
+	pair_up(&d, path, sizeof(path), &gfd, &hfd);
 	for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		fill(out, sizes[i], i);
 		ASSERT_EQ(uvsock_sendto(gfd, out, sizes[i], 0, (struct sockaddr *)&host,
@@ -210,16 +223,15 @@ TEST (size_boundaries_both_ways) {
 	ASSERT_EQ(uvsock_sendto(gfd, out, DG_MAX + 1, 0, (struct sockaddr *)&host, sizeof(host)),
 	          -1);
 	ASSERT_EQ(errno, EMSGSIZE);
-	uvsock_close(gfd);
-	close(hfd);
-	unlink(path);
 	free(out);
 	free(in);
-	env_down(&d);
+	pair_down(&d, path, gfd, hfd);
 }
 
-/* A host sender bound outside the <uds>_<P>.dgram names gets an ephemeral port; replies reach it. */
-TEST (host_sender_elsewhere_gets_replies) {
+/* A host sender bound outside the <uds>_<P>.dgram names gets an ephemeral port; replies reach
+ * it. */
+TEST(host_sender_elsewhere_gets_replies)
+{
 	struct dg_env d;
 	struct sockaddr_vm from;
 	socklen_t fl = sizeof(from);
@@ -237,10 +249,7 @@ TEST (host_sender_elsewhere_gets_replies) {
 	ASSERT_EQ(uvsock_sendto(gfd, "answer", 6, 0, (struct sockaddr *)&from, fl), 6);
 	ASSERT_EQ(host_recv(hfd, GUEST_PORT, buf, sizeof(buf)), 6);
 	ASSERT_EQ(memcmp(buf, "answer", 6), 0);
-	uvsock_close(gfd);
-	close(hfd);
-	unlink(path);
-	env_down(&d);
+	pair_down(&d, path, gfd, hfd);
 }
 
 /* ---- 16 senders on one socket ----------------------------------------------------------- */
@@ -412,16 +421,19 @@ static void flood(bool h2g)
 	env_down(&d);
 }
 
-TEST (sixteen_guest_senders_on_one_socket) {
+TEST(sixteen_guest_senders_on_one_socket)
+{
 	flood(false);
 }
 
-TEST (sixteen_host_senders_to_one_guest_socket) {
+TEST(sixteen_host_senders_to_one_guest_socket)
+{
 	flood(true);
 }
 
 /* A guest that does not negotiate DGRAM: ENODEV, host datagrams dropped and counted. */
-TEST (guest_without_dgram) {
+TEST(guest_without_dgram)
+{
 	struct dg_env d;
 	char path[200];
 	int hfd, ls, gfd, cfd;

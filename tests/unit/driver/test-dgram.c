@@ -154,7 +154,8 @@ static int dgram_socket(struct uvsock_ctx *g)
 
 #define DGRAM_BIT VHU_BIT(VHU_VSOCK_F_DGRAM)
 
-TEST (offered_dgram_is_negotiated_with_64k_rx_buffers) {
+TEST(offered_dgram_is_negotiated_with_64k_rx_buffers)
+{
 	struct quiet_be b;
 	struct uvsock_ctx *g;
 
@@ -167,12 +168,14 @@ TEST (offered_dgram_is_negotiated_with_64k_rx_buffers) {
 	qb_close(&b);
 }
 
-TEST (no_dgram_flag_keeps_bit_3_off_and_adaptive_rx) {
+/* A back-end offering `offer`, a guest with `flags`: no datagrams, adaptive RX, ENODEV. */
+static void without_dgram(uint64_t offer, unsigned flags)
+{
 	struct quiet_be b;
 	struct uvsock_ctx *g;
 
-	qb_open(&b, VHU_BACKEND_DEFAULT_FEATURES | DGRAM_BIT);
-	g = guest_on(&b, UVSOCK_GUEST_NO_DGRAM);
+	qb_open(&b, offer);
+	g = guest_on(&b, flags);
 	ASSERT_FALSE(atomic_load(&b.acked) & DGRAM_BIT);
 	/* Linux's 4 KiB payload plus the header, rounded to the 64-byte line. */
 	ASSERT_EQ(posted_len(g), 4160);
@@ -181,21 +184,19 @@ TEST (no_dgram_flag_keeps_bit_3_off_and_adaptive_rx) {
 	qb_close(&b);
 }
 
-TEST (backend_without_dgram_gives_enodev) {
-	struct quiet_be b;
-	struct uvsock_ctx *g;
+TEST(no_dgram_flag_keeps_bit_3_off_and_adaptive_rx)
+{
+	without_dgram(VHU_BACKEND_DEFAULT_FEATURES | DGRAM_BIT, UVSOCK_GUEST_NO_DGRAM);
+}
 
-	qb_open(&b, VHU_BACKEND_DEFAULT_FEATURES);
-	g = guest_on(&b, 0);
-	ASSERT_FALSE(atomic_load(&b.acked) & DGRAM_BIT);
-	ASSERT_EQ(posted_len(g), 4160);
-	ASSERT_EQ(dgram_socket(g), -ENODEV);
-	uvsock_ctx_free(g);
-	qb_close(&b);
+TEST(backend_without_dgram_gives_enodev)
+{
+	without_dgram(VHU_BACKEND_DEFAULT_FEATURES, 0);
 }
 
 /* no-pkt64k caps stream RX buffers at 4 KiB; datagrams still need (and get) whole 64 KiB. */
-TEST (dgram_rx_buffers_ignore_the_4k_cap) {
+TEST(dgram_rx_buffers_ignore_the_4k_cap)
+{
 	struct quiet_be b;
 	struct uvsock_ctx *g;
 
