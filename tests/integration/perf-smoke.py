@@ -4,7 +4,8 @@
 # measurement against the uvsockd of this build, then the JSON, CSV and terminal output are
 # checked for their schema: every transport is there, every number is a
 # finite non-negative value, percentiles are ordered, the memory section has its records.
-# Also: --help says datagrams are not measured, and a usage error exits 2.
+# A --quick --dgram run: every datagram transport, one run each, sent = received + lost, the
+# CSV rows. Also: --help lists the datagram options, and a usage error exits 2.
 # Usage: perf-smoke.py UVSOCK_PERF UVSOCKD
 import json
 import math
@@ -68,8 +69,36 @@ with tempfile.TemporaryDirectory(prefix="uvsock-perf-smoke-") as d:
         check(lines and lines[0].startswith("kind,transport,size,"), "CSV header")
         check(len(lines) == 1 + len(r["stream"]) + len(r["rtt"]), "CSV has one row per point")
         check("ratio to unix" in p.stdout and "round trips" in p.stdout, "terminal table")
+    p = subprocess.run([perf, "--quick", "--dgram", "--dgram-locked", "--dgram-senders", "1,4",
+                        "--uvsockd", uvsockd, "--json", js, "--csv", csv, "--quiet"],
+                       capture_output=True, text=True, timeout=240)
+    check(p.returncode == 0, "--dgram run exits 0 (stderr: %s)" % p.stderr[-500:])
+    if p.returncode == 0:
+        r = json.load(open(js))
+        dg = r.get("datagram", [])
+        check(isinstance(dg, list) and dg, "JSON has a non-empty 'datagram' list")
+        check(not r.get("stream") and not r.get("rtt"), "--dgram measures datagrams only")
+        seen = set()
+        for s in dg:
+            for k in ("size", "senders", "mbps", "mbps_min", "mbps_max", "tx_mbps", "sent",
+                      "received", "lost", "counted_drops", "ratio_udp"):
+                check(number(s.get(k)), "datagram '%s': %r" % (k, s))
+            check(s.get("runs") == 1 and s.get("size") == 4096, "datagram runs/size: %r" % s)
+            check(s.get("sent", 0) > 0 and s.get("sent") == s.get("received", 0) + s.get("lost", 0)
+                  + s.get("bad_length", 0), "sent = received + lost: %r" % s)
+            check(s.get("bad_length") == 0, "no datagram arrives with a wrong length: %r" % s)
+            check(s.get("mbps_min", 1) <= s.get("mbps", 0) <= s.get("mbps_max", -1),
+                  "min <= median <= max: %r" % s)
+            seen.add((s.get("transport"), s.get("senders")))
+        for t in ("udp", "unix-dgram", "uvsock-loopback", "uvsock-loopback-locked", "uvsockd-g2h"):
+            for n in (1, 4):
+                check((t, n) in seen, "datagram transport %s with %d senders" % (t, n))
+        lines = open(csv).read().splitlines()
+        check(len(lines) == 1 + len(dg) and all(x.startswith("dgram,") for x in lines[1:]),
+              "CSV has one dgram row per datagram point")
+        check("DATAGRAM" in p.stdout and "ratio to udp" in p.stdout, "datagram table")
     h = subprocess.run([perf, "--help"], capture_output=True, text=True, timeout=30)
-    check(h.returncode == 0 and "datagram" in h.stdout, "--help mentions datagrams")
+    check(h.returncode == 0 and "--dgram" in h.stdout, "--help lists the datagram options")
     b = subprocess.run([perf, "--no-such-option"], capture_output=True, text=True, timeout=30)
     check(b.returncode == 2, "usage error exits 2")
     b = subprocess.run([perf, "--socket", "/nonexistent"], capture_output=True, text=True,

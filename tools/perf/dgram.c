@@ -30,6 +30,10 @@
 
 #include <arpa/inet.h>
 
+#include <uvsock/uvsock.h>
+
+#include "ops/json.h"
+#include "ops/statcli.h"
 #include "perf.h"
 #include "util/time.h"
 
@@ -40,12 +44,21 @@
 const char *const dg_name[D_MAX] = {
 	[D_UDP] = "udp",
 	[D_UNIX] = "unix-dgram",
+	[D_LOOP] = "uvsock-loopback",
+	[D_LOOP_LOCKED] = "uvsock-loopback-locked",
+	[D_UVSOCKD] = "uvsockd-g2h",
 };
 
-/* One measured point's two sockets and how to use them. */
+/*
+ * One measured point's two sockets and how to use them. uvsock sockets (tx_uv, rx_uv) are
+ * libuvsock descriptors; the uvsockd receiver is a host AF_UNIX datagram socket whose datagrams
+ * start with the "<guest port>\n" line of the host-side convention (hdr: strip it).
+ */
 struct dg_pair {
 	enum dgtr t;
 	int txfd, rxfd;
+	bool tx_uv, rx_uv, hdr;
+	struct uvsock_ctx *ctx; /* the loopback context this point created, or NULL */
 	struct sockaddr_storage dst;
 	socklen_t dlen;
 	char rxpath[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -82,12 +95,24 @@ static void sleep_ms(unsigned ms)
 
 static ssize_t dg_send(struct dg_pair *p, const void *buf, size_t n)
 {
-	return sendto(p->txfd, buf, n, 0, (const struct sockaddr *)&p->dst, p->dlen);
+	const struct sockaddr *a = (const struct sockaddr *)&p->dst;
+
+	return p->tx_uv ? uvsock_sendto(p->txfd, buf, n, 0, a, p->dlen)
+	                : sendto(p->txfd, buf, n, 0, a, p->dlen);
 }
 
+/* Payload bytes of one datagram received without waiting; -1 with errno (EAGAIN: none). */
 static ssize_t dg_recv(struct dg_pair *p, void *buf, size_t n)
 {
-	return recv(p->rxfd, buf, n, MSG_DONTWAIT);
+	ssize_t r = p->rx_uv ? uvsock_recvfrom(p->rxfd, buf, n, MSG_DONTWAIT, NULL, NULL)
+	                     : recv(p->rxfd, buf, n, MSG_DONTWAIT);
+	const char *nl;
+
+	if (r < 0 || !p->hdr)
+		return r;
+	/* "<guest port>\n" then the payload: a datagram without the line counts as bad. */
+	nl = memchr(buf, '\n', (size_t)r < 12 ? (size_t)r : 12);
+	return nl ? r - (nl + 1 - (const char *)buf) : 0;
 }
 
 /* 1: readable, 0: timeout, -1: error (errno). */
@@ -95,7 +120,7 @@ static int dg_wait(struct dg_pair *p, int ms)
 {
 	struct pollfd pf = { .fd = p->rxfd, .events = POLLIN };
 
-	return poll(&pf, 1, ms);
+	return p->rx_uv ? uvsock_poll(&pf, 1, ms) : poll(&pf, 1, ms);
 }
 
 static void *sender_main(void *arg)
@@ -181,24 +206,83 @@ static uint64_t udp_rcvbuf_errors(void)
 	return v;
 }
 
-static uint64_t counted_drops(struct env *e, enum dgtr t)
+/* The datagram drops a libuvsock context's engine counted (every reason). */
+static uint64_t uvsock_drops(struct uvsock_ctx *ctx)
 {
-	(void)e;
-	return t == D_UDP ? udp_rcvbuf_errors() : 0;
+	struct uvsock_ctx_stats st = { .size = sizeof(st) };
+
+	if (uvsock_ctx_get_stats(ctx, &st) < 0)
+		return 0;
+	return st.dgram_drop_no_listener + st.dgram_drop_full + st.dgram_drop_oversize +
+	       st.dgram_drop_not_negotiated;
 }
 
-static void big_rcvbuf(int fd)
+/*
+ * The datagram drops the uvsockd behind e counted for its VM (every dgram_drop_* counter of its
+ * `stats` answer on the control socket <socket>.ctl); 0 if it has no control socket.
+ */
+static uint64_t uvsockd_drops(const struct env *e)
+{
+	static const char *const names[] = { "dgram_drop_no_listener", "dgram_drop_full",
+		                             "dgram_drop_oversize", "dgram_drop_not_negotiated",
+		                             "dgram_drop_malformed" };
+	const struct ops_jv *vms;
+	struct ops_jv *v = NULL;
+	char ctl[200];
+	uint64_t n = 0;
+	int fd = -1;
+
+	snprintf(ctl, sizeof(ctl), "%.190s.ctl", e->sock);
+	if (ops_ctl_connect(ctl, &fd) < 0)
+		return 0;
+	if (ops_ctl_request(fd, "stats", -1, PERF_WAIT_MS, NULL, &v) == 0) {
+		vms = ops_json_get(v, "vms");
+		for (unsigned i = 0; vms && vms->child && i < sizeof(names) / sizeof(names[0]); i++)
+			n += ops_json_u64(ops_json_get(vms->child, "counters"), names[i], 0);
+	}
+	ops_json_free(v);
+	close(fd);
+	return n;
+}
+
+/* The drops transport p counted itself so far (monotonic; the caller takes differences). */
+static uint64_t counted_drops(const struct env *e, const struct dg_pair *p)
+{
+	if (p->t == D_UDP)
+		return udp_rcvbuf_errors();
+	if (p->t == D_UVSOCKD)
+		return uvsockd_drops(e) + uvsock_drops(e->g);
+	if (p->ctx)
+		return uvsock_drops(p->ctx);
+	return 0;
+}
+
+static void big_rcvbuf(int fd, bool uv)
 {
 	int v = DG_RCVBUF;
 
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+	if (uv)
+		uvsock_setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+	else
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
 }
 
-/* Opens the two sockets of transport t; false (and a progress note) if it is not available. */
-static bool pair_open_dg(struct env *e, enum dgtr t, struct dg_pair *p)
+/* A Unix datagram socket bound at path (replacing a stale one), or die. */
+static int unix_dgram_bind(const char *path)
 {
-	*p = (struct dg_pair){ .t = t, .txfd = -1, .rxfd = -1 };
-	if (t == D_UDP) {
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	unlink(path);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		die("unix datagram socket %s: %s", path, strerror(errno));
+	return fd;
+}
+
+static void kernel_pair(struct env *e, struct dg_pair *p)
+{
+	if (p->t == D_UDP) {
 		struct sockaddr_in a = { .sin_family = AF_INET,
 			                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 		socklen_t al = sizeof(a);
@@ -214,30 +298,108 @@ static bool pair_open_dg(struct env *e, enum dgtr t, struct dg_pair *p)
 		struct sockaddr_un a = { .sun_family = AF_UNIX };
 
 		snprintf(p->rxpath, sizeof(p->rxpath), "%.90s_dgrambench", e->uds);
-		snprintf(a.sun_path, sizeof(a.sun_path), "%s", p->rxpath);
-		unlink(p->rxpath);
-		p->rxfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		p->rxfd = unix_dgram_bind(p->rxpath);
 		p->txfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-		if (p->rxfd < 0 || p->txfd < 0 ||
-		    bind(p->rxfd, (struct sockaddr *)&a, sizeof(a)) < 0)
-			die("unix datagram socket %s: %s", p->rxpath, strerror(errno));
+		if (p->txfd < 0)
+			die("unix datagram socket: %s", strerror(errno));
+		snprintf(a.sun_path, sizeof(a.sun_path), "%s", p->rxpath);
 		memcpy(&p->dst, &a, sizeof(a));
 		p->dlen = sizeof(a);
 	}
-	big_rcvbuf(p->rxfd);
+}
+
+/* A SOCK_DGRAM uvsock socket of ctx; -1 if the transport has no datagrams (ENODEV). */
+static int uv_dgram(struct uvsock_ctx *ctx, const char *what)
+{
+	int fd = uvsock_socket(ctx, SOCK_DGRAM, 0);
+
+	if (fd < 0 && errno != ENODEV)
+		die("%s: SOCK_DGRAM socket: %s", what, strerror(errno));
+	return fd;
+}
+
+static void vm_dst(struct dg_pair *p, uint32_t cid, uint32_t port)
+{
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = cid, .svm_port = port };
+
+	memcpy(&p->dst, &a, sizeof(a));
+	p->dlen = sizeof(a);
+}
+
+/*
+ * uvsock's loopback (CID 1): a context of this point's own, created with UVSOCK_DGRAM_LOCKED=1
+ * in the environment for the locked row (read when the context is created), both ends in it.
+ */
+static bool loop_pair(struct dg_pair *p)
+{
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK,
+		                 .svm_cid = VMADDR_CID_ANY,
+		                 .svm_port = PERF_GUEST_DGRAM_PORT };
+
+	if (p->t == D_LOOP_LOCKED)
+		setenv("UVSOCK_DGRAM_LOCKED", "1", 1);
+	p->ctx = uvsock_ctx_new_loopback(NULL);
+	unsetenv("UVSOCK_DGRAM_LOCKED");
+	if (!p->ctx)
+		die("loopback context: %s", strerror(errno));
+	p->tx_uv = p->rx_uv = true;
+	p->rxfd = uv_dgram(p->ctx, dg_name[p->t]);
+	if (p->rxfd < 0)
+		return false;
+	p->txfd = uv_dgram(p->ctx, dg_name[p->t]);
+	if (p->txfd < 0 || uvsock_bind(p->rxfd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		die("%s: socket/bind: %s", dg_name[p->t], strerror(errno));
+	vm_dst(p, VMADDR_CID_LOCAL, PERF_GUEST_DGRAM_PORT);
+	return true;
+}
+
+/*
+ * The guest role in this process -> uvsockd -> the host program: a host AF_UNIX datagram
+ * socket bound at "<uds-path>_<port>.dgram" (docs/uvsockd.md, host-side datagrams).
+ */
+static bool uvsockd_pair(struct env *e, struct dg_pair *p)
+{
+	p->tx_uv = true;
+	p->hdr = true;
+	p->txfd = uv_dgram(e->g, dg_name[p->t]);
+	if (p->txfd < 0)
+		return false;
+	snprintf(p->rxpath, sizeof(p->rxpath), "%.90s_%u.dgram", e->uds, PERF_HOST_DGRAM_PORT);
+	p->rxfd = unix_dgram_bind(p->rxpath);
+	vm_dst(p, VMADDR_CID_HOST, PERF_HOST_DGRAM_PORT);
+	return true;
+}
+
+/* Opens the two sockets of transport t; false (and a progress note) if it is not available. */
+static bool pair_open_dg(struct env *e, enum dgtr t, struct dg_pair *p)
+{
+	bool ok = true;
+
+	*p = (struct dg_pair){ .t = t, .txfd = -1, .rxfd = -1 };
+	if (t == D_UDP || t == D_UNIX)
+		kernel_pair(e, p);
+	else if (t == D_UVSOCKD)
+		ok = uvsockd_pair(e, p);
+	else
+		ok = loop_pair(p);
+	if (!ok) {
+		progress("%s: no datagram sockets on this transport (ENODEV): skipped", dg_name[t]);
+		return false;
+	}
+	big_rcvbuf(p->rxfd, p->rx_uv);
 	return true;
 }
 
 static void pair_close_dg(struct dg_pair *p)
 {
 	if (p->txfd >= 0)
-		close(p->txfd);
+		p->tx_uv ? uvsock_close(p->txfd) : close(p->txfd);
 	if (p->rxfd >= 0)
-		close(p->rxfd);
+		p->rx_uv ? uvsock_close(p->rxfd) : close(p->rxfd);
 	if (p->rxpath[0])
 		unlink(p->rxpath);
-	p->txfd = p->rxfd = -1;
-	p->rxpath[0] = 0;
+	uvsock_ctx_free(p->ctx);
+	*p = (struct dg_pair){ .txfd = -1, .rxfd = -1 };
 }
 
 struct res_dgram *res_dgram_get(enum dgtr t, int senders, const char *variant)
@@ -274,7 +436,7 @@ static void run_dgram_once(struct env *e, enum dgtr t, int n, size_t size)
 	if (!pair_open_dg(e, t, &p))
 		return;
 	rv.p = &p;
-	c0 = counted_drops(e, t);
+	c0 = counted_drops(e, &p);
 	if (pthread_barrier_init(&go, NULL, (unsigned)n + 1))
 		die("barrier");
 	if (pthread_create(&rth, NULL, recv_main, &rv))
@@ -328,7 +490,7 @@ static void run_dgram_once(struct env *e, enum dgtr t, int n, size_t size)
 		.sent = sent,
 		.received = got - rv.bad,
 		.lost = sent > got ? sent - got : 0,
-		.counted = counted_drops(e, t) - c0,
+		.counted = counted_drops(e, &p) - c0,
 		.busy = busy,
 		.bad = rv.bad,
 	};
@@ -342,7 +504,8 @@ void run_dgram_round(struct env *e)
 
 	for (int i = 0; i < o->ndg_senders; i++)
 		for (int t = 0; t < D_MAX; t++)
-			if (!o->dg_transports || (o->dg_transports & (1u << t)))
+			if (o->dg_transports ? (o->dg_transports & (1u << t))
+			                     : t != D_LOOP_LOCKED || o->dg_locked)
 				run_dgram_once(e, (enum dgtr)t, o->dg_senders[i], o->dg_size);
 }
 
@@ -419,6 +582,46 @@ static double dg_ratio_udp(const struct res_dgram *r)
 	return b > 0 ? DG_MED(r, mbps) / b : 0;
 }
 
+/* One cell: the rates and drops of r, or (ratios) its ratio to UDP and to one sender. */
+static void dg_cell(char *cell, size_t cap, const struct res_dgram *r, bool ratios)
+{
+	const struct res_dgram *one = dg_find(r->t, 1, r->variant);
+	double mn = 0, mx = 0, m = dg_med(r, offsetof(struct dg_sample, mbps), &mn, &mx);
+
+	if (!ratios)
+		snprintf(cell, cap, "%.0f (%.0f-%.0f) %.0f %.0f/%.0f", m, mn, mx,
+		         DG_MED(r, tx_mbps), DG_MED(r, lost), DG_MED(r, counted));
+	else if (one && DG_MED(one, mbps) > 0)
+		snprintf(cell, cap, "%.2fx; %.2fx", dg_ratio_udp(r), m / DG_MED(one, mbps));
+	else
+		snprintf(cell, cap, "%.2fx", dg_ratio_udp(r));
+}
+
+/* Every transport's row of one variant, a column per sender count. */
+static void dg_rows(FILE *f, const char *variant, const int *sc, int ns, bool ratios)
+{
+	for (int t = 0; t < D_MAX; t++) {
+		char name[96];
+		bool any = false;
+
+		for (int k = 0; k < ns; k++)
+			any |= dg_find((enum dgtr)t, sc[k], variant) != NULL;
+		if (!any)
+			continue;
+		snprintf(name, sizeof(name), "%s%s%s", dg_name[t], *variant ? " " : "", variant);
+		fprintf(f, "%-30s", name);
+		for (int k = 0; k < ns; k++) {
+			const struct res_dgram *r = dg_find((enum dgtr)t, sc[k], variant);
+			char cell[96] = "-";
+
+			if (r)
+				dg_cell(cell, sizeof(cell), r, ratios);
+			fprintf(f, " %-30s", cell);
+		}
+		fprintf(f, "\n");
+	}
+}
+
 void dgram_table(FILE *f)
 {
 	const char *vs[8];
@@ -436,85 +639,17 @@ void dgram_table(FILE *f)
 		fprintf(f, " %-30d", sc[k]);
 	fprintf(f, "\n");
 	for (int v = 0; v < nv; v++)
-		for (int t = 0; t < D_MAX; t++) {
-			char name[96];
-			bool any = false;
-
-			for (int k = 0; k < ns; k++)
-				any |= dg_find((enum dgtr)t, sc[k], vs[v]) != NULL;
-			if (!any)
-				continue;
-			snprintf(name, sizeof(name), "%s%s%s", dg_name[t], *vs[v] ? " " : "",
-			         vs[v]);
-			fprintf(f, "%-30s", name);
-			for (int k = 0; k < ns; k++) {
-				const struct res_dgram *r = dg_find((enum dgtr)t, sc[k], vs[v]);
-				char cell[96] = "-";
-				double mn = 0, mx = 0;
-
-				if (r) {
-					double m = dg_med(r, offsetof(struct dg_sample, mbps), &mn,
-					                  &mx);
-
-					snprintf(cell, sizeof(cell),
-					         "%.0f (%.0f-%.0f) %.0f %.0f/%.0f", m, mn, mx,
-					         DG_MED(r, tx_mbps), DG_MED(r, lost),
-					         DG_MED(r, counted));
-				}
-				fprintf(f, " %-30s", cell);
-			}
-			fprintf(f, "\n");
-		}
+		dg_rows(f, vs[v], sc, ns, false);
 	fprintf(f, "ratio to udp (same sender count); scaling: N senders / 1 sender\n");
 	for (int v = 0; v < nv; v++)
-		for (int t = 0; t < D_MAX; t++) {
-			const struct res_dgram *one = dg_find((enum dgtr)t, 1, vs[v]);
-			char name[96];
-			bool any = false;
-
-			for (int k = 0; k < ns; k++)
-				any |= dg_find((enum dgtr)t, sc[k], vs[v]) != NULL;
-			if (!any)
-				continue;
-			snprintf(name, sizeof(name), "%s%s%s", dg_name[t], *vs[v] ? " " : "",
-			         vs[v]);
-			fprintf(f, "%-30s", name);
-			for (int k = 0; k < ns; k++) {
-				const struct res_dgram *r = dg_find((enum dgtr)t, sc[k], vs[v]);
-				char cell[64] = "-";
-
-				if (r && one && DG_MED(one, mbps) > 0)
-					snprintf(cell, sizeof(cell), "%.2fx; %.2fx",
-					         dg_ratio_udp(r),
-					         DG_MED(r, mbps) / DG_MED(one, mbps));
-				else if (r)
-					snprintf(cell, sizeof(cell), "%.2fx", dg_ratio_udp(r));
-				fprintf(f, " %-30s", cell);
-			}
-			fprintf(f, "\n");
-		}
+		dg_rows(f, vs[v], sc, ns, true);
 }
 
-/* CSV rows of kind "dgram" (the columns after cpu_us_per_rt; stream/rtt rows leave them empty). */
-void dgram_csv(FILE *f)
-{
-	for (int i = 0; i < g_res.ndg; i++) {
-		const struct res_dgram *r = &g_res.dg[i];
-		double mn = 0, mx = 0, m;
-
-		if (!r->n)
-			continue;
-		m = dg_med(r, offsetof(struct dg_sample, mbps), &mn, &mx);
-		fprintf(f,
-		        "dgram,%s,%zu,,%d,%s,%d,,,,,,,,,,,,,,,,%.1f,%.1f,%.1f,%.0f,%.0f,%.0f,%.0f,%.3f\n",
-		        dg_name[r->t], r->size, r->senders, r->variant, r->n, m, mn, mx,
-		        DG_MED(r, sent), DG_MED(r, received), DG_MED(r, lost), DG_MED(r, counted),
-		        dg_ratio_udp(r));
-	}
-}
-
-/* The JSON "datagram" list's records. */
-void dgram_json(FILE *f)
+/*
+ * The records as CSV rows of kind "dgram" (the columns after cpu_us_per_rt; stream and rtt rows
+ * leave them empty) or as the JSON "datagram" list's records.
+ */
+static void dg_records(FILE *f, bool json)
 {
 	bool first = true;
 
@@ -525,16 +660,35 @@ void dgram_json(FILE *f)
 		if (!r->n)
 			continue;
 		m = dg_med(r, offsetof(struct dg_sample, mbps), &mn, &mx);
+		if (!json) {
+			fprintf(f,
+			        "dgram,%s,%zu,,%d,%s,%d,,,,,,,,,,,,,,,,%.1f,%.1f,%.1f,%.0f,%.0f,%.0f,"
+			        "%.0f,%.3f\n",
+			        dg_name[r->t], r->size, r->senders, r->variant, r->n, m, mn, mx,
+			        DG_MED(r, sent), DG_MED(r, received), DG_MED(r, lost),
+			        DG_MED(r, counted), dg_ratio_udp(r));
+			continue;
+		}
 		fprintf(f,
 		        "%s\n    {\"transport\": \"%s\", \"size\": %zu, \"senders\": %d, "
 		        "\"variant\": \"%s\", \"runs\": %d, \"mbps\": %.2f, \"mbps_min\": %.2f, "
-		        "\"mbps_max\": %.2f, \"tx_mbps\": %.2f, \"sent\": %.0f, \"received\": %.0f, \"lost\": %.0f, "
-		        "\"counted_drops\": %.0f, \"send_busy\": %.0f, \"bad_length\": %.0f, "
-		        "\"ratio_udp\": %.3f}",
+		        "\"mbps_max\": %.2f, \"tx_mbps\": %.2f, \"sent\": %.0f, \"received\": %.0f, "
+		        "\"lost\": %.0f, \"counted_drops\": %.0f, \"send_busy\": %.0f, "
+		        "\"bad_length\": %.0f, \"ratio_udp\": %.3f}",
 		        first ? "" : ",", dg_name[r->t], r->size, r->senders, r->variant, r->n, m,
 		        mn, mx, DG_MED(r, tx_mbps), DG_MED(r, sent), DG_MED(r, received),
 		        DG_MED(r, lost), DG_MED(r, counted), DG_MED(r, busy), DG_MED(r, bad),
 		        dg_ratio_udp(r));
 		first = false;
 	}
+}
+
+void dgram_csv(FILE *f)
+{
+	dg_records(f, false);
+}
+
+void dgram_json(FILE *f)
+{
+	dg_records(f, true);
 }
