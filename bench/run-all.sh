@@ -5,7 +5,8 @@
 # results.md (the Markdown tables, bench/md-tables.py) and throughput.png (gnuplot-nox:
 # scripts/install-deps.sh bench). With COMPARE="sw1,sw2" it also runs the before/after of each
 # switch (compare.txt, compare.json, compare.md): vsock both ways and Unix (the noise reference)
-# at 64 B, 4 KiB and 64 KiB plus the 64 B round trip, alternating off and on.
+# at 64 B, 4 KiB and 64 KiB plus the 64 B round trip, alternating off and on. The datagram run
+# writes dgram.txt, dgram.csv and dgram.json.
 # Usage: bench/run-all.sh [BUILD_DIR] [OUT_DIR]    extra uvsock-perf options in PERF_ARGS
 set -eu
 build=${1:-build}
@@ -26,6 +27,13 @@ cat "$out/results.tmp" >> "$out/results.txt"
 rm -f "$out/results.tmp"
 cat "$out/results.txt"
 python3 "$here/md-tables.py" "$out/results.json" > "$out/results.md"
+# Datagrams (bench/README.md "Datagrams"): 1, 2, 4, 16 senders x 4 KiB on one socket, every
+# datagram transport and the UVSOCK_DGRAM_LOCKED=1 row.
+# shellcheck disable=SC2086
+"$perf" --dgram --dgram-locked --runs "${RUNS:-5}" --uvsockd "$build/daemon/uvsockd" \
+	--csv "$out/dgram.csv" --json "$out/dgram.json" ${PERF_ARGS:-} > "$out/dgram.txt" ||
+	{ cat "$out/dgram.txt"; exit 1; }
+cat "$out/dgram.txt"
 if [ -n "${COMPARE:-}" ]; then
 	# shellcheck disable=SC2086
 	"$perf" --tests stream,rtt --sizes 64,4K,64K --rtt-sizes 64 --runs "${RUNS:-5}" \
