@@ -400,8 +400,10 @@ static void flood(bool h2g)
 	for (unsigned i = 0; i < NTHREADS; i++)
 		pthread_join(th[i], NULL);
 	drops = daemon_drops(&d) + engine_drops(d.g) - drops0;
-	test_note("%s: %d sent, %" PRIu64 " received, %" PRIu64 " dropped and counted",
-	          h2g ? "host->guest" : "guest->host", NTHREADS * PER_THREAD, got, drops);
+	test_note("%s: %d sent, %" PRIu64 " received, %" PRIu64 " dropped and counted (uvsockd "
+	          "dgram_drop_full %" PRIu64 ")",
+	          h2g ? "host->guest" : "guest->host", NTHREADS * PER_THREAD, got, drops,
+	          uvd_vm_counter(&d.u, 3, "dgram_drop_full"));
 	ASSERT_EQ(got + drops, (uint64_t)NTHREADS * PER_THREAD);
 	ASSERT_GT(got, 0);
 	for (unsigned i = 0; i < NTHREADS; i++) {
