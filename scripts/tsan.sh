@@ -7,9 +7,10 @@
 # use threads: the socket API, the guest role (and its hostile-device test), the device role
 # and its embedding API, the event loop, the conformance table over the loopback (inline and
 # with the pump thread) and over uvsockd, and the uvsockd integration tests (e2e, the sibling
-# flood). Every process writes its reports to one directory (TSAN_OPTIONS log_path), so those of
-# the uvsockd child processes, whose stderr goes to a log file, are seen too; any report fails
-# the run, and the reports are printed at the end.
+# flood; the guest role's datagrams, driver-dgram and dgram-guest). Every process writes its
+# reports to one directory (TSAN_OPTIONS log_path), so those of the uvsockd child processes,
+# whose stderr goes to a log file, are seen too; any report fails the run, and the reports are
+# printed at the end.
 #
 # TSan needs its fixed memory layout: on a kernel whose mmap randomisation does not leave room
 # for it ("FATAL: ThreadSanitizer: unexpected memory mapping"), the tests run under
@@ -21,7 +22,7 @@ set -u
 BUILD=${TSAN_BUILD:-build-tsan}
 TESTS=${*:-"lib-lib lib-dgram vsock-dgram driver-driver driver-hostile driver-direct driver-txdirect device-loop
 	device-device embed-device-api conformance-loopback conformance-loopback-pump-thread
-	conformance-uvsockd e2e sibling-flood"}
+	conformance-uvsockd e2e sibling-flood driver-dgram dgram-guest"}
 
 if [ ! -f "$BUILD/build.ninja" ]; then
 	meson setup "$BUILD" -Db_sanitize=thread -Dinterop=false || exit 1
