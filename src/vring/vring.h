@@ -27,6 +27,7 @@
 #include <sys/uio.h>
 
 #include "vring/guest_mem.h"
+#include "vring/packed.h"
 
 /* Layout constants (virtio 1.2 §2.7). Fields in guest memory are little-endian. */
 #define VRING_MAX_SIZE 32768u
@@ -140,6 +141,13 @@ struct vring_layout {
 /* Fills *l for a queue of num entries. Returns 0 or -EINVAL (num not a power of two <= 32768). */
 int vring_layout(unsigned num, struct vring_layout *l);
 
+/*
+ * The same for a packed ring (virtio 1.2 §2.8): descriptor ring at desc_off, driver event area at
+ * avail_off, device event area at used_off (each on its own 64-byte line). Any num in 1..32768.
+ * Returns 0 or -EINVAL.
+ */
+int vring_layout_packed(unsigned num, struct vring_layout *l);
+
 /* True if num is a valid split-queue size: a power of two, 1..VRING_MAX_SIZE. */
 static inline bool vring_size_valid(unsigned num)
 {
@@ -190,6 +198,14 @@ struct vring_dev_config {
 	uint64_t desc_addr, avail_addr, used_addr;
 	uint64_t features;       /* negotiated feature bits (INDIRECT_DESC, EVENT_IDX used here) */
 	uint16_t last_avail_idx; /* SET_VRING_BASE value (0 on first start) */
+	/*
+	 * Packed ring (virtio 1.2 §2.8): desc_addr is the descriptor ring, avail_addr the driver
+	 * event area, used_addr the device event area; num may be any size 1..32768; and
+	 * last_avail_idx is the vhost-user encoding: next slot | wrap counter << 15 (QEMU sends
+	 * 0x8000 on first start). The used position starts equal to the avail position (nothing
+	 * in flight across a stop). false: split ring.
+	 */
+	bool packed;
 };
 
 /* A popped chain: its head (to push back) and what the iovecs hold. */
@@ -225,6 +241,9 @@ struct vring_dev_queue {
 	uint32_t inflight;        /* chains popped and not yet pushed */
 	enum vring_err err;       /* VRING_ERR_NONE unless broken */
 	char errmsg[160];          /* human-readable detail of err, for logs */
+	bool packed;               /* VIRTIO_F_RING_PACKED: the fields above that name split
+				    * ring parts are unused, pk holds the ring (packed.c) */
+	struct vring_pk_dev pk;
 };
 
 /*
@@ -303,7 +322,10 @@ int vring_dev_avail_count(struct vring_dev_queue *q);
 /* True if no chain is available (or the queue is broken). Context: device thread. */
 bool vring_dev_empty(struct vring_dev_queue *q);
 
-/* The value to report for GET_VRING_BASE: the next avail index the device will consume. */
+/*
+ * The value to report for GET_VRING_BASE: the next avail index the device will consume (packed:
+ * next slot | wrap counter << 15).
+ */
 uint16_t vring_dev_last_avail_idx(const struct vring_dev_queue *q);
 
 /* Chains popped and not yet pushed. */
