@@ -53,9 +53,9 @@ static void fuzz_device(struct guest_mem *gm, unsigned num, uint64_t feats, uint
 			size_t order_len)
 {
 	struct vring_dev_config c = {
-		.mem = gm, .num = num, .addr_kind = VRING_ADDR_GPA, .packed = true,
+		.mem = gm, .num = num, .addr_kind = VRING_ADDR_GPA,
 		.desc_addr = l->desc_off, .avail_addr = l->avail_off, .used_addr = l->used_off,
-		.features = feats, .last_avail_idx = base,
+		.features = feats | (1ull << VRING_FEAT_RING_PACKED), .last_avail_idx = base,
 	};
 	static struct vring_dev_queue q; /* large (an id table): not on the stack */
 	static uint16_t held[256];

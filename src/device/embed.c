@@ -35,7 +35,8 @@
 
 #define API_FEATURES                                                                               \
 	((1ull << UVSOCK_DEV_F_SEQPACKET) | (1ull << UVSOCK_DEV_F_INDIRECT_DESC) |                 \
-	 (1ull << UVSOCK_DEV_F_EVENT_IDX) | (1ull << UVSOCK_DEV_F_VERSION_1))
+	 (1ull << UVSOCK_DEV_F_EVENT_IDX) | (1ull << UVSOCK_DEV_F_VERSION_1) |                     \
+	 (1ull << UVSOCK_DEV_F_RING_PACKED))
 
 /* The API's feature bits are the vhost-user back-end's device bits (same numbers). */
 _Static_assert(UVSOCK_DEV_F_SEQPACKET == VIRTIO_VSOCK_F_SEQPACKET, "seqpacket bit");
@@ -153,10 +154,15 @@ unsigned dev_api_router_refs(void)
 
 uint64_t uvsock_dev_features(void)
 {
-	/* The event-idx switch off (src/util/tune.h): not offered, for before/after figures. */
+	uint64_t f = API_FEATURES;
+
+	/* The event-idx and packed switches off (src/util/tune.h): not offered, for before/after
+	 * figures. */
 	if (!tune_get()->event_idx)
-		return API_FEATURES & ~(1ull << UVSOCK_DEV_F_EVENT_IDX);
-	return API_FEATURES;
+		f &= ~(1ull << UVSOCK_DEV_F_EVENT_IDX);
+	if (!tune_get()->packed)
+		f &= ~(1ull << UVSOCK_DEV_F_RING_PACKED);
+	return f;
 }
 
 int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret)

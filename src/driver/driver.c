@@ -1098,6 +1098,9 @@ static int front_open(struct vdrv *d)
 	/* tune no-event-idx: notifications by flags only, as before the event index. */
 	if (!tune_get()->event_idx)
 		fc.features &= ~VHU_BIT(VHU_F_EVENT_IDX);
+	/* Packed rings when the back-end offers them (tune no-packed: split only). */
+	if (tune_get()->packed)
+		fc.features |= VHU_BIT(VHU_F_RING_PACKED);
 	r = vhu_front_connect(d->path, &fc, &f);
 	if (r < 0)
 		return r;

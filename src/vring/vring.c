@@ -96,7 +96,7 @@ static void *translate(const struct guest_mem *m, enum vring_addr_kind kind, uin
 
 int vring_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *cfg)
 {
-	if (q && cfg && cfg->packed)
+	if (q && cfg && (cfg->features & (1ull << VRING_FEAT_RING_PACKED)))
 		return vring_pk_dev_init(q, cfg);
 	struct vring_dev_queue n = { 0 };
 

@@ -199,13 +199,12 @@ struct vring_dev_config {
 	uint64_t features;       /* negotiated feature bits (INDIRECT_DESC, EVENT_IDX used here) */
 	uint16_t last_avail_idx; /* SET_VRING_BASE value (0 on first start) */
 	/*
-	 * Packed ring (virtio 1.2 §2.8): desc_addr is the descriptor ring, avail_addr the driver
-	 * event area, used_addr the device event area; num may be any size 1..32768; and
-	 * last_avail_idx is the vhost-user encoding: next slot | wrap counter << 15 (QEMU sends
-	 * 0x8000 on first start). The used position starts equal to the avail position (nothing
-	 * in flight across a stop). false: split ring.
+	 * VRING_FEAT_RING_PACKED in features selects the packed format (virtio 1.2 §2.8):
+	 * desc_addr is the descriptor ring, avail_addr the driver event area, used_addr the device
+	 * event area (4 bytes each, 4-aligned); num may be any size 1..32768; and last_avail_idx
+	 * is the vhost-user encoding next slot | wrap counter << 15 (0x8000 on first start). The
+	 * used position starts equal to the avail position (nothing is in flight across a stop).
 	 */
-	bool packed;
 };
 
 /* A popped chain: its head (to push back) and what the iovecs hold. */

@@ -50,7 +50,7 @@ static void pp_init(struct pp *p, unsigned num, uint64_t features)
 	ASSERT_OK(vring_drv_new(num, p->mem + p->lay.desc_off, p->mem + p->lay.avail_off,
 				p->mem + p->lay.used_off, features | F_PK, &p->drv));
 	struct vring_dev_config c = {
-		.mem = p->gm, .num = num, .addr_kind = VRING_ADDR_GPA, .packed = true,
+		.mem = p->gm, .num = num, .addr_kind = VRING_ADDR_GPA,
 		.desc_addr = GPA0 + p->lay.desc_off, .avail_addr = GPA0 + p->lay.avail_off,
 		.used_addr = GPA0 + p->lay.used_off, .features = features | F_PK,
 		.last_avail_idx = 1u << VRING_PK_WRAP_BIT,

@@ -17,6 +17,7 @@
 
 static const uint64_t F_IND = 1ull << VRING_FEAT_INDIRECT_DESC;
 static const uint64_t F_EVT = 1ull << VRING_FEAT_EVENT_IDX;
+static const uint64_t F_PK = 1ull << VRING_FEAT_RING_PACKED;
 
 /* The hand-written driver: its memory, positions and the device under test. */
 struct hd {
@@ -45,9 +46,10 @@ static struct vring_pk_event_le *dev_ev(struct hd *h)
 static int hd_start(struct hd *h, unsigned num, uint64_t features, uint16_t base)
 {
 	struct vring_dev_config c = {
-		.mem = h->gm, .num = num, .addr_kind = VRING_ADDR_GPA, .packed = true,
+		.mem = h->gm, .num = num, .addr_kind = VRING_ADDR_GPA,
 		.desc_addr = GPA0 + h->lay.desc_off, .avail_addr = GPA0 + h->lay.avail_off,
-		.used_addr = GPA0 + h->lay.used_off, .features = features, .last_avail_idx = base,
+		.used_addr = GPA0 + h->lay.used_off, .features = features | F_PK,
+		.last_avail_idx = base,
 	};
 
 	return vring_dev_init(h->q, &c);
