@@ -15,7 +15,7 @@
 #include <sched.h>
 
 #define GPA0 0x400000ull
-#define RINGSZ 0x80400ull /* room for the largest ring and its event areas */
+#define RINGSZ 0x81000ull /* room for the largest ring and its event areas, page-rounded */
 #define BUFSZ 0x10000ull
 #define MEMSZ (RINGSZ + BUFSZ)
 
