@@ -125,6 +125,8 @@ static inline struct uvsock_dev_queue eg_queue(const struct eg_guest *g, unsigne
 		.desc_addr = EG_RING_GPA(q) + l.desc_off,
 		.avail_addr = EG_RING_GPA(q) + l.avail_off,
 		.used_addr = EG_RING_GPA(q) + l.used_off,
+		/* A packed ring starts at slot 0 with wrap counter 1 (virtio 1.2 §2.8.1). */
+		.last_avail_idx = (g->features & (1ull << UVSOCK_DEV_F_RING_PACKED)) ? 0x8000 : 0,
 		.kick_fd = g->kick[q],
 		.call_fd = g->call[q],
 	};

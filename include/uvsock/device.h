@@ -232,12 +232,14 @@ int uvsock_dev_set_mem_table(struct uvsock_dev *d, const struct uvsock_dev_mem_r
 /* What one queue needs (the VMM's virtio transport knows all of it at DRIVER_OK). Set size. */
 struct uvsock_dev_queue {
 	uint32_t size;            /* sizeof(struct uvsock_dev_queue) */
-	unsigned num;             /* queue size: power of two, <= queue_size_max */
+	unsigned num;             /* queue size: power of two, <= queue_size_max (RING_PACKED
+				   * acked: any size) */
 	uint64_t desc_addr;       /* descriptor table (16 * num bytes, 16-byte aligned) */
-	uint64_t avail_addr;      /* driver area (6 + 2 * num bytes, 2-byte aligned) */
-	uint64_t used_addr;       /* device area (6 + 8 * num bytes, 4-byte aligned) */
+	uint64_t avail_addr;      /* driver area (6 + 2 * num bytes, 2-byte aligned; packed: 4) */
+	uint64_t used_addr;       /* device area (6 + 8 * num bytes, 4-byte aligned; packed: 4) */
 	uint16_t last_avail_idx;  /* next avail index to process: 0 at first start, else what
-				   * uvsock_dev_queue_stop returned */
+				   * uvsock_dev_queue_stop returned (packed: slot | wrap << 15,
+				   * 0x8000 at first start) */
 	int kick_fd;              /* eventfd the guest's notifications are written to; required */
 	int call_fd;              /* eventfd the device writes to interrupt the guest; -1: none */
 	unsigned flags;           /* UVSOCK_DEV_QUEUE_* */

@@ -36,7 +36,8 @@
 #define API_FEATURES                                                                               \
 	((1ull << UVSOCK_DEV_F_SEQPACKET) | (1ull << UVSOCK_DEV_F_INDIRECT_DESC) |                 \
 	 (1ull << UVSOCK_DEV_F_EVENT_IDX) | (1ull << UVSOCK_DEV_F_VERSION_1) |                    \
-	 (1ull << UVSOCK_DEV_F_DGRAM) | (1ull << UVSOCK_DEV_F_IN_ORDER))
+	 (1ull << UVSOCK_DEV_F_DGRAM) | (1ull << UVSOCK_DEV_F_IN_ORDER) |                          \
+	 (1ull << UVSOCK_DEV_F_RING_PACKED))
 
 /* The API's feature bits are the vhost-user back-end's device bits (same numbers). */
 _Static_assert(UVSOCK_DEV_F_SEQPACKET == VIRTIO_VSOCK_F_SEQPACKET, "seqpacket bit");
@@ -158,11 +159,14 @@ uint64_t uvsock_dev_features(void)
 {
 	uint64_t f = API_FEATURES;
 
-	/* The event-idx and in-order switches off (src/util/tune.h): not offered. */
+	/* The event-idx, in-order and packed switches off (src/util/tune.h): not offered, for
+	 * before/after figures. */
 	if (!tune_get()->event_idx)
 		f &= ~(1ull << UVSOCK_DEV_F_EVENT_IDX);
 	if (!tune_get()->in_order)
 		f &= ~(1ull << UVSOCK_DEV_F_IN_ORDER);
+	if (!tune_get()->packed)
+		f &= ~(1ull << UVSOCK_DEV_F_RING_PACKED);
 	return f;
 }
 

@@ -1219,6 +1219,9 @@ static int front_open(struct vdrv *d)
 		fc.features &= ~VHU_BIT(VHU_F_IN_ORDER);
 	if (!d->cfg.no_dgram)
 		fc.features |= VHU_BIT(VHU_VSOCK_F_DGRAM);
+	/* Packed rings when the back-end offers them (tune no-packed: split only). */
+	if (tune_get()->packed)
+		fc.features |= VHU_BIT(VHU_F_RING_PACKED);
 	r = vhu_front_connect(d->path, &fc, &f);
 	if (r < 0)
 		return r;

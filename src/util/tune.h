@@ -26,8 +26,9 @@
 	X(pkt64k, "pkt64k", "packets up to 64 KiB (off: 4 KiB, as Linux before 6.x)")              \
 	X(rx_adaptive, "rx-adaptive", "guest role: adaptive RX buffer size")                       \
 	X(direct_rx, "direct-rx", "guest role: a waiting recv/poll caller drains the RX ring")     \
-	X(tx_direct, "tx-direct", "guest role: send copies once, straight into TX buffers")      \
-	X(in_order, "in-order", "offer and negotiate VIRTIO_F_IN_ORDER (device and guest role)")
+	X(tx_direct, "tx-direct", "guest role: send copies once, straight into TX buffers")        \
+	X(in_order, "in-order", "offer and negotiate VIRTIO_F_IN_ORDER (device and guest role)")   \
+	X(packed, "packed", "offer/negotiate VIRTIO_F_RING_PACKED (device and guest role)")       \
 	X(dgram_lockfree, "dgram-lockfree", "engine: datagram sends without the socket lock")
 
 struct tune {

@@ -194,6 +194,12 @@ static void ring_stop(struct vhu_backend *b, unsigned q)
 	memset(&ring->info, 0, sizeof(ring->info));
 }
 
+/* VIRTIO_F_RING_PACKED acked: rings are virtio 1.2 §2.8 packed rings (docs/vring.md). */
+static bool ring_packed(const struct vhu_backend *b)
+{
+	return b->features & VHU_BIT(VHU_F_RING_PACKED);
+}
+
 static void stop_all(struct vhu_backend *b)
 {
 	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++)
@@ -210,6 +216,12 @@ static int ring_translate(struct vhu_backend *b, unsigned q, struct vhu_vring_in
 	struct vhu_ring *ring = &b->rings[q];
 	const struct vhu_vring_addr *a = &ring->addr;
 	uint64_t dsz = 16ull * ring->num, asz = 6 + 2ull * ring->num, usz = 6 + 8ull * ring->num;
+	uintptr_t amask = 1;
+
+	if (ring_packed(b)) {
+		asz = usz = 4; /* the two event suppression areas, 4-byte aligned */
+		amask = 3;
+	}
 
 	info->desc = guest_mem_uva_range(b->mem, a->desc_user_addr, dsz);
 	info->avail = guest_mem_uva_range(b->mem, a->avail_user_addr, asz);
@@ -221,7 +233,7 @@ static int ring_translate(struct vhu_backend *b, unsigned q, struct vhu_vring_in
 			    q, ring->num, (unsigned long long)a->desc_user_addr,
 			    (unsigned long long)a->avail_user_addr,
 			    (unsigned long long)a->used_user_addr);
-	if (((uintptr_t)info->desc & 15) || ((uintptr_t)info->avail & 1) ||
+	if (((uintptr_t)info->desc & 15) || ((uintptr_t)info->avail & amask) ||
 	    ((uintptr_t)info->used & 3))
 		return fail(b, -EINVAL, "queue %u: ring parts misaligned in host memory", q);
 	return 0;
@@ -446,10 +458,12 @@ static int h_set_vring_num(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 
 	if (ret < 0)
 		return ret;
-	/* virtio 1.2 §2.7: Queue Size value is always a power of 2, at most 32768. */
-	if (s->num == 0 || (s->num & (s->num - 1)) || s->num > b->cfg.queue_size_max)
-		return fail(b, -EINVAL, "queue %u size %u is not a power of 2 in [1, %u]", s->index,
-			    s->num, b->cfg.queue_size_max);
+	/* virtio 1.2 §2.7: Queue Size value is always a power of 2, at most 32768; a packed
+	 * ring (§2.8) may have any size up to that. */
+	if (s->num == 0 || s->num > b->cfg.queue_size_max ||
+	    (!ring_packed(b) && (s->num & (s->num - 1))))
+		return fail(b, -EINVAL, "queue %u size %u is not a %s in [1, %u]", s->index, s->num,
+			    ring_packed(b) ? "size" : "power of 2", b->cfg.queue_size_max);
 	b->rings[s->index].num = s->num;
 	return 0;
 }
@@ -466,7 +480,8 @@ static int h_set_vring_addr(struct vhu_backend *b, struct vhu_msg *m, struct vhu
 	if (a->flags != 0)
 		return fail(b, -EINVAL, "queue %u: flags 0x%x (dirty logging is not offered)",
 			    a->index, a->flags);
-	if ((a->desc_user_addr & 15) || (a->avail_user_addr & 1) || (a->used_user_addr & 3))
+	if ((a->desc_user_addr & 15) || (a->avail_user_addr & (ring_packed(b) ? 3 : 1)) ||
+	    (a->used_user_addr & 3))
 		return fail(b, -EINVAL, "queue %u: misaligned ring addresses", a->index);
 	ring_stop(b, a->index);
 	ring->addr = *a;
@@ -490,7 +505,10 @@ static int h_set_vring_base(struct vhu_backend *b, struct vhu_msg *m, struct vhu
 
 	if (ret < 0)
 		return ret;
-	if (s->num > UINT16_MAX)
+	/* Packed rings: QEMU (hw/virtio/virtio.c, virtio_queue_packed_get_last_avail_idx()) sends
+	 * avail slot | wrap << 15 in the low half and the used position in the high half; ours
+	 * restarts the used position at the avail one (nothing is in flight across a stop). */
+	if (s->num > UINT16_MAX && !ring_packed(b))
 		return fail(b, -EINVAL, "queue %u base %u is not a 16-bit index", s->index, s->num);
 	b->rings[s->index].last_avail_idx = (uint16_t)s->num;
 	return 0;
@@ -511,6 +529,8 @@ static int h_get_vring_base(struct vhu_backend *b, struct vhu_msg *m, struct vhu
 	close_fd(&ring->kick_fd);
 	r->p.state.index = s->index;
 	r->p.state.num = ring->last_avail_idx;
+	if (ring_packed(b)) /* the used position too, equal to avail's (see h_set_vring_base) */
+		r->p.state.num |= (uint32_t)ring->last_avail_idx << 16;
 	r->size = sizeof(r->p.state);
 	return 0;
 }

@@ -41,11 +41,11 @@
 #define VHU_BACKEND_OPTIONAL_FEATURES                                                              \
 	(VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_NOTIFY_ON_EMPTY) |                         \
 	 VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_IN_ORDER) |       \
-	 VHU_BIT(VHU_VSOCK_F_DGRAM))
+	 VHU_BIT(VHU_F_RING_PACKED) | VHU_BIT(VHU_VSOCK_F_DGRAM))
 /* What vhu_backend_config_init() offers. */
 #define VHU_BACKEND_DEFAULT_FEATURES                                                               \
 	(VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) | \
-	 VHU_BIT(VHU_F_IN_ORDER))
+	 VHU_BIT(VHU_F_IN_ORDER) | VHU_BIT(VHU_F_RING_PACKED))
 
 struct vhu_backend_config {
 	uint64_t guest_cid;     /* served by GET_CONFIG as le64 at offset 0 */
@@ -58,11 +58,12 @@ struct vhu_backend_config {
 
 /* What the device needs to run one ring. Pointers and fds are borrowed (see ops). */
 struct vhu_vring_info {
-	unsigned num;            /* ring size, power of 2 */
+	unsigned num;            /* ring size, power of 2 (packed ring: any size) */
 	void *desc;              /* descriptor table, 16 * num bytes, in guest memory */
-	void *avail;             /* avail ring, 6 + 2 * num bytes */
-	void *used;              /* used ring, 6 + 8 * num bytes */
-	uint16_t last_avail_idx; /* next avail index to process (SET_VRING_BASE / last stop) */
+	void *avail;             /* avail ring, 6 + 2 * num bytes (packed: driver event area, 4) */
+	void *used;              /* used ring, 6 + 8 * num bytes (packed: device event area, 4) */
+	uint16_t last_avail_idx; /* next avail index to process (SET_VRING_BASE / last stop;
+				  * packed: next slot | wrap counter << 15) */
 	int kick_fd;             /* eventfd the guest kicks; -1: none (front-end said "poll") */
 	int call_fd;             /* eventfd to interrupt the guest; -1: none */
 	uint64_t features;       /* acked virtio features (EVENT_IDX, INDIRECT_DESC, ...) */

@@ -68,7 +68,8 @@ int vhu_front_new(int sock, const struct vhu_front_config *cfg, struct vhu_front
 {
 	const uint64_t wantable = VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_NOTIFY_ON_EMPTY) |
 				  VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) |
-				  VHU_BIT(VHU_VSOCK_F_DGRAM) | VHU_BIT(VHU_F_IN_ORDER);
+				  VHU_BIT(VHU_VSOCK_F_DGRAM) | VHU_BIT(VHU_F_IN_ORDER) |
+				  VHU_BIT(VHU_F_RING_PACKED);
 	struct vhu_front *f;
 	int r;
 
@@ -312,6 +313,11 @@ int vhu_front_init(struct vhu_front *f)
 	 * it was offered (so rings start disabled and SET_VRING_ENABLE turns them on). */
 	f->features = VHU_BIT(VHU_F_VERSION_1) | VHU_BIT(VHU_F_PROTOCOL_FEATURES) |
 		      (f->cfg.features & offered);
+	/* Packed rings start at slot 0 with the wrap counters at 1 (virtio 1.2 §2.8.1): the
+	 * vhost-user base says so in bit 15. The ring memory layout of the split ring holds one. */
+	if (f->features & VHU_BIT(VHU_F_RING_PACKED))
+		for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++)
+			f->next_base[q] = 1u << 15;
 	for (unsigned q = 0; q < f->nq; q++) {
 		r = vring_file(f, VHU_REQ_SET_VRING_CALL, q, f->rings[q].call_fd);
 		if (r < 0)
@@ -445,7 +451,9 @@ int vhu_front_get_vring_base(struct vhu_front *f, unsigned qidx, uint16_t *ret)
 
 	if (r < 0)
 		return r;
-	if (rep.index != qidx || rep.num > UINT16_MAX)
+	/* A packed ring's base may carry the used position in the high half (QEMU's encoding). */
+	if (rep.index != qidx ||
+	    (rep.num > UINT16_MAX && !(f->features & VHU_BIT(VHU_F_RING_PACKED))))
 		return -EPROTO;
 	*ret = (uint16_t)rep.num;
 	return 0;

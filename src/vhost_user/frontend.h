@@ -27,7 +27,9 @@ struct vhu_front_config {
 	uint64_t mem_size;   /* bytes of guest memory (memfd), > 0, multiple of 4096 */
 	uint64_t gpa_base;   /* guest-physical address of the region (default 0) */
 	uint64_t features;   /* device features wanted (SEQPACKET, INDIRECT_DESC, EVENT_IDX,
-			      * IN_ORDER, NOTIFY_ON_EMPTY); what the back-end offers is acked */
+			      * IN_ORDER, NOTIFY_ON_EMPTY, RING_PACKED); what the back-end offers of
+			      * them is acked. With RING_PACKED the rings' desc/avail/used are the
+			      * descriptor ring and the driver/device event areas. */
 	unsigned queue_size; /* ring size, power of 2 <= 32768 (QEMU uses 128) */
 	unsigned num_queues; /* rings handed to the back-end: 2 (0 means 2: rx and tx, as QEMU) or
 			      * 3 (also the event queue, as Cloud Hypervisor and crosvm do) */

@@ -96,6 +96,8 @@ static void *translate(const struct guest_mem *m, enum vring_addr_kind kind, uin
 
 int vring_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *cfg)
 {
+	if (q && cfg && (cfg->features & (1ull << VRING_FEAT_RING_PACKED)))
+		return vring_pk_dev_init(q, cfg);
 	struct vring_dev_queue n = { 0 };
 
 	if (!q || !cfg || !vring_size_valid(cfg->num) ||
@@ -346,6 +348,8 @@ static inline void consumed(struct vring_dev_queue *q, bool rw)
 int vring_dev_pop(struct vring_dev_queue *q, struct iovec *out_iov, unsigned out_max,
 		  struct iovec *in_iov, unsigned in_max, struct vring_chain *ret)
 {
+	if (q->packed)
+		return vring_pk_dev_pop(q, out_iov, out_max, in_iov, in_max, ret);
 	struct vring_chain c;
 	uint16_t head = 0;
 	int r;
@@ -363,6 +367,8 @@ int vring_dev_pop(struct vring_dev_queue *q, struct iovec *out_iov, unsigned out
 
 int vring_dev_skip(struct vring_dev_queue *q, uint16_t *ret_head)
 {
+	if (q->packed)
+		return vring_pk_dev_skip(q, ret_head);
 	uint16_t head = 0;
 	int r;
 
@@ -417,6 +423,8 @@ static void fill_in_order(struct vring_dev_queue *q, uint16_t head, uint32_t len
 
 int vring_dev_fill(struct vring_dev_queue *q, uint16_t head, uint32_t len)
 {
+	if (q->packed)
+		return vring_pk_dev_fill(q, head, len);
 	if (unlikely(q->err != VRING_ERR_NONE))
 		return -EIO;
 	if (head >= q->num || q->inflight == 0)
@@ -432,6 +440,10 @@ int vring_dev_fill(struct vring_dev_queue *q, uint16_t head, uint32_t len)
 
 void vring_dev_flush(struct vring_dev_queue *q)
 {
+	if (q->packed) {
+		vring_pk_dev_flush(q);
+		return;
+	}
 	if (q->published_used == q->used_idx || q->err != VRING_ERR_NONE)
 		return;
 	if (q->batch_open) {
@@ -455,6 +467,8 @@ int vring_dev_push(struct vring_dev_queue *q, uint16_t head, uint32_t len)
 
 bool vring_dev_should_notify(struct vring_dev_queue *q)
 {
+	if (q->packed)
+		return vring_pk_dev_should_notify(q);
 	uint16_t old, new_idx;
 	bool valid;
 
@@ -480,6 +494,10 @@ bool vring_dev_should_notify(struct vring_dev_queue *q)
 
 void vring_dev_disable_notify(struct vring_dev_queue *q)
 {
+	if (q->packed) {
+		vring_pk_dev_disable_notify(q);
+		return;
+	}
 	q->notify_enabled = false;
 	if (q->err != VRING_ERR_NONE || q->event_idx)
 		return; /* EVENT_IDX: avail_event simply stops advancing */
@@ -489,6 +507,8 @@ void vring_dev_disable_notify(struct vring_dev_queue *q)
 
 bool vring_dev_enable_notify(struct vring_dev_queue *q)
 {
+	if (q->packed)
+		return vring_pk_dev_enable_notify(q);
 	q->notify_enabled = true;
 	if (q->err != VRING_ERR_NONE)
 		return false;
@@ -508,6 +528,8 @@ bool vring_dev_enable_notify(struct vring_dev_queue *q)
 
 int vring_dev_avail_count(struct vring_dev_queue *q)
 {
+	if (q->packed)
+		return vring_pk_dev_avail_count(q);
 	if (unlikely(q->err != VRING_ERR_NONE))
 		return -EIO;
 	return refresh_avail(q);
@@ -515,6 +537,8 @@ int vring_dev_avail_count(struct vring_dev_queue *q)
 
 bool vring_dev_empty(struct vring_dev_queue *q)
 {
+	if (q->packed)
+		return vring_pk_dev_empty(q);
 	if (q->err == VRING_ERR_NONE && q->shadow_avail_idx != q->last_avail_idx)
 		return false;
 	return vring_dev_avail_count(q) <= 0;
@@ -522,6 +546,8 @@ bool vring_dev_empty(struct vring_dev_queue *q)
 
 uint16_t vring_dev_last_avail_idx(const struct vring_dev_queue *q)
 {
+	if (q->packed)
+		return vring_pk_dev_base(q);
 	return q->last_avail_idx;
 }
 

@@ -27,6 +27,7 @@
 #include <sys/uio.h>
 
 #include "vring/guest_mem.h"
+#include "vring/packed.h"
 
 /* Layout constants (virtio 1.2 §2.7). Fields in guest memory are little-endian. */
 #define VRING_MAX_SIZE 32768u
@@ -140,6 +141,13 @@ struct vring_layout {
 /* Fills *l for a queue of num entries. Returns 0 or -EINVAL (num not a power of two <= 32768). */
 int vring_layout(unsigned num, struct vring_layout *l);
 
+/*
+ * The same for a packed ring (virtio 1.2 §2.8): descriptor ring at desc_off, driver event area at
+ * avail_off, device event area at used_off (each on its own 64-byte line). Any num in 1..32768.
+ * Returns 0 or -EINVAL.
+ */
+int vring_layout_packed(unsigned num, struct vring_layout *l);
+
 /* True if num is a valid split-queue size: a power of two, 1..VRING_MAX_SIZE. */
 static inline bool vring_size_valid(unsigned num)
 {
@@ -190,6 +198,13 @@ struct vring_dev_config {
 	uint64_t desc_addr, avail_addr, used_addr;
 	uint64_t features;       /* negotiated bits (INDIRECT_DESC, EVENT_IDX, IN_ORDER used here) */
 	uint16_t last_avail_idx; /* SET_VRING_BASE value (0 on first start) */
+	/*
+	 * VRING_FEAT_RING_PACKED in features selects the packed format (virtio 1.2 §2.8):
+	 * desc_addr is the descriptor ring, avail_addr the driver event area, used_addr the device
+	 * event area (4 bytes each, 4-aligned); num may be any size 1..32768; and last_avail_idx
+	 * is the vhost-user encoding next slot | wrap counter << 15 (0x8000 on first start). The
+	 * used position starts equal to the avail position (nothing is in flight across a stop).
+	 */
 };
 
 /* A popped chain: its head (to push back) and what the iovecs hold. */
@@ -237,6 +252,9 @@ struct vring_dev_queue {
 	uint32_t fill_seq;        /* chains filled, wraps: under IN_ORDER the ordinal of the next */
 	enum vring_err err;       /* VRING_ERR_NONE unless broken */
 	char errmsg[160];          /* human-readable detail of err, for logs */
+	bool packed;               /* VIRTIO_F_RING_PACKED: the fields above that name split
+				    * ring parts are unused, pk holds the ring (packed.c) */
+	struct vring_pk_dev pk;
 };
 
 /*
@@ -320,7 +338,10 @@ int vring_dev_avail_count(struct vring_dev_queue *q);
 /* True if no chain is available (or the queue is broken). Context: device thread. */
 bool vring_dev_empty(struct vring_dev_queue *q);
 
-/* The value to report for GET_VRING_BASE: the next avail index the device will consume. */
+/*
+ * The value to report for GET_VRING_BASE: the next avail index the device will consume (packed:
+ * next slot | wrap counter << 15).
+ */
 uint16_t vring_dev_last_avail_idx(const struct vring_dev_queue *q);
 
 /* Chains popped and not yet pushed. */

@@ -56,12 +56,37 @@ struct vring_drv {
 	uint16_t last_used;      /* next used slot to read */
 	uint16_t avail_flags;    /* shadow of avail->flags */
 	struct dslot *slot;      /* [num] */
+	struct vring_pk_drv *pk; /* VIRTIO_F_RING_PACKED: the ring is this one (packed_drv.c) */
 };
+
+/* A vring_drv that forwards everything to a packed ring. */
+static int new_packed(unsigned num, void *ring, void *drv_ev, void *dev_ev, uint64_t features,
+		      struct vring_drv **ret)
+{
+	struct vring_drv *d;
+	int r;
+
+	if (!ret)
+		return -EINVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	r = vring_pk_drv_new(num, ring, drv_ev, dev_ev, features, &d->pk);
+	if (r < 0) {
+		free(d);
+		return r;
+	}
+	*ret = d;
+	return 0;
+}
 
 int vring_drv_new(unsigned num, void *desc, void *avail, void *used, uint64_t features,
 		  struct vring_drv **ret)
 {
 	struct vring_drv *d;
+
+	if (features & (1ull << VRING_FEAT_RING_PACKED))
+		return new_packed(num, desc, avail, used, features, ret);
 
 	if (!ret || !vring_size_valid(num) || !desc || !avail || !used)
 		return -EINVAL;
@@ -101,6 +126,7 @@ void vring_drv_free(struct vring_drv *d)
 {
 	if (!d)
 		return;
+	vring_pk_drv_free(d->pk);
 	free(d->slot);
 	free(d);
 }
@@ -168,6 +194,8 @@ int vring_drv_add(struct vring_drv *d, const struct vring_drv_buf *bufs, unsigne
 	uint16_t head, last, i;
 	int64_t in_len;
 
+	if (d->pk)
+		return vring_pk_drv_add(d->pk, bufs, n, cookie);
 	if (d->broken)
 		return -EIO;
 	in_len = check_bufs(bufs, n);
@@ -200,6 +228,8 @@ int vring_drv_add_indirect(struct vring_drv *d, const struct vring_drv_buf *bufs
 	uint16_t head, last;
 	int64_t in_len;
 
+	if (d->pk)
+		return vring_pk_drv_add_indirect(d->pk, bufs, n, table_host, table_gpa, cookie);
 	if (d->broken)
 		return -EIO;
 	in_len = check_bufs(bufs, n);
@@ -224,6 +254,10 @@ int vring_drv_add_indirect(struct vring_drv *d, const struct vring_drv_buf *bufs
 
 void vring_drv_publish(struct vring_drv *d)
 {
+	if (d->pk) {
+		vring_pk_drv_publish(d->pk);
+		return;
+	}
 	/* Release: orders the stores of the descriptors (and indirect tables) and of avail->ring[]
 	 * before this store of avail->idx (device side: its acquire load of avail->idx). */
 	vring_store16_release(&d->avail->idx, d->avail_idx);
@@ -233,6 +267,8 @@ bool vring_drv_kick_prepare(struct vring_drv *d)
 {
 	uint16_t old = d->kicked_avail, new_idx = d->avail_idx;
 
+	if (d->pk)
+		return vring_pk_drv_kick_prepare(d->pk);
 	vring_drv_publish(d);
 	/* Full barrier: orders the store of avail->idx above before the loads of avail_event /
 	 * used->flags below, pairing with the device's fence between writing avail_event and
@@ -309,6 +345,8 @@ int vring_drv_get_used(struct vring_drv *d, uint32_t *ret_len, void **ret_cookie
 	uint32_t id, len;
 	void *cookie;
 
+	if (d->pk)
+		return vring_pk_drv_get_used(d->pk, ret_len, ret_cookie);
 	if (d->broken)
 		return -EIO;
 	/* Acquire: orders this load of used->idx before the loads of used->ring[] and of the
@@ -357,11 +395,17 @@ taken:
 
 bool vring_drv_more_used(struct vring_drv *d)
 {
+	if (d->pk)
+		return vring_pk_drv_more_used(d->pk);
 	return vring_load16_relaxed(&d->used->idx) != d->last_used;
 }
 
 void vring_drv_disable_cb(struct vring_drv *d)
 {
+	if (d->pk) {
+		vring_pk_drv_disable_cb(d->pk);
+		return;
+	}
 	d->cb_enabled = false;
 	if (d->event_idx)
 		return; /* used_event stays behind; at most one more interrupt */
@@ -371,6 +415,8 @@ void vring_drv_disable_cb(struct vring_drv *d)
 
 bool vring_drv_enable_cb(struct vring_drv *d)
 {
+	if (d->pk)
+		return vring_pk_drv_enable_cb(d->pk);
 	d->cb_enabled = true;
 	if (d->event_idx) {
 		vring_store16_relaxed(vring_used_event(d->avail, d->num), d->last_used);
@@ -387,10 +433,14 @@ bool vring_drv_enable_cb(struct vring_drv *d)
 
 unsigned vring_drv_num_free(const struct vring_drv *d)
 {
+	if (d->pk)
+		return vring_pk_drv_num_free(d->pk);
 	return d->num_free;
 }
 
 bool vring_drv_broken(const struct vring_drv *d)
 {
+	if (d->pk)
+		return vring_pk_drv_broken(d->pk);
 	return d->broken;
 }

@@ -387,7 +387,7 @@ qemu_args() {
 		QEMU_ARGS+=(-chardev "socket,id=ctl0,path=$ctl" -serial chardev:ctl0)
 	fi
 	if [ -n "$vsock" ]; then
-		QEMU_ARGS+=(-chardev "socket,id=vu0,path=$vsock" -device vhost-user-vsock-pci,chardev=vu0)
+		QEMU_ARGS+=(-chardev "socket,id=vu0,path=$vsock" -device "vhost-user-vsock-pci,chardev=vu0$([ "${UVSOCK_INTEROP_PACKED:-0}" = 1 ] && echo ,packed=on)")
 	fi
 }
 

@@ -268,7 +268,7 @@ static void usage(FILE *f)
 	      "                        socket-lock send path, the before/after figure)\n"
 	      "  --quick               smoke run: 64 B and 64 KiB, 1 run, short runs\n"
 	      "switches (src/util/tune.h: zerocopy tx-batch event-idx rx-batch credit-reduce\n"
-	      "merge pkt64k rx-adaptive direct-rx tx-direct busy-poll-us=N; NAME, no-NAME):\n"
+	      "merge pkt64k rx-adaptive direct-rx tx-direct packed busy-poll-us=N; NAME, no-NAME):\n"
 	      "  --tune-device LIST    for the uvsockd started here (--tune, or UVSOCK_TUNE)\n"
 	      "  --tune-guest LIST     for the guest role in this process\n"
 	      "  --compare LIST        each switch off and on, alternating, in this run; prints\n"

@@ -234,8 +234,8 @@ static struct uvsock_guest_stats run_with(const char *tune)
 	st = gstats(c.g);
 	conn_close(&c);
 	/* Back to the defaults for the next case. */
-	ASSERT_EQ(tune_set("direct-rx,pkt64k,rx-adaptive,event-idx,rx-batch", err, sizeof(err)),
-		  0);
+	ASSERT_EQ(tune_set("direct-rx,pkt64k,rx-adaptive,event-idx,rx-batch,packed", err,
+			   sizeof(err)), 0);
 	return st;
 }
 
@@ -267,6 +267,15 @@ TEST(no_event_idx_is_not_negotiated)
 	ASSERT_TRUE(g_features & VHU_BIT(VHU_F_EVENT_IDX));
 	run_with("no-event-idx");
 	ASSERT_FALSE(g_features & VHU_BIT(VHU_F_EVENT_IDX));
+}
+
+TEST(packed_rings_by_default_and_split_with_no_packed)
+{
+	/* 1 MiB each way over packed rings, then over split ones. */
+	run_with("");
+	ASSERT_TRUE(g_features & VHU_BIT(VHU_F_RING_PACKED));
+	run_with("no-packed");
+	ASSERT_FALSE(g_features & VHU_BIT(VHU_F_RING_PACKED));
 }
 
 TEST(no_rx_batch_feeds_one_packet_at_a_time)

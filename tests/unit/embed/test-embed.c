@@ -23,6 +23,7 @@
 
 #include <uvsock/device.h>
 
+#include "util/tune.h"
 #include "../../../examples/embed-guest.h"
 #include "device/device_internal.h"
 #include "hostside.h"
@@ -265,8 +266,11 @@ TEST(features_and_argument_errors)
 	uint64_t f = uvsock_dev_features();
 	char longp[200];
 
-	ASSERT_EQ(f, (1ull << 1) | (1ull << 3) | (1ull << 28) | (1ull << 29) | (1ull << 32) |
-		      (1ull << 35));
+	/* RING_PACKED (34) unless UVSOCK_TUNE has no-packed, IN_ORDER (35) unless no-in-order. */
+	ASSERT_EQ(f & ~((1ull << 34) | (1ull << 35)),
+		  (1ull << 1) | (1ull << 3) | (1ull << 28) | (1ull << 29) | (1ull << 32));
+	ASSERT_EQ(!!(f & (1ull << 34)), tune_get()->packed);
+	ASSERT_EQ(!!(f & (1ull << 35)), tune_get()->in_order);
 	ASSERT_ERR(uvsock_dev_new(NULL, &d2), EINVAL);
 	ASSERT_ERR(uvsock_dev_new(&cfg, &d2), EINVAL); /* no uds_path */
 	memset(longp, 'a', sizeof(longp) - 1);
@@ -586,6 +590,13 @@ TEST(ring_error_is_repaired_by_reset)
 						  l.avail_off);
 	/* Published as every avail index is (release); no new descriptor is behind it. */
 	vring_store16_release(&avail->idx, (uint16_t)(EG_QSIZE * 4));
+	if (e.g.features & (1ull << UVSOCK_DEV_F_RING_PACKED)) {
+		/* Packed ring: an available descriptor with a buffer id past the ring. */
+		struct vring_pk_desc_le *pd = (void *)(uint8_t *)eg_host(&e.g, EG_RING_GPA(1));
+
+		pd->id = htole16(0xffff);
+		vring_store16_release(&pd->flags, VRING_PK_DESC_F_AVAIL);
+	}
 	ASSERT_EQ(write(e.g.kick[1], &one, 8), 8);
 	WAIT_FOR((uvsock_dev_get_stats(e.dev, &st), st.broken), WAIT_MS);
 	ASSERT_EQ(st.broken, 1);

@@ -185,6 +185,12 @@ static uint64_t std_features(void)
 	       VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_IN_ORDER);
 }
 
+/* What the default configuration offers: the features above and packed rings. */
+static uint64_t offered_features(void)
+{
+	return std_features() | VHU_BIT(VHU_F_RING_PACKED);
+}
+
 static const uint64_t std_proto = VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK);
 
 /* Everything up to two started (kicked) rings, PROTOCOL_FEATURES acked: rings still disabled. */
@@ -212,9 +218,35 @@ TEST(get_features_offers_vsock_set_and_reply_flags_are_0x5)
 {
 	fx_setup();
 	ASSERT_OK(req(VHU_REQ_GET_FEATURES, 1, NULL, 0, NULL, 0));
-	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_FEATURES), std_features());
+	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_FEATURES), offered_features());
 	ASSERT_OK(req(VHU_REQ_GET_PROTOCOL_FEATURES, 1, NULL, 0, NULL, 0));
 	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_PROTOCOL_FEATURES), std_proto);
+	fx_teardown();
+}
+
+/* Packed rings: any queue size, 4-aligned event areas, the base with its wrap bit both ways. */
+TEST(packed_ring_sizes_alignment_and_base)
+{
+	struct vhu_vring_state st;
+
+	fx_setup();
+	negotiate(std_proto);
+	ASSERT_OK(req_u64(VHU_REQ_SET_FEATURES, offered_features(), NULL, 0));
+	ASSERT_OK(set_mem(FAKE_UVA));
+	ASSERT_OK(req_state(VHU_REQ_SET_VRING_NUM, 0, 100)); /* not a power of 2: fine */
+	ASSERT_OK(req_state(VHU_REQ_SET_VRING_NUM, 0, QSZ));
+	/* QEMU's packed base: avail slot | wrap << 15, used position in the high half. */
+	ASSERT_OK(req_state(VHU_REQ_SET_VRING_BASE, 0, 0x80058005u));
+	ASSERT_OK(set_addr(0, FAKE_UVA));
+	ASSERT_OK(req_u64(VHU_REQ_SET_VRING_KICK, 0, &fx.kick[0], 1));
+	ASSERT_OK(req_state(VHU_REQ_SET_VRING_ENABLE, 0, 1));
+	ASSERT_TRUE(vhu_backend_queue_running(fx.b, 0));
+	ASSERT_EQ(fx.dev.info[0].last_avail_idx, 0x8005);
+	ASSERT_TRUE(fx.dev.info[0].features & VHU_BIT(VHU_F_RING_PACKED));
+	fx.dev.stop_ret[0] = 0x0003; /* slot 3, wrap 0 */
+	ASSERT_OK(req_state(VHU_REQ_GET_VRING_BASE, 0, 0));
+	get_reply(VHU_REQ_GET_VRING_BASE, &st, 8);
+	ASSERT_EQ(st.num, 0x00030003u);
 	fx_teardown();
 }
 
@@ -303,7 +335,7 @@ TEST(set_config_is_refused_politely)
 	ASSERT_NE(get_u64_reply(VHU_REQ_SET_CONFIG), 0);
 	/* The connection is still fine. */
 	ASSERT_OK(req(VHU_REQ_GET_FEATURES, 1, NULL, 0, NULL, 0));
-	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_FEATURES), std_features());
+	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_FEATURES), offered_features());
 	fx_teardown();
 }
 
@@ -322,7 +354,7 @@ TEST(reply_ack_only_when_negotiated_and_requested)
 	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_SET_OWNER), 0);
 	/* A request with its own reply answers with that reply only. */
 	ASSERT_OK(req(VHU_REQ_GET_FEATURES, 1 | VHU_FLAG_NEED_REPLY, NULL, 0, NULL, 0));
-	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_FEATURES), std_features());
+	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_FEATURES), offered_features());
 	ASSERT_FALSE(reply_pending());
 	/* A failing request acks non-zero before the connection ends. */
 	struct vhu_vring_state s = { 0, 100 };
@@ -611,7 +643,7 @@ TEST(process_without_data_returns_at_once)
 	for (int i = 0; i < 1000; i++)
 		ASSERT_OK(vhu_backend_process(fx.b));
 	ASSERT_OK(req(VHU_REQ_GET_FEATURES, 1, NULL, 0, NULL, 0));
-	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_FEATURES), std_features());
+	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_FEATURES), offered_features());
 	fx_teardown();
 }
 
@@ -764,7 +796,7 @@ static const struct bad_case bad_cases[] = {
 	{ "GET_FEATURES with an fd", ST_OWNED, VHU_REQ_GET_FEATURES, 1, { 0 }, 0, 1, EPROTO },
 	{ "SET_FEATURES short", ST_OWNED, VHU_REQ_SET_FEATURES, 1, { 0 }, 4, 0, EPROTO },
 	{ "SET_FEATURES long", ST_OWNED, VHU_REQ_SET_FEATURES, 1, { 0 }, 16, 0, EPROTO },
-	{ "SET_FEATURES bit not offered", ST_OWNED, VHU_REQ_SET_FEATURES, 1, U64(1ull << 34), 8, 0,
+	{ "SET_FEATURES bit not offered", ST_OWNED, VHU_REQ_SET_FEATURES, 1, U64(1ull << 38), 8, 0,
 	  EINVAL },
 	{ "SET_PROTOCOL_FEATURES STATUS", ST_FRESH, VHU_REQ_SET_PROTOCOL_FEATURES, 1,
 	  U64(1ull << 16), 8, 0, EINVAL },
