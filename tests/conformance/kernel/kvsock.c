@@ -99,6 +99,18 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 	return sendmsg(fd, msg, flags);
 }
 
+ssize_t uvsock_sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *addr,
+		      socklen_t addrlen)
+{
+	return sendto(fd, buf, len, flags, addr, addrlen);
+}
+
+ssize_t uvsock_recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
+			socklen_t *addrlen)
+{
+	return recvfrom(fd, buf, len, flags, addr, addrlen);
+}
+
 ssize_t uvsock_recv(int fd, void *buf, size_t len, int flags)
 {
 	return recv(fd, buf, len, flags);
