@@ -149,7 +149,11 @@ void dev_evq_set_call_fd(struct vsock_dev *d, int call_fd)
 
 void dev_evq_session_start(struct vsock_dev *d, uint16_t tx_base)
 {
-	if (tx_base == 0)
+	/* A ring nobody used yet: split index 0; packed slot 0 with the wrap counter at 1, which
+	 * the vhost-user base carries in bit 15 (docs/vring.md "Packed rings"). */
+	uint16_t fresh = d->features & (1ull << VRING_FEAT_RING_PACKED) ? 0x8000u : 0;
+
+	if (tx_base == fresh)
 		d->evq_reset_pending = false;
 	dev_evq_flush(d);
 }

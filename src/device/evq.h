@@ -54,12 +54,13 @@ void dev_evq_reset_needed(struct vsock_dev *d);
 void dev_evq_flush(struct vsock_dev *d);
 
 /*
- * TX started a new session at avail index tx_base (SET_VRING_BASE). 0 is a driver that never
- * used the ring: a new guest driver (its reset, a reboot, our guest role's reconnect), which has
- * no connection to reset, so a pending reset is dropped (it would hit the new session's first
- * connections). Anything else is a guest that survived (a front-end that reconnects and gives
- * the rings back): the reset is posted. A surviving guest whose TX index wrapped to exactly 0
- * misses it. Then flushes.
+ * TX started a new session at avail index tx_base (SET_VRING_BASE). 0 (packed rings: 0x8000,
+ * slot 0 with the wrap counter at 1) is a driver that never used the ring: a new guest driver
+ * (its reset, a reboot, our guest role's reconnect), which has no connection to reset, so a
+ * pending reset is dropped (it would hit the new session's first connections). Anything else is
+ * a guest that survived (a front-end that reconnects and gives the rings back): the reset is
+ * posted. A surviving guest whose TX index wrapped to exactly that value misses it. Then
+ * flushes.
  */
 void dev_evq_session_start(struct vsock_dev *d, uint16_t tx_base);
 
