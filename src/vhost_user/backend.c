@@ -331,6 +331,8 @@ static int h_set_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_r
 		if (b->rings[q].started)
 			return fail(b, -EBUSY, "queue %u is started", q);
 	b->features = f;
+	log_debug("vhost-user %s: features 0x%llx acked", b->cfg.name ? b->cfg.name : "-",
+		  (unsigned long long)f);
 	/* vhost-user.rst: with PROTOCOL_FEATURES negotiated, rings start disabled (decided by
 	 * what was acked here, not by what was offered). */
 	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++)
