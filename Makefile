@@ -24,12 +24,15 @@ all: build
 deps:
 	@scripts/install-deps.sh build test
 
-# The interop run's packages (QEMU, static busybox...) and its guest kernels, into the cache of
+# The interop run's packages (QEMU, static busybox...), its guest kernels and the newer QEMU of
+# interop-inorder (scripts/fetch-qemu.sh), into the cache of
 # tests/interop (apt-get download, never installed). Not fatal: without them the interop tests
 # skip loudly.
 interop-deps:
 	@scripts/install-deps.sh interop && scripts/fetch-kernels.sh || \
 		echo "make: interop-deps failed; the interop tests will skip (exit 77)" >&2
+	@scripts/fetch-qemu.sh >/dev/null || \
+		echo "make: scripts/fetch-qemu.sh failed; interop-inorder will skip (exit 77)" >&2
 
 # The Debian package test's tools and build dependencies (tests/pkg); without them that test
 # skips loudly (exit 77).

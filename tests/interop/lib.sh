@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: MIT
 # Shared shell functions of the real-guest interop run (tests/interop/interop.sh), of
-# scripts/fetch-kernels.sh and of scripts/vm-shell.sh: where the cache lives, fetching and
-# unpacking the Debian guest kernels (never installing them; only fetch_kernel touches the
-# network, and the test itself only looks in the cache with kernel_cached), recovering the
-# uncompressed vmlinux from a bzImage, computing the module load order from modules.dep, building
-# the initramfs, starting QEMU, and waiting with a deadline for a line to appear in a file.
+# scripts/fetch-kernels.sh, scripts/fetch-qemu.sh and scripts/vm-shell.sh: where the cache
+# lives, fetching and unpacking the Debian guest kernels and the newer QEMU (never installing
+# them; only fetch_kernel and fetch_qemu touch the network, and the test itself only looks in the
+# cache with kernel_cached and qemu_cached), recovering the uncompressed vmlinux from a bzImage,
+# computing the module load order from modules.dep, building the initramfs, choosing and
+# starting QEMU, and waiting with a deadline for a line to appear in a file.
 # Sourced by bash scripts; every function reports failure through its exit status and a message
 # on stderr.
 
@@ -303,6 +304,134 @@ fetch_kernel() {
 	return 0
 }
 
+# ---- QEMU: the system's, or a newer one from bookworm-backports (docs/interop.md) ----
+
+# The QEMU binary every VM of the run is started with (interop.sh, scripts/vm-shell.sh):
+# UVSOCK_INTEROP_QEMU, default the system's qemu-system-x86_64. The value "backports" stands for
+# the bookworm-backports QEMU in the cache (qemu_cached resolves it; interop.sh skips when it is
+# not cached); any other value is a path or a command name.
+INTEROP_QEMU=${UVSOCK_INTEROP_QEMU:-qemu-system-x86_64}
+
+# The packages of the newer QEMU: the binary, the files it loads at run time (firmware blobs and
+# option ROMs in qemu-system-data, modules in qemu-system-common) and the SeaBIOS it asks for
+# (qemu-system-x86 depends on seabios >> 1.16.3, bookworm has 1.16.2). Every shared library it
+# links is in bookworm (docs/interop.md, "IN_ORDER with a newer QEMU").
+QEMU_SUITE=bookworm-backports
+QEMU_PKGS="qemu-system-x86 qemu-system-data qemu-system-common seabios"
+
+# _qemu_key VER: the cache directory name of one qemu-system-x86 version.
+_qemu_key() { echo "qemu-system-x86_${1//:/%}.v$INTEROP_CACHE_LAYOUT"; }
+
+# _qemu_wrapper DIR: write DIR/qemu-system-x86_64, which runs the unpacked binary with its own
+# firmware directories first (-L, in the order of Debian's configured firmware path) and its own
+# modules (QEMU_MODULE_DIR), so that none of the system's QEMU 7.2 files is picked up instead.
+_qemu_wrapper() {
+	cat >"$1/qemu-system-x86_64" <<'WRAP' && chmod 755 "$1/qemu-system-x86_64"
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Written by tests/interop/lib.sh (_qemu_wrapper): the unpacked bookworm-backports QEMU.
+here=$(dirname "$(readlink -f "$0")")
+r=$here/root
+QEMU_MODULE_DIR=$r/usr/lib/x86_64-linux-gnu/qemu
+export QEMU_MODULE_DIR
+exec "$r/usr/bin/qemu-system-x86_64" -L "$r/usr/share/qemu" -L "$r/usr/share/seabios" "$@"
+WRAP
+}
+
+# qemu_cached: set QDIR to the newest complete bookworm-backports QEMU in the cache without
+# fetching anything (its wrapper is $QDIR/qemu-system-x86_64). Returns 0, or 2 when none is.
+qemu_cached() {
+	local dir
+	for dir in $(ls -d "$(interop_cache_dir)/qemu/qemu-system-x86_"*".v$INTEROP_CACHE_LAYOUT"/ \
+		2>/dev/null | sort -rV); do
+		if [ -f "$dir/.complete" ]; then
+			QDIR=${dir%/}
+			return 0
+		fi
+	done
+	return 2
+}
+
+# fetch_qemu: make sure the qemu-system-x86 that bookworm-backports currently has is unpacked in
+# the cache (QEMU_PKGS at their candidate versions, apt-get download through the private apt
+# configuration of QEMU_SUITE, dpkg-deb -x into QDIR/root, never installed), with its wrapper,
+# and set QDIR. The unpacked binary must start (--version) and its vhost-user-vsock-pci must have
+# the property in_order, else nothing is cached. Returns 0, 2 when the archive cannot be reached
+# (a previously cached QEMU is then used if there is one), 1 on errors.
+fetch_qemu() {
+	local cache ver key dir tmp deb p v pkgs=() log
+	cache=$(interop_cache_dir)
+	mkdir -p "$cache/qemu" || { ilog "cannot create $cache/qemu"; return 1; }
+	ilog "qemu: apt-get update of the private configuration for $QEMU_SUITE"
+	log=$cache/apt/$QEMU_SUITE/update.log
+	if ! _apt "$QEMU_SUITE" apt-get update -q >"$log" 2>&1; then
+		ilog "qemu: apt-get update for $QEMU_SUITE failed:"
+		tail -n 5 "$log" | sed 's/^/  /' >&2
+	fi
+	ver=$(_pkg_version "$QEMU_SUITE" qemu-system-x86)
+	if [ -z "$ver" ]; then
+		qemu_cached && { ilog "qemu: $QEMU_SUITE not reachable; using cached $QDIR"; return 0; }
+		ilog "qemu: $QEMU_SUITE has no qemu-system-x86 (no package lists?)"
+		return 2
+	fi
+	key=$(_qemu_key "$ver")
+	dir="$cache/qemu/$key"
+	QDIR=$dir
+	[ -f "$dir/.complete" ] && return 0
+	for p in $QEMU_PKGS; do
+		v=$(_pkg_version "$QEMU_SUITE" "$p")
+		[ -n "$v" ] || { ilog "qemu: $QEMU_SUITE has no $p"; return 2; }
+		pkgs+=("$p=$v")
+	done
+	exec {lockfd}>"$cache/.lock"
+	flock -w 900 "$lockfd" || { ilog "cache lock busy"; exec {lockfd}>&-; return 1; }
+	if [ -f "$dir/.complete" ]; then exec {lockfd}>&-; return 0; fi
+	tmp=$(mktemp -d "$cache/tmp.XXXXXX")
+	ilog "qemu: downloading ${pkgs[*]} (from $QEMU_SUITE, private apt configuration)"
+	if ! (cd "$tmp" && _apt "$QEMU_SUITE" apt-get download -q "${pkgs[@]}" >download.log 2>&1); then
+		sed 's/^/  /' "$tmp/download.log" >&2
+		rm -rf "$tmp"; exec {lockfd}>&-
+		ilog "qemu: apt-get download ${pkgs[*]} failed"
+		return 2
+	fi
+	rm -rf "$dir"; mkdir -p "$dir"
+	for deb in "$tmp"/*.deb; do
+		timeout 600 dpkg-deb -x "$deb" "$dir/root" ||
+			{ rm -rf "$tmp" "$dir"; exec {lockfd}>&-; return 1; }
+	done
+	rm -rf "$dir/root/usr/share/doc" "$dir/root/usr/share/man" "$tmp"
+	_qemu_wrapper "$dir"
+	log=$("$dir/qemu-system-x86_64" --version 2>&1 | head -n 1)
+	case $log in
+	"QEMU emulator version "*) ;;
+	*)
+		ilog "qemu: the unpacked $dir/root/usr/bin/qemu-system-x86_64 does not start: $log"
+		ldd "$dir/root/usr/bin/qemu-system-x86_64" 2>&1 | grep 'not found' | sed 's/^/  /' >&2
+		rm -rf "$dir"; exec {lockfd}>&-
+		return 1 ;;
+	esac
+	if ! "$dir/qemu-system-x86_64" -device vhost-user-vsock-pci,help 2>&1 |
+		grep -q '^ *in_order='; then
+		ilog "qemu: $log: vhost-user-vsock-pci has no in_order property"
+		rm -rf "$dir"; exec {lockfd}>&-
+		return 1
+	fi
+	printf 'packages=%s\nversion=%s\nbanner=%s\nsuite=%s\n' "${pkgs[*]}" "$ver" "$log" \
+		"$QEMU_SUITE" >"$dir/info"
+	touch "$dir/.complete"
+	exec {lockfd}>&-
+	ilog "qemu: cached $log in $dir"
+	return 0
+}
+
+# qemu_resolve: turn INTEROP_QEMU into the command to run: "backports" becomes the cached
+# wrapper (fails with 2 when none is cached). Anything else is kept as is.
+qemu_resolve() {
+	[ "$INTEROP_QEMU" = backports ] || return 0
+	qemu_cached || return 2
+	INTEROP_QEMU=$QDIR/qemu-system-x86_64
+}
+
 # kinfo KDIR KEY: one value from a cached kernel's info file.
 kinfo() { sed -n "s/^$2=//p" "$1/info"; }
 
@@ -359,7 +488,8 @@ kernel_image() {
 # qemu_args KDIR INITRD APPEND CONSOLE [VHOST_SOCK [CTL_SOCK]]: fill the array QEMU_ARGS.
 # Environment: UVSOCK_INTEROP_MEM (MiB, 512), UVSOCK_INTEROP_SMP (2), INTEROP_REBOOT (0),
 # UVSOCK_INTEROP_TCG_THREAD (single, the default here: one host thread for all vCPUs; or multi:
-# one host thread per vCPU, QEMU's default).
+# one host thread per vCPU, QEMU's default), UVSOCK_INTEROP_PACKED=1 (packed=on),
+# UVSOCK_INTEROP_INORDER=1 (in_order=on).
 # CONSOLE is "stdio" for an interactive console or a file name for the serial log. VHOST_SOCK is
 # the vhost-user socket of uvsockd (QEMU connects as client); CTL_SOCK a Unix listener that
 # becomes the guest's second serial port /dev/ttyS1 (the test control channel).
@@ -387,7 +517,11 @@ qemu_args() {
 		QEMU_ARGS+=(-chardev "socket,id=ctl0,path=$ctl" -serial chardev:ctl0)
 	fi
 	if [ -n "$vsock" ]; then
-		QEMU_ARGS+=(-chardev "socket,id=vu0,path=$vsock" -device "vhost-user-vsock-pci,chardev=vu0$([ "${UVSOCK_INTEROP_PACKED:-0}" = 1 ] && echo ,packed=on)")
+		local dev="vhost-user-vsock-pci,chardev=vu0"
+		[ "${UVSOCK_INTEROP_PACKED:-0}" = 1 ] && dev+=,packed=on
+		# IN_ORDER needs a QEMU whose vhost-user-vsock passes it on (UVSOCK_INTEROP_QEMU).
+		[ "${UVSOCK_INTEROP_INORDER:-0}" = 1 ] && dev+=,in_order=on
+		QEMU_ARGS+=(-chardev "socket,id=vu0,path=$vsock" -device "$dev")
 	fi
 }
 
