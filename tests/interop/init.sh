@@ -30,6 +30,12 @@ for m in $(cat /etc/uvsock/load-order); do
 	insmod "/lib/modules/$m" || echo "UVSOCK-MODFAIL $m"
 done
 echo "UVSOCK-MODULES $(cut -d' ' -f1 /proc/modules | tr '\n' ' ')"
+# The negotiated features of each virtio device (64 characters, bit 0 first): the harness checks
+# IN_ORDER/RING_PACKED of the vsock device (id 0x0013) with UVSOCK_INTEROP_INORDER=1.
+for d in /sys/bus/virtio/devices/*; do
+	[ -f "$d/features" ] &&
+		echo "UVSOCK-VIRTIO ${d##*/} device=$(cat "$d/device") features=$(cat "$d/features")"
+done
 
 finish() {
 	echo "UVSOCK-DONE rc=$1"

@@ -31,6 +31,9 @@
 #   UVSOCK_INTEROP_SMP, UVSOCK_INTEROP_MEM, UVSOCK_INTEROP_BOOT=bzimage,
 #   UVSOCK_INTEROP_DAEMON_ARGS (extra uvsockd options, e.g. "--log-level debug"),
 #   UVSOCK_INTEROP_TRACE=PORT|all (the guest prints its virtio-vsock packets: UVSOCK-TRACE),
+#   UVSOCK_INTEROP_QEMU (the QEMU binary, default the system's; "backports": the cached
+#   bookworm-backports one of scripts/fetch-qemu.sh), UVSOCK_INTEROP_PACKED=1 (packed=on),
+#   UVSOCK_INTEROP_INORDER=1 (in_order=on, and the case in_order checks bit 35 was negotiated),
 #   UVSOCK_INTEROP_TCG_THREAD=multi|single, UVSOCK_INTEROP_FAULT (test knob, comma list:
 #   boot-panic:VM = VM's first boot attempt panics before /init, init-panic:VM = VM panics
 #   right after UVSOCK-INIT; VM is main, sibsrv, sibcli, surv, victim, again or self).
@@ -76,9 +79,20 @@ fi
 
 # What the run needs is installed and fetched before the test (make interop-deps), never here.
 HOWTO="run 'make interop-deps' (scripts/install-deps.sh interop && scripts/fetch-kernels.sh)"
-for p in qemu-system-x86_64 cpio; do
+# The QEMU of the run (lib.sh INTEROP_QEMU): the system's, or with UVSOCK_INTEROP_QEMU=backports
+# the bookworm-backports one that scripts/fetch-qemu.sh caches.
+qemu_resolve || skip "the $QEMU_SUITE QEMU (UVSOCK_INTEROP_QEMU=backports) is not in the cache" \
+	"$(interop_cache_dir)/qemu: run 'make interop-deps' (scripts/fetch-qemu.sh)"
+for p in "$INTEROP_QEMU" cpio; do
 	command -v "$p" >/dev/null 2>&1 || skip "$p is not installed: $HOWTO"
 done
+if [ "${UVSOCK_INTEROP_INORDER:-0}" = 1 ]; then
+	"$INTEROP_QEMU" -device vhost-user-vsock-pci,help 2>/dev/null | grep -q '^ *in_order=' ||
+		skip "$("$INTEROP_QEMU" --version | head -n 1) has no vhost-user-vsock-pci in_order" \
+			"property (UVSOCK_INTEROP_INORDER=1 needs a newer QEMU: UVSOCK_INTEROP_QEMU=backports)"
+	# uvsockd's debug log names the features QEMU acked (SET_FEATURES), checked after the boot.
+	UVSOCK_INTEROP_DAEMON_ARGS="${UVSOCK_INTEROP_DAEMON_ARGS:-} --log-level debug"
+fi
 static_busybox >/dev/null || skip "no static busybox (package busybox-static): $HOWTO"
 # A kernel that is not cached is left out loudly (listed again in the summary); the run skips
 # only when none of them is cached.
@@ -207,7 +221,7 @@ vm_start() {
 	qemu_args "$KDIR" "$INITRD" "uvsock.cases=$cases uvsock.bulk=$BULK$extra" "$T/$name.serial" \
 		"$vsock" "$ctl"
 	: >"$T/$name.serial"
-	qemu-system-x86_64 "${QEMU_ARGS[@]}" >"$T/$name.qemu.log" 2>&1 </dev/null &
+	"$INTEROP_QEMU" "${QEMU_ARGS[@]}" >"$T/$name.qemu.log" 2>&1 </dev/null &
 	QPID[$name]=$!
 	VMSTART[$name]=$(now_ms)
 	VMCASES[$name]=$cases
@@ -462,6 +476,30 @@ kconf_sib_only() {
 	return 0
 }
 
+# inorder_result K VM: case in_order: VIRTIO_F_IN_ORDER (bit 35) was negotiated on both sides
+# of VM's vsock device: in the guest's /sys/bus/virtio/devices/*/features (init.sh prints them,
+# UVSOCK-VIRTIO; device id 0x0013 is vsock) and in what QEMU acked to uvsockd (SET_FEATURES, in
+# uvsockd's debug log). With packed=on, bit 34 (RING_PACKED) too.
+inorder_result() {
+	local k=$1 vm=$2 g h bits=35 b why=""
+	[ "${UVSOCK_INTEROP_PACKED:-0}" = 1 ] && bits="34 35"
+	g=$(tr -d '\r' <"$T/$vm.serial" | awk '$1 == "UVSOCK-VIRTIO" && $3 == "device=0x0013" {
+		sub(/^features=/, "", $4); print $4; exit }')
+	h=$(sed -n 's/.*vhost-user .*: features \(0x[0-9a-f]*\) acked.*/\1/p' "$T/uvsockd.$k.log" |
+		tail -n 1)
+	[ -n "$g" ] || why="the guest printed no features of a vsock device"
+	[ -n "$h" ] || why="${why:+$why; }uvsockd logged no acked features"
+	for b in $bits; do
+		[ -n "$g" ] && [ "${g:$b:1}" != 1 ] && why="${why:+$why; }guest: bit $b not negotiated"
+		[ -n "$h" ] && [ $(( (h >> b) & 1 )) != 1 ] && why="${why:+$why; }uvsockd: bit $b not acked"
+	done
+	if [ -z "$why" ]; then
+		result "$k" in_order PASS 0 "bit(s) $bits negotiated: guest features $g, acked to uvsockd $h"
+	else
+		result "$k" in_order FAIL 0 "$why (guest ${g:-?}, uvsockd ${h:-?})"
+	fi
+}
+
 run_kernel() {
 	local meta=$1 k
 	kernel_cached "$meta" || skip "kernel $meta is not in the cache $(interop_cache_dir): $HOWTO"
@@ -492,6 +530,7 @@ run_kernel() {
 	echo "  guest: $(tr -d '\r' <"$T/main-$k.serial" | grep -a -m1 '^UVSOCK-GUEST'); boot ${BOOTMS[main-$k]:-?} ms"
 	vm_results "$k" "main-$k"
 	kconf_results "$k" "main-$k" kconf
+	[ "${UVSOCK_INTEROP_INORDER:-0}" = 1 ] && inorder_result "$k" "main-$k"
 	[ -n "${VMNOTE[main-$k]}" ] && vm_log_tail "main-$k"
 	if ! daemon_alive; then
 		result "$k" uvsockd-alive FAIL 0 "uvsockd died during the main boot: $(tail -n 5 "$T/uvsockd.$k.log" | tr '\n' ' ')"
@@ -574,7 +613,8 @@ run_kernel() {
 	fi
 }
 
-echo "interop: QEMU $(qemu-system-x86_64 --version | head -n 1 | awk '{print $4}'), cache $(interop_cache_dir), bulk $BULK B, temp $T"
+echo "interop: QEMU $("$INTEROP_QEMU" --version | head -n 1 | awk '{print $4}') ($INTEROP_QEMU)," \
+	"cache $(interop_cache_dir), bulk $BULK B, temp $T"
 T0=$(now_ms)
 KTIME=()
 for meta in $CACHED; do
