@@ -149,6 +149,17 @@ _module_order() {
 	' "$dir/lib/modules/$kver/modules.dep"
 }
 
+# _apt_download SUITE DIR PKG=VER...: apt-get download the packages into DIR (system lists for
+# SUITE empty, else SUITE's private ones); on failure print apt's output and fail.
+_apt_download() {
+	local suite=$1 dir=$2
+	shift 2
+	(cd "$dir" && _apt "$suite" apt-get download -q "$@" >download.log 2>&1) && return 0
+	sed 's/^/  /' "$dir/download.log" >&2
+	ilog "apt-get download $* failed"
+	return 1
+}
+
 # _kernel_key META PKG VER: the cache directory name of one kernel package version.
 _kernel_key() { echo "$1.${2}_${3//:/%}.v$INTEROP_CACHE_LAYOUT"; }
 
@@ -208,6 +219,8 @@ fetch_kernel() {
 	for s in ${KSUITES:-""}; do
 		if [ -n "$s" ]; then
 			ilog "$name: apt-get update of the private configuration for $s"
+			# (creates the directory the log goes to)
+			private_apt_opts "$s" || { ilog "cannot create $cache/apt/$s"; return 1; }
 			_apt "$s" apt-get update -q >"$cache/apt/$s/update.log" 2>&1 ||
 				{ ilog "$name: apt-get update for $s failed:"; sed 's/^/  /' "$cache/apt/$s/update.log" | tail -n 5 >&2; }
 		fi
@@ -246,12 +259,7 @@ fetch_kernel() {
 	local pkgs=("$pkg=$ver") p
 	for p in $(_split_pkgs "$suite" "$pkg"); do pkgs+=("$p=$ver"); done
 	ilog "downloading ${pkgs[*]}${suite:+ (from $suite, private apt configuration)}"
-	if ! (cd "$tmp" && _apt "$suite" apt-get download -q "${pkgs[@]}" >download.log 2>&1); then
-		sed 's/^/  /' "$tmp/download.log" >&2
-		rm -rf "$tmp"; exec {lockfd}>&-
-		ilog "apt-get download ${pkgs[*]} failed"
-		return 2
-	fi
+	_apt_download "$suite" "$tmp" "${pkgs[@]}" || { rm -rf "$tmp"; exec {lockfd}>&-; return 2; }
 	for deb in "$tmp"/*.deb; do
 		timeout 600 dpkg-deb -x "$deb" "$tmp/x" || { rm -rf "$tmp"; exec {lockfd}>&-; return 1; }
 	done
@@ -363,6 +371,7 @@ fetch_qemu() {
 	cache=$(interop_cache_dir)
 	mkdir -p "$cache/qemu" || { ilog "cannot create $cache/qemu"; return 1; }
 	ilog "qemu: apt-get update of the private configuration for $QEMU_SUITE"
+	private_apt_opts "$QEMU_SUITE" || { ilog "qemu: cannot create $cache/apt/$QEMU_SUITE"; return 1; }
 	log=$cache/apt/$QEMU_SUITE/update.log
 	if ! _apt "$QEMU_SUITE" apt-get update -q >"$log" 2>&1; then
 		ilog "qemu: apt-get update for $QEMU_SUITE failed:"
@@ -388,12 +397,7 @@ fetch_qemu() {
 	if [ -f "$dir/.complete" ]; then exec {lockfd}>&-; return 0; fi
 	tmp=$(mktemp -d "$cache/tmp.XXXXXX")
 	ilog "qemu: downloading ${pkgs[*]} (from $QEMU_SUITE, private apt configuration)"
-	if ! (cd "$tmp" && _apt "$QEMU_SUITE" apt-get download -q "${pkgs[@]}" >download.log 2>&1); then
-		sed 's/^/  /' "$tmp/download.log" >&2
-		rm -rf "$tmp"; exec {lockfd}>&-
-		ilog "qemu: apt-get download ${pkgs[*]} failed"
-		return 2
-	fi
+	_apt_download "$QEMU_SUITE" "$tmp" "${pkgs[@]}" || { rm -rf "$tmp"; exec {lockfd}>&-; return 2; }
 	rm -rf "$dir"; mkdir -p "$dir"
 	for deb in "$tmp"/*.deb; do
 		timeout 600 dpkg-deb -x "$deb" "$dir/root" ||
