@@ -40,7 +40,8 @@
 # A boot whose kernel dies before /init prints UVSOCK-INIT is retried once (loudly); nothing
 # after UVSOCK-INIT is ever retried.
 # Exit: 0 all passed, 1 a failure, 77 cannot run here (printed loudly): a program or every cached
-# kernel is missing; `make interop-deps` (scripts/install-deps.sh interop, then
+# kernel is missing, or the QEMU asked for (UVSOCK_INTEROP_QEMU=backports: not cached,
+# scripts/fetch-qemu.sh; UVSOCK_INTEROP_INORDER=1: no in_order property) is not there; `make interop-deps` (scripts/install-deps.sh interop, then
 # scripts/fetch-kernels.sh) provides both, and `make check` runs it first.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
