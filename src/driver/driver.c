@@ -307,9 +307,10 @@ static void ev_transport_reset(struct vdrv *d)
 		pthread_mutex_unlock(&d->ctl_mu);
 	}
 	log_msg(LOG_LVL_DEBUG, "vdrv: cid %u: transport reset from the device", d->cid);
+	vsock_engine_transport_reset(d->e, cid);
+	/* Counted once the sockets carry ECONNRESET: whoever sees the count sees the error. */
 	STAT_ADD(d, resets, 1);
 	STAT_ADD(d, ev_resets, 1);
-	vsock_engine_transport_reset(d->e, cid);
 }
 
 /* Takes the device's events and posts their buffers again. Returns true if it took any. */

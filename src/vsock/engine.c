@@ -1425,6 +1425,19 @@ void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid)
 			s->peer_shutdown = VSOCK_SHUTDOWN_MASK;
 			vsock_sk_terminate(NULL, s, false, ECONNRESET);
 			break;
+		case VSOCK_SS_CLOSED:
+			/*
+			 * Closed by the peer (RST, SHUTDOWN) but still held by the application: Linux
+			 * keeps such a socket in vsock_connected_table until it is released, so
+			 * virtio_vsock_reset_sock() reaches it too and sets ECONNRESET, whatever
+			 * came first on RX.
+			 */
+			vsock_sk_pend_clear(s, ~0u);
+			if (s->was_connected && !s->app_closed) {
+				s->err = ECONNRESET;
+				vsock_sk_event(NULL, s);
+			}
+			break;
 		default:
 			vsock_sk_pend_clear(s, ~0u);
 			break;

@@ -196,7 +196,9 @@ uint64_t vsock_engine_next_deadline(struct vsock_engine *e);
  * The transport was reset (guest role: the TRANSPORT_RESET event of the event queue, handled by
  * Linux in net/vmw_vsock/virtio_transport.c, virtio_vsock_event_handle(); device role: the
  * VMM went away). Every connected or connecting socket becomes CLOSED with error ECONNRESET and
- * no RST is sent; listeners survive. new_cid (if not VMADDR_CID_ANY) becomes the local CID.
+ * no RST is sent, and so does one the peer closed that the application still holds (as Linux's
+ * virtio_vsock_reset_sock() on every socket in vsock_connected_table); listeners survive.
+ * new_cid (if not VMADDR_CID_ANY) becomes the local CID.
  */
 void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid);
 

@@ -30,13 +30,21 @@ static void a_reconnect_round(struct uvd *u, struct uvsock_ctx *a, int ls, int h
 	ASSERT_EQ(uvsock_send(gout, "b", 1, 0), 1);
 	ASSERT_EQ(hs_read_full(hout, &b, 1, WAIT_MS), 1);
 
+	/*
+	 * The reconnect resets the sockets before it returns, with the I/O thread stopped and
+	 * the old front-end closed (vdrv_reconnect): no RST of the back-end can come first, and
+	 * an event of the new session only sets ECONNRESET again. So no wait on the guest side.
+	 */
 	ASSERT_EQ(uvsock_ctx_guest_reconnect(a), 0);
+	ASSERT_EQ(uvsock_poll_events(gout) & (POLLERR | POLLHUP), POLLERR | POLLHUP);
+	ASSERT_EQ(uvsock_poll_events(gin) & (POLLERR | POLLHUP), POLLERR | POLLHUP);
 	ASSERT_TRUE(hs_wait_eof(hin, WAIT_MS));
 	ASSERT_TRUE(hs_wait_eof(hout, WAIT_MS));
-	ASSERT_NE(g_wait_events(gout, POLLERR, WAIT_MS) & POLLERR, 0);
 	ASSERT_EQ(uvsock_getsockopt(gout, SOL_SOCKET, SO_ERROR, &err, &elen), 0);
 	ASSERT_EQ(err, ECONNRESET);
-	ASSERT_NE(g_wait_events(gin, POLLERR, WAIT_MS) & POLLERR, 0);
+	elen = sizeof(err);
+	ASSERT_EQ(uvsock_getsockopt(gin, SOL_SOCKET, SO_ERROR, &err, &elen), 0);
+	ASSERT_EQ(err, ECONNRESET);
 	uvsock_close(gin);
 	uvsock_close(gout);
 	close(hin);
