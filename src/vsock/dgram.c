@@ -31,11 +31,32 @@
  *
  * Memory is bounded per socket, as Linux UDP does with SO_SNDBUF: each queued datagram charges
  * len + VSOCK_DGRAM_OVERHEAD to its socket's dg_wmem (an atomic add, undone when it is pulled);
- * a send that finds dg_wmem at or above SO_SNDBUF returns -EAGAIN. A waiting sender (the API
- * blocks on the socket's events) or a poll sets dg_tx_wait, the puller that releases the charge
- * reads it (the same fence pair as above: wmem RMW / fence / load of the flag against store of
- * the flag / fence / load of wmem) and reports the socket's event. A queued datagram holds a
+ * a send that finds dg_wmem at or above SO_SNDBUF returns -EAGAIN. A queued datagram holds a
  * reference to its socket, so a socket closed with datagrams queued is freed after they leave.
+ *
+ * Write space, as Linux's sock_writeable() / sock_def_write_space() (net/core/sock.c): POLLOUT
+ * and the wake-up of a waiting sender both mean "dg_wmem below half of SO_SNDBUF" (the low mark),
+ * not "one more datagram fits", so a full socket with many blocked senders costs one event per
+ * half buffer drained instead of one per datagram pulled. A send still succeeds whenever the
+ * charge is below the limit. A sender that found the quota full (dg_tx_room) or a poll that found
+ * it above the low mark (dg_writeable) stores dg_tx_wait = true, a seq_cst fence, and loads
+ * dg_wmem again; a puller (dg_uncharge) does its wmem RMW, a seq_cst fence, and loads dg_tx_wait
+ * only if its RMW left the charge below the low mark; if the flag is set it takes it (an
+ * exchange) and reports the socket's event.
+ *
+ * No lost wake-up. Let a waiter W store the flag and then load dg_wmem = X, X at or above the
+ * mark it waits for (so W goes to sleep or reports no POLLOUT). For dg_wmem to reach the low
+ * mark later, some RMW after X in dg_wmem's modification order must leave it below the mark (a
+ * decrement; W's own sampling of X happened before it, which is what the fences order). By the
+ * fence pair, that puller's load of the flag sees W's store or a later one in the flag's order.
+ * The later ones are another waiter's store (still true: the puller reports) or a puller's
+ * exchange, which read W's true (an RMW reads the latest value) and reported an event itself.
+ * That event comes after W sampled the socket's event counter: the flag store is a release and
+ * the exchange an acquire, so W's sample happens before the event's counter bump, and W's sleep
+ * ends (src/lib/socket.c "Blocking"). A puller whose RMW leaves the charge above the mark leaves
+ * the flag as it is for the one that crosses it. And the charge does reach the mark: W saw at
+ * least SO_SNDBUF / 2 queued, every queued datagram is pulled, dropped as oversize or freed with
+ * the engine, and the first two uncharge; senders that keep it high are not asleep.
  *
  * Threads: any thread. Locks: the socket lock (receive queue, bind, connect), pop_lock (a leaf,
  * consumers only; never held while taking a socket lock).
@@ -213,16 +234,39 @@ void vsock_dgram_bound(struct vsock_sock *s)
 			      memory_order_release);
 }
 
-/* The send quota has room; if not, asks for an event when it has (seq_cst: file comment). */
+/* The low mark of the send quota: below it the socket is writeable (file comment). */
+static inline uint64_t dg_low_mark(uint64_t sndbuf)
+{
+	return sndbuf / 2;
+}
+
+/*
+ * True if dg_wmem is below `mark`; if not, asks for an event when it falls below the low mark
+ * (the waiter's half of the handshake in the file comment).
+ */
+static bool dg_below_or_wait(struct vsock_sock *s, uint64_t mark)
+{
+	if (atomic_load_explicit(&s->dg_wmem, memory_order_relaxed) < mark)
+		return true;
+	/* Release: pairs with the acquire exchange in dg_uncharge (the waiter's event sample). */
+	atomic_store_explicit(&s->dg_tx_wait, true, memory_order_release);
+	/* seq_cst fence: our flag store against the puller's wmem RMW (file comment). */
+	atomic_thread_fence(memory_order_seq_cst);
+	return atomic_load_explicit(&s->dg_wmem, memory_order_relaxed) < mark;
+}
+
+/* One more datagram may be charged; if not, the caller will be woken at the low mark. */
 static bool dg_tx_room(struct vsock_sock *s)
+{
+	return dg_below_or_wait(s, atomic_load_explicit(&s->dg_sndbuf, memory_order_relaxed));
+}
+
+/* POLLOUT: below the low mark (Linux's sock_writeable()); if not, an event when it is. */
+static bool dg_writeable(struct vsock_sock *s)
 {
 	uint64_t lim = atomic_load_explicit(&s->dg_sndbuf, memory_order_relaxed);
 
-	if (atomic_load_explicit(&s->dg_wmem, memory_order_relaxed) < lim)
-		return true;
-	atomic_store_explicit(&s->dg_tx_wait, true, memory_order_relaxed);
-	atomic_thread_fence(memory_order_seq_cst);
-	return atomic_load_explicit(&s->dg_wmem, memory_order_relaxed) < lim;
+	return dg_below_or_wait(s, dg_low_mark(lim));
 }
 
 unsigned vsock_dgram_poll_locked(struct vsock_sock *s)
@@ -231,7 +275,7 @@ unsigned vsock_dgram_poll_locked(struct vsock_sock *s)
 
 	if (s->dg_rx_head)
 		m |= VSOCK_POLLIN;
-	if (dg_tx_room(s))
+	if (dg_writeable(s))
 		m |= VSOCK_POLLOUT;
 	return m;
 }
@@ -441,16 +485,22 @@ static bool dg_charge(struct vsock_sock *s, uint32_t len)
 }
 
 /*
- * Gives back a datagram's charge; reports the socket's event if a sender or poll waits.
- * `locked`: the caller holds s's lock (the locked send path's failure exit).
+ * Gives back a datagram's charge; reports the socket's event if a sender or poll waits and the
+ * charge is now below the low mark (file comment). `locked`: the caller holds s's lock (the
+ * locked send path's failure exit).
  */
 static void dg_uncharge(struct vsock_sock *s, uint32_t len, bool locked)
 {
-	atomic_fetch_sub_explicit(&s->dg_wmem, dg_cost(len), memory_order_relaxed);
+	uint64_t c = dg_cost(len), lim = atomic_load_explicit(&s->dg_sndbuf, memory_order_relaxed);
+	uint64_t left = atomic_fetch_sub_explicit(&s->dg_wmem, c, memory_order_relaxed) - c;
+
+	if (left >= dg_low_mark(lim))
+		return; /* the puller that takes it below the mark does the rest */
 	/* seq_cst fence: our wmem RMW against the waiter's flag store (file comment). */
 	atomic_thread_fence(memory_order_seq_cst);
+	/* Acquire: pairs with the waiter's release store (file comment). */
 	if (atomic_load_explicit(&s->dg_tx_wait, memory_order_relaxed) &&
-	    atomic_exchange_explicit(&s->dg_tx_wait, false, memory_order_relaxed)) {
+	    atomic_exchange_explicit(&s->dg_tx_wait, false, memory_order_acquire)) {
 		if (!locked)
 			sock_lock(s);
 		vsock_sk_event(NULL, s);
