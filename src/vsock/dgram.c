@@ -149,14 +149,17 @@ static bool dgq_enqueue(struct vsock_engine *e, struct dgram_pkt *p)
 
 /* ---- engine set-up ----------------------------------------------------------------------- */
 
-static bool env_locked;
-static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-
-static void env_read(void)
+/*
+ * UVSOCK_DGRAM_LOCKED=1: this engine's sends run under the socket lock. Read at each engine's
+ * creation, not once per process, so that a program comparing the two paths (uvsock-perf's
+ * locked row) gets a locked engine after a lock-free one. Caller: the engine's creator, which
+ * must not run setenv() concurrently (getenv(3)).
+ */
+static bool env_locked(void)
 {
 	const char *v = getenv("UVSOCK_DGRAM_LOCKED");
 
-	env_locked = v && strcmp(v, "1") == 0;
+	return v && strcmp(v, "1") == 0;
 }
 
 int vsock_dgram_engine_init(struct vsock_engine *e)
@@ -167,8 +170,7 @@ int vsock_dgram_engine_init(struct vsock_engine *e)
 		e->cfg.dgram_max = VSOCK_DGRAM_MAX;
 	if (e->cfg.dgram_max > VSOCK_DGRAM_MAX)
 		return -EINVAL;
-	pthread_once(&env_once, env_read);
-	e->dg_locked = env_locked || !tune_get()->dgram_lockfree;
+	e->dg_locked = env_locked() || !tune_get()->dgram_lockfree;
 	atomic_init(&q->stub.next, NULL);
 	atomic_init(&q->head, &q->stub);
 	q->tail = &q->stub;
@@ -199,6 +201,11 @@ bool vsock_engine_dgram_enabled(const struct vsock_engine *e)
 uint32_t vsock_engine_dgram_max(const struct vsock_engine *e)
 {
 	return e->cfg.dgram_max;
+}
+
+bool vsock_engine_dgram_locked(const struct vsock_engine *e)
+{
+	return e->dg_locked;
 }
 
 /* ---- sockets ----------------------------------------------------------------------------- */

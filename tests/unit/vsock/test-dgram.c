@@ -4,8 +4,8 @@
  * datagram, delivery with the source address, the drops by reason (not negotiated, bad op,
  * oversize, no listener, receiver full, too large for the puller's buffer) and that none of them
  * is answered, the send quota and its event, write space at the low mark (POLLOUT and the event
- * only below half of SO_SNDBUF), a blocked sender thread that must be woken, the separate port
- * namespace, and a socket closed with datagrams still queued.
+ * only below half of SO_SNDBUF), a blocked sender thread that must be woken, UVSOCK_DGRAM_LOCKED
+ * read per engine, the separate port namespace, and a socket closed with datagrams still queued.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -379,6 +379,26 @@ TEST(dgram_blocked_sender_is_woken)
 	vsock_engine_free(b.e);
 	pthread_cond_destroy(&b.cond);
 	pthread_mutex_destroy(&b.mu);
+}
+
+/* UVSOCK_DGRAM_LOCKED is read per engine: a locked engine, then a lock-free one, one process. */
+TEST(dgram_locked_switch_per_engine)
+{
+	struct vsock_engine *a = NULL, *b = NULL;
+	struct vsock_engine_config cfg;
+
+	vsock_engine_config_default(&cfg);
+	cfg.local_cid = 3;
+	cfg.ops = &bs_ops; /* nothing is sent: no callback runs */
+	cfg.dgram = true;
+	ASSERT_EQ(setenv("UVSOCK_DGRAM_LOCKED", "1", 1), 0);
+	ASSERT_OK(vsock_engine_new(&cfg, &a));
+	ASSERT_EQ(unsetenv("UVSOCK_DGRAM_LOCKED"), 0);
+	ASSERT_OK(vsock_engine_new(&cfg, &b));
+	ASSERT_TRUE(vsock_engine_dgram_locked(a));
+	ASSERT_FALSE(vsock_engine_dgram_locked(b));
+	vsock_engine_free(a);
+	vsock_engine_free(b);
 }
 
 TEST(dgram_too_large_for_puller)
