@@ -58,8 +58,20 @@
  * least SO_SNDBUF / 2 queued, every queued datagram is pulled, dropped as oversize or freed with
  * the engine, and the first two uncharge; senders that keep it high are not asleep.
  *
+ * Buffers. Every datagram is copied twice on the loopback transport (into the send queue, then
+ * into the receiver's queue), and the buffers cross threads: the sender allocates, the puller
+ * frees and allocates the receive copy, the receiver frees that. With malloc this churn made
+ * glibc trim and regrow the sending thread's heap, a page fault per datagram (a quarter of the
+ * samples of `perf record` at one sender, docs/performance.md §10). So buffers come from a small
+ * per-engine cache of five size classes (256 B to 64 KiB of payload; at most DG_POOL_BYTES of
+ * them cached, all classes together, so an idle engine holds at most that): a stack pushed with a CAS by any thread and popped by one thread at a time
+ * under pop_mu, taken with trylock (a busy or empty class falls back to malloc). Serialized pops
+ * make the CAS free of ABA: between a pop's load of top and its CAS only pushes can run, so a
+ * top unchanged at the CAS was never removed, and its link, written before it was pushed, is
+ * still what the pop read. Nothing is freed while on the stack except by the engine's fini.
+ *
  * Threads: any thread. Locks: the socket lock (receive queue, bind, connect), pop_lock (a leaf,
- * consumers only; never held while taking a socket lock).
+ * consumers only; never held while taking a socket lock), a pool's pop_mu (a leaf, trylock only).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -82,6 +94,92 @@ static inline uint64_t dg_pack(uint32_t cid, uint32_t port)
 static inline uint64_t dg_cost(uint32_t len)
 {
 	return (uint64_t)len + VSOCK_DGRAM_OVERHEAD;
+}
+
+/* ---- buffers ----------------------------------------------------------------------------- */
+
+#define DG_POOL_BYTES (2u * 1024u * 1024u) /* what one engine may keep cached, all classes */
+
+static const uint32_t dg_pool_cap[DG_POOL_CLASSES] = { 256, 1024, 4096, 16384, VSOCK_DGRAM_MAX };
+
+static uint32_t dg_pool_class(uint32_t len)
+{
+	for (uint32_t c = 0; c < DG_POOL_CLASSES; c++)
+		if (len <= dg_pool_cap[c])
+			return c;
+	return DG_POOL_NONE;
+}
+
+/* A buffer for a datagram of len bytes (from the cache if it can), or NULL. Any thread. */
+static struct dgram_pkt *dg_alloc(struct vsock_engine *e, uint32_t len)
+{
+	uint32_t c = dg_pool_class(len);
+	struct dgram_pkt *p = NULL, *next;
+	struct dgram_pool *pl;
+
+	if (c == DG_POOL_NONE) {
+		p = malloc(sizeof(*p) + len);
+		if (p)
+			p->cls = DG_POOL_NONE;
+		return p;
+	}
+	pl = &e->dgpool[c];
+	/* Relaxed: a hint; an empty-looking class is a malloc, not an error. */
+	if (atomic_load_explicit(&pl->n, memory_order_relaxed) > 0 &&
+	    pthread_mutex_trylock(&pl->pop_mu) == 0) {
+		/* Acquire: pairs with the push's release CAS, so p's link is the pusher's. */
+		p = atomic_load_explicit(&pl->top, memory_order_acquire);
+		while (p) {
+			next = atomic_load_explicit(&p->next, memory_order_relaxed);
+			/* Only pushes run beside us: a failed CAS reloads top (file comment). */
+			if (atomic_compare_exchange_weak_explicit(&pl->top, &p, next,
+								  memory_order_acquire,
+								  memory_order_acquire))
+				break;
+		}
+		pthread_mutex_unlock(&pl->pop_mu);
+		if (p) {
+			atomic_fetch_sub_explicit(&pl->n, 1, memory_order_relaxed);
+			atomic_fetch_sub_explicit(&e->dgpool_bytes, dg_pool_cap[c],
+						  memory_order_relaxed);
+		}
+	}
+	if (!p) {
+		p = malloc(sizeof(*p) + dg_pool_cap[c]);
+		if (p)
+			p->cls = c;
+	}
+	return p;
+}
+
+/* Gives a buffer of dg_alloc back (to its class's cache unless that is full). Any thread. */
+static void dg_free(struct vsock_engine *e, struct dgram_pkt *p)
+{
+	struct dgram_pool *pl;
+	struct dgram_pkt *top;
+
+	if (!p)
+		return;
+	if (p->cls == DG_POOL_NONE) {
+		free(p);
+		return;
+	}
+	pl = &e->dgpool[p->cls];
+	/* Relaxed: the byte count only bounds the cache's memory. */
+	if (atomic_fetch_add_explicit(&e->dgpool_bytes, dg_pool_cap[p->cls],
+				      memory_order_relaxed) >= DG_POOL_BYTES) {
+		atomic_fetch_sub_explicit(&e->dgpool_bytes, dg_pool_cap[p->cls],
+					  memory_order_relaxed);
+		free(p);
+		return;
+	}
+	atomic_fetch_add_explicit(&pl->n, 1, memory_order_relaxed);
+	top = atomic_load_explicit(&pl->top, memory_order_relaxed);
+	do {
+		atomic_store_explicit(&p->next, top, memory_order_relaxed);
+		/* Release: the popper that loads p (acquire) sees the link stored above. */
+	} while (!atomic_compare_exchange_weak_explicit(&pl->top, &top, p, memory_order_release,
+							memory_order_relaxed));
 }
 
 /* ---- the lock-free send queue ------------------------------------------------------------ */
@@ -177,6 +275,12 @@ int vsock_dgram_engine_init(struct vsock_engine *e)
 	atomic_init(&q->n, 0);
 	atomic_init(&q->stalled, false);
 	pthread_mutex_init(&q->pop_lock, NULL);
+	atomic_init(&e->dgpool_bytes, 0);
+	for (int c = 0; c < DG_POOL_CLASSES; c++) {
+		atomic_init(&e->dgpool[c].top, NULL);
+		atomic_init(&e->dgpool[c].n, 0);
+		pthread_mutex_init(&e->dgpool[c].pop_mu, NULL);
+	}
 	return 0;
 }
 
@@ -191,6 +295,16 @@ void vsock_dgram_engine_fini(struct vsock_engine *e)
 	while ((p = dgq_pop(q)))
 		free(p);
 	pthread_mutex_destroy(&q->pop_lock);
+	for (int c = 0; c < DG_POOL_CLASSES; c++) {
+		p = atomic_load_explicit(&e->dgpool[c].top, memory_order_relaxed);
+		while (p) {
+			struct dgram_pkt *n = atomic_load_explicit(&p->next, memory_order_relaxed);
+
+			free(p);
+			p = n;
+		}
+		pthread_mutex_destroy(&e->dgpool[c].pop_mu);
+	}
 }
 
 bool vsock_engine_dgram_enabled(const struct vsock_engine *e)
@@ -380,7 +494,7 @@ int vsock_dgram_rx(struct vsock_engine *e, struct rx_ctx *cx, const struct vsock
 	}
 	s = container_of(n, struct vsock_sock, bnode);
 	/* Copied before the lock: the socket's receivers wait only for the link below. */
-	p = malloc(sizeof(*p) + len);
+	p = dg_alloc(e, (uint32_t)len);
 	if (!p) {
 		sock_unref(s);
 		STAT_INC(e, dgram_drop_full);
@@ -416,7 +530,7 @@ int vsock_dgram_rx(struct vsock_engine *e, struct rx_ctx *cx, const struct vsock
 	}
 	sock_unlock(s);
 	sock_unref(s);
-	free(p);
+	dg_free(e, p);
 	return r;
 }
 
@@ -452,7 +566,7 @@ ssize_t vsock_dgram_recv(struct vsock_sock *s, const struct iovec *iov, int iovc
 		s->dg_rmem -= dg_cost(len);
 		sock_unlock(s);
 		iov_write_at(iov, iov_count(iovcnt), 0, p->data, n); /* ours now: no lock */
-		free(p);
+		dg_free(s->e, p);
 	}
 	if (ret_msg_flags)
 		*ret_msg_flags = len > n ? VSOCK_MSG_TRUNC : 0;
@@ -538,7 +652,7 @@ static ssize_t dg_send_one(struct vsock_sock *s, const struct vsock_dgram_addr *
 	}
 	if (!dg_charge(s, len))
 		return -EAGAIN;
-	p = malloc(sizeof(*p) + len);
+	p = dg_alloc(s->e, len);
 	if (!p) {
 		dg_uncharge(s, len, locked);
 		return -ENOMEM;
@@ -620,7 +734,7 @@ ssize_t vsock_dgram_pull(struct vsock_engine *e, struct vsock_hdr *h, const stru
 		STAT_INC(e, dgram_drop_oversize);
 		dg_uncharge(s, p->len, false);
 		sock_unref(s);
-		free(p);
+		dg_free(e, p);
 		first = false;
 	}
 	*h = (struct vsock_hdr){
@@ -639,6 +753,6 @@ ssize_t vsock_dgram_pull(struct vsock_engine *e, struct vsock_hdr *h, const stru
 	STAT_ADD(e, dgram_tx_bytes, p->len);
 	dg_uncharge(s, p->len, false);
 	sock_unref(s);
-	free(p);
+	dg_free(e, p);
 	return h->len;
 }

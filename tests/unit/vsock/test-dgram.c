@@ -5,7 +5,7 @@
  * oversize, no listener, receiver full, too large for the puller's buffer) and that none of them
  * is answered, the send quota and its event, write space at the low mark (POLLOUT and the event
  * only below half of SO_SNDBUF), a blocked sender thread that must be woken, UVSOCK_DGRAM_LOCKED
- * read per engine, the separate port namespace, and a socket closed with datagrams still queued.
+ * read per engine, cached buffers reused across sizes, the separate port namespace, and a socket closed with datagrams still queued.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "util/macros.h"
 #include "vsock-test-util.h"
 
 static void tweak_dgram(struct vsock_engine_config *cfg)
@@ -399,6 +400,40 @@ TEST(dgram_locked_switch_per_engine)
 	ASSERT_FALSE(vsock_engine_dgram_locked(b));
 	vsock_engine_free(a);
 	vsock_engine_free(b);
+}
+
+/*
+ * Datagrams of every buffer class's edge sizes, twice round, each filled with its own byte:
+ * a cached buffer reused for a shorter datagram delivers only that datagram's bytes.
+ */
+TEST(dgram_buffer_reuse_across_sizes)
+{
+	static const uint32_t sizes[] = { 0, 1, 256, 257, 1024, 1025, 4096, 4097, 16384, 16385,
+					  VSOCK_DGRAM_MAX, 100, 5000 };
+	struct world *w = world_new(tweak_dgram);
+	struct vsock_sock *rx = dg_sock(w->h, 100), *tx = dg_sock(w->g, 7);
+	static uint8_t data[VSOCK_DGRAM_MAX], got[VSOCK_DGRAM_MAX + 1];
+	int big = 1 << 24;
+
+	ASSERT_OK(vsock_dgram_set_buf(rx, true, (uint64_t)big));
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+			memset(data, (int)(i + 1 + round * 16), sizes[i]);
+			ASSERT_EQ(dg_send(tx, 2, 100, data, sizes[i]), (ssize_t)sizes[i]);
+		}
+		ASSERT_EQ(pump(w), (unsigned)ARRAY_SIZE(sizes));
+		for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+			memset(data, (int)(i + 1 + round * 16), sizes[i]);
+			memset(got, 0xee, sizeof(got));
+			ASSERT_EQ(dg_recv(rx, got, sizeof(got), 0, NULL, NULL), (ssize_t)sizes[i]);
+			ASSERT_MEMEQ(got, data, sizes[i]);
+			ASSERT_EQ(got[sizes[i]], 0xee);
+		}
+	}
+	ASSERT_EQ_U64(stats(w->h).dgram_rx, 2 * ARRAY_SIZE(sizes));
+	vsock_sock_close(rx);
+	vsock_sock_close(tx);
+	world_free(w);
 }
 
 TEST(dgram_too_large_for_puller)
