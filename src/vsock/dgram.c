@@ -44,19 +44,20 @@
  * only if its RMW left the charge below the low mark; if the flag is set it takes it (an
  * exchange) and reports the socket's event.
  *
- * No lost wake-up. Let a waiter W store the flag and then load dg_wmem = X, X at or above the
- * mark it waits for (so W goes to sleep or reports no POLLOUT). For dg_wmem to reach the low
- * mark later, some RMW after X in dg_wmem's modification order must leave it below the mark (a
- * decrement; W's own sampling of X happened before it, which is what the fences order). By the
- * fence pair, that puller's load of the flag sees W's store or a later one in the flag's order.
- * The later ones are another waiter's store (still true: the puller reports) or a puller's
- * exchange, which read W's true (an RMW reads the latest value) and reported an event itself.
- * That event comes after W sampled the socket's event counter: the flag store is a release and
- * the exchange an acquire, so W's sample happens before the event's counter bump, and W's sleep
- * ends (src/lib/socket.c "Blocking"). A puller whose RMW leaves the charge above the mark leaves
- * the flag as it is for the one that crosses it. And the charge does reach the mark: W saw at
- * least SO_SNDBUF / 2 queued, every queued datagram is pulled, dropped as oversize or freed with
- * the engine, and the first two uncharge; senders that keep it high are not asleep.
+ * No lost wake-up. Let a waiter W store the flag and then load dg_wmem = X, X at or above the low
+ * mark (a sender that sleeps saw X at or above the limit, even more; a poll reports no POLLOUT).
+ * For dg_wmem to fall below the low mark later, some RMW after X in dg_wmem's modification order
+ * must leave it there (a decrement that W's load did not see). By the fence pair (W: flag store,
+ * fence, wmem load; the puller: wmem RMW, fence, flag load), that puller's load of the flag sees
+ * W's store or a later one in the flag's modification order. The later ones are another waiter's
+ * store (still true: the puller reports) or a puller's exchange, which read W's true (an RMW reads
+ * the latest value) and reported an event itself. That event comes after W sampled the socket's
+ * event counter: the flag store is a release and the exchange an acquire, so W's sample happens
+ * before the event's counter bump, and W's sleep ends (src/lib/socket.c "Blocking"). A puller whose
+ * RMW leaves the charge above the mark leaves the flag as it is for the one that crosses it. And
+ * the charge does reach the mark: W saw at least SO_SNDBUF / 2 queued, every queued datagram is
+ * pulled, dropped as oversize or freed with the engine, and the first two uncharge; senders that
+ * keep it high are not asleep.
  *
  * Buffers. Every datagram is copied twice on the loopback transport (into the send queue, then
  * into the receiver's queue), and the buffers cross threads: the sender allocates, the puller
