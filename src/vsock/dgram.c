@@ -31,14 +31,48 @@
  *
  * Memory is bounded per socket, as Linux UDP does with SO_SNDBUF: each queued datagram charges
  * len + VSOCK_DGRAM_OVERHEAD to its socket's dg_wmem (an atomic add, undone when it is pulled);
- * a send that finds dg_wmem at or above SO_SNDBUF returns -EAGAIN. A waiting sender (the API
- * blocks on the socket's events) or a poll sets dg_tx_wait, the puller that releases the charge
- * reads it (the same fence pair as above: wmem RMW / fence / load of the flag against store of
- * the flag / fence / load of wmem) and reports the socket's event. A queued datagram holds a
+ * a send that finds dg_wmem at or above SO_SNDBUF returns -EAGAIN. A queued datagram holds a
  * reference to its socket, so a socket closed with datagrams queued is freed after they leave.
  *
+ * Write space, as Linux's sock_writeable() / sock_def_write_space() (net/core/sock.c): POLLOUT
+ * and the wake-up of a waiting sender both mean "dg_wmem below half of SO_SNDBUF" (the low mark),
+ * not "one more datagram fits", so a full socket with many blocked senders costs one event per
+ * half buffer drained instead of one per datagram pulled. A send still succeeds whenever the
+ * charge is below the limit. A sender that found the quota full (dg_tx_room) or a poll that found
+ * it above the low mark (dg_writeable) stores dg_tx_wait = true, a seq_cst fence, and loads
+ * dg_wmem again; a puller (dg_uncharge) does its wmem RMW, a seq_cst fence, and loads dg_tx_wait
+ * only if its RMW left the charge below the low mark; if the flag is set it takes it (an
+ * exchange) and reports the socket's event.
+ *
+ * No lost wake-up. Let a waiter W store the flag and then load dg_wmem = X, X at or above the low
+ * mark (a sender that sleeps saw X at or above the limit, even more; a poll reports no POLLOUT).
+ * For dg_wmem to fall below the low mark later, some RMW after X in dg_wmem's modification order
+ * must leave it there (a decrement that W's load did not see). By the fence pair (W: flag store,
+ * fence, wmem load; the puller: wmem RMW, fence, flag load), that puller's load of the flag sees
+ * W's store or a later one in the flag's modification order. The later ones are another waiter's
+ * store (still true: the puller reports) or a puller's exchange, which read W's true (an RMW reads
+ * the latest value) and reported an event itself. That event comes after W sampled the socket's
+ * event counter: the flag store is a release and the exchange an acquire, so W's sample happens
+ * before the event's counter bump, and W's sleep ends (src/lib/socket.c "Blocking"). A puller whose
+ * RMW leaves the charge above the mark leaves the flag as it is for the one that crosses it. And
+ * the charge does reach the mark: W saw at least SO_SNDBUF / 2 queued, every queued datagram is
+ * pulled, dropped as oversize or freed with the engine, and the first two uncharge; senders that
+ * keep it high are not asleep.
+ *
+ * Buffers. Every datagram is copied twice on the loopback transport (into the send queue, then
+ * into the receiver's queue), and the buffers cross threads: the sender allocates, the puller
+ * frees and allocates the receive copy, the receiver frees that. With malloc this churn made
+ * glibc trim and regrow the sending thread's heap, a page fault per datagram (a quarter of the
+ * samples of `perf record` at one sender, docs/performance.md §10). So buffers come from a small
+ * per-engine cache of five size classes (256 B to 64 KiB of payload; at most DG_POOL_BYTES of
+ * them cached, all classes together, so an idle engine holds at most that): a stack pushed with a CAS by any thread and popped by one thread at a time
+ * under pop_mu, taken with trylock (a busy or empty class falls back to malloc). Serialized pops
+ * make the CAS free of ABA: between a pop's load of top and its CAS only pushes can run, so a
+ * top unchanged at the CAS was never removed, and its link, written before it was pushed, is
+ * still what the pop read. Nothing is freed while on the stack except by the engine's fini.
+ *
  * Threads: any thread. Locks: the socket lock (receive queue, bind, connect), pop_lock (a leaf,
- * consumers only; never held while taking a socket lock).
+ * consumers only; never held while taking a socket lock), a pool's pop_mu (a leaf, trylock only).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -61,6 +95,92 @@ static inline uint64_t dg_pack(uint32_t cid, uint32_t port)
 static inline uint64_t dg_cost(uint32_t len)
 {
 	return (uint64_t)len + VSOCK_DGRAM_OVERHEAD;
+}
+
+/* ---- buffers ----------------------------------------------------------------------------- */
+
+#define DG_POOL_BYTES (2u * 1024u * 1024u) /* what one engine may keep cached, all classes */
+
+static const uint32_t dg_pool_cap[DG_POOL_CLASSES] = { 256, 1024, 4096, 16384, VSOCK_DGRAM_MAX };
+
+static uint32_t dg_pool_class(uint32_t len)
+{
+	for (uint32_t c = 0; c < DG_POOL_CLASSES; c++)
+		if (len <= dg_pool_cap[c])
+			return c;
+	return DG_POOL_NONE;
+}
+
+/* A buffer for a datagram of len bytes (from the cache if it can), or NULL. Any thread. */
+static struct dgram_pkt *dg_alloc(struct vsock_engine *e, uint32_t len)
+{
+	uint32_t c = dg_pool_class(len);
+	struct dgram_pkt *p = NULL, *next;
+	struct dgram_pool *pl;
+
+	if (c == DG_POOL_NONE) {
+		p = malloc(sizeof(*p) + len);
+		if (p)
+			p->cls = DG_POOL_NONE;
+		return p;
+	}
+	pl = &e->dgpool[c];
+	/* Relaxed: a hint; an empty-looking class is a malloc, not an error. */
+	if (atomic_load_explicit(&pl->n, memory_order_relaxed) > 0 &&
+	    pthread_mutex_trylock(&pl->pop_mu) == 0) {
+		/* Acquire: pairs with the push's release CAS, so p's link is the pusher's. */
+		p = atomic_load_explicit(&pl->top, memory_order_acquire);
+		while (p) {
+			next = atomic_load_explicit(&p->next, memory_order_relaxed);
+			/* Only pushes run beside us: a failed CAS reloads top (file comment). */
+			if (atomic_compare_exchange_weak_explicit(&pl->top, &p, next,
+								  memory_order_acquire,
+								  memory_order_acquire))
+				break;
+		}
+		pthread_mutex_unlock(&pl->pop_mu);
+		if (p) {
+			atomic_fetch_sub_explicit(&pl->n, 1, memory_order_relaxed);
+			atomic_fetch_sub_explicit(&e->dgpool_bytes, dg_pool_cap[c],
+						  memory_order_relaxed);
+		}
+	}
+	if (!p) {
+		p = malloc(sizeof(*p) + dg_pool_cap[c]);
+		if (p)
+			p->cls = c;
+	}
+	return p;
+}
+
+/* Gives a buffer of dg_alloc back (to its class's cache unless that is full). Any thread. */
+static void dg_free(struct vsock_engine *e, struct dgram_pkt *p)
+{
+	struct dgram_pool *pl;
+	struct dgram_pkt *top;
+
+	if (!p)
+		return;
+	if (p->cls == DG_POOL_NONE) {
+		free(p);
+		return;
+	}
+	pl = &e->dgpool[p->cls];
+	/* Relaxed: the byte count only bounds the cache's memory. */
+	if (atomic_fetch_add_explicit(&e->dgpool_bytes, dg_pool_cap[p->cls],
+				      memory_order_relaxed) >= DG_POOL_BYTES) {
+		atomic_fetch_sub_explicit(&e->dgpool_bytes, dg_pool_cap[p->cls],
+					  memory_order_relaxed);
+		free(p);
+		return;
+	}
+	atomic_fetch_add_explicit(&pl->n, 1, memory_order_relaxed);
+	top = atomic_load_explicit(&pl->top, memory_order_relaxed);
+	do {
+		atomic_store_explicit(&p->next, top, memory_order_relaxed);
+		/* Release: the popper that loads p (acquire) sees the link stored above. */
+	} while (!atomic_compare_exchange_weak_explicit(&pl->top, &top, p, memory_order_release,
+							memory_order_relaxed));
 }
 
 /* ---- the lock-free send queue ------------------------------------------------------------ */
@@ -128,14 +248,17 @@ static bool dgq_enqueue(struct vsock_engine *e, struct dgram_pkt *p)
 
 /* ---- engine set-up ----------------------------------------------------------------------- */
 
-static bool env_locked;
-static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-
-static void env_read(void)
+/*
+ * UVSOCK_DGRAM_LOCKED=1: this engine's sends run under the socket lock. Read at each engine's
+ * creation, not once per process, so that a program comparing the two paths (uvsock-perf's
+ * locked row) gets a locked engine after a lock-free one. Caller: the engine's creator, which
+ * must not run setenv() concurrently (getenv(3)).
+ */
+static bool env_locked(void)
 {
 	const char *v = getenv("UVSOCK_DGRAM_LOCKED");
 
-	env_locked = v && strcmp(v, "1") == 0;
+	return v && strcmp(v, "1") == 0;
 }
 
 int vsock_dgram_engine_init(struct vsock_engine *e)
@@ -146,14 +269,19 @@ int vsock_dgram_engine_init(struct vsock_engine *e)
 		e->cfg.dgram_max = VSOCK_DGRAM_MAX;
 	if (e->cfg.dgram_max > VSOCK_DGRAM_MAX)
 		return -EINVAL;
-	pthread_once(&env_once, env_read);
-	e->dg_locked = env_locked || !tune_get()->dgram_lockfree;
+	e->dg_locked = env_locked() || !tune_get()->dgram_lockfree;
 	atomic_init(&q->stub.next, NULL);
 	atomic_init(&q->head, &q->stub);
 	q->tail = &q->stub;
 	atomic_init(&q->n, 0);
 	atomic_init(&q->stalled, false);
 	pthread_mutex_init(&q->pop_lock, NULL);
+	atomic_init(&e->dgpool_bytes, 0);
+	for (int c = 0; c < DG_POOL_CLASSES; c++) {
+		atomic_init(&e->dgpool[c].top, NULL);
+		atomic_init(&e->dgpool[c].n, 0);
+		pthread_mutex_init(&e->dgpool[c].pop_mu, NULL);
+	}
 	return 0;
 }
 
@@ -168,6 +296,16 @@ void vsock_dgram_engine_fini(struct vsock_engine *e)
 	while ((p = dgq_pop(q)))
 		free(p);
 	pthread_mutex_destroy(&q->pop_lock);
+	for (int c = 0; c < DG_POOL_CLASSES; c++) {
+		p = atomic_load_explicit(&e->dgpool[c].top, memory_order_relaxed);
+		while (p) {
+			struct dgram_pkt *n = atomic_load_explicit(&p->next, memory_order_relaxed);
+
+			free(p);
+			p = n;
+		}
+		pthread_mutex_destroy(&e->dgpool[c].pop_mu);
+	}
 }
 
 bool vsock_engine_dgram_enabled(const struct vsock_engine *e)
@@ -178,6 +316,11 @@ bool vsock_engine_dgram_enabled(const struct vsock_engine *e)
 uint32_t vsock_engine_dgram_max(const struct vsock_engine *e)
 {
 	return e->cfg.dgram_max;
+}
+
+bool vsock_engine_dgram_locked(const struct vsock_engine *e)
+{
+	return e->dg_locked;
 }
 
 /* ---- sockets ----------------------------------------------------------------------------- */
@@ -213,16 +356,39 @@ void vsock_dgram_bound(struct vsock_sock *s)
 			      memory_order_release);
 }
 
-/* The send quota has room; if not, asks for an event when it has (seq_cst: file comment). */
+/* The low mark of the send quota: below it the socket is writeable (file comment). */
+static inline uint64_t dg_low_mark(uint64_t sndbuf)
+{
+	return sndbuf / 2;
+}
+
+/*
+ * True if dg_wmem is below `mark`; if not, asks for an event when it falls below the low mark
+ * (the waiter's half of the handshake in the file comment).
+ */
+static bool dg_below_or_wait(struct vsock_sock *s, uint64_t mark)
+{
+	if (atomic_load_explicit(&s->dg_wmem, memory_order_relaxed) < mark)
+		return true;
+	/* Release: pairs with the acquire exchange in dg_uncharge (the waiter's event sample). */
+	atomic_store_explicit(&s->dg_tx_wait, true, memory_order_release);
+	/* seq_cst fence: our flag store against the puller's wmem RMW (file comment). */
+	atomic_thread_fence(memory_order_seq_cst);
+	return atomic_load_explicit(&s->dg_wmem, memory_order_relaxed) < mark;
+}
+
+/* One more datagram may be charged; if not, the caller will be woken at the low mark. */
 static bool dg_tx_room(struct vsock_sock *s)
+{
+	return dg_below_or_wait(s, atomic_load_explicit(&s->dg_sndbuf, memory_order_relaxed));
+}
+
+/* POLLOUT: below the low mark (Linux's sock_writeable()); if not, an event when it is. */
+static bool dg_writeable(struct vsock_sock *s)
 {
 	uint64_t lim = atomic_load_explicit(&s->dg_sndbuf, memory_order_relaxed);
 
-	if (atomic_load_explicit(&s->dg_wmem, memory_order_relaxed) < lim)
-		return true;
-	atomic_store_explicit(&s->dg_tx_wait, true, memory_order_relaxed);
-	atomic_thread_fence(memory_order_seq_cst);
-	return atomic_load_explicit(&s->dg_wmem, memory_order_relaxed) < lim;
+	return dg_below_or_wait(s, dg_low_mark(lim));
 }
 
 unsigned vsock_dgram_poll_locked(struct vsock_sock *s)
@@ -231,7 +397,7 @@ unsigned vsock_dgram_poll_locked(struct vsock_sock *s)
 
 	if (s->dg_rx_head)
 		m |= VSOCK_POLLIN;
-	if (dg_tx_room(s))
+	if (dg_writeable(s))
 		m |= VSOCK_POLLOUT;
 	return m;
 }
@@ -329,7 +495,7 @@ int vsock_dgram_rx(struct vsock_engine *e, struct rx_ctx *cx, const struct vsock
 	}
 	s = container_of(n, struct vsock_sock, bnode);
 	/* Copied before the lock: the socket's receivers wait only for the link below. */
-	p = malloc(sizeof(*p) + len);
+	p = dg_alloc(e, (uint32_t)len);
 	if (!p) {
 		sock_unref(s);
 		STAT_INC(e, dgram_drop_full);
@@ -365,7 +531,7 @@ int vsock_dgram_rx(struct vsock_engine *e, struct rx_ctx *cx, const struct vsock
 	}
 	sock_unlock(s);
 	sock_unref(s);
-	free(p);
+	dg_free(e, p);
 	return r;
 }
 
@@ -401,7 +567,7 @@ ssize_t vsock_dgram_recv(struct vsock_sock *s, const struct iovec *iov, int iovc
 		s->dg_rmem -= dg_cost(len);
 		sock_unlock(s);
 		iov_write_at(iov, iov_count(iovcnt), 0, p->data, n); /* ours now: no lock */
-		free(p);
+		dg_free(s->e, p);
 	}
 	if (ret_msg_flags)
 		*ret_msg_flags = len > n ? VSOCK_MSG_TRUNC : 0;
@@ -441,16 +607,22 @@ static bool dg_charge(struct vsock_sock *s, uint32_t len)
 }
 
 /*
- * Gives back a datagram's charge; reports the socket's event if a sender or poll waits.
- * `locked`: the caller holds s's lock (the locked send path's failure exit).
+ * Gives back a datagram's charge; reports the socket's event if a sender or poll waits and the
+ * charge is now below the low mark (file comment). `locked`: the caller holds s's lock (the
+ * locked send path's failure exit).
  */
 static void dg_uncharge(struct vsock_sock *s, uint32_t len, bool locked)
 {
-	atomic_fetch_sub_explicit(&s->dg_wmem, dg_cost(len), memory_order_relaxed);
+	uint64_t c = dg_cost(len), lim = atomic_load_explicit(&s->dg_sndbuf, memory_order_relaxed);
+	uint64_t left = atomic_fetch_sub_explicit(&s->dg_wmem, c, memory_order_relaxed) - c;
+
+	if (left >= dg_low_mark(lim))
+		return; /* the puller that takes it below the mark does the rest */
 	/* seq_cst fence: our wmem RMW against the waiter's flag store (file comment). */
 	atomic_thread_fence(memory_order_seq_cst);
+	/* Acquire: pairs with the waiter's release store (file comment). */
 	if (atomic_load_explicit(&s->dg_tx_wait, memory_order_relaxed) &&
-	    atomic_exchange_explicit(&s->dg_tx_wait, false, memory_order_relaxed)) {
+	    atomic_exchange_explicit(&s->dg_tx_wait, false, memory_order_acquire)) {
 		if (!locked)
 			sock_lock(s);
 		vsock_sk_event(NULL, s);
@@ -481,7 +653,7 @@ static ssize_t dg_send_one(struct vsock_sock *s, const struct vsock_dgram_addr *
 	}
 	if (!dg_charge(s, len))
 		return -EAGAIN;
-	p = malloc(sizeof(*p) + len);
+	p = dg_alloc(s->e, len);
 	if (!p) {
 		dg_uncharge(s, len, locked);
 		return -ENOMEM;
@@ -563,7 +735,7 @@ ssize_t vsock_dgram_pull(struct vsock_engine *e, struct vsock_hdr *h, const stru
 		STAT_INC(e, dgram_drop_oversize);
 		dg_uncharge(s, p->len, false);
 		sock_unref(s);
-		free(p);
+		dg_free(e, p);
 		first = false;
 	}
 	*h = (struct vsock_hdr){
@@ -582,6 +754,6 @@ ssize_t vsock_dgram_pull(struct vsock_engine *e, struct vsock_hdr *h, const stru
 	STAT_ADD(e, dgram_tx_bytes, p->len);
 	dg_uncharge(s, p->len, false);
 	sock_unref(s);
-	free(p);
+	dg_free(e, p);
 	return h->len;
 }

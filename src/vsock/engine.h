@@ -435,8 +435,8 @@ void vsock_engine_foreach_sock(struct vsock_engine *e,
  * Send path: vsock_dgram_send() takes no lock once the socket is bound (the default peer and
  * the local address are single atomic words; the engine's send queue is a multi-producer
  * lock-free list), so many threads may send on one socket at once. With the tune switch
- * dgram-lockfree off or UVSOCK_DGRAM_LOCKED=1 in the environment (read once per engine) the
- * same path runs under the socket lock, for comparison.
+ * dgram-lockfree off or UVSOCK_DGRAM_LOCKED=1 in the environment (read when each engine is
+ * created) the same path runs under the socket lock, for comparison.
  */
 
 /* Receive-queue charge of each queued datagram on top of its payload (SO_RCVBUF, SO_SNDBUF). */
@@ -453,6 +453,8 @@ struct vsock_dgram_addr {
 bool vsock_engine_dgram_enabled(const struct vsock_engine *e);
 /* The largest datagram payload of the engine (cfg.dgram_max). */
 uint32_t vsock_engine_dgram_max(const struct vsock_engine *e);
+/* True if this engine's datagram sends run under the socket lock (see above). Any thread. */
+bool vsock_engine_dgram_locked(const struct vsock_engine *e);
 
 /*
  * connect(2) of a datagram socket: sets the default destination (auto-binding first, as Linux

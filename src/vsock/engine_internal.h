@@ -63,7 +63,21 @@ struct dgram_pkt {
 	uint32_t cid, port;       /* send queue: destination; receive queue: source */
 	uint32_t src_port;        /* send queue: the sender's port */
 	uint32_t len;
+	uint32_t cls;             /* its buffer pool class (dgram.c), DG_POOL_NONE if malloc'd */
 	uint8_t data[];
+};
+
+/*
+ * A cache of datagram buffers of one size class (dgram.c "Buffers"): a stack that any thread
+ * pushes on with a compare-and-swap and that one thread at a time pops from, holding pop_mu
+ * (taken only with trylock: a busy pool means malloc, never a wait).
+ */
+#define DG_POOL_CLASSES 5
+#define DG_POOL_NONE UINT32_MAX
+struct dgram_pool {
+	_Atomic(struct dgram_pkt *) top;
+	atomic_uint n;                  /* buffers on the stack (a hint, not exact) */
+	pthread_mutex_t pop_mu;
 };
 
 /*
@@ -198,6 +212,8 @@ struct vsock_engine {
 	bool dg_locked;     /* datagram sends hold the socket lock (dgram.c) */
 	struct vsock_conn_table *dct; /* bound datagram sockets */
 	struct dgram_queue dgq;
+	struct dgram_pool dgpool[DG_POOL_CLASSES];
+	_Atomic uint64_t dgpool_bytes;  /* payload capacity cached in dgpool, all classes */
 	/*
 	 * The counters of struct vsock_engine_stats, added to from any thread with relaxed atomics
 	 * (each counts on its own; nothing is ordered by them). st.socks_open is unused: the

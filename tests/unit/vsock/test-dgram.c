@@ -3,13 +3,17 @@
  * Unit tests of the engine's datagram sockets (src/vsock/dgram.c): the wire header of a pulled
  * datagram, delivery with the source address, the drops by reason (not negotiated, bad op,
  * oversize, no listener, receiver full, too large for the puller's buffer) and that none of them
- * is answered, the send quota and its event, the separate port namespace, and a socket closed
- * with datagrams still queued.
+ * is answered, the send quota and its event, write space at the low mark (POLLOUT and the event
+ * only below half of SO_SNDBUF), a blocked sender thread that must be woken, UVSOCK_DGRAM_LOCKED
+ * read per engine, cached buffers reused across sizes, the separate port namespace, and a socket closed with datagrams still queued.
  */
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "test.h"
+#include "util/macros.h"
 #include "vsock-test-util.h"
 
 static void tweak_dgram(struct vsock_engine_config *cfg)
@@ -220,6 +224,215 @@ TEST(dgram_send_quota_and_event)
 	ASSERT_EQ(dg_send(tx, 2, 100, data, sizeof(data)), (ssize_t)sizeof(data));
 	vsock_sock_close(tx);
 	ASSERT_EQ(pump(w), 1u); /* queued before the close: still sent */
+	world_free(w);
+}
+
+TEST(dgram_write_space_at_low_mark)
+{
+	struct world *w = world_new(tweak_dgram);
+	struct vsock_sock *tx = dg_sock(w->g, 7);
+	static char data[1000], buf[1000];
+	struct vsock_hdr h;
+	unsigned ev;
+
+	ASSERT_OK(vsock_dgram_set_buf(tx, false, 2048)); /* SO_SNDBUF 4096, low mark 2048 */
+	/* 4 x 1064 charged: 4256, full. */
+	for (int i = 0; i < 4; i++)
+		ASSERT_EQ(dg_send(tx, 2, 100, data, sizeof(data)), (ssize_t)sizeof(data));
+	ASSERT_ERR(dg_send(tx, 2, 100, data, sizeof(data)), EAGAIN); /* a waiting sender */
+	ASSERT_FALSE(vsock_sock_poll(tx) & VSOCK_POLLOUT);
+	ev = w_events(w);
+	ASSERT_EQ(pull_one(w->g, &h, buf, sizeof(buf)), (ssize_t)sizeof(data)); /* 3192 */
+	ASSERT_EQ(w_events(w), ev);
+	ASSERT_FALSE(vsock_sock_poll(tx) & VSOCK_POLLOUT);
+	ASSERT_EQ(pull_one(w->g, &h, buf, sizeof(buf)), (ssize_t)sizeof(data)); /* 2128 */
+	ASSERT_EQ(w_events(w), ev); /* above the mark: no wake-up yet */
+	ASSERT_FALSE(vsock_sock_poll(tx) & VSOCK_POLLOUT);
+	ASSERT_EQ(pull_one(w->g, &h, buf, sizeof(buf)), (ssize_t)sizeof(data)); /* 1064 */
+	ASSERT_EQ(w_events(w), ev + 1); /* below it: one event for every waiter */
+	ASSERT_TRUE(vsock_sock_poll(tx) & VSOCK_POLLOUT);
+	ASSERT_EQ(pull_one(w->g, &h, buf, sizeof(buf)), (ssize_t)sizeof(data)); /* 0 */
+	ASSERT_EQ(w_events(w), ev + 1); /* nobody waits any more */
+	/* Above the mark but below the limit: a send fits, POLLOUT is still off. */
+	for (int i = 0; i < 2; i++)
+		ASSERT_EQ(dg_send(tx, 2, 100, data, sizeof(data)), (ssize_t)sizeof(data));
+	ASSERT_FALSE(vsock_sock_poll(tx) & VSOCK_POLLOUT);
+	ASSERT_EQ(dg_send(tx, 2, 100, data, sizeof(data)), (ssize_t)sizeof(data));
+	ASSERT_EQ(pump(w), 3u);
+	ASSERT_EQ(w_events(w), ev + 2); /* the poll's wait was reported once */
+	vsock_sock_close(tx);
+	world_free(w);
+}
+
+/*
+ * A sender thread with a tiny send quota against a puller on this thread: every time the sender
+ * finds the quota full it sleeps until the next socket event, as the socket API does. A lost
+ * wake-up leaves it asleep with the queue empty, which the bounded wait below reports.
+ */
+#define BS_SENDS 3000u
+
+struct bsend {
+	struct vsock_engine *e;
+	struct vsock_sock *s;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	unsigned events; /* protected by mu */
+	atomic_uint sent, blocked;
+	atomic_bool stop;
+};
+
+static uint64_t bs_now(void *opaque)
+{
+	(void)opaque;
+	return 1000000000ull;
+}
+
+static void bs_tx_ready(void *opaque)
+{
+	(void)opaque; /* the test's own loop pulls */
+}
+
+static void bs_event(void *opaque, struct vsock_sock *s, void *user, unsigned mask)
+{
+	struct bsend *b = opaque;
+
+	(void)s, (void)user, (void)mask;
+	pthread_mutex_lock(&b->mu); /* a leaf under the socket's lock */
+	b->events++;
+	pthread_cond_broadcast(&b->cond);
+	pthread_mutex_unlock(&b->mu);
+}
+
+static const struct vsock_engine_ops bs_ops = {
+	.now = bs_now,
+	.tx_ready = bs_tx_ready,
+	.sock_event = bs_event,
+};
+
+static void *bs_sender(void *arg)
+{
+	struct bsend *b = arg;
+	static char data[900];
+
+	while (atomic_load(&b->sent) < BS_SENDS && !atomic_load(&b->stop)) {
+		unsigned seq;
+		ssize_t r;
+
+		pthread_mutex_lock(&b->mu);
+		seq = b->events;
+		pthread_mutex_unlock(&b->mu);
+		r = dg_send(b->s, 2, 100, data, sizeof(data));
+		if (r == (ssize_t)sizeof(data)) {
+			atomic_fetch_add(&b->sent, 1);
+			continue;
+		}
+		if (r != -EAGAIN)
+			break;
+		atomic_fetch_add(&b->blocked, 1);
+		pthread_mutex_lock(&b->mu);
+		while (b->events == seq && !atomic_load(&b->stop))
+			pthread_cond_wait(&b->cond, &b->mu);
+		pthread_mutex_unlock(&b->mu);
+	}
+	return NULL;
+}
+
+TEST(dgram_blocked_sender_is_woken)
+{
+	struct bsend b = { 0 };
+	struct vsock_engine_config cfg;
+	unsigned pulled = 0;
+	uint64_t deadline = test_now_ms() + 20000;
+	char buf[1000];
+	pthread_t t;
+
+	pthread_mutex_init(&b.mu, NULL);
+	pthread_cond_init(&b.cond, NULL);
+	vsock_engine_config_default(&cfg);
+	cfg.local_cid = 3;
+	cfg.ops = &bs_ops;
+	cfg.opaque = &b;
+	cfg.dgram = true;
+	ASSERT_OK(vsock_engine_new(&cfg, &b.e));
+	b.s = dg_sock(b.e, 7);
+	ASSERT_OK(vsock_dgram_set_buf(b.s, false, 2048)); /* 4 datagrams of 964 */
+	ASSERT_EQ(pthread_create(&t, NULL, bs_sender, &b), 0);
+	while (pulled < BS_SENDS && test_now_ms() < deadline) {
+		struct vsock_hdr h;
+
+		if (pull_one(b.e, &h, buf, sizeof(buf)) >= 0)
+			pulled++;
+		else
+			sched_yield();
+	}
+	atomic_store(&b.stop, true);
+	pthread_mutex_lock(&b.mu);
+	pthread_cond_broadcast(&b.cond);
+	pthread_mutex_unlock(&b.mu);
+	pthread_join(t, NULL);
+	if (pulled < BS_SENDS)
+		test_fail(__FILE__, __LINE__, "sender stuck after %u of %u datagrams (%u blocks)",
+			  pulled, BS_SENDS, atomic_load(&b.blocked));
+	ASSERT_GT(atomic_load(&b.blocked), 0u); /* the quota was full, so the wake-up was tested */
+	test_note("%u datagrams, the sender blocked %u times, %u events", pulled,
+		  atomic_load(&b.blocked), b.events);
+	vsock_sock_close(b.s);
+	vsock_engine_free(b.e);
+	pthread_cond_destroy(&b.cond);
+	pthread_mutex_destroy(&b.mu);
+}
+
+/* UVSOCK_DGRAM_LOCKED is read per engine: a locked engine, then a lock-free one, one process. */
+TEST(dgram_locked_switch_per_engine)
+{
+	struct vsock_engine *a = NULL, *b = NULL;
+	struct vsock_engine_config cfg;
+
+	vsock_engine_config_default(&cfg);
+	cfg.local_cid = 3;
+	cfg.ops = &bs_ops; /* nothing is sent: no callback runs */
+	cfg.dgram = true;
+	ASSERT_EQ(setenv("UVSOCK_DGRAM_LOCKED", "1", 1), 0);
+	ASSERT_OK(vsock_engine_new(&cfg, &a));
+	ASSERT_EQ(unsetenv("UVSOCK_DGRAM_LOCKED"), 0);
+	ASSERT_OK(vsock_engine_new(&cfg, &b));
+	ASSERT_TRUE(vsock_engine_dgram_locked(a));
+	ASSERT_FALSE(vsock_engine_dgram_locked(b));
+	vsock_engine_free(a);
+	vsock_engine_free(b);
+}
+
+/*
+ * Datagrams of every buffer class's edge sizes, twice round, each filled with its own byte:
+ * a cached buffer reused for a shorter datagram delivers only that datagram's bytes.
+ */
+TEST(dgram_buffer_reuse_across_sizes)
+{
+	static const uint32_t sizes[] = { 0, 1, 256, 257, 1024, 1025, 4096, 4097, 16384, 16385,
+					  VSOCK_DGRAM_MAX, 100, 5000 };
+	struct world *w = world_new(tweak_dgram);
+	struct vsock_sock *rx = dg_sock(w->h, 100), *tx = dg_sock(w->g, 7);
+	static uint8_t data[VSOCK_DGRAM_MAX], got[VSOCK_DGRAM_MAX + 1];
+	int big = 1 << 24;
+
+	ASSERT_OK(vsock_dgram_set_buf(rx, true, (uint64_t)big));
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+			memset(data, (int)(i + 1 + round * 16), sizes[i]);
+			ASSERT_EQ(dg_send(tx, 2, 100, data, sizes[i]), (ssize_t)sizes[i]);
+		}
+		ASSERT_EQ(pump(w), (unsigned)ARRAY_SIZE(sizes));
+		for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+			memset(data, (int)(i + 1 + round * 16), sizes[i]);
+			memset(got, 0xee, sizeof(got));
+			ASSERT_EQ(dg_recv(rx, got, sizeof(got), 0, NULL, NULL), (ssize_t)sizes[i]);
+			ASSERT_MEMEQ(got, data, sizes[i]);
+			ASSERT_EQ(got[sizes[i]], 0xee);
+		}
+	}
+	ASSERT_EQ_U64(stats(w->h).dgram_rx, 2 * ARRAY_SIZE(sizes));
+	vsock_sock_close(rx);
+	vsock_sock_close(tx);
 	world_free(w);
 }
 
