@@ -80,16 +80,22 @@
 #define DEV_DGRAM_PEERS 256u
 #define DEV_DGRAM_UNBOUND_PORT DEV_HOST_PORT_HI
 #define DEV_DGRAM_READ_BATCH 64u
-/* Host destinations <uds_path>_<port>.dgram whose O_PATH fd is kept open (host_dgram.c). */
+/*
+ * Host destinations <uds_path>_<port>.dgram with a socket connected to them (host_dgram.c), and
+ * how often the path is checked again for a socket bound there anew while the old one lives.
+ */
 #define DEV_DGRAM_DESTS 8u
+#define DEV_DGRAM_RECHECK_MS 50u
 
 struct dgram_dest {
-	bool live;     /* pfd is open */
+	bool live;          /* sfd is open and watched */
 	uint32_t port;
-	int pfd;       /* O_PATH | O_NOFOLLOW of the socket file */
-	dev_t dev;     /* what it was opened as: a replaced file is opened again */
-	ino_t ino;
-	uint64_t used; /* dev->dgram_tick (LRU) */
+	int sfd;            /* connected to the socket file; autobound abstract name, replies read */
+	struct loop_watch *w;
+	dev_t dev;          /* the socket file it was connected to: a replaced file is connected */
+	ino_t ino;          /* to again */
+	uint64_t checked_ms; /* mono_ms() of the last check of the path */
+	uint64_t used;      /* dev->dgram_tick (LRU) */
 };
 
 /* A host datagram sender not bound at <uds_path>_<port>.dgram, and the host port it got. */
