@@ -290,12 +290,8 @@ TEST(guest_and_host_exchange_datagrams_through_uvsockd)
 	/* Two sockets of uvsockd: either may be read first. */
 	for (int i = 0, seen = 0; i < 2; i++) {
 		ASSERT_OK(dg_next(&g, &h, buf, sizeof(buf)));
-		ASSERT_EQ(h.type, VSOCK_TYPE_DGRAM);
-		ASSERT_EQ(h.op, VSOCK_OP_RW);
-		ASSERT_EQ(h.src_cid, 2);
-		ASSERT_EQ(h.src_port, 5000);
-		ASSERT_EQ(h.dst_port, 1234);
-		ASSERT_EQ(h.len, 4);
+		ASSERT_TRUE(h.type == VSOCK_TYPE_DGRAM && h.op == VSOCK_OP_RW && h.len == 4);
+		ASSERT_TRUE(h.src_cid == 2 && h.src_port == 5000 && h.dst_port == 1234);
 		ASSERT_TRUE(!memcmp(buf, "pong", 4) || !memcmp(buf, "back", 4));
 		seen |= buf[0] == 'p' ? 1 : 2;
 		if (i == 1)
