@@ -81,11 +81,14 @@
 #define DEV_DGRAM_UNBOUND_PORT DEV_HOST_PORT_HI
 #define DEV_DGRAM_READ_BATCH 64u
 /*
- * Host destinations <uds_path>_<port>.dgram with a socket connected to them (host_dgram.c), and
- * how often the path is checked again for a socket bound there anew while the old one lives.
+ * Host destinations <uds_path>_<port>.dgram with a socket connected to them (host_dgram.c), how
+ * often the path is checked again for a socket bound there anew while the old one lives, and
+ * the SO_SNDBUF of those sockets.
  */
 #define DEV_DGRAM_DESTS 8u
 #define DEV_DGRAM_RECHECK_MS 50u
+/* What a host program connected back to one may have queued (twice this, kernel accounting). */
+#define DEV_DGRAM_SNDBUF (512 * 1024)
 
 struct dgram_dest {
 	bool live;          /* sfd is open and watched */

@@ -283,6 +283,9 @@ static int dgram_dest_open(struct vsock_dev *d, struct dgram_dest *slot, const c
 		return r;
 	}
 	close(pfd);
+	/* Room for a burst to a host program that connected back to us (best effort: capped by
+	 * net.core.wmem_max). */
+	setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &(int){ DEV_DGRAM_SNDBUF }, sizeof(int));
 	dgram_dest_drop(slot);
 	*slot = (struct dgram_dest){ .live = true, .port = port, .sfd = sfd, .dev = st.st_dev,
 				     .ino = st.st_ino, .checked_ms = mono_ms(),

@@ -406,6 +406,44 @@ TEST(a_host_socket_bound_anew_gets_the_next_datagrams)
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
+/* A host receiver connected back to uvsockd's socket is not cut at net.unix.max_dgram_qlen. */
+TEST(a_host_receiver_connected_back_takes_a_burst)
+{
+	static const uint32_t cids[] = { 3 };
+	char p5000[200], buf[64], want[32];
+	struct sockaddr_un from;
+	socklen_t fromlen;
+	struct dguest g;
+	struct uvd u;
+	int hfd;
+
+	uvd_start(&u, 1, cids, NULL, NULL);
+	hv_wait_ctl(u.sock[0]);
+	path_of(p5000, sizeof(p5000), u.uds[0], "_5000.dgram");
+	hfd = host_dgram(p5000);
+	dg_open(&g, u.sock[0], true);
+	dg_sendto(&g, 2, 1234, 5000, "hi");
+	host_recvfrom(hfd, buf, sizeof(buf), &from, &fromlen);
+	ASSERT_OK(connect(hfd, (struct sockaddr *)&from, fromlen));
+	/* 40 datagrams, none read until uvsockd handled them all (its default qlen is 10). */
+	for (unsigned i = 0; i < 40; i++) {
+		snprintf(want, sizeof(want), "%u", i);
+		dg_sendto(&g, 2, 1234, 5000, want);
+	}
+	dg_barrier(&g, 40006);
+	for (unsigned i = 0; i < 40; i++) {
+		snprintf(want, sizeof(want), "1234\n%u", i);
+		host_recvfrom(hfd, buf, sizeof(buf), NULL, NULL);
+		ASSERT_STREQ(buf, want);
+	}
+	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_drop_full"), 0);
+	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_tx"), 41);
+	dg_close(&g);
+	close(hfd);
+	unlink(p5000);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
 TEST(a_guest_without_dgram_loses_datagrams_and_keeps_streams)
 {
 	static const uint32_t cids[] = { 3, 4 };
