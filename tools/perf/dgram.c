@@ -58,6 +58,7 @@ struct dg_pair {
 	enum dgtr t;
 	int txfd, rxfd;
 	bool tx_uv, rx_uv, hdr;
+	bool rx_peer; /* hdr: connected back to the sender of the first datagram (dg_recv) */
 	struct uvsock_ctx *ctx; /* the loopback context this point created, or NULL */
 	struct sockaddr_storage dst;
 	socklen_t dlen;
@@ -104,12 +105,31 @@ static ssize_t dg_send(struct dg_pair *p, const void *buf, size_t n)
 /* Payload bytes of one datagram received without waiting; -1 with errno (EAGAIN: none). */
 static ssize_t dg_recv(struct dg_pair *p, void *buf, size_t n)
 {
-	ssize_t r = p->rx_uv ? uvsock_recvfrom(p->rxfd, buf, n, MSG_DONTWAIT, NULL, NULL)
-	                     : recv(p->rxfd, buf, n, MSG_DONTWAIT);
+	struct sockaddr_un from;
+	socklen_t flen = sizeof(from);
+	ssize_t r;
 	const char *nl;
 
+	if (p->rx_uv)
+		r = uvsock_recvfrom(p->rxfd, buf, n, MSG_DONTWAIT, NULL, NULL);
+	else if (p->hdr && !p->rx_peer)
+		r = recvfrom(p->rxfd, buf, n, MSG_DONTWAIT, (struct sockaddr *)&from, &flen);
+	else
+		r = recv(p->rxfd, buf, n, MSG_DONTWAIT);
 	if (r < 0 || !p->hdr)
 		return r;
+	/*
+	 * What a host program that takes datagrams from one VM's uvsockd does: connect back to the
+	 * socket uvsockd sends from (docs/uvsockd.md "Datagrams"). Linux does not hold a socket's
+	 * own peer to net.unix.max_dgram_qlen (net/unix/af_unix.c, unix_dgram_sendmsg), only to
+	 * the sender's SO_SNDBUF, so a burst is not cut at ten datagrams.
+	 */
+	if (!p->rx_peer) {
+		p->rx_peer = true;
+		if (flen > sizeof(sa_family_t) &&
+		    connect(p->rxfd, (struct sockaddr *)&from, flen) < 0)
+			progress("%s: connect to the sender: %s", dg_name[p->t], strerror(errno));
+	}
 	/* "<guest port>\n" then the payload: a datagram without the line counts as bad. */
 	nl = memchr(buf, '\n', (size_t)r < 12 ? (size_t)r : 12);
 	return nl ? r - (nl + 1 - (const char *)buf) : 0;
