@@ -80,6 +80,8 @@
 #define DEV_DGRAM_PEERS 256u
 #define DEV_DGRAM_UNBOUND_PORT DEV_HOST_PORT_HI
 #define DEV_DGRAM_READ_BATCH 64u
+/* Host datagrams taken by one recvmmsg (each into its own buffer of dev->dgram_rlen bytes). */
+#define DEV_DGRAM_MMSG 8u
 /*
  * Host destinations <uds_path>_<port>.dgram with a socket connected to them (host_dgram.c), how
  * often the path is checked again for a socket bound there anew while the old one lives, and
@@ -347,6 +349,8 @@ struct vsock_dev {
 	uint32_t dgram_next_port;      /* next ephemeral host port to try */
 	struct dgram_dest dgram_dests[DEV_DGRAM_DESTS];
 	uint64_t dgram_tick;
+	uint8_t *dgram_rbuf;           /* DEV_DGRAM_MMSG buffers of dgram_rlen bytes (recvmmsg) */
+	size_t dgram_rlen;             /* dgram_max + the longest line + 1: more is oversize */
 };
 
 

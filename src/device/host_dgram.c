@@ -17,9 +17,9 @@
  *    a sender bound anywhere else gets an ephemeral port in [2^30, 2^31 - 1) remembered in a
  *    table of DEV_DGRAM_PEERS entries (least recently used one replaced), so that replies reach
  *    it; an unbound sender gets DEV_DGRAM_UNBOUND_PORT, whose replies are dropped.
- * Host datagrams are read as they come (at most DEV_DGRAM_READ_BATCH per wakeup) and queued in
- * our own sibling inbox (bounded: DEV_INBOX_PKTS / DEV_INBOX_BYTES, sibling.c), from which
- * rx_fill puts each one whole into one guest RX buffer; a full inbox, a guest that did not
+ * Host datagrams are read as they come (recvmmsg, at most DEV_DGRAM_READ_BATCH per wakeup) and
+ * queued in our own sibling inbox (bounded: DEV_INBOX_PKTS / DEV_INBOX_BYTES, sibling.c), from
+ * which rx_fill puts each one whole into one guest RX buffer; a full inbox, a guest that did not
  * negotiate DGRAM or rings not running drop the datagram (counted): the socket is always
  * drained, so nothing waits in it without bound and the loop never spins on it.
  *
@@ -174,11 +174,13 @@ static uint32_t dgram_src_port(struct vsock_dev *d, const struct sockaddr_un *sa
 	return dgram_peer_port(d, sa, salen);
 }
 
-/* One datagram read from the per-VM socket: n bytes (more than scratch_len if truncated). */
-static void dgram_from_host(struct vsock_dev *d, const struct sockaddr_un *sa, socklen_t salen,
-			    size_t n)
+/*
+ * One datagram read from a host socket of ours into buf (d->dgram_rlen bytes): n bytes, more
+ * than dgram_rlen if it was truncated.
+ */
+static void dgram_from_host(struct vsock_dev *d, const char *buf, const struct sockaddr_un *sa,
+			    socklen_t salen, size_t n)
 {
-	const char *buf = (const char *)d->scratch;
 	struct vsock_hdr h;
 	uint32_t port;
 	int line;
@@ -187,13 +189,13 @@ static void dgram_from_host(struct vsock_dev *d, const struct sockaddr_un *sa, s
 		DEV_STAT_ADD(d, dgram_drop_not_negotiated, 1);
 		return;
 	}
-	line = dgram_parse_line(buf, MIN(n, d->scratch_len), &port);
+	line = dgram_parse_line(buf, MIN(n, d->dgram_rlen), &port);
 	if (line < 0) {
 		DEV_STAT_ADD(d, dgram_drop_malformed, 1);
 		log_vm_dev(LOG_LVL_DEBUG, d->cid, "host datagram dropped: no \"<port>\\n\" line");
 		return;
 	}
-	if (n > d->scratch_len || n - (size_t)line > d->dgram_max) {
+	if (n > d->dgram_rlen || n - (size_t)line > d->dgram_max) {
 		DEV_STAT_ADD(d, dgram_drop_oversize, 1);
 		return;
 	}
@@ -210,26 +212,38 @@ static void dgram_from_host(struct vsock_dev *d, const struct sockaddr_un *sa, s
 		DEV_STAT_ADD(d, dgram_drop_full, 1);
 }
 
+/* Reads what waits on fd (the per-VM socket or a destination's), DEV_DGRAM_MMSG at a time. */
 static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 {
 	struct vsock_dev *d = opaque;
+	struct mmsghdr mm[DEV_DGRAM_MMSG];
+	struct sockaddr_un sa[DEV_DGRAM_MMSG];
+	struct iovec v[DEV_DGRAM_MMSG];
 
 	(void)l;
 	(void)events;
-	for (unsigned i = 0; i < DEV_DGRAM_READ_BATCH; i++) {
-		struct sockaddr_un sa;
-		struct iovec v = { d->scratch, d->scratch_len };
-		struct msghdr m = { .msg_name = &sa, .msg_namelen = sizeof(sa), .msg_iov = &v,
-				    .msg_iovlen = 1 };
-		/* MSG_TRUNC: the datagram's whole length, to tell an oversize one. */
-		ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_TRUNC);
+	for (unsigned done = 0; done < DEV_DGRAM_READ_BATCH;) {
+		int n;
 
+		for (unsigned i = 0; i < DEV_DGRAM_MMSG; i++) {
+			v[i] = (struct iovec){ d->dgram_rbuf + i * d->dgram_rlen, d->dgram_rlen };
+			mm[i] = (struct mmsghdr){ .msg_hdr = { .msg_name = &sa[i],
+							       .msg_namelen = sizeof(sa[i]),
+							       .msg_iov = &v[i], .msg_iovlen = 1 } };
+		}
+		/* MSG_TRUNC: each datagram's whole length, to tell an oversize one. */
+		n = recvmmsg(fd, mm, DEV_DGRAM_MMSG, MSG_DONTWAIT | MSG_TRUNC, NULL);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
-		dgram_from_host(d, &sa, m.msg_namelen, (size_t)n);
+		for (int i = 0; i < n; i++)
+			dgram_from_host(d, v[i].iov_base, &sa[i], mm[i].msg_hdr.msg_namelen,
+					mm[i].msg_len);
+		done += (unsigned)n;
+		if ((unsigned)n < DEV_DGRAM_MMSG)
+			break;
 	}
 	dev_settle(d);
 }
@@ -481,8 +495,10 @@ int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 	d->dgram_next_port = DEV_HOST_PORT_LO - 1;
 	if (d->dgram_off)
 		return 0;
+	d->dgram_rlen = d->dgram_max + DGRAM_LINE_MAX + 1;
 	d->dgram_peers = calloc(DEV_DGRAM_PEERS, sizeof(*d->dgram_peers));
-	if (!d->dgram_peers)
+	d->dgram_rbuf = malloc(DEV_DGRAM_MMSG * d->dgram_rlen);
+	if (!d->dgram_peers || !d->dgram_rbuf)
 		return -ENOMEM;
 	if ((size_t)snprintf(d->dgram_path, sizeof(d->dgram_path), "%s.dgram", d->uds_path) >=
 	    sizeof(d->dgram_path))
@@ -499,6 +515,8 @@ int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 
 void host_dgram_close(struct vsock_dev *d)
 {
+	free(d->dgram_rbuf);
+	d->dgram_rbuf = NULL;
 	if (!d->dgram_peers)
 		return;
 	loop_watch_del(d->dgram_w);
