@@ -80,16 +80,27 @@
 #define DEV_DGRAM_PEERS 256u
 #define DEV_DGRAM_UNBOUND_PORT DEV_HOST_PORT_HI
 #define DEV_DGRAM_READ_BATCH 64u
-/* Host destinations <uds_path>_<port>.dgram whose O_PATH fd is kept open (host_dgram.c). */
+/* Host datagrams taken by one recvmmsg (each into its own buffer of dev->dgram_rlen bytes). */
+#define DEV_DGRAM_MMSG 8u
+/*
+ * Host destinations <uds_path>_<port>.dgram with a socket connected to them (host_dgram.c), how
+ * often the path is checked again for a socket bound there anew while the old one lives, and
+ * the SO_SNDBUF of those sockets.
+ */
 #define DEV_DGRAM_DESTS 8u
+#define DEV_DGRAM_RECHECK_MS 50u
+/* What a host program connected back to one may have queued (twice this, kernel accounting). */
+#define DEV_DGRAM_SNDBUF (512 * 1024)
 
 struct dgram_dest {
-	bool live;     /* pfd is open */
+	bool live;          /* sfd is open and watched */
 	uint32_t port;
-	int pfd;       /* O_PATH | O_NOFOLLOW of the socket file */
-	dev_t dev;     /* what it was opened as: a replaced file is opened again */
-	ino_t ino;
-	uint64_t used; /* dev->dgram_tick (LRU) */
+	int sfd;            /* connected to the socket file; autobound abstract name, replies read */
+	struct loop_watch *w;
+	dev_t dev;          /* the socket file it was connected to: a replaced file is connected */
+	ino_t ino;          /* to again */
+	uint64_t checked_ms; /* mono_ms() of the last check of the path */
+	uint64_t used;      /* dev->dgram_tick (LRU) */
 };
 
 /* A host datagram sender not bound at <uds_path>_<port>.dgram, and the host port it got. */
@@ -338,6 +349,8 @@ struct vsock_dev {
 	uint32_t dgram_next_port;      /* next ephemeral host port to try */
 	struct dgram_dest dgram_dests[DEV_DGRAM_DESTS];
 	uint64_t dgram_tick;
+	uint8_t *dgram_rbuf;           /* DEV_DGRAM_MMSG buffers of dgram_rlen bytes (recvmmsg) */
+	size_t dgram_rlen;             /* dgram_max + the longest line + 1: more is oversize */
 };
 
 

@@ -7,19 +7,19 @@
  *
  * Host convention: every host-side datagram, both ways, starts with one line "<guest port>\n"
  * (decimal, 1 to 10 digits, no leading zero, at most 4294967295), then the payload.
- *  - Guest -> host port P: "<guest src port>\n<payload>" is sent from the per-VM socket to the
- *    socket bound at <uds_path>_<P>.dgram (opened O_PATH | O_NOFOLLOW in uds_path's directory
- *    and sent to through /proc/self/fd, as uds_connect_at: a symlink there is never followed;
- *    dgram_dest_fd), or, if P is a port given to a host sender below, back to that sender's
- *    address.
+ *  - Guest -> host port P: "<guest src port>\n<payload>" is sent on a socket of ours connected
+ *    to the socket bound at <uds_path>_<P>.dgram (opened O_PATH | O_NOFOLLOW in uds_path's
+ *    directory and connected to through /proc/self/fd, as uds_connect_at: a symlink there is
+ *    never followed; dgram_dest_get), whose replies we read as the per-VM socket's, or, if P
+ *    is a port given to a host sender below, from the per-VM socket to that sender's address.
  *  - Host -> guest: the per-VM socket bound at <uds_path>.dgram takes "<guest dst port>\n
  *    <payload>". The host source port is P when the sender is bound at <uds_path>_<P>.dgram;
  *    a sender bound anywhere else gets an ephemeral port in [2^30, 2^31 - 1) remembered in a
  *    table of DEV_DGRAM_PEERS entries (least recently used one replaced), so that replies reach
  *    it; an unbound sender gets DEV_DGRAM_UNBOUND_PORT, whose replies are dropped.
- * Host datagrams are read as they come (at most DEV_DGRAM_READ_BATCH per wakeup) and queued in
- * our own sibling inbox (bounded: DEV_INBOX_PKTS / DEV_INBOX_BYTES, sibling.c), from which
- * rx_fill puts each one whole into one guest RX buffer; a full inbox, a guest that did not
+ * Host datagrams are read as they come (recvmmsg, at most DEV_DGRAM_READ_BATCH per wakeup) and
+ * queued in our own sibling inbox (bounded: DEV_INBOX_PKTS / DEV_INBOX_BYTES, sibling.c), from
+ * which rx_fill puts each one whole into one guest RX buffer; a full inbox, a guest that did not
  * negotiate DGRAM or rings not running drop the datagram (counted): the socket is always
  * drained, so nothing waits in it without bound and the loop never spins on it.
  *
@@ -42,6 +42,7 @@
 #include "util/iov.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/time.h"
 
 /* "<port>\n": at most 10 digits and the newline. */
 #define DGRAM_LINE_MAX 11u
@@ -173,11 +174,13 @@ static uint32_t dgram_src_port(struct vsock_dev *d, const struct sockaddr_un *sa
 	return dgram_peer_port(d, sa, salen);
 }
 
-/* One datagram read from the per-VM socket: n bytes (more than scratch_len if truncated). */
-static void dgram_from_host(struct vsock_dev *d, const struct sockaddr_un *sa, socklen_t salen,
-			    size_t n)
+/*
+ * One datagram read from a host socket of ours into buf (d->dgram_rlen bytes): n bytes, more
+ * than dgram_rlen if it was truncated.
+ */
+static void dgram_from_host(struct vsock_dev *d, const char *buf, const struct sockaddr_un *sa,
+			    socklen_t salen, size_t n)
 {
-	const char *buf = (const char *)d->scratch;
 	struct vsock_hdr h;
 	uint32_t port;
 	int line;
@@ -186,13 +189,13 @@ static void dgram_from_host(struct vsock_dev *d, const struct sockaddr_un *sa, s
 		DEV_STAT_ADD(d, dgram_drop_not_negotiated, 1);
 		return;
 	}
-	line = dgram_parse_line(buf, MIN(n, d->scratch_len), &port);
+	line = dgram_parse_line(buf, MIN(n, d->dgram_rlen), &port);
 	if (line < 0) {
 		DEV_STAT_ADD(d, dgram_drop_malformed, 1);
 		log_vm_dev(LOG_LVL_DEBUG, d->cid, "host datagram dropped: no \"<port>\\n\" line");
 		return;
 	}
-	if (n > d->scratch_len || n - (size_t)line > d->dgram_max) {
+	if (n > d->dgram_rlen || n - (size_t)line > d->dgram_max) {
 		DEV_STAT_ADD(d, dgram_drop_oversize, 1);
 		return;
 	}
@@ -209,55 +212,123 @@ static void dgram_from_host(struct vsock_dev *d, const struct sockaddr_un *sa, s
 		DEV_STAT_ADD(d, dgram_drop_full, 1);
 }
 
+/* Reads what waits on fd (the per-VM socket or a destination's), DEV_DGRAM_MMSG at a time. */
 static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 {
 	struct vsock_dev *d = opaque;
+	struct mmsghdr mm[DEV_DGRAM_MMSG];
+	struct sockaddr_un sa[DEV_DGRAM_MMSG];
+	struct iovec v[DEV_DGRAM_MMSG];
 
 	(void)l;
 	(void)events;
-	for (unsigned i = 0; i < DEV_DGRAM_READ_BATCH; i++) {
-		struct sockaddr_un sa;
-		struct iovec v = { d->scratch, d->scratch_len };
-		struct msghdr m = { .msg_name = &sa, .msg_namelen = sizeof(sa), .msg_iov = &v,
-				    .msg_iovlen = 1 };
-		/* MSG_TRUNC: the datagram's whole length, to tell an oversize one. */
-		ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_TRUNC);
+	for (unsigned done = 0; done < DEV_DGRAM_READ_BATCH;) {
+		int n;
 
+		for (unsigned i = 0; i < DEV_DGRAM_MMSG; i++) {
+			v[i] = (struct iovec){ d->dgram_rbuf + i * d->dgram_rlen, d->dgram_rlen };
+			mm[i] = (struct mmsghdr){ .msg_hdr = { .msg_name = &sa[i],
+							       .msg_namelen = sizeof(sa[i]),
+							       .msg_iov = &v[i], .msg_iovlen = 1 } };
+		}
+		/* MSG_TRUNC: each datagram's whole length, to tell an oversize one. */
+		n = recvmmsg(fd, mm, DEV_DGRAM_MMSG, MSG_DONTWAIT | MSG_TRUNC, NULL);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
-		dgram_from_host(d, &sa, m.msg_namelen, (size_t)n);
+		for (int i = 0; i < n; i++)
+			dgram_from_host(d, v[i].iov_base, &sa[i], mm[i].msg_hdr.msg_namelen,
+					mm[i].msg_len);
+		done += (unsigned)n;
+		if ((unsigned)n < DEV_DGRAM_MMSG)
+			break;
 	}
 	dev_settle(d);
 }
 
 static void dgram_dest_drop(struct dgram_dest *e)
 {
-	if (e->live)
-		close(e->pfd);
+	if (!e->live)
+		return;
+	loop_watch_del(e->w);
+	e->w = NULL;
+	close(e->sfd);
 	e->live = false;
 }
 
 /*
- * The O_PATH fd of the socket file <uds_path>_<port>.dgram, or -ENOENT (nothing there, not a
- * socket, a symlink) or another -errno. Opened with O_PATH | O_NOFOLLOW in uds_path's directory
- * and kept in a small table (DEV_DGRAM_DESTS, least recently used one closed), because a lookup
- * of a fresh fd through /proc costs several times the send; each use checks with one
- * fstatat(AT_SYMLINK_NOFOLLOW) that the path still names the same socket inode, and opens it
- * again if it was replaced. What is sent to always is an inode that was a socket file at that
- * path (never a symlink's target), whatever is swapped in between.
+ * A socket connected to the socket file name (in uds_path's directory) into slot, or -ENOENT
+ * (nothing there, not a socket, a symlink, nobody bound) or another -errno. The file is opened
+ * O_PATH | O_NOFOLLOW and connected to through /proc/self/fd, as uds_connect_at: a symlink there
+ * is never followed, and what is connected to is an inode that was a socket file at that path.
+ * The socket is autobound (an abstract name), so that the host program can answer to the
+ * address it sees; what comes back on it is read as on the per-VM socket.
  */
-static int dgram_dest_fd(struct vsock_dev *d, uint32_t port)
+static int dgram_dest_open(struct vsock_dev *d, struct dgram_dest *slot, const char *name,
+			   uint32_t port)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int pfd, sfd, r;
+
+	pfd = openat(d->host_dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (pfd < 0)
+		return errno == ELOOP ? -ENOENT : -errno;
+	/* A symlink gives an fd of the link itself: refused. */
+	if (fstat(pfd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		close(pfd);
+		return -ENOENT;
+	}
+	sfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (sfd < 0) {
+		r = -errno;
+		close(pfd);
+		return r;
+	}
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", pfd);
+	/* Autobind: a sun_family alone asks the kernel for a fresh abstract name. */
+	if (bind(sfd, (const struct sockaddr *)&sa, sizeof(sa_family_t)) < 0 ||
+	    connect(sfd, (const struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = errno == ECONNREFUSED ? -ENOENT : -errno;
+		close(sfd);
+		close(pfd);
+		return r;
+	}
+	close(pfd);
+	/* Room for a burst to a host program that connected back to us (best effort: capped by
+	 * net.core.wmem_max). */
+	setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &(int){ DEV_DGRAM_SNDBUF }, sizeof(int));
+	dgram_dest_drop(slot);
+	*slot = (struct dgram_dest){ .live = true, .port = port, .sfd = sfd, .dev = st.st_dev,
+				     .ino = st.st_ino, .checked_ms = mono_ms(),
+				     .used = ++d->dgram_tick };
+	r = loop_watch_add(d->loop, sfd, EPOLLIN, dgram_read_cb, d, &slot->w);
+	if (r < 0) {
+		slot->w = NULL;
+		dgram_dest_drop(slot);
+		return r;
+	}
+	return 0;
+}
+
+/*
+ * The cache entry of <uds_path>_<port>.dgram (opened by dgram_dest_open when missing), or NULL
+ * with *err set. Kept in a small table (DEV_DGRAM_DESTS, least recently used one closed), so
+ * that a send is one send() with no path lookup: the path is looked at again (one fstatat with
+ * AT_SYMLINK_NOFOLLOW) when recheck is set (the last send found the socket gone) or
+ * DEV_DGRAM_RECHECK_MS after the last look, and connected to again if another socket file is
+ * there; gone or no longer a socket: the entry is dropped.
+ */
+static struct dgram_dest *dgram_dest_get(struct vsock_dev *d, uint32_t port, bool recheck,
+					 int *err)
 {
 	struct dgram_dest *e = NULL, *slot = &d->dgram_dests[0];
 	char name[NAME_MAX + 1];
+	uint64_t now = mono_ms();
 	struct stat st;
-	int pfd;
 
-	if ((size_t)snprintf(name, sizeof(name), "%s_%u.dgram", dgram_base(d), port) >= sizeof(name))
-		return -ENAMETOOLONG;
 	for (unsigned i = 0; i < DEV_DGRAM_DESTS; i++) {
 		struct dgram_dest *c = &d->dgram_dests[i];
 
@@ -266,45 +337,49 @@ static int dgram_dest_fd(struct vsock_dev *d, uint32_t port)
 		if (slot->live && (!c->live || c->used < slot->used))
 			slot = c;
 	}
-	if (fstatat(d->host_dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode)) {
-		if (e)
-			dgram_dest_drop(e);
-		return -ENOENT;
-	}
-	if (e && e->dev == st.st_dev && e->ino == st.st_ino) {
+	if (e && !recheck && now - e->checked_ms < DEV_DGRAM_RECHECK_MS) {
 		e->used = ++d->dgram_tick;
-		return e->pfd;
+		return e;
 	}
-	if (e)
+	if ((size_t)snprintf(name, sizeof(name), "%s_%u.dgram", dgram_base(d), port) >= sizeof(name)) {
+		*err = -ENAMETOOLONG;
+		return NULL;
+	}
+	if (e) {
+		if (fstatat(d->host_dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISSOCK(st.st_mode)) {
+			dgram_dest_drop(e);
+			*err = -ENOENT;
+			return NULL;
+		}
+		if (!recheck && e->dev == st.st_dev && e->ino == st.st_ino) {
+			e->checked_ms = now;
+			e->used = ++d->dgram_tick;
+			return e;
+		}
 		slot = e;
-	pfd = openat(d->host_dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-	if (pfd < 0)
-		return -errno;
-	/* A symlink gives an fd of the link itself: refused. */
-	if (fstat(pfd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
-		close(pfd);
-		return -ENOENT;
 	}
-	dgram_dest_drop(slot);
-	*slot = (struct dgram_dest){ .live = true, .port = port, .pfd = pfd, .dev = st.st_dev,
-				     .ino = st.st_ino, .used = ++d->dgram_tick };
-	return pfd;
+	*err = dgram_dest_open(d, slot, name, port);
+	if (*err < 0 && e)
+		dgram_dest_drop(e); /* connected to a socket that is gone */
+	return *err < 0 ? NULL : slot;
 }
 
 /*
  * Sends our guest's datagram h (payload at piov, pn entries; pn < DEV_TX_IOV_MAX / 2 + 1) to the
- * host: to the sender that got port dst_port, or to <uds_path>_<dst_port>.dgram.
+ * host: to the sender that got port dst_port (from the per-VM socket), or on the socket connected
+ * to <uds_path>_<dst_port>.dgram. Never blocks.
  */
 static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const struct iovec *piov,
 			  int pn)
 {
 	struct iovec v[1 + DEV_TX_IOV_MAX / 2];
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct msghdr m = { .msg_iov = v, .msg_iovlen = (size_t)pn + 1 };
 	struct dgram_peer *peer = dgram_peer_by_port(d, h->dst_port);
 	char line[DGRAM_LINE_MAX + 1];
-	int pfd;
+	struct dgram_dest *e = NULL;
 	ssize_t r;
+	int err;
 
 	if (d->dgram_l.fd < 0 || h->dst_port == DEV_DGRAM_UNBOUND_PORT)
 		goto no_listener;
@@ -314,15 +389,19 @@ static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const 
 		peer->used = ++d->dgram_tick;
 		m.msg_name = &peer->sa;
 		m.msg_namelen = peer->salen;
+		r = sendmsg(d->dgram_l.fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
 	} else {
-		pfd = dgram_dest_fd(d, h->dst_port);
-		if (pfd < 0)
-			goto no_listener;
-		snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", pfd);
-		m.msg_name = &sa;
-		m.msg_namelen = sizeof(sa);
+		for (int tries = 0;; tries++) {
+			e = dgram_dest_get(d, h->dst_port, tries > 0, &err);
+			if (!e)
+				goto no_listener;
+			r = sendmsg(e->sfd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+			/* ECONNREFUSED: the socket we were connected to is closed; one bound there
+			 * anew is found by looking again, once. */
+			if (r >= 0 || errno != ECONNREFUSED || tries > 0)
+				break;
+		}
 	}
-	r = sendmsg(d->dgram_l.fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
 	if (r >= 0) {
 		DEV_STAT_ADD(d, dgram_tx, 1);
 		DEV_STAT_ADD(d, dgram_tx_bytes, h->len);
@@ -333,6 +412,8 @@ static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const 
 		return;
 	}
 	/* ECONNREFUSED (nobody bound any more), EACCES, EPERM: nobody to take it. */
+	if (e)
+		dgram_dest_drop(e);
 no_listener:
 	DEV_STAT_ADD(d, dgram_drop_no_listener, 1);
 }
@@ -414,8 +495,10 @@ int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 	d->dgram_next_port = DEV_HOST_PORT_LO - 1;
 	if (d->dgram_off)
 		return 0;
+	d->dgram_rlen = d->dgram_max + DGRAM_LINE_MAX + 1;
 	d->dgram_peers = calloc(DEV_DGRAM_PEERS, sizeof(*d->dgram_peers));
-	if (!d->dgram_peers)
+	d->dgram_rbuf = malloc(DEV_DGRAM_MMSG * d->dgram_rlen);
+	if (!d->dgram_peers || !d->dgram_rbuf)
 		return -ENOMEM;
 	if ((size_t)snprintf(d->dgram_path, sizeof(d->dgram_path), "%s.dgram", d->uds_path) >=
 	    sizeof(d->dgram_path))
@@ -432,6 +515,8 @@ int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 
 void host_dgram_close(struct vsock_dev *d)
 {
+	free(d->dgram_rbuf);
+	d->dgram_rbuf = NULL;
 	if (!d->dgram_peers)
 		return;
 	loop_watch_del(d->dgram_w);

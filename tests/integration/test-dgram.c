@@ -20,6 +20,7 @@
 
 #include "hostile.h"
 #include "test.h"
+#include "util/time.h"
 #include "uvsockd-proc.h"
 #include "vhost_user/frontend.h"
 #include "vring/vring_drv.h"
@@ -228,8 +229,9 @@ static void host_sendto(int fd, const char *to, const char *msg)
 		  (ssize_t)strlen(msg));
 }
 
-/* One datagram on fd within DG_WAIT_MS, NUL-terminated; the sender's path into from. */
-static ssize_t host_recvfrom(int fd, char *buf, size_t cap, char *from, size_t fromcap)
+/* One datagram on fd within DG_WAIT_MS, NUL-terminated; the sender's address into from. */
+static ssize_t host_recvfrom(int fd, char *buf, size_t cap, struct sockaddr_un *from,
+			     socklen_t *fromlen)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 	struct sockaddr_un a = { 0 };
@@ -240,8 +242,10 @@ static ssize_t host_recvfrom(int fd, char *buf, size_t cap, char *from, size_t f
 	n = recvfrom(fd, buf, cap - 1, 0, (struct sockaddr *)&a, &alen);
 	ASSERT_GE(n, 0);
 	buf[n] = '\0';
-	if (from)
-		snprintf(from, fromcap, "%s", a.sun_path);
+	if (from) {
+		*from = a;
+		*fromlen = alen;
+	}
 	return n;
 }
 
@@ -253,7 +257,9 @@ static void path_of(char *dst, size_t cap, const char *uds, const char *suffix)
 TEST(guest_and_host_exchange_datagrams_through_uvsockd)
 {
 	static const uint32_t cids[] = { 3, 4 };
-	char dgp[200], p5000[200], other[200], from[200], buf[256];
+	char dgp[200], p5000[200], other[200], buf[256];
+	struct sockaddr_un from;
+	socklen_t fromlen;
 	struct vsock_hdr h;
 	struct dguest g;
 	struct uvd u;
@@ -273,18 +279,24 @@ TEST(guest_and_host_exchange_datagrams_through_uvsockd)
 	ASSERT_TRUE(dg_acked(&g));
 
 	dg_sendto(&g, 2, 1234, 5000, "ping");
-	ASSERT_EQ(host_recvfrom(hfd, buf, sizeof(buf), from, sizeof(from)), 9);
+	ASSERT_EQ(host_recvfrom(hfd, buf, sizeof(buf), &from, &fromlen), 9);
 	ASSERT_STREQ(buf, "1234\nping");
-	ASSERT_STREQ(from, dgp);
+	/* From uvsockd's socket connected to this one: an abstract name, and answers to it work
+	 * as answers to <uds-path>.dgram do. */
+	ASSERT_GT(fromlen, (socklen_t)sizeof(sa_family_t) + 1);
+	ASSERT_EQ(from.sun_path[0], '\0');
 	host_sendto(hfd, dgp, "1234\npong");
-	ASSERT_OK(dg_next(&g, &h, buf, sizeof(buf)));
-	ASSERT_EQ(h.type, VSOCK_TYPE_DGRAM);
-	ASSERT_EQ(h.op, VSOCK_OP_RW);
-	ASSERT_EQ(h.src_cid, 2);
-	ASSERT_EQ(h.src_port, 5000);
-	ASSERT_EQ(h.dst_port, 1234);
-	ASSERT_EQ(h.len, 4);
-	ASSERT_MEMEQ(buf, "pong", 4);
+	ASSERT_EQ(sendto(hfd, "1234\nback", 9, 0, (struct sockaddr *)&from, fromlen), 9);
+	/* Two sockets of uvsockd: either may be read first. */
+	for (int i = 0, seen = 0; i < 2; i++) {
+		ASSERT_OK(dg_next(&g, &h, buf, sizeof(buf)));
+		ASSERT_TRUE(h.type == VSOCK_TYPE_DGRAM && h.op == VSOCK_OP_RW && h.len == 4);
+		ASSERT_TRUE(h.src_cid == 2 && h.src_port == 5000 && h.dst_port == 1234);
+		ASSERT_TRUE(!memcmp(buf, "pong", 4) || !memcmp(buf, "back", 4));
+		seen |= buf[0] == 'p' ? 1 : 2;
+		if (i == 1)
+			ASSERT_EQ(seen, 3);
+	}
 
 	/* Bound elsewhere: an ephemeral port, and replies to it come back. */
 	host_sendto(ofd, dgp, "1234\nwho");
@@ -293,7 +305,7 @@ TEST(guest_and_host_exchange_datagrams_through_uvsockd)
 	ASSERT_GE(eph, 1u << 30);
 	ASSERT_LT(eph, DG_UNBOUND_PORT);
 	dg_sendto(&g, 2, 1234, eph, "you");
-	host_recvfrom(ofd, buf, sizeof(buf), NULL, 0);
+	host_recvfrom(ofd, buf, sizeof(buf), NULL, NULL);
 	ASSERT_STREQ(buf, "1234\nyou");
 	/* Unbound: replies dropped and counted; a malformed line dropped and counted. */
 	host_sendto(afd, dgp, "1234\nanon");
@@ -305,14 +317,14 @@ TEST(guest_and_host_exchange_datagrams_through_uvsockd)
 	ASSERT_TRUE(WAIT_FOR(hv_stat(u.sock[0], 3, "dgram_drop_malformed") == 1, DG_WAIT_MS));
 	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_tx"), 2);
 	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_tx_bytes"), 4 + 3);
-	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_rx"), 3);
-	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_rx_bytes"), 4 + 3 + 4);
+	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_rx"), 4);
+	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_rx_bytes"), 4 + 4 + 3 + 4);
 	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_drop_no_listener"), 1);
 	/* The text output has the datagram lines for this VM. */
 	r = stat_run_version("dgram", (const char *[]){ "-s", u.sock[0], "--vm", "3", "--counters",
 							NULL });
 	ASSERT_EQ(r.rc, 0);
-	ASSERT_TRUE(strstr(r.out, "datagrams   from guest 2, 7 bytes    to guest 3, 11 bytes") !=
+	ASSERT_TRUE(strstr(r.out, "datagrams   from guest 2, 7 bytes    to guest 4, 15 bytes") !=
 		    NULL);
 	ASSERT_TRUE(strstr(r.out, "dgram drops no_listener 1 full 0 oversize 0 not_negotiated 0 "
 				  "malformed 1") != NULL);
@@ -322,6 +334,113 @@ TEST(guest_and_host_exchange_datagrams_through_uvsockd)
 	close(afd);
 	close(ofd);
 	close(hfd);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+/* The guest sends "<n>" to host port 5000 until the host socket fd has it (within DG_WAIT_MS). */
+static bool dg_reaches(struct dguest *g, int fd, unsigned n)
+{
+	char msg[16], want[32], buf[64];
+	uint64_t end = mono_ms() + DG_WAIT_MS;
+
+	snprintf(msg, sizeof(msg), "%u", n);
+	snprintf(want, sizeof(want), "1234\n%u", n);
+	while (mono_ms() < end) {
+		ssize_t r;
+
+		dg_sendto(g, 2, 1234, 5000, msg);
+		test_sleep_ms(5);
+		while ((r = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT)) >= 0) {
+			buf[r] = '\0';
+			if (!strcmp(buf, want))
+				return true;
+		}
+	}
+	return false;
+}
+
+TEST(a_host_socket_bound_anew_gets_the_next_datagrams)
+{
+	static const uint32_t cids[] = { 3 };
+	char p5000[200], tmp[200], other[200], buf[64];
+	struct dguest g;
+	struct uvd u;
+	int hfd, nfd, ofd;
+
+	uvd_start(&u, 1, cids, NULL, NULL);
+	hv_wait_ctl(u.sock[0]);
+	path_of(p5000, sizeof(p5000), u.uds[0], "_5000.dgram");
+	path_of(tmp, sizeof(tmp), u.uds[0], "_5000.dgram.new");
+	path_of(other, sizeof(other), u.dir, "/other.dgram");
+	hfd = host_dgram(p5000);
+	dg_open(&g, u.sock[0], true);
+	dg_sendto(&g, 2, 1234, 5000, "one");
+	host_recvfrom(hfd, buf, sizeof(buf), NULL, NULL);
+	ASSERT_STREQ(buf, "1234\none");
+	/* The program restarts: its old socket is closed, the next datagram finds the new one. */
+	close(hfd);
+	unlink(p5000);
+	hfd = host_dgram(p5000);
+	dg_sendto(&g, 2, 1234, 5000, "two");
+	host_recvfrom(hfd, buf, sizeof(buf), NULL, NULL);
+	ASSERT_STREQ(buf, "1234\ntwo");
+	/* Another socket renamed over the path while the old one lives: found when looked at
+	 * again. */
+	nfd = host_dgram(tmp);
+	ASSERT_OK(rename(tmp, p5000));
+	ASSERT_TRUE(dg_reaches(&g, nfd, 3));
+	/* A symlink planted there is never followed: nothing reaches its target. */
+	ofd = host_dgram(other);
+	unlink(p5000);
+	ASSERT_OK(symlink(other, p5000));
+	close(nfd);
+	dg_sendto(&g, 2, 1234, 5000, "four");
+	dg_barrier(&g, 40005);
+	ASSERT_EQ(recv(ofd, buf, sizeof(buf), MSG_DONTWAIT), -1);
+	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_drop_no_listener"), 1);
+	dg_close(&g);
+	close(ofd);
+	close(hfd);
+	unlink(p5000);
+	unlink(other);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+/* A host receiver connected back to uvsockd's socket is not cut at net.unix.max_dgram_qlen. */
+TEST(a_host_receiver_connected_back_takes_a_burst)
+{
+	static const uint32_t cids[] = { 3 };
+	char p5000[200], buf[64], want[32];
+	struct sockaddr_un from;
+	socklen_t fromlen;
+	struct dguest g;
+	struct uvd u;
+	int hfd;
+
+	uvd_start(&u, 1, cids, NULL, NULL);
+	hv_wait_ctl(u.sock[0]);
+	path_of(p5000, sizeof(p5000), u.uds[0], "_5000.dgram");
+	hfd = host_dgram(p5000);
+	dg_open(&g, u.sock[0], true);
+	dg_sendto(&g, 2, 1234, 5000, "hi");
+	host_recvfrom(hfd, buf, sizeof(buf), &from, &fromlen);
+	ASSERT_OK(connect(hfd, (struct sockaddr *)&from, fromlen));
+	/* 40 datagrams, none read until uvsockd handled them all (its default qlen is 10). */
+	for (unsigned i = 0; i < 40; i++) {
+		snprintf(want, sizeof(want), "%u", i);
+		dg_sendto(&g, 2, 1234, 5000, want);
+	}
+	dg_barrier(&g, 40006);
+	for (unsigned i = 0; i < 40; i++) {
+		snprintf(want, sizeof(want), "1234\n%u", i);
+		host_recvfrom(hfd, buf, sizeof(buf), NULL, NULL);
+		ASSERT_STREQ(buf, want);
+	}
+	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_drop_full"), 0);
+	ASSERT_EQ_U64(hv_stat(u.sock[0], 3, "dgram_tx"), 41);
+	dg_close(&g);
+	close(hfd);
+	unlink(p5000);
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
@@ -426,7 +545,7 @@ TEST(dgram_max_lowers_the_limit_both_ways)
 	dg_open(&g, u.sock[0], true);
 	dg_sendto(&g, 2, 1234, 5000, "123456789");
 	dg_sendto(&g, 2, 1234, 5000, "12345678");
-	ASSERT_EQ(host_recvfrom(hfd, buf, sizeof(buf), NULL, 0), 13);
+	ASSERT_EQ(host_recvfrom(hfd, buf, sizeof(buf), NULL, NULL), 13);
 	ASSERT_STREQ(buf, "1234\n12345678");
 	host_sendto(hfd, dgp, "1234\n123456789");
 	host_sendto(hfd, dgp, "1234\n12345678");
@@ -482,7 +601,7 @@ TEST(datagrams_are_in_the_capture)
 	hfd = host_dgram(p5000);
 	dg_open(&g, u.sock[0], true);
 	dg_sendto(&g, 2, 1234, 5000, "out");
-	host_recvfrom(hfd, buf, sizeof(buf), NULL, 0);
+	host_recvfrom(hfd, buf, sizeof(buf), NULL, NULL);
 	host_sendto(hfd, dgp, "1234\nin");
 	ASSERT_OK(dg_next(&g, &h, buf, sizeof(buf)));
 	dg_close(&g);

@@ -47,6 +47,7 @@ const char *const dg_name[D_MAX] = {
 	[D_LOOP] = "uvsock-loopback",
 	[D_LOOP_LOCKED] = "uvsock-loopback-locked",
 	[D_UVSOCKD] = "uvsockd-g2h",
+	[D_UVSOCKD_H2G] = "uvsockd-h2g",
 };
 
 /*
@@ -58,6 +59,9 @@ struct dg_pair {
 	enum dgtr t;
 	int txfd, rxfd;
 	bool tx_uv, rx_uv, hdr;
+	bool rx_peer; /* hdr: connected back to the sender of the first datagram (dg_recv) */
+	char line[12]; /* uvsockd-h2g: the "<guest port>\n" line each datagram starts with */
+	size_t linelen;
 	struct uvsock_ctx *ctx; /* the loopback context this point created, or NULL */
 	struct sockaddr_storage dst;
 	socklen_t dlen;
@@ -97,19 +101,47 @@ static ssize_t dg_send(struct dg_pair *p, const void *buf, size_t n)
 {
 	const struct sockaddr *a = (const struct sockaddr *)&p->dst;
 
-	return p->tx_uv ? uvsock_sendto(p->txfd, buf, n, 0, a, p->dlen)
-	                : sendto(p->txfd, buf, n, 0, a, p->dlen);
+	struct iovec v[2] = { { p->line, p->linelen }, { (void *)buf, n } };
+	struct msghdr m = { .msg_name = (void *)a, .msg_namelen = p->dlen, .msg_iov = v,
+			    .msg_iovlen = 2 };
+	ssize_t r;
+
+	if (p->tx_uv)
+		return uvsock_sendto(p->txfd, buf, n, 0, a, p->dlen);
+	if (!p->linelen)
+		return sendto(p->txfd, buf, n, 0, a, p->dlen);
+	r = sendmsg(p->txfd, &m, 0);
+	return r < 0 ? r : r - (ssize_t)p->linelen;
 }
 
 /* Payload bytes of one datagram received without waiting; -1 with errno (EAGAIN: none). */
 static ssize_t dg_recv(struct dg_pair *p, void *buf, size_t n)
 {
-	ssize_t r = p->rx_uv ? uvsock_recvfrom(p->rxfd, buf, n, MSG_DONTWAIT, NULL, NULL)
-	                     : recv(p->rxfd, buf, n, MSG_DONTWAIT);
+	struct sockaddr_un from;
+	socklen_t flen = sizeof(from);
+	ssize_t r;
 	const char *nl;
 
+	if (p->rx_uv)
+		r = uvsock_recvfrom(p->rxfd, buf, n, MSG_DONTWAIT, NULL, NULL);
+	else if (p->hdr && !p->rx_peer)
+		r = recvfrom(p->rxfd, buf, n, MSG_DONTWAIT, (struct sockaddr *)&from, &flen);
+	else
+		r = recv(p->rxfd, buf, n, MSG_DONTWAIT);
 	if (r < 0 || !p->hdr)
 		return r;
+	/*
+	 * What a host program that takes datagrams from one VM's uvsockd does: connect back to the
+	 * socket uvsockd sends from (docs/uvsockd.md "Datagrams"). Linux does not hold a socket's
+	 * own peer to net.unix.max_dgram_qlen (net/unix/af_unix.c, unix_dgram_sendmsg), only to
+	 * the sender's SO_SNDBUF, so a burst is not cut at ten datagrams.
+	 */
+	if (!p->rx_peer) {
+		p->rx_peer = true;
+		if (flen > sizeof(sa_family_t) &&
+		    connect(p->rxfd, (struct sockaddr *)&from, flen) < 0)
+			progress("%s: connect to the sender: %s", dg_name[p->t], strerror(errno));
+	}
 	/* "<guest port>\n" then the payload: a datagram without the line counts as bad. */
 	nl = memchr(buf, '\n', (size_t)r < 12 ? (size_t)r : 12);
 	return nl ? r - (nl + 1 - (const char *)buf) : 0;
@@ -250,7 +282,7 @@ static uint64_t counted_drops(const struct env *e, const struct dg_pair *p)
 {
 	if (p->t == D_UDP)
 		return udp_rcvbuf_errors();
-	if (p->t == D_UVSOCKD)
+	if (p->t == D_UVSOCKD || p->t == D_UVSOCKD_H2G)
 		return uvsockd_drops(e) + uvsock_drops(e->g);
 	if (p->ctx)
 		return uvsock_drops(p->ctx);
@@ -370,6 +402,35 @@ static bool uvsockd_pair(struct env *e, struct dg_pair *p)
 	return true;
 }
 
+/*
+ * A host program -> uvsockd -> the guest role in this process: an unbound host AF_UNIX
+ * datagram socket sending "<guest port>\n<payload>" to "<uds-path>.dgram" (blocking, as a host
+ * sender that must not lose datagrams at its own end), a guest datagram socket bound at the
+ * port.
+ */
+static bool uvsockd_h2g_pair(struct env *e, struct dg_pair *p)
+{
+	struct sockaddr_vm va = { .svm_family = AF_VSOCK,
+		                  .svm_cid = VMADDR_CID_ANY,
+		                  .svm_port = PERF_GUEST_DGRAM_PORT };
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+
+	p->rx_uv = true;
+	p->rxfd = uv_dgram(e->g, dg_name[p->t]);
+	if (p->rxfd < 0)
+		return false;
+	if (uvsock_bind(p->rxfd, (struct sockaddr *)&va, sizeof(va)) < 0)
+		die("%s: bind: %s", dg_name[p->t], strerror(errno));
+	p->txfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (p->txfd < 0)
+		die("unix datagram socket: %s", strerror(errno));
+	snprintf(a.sun_path, sizeof(a.sun_path), "%.90s.dgram", e->uds);
+	memcpy(&p->dst, &a, sizeof(a));
+	p->dlen = sizeof(a);
+	p->linelen = (size_t)snprintf(p->line, sizeof(p->line), "%u\n", PERF_GUEST_DGRAM_PORT);
+	return true;
+}
+
 /* Opens the two sockets of transport t; false (and a progress note) if it is not available. */
 static bool pair_open_dg(struct env *e, enum dgtr t, struct dg_pair *p)
 {
@@ -380,6 +441,8 @@ static bool pair_open_dg(struct env *e, enum dgtr t, struct dg_pair *p)
 		kernel_pair(e, p);
 	else if (t == D_UVSOCKD)
 		ok = uvsockd_pair(e, p);
+	else if (t == D_UVSOCKD_H2G)
+		ok = uvsockd_h2g_pair(e, p);
 	else
 		ok = loop_pair(p);
 	if (!ok) {

@@ -59,7 +59,7 @@ enum {
 };
 
 /* Datagram transports (--dgram); the names are the JSON/CSV "transport" values. */
-enum dgtr { D_UDP, D_UNIX, D_LOOP, D_LOOP_LOCKED, D_UVSOCKD, D_MAX };
+enum dgtr { D_UDP, D_UNIX, D_LOOP, D_LOOP_LOCKED, D_UVSOCKD, D_UVSOCKD_H2G, D_MAX };
 extern const char *const dg_name[D_MAX];
 #define PERF_DGRAM_MAX         65492u /* 64 KiB - the 44-byte vsock header */
 #define PERF_DGRAM_MAX_SENDERS 64
