@@ -87,11 +87,26 @@ static inline bool vsock_credit_rx_fits(uint32_t rx_bytes, uint32_t len, uint32_
  * the later one ("allow at most buf_alloc * 2") unless queued bytes + len <= buf_alloc and
  * (queued packets + 1) * SKB_TRUESIZE(0) <= buf_alloc.
  *
- * As a sender we pace SEQPACKET messages by the first, stricter one with VSOCK_TX_PKT_COST, the
+ * As a receiver we enforce the later form with VSOCK_RX_PKT_COST (vsock_credit_rx_pkt_fits); as
+ * a sender we pace SEQPACKET messages by the first, stricter one with VSOCK_TX_PKT_COST, the
  * charge plus a third for kernel configurations with larger sk_buffs (the same margin as
  * src/device/h2g_budget.h), so that neither kind of Linux receiver nor ours ever resets us.
  */
+#define VSOCK_RX_PKT_COST 576u
 #define VSOCK_TX_PKT_COST 768u
+
+/*
+ * Receiver side: may one more SEQPACKET message start when `queued` whole messages wait to be
+ * read and the peer was promised `limit` bytes? Linux counts the sk_buffs of its receive queue,
+ * on every packet; we count messages, on the packet that opens one, as a message is consumed
+ * only whole and the sender can pace only whole messages (vsock_credit_tx_paced). An empty
+ * queue always takes one, unlike Linux, which with buf_alloc below SKB_TRUESIZE(0) refuses
+ * every packet.
+ */
+static inline bool vsock_credit_rx_pkt_fits(uint32_t queued, uint32_t limit)
+{
+	return queued == 0 || ((uint64_t)queued + 1) * VSOCK_RX_PKT_COST <= limit;
+}
 
 /*
  * Sender side: may a SEQPACKET message of `len` bytes, going out as `pkts` packets, start now?

@@ -825,6 +825,16 @@ static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsoc
 		sock_abort(cx, s, ENOBUFS);
 		return -ENOBUFS;
 	}
+	/*
+	 * Linux's per-packet bound (credit.h), charged per queued message on the packet that
+	 * opens one: the pieces of an open message are bounded by the credit and vsock_rxq_push.
+	 * STREAM queues compact instead (rxq.c).
+	 */
+	if (seq && s->rxq.open_bytes == 0 && !vsock_credit_rx_pkt_fits(s->rxq.msgs, s->rx_limit)) {
+		STAT_INC(e, rx_mem_resets);
+		sock_abort(cx, s, ENOBUFS);
+		return -ENOBUFS;
+	}
 	took = sock_rx_deliver(s, iov, iovcnt, len);
 	if (took == len)
 		return 0;
