@@ -1258,7 +1258,8 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 		if (s->type == VSOCK_TYPE_SEQPACKET) {
 			struct tx_msg *m = &s->msgs[s->msg_head & (s->msg_cap - 1)];
 
-			s->tx_piece = (uint32_t)MIN((uint64_t)max_payload, (uint64_t)e->cfg.max_pkt);
+			s->tx_piece = (uint32_t)MIN((uint64_t)max_payload,
+						    (uint64_t)e->cfg.max_pkt);
 			n = MIN(n, (uint64_t)(m->len - s->msg_sent));
 			if (n == 0)
 				return -EAGAIN;

@@ -130,7 +130,8 @@ static void slow_reader(struct world *w, unsigned total, size_t len, unsigned pe
 			ASSERT_TRUE(tx_paced() < rx_bound());
 		}
 		if (cap && got == 0)
-			ASSERT_EQ(info_of(a).rx_bytes, (tx_paced() < total ? tx_paced() : total) * len);
+			ASSERT_EQ(info_of(a).rx_bytes,
+				  (tx_paced() < total ? tx_paced() : total) * len);
 		for (unsigned k = 0; k < per_round && got < total; k++, got++)
 			recv_msg(a, len, (uint8_t)got);
 	}
