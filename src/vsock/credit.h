@@ -76,6 +76,56 @@ static inline bool vsock_credit_rx_fits(uint32_t rx_bytes, uint32_t len, uint32_
 }
 
 /*
+ * The per-packet overhead of a receive queue (docs/vsock-protocol.md §3, "Per-packet overhead").
+ * Linux 6.12.92+ and 7.x (net/vmw_vsock/virtio_transport_common.c,
+ * virtio_transport_inc_rx_pkt(), "vsock/virtio: fix potential unbounded skb queue") charge each
+ * queued sk_buff SKB_TRUESIZE(0), 576 bytes on x86-64, and reset the connection (ENOBUFS) when a
+ * packet does not fit. The first form of that check refuses a packet of len bytes unless
+ *
+ *     (queued packets + 1) * SKB_TRUESIZE(0) + queued bytes + len <= buf_alloc,
+ *
+ * the later one ("allow at most buf_alloc * 2") unless queued bytes + len <= buf_alloc and
+ * (queued packets + 1) * SKB_TRUESIZE(0) <= buf_alloc.
+ *
+ * As a receiver we enforce the later form with VSOCK_RX_PKT_COST (vsock_credit_rx_pkt_fits); as
+ * a sender we pace SEQPACKET messages by the first, stricter one with VSOCK_TX_PKT_COST, the
+ * charge plus a third for kernel configurations with larger sk_buffs (the same margin as
+ * src/device/h2g_budget.h), so that neither kind of Linux receiver nor ours ever resets us.
+ */
+#define VSOCK_RX_PKT_COST 576u
+#define VSOCK_TX_PKT_COST 768u
+
+/*
+ * Receiver side: may one more SEQPACKET message start when `queued` whole messages wait to be
+ * read and the peer was promised `limit` bytes? Linux counts the sk_buffs of its receive queue,
+ * on every packet; we count messages, on the packet that opens one, as a message is consumed
+ * only whole and the sender can pace only whole messages (vsock_credit_tx_paced). An empty
+ * queue always takes one, unlike Linux, which with buf_alloc below SKB_TRUESIZE(0) refuses
+ * every packet.
+ */
+static inline bool vsock_credit_rx_pkt_fits(uint32_t queued, uint32_t limit)
+{
+	return queued == 0 || ((uint64_t)queued + 1) * VSOCK_RX_PKT_COST <= limit;
+}
+
+/*
+ * Sender side: may a SEQPACKET message of `len` bytes, going out as `pkts` packets, start now?
+ * @cap: the credit limit (vsock_credit_peer_cap), @in_flight: bytes the peer has not reported
+ * consumed, @out: packets of ours it may still hold. With nothing outstanding the message may
+ * always start (it cannot get better; the credit alone then decides, as it does on Linux), so
+ * a message as large as the peer's buffer never waits forever. Once started, a message's pieces
+ * follow by credit alone: the receiver consumes only whole messages, so waiting for it to
+ * consume part of one would never end.
+ */
+static inline bool vsock_credit_tx_paced(uint32_t cap, uint32_t in_flight, uint32_t out,
+					 uint32_t pkts, uint32_t len)
+{
+	if (out == 0)
+		return true;
+	return ((uint64_t)out + pkts) * VSOCK_TX_PKT_COST + in_flight + len <= cap;
+}
+
+/*
  * Whether a STREAM receiver should send a CREDIT_UPDATE after its application consumed bytes
  * (Linux 6.1.76+, net/vmw_vsock/virtio_transport_common.c, virtio_transport_stream_do_dequeue();
  * docs/vsock-protocol.md §3, rule 1): something unannounced was consumed, and either the free space

@@ -166,6 +166,85 @@ static bool shutdown_waits(const struct vsock_sock *s)
 	return (s->shutdown & VSOCK_SHUTDOWN_SEND) && s->tx_len > 0;
 }
 
+/* The most entries the pacing ring needs: one per VSOCK_TX_PKT_COST of the credit limit. */
+static uint32_t sock_tx_ring_max(const struct vsock_sock *s)
+{
+	return vsock_credit_peer_cap(s->peer_buf_alloc, s->rx_limit) / VSOCK_TX_PKT_COST + 2;
+}
+
+/*
+ * Drops the pacing ring's packets the peer reported consumed: their end is at or behind
+ * peer_fwd_cnt (modulo 2^32, within the bytes in flight). Called whenever peer_fwd_cnt moves.
+ * s locked.
+ */
+static void sock_tx_retire(struct vsock_sock *s)
+{
+	uint32_t in_flight = vsock_credit_in_flight(s->tx_cnt, s->peer_fwd_cnt);
+
+	while (s->pk_n) {
+		uint32_t ahead = s->pk_end[s->pk_head] - s->peer_fwd_cnt;
+
+		if (ahead != 0 && ahead <= in_flight)
+			break;
+		s->pk_head = (s->pk_head + 1) & (s->pk_cap - 1);
+		s->pk_n--;
+	}
+}
+
+/*
+ * Notes the RW packet just sent (its end is tx_cnt) in the pacing ring. A packet the peer has
+ * already "consumed" (nothing in flight: an empty message) is not kept. When the ring is at
+ * sock_tx_ring_max() or cannot grow, the packet joins the newest entry instead: memory stays
+ * bounded, and only a message cut into more pieces than the credit has VSOCK_TX_PKT_COSTs is
+ * counted as fewer packets. s locked.
+ */
+static void sock_tx_record(struct vsock_sock *s)
+{
+	uint32_t ncap, i, *nr;
+
+	if (s->tx_cnt == s->peer_fwd_cnt)
+		return;
+	if (s->pk_n == s->pk_cap) {
+		ncap = s->pk_cap ? s->pk_cap * 2 : 16;
+		nr = s->pk_cap < sock_tx_ring_max(s) ? malloc(ncap * sizeof(*nr)) : NULL;
+		if (!nr) {
+			if (s->pk_n)
+				s->pk_end[(s->pk_head + s->pk_n - 1) & (s->pk_cap - 1)] = s->tx_cnt;
+			return;
+		}
+		for (i = 0; i < s->pk_n; i++)
+			nr[i] = s->pk_end[(s->pk_head + i) & (s->pk_cap - 1)];
+		free(s->pk_end);
+		s->pk_end = nr;
+		s->pk_cap = ncap;
+		s->pk_head = 0;
+	}
+	s->pk_end[(s->pk_head + s->pk_n) & (s->pk_cap - 1)] = s->tx_cnt;
+	s->pk_n++;
+}
+
+/*
+ * Whether the next RW packet may go as far as pacing is concerned: always for STREAM and for
+ * the pieces of a SEQPACKET message already started; the first piece of a message only if the
+ * whole message passes vsock_credit_tx_paced() (docs/vsock-protocol.md §3). s locked.
+ */
+static bool sock_tx_paced(const struct vsock_sock *s)
+{
+	uint32_t in_flight, piece, pkts;
+	const struct tx_msg *m;
+
+	if (s->type != VSOCK_TYPE_SEQPACKET || s->msg_sent || !s->msg_n)
+		return true;
+	in_flight = vsock_credit_in_flight(s->tx_cnt, s->peer_fwd_cnt);
+	if (in_flight == 0)
+		return true; /* nothing outstanding (the ring may hold a reset connection's) */
+	m = &s->msgs[s->msg_head & (s->msg_cap - 1)];
+	piece = s->tx_piece ? s->tx_piece : s->e->cfg.max_pkt;
+	pkts = m->len && piece ? (m->len - 1) / piece + 1 : 1;
+	return vsock_credit_tx_paced(vsock_credit_peer_cap(s->peer_buf_alloc, s->rx_limit),
+				     in_flight, s->pk_n, pkts, m->len);
+}
+
 static bool sock_pullable(const struct vsock_sock *s)
 {
 	if (s->pend & (PEND_RST | PEND_RESPONSE | PEND_REQUEST | PEND_CREDIT_UPDATE |
@@ -173,7 +252,7 @@ static bool sock_pullable(const struct vsock_sock *s)
 		return true;
 	if ((s->pend & PEND_SHUTDOWN) && !shutdown_waits(s))
 		return true;
-	return s->tx_len && sock_can_send_data(s) && sock_credit(s) > 0;
+	return s->tx_len && sock_can_send_data(s) && sock_credit(s) > 0 && sock_tx_paced(s);
 }
 
 /*
@@ -531,6 +610,7 @@ static void sock_free_mem(struct vsock_sock *s)
 	vsock_dgram_sock_free(s);
 	free(s->txbuf);
 	free(s->msgs);
+	free(s->pk_end);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -742,6 +822,16 @@ static int sock_rx_rw(struct rx_ctx *cx, struct vsock_sock *s, const struct vsoc
 		return 0;
 	if (!vsock_credit_rx_fits(s->rxq.bytes, len, s->rx_limit)) {
 		STAT_INC(e, credit_violations);
+		sock_abort(cx, s, ENOBUFS);
+		return -ENOBUFS;
+	}
+	/*
+	 * Linux's per-packet bound (credit.h), charged per queued message on the packet that
+	 * opens one: the pieces of an open message are bounded by the credit and vsock_rxq_push.
+	 * STREAM queues compact instead (rxq.c).
+	 */
+	if (seq && s->rxq.open_bytes == 0 && !vsock_credit_rx_pkt_fits(s->rxq.msgs, s->rx_limit)) {
+		STAT_INC(e, rx_mem_resets);
 		sock_abort(cx, s, ENOBUFS);
 		return -ENOBUFS;
 	}
@@ -959,6 +1049,7 @@ static int sock_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_h
 	space_before = sock_send_space(s);
 	s->peer_buf_alloc = h->buf_alloc;
 	s->peer_fwd_cnt = h->fwd_cnt;
+	sock_tx_retire(s);
 	if (s->tx_len)
 		vsock_sk_kick_tx(s);
 	if (sock_send_space(s) > space_before && s->state == VSOCK_SS_CONNECTED &&
@@ -1157,7 +1248,8 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 		h->flags = s->shutdown;
 		s->shutdown_sent = s->shutdown;
 		vsock_sk_pend_clear(s, PEND_SHUTDOWN);
-	} else if (s->tx_len && sock_can_send_data(s) && sock_credit(s) > 0 && max_payload > 0) {
+	} else if (s->tx_len && sock_can_send_data(s) && sock_credit(s) > 0 && max_payload > 0 &&
+		   sock_tx_paced(s)) {
 		struct iov_cur cur;
 		uint64_t n = MIN((uint64_t)max_payload, (uint64_t)e->cfg.max_pkt);
 
@@ -1166,6 +1258,8 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 		if (s->type == VSOCK_TYPE_SEQPACKET) {
 			struct tx_msg *m = &s->msgs[s->msg_head & (s->msg_cap - 1)];
 
+			s->tx_piece = (uint32_t)MIN((uint64_t)max_payload,
+						    (uint64_t)e->cfg.max_pkt);
 			n = MIN(n, (uint64_t)(m->len - s->msg_sent));
 			if (n == 0)
 				return -EAGAIN;
@@ -1188,6 +1282,8 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 		h->op = VSOCK_OP_RW;
 		s->tx_cnt += len;
 		s->bytes_out += len;
+		if (s->type == VSOCK_TYPE_SEQPACKET)
+			sock_tx_record(s);
 	} else if (s->pend & PEND_CREDIT_REQUEST) {
 		h->op = VSOCK_OP_CREDIT_REQUEST;
 		vsock_sk_pend_clear(s, PEND_CREDIT_REQUEST);

@@ -154,6 +154,12 @@ struct vsock_sock {
 	uint32_t tx_cap, tx_head, tx_len;
 	struct tx_msg *msgs; /* SEQPACKET boundaries, ring of msg_cap (power of two) */
 	uint32_t msg_cap, msg_head, msg_n, msg_sent;
+	/* SEQPACKET pacing (credit.h, vsock_credit_tx_paced): the tx_cnt at the end of each RW
+	 * packet the peer may still hold, oldest first, in a ring of pk_cap (a power of two, at
+	 * most sock_tx_ring_max()); tx_piece: the payload room of the last pull, for the packets
+	 * a message will take. */
+	uint32_t *pk_end;
+	uint32_t pk_cap, pk_head, pk_n, tx_piece;
 
 	/* listener */
 	int backlog;

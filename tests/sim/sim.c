@@ -347,6 +347,7 @@ static void drain(struct sim *s)
 				sim_trace(s,
 				          "drain: half-open connections, the applications close");
 				sim_app_close_all(s);
+				t0 = s->now; /* their closes start the timeouts of the bound anew */
 				continue;
 			}
 			SIM_CHECK(s, dl != UINT64_MAX,

@@ -119,4 +119,24 @@ TEST(adv_keeps_the_larger_buffer_for_an_open_message)
 	ASSERT_EQ(vsock_credit_adv(0, 262144, 0), 0);
 }
 
+TEST(per_packet_bounds)
+{
+	/* Receiver: an empty queue always takes one, even below one packet's charge. */
+	ASSERT_TRUE(vsock_credit_rx_pkt_fits(0, 128));
+	ASSERT_FALSE(vsock_credit_rx_pkt_fits(1, 128));
+	/* (queued + 1) * 576 <= limit: 28 queued fit in 16 KiB (29 * 576 = 16704 > 16384). */
+	ASSERT_TRUE(vsock_credit_rx_pkt_fits(27, 16384));
+	ASSERT_FALSE(vsock_credit_rx_pkt_fits(28, 16384));
+	/* No overflow for huge counts. */
+	ASSERT_FALSE(vsock_credit_rx_pkt_fits(UINT32_MAX, UINT32_MAX));
+	/* Sender: nothing outstanding, anything (the credit decides). */
+	ASSERT_TRUE(vsock_credit_tx_paced(16384, 0, 0, 1, 16384));
+	ASSERT_TRUE(vsock_credit_tx_paced(128, 100, 0, 4, 100));
+	/* (out + pkts) * 768 + in_flight + len <= cap, at the edge: 21 * 768 + 20 + 236 = 16384. */
+	ASSERT_TRUE(vsock_credit_tx_paced(16384, 20, 20, 1, 236));
+	ASSERT_FALSE(vsock_credit_tx_paced(16384, 20, 20, 1, 237));
+	ASSERT_FALSE(vsock_credit_tx_paced(16384, 20, 19, 2, 237));
+	ASSERT_FALSE(vsock_credit_tx_paced(UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, 1));
+}
+
 TEST_MAIN()
