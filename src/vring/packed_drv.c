@@ -359,23 +359,39 @@ static void release_id(struct vring_pk_drv *p, uint16_t id)
 }
 
 /*
+ * Reads the used descriptor at our used slot and checks its id (in range, in flight) and len
+ * (at most the buffer's writable bytes). Returns 0, -EAGAIN (not written yet) or -EIO (broken).
+ */
+static int read_used(struct vring_pk_drv *p, uint16_t *ret_id, uint32_t *ret_len)
+{
+	struct vring_pk_desc_le *e = &p->ring[p->used];
+	uint32_t len;
+	uint16_t id;
+
+	if (!used_ready(p))
+		return -EAGAIN;
+	id = vring_load16_relaxed(&e->id);
+	len = vring_load32_relaxed(&e->len);
+	if (id >= p->num || !p->id[id].cookie || len > p->id[id].in_len)
+		return broken(p);
+	*ret_id = id;
+	*ret_len = len;
+	return 0;
+}
+
+/*
  * IN_ORDER: reads the used descriptor at our used slot, which ends a batch: its id is the batch's
  * last buffer, every earlier buffer in flight belongs to it (virtio 1.2 §2.8.8). Returns 0
  * (batch_left and batch_len set), -EAGAIN or -EIO.
  */
 static int read_batch(struct vring_pk_drv *p)
 {
-	struct vring_pk_desc_le *e;
-	uint32_t len, dist;
-	uint16_t id;
+	uint32_t len = 0, dist;
+	uint16_t id = 0;
+	int r = read_used(p, &id, &len);
 
-	if (!used_ready(p))
-		return -EAGAIN;
-	e = &p->ring[p->used];
-	id = vring_load16_relaxed(&e->id);
-	len = vring_load32_relaxed(&e->len);
-	if (id >= p->num || !p->id[id].cookie || len > p->id[id].in_len)
-		return broken(p);
+	if (r < 0)
+		return r;
 	dist = ((uint32_t)id + p->num - p->old_id) % p->num;
 	if (dist >= ids_used(p))
 		return broken(p); /* not among the ids in flight: used out of order */
@@ -386,9 +402,8 @@ static int read_batch(struct vring_pk_drv *p)
 
 int vring_pk_drv_get_used(struct vring_pk_drv *p, uint32_t *ret_len, void **ret_cookie)
 {
-	struct vring_pk_desc_le *e;
-	uint32_t len;
-	uint16_t id;
+	uint32_t len = 0;
+	uint16_t id = 0;
 	void *cookie;
 	int r;
 
@@ -401,14 +416,8 @@ int vring_pk_drv_get_used(struct vring_pk_drv *p, uint32_t *ret_len, void **ret_
 		p->batch_left--;
 		/* A skipped buffer was used completely; the last one has the descriptor's len. */
 		len = p->batch_left ? p->id[id].in_len : p->batch_len;
-	} else {
-		if (!used_ready(p))
-			return -EAGAIN;
-		e = &p->ring[p->used];
-		id = vring_load16_relaxed(&e->id);
-		len = vring_load32_relaxed(&e->len);
-		if (id >= p->num || !p->id[id].cookie || len > p->id[id].in_len)
-			return broken(p);
+	} else if ((r = read_used(p, &id, &len)) < 0) {
+		return r;
 	}
 	cookie = p->id[id].cookie;
 	release_id(p, id);
