@@ -4,12 +4,14 @@
  * holding a descriptor ring, two event areas and whatever the descriptors point at. The device
  * side pops until the queue is empty or broken (touching every iovec byte so that ASan sees any
  * mapping outside guest memory), completes the buffers in an input-chosen order and exercises the
- * notification paths. With bit 7 of the first byte the driver side is fuzzed instead: buffers are
+ * notification paths (with IN_ORDER in pop order, so that used descriptors fold into batches).
+ * With bit 7 of the first byte the driver side is fuzzed instead: buffers are
  * added, the ring is then overwritten from the input as a "device" would, and collected. Nothing
  * may crash, hang or leak, whatever the input.
  *
  * Input layout:
- *   byte 0      bit 0 INDIRECT_DESC, bit 1 EVENT_IDX, bit 6 small iovec arrays (-ENOBUFS, skip),
+ *   byte 0      bit 0 INDIRECT_DESC, bit 1 EVENT_IDX, bit 2 IN_ORDER, bit 6 small iovec arrays
+ *               (-ENOBUFS, skip),
  *               bit 7 driver mode
  *   byte 1      queue size - 1 (1..256: packed sizes need not be powers of two)
  *   bytes 2-3   vring base (le16: next slot | wrap << 15) for the device queue
@@ -61,6 +63,7 @@ static void fuzz_device(struct guest_mem *gm, unsigned num, uint64_t feats, uint
 	static uint16_t held[256];
 	struct iovec rd[64], wr[64];
 	unsigned nheld = 0;
+	bool in_order = feats & (1ull << VRING_FEAT_IN_ORDER);
 
 	if (vring_dev_init(&q, &c) < 0)
 		return;
@@ -91,17 +94,20 @@ static void fuzz_device(struct guest_mem *gm, unsigned num, uint64_t feats, uint
 			held[nheld++] = ch.head;
 		/* Complete some now, in an order the input picks, the rest at the end. */
 		while (nheld > 0 && order_len > 0 && (order[round % order_len] & 1)) {
-			unsigned k = order[round % order_len] % nheld;
+			unsigned k = in_order ? 0 : order[round % order_len] % nheld;
 
 			(void)vring_dev_fill(&q, held[k], (uint32_t)ch.in_len);
-			held[k] = held[--nheld];
+			if (in_order) /* the oldest first (the device's IN_ORDER duty) */
+				memmove(held, held + 1, --nheld * sizeof(held[0]));
+			else
+				held[k] = held[--nheld];
 			if (order[(round + 1) % order_len] & 2)
 				vring_dev_flush(&q);
 			round++;
 		}
 	}
-	while (nheld > 0)
-		(void)vring_dev_fill(&q, held[--nheld], 0);
+	for (unsigned k = 0; k < nheld; k++)
+		(void)vring_dev_fill(&q, held[in_order ? k : nheld - 1 - k], 0);
 	vring_dev_flush(&q);
 	(void)vring_dev_should_notify(&q);
 	(void)vring_dev_empty(&q);
@@ -161,6 +167,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	num = (unsigned)data[1] + 1;
 	feats |= (data[0] & 1) ? 1ull << VRING_FEAT_INDIRECT_DESC : 0;
 	feats |= (data[0] & 2) ? 1ull << VRING_FEAT_EVENT_IDX : 0;
+	feats |= (data[0] & 4) ? 1ull << VRING_FEAT_IN_ORDER : 0;
 	if (vring_layout_packed(num, &l) < 0 || l.total > REGION)
 		return 0;
 	/* Exactly region-sized separate buffers: ASan flags any access past a region. */

@@ -3,7 +3,8 @@
  * Packed virtqueue, device side (virtio 1.2 §2.8): the bodies of the vring_dev_* functions for a
  * queue set up with cfg->packed. Bounded walk of a buffer's descriptors across ring slots (and
  * through an indirect table), used descriptors written in batches whose first flags store
- * publishes the batch, the interrupt decision from the driver event area and kick suppression in
+ * publishes the batch (with VIRTIO_F_IN_ORDER, runs of completely used buffers folded into one
+ * used descriptor), the interrupt decision from the driver event area and kick suppression in
  * the device event area.
  *
  * Security model (as vring.c): the guest writes the ring concurrently. Each descriptor is copied
@@ -125,6 +126,9 @@ int vring_pk_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *
 	q->pk.batch = false;
 	q->pk.batch_descs = 0;
 	q->pk.unsignalled = 0;
+	q->pk.in_order = cfg->features & (1ull << VRING_FEAT_IN_ORDER);
+	q->pk.hold = false;
+	q->pk.pop_ord = q->pk.fill_ord = 0;
 	memset(q->pk.ndescs, 0, sizeof(q->pk.ndescs[0]) * cfg->num);
 	(void)vring_pk_dev_enable_notify(q);
 	return 0;
@@ -280,10 +284,21 @@ static int walk(struct vring_dev_queue *q, struct pk_walk *w, uint16_t *ret_id,
 	return 0;
 }
 
-static void consumed(struct vring_dev_queue *q, uint16_t id, uint16_t slots)
+/* Bit of consumption ordinal ord in the rw table (at most num <= 32768 buffers are in flight). */
+static inline uint64_t *rw_word(struct vring_dev_queue *q, uint16_t ord, uint64_t *ret_bit)
+{
+	ord &= VRING_PK_MAX_SIZE - 1;
+	*ret_bit = 1ull << (ord % 64);
+	return &q->pk.rw[ord / 64];
+}
+
+/* Consumes the walked buffer; rw: it has writable descriptors (its used len matters). */
+static void consumed(struct vring_dev_queue *q, uint16_t id, uint16_t slots, bool rw)
 {
 	uint32_t a = (uint32_t)q->pk.avail + slots;
+	uint64_t bit, *word = rw_word(q, q->pk.pop_ord++, &bit);
 
+	*word = rw ? *word | bit : *word & ~bit;
 	q->pk.ndescs[id] = slots;
 	if (a >= q->num) {
 		a -= q->num;
@@ -310,7 +325,7 @@ static int take(struct vring_dev_queue *q, struct pk_walk *w, uint16_t *ret_id)
 	r = walk(q, w, &id, &slots);
 	if (r < 0)
 		return r;
-	consumed(q, id, slots);
+	consumed(q, id, slots, w->seen_write);
 	*ret_id = id;
 	return 0;
 }
@@ -340,10 +355,58 @@ int vring_pk_dev_skip(struct vring_dev_queue *q, uint16_t *ret_head)
 	return take(q, &w, ret_head);
 }
 
+/*
+ * Writes a used descriptor (id, len) at slot with the wrap counter it has there. The first one
+ * of a publication batch gets its flags at vring_pk_dev_flush(): the driver reads slots in order,
+ * so it sees none of the batch before it sees all of it.
+ */
+static void put_used(struct vring_dev_queue *q, uint16_t slot, bool wrap, uint16_t id,
+		     uint32_t len)
+{
+	struct vring_pk_desc_le *e = &q->pk.ring[slot];
+	uint16_t flags = wrap ? (uint16_t)(VRING_PK_DESC_F_AVAIL | VRING_PK_DESC_F_USED) : 0;
+
+	vring_store16_relaxed(&e->id, id);
+	vring_store32_relaxed(&e->len, len);
+	if (!q->pk.batch) {
+		q->pk.batch = true;
+		q->pk.batch_slot = slot;
+		q->pk.batch_flags = flags;
+	} else {
+		/* Release: orders the id/len stores above (and the buffer contents) before these
+		 * flags; a driver that polls ahead sees a whole entry or none. */
+		vring_store16_release(&e->flags, flags);
+	}
+}
+
+/*
+ * IN_ORDER: holds (id, len) back as the used descriptor of the current batch, at the used
+ * position. The one held before it is folded into it (not written: virtio 1.2 §2.8.8 lets one
+ * descriptor with the last id stand for the batch) only if its buffer had no writable
+ * descriptor and len 0, i.e. was used completely, which is what the driver assumes of a skipped
+ * buffer; otherwise it is written in its slot and this one starts a new run.
+ */
+static void fill_in_order(struct vring_dev_queue *q, uint16_t id, uint32_t len)
+{
+	uint64_t bit, *word = rw_word(q, q->pk.fill_ord++, &bit);
+	bool ro = !(*word & bit);
+
+	if (!q->pk.hold || !q->pk.hold_full) {
+		if (q->pk.hold)
+			put_used(q, q->pk.hold_slot, q->pk.hold_wrap, q->pk.hold_id,
+				 q->pk.hold_len);
+		q->pk.hold_slot = q->pk.used;
+		q->pk.hold_wrap = q->pk.used_wrap;
+	}
+	q->pk.hold = true;
+	q->pk.hold_full = ro && len == 0;
+	q->pk.hold_id = id;
+	q->pk.hold_len = len;
+}
+
 int vring_pk_dev_fill(struct vring_dev_queue *q, uint16_t head, uint32_t len)
 {
-	struct vring_pk_desc_le *e;
-	uint16_t flags, slots;
+	uint16_t slots;
 	uint32_t u;
 
 	if (unlikely(q->err != VRING_ERR_NONE))
@@ -351,21 +414,11 @@ int vring_pk_dev_fill(struct vring_dev_queue *q, uint16_t head, uint32_t len)
 	if (head >= q->num || q->pk.ndescs[head] == 0)
 		return -EINVAL;
 	slots = q->pk.ndescs[head];
-	e = &q->pk.ring[q->pk.used];
-	flags = q->pk.used_wrap ? (uint16_t)(VRING_PK_DESC_F_AVAIL | VRING_PK_DESC_F_USED) : 0;
-	vring_store16_relaxed(&e->id, head);
-	vring_store32_relaxed(&e->len, len);
-	if (!q->pk.batch) {
-		/* The batch's first flags wait for vring_pk_dev_flush(): the driver reads slots in
-		 * order, so it sees none of the batch before it sees all of it. */
-		q->pk.batch = true;
-		q->pk.batch_slot = q->pk.used;
-		q->pk.batch_flags = flags;
-	} else {
-		/* Release: orders the id/len stores above (and the buffer contents) before these
-		 * flags; a driver that polls ahead sees a whole entry or none. */
-		vring_store16_release(&e->flags, flags);
-	}
+	if (q->pk.in_order)
+		fill_in_order(q, head, len);
+	else
+		put_used(q, q->pk.used, q->pk.used_wrap, head, len);
+	/* A folded buffer's slots are skipped as well (virtio 1.2 §2.8.6, §2.8.8). */
 	q->pk.batch_descs += slots;
 	u = (uint32_t)q->pk.used + slots;
 	if (u >= q->num) {
@@ -380,7 +433,13 @@ int vring_pk_dev_fill(struct vring_dev_queue *q, uint16_t head, uint32_t len)
 
 void vring_pk_dev_flush(struct vring_dev_queue *q)
 {
-	if (!q->pk.batch || q->err != VRING_ERR_NONE)
+	if (q->err != VRING_ERR_NONE)
+		return;
+	if (q->pk.hold) {
+		put_used(q, q->pk.hold_slot, q->pk.hold_wrap, q->pk.hold_id, q->pk.hold_len);
+		q->pk.hold = false;
+	}
+	if (!q->pk.batch)
 		return;
 	/* Release: orders the stores of buffer contents and of every used descriptor of the batch
 	 * before this store of its first flags (driver side: its acquire load of them). */

@@ -93,6 +93,17 @@ struct vring_pk_dev {
 	uint16_t sig;                     /* position at the last interrupt decision */
 	bool sig_wrap;
 	uint32_t unsignalled;             /* slots published since that decision */
+	/* VIRTIO_F_IN_ORDER (virtio 1.2 §2.8.8, "In-order use of descriptors"): buffers are
+	 * filled in the order they were consumed; one used descriptor may stand for a batch. */
+	bool in_order;
+	bool hold;                        /* a used descriptor waits for the next fill or flush */
+	bool hold_full;                   /* ... and its buffer was used completely (folds) */
+	bool hold_wrap;
+	uint16_t hold_slot, hold_id;      /* where it goes (its batch's first slot), its id */
+	uint32_t hold_len;
+	uint16_t pop_ord, fill_ord;       /* buffers consumed / filled, mod VRING_PK_MAX_SIZE */
+	uint64_t rw[VRING_PK_MAX_SIZE / 64]; /* by consumption ordinal: the buffer has writable
+					      * descriptors (at most num are in flight) */
 	uint16_t ndescs[VRING_PK_MAX_SIZE]; /* ring slots of each in-flight buffer id, 0 if free */
 };
 

@@ -4,11 +4,13 @@
  * ring created with VIRTIO_F_RING_PACKED. A free list of buffer ids, buffers written as runs of
  * ring descriptors (or one descriptor pointing at an indirect table), the first descriptor of a
  * publication batch made available last, kick and interrupt suppression through the two event
- * areas, and collection of used descriptors.
+ * areas, and collection of used descriptors. With VIRTIO_F_IN_ORDER buffer ids are handed out in
+ * sequence and a used descriptor may complete every earlier buffer in flight (virtio 1.2 §2.8.8).
  *
  * Security model: the device is less trusted than our own state. The descriptor count, writable
  * length and cookie of every buffer id are private; a used descriptor whose id is out of range or
- * not in flight, or whose length exceeds the buffer's writable bytes, breaks the ring (-EIO).
+ * not in flight, or whose length exceeds the buffer's writable bytes, breaks the ring (-EIO); so
+ * does, under IN_ORDER, one whose id is further from the oldest buffer than buffers are in flight.
  *
  * Memory ordering, driver side (docs/vring.md, "Packed rings"):
  *   1. stores of a batch's descriptors (and indirect tables)  →  store of the batch's first
@@ -41,6 +43,10 @@ struct vring_pk_drv {
 	struct vring_pk_event_le *dev_ev; /* device writes: kick suppression */
 	uint32_t num;
 	bool event_idx, indirect, broken, cb_enabled;
+	bool in_order;           /* ids taken in sequence from old_id; completed in that order */
+	uint16_t old_id;         /* IN_ORDER: the oldest id in flight (the next one if none) */
+	uint16_t batch_left;     /* IN_ORDER: buffers of the used batch read but not yet taken */
+	uint32_t batch_len;      /* IN_ORDER: len of the batch's used descriptor (its last buffer) */
 	uint16_t avail;          /* next slot to fill */
 	bool avail_wrap;
 	uint16_t used;           /* next slot to read a used descriptor from */
@@ -88,6 +94,7 @@ int vring_pk_drv_new(unsigned num, void *ring, void *drv_ev, void *dev_ev, uint6
 	p->num = num;
 	p->event_idx = features & (1ull << VRING_FEAT_EVENT_IDX);
 	p->indirect = features & (1ull << VRING_FEAT_INDIRECT_DESC);
+	p->in_order = features & (1ull << VRING_FEAT_IN_ORDER);
 	p->cb_enabled = true;
 	p->avail_wrap = p->used_wrap = p->kicked_wrap = true; /* virtio 1.2 §2.8.1 */
 	p->num_free = p->ids_free = num;
@@ -186,11 +193,24 @@ static int64_t check_bufs(const struct vring_drv_buf *bufs, unsigned n)
 	return in_len > UINT32_MAX ? (int64_t)UINT32_MAX : (int64_t)in_len;
 }
 
+/* The number of buffers in flight (added and not yet returned by get_used). */
+static inline uint32_t ids_used(const struct vring_pk_drv *p)
+{
+	return p->num - p->ids_free;
+}
+
 static uint16_t take_id(struct vring_pk_drv *p, void *cookie, uint32_t in_len, uint16_t slots)
 {
-	uint16_t id = p->free_id;
+	uint16_t id;
 
-	p->free_id = p->id[id].next;
+	if (p->in_order) {
+		/* In sequence after the ones in flight: they complete in this order, so the ids
+		 * in flight are always the run old_id, old_id + 1, ... (mod num). */
+		id = (uint16_t)((p->old_id + ids_used(p)) % p->num);
+	} else {
+		id = p->free_id;
+		p->free_id = p->id[id].next;
+	}
 	p->ids_free--;
 	p->num_free -= slots;
 	p->id[id].cookie = cookie;
@@ -316,38 +336,95 @@ static void write_drv_event(struct vring_pk_drv *p)
 		ev_store(p->drv_ev, vring_pk_event_word(0, false, VRING_PK_EVENT_F_ENABLE));
 }
 
-int vring_pk_drv_get_used(struct vring_pk_drv *p, uint32_t *ret_len, void **ret_cookie)
+/* Returns id's ring slots and its id state to the free side and moves the used position past it. */
+static void release_id(struct vring_pk_drv *p, uint16_t id)
 {
-	struct vring_pk_desc_le *e;
-	uint32_t len, u;
-	uint16_t id;
-	void *cookie;
+	uint32_t u = (uint32_t)p->used + p->id[id].slots;
 
-	if (p->broken)
-		return -EIO;
-	if (!used_ready(p))
-		return -EAGAIN;
-	e = &p->ring[p->used];
-	id = vring_load16_relaxed(&e->id);
-	len = vring_load32_relaxed(&e->len);
-	if (id >= p->num || !p->id[id].cookie || len > p->id[id].in_len)
-		return broken(p);
-	cookie = p->id[id].cookie;
 	p->id[id].cookie = NULL;
-	p->id[id].next = p->free_id;
-	p->free_id = id;
+	if (p->in_order) {
+		p->old_id = (uint32_t)p->old_id + 1 == p->num ? 0 : (uint16_t)(p->old_id + 1);
+	} else {
+		p->id[id].next = p->free_id;
+		p->free_id = id;
+	}
 	p->ids_free++;
 	p->num_free += p->id[id].slots;
 	/* The device skips as many slots as the buffer took (virtio 1.2 §2.8.6). */
-	u = (uint32_t)p->used + p->id[id].slots;
 	if (u >= p->num) {
 		u -= p->num;
 		p->used_wrap = !p->used_wrap;
 	}
 	p->used = (uint16_t)u;
-	/* With EVENT_IDX and interrupts wanted, ask for one at the next used slot. No fence here:
+}
+
+/*
+ * Reads the used descriptor at our used slot and checks its id (in range, in flight) and len
+ * (at most the buffer's writable bytes). Returns 0, -EAGAIN (not written yet) or -EIO (broken).
+ */
+static int read_used(struct vring_pk_drv *p, uint16_t *ret_id, uint32_t *ret_len)
+{
+	struct vring_pk_desc_le *e = &p->ring[p->used];
+	uint32_t len;
+	uint16_t id;
+
+	if (!used_ready(p))
+		return -EAGAIN;
+	id = vring_load16_relaxed(&e->id);
+	len = vring_load32_relaxed(&e->len);
+	if (id >= p->num || !p->id[id].cookie || len > p->id[id].in_len)
+		return broken(p);
+	*ret_id = id;
+	*ret_len = len;
+	return 0;
+}
+
+/*
+ * IN_ORDER: reads the used descriptor at our used slot, which ends a batch: its id is the batch's
+ * last buffer, every earlier buffer in flight belongs to it (virtio 1.2 §2.8.8). Returns 0
+ * (batch_left and batch_len set), -EAGAIN or -EIO.
+ */
+static int read_batch(struct vring_pk_drv *p)
+{
+	uint32_t len = 0, dist;
+	uint16_t id = 0;
+	int r = read_used(p, &id, &len);
+
+	if (r < 0)
+		return r;
+	dist = ((uint32_t)id + p->num - p->old_id) % p->num;
+	if (dist >= ids_used(p))
+		return broken(p); /* not among the ids in flight: used out of order */
+	p->batch_left = (uint16_t)(dist + 1);
+	p->batch_len = len;
+	return 0;
+}
+
+int vring_pk_drv_get_used(struct vring_pk_drv *p, uint32_t *ret_len, void **ret_cookie)
+{
+	uint32_t len = 0;
+	uint16_t id = 0;
+	void *cookie;
+	int r;
+
+	if (p->broken)
+		return -EIO;
+	if (p->in_order) {
+		if (p->batch_left == 0 && (r = read_batch(p)) < 0)
+			return r;
+		id = p->old_id;
+		p->batch_left--;
+		/* A skipped buffer was used completely; the last one has the descriptor's len. */
+		len = p->batch_left ? p->id[id].in_len : p->batch_len;
+	} else if ((r = read_used(p, &id, &len)) < 0) {
+		return r;
+	}
+	cookie = p->id[id].cookie;
+	release_id(p, id);
+	/* With EVENT_IDX and interrupts wanted, ask for one at the next used slot (after a whole
+	 * batch: inside one, the slots are never written). No fence here:
 	 * vring_pk_drv_enable_cb() is the race-free way to go to sleep. */
-	if (p->event_idx && p->cb_enabled)
+	if (p->event_idx && p->cb_enabled && p->batch_left == 0)
 		write_drv_event(p);
 	*ret_len = len;
 	*ret_cookie = cookie;
@@ -356,7 +433,7 @@ int vring_pk_drv_get_used(struct vring_pk_drv *p, uint32_t *ret_len, void **ret_
 
 bool vring_pk_drv_more_used(struct vring_pk_drv *p)
 {
-	return !p->broken && used_ready(p);
+	return !p->broken && (p->batch_left > 0 || used_ready(p));
 }
 
 void vring_pk_drv_disable_cb(struct vring_pk_drv *p)
