@@ -289,6 +289,24 @@ static int usage(void)
 	return 2;
 }
 
+/*
+ * This program opens real AF_VSOCK sockets, which on a development machine would reach the
+ * machine's own vsock: it runs only inside the interop guest, whose kernel command line carries
+ * uvsock.kconf= (tests/interop/init.sh starts it from there).
+ */
+static bool in_interop_guest(void)
+{
+	char line[4096];
+	FILE *f = fopen("/proc/cmdline", "re");
+	bool ok = false;
+
+	if (f) {
+		ok = fgets(line, sizeof(line), f) && strstr(line, "uvsock.kconf=");
+		fclose(f);
+	}
+	return ok;
+}
+
 int main(int argc, char **argv)
 {
 	char *pick[MAX_PICK];
@@ -316,6 +334,11 @@ int main(int argc, char **argv)
 		ctl_port = (uint32_t)strtoul(argv[i + 2], NULL, 10);
 	} else {
 		return usage();
+	}
+	if (!in_interop_guest()) {
+		fprintf(stderr, "uvsock-kconf: no uvsock.kconf= on the kernel command line: this is not "
+				"the interop guest, refusing to open AF_VSOCK sockets\n");
+		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	raise_fd_limit();
