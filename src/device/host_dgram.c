@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "device/device_internal.h"
+#include "device/uds_connect.h"
 #include "device/vhu.h"
 #include "ops/vmlog.h"
 #include "util/iov.h"
@@ -260,43 +261,22 @@ static void dgram_dest_drop(struct dgram_dest *e)
 
 /*
  * A socket connected to the socket file name (in uds_path's directory) into slot, or -ENOENT
- * (nothing there, not a socket, a symlink, nobody bound) or another -errno. The file is opened
- * O_PATH | O_NOFOLLOW and connected to through /proc/self/fd, as uds_connect_at: a symlink there
- * is never followed, and what is connected to is an inode that was a socket file at that path.
+ * (nothing there, not a socket, a symlink, nobody bound) or another -errno, through
+ * uds_connect_at_st(): a symlink there is never followed, and what is connected to is an inode
+ * that was a socket file at that path.
  * The socket is autobound (an abstract name), so that the host program can answer to the
  * address it sees; what comes back on it is read as on the per-VM socket.
  */
 static int dgram_dest_open(struct vsock_dev *d, struct dgram_dest *slot, const char *name,
 			   uint32_t port)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
-	int pfd, sfd, r;
+	bool pending;
+	int sfd, r;
 
-	pfd = openat(d->host_dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-	if (pfd < 0)
-		return errno == ELOOP ? -ENOENT : -errno;
-	/* A symlink gives an fd of the link itself: refused. */
-	if (fstat(pfd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
-		close(pfd);
-		return -ENOENT;
-	}
-	sfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (sfd < 0) {
-		r = -errno;
-		close(pfd);
-		return r;
-	}
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", pfd);
-	/* Autobind: a sun_family alone asks the kernel for a fresh abstract name. */
-	if (bind(sfd, (const struct sockaddr *)&sa, sizeof(sa_family_t)) < 0 ||
-	    connect(sfd, (const struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = errno == ECONNREFUSED ? -ENOENT : -errno;
-		close(sfd);
-		close(pfd);
-		return r;
-	}
-	close(pfd);
+	sfd = uds_connect_at_st(d->host_dir_fd, name, SOCK_DGRAM, "", &pending, &st);
+	if (sfd < 0)
+		return sfd == -ELOOP || sfd == -ENOTSOCK || sfd == -ECONNREFUSED ? -ENOENT : sfd;
 	/* Room for a burst to a host program that connected back to us (best effort: capped by
 	 * net.core.wmem_max). */
 	setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &(int){ DEV_DGRAM_SNDBUF }, sizeof(int));

@@ -140,6 +140,14 @@ int uds_connect_at(int dirfd, const char *name, int type, bool *ret_pending)
 int uds_connect_at_as(int dirfd, const char *name, int type, const char *abstract,
 		      bool *ret_pending)
 {
+	struct stat st;
+
+	return uds_connect_at_st(dirfd, name, type, abstract, ret_pending, &st);
+}
+
+int uds_connect_at_st(int dirfd, const char *name, int type, const char *abstract,
+		      bool *ret_pending, struct stat *ret_st)
+{
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
 	int pfd, fd, r;
@@ -166,8 +174,14 @@ int uds_connect_at_as(int dirfd, const char *name, int type, const char *abstrac
 		r = -errno;
 		goto out_path;
 	}
+	/* Autobind: a sun_family alone asks the kernel for a fresh abstract name. */
+	if (abstract && !abstract[0] && bind(fd, (struct sockaddr *)&sa, sizeof(sa_family_t)) < 0) {
+		r = -errno;
+		close(fd);
+		goto out_path;
+	}
 	/* Taken already (a name is never reused while its socket lives): connect unnamed. */
-	if (abstract)
+	if (abstract && abstract[0])
 		(void)bind_abstract(fd, abstract);
 	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
 	close(pfd);
@@ -177,6 +191,7 @@ int uds_connect_at_as(int dirfd, const char *name, int type, const char *abstrac
 		return r == -ENOENT ? -EOPNOTSUPP : r;
 	}
 	*ret_pending = r == -EINPROGRESS;
+	*ret_st = st;
 	return fd;
 
 out_path:

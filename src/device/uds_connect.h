@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #define UDS_CONNECT_LINE_MAX 32
 
@@ -79,5 +80,14 @@ int uds_connect_at(int dirfd, const char *name, int type, bool *ret_pending);
  */
 int uds_connect_at_as(int dirfd, const char *name, int type, const char *abstract,
 		      bool *ret_pending);
+
+/*
+ * uds_connect_at_as() that also gives the socket file's device and inode in *ret_st (what was
+ * connected to, for a caller that keeps the connection and looks at the path again later).
+ * abstract "" autobinds the socket (a fresh abstract name from the kernel, so that a datagram
+ * peer can answer to it); an autobind failure is returned. Same returns.
+ */
+int uds_connect_at_st(int dirfd, const char *name, int type, const char *abstract,
+		      bool *ret_pending, struct stat *ret_st);
 
 #endif
