@@ -24,6 +24,7 @@
 #include <uvsock/guest.h>
 #include <uvsock/uvsock.h>
 
+#include "common/hybrid.h"
 #include "perf.h"
 
 const char *const tr_name[T_MAX] = {
@@ -122,84 +123,14 @@ void c_close(struct conn *c)
 
 /* ---- plain sockets ---------------------------------------------------------------------- */
 
-int accept_wait(int lfd, int ms)
-{
-	struct pollfd p = { .fd = lfd, .events = POLLIN };
-
-	if (poll(&p, 1, ms) <= 0)
-		return -1;
-	return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-}
-
-/* Connects a Unix socket of `type` to path; -1 with errno on failure. */
-int unix_connect_nb(const char *path, int type)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-	if (fd < 0)
-		return -1;
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		int err = errno;
-
-		close(fd);
-		errno = err;
-		return -1;
-	}
-	return fd;
-}
-
+/* A listener at path, or die. */
 static int unix_listen(const char *path, int type)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+	int fd = hybrid_listen(path, type);
 
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-	unlink(path);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1024) < 0)
+	if (fd < 0)
 		die("listen %s: %s", path, strerror(errno));
 	return fd;
-}
-
-/*
- * Host -> guest: "CONNECT <port>\n" on uds (or <uds>_seqpacket for SOCK_SEQPACKET, one message),
- * then "OK ...\n". Returns the connected fd, or -1 with errno.
- */
-int host_connect_guest_fd(const char *uds, unsigned port, int type)
-{
-	char line[64], path[200];
-	size_t got = 0;
-	int fd, n;
-
-	snprintf(path, sizeof(path), "%s%s", uds, type == SOCK_SEQPACKET ? "_seqpacket" : "");
-	fd = unix_connect_nb(path, type);
-	if (fd < 0)
-		return -1;
-	n = snprintf(line, sizeof(line), "CONNECT %u\n", port);
-	if (write(fd, line, (size_t)n) != n)
-		goto fail;
-	while (got + 1 < sizeof(line)) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		ssize_t r;
-
-		if (poll(&p, 1, PERF_WAIT_MS) <= 0)
-			goto fail;
-		/* Stream: byte by byte, so no payload is eaten; seqpacket: one message. */
-		r = read(fd, line + got, type == SOCK_SEQPACKET ? sizeof(line) - 1 : 1);
-		if (r <= 0)
-			goto fail;
-		got += (size_t)r;
-		if (line[got - 1] == '\n')
-			break;
-	}
-	if (strncmp(line, "OK ", 3) != 0)
-		goto fail;
-	return fd;
-fail:
-	close(fd);
-	errno = ECONNREFUSED;
-	return -1;
 }
 
 static void set_nodelay(int fd, int on)
@@ -212,7 +143,7 @@ static void fd_pair(int lfd, int cfd, struct conn *tx, struct conn *rx, const ch
 	if (cfd < 0)
 		die("%s connect: %s", what, strerror(errno));
 	*tx = (struct conn){ .kind = C_FD, .fd = cfd };
-	*rx = (struct conn){ .kind = C_FD, .fd = accept_wait(lfd, PERF_WAIT_MS) };
+	*rx = (struct conn){ .kind = C_FD, .fd = hybrid_accept(lfd, PERF_WAIT_MS) };
 	if (rx->fd < 0)
 		die("%s accept: %s", what, strerror(errno));
 }
@@ -251,7 +182,7 @@ void pair_open(struct env *e, enum tr t, struct conn *tx, struct conn *rx)
 		*tx = (struct conn){ .kind = C_UV, .fd = fd, .seq = seq };
 		*rx = (struct conn){ .kind = C_FD,
 			             .seq = seq,
-			             .fd = accept_wait(seq ? e->host_seq_lfd : e->host_lfd,
+			             .fd = hybrid_accept(seq ? e->host_seq_lfd : e->host_lfd,
 			                               PERF_WAIT_MS) };
 		if (rx->fd < 0)
 			die("host accept: %s", strerror(errno));
@@ -261,8 +192,8 @@ void pair_open(struct env *e, enum tr t, struct conn *tx, struct conn *rx)
 	case T_VSOCK_SEQ_H2G: {
 		bool seq = t == T_VSOCK_SEQ_H2G;
 
-		fd = host_connect_guest_fd(e->uds, seq ? PERF_GUEST_SEQ_PORT : PERF_GUEST_PORT,
-		                           seq ? SOCK_SEQPACKET : SOCK_STREAM);
+		fd = hybrid_connect(e->uds, seq ? PERF_GUEST_SEQ_PORT : PERF_GUEST_PORT,
+		                    seq ? SOCK_SEQPACKET : SOCK_STREAM, PERF_WAIT_MS);
 		if (fd < 0)
 			die("host connect to guest port: no OK from the back-end");
 		*tx = (struct conn){ .kind = C_FD, .fd = fd, .seq = seq };
@@ -285,10 +216,10 @@ void pair_open(struct env *e, enum tr t, struct conn *tx, struct conn *rx)
 		set_nodelay(rx->fd, t == T_TCP_NODELAY);
 		break;
 	case T_UNIX:
-		fd_pair(e->unix_lfd, unix_connect_nb(e->unix_path, SOCK_STREAM), tx, rx, "unix");
+		fd_pair(e->unix_lfd, hybrid_unix_connect(e->unix_path, SOCK_STREAM), tx, rx, "unix");
 		break;
 	case T_UNIX_SEQ:
-		fd_pair(e->unix_seq_lfd, unix_connect_nb(e->unix_seq_path, SOCK_SEQPACKET), tx, rx,
+		fd_pair(e->unix_seq_lfd, hybrid_unix_connect(e->unix_seq_path, SOCK_SEQPACKET), tx, rx,
 		        "unix seqpacket");
 		tx->seq = rx->seq = true;
 		break;

@@ -9,7 +9,7 @@
  * man/uvsock-perf.1 and bench/README.md.
  *
  * This file: options, the run plan (which measurements, with which switch settings: --compare
- * alternates each switch off and on), and small helpers (errors, progress, CPU and RSS clocks).
+ * alternates each switch off and on). Errors, progress and clocks: util.c.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -29,116 +29,16 @@
 #include "util/tune.h"
 
 const char *const rxmode_name[2] = { "64k", "size" };
-bool g_quiet;
 static struct env *g_env;
-static uint64_t g_t0;
 
-/* ---- helpers ---------------------------------------------------------------------------- */
-
-void die(const char *fmt, ...)
+/* die(): the back-end this program started goes with it. */
+static void die_teardown(void)
 {
 	struct env *e = g_env;
-	va_list ap;
 
-	va_start(ap, fmt);
-	fputs("uvsock-perf: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
 	g_env = NULL;
 	if (e)
 		env_teardown(e);
-	exit(1);
-}
-
-void progress(const char *fmt, ...)
-{
-	va_list ap;
-
-	if (g_quiet)
-		return;
-	va_start(ap, fmt);
-	fprintf(stderr, "[%5.0f s] ", (double)(mono_ns() - g_t0) / 1e9);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-}
-
-static double ts_s(const struct timeval *tv)
-{
-	return (double)tv->tv_sec + (double)tv->tv_usec / 1e6;
-}
-
-double cpu_self_s(void)
-{
-	struct rusage ru;
-
-	getrusage(RUSAGE_SELF, &ru);
-	return ts_s(&ru.ru_utime) + ts_s(&ru.ru_stime);
-}
-
-double cpu_thread_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* utime + stime of pid in seconds, from /proc/<pid>/stat; 0 if unknown. */
-double cpu_pid_s(pid_t pid)
-{
-	char path[64], buf[1024], *p;
-	unsigned long ut = 0, st = 0;
-	FILE *f;
-	size_t n;
-
-	if (pid <= 0)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	p = strrchr(buf, ')');
-	/* Fields after the command: state(3) ... utime(14) stime(15). */
-	if (!p ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-		return 0;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-/* VmRSS of pid in KiB from /proc/<pid>/status; -1 if unknown. */
-long rss_kib(pid_t pid)
-{
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &v) == 1)
-			break;
-	fclose(f);
-	return v;
-}
-
-int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ---- options ---------------------------------------------------------------------------- */
@@ -463,7 +363,8 @@ int main(int argc, char **argv)
 	char devlist[512];
 	int c, rc = 0;
 
-	g_t0 = mono_ns();
+	perf_util_init();
+	perf_at_die(die_teardown);
 	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		switch (c) {
 		case O_UVSOCKD:
@@ -683,7 +584,7 @@ int main(int argc, char **argv)
 		tune_describe(g_res.tune_desc, sizeof(g_res.tune_desc));
 	}
 	g_env = NULL;
-	g_res.seconds = (double)(mono_ns() - g_t0) / 1e9;
+	g_res.seconds = perf_elapsed_s();
 	report_table(stdout);
 	if (o.compare)
 		report_compare(stdout);
