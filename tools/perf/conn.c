@@ -98,6 +98,19 @@ int c_set_rcvlowat(struct conn *c, int v)
 	return 0; /* the ring and the raw guest return whatever is there */
 }
 
+/* A receive timeout of ms on a socket end; -1 (ENOTSUP) for the ring and the raw guest. */
+int c_set_rcvtimeo(struct conn *c, int ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	if (c->kind == C_UV)
+		return uvsock_setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (c->kind == C_FD)
+		return setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	errno = ENOTSUP;
+	return -1;
+}
+
 void c_close(struct conn *c)
 {
 	switch (c->kind) {
@@ -268,26 +281,26 @@ const char *find_uvsockd(const char *given, char *buf, size_t cap)
 }
 
 /* True if `bin --help` prints `word` (how a uvsockd's options are probed). */
-static bool help_has(const char *bin, const char *word)
+/* What `bin arg` prints (stdout and stderr, at most cap - 1 bytes), NUL-terminated. */
+static void run_output(const char *bin, const char *arg, char *buf, size_t cap)
 {
-	char buf[16384];
 	size_t got = 0;
 	int p[2], st;
 	pid_t pid;
-	bool has;
 
+	buf[0] = 0;
 	if (pipe2(p, O_CLOEXEC) < 0)
-		return false;
+		return;
 	pid = fork();
 	if (pid == 0) {
 		dup2(p[1], 1);
 		dup2(p[1], 2);
-		execlp(bin, bin, "--help", (char *)NULL);
+		execlp(bin, bin, arg, (char *)NULL);
 		_exit(127);
 	}
 	close(p[1]);
-	while (pid > 0 && got + 1 < sizeof(buf)) {
-		ssize_t r = read(p[0], buf + got, sizeof(buf) - 1 - got);
+	while (pid > 0 && got + 1 < cap) {
+		ssize_t r = read(p[0], buf + got, cap - 1 - got);
 
 		if (r <= 0)
 			break;
@@ -297,8 +310,28 @@ static bool help_has(const char *bin, const char *word)
 	close(p[0]);
 	if (pid > 0)
 		waitpid(pid, &st, 0);
-	has = strstr(buf, word) != NULL;
-	return has;
+}
+
+static bool help_has(const char *bin, const char *word)
+{
+	char buf[16384];
+
+	run_output(bin, "--help", buf, sizeof(buf));
+	return strstr(buf, word) != NULL;
+}
+
+/* The kind of build bin says it is in --version ("... (build: asan)"), or "unknown". */
+static void backend_build(const char *bin, char *out, size_t cap)
+{
+	char buf[512], *b, *end;
+
+	run_output(bin, "--version", buf, sizeof(buf));
+	b = strstr(buf, "(build: ");
+	end = b ? strchr(b, ')') : NULL;
+	if (b && end)
+		snprintf(out, cap, "%.*s", (int)(end - b - 8), b + 8);
+	else
+		snprintf(out, cap, "unknown (its --version does not say)");
 }
 
 /*
@@ -414,6 +447,7 @@ static void start_daemon(struct env *e)
 			e->daemon = 0;
 		die("%s did not start (see --uvsockd and %s)", bin, e->logpath);
 	}
+	backend_build(bin, e->backend_build, sizeof(e->backend_build));
 }
 
 void env_setup(struct env *e)
@@ -428,9 +462,13 @@ void env_setup(struct env *e)
 	if (e->o->socket) {
 		snprintf(e->sock, sizeof(e->sock), "%s", e->o->socket);
 		snprintf(e->uds, sizeof(e->uds), "%s", e->o->uds);
+		snprintf(e->backend_build, sizeof(e->backend_build),
+		         "unknown (not started by uvsock-perf)");
 	} else {
 		start_daemon(e);
 	}
+	/* Whose CPU counts as the back-end's: the uvsockd started here, or --backend-pid. */
+	e->cpu_pid = e->daemon > 0 ? e->daemon : e->o->backend_pid;
 	e->g = uvsock_ctx_new_guest(e->sock, &go);
 	if (!e->g)
 		die("guest role on %s: %s", e->sock, strerror(errno));

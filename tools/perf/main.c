@@ -24,6 +24,7 @@
 #include <uvsock/uvsock.h>
 
 #include "perf.h"
+#include "util/build.h"
 #include "util/size.h"
 #include "util/time.h"
 #include "util/tune.h"
@@ -142,6 +143,11 @@ static void usage(FILE *f)
 	      " $PATH)\n"
 	      "  --socket PATH         use a running vhost-user vsock back-end at PATH instead\n"
 	      "  --uds-path PATH       its hybrid host-side socket (required with --socket)\n"
+	      "  --backend-pid PID     count the CPU of that process as the back-end's (one\n"
+	      "                        not started here: with --socket)\n"
+	      "  --end eof|count       how a stream reader ends: at end of stream (default), or\n"
+	      "                        at the last byte its writer wrote (for back-ends that\n"
+	      "                        never pass a guest's half-close on to the host)\n"
 	      "  --in-process          also the device embedded through <uvsock/device.h>, a raw\n"
 	      "                        guest and the host application in this process\n"
 	      "what:\n"
@@ -245,6 +251,7 @@ static void measure(struct env *e, int runs)
 static void setup_variant(struct env *e, const struct opts *o, const char *item, char *devlist,
                           size_t cap)
 {
+	static bool warned;
 	char err[200];
 
 	snprintf(devlist, cap, "%s%s%s", o->tune_device ? o->tune_device : "",
@@ -258,6 +265,13 @@ static void setup_variant(struct env *e, const struct opts *o, const char *item,
 	snprintf(g_res.backend, sizeof(g_res.backend), "%s%s (guest CID %u)",
 	         o->socket ? e->sock : "uvsockd", e->daemon > 0 ? " started by uvsock-perf" : "",
 	         uvsock_ctx_local_cid(e->g));
+	snprintf(g_res.build_backend, sizeof(g_res.build_backend), "%s", e->backend_build);
+	if (report_not_optimized() && !warned) {
+		warned = true;
+		fprintf(stderr, "uvsock-perf: warning: build: uvsock-perf %s, back-end %s: not an "
+		        "optimized build, the figures are not those of a release build\n",
+		        g_res.build_self, g_res.build_backend);
+	}
 }
 
 /* Adds the --in-process against ceiling ratio at 64 KiB (64k reads) if both were measured. */
@@ -316,7 +330,9 @@ int main(int argc, char **argv)
 		O_DG_SENDERS,
 		O_DG_SIZE,
 		O_DG_TRANSPORTS,
-		O_DG_LOCKED
+		O_DG_LOCKED,
+		O_BACKEND_PID,
+		O_END
 	};
 	static const struct option lo[] = {
 		{ "uvsockd", required_argument, NULL, O_UVSOCKD },
@@ -347,6 +363,8 @@ int main(int argc, char **argv)
 		{ "dgram-size", required_argument, NULL, O_DG_SIZE },
 		{ "dgram-transports", required_argument, NULL, O_DG_TRANSPORTS },
 		{ "dgram-locked", no_argument, NULL, O_DG_LOCKED },
+		{ "backend-pid", required_argument, NULL, O_BACKEND_PID },
+		{ "end", required_argument, NULL, O_END },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -365,6 +383,7 @@ int main(int argc, char **argv)
 
 	perf_util_init();
 	perf_at_die(die_teardown);
+	snprintf(g_res.build_self, sizeof(g_res.build_self), "%s", uvsock_build_flavour());
 	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		switch (c) {
 		case O_UVSOCKD:
@@ -465,6 +484,21 @@ int main(int argc, char **argv)
 		case O_DG_LOCKED:
 			o.dg_locked = true;
 			break;
+		case O_BACKEND_PID: {
+			char proc[64];
+
+			o.backend_pid = (pid_t)parse_int(optarg, 1, INT32_MAX, "--backend-pid");
+			snprintf(proc, sizeof(proc), "/proc/%d/stat", (int)o.backend_pid);
+			if (access(proc, R_OK) < 0)
+				die("--backend-pid %d: no such process (%s)", (int)o.backend_pid,
+				    strerror(errno));
+			break;
+		}
+		case O_END:
+			if (strcmp(optarg, "eof") && strcmp(optarg, "count"))
+				die("--end takes eof or count");
+			o.end_count = !strcmp(optarg, "count");
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -481,6 +515,11 @@ int main(int argc, char **argv)
 		        optind < argc ? "unexpected argument"
 		                      : "--socket and --uds-path go together");
 		usage(stderr);
+		return 2;
+	}
+	if (o.backend_pid && !o.socket) {
+		fprintf(stderr, "uvsock-perf: --backend-pid goes with --socket (the uvsockd started "
+		                "here is measured anyway)\n");
 		return 2;
 	}
 	if (o.socket && o.tune_device) {

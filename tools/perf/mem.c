@@ -222,7 +222,8 @@ void run_vms(struct env *e)
 				if (rx[i].fd < 0)
 					die("vms: host accept %d", i);
 			}
-			s = measure_pairs(tx, rx, n, 65536, RX_64K, pid, e->o->duration_ms * 2);
+			s = measure_pairs(tx, rx, n, 65536, RX_64K, pid, e->o->duration_ms * 2,
+						  e->o->end_count);
 			(k ? all : one)[r] = s.gbps;
 			for (int i = 0; i < n; i++) {
 				c_close(&tx[i]);

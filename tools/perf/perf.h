@@ -68,6 +68,8 @@ struct opts {
 	const char *compare;
 	const char *csv, *json, *plot;
 	bool quick;
+	bool end_count;  /* --end count: readers stop at the writer's byte count, not at EOF */
+	pid_t backend_pid; /* --backend-pid: the CPU of a back-end not started here */
 	int dg_senders[8]; /* --dgram: sender threads per point */
 	int ndg_senders;
 	size_t dg_size;
@@ -81,6 +83,8 @@ struct env {
 	const char *variant;  /* compare: "name=off" / "name=on"; else "" */
 	const char *tune_dev; /* the list passed to the uvsockd we start, or NULL */
 	pid_t daemon;
+	pid_t cpu_pid;            /* the back-end whose CPU is counted: daemon or --backend-pid */
+	char backend_build[64];   /* what the back-end's --version says of its build */
 	bool max_conns_key; /* the uvsockd we started took max-conns= */
 	char dir[64], sock[128], uds[128], logpath[160];
 	struct uvsock_ctx *g;
@@ -115,6 +119,7 @@ ssize_t c_recv(struct conn *c, void *buf, size_t n);
 void c_shutdown_wr(struct conn *c);
 void c_close(struct conn *c);
 int c_set_rcvlowat(struct conn *c, int v);
+int c_set_rcvtimeo(struct conn *c, int ms);
 const char *find_uvsockd(const char *given, char *buf, size_t cap);
 pid_t spawn_uvsockd(const char *bin, const char *tune, char *const *vm_args, const char *log);
 int wait_socket(pid_t pid, const char *path, int ms);
@@ -137,7 +142,7 @@ void inproc_close(struct inproc *ip);
 
 /* stream.c, rtt.c, mem.c: each appends to g_res. */
 struct sample measure_pairs(struct conn *tx, struct conn *rx, int n, size_t size, enum rxmode mode,
-                            pid_t backend, int duration_ms);
+                            pid_t backend, int duration_ms, bool end_count);
 void run_stream_point(struct env *e, enum tr t, size_t size, enum rxmode rx, int nstreams,
                       int runs);
 void run_rtt_point(struct env *e, enum tr t, size_t size, int runs);
@@ -154,6 +159,8 @@ void dgram_csv(FILE *f);
 void dgram_json(FILE *f);
 
 /* report.c */
+/* True when uvsock-perf or the back-end it can tell of is a sanitizer or unoptimized build. */
+bool report_not_optimized(void);
 void report_table(FILE *f);
 int report_csv(const char *path);
 int report_json(const char *path, const struct opts *o);

@@ -103,6 +103,8 @@ struct results {
 	int nmem, cmem;
 	char tune_desc[512];
 	char backend[200];
+	char build_self[32];    /* what kind of build this uvsock-perf is (util/build.h) */
+	char build_backend[64]; /* and the back-end, as its --version says */
 	double seconds;
 };
 extern struct results g_res;
