@@ -2,6 +2,7 @@
 /* The host side of a hybrid vsock back-end (hybrid.h). */
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -10,53 +11,39 @@
 
 #include "hybrid.h"
 
-static int unix_addr(const char *path, struct sockaddr_un *a)
+/* A Unix socket of type at path: connected to it, or bound there and listening. */
+static int unix_at(const char *path, int type, bool listening)
 {
-	memset(a, 0, sizeof(*a));
-	a->sun_family = AF_UNIX;
-	if (strlen(path) >= sizeof(a->sun_path)) {
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd, err;
+
+	if (strlen(path) >= sizeof(a.sun_path)) {
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	memcpy(a->sun_path, path, strlen(path) + 1);
-	return 0;
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (listening)
+		unlink(path);
+	if (listening ? bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 1024) == 0
+		      : connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+		return fd;
+	err = errno;
+	close(fd);
+	errno = err;
+	return -1;
 }
 
 int hybrid_unix_connect(const char *path, int type)
 {
-	struct sockaddr_un a;
-	int fd, err;
-
-	if (unix_addr(path, &a) < 0)
-		return -1;
-	fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
-		return fd;
-	err = errno;
-	close(fd);
-	errno = err;
-	return -1;
+	return unix_at(path, type, false);
 }
 
 int hybrid_listen(const char *path, int type)
 {
-	struct sockaddr_un a;
-	int fd, err;
-
-	if (unix_addr(path, &a) < 0)
-		return -1;
-	fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	unlink(path);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 1024) == 0)
-		return fd;
-	err = errno;
-	close(fd);
-	errno = err;
-	return -1;
+	return unix_at(path, type, true);
 }
 
 int hybrid_accept(int lfd, int ms)

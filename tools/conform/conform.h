@@ -111,6 +111,9 @@ struct ck {
 	unsigned nstray;
 	char paths[8][256];       /* host listeners to remove */
 	unsigned npaths;
+	int lfd;                  /* the host listener of ck_host_listen() */
+	int fds[8];               /* host sockets closed when the check ends */
+	unsigned nfds;
 	/* result */
 	bool failed, skipped;
 	char msg[600];
@@ -162,8 +165,12 @@ int conn_send(struct ck *c, struct conn *k, uint64_t len, uint32_t pkt, bool eom
 /* Consumes n held bytes (slow reader) and tells the back-end with a CREDIT_UPDATE. */
 void conn_consume(struct ck *c, struct conn *k, uint64_t n);
 
-/* A listener at <uds>_<port> of type (removed when the check ends). */
+/* A listener at <uds>_<port> of type, also in c->lfd (closed and removed when the check ends). */
 int ck_host_listen(struct ck *c, uint32_t port, int type);
+/* fd is closed when the check ends; returns fd. */
+int ck_keep_fd(struct ck *c, int fd);
+/* Ends the check: closes the session and the host sockets, removes the listeners. */
+void ck_end(struct ck *c);
 
 /* The pattern byte at offset off of stream seed. */
 static inline uint8_t pat(uint32_t seed, uint64_t off)

@@ -159,6 +159,7 @@ int main(int argc, char **argv)
 			continue;
 		memset(&c, 0, sizeof(c));
 		c.o = &o;
+		c.lfd = -1;
 		c.next_port = gport;
 		c.host_port = hport + i;
 		k->run(&c);
@@ -166,10 +167,7 @@ int main(int argc, char **argv)
 			ck_fail(&c, REF_ADDR, "the back-end's guest CID is %u, --cid says %ld", c.g.cid,
 				cid);
 		gport = c.next_port + 8;
-		if (c.open)
-			rg_close(&c.g);
-		for (unsigned p = 0; p < c.npaths; p++)
-			unlink(c.paths[p]);
+		ck_end(&c);
 		idx++;
 		if (c.unreachable && !o.json) {
 			printf("Bail out! %s\n", c.msg);

@@ -389,7 +389,28 @@ int ck_host_listen(struct ck *c, uint32_t port, int type)
 	}
 	if (c->npaths < 8)
 		snprintf(c->paths[c->npaths++], sizeof(c->paths[0]), "%s", path);
+	c->lfd = ck_keep_fd(c, fd);
 	return fd;
+}
+
+int ck_keep_fd(struct ck *c, int fd)
+{
+	if (fd >= 0 && c->nfds < sizeof(c->fds) / sizeof(c->fds[0]))
+		c->fds[c->nfds++] = fd;
+	return fd;
+}
+
+void ck_end(struct ck *c)
+{
+	if (c->open)
+		rg_close(&c->g);
+	c->open = false;
+	for (unsigned i = 0; i < c->nfds; i++)
+		close(c->fds[i]);
+	c->nfds = 0;
+	for (unsigned i = 0; i < c->npaths; i++)
+		unlink(c->paths[i]);
+	c->npaths = 0;
 }
 
 /* ---- host I/O threads ---- */
