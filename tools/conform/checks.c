@@ -446,7 +446,7 @@ static void seqpacket_boundaries(struct ck *c)
 	}
 	for (unsigned i = 0; !c->failed && i < 3; i++) {
 		for (uint64_t j = 0; j < h2g[i]; j++)
-			buf[j] = pat(k->seed, k->rx_total + k->msg_len + j);
+			buf[j] = pat(k->seed, k->rx_total + j); /* every earlier message ended */
 		if (send(hfd, buf, h2g[i], MSG_NOSIGNAL) != (ssize_t)h2g[i])
 			ck_fail(c, REF_SEQ, "the host's send of message %u failed", i);
 		else if (!CK_PUMP_UNTIL(c, k->nmsgs > i || c->failed, c->o->timeout_ms))
