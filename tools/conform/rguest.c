@@ -25,6 +25,8 @@ struct rg_queued {
 	uint8_t data[];
 };
 
+static int reap_tx(struct rguest *g);
+
 static uint64_t now_ms(void)
 {
 	struct timespec ts;
@@ -243,7 +245,8 @@ int rg_recv(struct rguest *g, struct rg_pkt *p, int ms)
 			break;
 		if (r != -EAGAIN)
 			return r;
-		if (vring_drv_broken(g->tx))
+		/* TX completions too: pending ones would keep the wait from sleeping. */
+		if (reap_tx(g) < 0)
 			return -EIO;
 		if (now_ms() >= deadline)
 			return -ETIMEDOUT;
@@ -258,19 +261,27 @@ int rg_recv(struct rguest *g, struct rg_pkt *p, int ms)
 	return 0;
 }
 
-/* Takes back finished TX buffers; queues RX packets so that a back-end waiting for RX room to
- * answer can go on taking TX. */
-static int reap(struct rguest *g)
+/* Takes back the TX buffers the back-end is done with. 0 or -EIO. */
+static int reap_tx(struct rguest *g)
 {
-	struct rg_queued *q;
 	uint32_t len;
 	void *cookie;
 	int r;
 
 	while ((r = vring_drv_get_used(g->tx, &len, &cookie)) == 0)
 		g->busy[(uintptr_t)cookie - 1] = false;
-	if (r != -EAGAIN)
-		return -EIO;
+	return r == -EAGAIN ? 0 : -EIO;
+}
+
+/* Takes back finished TX buffers; queues RX packets so that a back-end waiting for RX room to
+ * answer can go on taking TX. */
+static int reap(struct rguest *g)
+{
+	struct rg_queued *q;
+	int r = reap_tx(g);
+
+	if (r < 0)
+		return r;
 	while ((r = take_rx(g, &q)) == 0)
 		enqueue(g, q);
 	return r == -EAGAIN ? 0 : r;
