@@ -11,10 +11,12 @@
  *                          fwd_cnt shared by every stream);
  *   --mode cut             an RW packet's used length is cut to half its payload while the header
  *                          still claims the whole (a packet cut to the buffer, len unchanged);
+ *   --mode no-shutdown     a SHUTDOWN becomes a CREDIT_UPDATE (a back-end that never passes the
+ *                          host's half-close on to the guest);
  *   --mode none            nothing changed (the proxy itself is transparent).
  *
- * EVENT_IDX and IN_ORDER are taken out of the features the back-end offers, so that every used
- * element is written and every one is signalled. Sessions are served one after the other until
+ * EVENT_IDX, IN_ORDER and RING_PACKED are taken out of the features the back-end offers, so that
+ * the rings are split ones and every used element is written and signalled. Sessions are served one after the other until
  * SIGTERM. usage: conform-mangler --listen PATH --backend PATH --mode MODE
  */
 #include <errno.h>
@@ -36,7 +38,7 @@
 
 #define SHADOW_SIZE 65536u
 
-enum mode { M_NONE, M_SHARED, M_CUT };
+enum mode { M_NONE, M_SHARED, M_CUT, M_NO_SHUTDOWN };
 
 struct region {
 	uint64_t gpa, size, uva;
@@ -110,6 +112,10 @@ static void mangle(struct sess *s, uint32_t id, uint32_t *len)
 	vsock_hdr_decode(hp, &h);
 	if (s->mode == M_SHARED) {
 		h.fwd_cnt = shared_fwd(s, &h);
+		vsock_hdr_encode(&h, hp);
+	} else if (s->mode == M_NO_SHUTDOWN && h.op == VSOCK_OP_SHUTDOWN) {
+		h.op = VSOCK_OP_CREDIT_UPDATE;
+		h.flags = 0;
 		vsock_hdr_encode(&h, hp);
 	} else if (s->mode == M_CUT && h.op == VSOCK_OP_RW && h.len > 1 &&
 		   *len == VSOCK_HDR_SIZE + h.len) {
@@ -248,7 +254,8 @@ static void serve(int front, const char *backend, enum mode mode)
 			if (vhu_msg_recv(back, &m, 5000) < 0)
 				break;
 			if (m.request == VHU_REQ_GET_FEATURES && m.size == 8)
-				m.payload.u64 &= ~(VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_IN_ORDER));
+				m.payload.u64 &= ~(VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_IN_ORDER) |
+						   VHU_BIT(VHU_F_RING_PACKED));
 			if (vhu_msg_send(front, m.request, m.flags, m.payload.raw, m.size, m.fds,
 					 m.nfds, 5000) < 0)
 				break;
@@ -287,11 +294,13 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--mode"))
 			mode_s = argv[i + 1];
 	}
-	mode = !strcmp(mode_s, "shared-fwd-cnt") ? M_SHARED : !strcmp(mode_s, "cut") ? M_CUT
-											 : M_NONE;
+	mode = !strcmp(mode_s, "shared-fwd-cnt") ? M_SHARED
+	       : !strcmp(mode_s, "cut")          ? M_CUT
+	       : !strcmp(mode_s, "no-shutdown")  ? M_NO_SHUTDOWN
+						 : M_NONE;
 	if (!listen_path || !backend || (mode == M_NONE && strcmp(mode_s, "none"))) {
 		fprintf(stderr, "usage: conform-mangler --listen PATH --backend PATH "
-				"--mode none|shared-fwd-cnt|cut\n");
+				"--mode none|shared-fwd-cnt|cut|no-shutdown\n");
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);

@@ -7,7 +7,10 @@
 #   run-conform.sh BUILD_DIR detect   uvsock-conform against conform-mangler.c in front of that
 #                                     uvsockd: passes through the transparent proxy, and fails,
 #                                     naming the right rule, where the proxy shares one fwd_cnt
-#                                     between the streams or cuts RX packets under their header
+#                                     between the streams, cuts RX packets under their header or
+#                                     never passes the host's half-close on; and uvsock-perf
+#                                     --end count measures host to guest through that last one
+#                                     (its readers would otherwise wait for an end of stream)
 #
 # Everything runs in a temporary directory; uvsockd and the proxies are stopped by PID.
 set -u
@@ -73,7 +76,7 @@ fi
 # must contain.
 n=0
 echo "TAP version 13"
-echo "1..3"
+echo "1..5"
 while read -r mode only want text; do
 	n=$((n + 1))
 	px=$tmp/px-$mode.sock
@@ -94,4 +97,21 @@ done <<'MODES'
 none fwd_cnt_per_connection,rx_small_buffers 0 2 passed, 0 failed
 shared-fwd-cnt fwd_cnt_per_connection 1 contradicts: virtio 1.2 §5.10.6.3
 cut rx_small_buffers 1 contradicts: virtio 1.2 §5.10.6.4
+no-shutdown half_close_host_to_guest 1 contradicts: virtio 1.2 §5.10.6.5
 MODES
+
+# uvsock-perf --end count through a back-end that never passes the host's half-close on: the
+# guest reader stops at the writer's count (a 120 s bound; it finishes in seconds).
+px=$tmp/px-perf.sock
+"${pdeath[@]}" "$mangler" --listen "$px" --backend "$sock" --mode no-shutdown &
+pids+=($!)
+wait_socket "$px" "${pids[-1]}"
+timeout 120 "$build/tools/uvsock-perf" --quick --socket "$px" --uds-path "$uds" --end count \
+	--backend-pid "${pids[0]}" --tests stream --transports vsock-h2g --quiet >"$tmp/out" 2>&1
+rc=$?
+if [ "$rc" = 0 ] && grep -q "vsock-h2g" "$tmp/out"; then
+	echo "ok 5 - uvsock-perf --end count measures host to guest without the half-close"
+else
+	echo "not ok 5 - uvsock-perf --end count through mode no-shutdown exits $rc"
+fi
+sed 's/^/# /' "$tmp/out"
