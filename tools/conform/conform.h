@@ -51,7 +51,7 @@
 	"virtio 1.2 §5.10.6.5 Stream Sockets (an in-order, reliable byte stream); Linux "           \
 	"virtio_transport_recv_enqueue()"
 #define REF_FRAMING                                                                                \
-	"virtio 1.2 §2.6.4 Message Framing (a device makes no assumption about how a buffer is "    \
+	"virtio 1.2 §2.7.4 Message Framing (a device makes no assumption about how a buffer is "    \
 	"split into descriptors)"
 #define REF_SEQ                                                                                    \
 	"virtio 1.2 §5.10.6.6 Seqpacket Sockets (VIRTIO_VSOCK_SEQ_EOM ends a message); Linux "      \
