@@ -130,13 +130,19 @@ static void *mangler(void *arg)
 			       { .fd = s->stop, .events = POLLIN } };
 	uint64_t v;
 
-	while (poll(p, 2, -1) >= 0 && !p[1].revents) {
+	/*
+	 * The back-end skips the interrupt while the front-end has set VRING_AVAIL_F_NO_INTERRUPT in
+	 * the (real) avail ring, and the front-end re-checks only the real used ring before it
+	 * sleeps: so the shadow ring is also looked at every millisecond, not only when signalled.
+	 */
+	while (poll(p, 2, 1) >= 0 && !p[1].revents) {
 		uint16_t idx;
 
-		if (!p[0].revents)
-			continue;
-		(void)!read(s->call_ours, &v, sizeof(v));
+		if (p[0].revents)
+			(void)!read(s->call_ours, &v, sizeof(v));
 		idx = __atomic_load_n((uint16_t *)(s->shadow + 2), __ATOMIC_ACQUIRE);
+		if (idx == s->seen)
+			continue;
 		while (s->seen != idx) {
 			uint8_t *se = s->shadow + 4 + 8 * (s->seen % s->num);
 			uint8_t *re = s->used + 4 + 8 * (s->seen % s->num);

@@ -107,7 +107,7 @@ px=$tmp/px-perf.sock
 pids+=($!)
 wait_socket "$px" "${pids[-1]}"
 timeout 120 "$build/tools/uvsock-perf" --quick --socket "$px" --uds-path "$uds" --end count \
-	--backend-pid "${pids[0]}" --tests stream --transports vsock-h2g --quiet >"$tmp/out" 2>&1
+	--backend-pid "${pids[0]}" --tests stream --transports vsock-h2g >"$tmp/out" 2>&1
 rc=$?
 if [ "$rc" = 0 ] && grep -q "vsock-h2g" "$tmp/out"; then
 	echo "ok 5 - uvsock-perf --end count measures host to guest without the half-close"

@@ -40,6 +40,10 @@
 #define REF_CREDIT_GIVE                                                                            \
 	"virtio 1.2 §5.10.6.3 Buffer Space Management (the receiver tells the sender of freed "     \
 	"space); Linux virtio_transport_do_dequeue() sends virtio_transport_send_credit_update()"
+#define REF_HOLD_BACK                                                                              \
+	"Linux vhost_transport_do_send_pkt() sends while the guest's credit lasts; a guest "        \
+	"waiting for more (SO_RCVLOWAT) sends no CREDIT_UPDATE before it reads "                     \
+	"(virtio_transport_do_dequeue()), so a back-end that holds back below the credit stalls it"
 #define REF_NOSOCK                                                                                 \
 	"virtio 1.2 §5.10.6.5 Stream Sockets (a REQUEST is answered by RESPONSE or RST); Linux "    \
 	"virtio_transport_reset_no_sock()"
@@ -158,7 +162,8 @@ bool conn_connect(struct ck *c, struct conn *k);
  * Sends len pattern bytes within the back-end's credit, in packets of at most pkt bytes (flags
  * on each; with eom on SEQPACKET the last one carries VSOCK_SEQ_EOM), each cut into descriptors
  * at cuts (relative to the packet) if given. A stall without credit for the timeout fails the
- * check. Returns 0 or -1.
+ * check. Returns 0, -1, or -EMSGSIZE (nothing sent) for a SEQPACKET message larger than the
+ * back-end's buf_alloc, which Linux refuses too.
  */
 int conn_send(struct ck *c, struct conn *k, uint64_t len, uint32_t pkt, bool eom,
 	      const uint32_t *cuts, unsigned ncuts, bool indirect);

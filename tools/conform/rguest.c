@@ -14,7 +14,7 @@
 #include "vring/vring_drv.h"
 
 #define RG_MEM      (32u << 20)
-#define RG_QSIZE    256u
+#define RG_QSIZE    128u /* QEMU's: what every back-end takes */
 #define RG_SLOT     (VSOCK_HDR_SIZE + 65536u)
 #define RG_RXB      (64u + 65536u) /* header, a gap (split layout), 64 KiB of room */
 #define RG_RX_SPLIT 64u            /* payload offset in a split RX buffer */
@@ -128,7 +128,9 @@ int rg_open(struct rguest *g, const char *sock, const struct rg_rx_layout *lay, 
 			r = vring_drv_new(g->tq->num, g->tq->desc, g->tq->avail, g->tq->used,
 					  g->features, &g->tx);
 	}
-	for (unsigned i = 0; r == 0 && i < RG_RX_BUFS; i++)
+	/* As many RX buffers as the ring holds (two descriptors each when split). */
+	for (unsigned i = 0; r == 0 && i < RG_RX_BUFS &&
+			     vring_drv_num_free(g->rx) >= (g->lay.split ? 2u : 1u); i++)
 		r = post_rx(g, i);
 	if (r < 0) {
 		snprintf(err, errlen, "%s: %s", step, strerror(-r));
@@ -337,6 +339,11 @@ int rg_send(struct rguest *g, const struct vsock_hdr *h, const void *payload, ui
 int rg_send_hdr(struct rguest *g, const struct vsock_hdr *h)
 {
 	return rg_send(g, h, NULL, 0, NULL, 0, false);
+}
+
+bool rg_rx_pending(struct rguest *g)
+{
+	return g->qhead || vring_drv_more_used(g->rx);
 }
 
 int rg_flush(struct rguest *g, int ms)

@@ -71,8 +71,9 @@ struct rguest {
 
 /*
  * Connects to the back-end at sock, negotiates (vhu_front_init: VERSION_1, SEQPACKET and the
- * ring features it offers), starts both rings and posts RX_BUFS buffers of layout lay (NULL:
- * 4 KiB rooms in one descriptor, as Linux 6.3+). Returns 0 or -errno (err says what failed).
+ * ring features it offers), starts both rings of 128 entries (QEMU's size) and posts up to
+ * RG_RX_BUFS buffers of layout lay, as many as the ring holds (NULL: 4 KiB rooms in one
+ * descriptor, as Linux 6.3+). Returns 0 or -errno (err says what failed).
  */
 int rg_open(struct rguest *g, const char *sock, const struct rg_rx_layout *lay, int timeout_ms,
 	    char *err, size_t errlen);
@@ -103,6 +104,9 @@ int rg_send_hdr(struct rguest *g, const struct vsock_hdr *h);
  * *p has the header fields zeroed and used_len/room set).
  */
 int rg_recv(struct rguest *g, struct rg_pkt *p, int ms);
+
+/* True if RX packets are waiting (queued or returned on the ring, not yet taken). */
+bool rg_rx_pending(struct rguest *g);
 
 /* Waits (bounded by ms) until the back-end returned every TX buffer; 0 or -ETIMEDOUT/-EIO. */
 int rg_flush(struct rguest *g, int ms);

@@ -115,9 +115,18 @@ int conn_ctl(struct ck *c, struct conn *k, unsigned op, unsigned flags)
 	return 0;
 }
 
-static void give_credit(struct ck *c, struct conn *k)
+/*
+ * Tells the back-end what the guest consumed, as Linux's virtio_transport_do_dequeue() does:
+ * once less than 64 KiB of the buffer would be left by the last advertised fwd_cnt, and whenever
+ * the receive queue is drained (rx_bytes below SO_RCVLOWAT 1) while something was consumed since.
+ * drained: no more RX packets are waiting.
+ */
+static void give_credit(struct ck *c, struct conn *k, bool drained)
 {
-	if (k->state == CS_OPEN && k->fwd_cnt - k->fwd_adv >= k->buf_alloc / 2)
+	uint32_t since = k->fwd_cnt - k->fwd_adv;
+
+	if (k->state == CS_OPEN && since &&
+	    (drained || since + VSOCK_MAX_PKT_PAYLOAD > k->buf_alloc))
 		(void)conn_ctl(c, k, VSOCK_OP_CREDIT_UPDATE, 0);
 }
 
@@ -167,7 +176,7 @@ static void on_rw(struct ck *c, struct conn *k, const struct rg_pkt *p)
 		k->rx_unread += p->ndata;
 	} else {
 		k->fwd_cnt += p->ndata;
-		give_credit(c, k);
+		give_credit(c, k, false);
 	}
 }
 
@@ -285,6 +294,10 @@ int ck_pump(struct ck *c, int ms)
 	default:
 		break;
 	}
+	if (!rg_rx_pending(&c->g))
+		for (unsigned i = 0; i < c->nconns; i++)
+			if (!c->conns[i].hold)
+				give_credit(c, &c->conns[i], true);
 	return 0;
 }
 
@@ -318,6 +331,11 @@ int conn_send(struct ck *c, struct conn *k, uint64_t len, uint32_t pkt, bool eom
 	static uint8_t buf[65536];
 	uint64_t sent = 0;
 
+	/* Linux refuses a message larger than the peer's buffer (virtio_transport_seqpacket_enqueue()
+	 * returns EMSGSIZE): so does this guest. */
+	if (k->type == VSOCK_TYPE_SEQPACKET && k->peer_known && len > k->peer_buf_alloc)
+		return -EMSGSIZE;
+
 	while (sent < len) {
 		uint32_t n, credit = peer_credit(k);
 		struct vsock_hdr h;
@@ -345,16 +363,19 @@ int conn_send(struct ck *c, struct conn *k, uint64_t len, uint32_t pkt, bool eom
 			continue;
 		}
 		n = len - sent < pkt ? (uint32_t)(len - sent) : pkt;
-		if (k->type == VSOCK_TYPE_STREAM && n > credit)
-			n = credit;
-		if (k->type == VSOCK_TYPE_SEQPACKET && n > credit) {
-			/* A message fragment waits for room for all of it. */
-			if (!CK_PUMP_UNTIL(c, peer_credit(k) >= n, c->o->timeout_ms)) {
-				ck_fail(c, REF_CREDIT_GIVE, "no room for a %u-byte fragment on port "
-					"%u->%u for %d ms", n, k->lport, k->pport, c->o->timeout_ms);
+		if (ncuts && n > credit) {
+			/* A packet with a descriptor layout is sent whole: wait for room for it. */
+			if (!CK_PUMP_UNTIL(c, peer_credit(k) >= n || k->state != CS_OPEN,
+					   c->o->timeout_ms)) {
+				ck_fail(c, REF_CREDIT_GIVE, "no room for a %u-byte packet on port "
+					"%u->%u for %d ms (buf_alloc %u)", n, k->lport, k->pport,
+					c->o->timeout_ms, k->peer_buf_alloc);
 				return -1;
 			}
+			continue;
 		}
+		if (n > credit)
+			n = credit;
 		for (uint32_t i = 0; i < n; i++)
 			buf[i] = pat(k->seed, k->tx_off + i);
 		h = hdr_for(c, k, VSOCK_OP_RW,
