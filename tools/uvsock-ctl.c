@@ -6,7 +6,7 @@
  */
 #include <stdio.h>
 
-#include "ops/ctlcli.h"
+#include "ctlcli.h"
 
 #ifndef UVSOCK_VERSION
 #define UVSOCK_VERSION "unknown"

@@ -6,7 +6,7 @@
  */
 #include <stdio.h>
 
-#include "ops/statcli.h"
+#include "statcli.h"
 
 #ifndef UVSOCK_VERSION
 #define UVSOCK_VERSION "unknown"

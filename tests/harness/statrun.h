@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ops/statcli.h"
+#include "statcli.h"
 #include "test.h"
 
 /* Exit code and the captured streams (NUL-terminated; free both, or run_free). */

@@ -7,8 +7,8 @@
  */
 #include "fakectl.h"
 #include "manpage.h"
-#include "ops/ctlcli.h"
-#include "ops/statcli.h"
+#include "ctlcli.h"
+#include "ctlproto/client.h"
 #include "test.h"
 
 struct out {
