@@ -7,13 +7,13 @@
  *      uds_connect.h and docs/uvsockd.md, then uds_connect_read() on a stream socketpair fed in
  *      chunks: the same verdict, and not one byte consumed past the newline;
  *   1  the same line as one SOCK_SEQPACKET message;
- *   2  the config file parser (src/ops/config.h): an error is one line "NAME:..." (no newline);
+ *   2  the config file parser (daemon/config.h): an error is one line "NAME:..." (no newline);
  *      a parsed config has every value in range and unique CIDs, and written back as YAML it
  *      parses to the same config;
- *   3  the JSON reader and writer (src/ops/json.h): what parses is written back with the writer
+ *   3  the JSON reader and writer (src/ctlproto/json.h): what parses is written back with the writer
  *      and parses to the same tree (numbers the writer cannot write become null); with a small
  *      cap the writer stops cleanly;
- *   4  control-socket requests (ctl_cmd_run of src/ops/ctl_internal.h) against a fake daemon
+ *   4  control-socket requests (ctl_cmd_run of daemon/ctl_internal.h) against a fake daemon
  *      (VM names, counters, connection host paths from the input; capture taps optional): every
  *      answer is exactly one line of valid JSON with "proto":1 and a boolean "ok" (and an
  *      "error" string when ok is false). Capture files can only be created in a temporary

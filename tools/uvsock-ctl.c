@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * uvsock-ctl: adds and removes VMs of a running uvsockd through its control socket. All of it is
- * in src/ops/ctlcli.c (so that tests run it in-process); see man/uvsock-ctl.1 and
+ * in tools/ctlcli.c (so that tests run it in-process); see man/uvsock-ctl.1 and
  * docs/uvsockd.md ("Runtime VMs").
  */
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * every long option printed by `PROGRAM --help` appears in man/PROGRAM.1 and the reverse
  * (--help itself excepted: every program takes it, not every usage text lists it). uvsockd has
  * the same both-ways check in tests/unit/daemon/test-options.c; uvsock-stat's, in
- * tests/unit/ops/test-statcli.c, is one-way (man_check_help_documented), because its page also
+ * tests/unit/tools/test-statcli.c, is one-way (man_check_help_documented), because its page also
  * names other programs' options. The programs run as child processes from the build tree
  * (paths compiled in from their meson targets); the comparison is tests/harness/manpage.h.
  *
