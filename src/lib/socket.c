@@ -252,7 +252,7 @@ static void pollfd_apply(struct usock *us, unsigned mask)
 	}
 }
 
-void uvsock_sock_event_(struct usock *us, unsigned mask)
+void lib_sock_event(struct usock *us, unsigned mask)
 {
 	/* Pairs with waiters++ / wake_arm store / evseq load in sock_wait (file comment). */
 	unsigned v = atomic_fetch_add(&us->evseq, 1);
@@ -264,7 +264,7 @@ void uvsock_sock_event_(struct usock *us, unsigned mask)
 			/* Arm for v or older (modulo 2^32): ours to clear. */
 			if ((int)((unsigned)a - v) <= 0)
 				atomic_compare_exchange_strong(&us->wake_arm, &a, 0);
-			uvsock_futex_wake_(&us->evseq);
+			lib_futex_wake(&us->evseq);
 		}
 	}
 	/* After the bump: pairs with direct++ and the evseq check in sock_wait. */
@@ -300,7 +300,7 @@ static void pollfd_refresh(struct usock *us)
 static void sock_wake_all(struct usock *us)
 {
 	atomic_fetch_add(&us->evseq, 1);
-	uvsock_futex_wake_(&us->evseq);
+	lib_futex_wake(&us->evseq);
 	if (atomic_load(&us->direct) > 0)
 		us->ctx->tops->rx_wake(us->ctx);
 }
@@ -327,7 +327,7 @@ static int sock_wait(struct usock *us, unsigned seq, uint64_t deadline)
 	atomic_fetch_add(&us->waiters, 1);
 	atomic_store(&us->wake_arm, ARM_BIT | seq);
 	if (atomic_load(&us->evseq) == seq)
-		r = uvsock_futex_wait_(&us->evseq, seq, deadline);
+		r = lib_futex_wait(&us->evseq, seq, deadline);
 	atomic_fetch_sub(&us->waiters, 1);
 	return r;
 }
@@ -504,7 +504,7 @@ int uvsock_close(int fd)
 	return 0;
 }
 
-void uvsock_ctx_close_all_(struct uvsock_ctx *ctx)
+void lib_ctx_close_all(struct uvsock_ctx *ctx)
 {
 	struct usock *us;
 
