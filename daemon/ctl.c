@@ -9,7 +9,7 @@
  * answer. Nothing here ever touches a VM thread's data except through struct ops_ctl_ops and
  * the taps' own locks.
  */
-#include "ops/ctl.h"
+#include "ctl.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -19,7 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ops/ctl_internal.h"
+#include "ctl_internal.h"
 #include "util/log.h"
 #include "util/loop.h"
 #include "util/macros.h"
@@ -31,16 +31,6 @@
 #define CTL_FLUSH_MS 1000u
 #define CTL_ACCEPT_PAUSE_MS 100u
 #define CTL_BACKLOG 16
-
-int ops_ctl_default_path(const char *vhost_socket, char *buf, size_t len)
-{
-	size_t n = strlen(vhost_socket) + strlen(OPS_CTL_SUFFIX);
-
-	if (n > sizeof(((struct sockaddr_un *)0)->sun_path) - 1 || n + 1 > len)
-		return -ENAMETOOLONG;
-	snprintf(buf, len, "%s%s", vhost_socket, OPS_CTL_SUFFIX);
-	return 0;
-}
 
 /* ---- clients --------------------------------------------------------------------------- */
 

@@ -14,8 +14,8 @@
 #include <time.h>
 
 #include "fakectl.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/json.h"
+#include "ctlproto/client.h"
 #include "util/time.h"
 
 static int conn(struct fake_daemon *f)

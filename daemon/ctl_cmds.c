@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/ctl_internal.h"
+#include "ctl_internal.h"
 #include "util/log.h"
 #include "util/macros.h"
 #include "util/time.h"

@@ -7,19 +7,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "options.h" /* daemon/options.h */
-#include "ops/config.h"
-#include "ops/config_uvsockd.h"
+#include "config.h" /* daemon/config.h, with daemon/options.h */
 #include "test.h"
 #include "util/macros.h"
 #include "vmconfig.h"
 
-static int parse(const char *text, struct ops_config *c, char *err, size_t errlen)
+static int parse(const char *text, struct config_file *c, char *err, size_t errlen)
 {
-	return ops_config_parse("t.yaml", text, strlen(text), c, err, errlen);
+	return config_file_parse("t.yaml", text, strlen(text), c, err, errlen);
 }
 
-static void parse_ok(const char *text, struct ops_config *c)
+static void parse_ok(const char *text, struct config_file *c)
 {
 	char err[512];
 	int r = parse(text, c, err, sizeof(err));
@@ -30,7 +28,7 @@ static void parse_ok(const char *text, struct ops_config *c)
 
 TEST(documented_example)
 {
-	struct ops_config c;
+	struct config_file c;
 
 	parse_ok("# uvsockd.yaml\n"
 		 "control: /run/uvsockd.ctl        # optional\n"
@@ -58,14 +56,14 @@ TEST(documented_example)
 	/* Defaults as the command line. */
 	ASSERT_EQ(c.vms[1].guest_cid, 5);
 	ASSERT_VM_DEFAULTS(c.vms[1]);
-	ops_config_clear(&c);
-	ops_config_clear(&c); /* twice: safe */
+	config_file_clear(&c);
+	config_file_clear(&c); /* twice: safe */
 }
 
 /* vhost-device-vsock's README layout (4-space indent) parses unchanged. */
 TEST(vhost_device_vsock_layout)
 {
-	struct ops_config c;
+	struct config_file c;
 
 	parse_ok("vms:\n"
 		 "    - guest_cid: 4\n"
@@ -85,12 +83,12 @@ TEST(vhost_device_vsock_layout)
 	ASSERT_FALSE(c.have_control);
 	ASSERT_FALSE(c.have_log_level);
 	ASSERT_STREQ(c.vms[1].groups[1], "groupB");
-	ops_config_clear(&c);
+	config_file_clear(&c);
 }
 
 TEST(yaml_spellings)
 {
-	struct ops_config c;
+	struct config_file c;
 
 	parse_ok("---\r\n"
 		 "vms:\r\n"
@@ -115,13 +113,13 @@ TEST(yaml_spellings)
 	ASSERT_STREQ(c.vms[0].groups[1], "g-2");
 	ASSERT_STREQ(c.vms[0].groups[2], "g.3");
 	ASSERT_STREQ(c.vms[1].socket_path, "/tmp/s2#not-a-comment");
-	ops_config_clear(&c);
+	config_file_clear(&c);
 }
 
-/* The converted file equals what uvsockd_parse_args makes of the same VMs given as --vm. */
+/* The file's VMs, appended, equal what uvsockd_parse_args makes of the same VMs given as --vm. */
 TEST(same_structure_as_the_command_line)
 {
-	struct ops_config c;
+	struct config_file c;
 	struct uvsockd_config fromfile = { .log_level = LOG_LVL_INFO }, fromargs = { 0 };
 	char *const argv[] = {
 		"uvsockd",
@@ -142,29 +140,34 @@ TEST(same_structure_as_the_command_line)
 	ASSERT_EQ(c.vms[0].max_conns, 4096);
 	ASSERT_STREQ(c.vms[1].name, "");
 	ASSERT_EQ(c.vms[1].max_conns, 0);
-	ASSERT_OK(ops_config_to_uvsockd(&c, &fromfile));
+	ASSERT_OK(config_file_apply(&c, &fromfile));
 	ASSERT_OK(uvsockd_parse_args((int)ARRAY_SIZE(argv), argv, &fromargs, err, sizeof(err)));
 	ASSERT_EQ(fromfile.n_vms, fromargs.n_vms);
 	ASSERT_EQ(fromfile.log_level, fromargs.log_level);
-	for (unsigned i = 0; i < fromargs.n_vms; i++)
+	/* The same struct either way; only the file's entries know their line. */
+	for (unsigned i = 0; i < fromargs.n_vms; i++) {
+		ASSERT_EQ(fromargs.vms[i].line, 0);
+		ASSERT_TRUE(fromfile.vms[i].line > 0);
+		fromfile.vms[i].line = 0;
 		ASSERT_MEMEQ(&fromfile.vms[i], &fromargs.vms[i], sizeof(fromargs.vms[i]));
+	}
 	/* Appending after command-line VMs keeps them; too many is refused whole. */
-	ASSERT_OK(ops_config_to_uvsockd(&c, &fromargs));
+	ASSERT_OK(config_file_apply(&c, &fromargs));
 	ASSERT_EQ(fromargs.n_vms, 4);
 	ASSERT_EQ(fromargs.vms[2].guest_cid, 4);
 	fromargs.n_vms = UVSOCKD_MAX_VMS - 1;
-	ASSERT_ERR(ops_config_to_uvsockd(&c, &fromargs), E2BIG);
+	ASSERT_ERR(config_file_apply(&c, &fromargs), E2BIG);
 	ASSERT_EQ(fromargs.n_vms, UVSOCKD_MAX_VMS - 1);
 	fromargs.n_vms = 4;
 	uvsockd_config_clear(&fromfile);
 	uvsockd_config_clear(&fromargs);
-	ops_config_clear(&c);
+	config_file_clear(&c);
 }
 
 /* Flow style (refused by the line reader of earlier versions) gives what block style gives. */
 TEST(flow_style_equals_block_style)
 {
-	struct ops_config f, b;
+	struct config_file f, b;
 
 	parse_ok("{log_level: warn, vms: [{guest_cid: 4, socket: /x, uds_path: /y, groups: [a, b]},\n"
 		 "  {guest_cid: 5, socket: \"/x 5\", uds_path: '/y5', name: five}]}\n", &f);
@@ -177,27 +180,12 @@ TEST(flow_style_equals_block_style)
 		f.vms[i].line = b.vms[i].line = 0;
 		ASSERT_MEMEQ(&f.vms[i], &b.vms[i], sizeof(f.vms[i]));
 	}
-	ASSERT_VM(f.vms[0], 4, "/x", "/y", OPS_CFG_DEFAULT_TX_BUFFER_SIZE, OPS_CFG_DEFAULT_QUEUE_SIZE,
+	ASSERT_VM(f.vms[0], 4, "/x", "/y", UVSOCKD_DEFAULT_TX_BUFFER_SIZE, UVSOCKD_DEFAULT_QUEUE_SIZE,
 		  2);
 	ASSERT_STREQ(f.vms[1].socket_path, "/x 5");
 	ASSERT_STREQ(f.vms[1].name, "five");
-	ops_config_clear(&f);
-	ops_config_clear(&b);
-}
-
-TEST(limits_agree_with_the_daemon)
-{
-	ASSERT_EQ(OPS_CFG_MAX_VMS, UVSOCKD_MAX_VMS);
-	ASSERT_EQ(OPS_CFG_MAX_GROUPS, UVSOCKD_MAX_GROUPS);
-	ASSERT_EQ(OPS_CFG_GROUP_NAME_MAX, UVSOCKD_GROUP_NAME_MAX);
-	ASSERT_EQ(OPS_CFG_SUN_PATH_MAX, UVSOCKD_SUN_PATH_MAX);
-	ASSERT_EQ(OPS_CFG_UDS_SUFFIX_MAX, UVSOCKD_UDS_SUFFIX_MAX);
-	ASSERT_EQ(OPS_CFG_DEFAULT_GUEST_CID, UVSOCKD_DEFAULT_GUEST_CID);
-	ASSERT_EQ(OPS_CFG_DEFAULT_TX_BUFFER_SIZE, UVSOCKD_DEFAULT_TX_BUFFER_SIZE);
-	ASSERT_EQ(OPS_CFG_DEFAULT_QUEUE_SIZE, UVSOCKD_DEFAULT_QUEUE_SIZE);
-	ASSERT_EQ(OPS_CFG_MIN_TX_BUFFER_SIZE, UVSOCKD_MIN_TX_BUFFER_SIZE);
-	ASSERT_EQ(OPS_CFG_MAX_TX_BUFFER_SIZE, UVSOCKD_MAX_TX_BUFFER_SIZE);
-	ASSERT_EQ(OPS_CFG_MAX_QUEUE_SIZE, UVSOCKD_MAX_QUEUE_SIZE);
+	config_file_clear(&f);
+	config_file_clear(&b);
 }
 
 #define VM_(cid, n) "  - guest_cid: " #cid "\n    socket: /tmp/s" #n "\n    uds_path: /tmp/u" #n "\n"
@@ -293,7 +281,7 @@ TEST(bad_files_name_their_line)
 	unsigned wrong = 0;
 
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
-		struct ops_config c = { .n_vms = 77 };
+		struct config_file c = { .n_vms = 77 };
 		char err[512];
 
 		ASSERT_ERR(parse(bad[i].text, &c, err, sizeof(err)), EINVAL);
@@ -309,38 +297,38 @@ TEST(bad_files_name_their_line)
 /* A last line without a newline, ending in '\r' (found by the mutation test: it looped). */
 TEST(last_line_cr_without_newline)
 {
-	struct ops_config c;
+	struct config_file c;
 	char err[256];
 	static const char text[] = "vms:\n- socket: /a\n  uds_path: /b\r";
 
-	ASSERT_OK(ops_config_parse("t.yaml", text, sizeof(text) - 1, &c, err, sizeof(err)));
+	ASSERT_OK(config_file_parse("t.yaml", text, sizeof(text) - 1, &c, err, sizeof(err)));
 	ASSERT_STREQ(c.vms[0].uds_path, "/b");
-	ops_config_clear(&c);
+	config_file_clear(&c);
 }
 
 TEST(input_bounds)
 {
-	struct ops_config c;
+	struct config_file c;
 	char err[256];
-	size_t big = OPS_CFG_MAX_FILE_SIZE + 1;
+	size_t big = CONFIG_FILE_MAX_SIZE + 1;
 	char *text = malloc(big);
 
 	ASSERT_TRUE(text != NULL);
 	memset(text, '#', big);
-	ASSERT_ERR(ops_config_parse("t.yaml", text, big, &c, err, sizeof(err)), EFBIG);
+	ASSERT_ERR(config_file_parse("t.yaml", text, big, &c, err, sizeof(err)), EFBIG);
 	ASSERT_STREQ(err, "t.yaml: larger than 1048576 bytes");
-	memset(text, 'a', OPS_CFG_MAX_LINE + 1);
-	ASSERT_ERR(ops_config_parse("t.yaml", text, OPS_CFG_MAX_LINE + 1, &c, err, sizeof(err)),
+	memset(text, 'a', CONFIG_FILE_MAX_LINE + 1);
+	ASSERT_ERR(config_file_parse("t.yaml", text, CONFIG_FILE_MAX_LINE + 1, &c, err, sizeof(err)),
 		   EINVAL);
 	ASSERT_STREQ(err, "t.yaml:1: line longer than 4096 bytes");
-	ASSERT_ERR(ops_config_parse("t.yaml", "vms:\n\0x\n", 8, &c, err, sizeof(err)), EINVAL);
+	ASSERT_ERR(config_file_parse("t.yaml", "vms:\n\0x\n", 8, &c, err, sizeof(err)), EINVAL);
 	ASSERT_STREQ(err, "t.yaml:2: NUL byte");
 	/* 1025 VMs. */
 	size_t off = (size_t)sprintf(text, "vms:\n");
-	for (int i = 0; i < OPS_CFG_MAX_VMS + 1; i++)
+	for (int i = 0; i < UVSOCKD_MAX_VMS + 1; i++)
 		off += (size_t)sprintf(text + off, "- guest_cid: %d\n  socket: /s%d\n  uds_path: /u%d\n",
 				       i + 3, i, i);
-	ASSERT_ERR(ops_config_parse("t.yaml", text, off, &c, err, sizeof(err)), EINVAL);
+	ASSERT_ERR(config_file_parse("t.yaml", text, off, &c, err, sizeof(err)), EINVAL);
 	ASSERT_STREQ(err, "t.yaml:3074: too many VMs (at most 1024)");
 	/* A tiny error buffer is never overrun. */
 	ASSERT_ERR(parse("vmz:\n", &c, err, 4), EINVAL);
@@ -351,30 +339,30 @@ TEST(input_bounds)
 TEST(load_file)
 {
 	char dir[] = "/tmp/uvsock-cfg-XXXXXX", path[64], err[256];
-	struct ops_config c;
+	struct config_file c;
 	FILE *f;
 
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	snprintf(path, sizeof(path), "%s/u.yaml", dir);
-	ASSERT_ERR(ops_config_load(path, &c, err, sizeof(err)), ENOENT);
+	ASSERT_ERR(config_file_load(path, &c, err, sizeof(err)), ENOENT);
 	ASSERT_TRUE(strstr(err, "No such file") != NULL);
-	ASSERT_ERR(ops_config_load(dir, &c, err, sizeof(err)), EINVAL);
+	ASSERT_ERR(config_file_load(dir, &c, err, sizeof(err)), EINVAL);
 	ASSERT_TRUE(strstr(err, "not a regular file") != NULL);
 	f = fopen(path, "w");
 	ASSERT_TRUE(f != NULL);
 	fputs("vms:\n  - socket: /a\n    uds_path: /b\n    bogus: 1\n", f);
 	fclose(f);
-	ASSERT_ERR(ops_config_load(path, &c, err, sizeof(err)), EINVAL);
+	ASSERT_ERR(config_file_load(path, &c, err, sizeof(err)), EINVAL);
 	char want[128];
 	snprintf(want, sizeof(want), "%s:4: unknown key 'bogus'", path);
 	ASSERT_STREQ(err, want);
 	f = fopen(path, "w");
 	fputs("vms:\n  - socket: /a\n    uds_path: /b\n", f);
 	fclose(f);
-	ASSERT_OK(ops_config_load(path, &c, err, sizeof(err)));
+	ASSERT_OK(config_file_load(path, &c, err, sizeof(err)));
 	ASSERT_EQ(c.n_vms, 1);
 	ASSERT_EQ(c.vms[0].guest_cid, 3);
-	ops_config_clear(&c);
+	config_file_clear(&c);
 	unlink(path);
 	rmdir(dir);
 }
@@ -393,7 +381,7 @@ TEST(random_mutations_never_crash)
 
 	for (int i = 0; i < 30000; i++) {
 		size_t len = sizeof(seed) - 1;
-		struct ops_config c;
+		struct config_file c;
 		char err[256];
 		int r;
 
@@ -410,11 +398,11 @@ TEST(random_mutations_never_crash)
 			else
 				len = at;
 		}
-		r = ops_config_parse("t.yaml", buf, len, &c, err, sizeof(err));
+		r = config_file_parse("t.yaml", buf, len, &c, err, sizeof(err));
 		if (r == 0) {
 			ok++;
 			ASSERT_GE(c.n_vms, 1);
-			ops_config_clear(&c);
+			config_file_clear(&c);
 		} else {
 			ASSERT_EQ(r, -EINVAL);
 			ASSERT_EQ(strncmp(err, "t.yaml", 6), 0);

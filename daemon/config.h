@@ -27,62 +27,32 @@
  * checks them (daemon/options.c): same ranges, same reserved CIDs, same path limits, plus
  * uniqueness of CIDs, paths and names across the file. docs/operations.md has the reference.
  *
- * The result is struct ops_config, field for field the shape of daemon/options.h's
- * struct uvsockd_vm_config; config_uvsockd.h converts (daemon/ only).
+ * The result is struct config_file, whose VMs are daemon/options.h's struct uvsockd_vm_config,
+ * the one VM struct of uvsockd: config_file_apply() appends them to the command line's.
  *
  * Security model: the file comes from the operator (trusted) but is parsed defensively: size,
  * line length and VM count are bounded before libyaml sees the text, nothing is expanded
  * (no aliases), every value is range-checked.
  */
-#ifndef UVSOCK_OPS_CONFIG_H
-#define UVSOCK_OPS_CONFIG_H
+#ifndef UVSOCK_DAEMON_CONFIG_H
+#define UVSOCK_DAEMON_CONFIG_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "options.h"
 #include "util/log.h"
 
-/* Same limits as daemon/options.h (tests/unit/ops/test-config.c checks they agree). */
-#define OPS_CFG_MAX_VMS 1024
-#define OPS_CFG_MAX_GROUPS 16
-#define OPS_CFG_GROUP_NAME_MAX 63
-#define OPS_CFG_SUN_PATH_MAX 107
-#define OPS_CFG_UDS_SUFFIX_MAX 11
-#define OPS_CFG_DEFAULT_GUEST_CID 3u
-#define OPS_CFG_DEFAULT_TX_BUFFER_SIZE (256u * 1024)
-#define OPS_CFG_DEFAULT_QUEUE_SIZE 1024u
-#define OPS_CFG_MIN_TX_BUFFER_SIZE 4096u
-#define OPS_CFG_MAX_TX_BUFFER_SIZE (64u * 1024 * 1024)
-#define OPS_CFG_MAX_QUEUE_SIZE 32768u
-#define OPS_CFG_CGROUP_PATH_MAX 1023
-/* name=: a VM's name, at most this many bytes of [A-Za-z0-9._-], not all digits (so that a
- * CID and a name never look alike); max-conns=: host-side connections, in [1, this]. */
-#define OPS_CFG_NAME_MAX 31
-#define OPS_CFG_MAX_CONNS_MAX 65536u
-/* Input bounds. */
-#define OPS_CFG_MAX_FILE_SIZE (1u << 20)
-#define OPS_CFG_MAX_LINE 4096u
+/* Input bounds (the values' limits are the command line's, options.h). */
+#define CONFIG_FILE_MAX_SIZE (1u << 20)
+#define CONFIG_FILE_MAX_LINE 4096u
 
-struct ops_vm_config {
-	uint32_t guest_cid;
-	char socket_path[OPS_CFG_SUN_PATH_MAX + 1];
-	char uds_path[OPS_CFG_SUN_PATH_MAX + 1];
-	uint32_t tx_buffer_size;
-	uint32_t queue_size;
-	unsigned n_groups;
-	char groups[OPS_CFG_MAX_GROUPS][OPS_CFG_GROUP_NAME_MAX + 1];
-	char cgroup[OPS_CFG_CGROUP_PATH_MAX + 1]; /* absolute path, or "" */
-	char name[OPS_CFG_NAME_MAX + 1];          /* "" = the default, vm<cid> */
-	uint32_t max_conns;                       /* 0 = the daemon's fd budget share */
-	unsigned line; /* line of the entry's `-` */
-};
-
-struct ops_config {
+struct config_file {
 	unsigned n_vms;
-	struct ops_vm_config *vms; /* owned */
+	struct uvsockd_vm_config *vms; /* owned */
 	bool have_control;
-	char control_path[OPS_CFG_SUN_PATH_MAX + 1];
+	char control_path[UVSOCKD_SUN_PATH_MAX + 1];
 	bool have_log_level;
 	enum log_level log_level;
 	bool isolate; /* isolate: true */
@@ -90,26 +60,35 @@ struct ops_config {
 
 /*
  * Parses `len` bytes of text (need not be NUL-terminated); `name` is used in messages.
- * On success *ret holds at least one VM (free with ops_config_clear). On failure one line
+ * On success *ret holds at least one VM (free with config_file_clear). On failure one line
  * "NAME:LINE: message" (no newline) is written to err and *ret is untouched.
- * Returns 0, -EINVAL (syntax or value), -EFBIG (over OPS_CFG_MAX_FILE_SIZE), -ENOMEM.
+ * Returns 0, -EINVAL (syntax or value), -EFBIG (over CONFIG_FILE_MAX_SIZE), -ENOMEM.
  */
-int ops_config_parse(const char *name, const char *text, size_t len, struct ops_config *ret,
-		     char *err, size_t errlen);
+int config_file_parse(const char *name, const char *text, size_t len, struct config_file *ret,
+		      char *err, size_t errlen);
 
-/* Reads and parses a file. Returns as ops_config_parse, or the errno of open/read. */
-int ops_config_load(const char *path, struct ops_config *ret, char *err, size_t errlen);
+/* Reads and parses a file. Returns as config_file_parse, or the errno of open/read. */
+int config_file_load(const char *path, struct config_file *ret, char *err, size_t errlen);
 
 /*
  * The checks of name= and max-conns= (shared with uvsockd's --vm parser): copies v into
- * dst[OPS_CFG_NAME_MAX + 1], or its number into *dst. key names the key in the message written
+ * dst[UVSOCKD_NAME_MAX + 1], or its number into *dst. key names the key in the message written
  * to err on failure ("name 'x y' ..."). Returns 0 or -EINVAL.
  */
-int ops_cfg_set_name(char *dst, const char *key, const char *v, char *err, size_t errlen);
-int ops_cfg_set_max_conns(uint32_t *dst, const char *key, const char *v, char *err,
-			  size_t errlen);
+int config_set_name(char *dst, const char *key, const char *v, char *err, size_t errlen);
+int config_set_max_conns(uint32_t *dst, const char *key, const char *v, char *err,
+			 size_t errlen);
 
 /* Frees what a parse allocated. Safe on a zeroed config. */
-void ops_config_clear(struct ops_config *c);
+void config_file_clear(struct config_file *c);
+
+/*
+ * Appends the file's VMs to dst->vms and applies its log_level (if the file has one) and its
+ * isolate: true (a command-line --isolate stays on either way).
+ * The caller decides whether file and command-line VMs may be mixed; if they are, it must check
+ * CID and path uniqueness across both itself (the file's VMs are unique among themselves).
+ * Returns 0, -E2BIG (more than UVSOCKD_MAX_VMS in all), -ENOMEM; dst is unchanged on failure.
+ */
+int config_file_apply(const struct config_file *src, struct uvsockd_config *dst);
 
 #endif

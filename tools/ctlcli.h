@@ -2,14 +2,14 @@
 /*
  * uvsock-ctl as a function, so that tests run it in-process against a control server
  * (tools/uvsock-ctl.c is a two-line main): changes a running uvsockd through its control socket
- * (ctl.h): `add-vm SPEC` sends `vm-add SPEC`, `remove-vm CID|NAME` sends `vm-remove`. It uses the
- * control-socket client of statcli.h (ops_ctl_connect, ops_ctl_request).
+ * (daemon/ctl.h): `add-vm SPEC` sends `vm-add SPEC`, `remove-vm CID|NAME` sends `vm-remove`. It uses the
+ * control protocol's client (src/ctlproto/client.h: ops_ctl_connect, ops_ctl_request).
  *
  * Security model: as uvsock-stat: the answer is bounded in size and time and parsed with the
  * bounded JSON reader; the daemon serves only its own uid and root.
  */
-#ifndef UVSOCK_OPS_CTLCLI_H
-#define UVSOCK_OPS_CTLCLI_H
+#ifndef UVSOCK_TOOLS_CTLCLI_H
+#define UVSOCK_TOOLS_CTLCLI_H
 
 #include <stdio.h>
 

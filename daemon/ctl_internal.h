@@ -14,8 +14,8 @@
 #include <sys/types.h>
 #include <sys/un.h>
 
-#include "ops/ctl.h"
-#include "ops/json.h"
+#include "ctl.h"
+#include "ctlproto/json.h"
 #include "util/uds.h"
 
 /* Room kept free in an answer for the members written after a listing. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* JSON writer with a size cap and a recursive-descent reader with a depth cap (see json.h). */
-#include "ops/json.h"
+#include "ctlproto/json.h"
 
 #include <errno.h>
 #include <inttypes.h>

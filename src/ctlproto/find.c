@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Finding and connecting to a daemon's control socket (see statcli.h, ops_ctl_connect): the
+ * Finding and connecting to a daemon's control socket (see client.h, ops_ctl_connect): the
  * rule that keeps uvsock-stat from ever talking to a vhost-user socket. Only paths whose name
  * says "control socket" (*.ctl) are connected to, unless the caller asserts one (--control);
  * a VM's vhost-user socket is only stat()ed, and its daemon is the one whose control socket
  * lists it in its "stats" answer (member "socket" of each VM).
  */
-#include "ops/statcli.h"
+#include "ctlproto/client.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -18,10 +19,19 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "ops/ctl.h"
 
 /* What one candidate may take to answer "stats": a live daemon answers in microseconds. */
 #define FIND_TIMEOUT_MS 2000
+
+int ops_ctl_default_path(const char *vhost_socket, char *buf, size_t len)
+{
+	size_t n = strlen(vhost_socket) + strlen(OPS_CTL_SUFFIX);
+
+	if (n > sizeof(((struct sockaddr_un *)0)->sun_path) - 1 || n + 1 > len)
+		return -ENAMETOOLONG;
+	snprintf(buf, len, "%s%s", vhost_socket, OPS_CTL_SUFFIX);
+	return 0;
+}
 
 int ops_ctl_connect_exact(const char *path, int *ret_fd)
 {

@@ -9,7 +9,7 @@
  * indentation and cuts the text at a `...` line, as the line-oriented reader of earlier versions
  * did, so that every file it accepted is accepted alike.
  */
-#include "ops/config.h"
+#include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,9 +54,9 @@ struct parser {
 	char *err;
 	size_t errlen;
 	unsigned line;
-	struct ops_config c;
+	struct config_file c;
 	unsigned top_seen[_T_MAX]; /* line where seen, 0 if not */
-	struct ops_vm_config *cur; /* current item (last element of c.vms), or NULL */
+	struct uvsockd_vm_config *cur; /* current item (last element of c.vms), or NULL */
 	unsigned seen[_K_MAX];     /* line where each key of cur was given */
 	bool quoted;               /* the last value parsed was quoted ('' is empty, not null) */
 	const char *text;          /* the input, for the line of a reader error */
@@ -150,19 +150,19 @@ static int set_path(struct parser *p, char *dst, const char *key, const char *v,
 
 	if (n == 0)
 		return fail(p, "%s must not be empty", key);
-	if (n > max && max == OPS_CFG_CGROUP_PATH_MAX)
+	if (n > max && max == UVSOCKD_CGROUP_PATH_MAX)
 		return fail(p, "%s is too long: %zu bytes, the limit is %zu ('%.40s...')", key, n,
 			    max, v);
 	if (n > max)
 		return fail(p, "%s '%s' is too long: %zu bytes, the limit is %zu (Unix socket paths "
 			    "have 108 bytes%s)", key, v, n, max,
-			    max < OPS_CFG_SUN_PATH_MAX ? ", and `<uds_path>_<port>` must fit" : "");
+			    max < UVSOCKD_SUN_PATH_MAX ? ", and `<uds_path>_<port>` must fit" : "");
 	memcpy(dst, v, n + 1);
 	return 0;
 }
 
 /* groups: "a+b" or, from a flow list, "a, b". */
-static int set_groups(struct parser *p, struct ops_vm_config *vm, const char *v, bool flow)
+static int set_groups(struct parser *p, struct uvsockd_vm_config *vm, const char *v, bool flow)
 {
 	const char *s = v;
 
@@ -181,9 +181,9 @@ static int set_groups(struct parser *p, struct ops_vm_config *vm, const char *v,
 				n--;
 		if (n == 0)
 			return fail(p, "groups '%s': empty group name", v);
-		if (n > OPS_CFG_GROUP_NAME_MAX)
+		if (n > UVSOCKD_GROUP_NAME_MAX)
 			return fail(p, "groups '%s': a name is longer than %d bytes", v,
-				    OPS_CFG_GROUP_NAME_MAX);
+				    UVSOCKD_GROUP_NAME_MAX);
 		for (size_t i = 0; i < n; i++) {
 			char ch = s[i];
 
@@ -192,8 +192,8 @@ static int set_groups(struct parser *p, struct ops_vm_config *vm, const char *v,
 				return fail(p, "groups '%s': names use letters, digits, '-', '_', '.'",
 					    v);
 		}
-		if (vm->n_groups == OPS_CFG_MAX_GROUPS)
-			return fail(p, "groups '%s': more than %d groups", v, OPS_CFG_MAX_GROUPS);
+		if (vm->n_groups == UVSOCKD_MAX_GROUPS)
+			return fail(p, "groups '%s': more than %d groups", v, UVSOCKD_MAX_GROUPS);
 		memcpy(vm->groups[vm->n_groups], s, n);
 		vm->groups[vm->n_groups][n] = '\0';
 		vm->n_groups++;
@@ -203,7 +203,7 @@ static int set_groups(struct parser *p, struct ops_vm_config *vm, const char *v,
 	}
 }
 
-static int set_cid(struct parser *p, struct ops_vm_config *vm, const char *v)
+static int set_cid(struct parser *p, struct uvsockd_vm_config *vm, const char *v)
 {
 	uint64_t cid;
 	int r = parse_u64(v, &cid);
@@ -221,7 +221,7 @@ static int set_cid(struct parser *p, struct ops_vm_config *vm, const char *v)
 
 static int set_vm_key(struct parser *p, int key, const char *v, bool flow)
 {
-	struct ops_vm_config *vm = p->cur;
+	struct uvsockd_vm_config *vm = p->cur;
 
 	if (flow && key != K_GROUPS)
 		return fail(p, "%s takes one value, not a list", vm_key_names[key]);
@@ -231,15 +231,15 @@ static int set_vm_key(struct parser *p, int key, const char *v, bool flow)
 	case K_CID:
 		return set_cid(p, vm, v);
 	case K_SOCKET:
-		return set_path(p, vm->socket_path, "socket", v, OPS_CFG_SUN_PATH_MAX);
+		return set_path(p, vm->socket_path, "socket", v, UVSOCKD_SUN_PATH_MAX);
 	case K_UDS:
 		return set_path(p, vm->uds_path, "uds_path", v,
-				OPS_CFG_SUN_PATH_MAX - OPS_CFG_UDS_SUFFIX_MAX);
+				UVSOCKD_SUN_PATH_MAX - UVSOCKD_UDS_SUFFIX_MAX);
 	case K_TXBUF:
 		return set_size(p, &vm->tx_buffer_size, "tx_buffer_size", v,
-				OPS_CFG_MIN_TX_BUFFER_SIZE, OPS_CFG_MAX_TX_BUFFER_SIZE, false);
+				UVSOCKD_MIN_TX_BUFFER_SIZE, UVSOCKD_MAX_TX_BUFFER_SIZE, false);
 	case K_QSIZE:
-		return set_size(p, &vm->queue_size, "queue_size", v, 1, OPS_CFG_MAX_QUEUE_SIZE, true);
+		return set_size(p, &vm->queue_size, "queue_size", v, 1, UVSOCKD_MAX_QUEUE_SIZE, true);
 	case K_GROUPS:
 		return set_groups(p, vm, v, flow);
 	case K_CGROUP:
@@ -247,12 +247,12 @@ static int set_vm_key(struct parser *p, int key, const char *v, bool flow)
 		if (v[0] != '/')
 			return fail(p, "cgroup '%s' must be an absolute path (a cgroup directory)",
 				    v);
-		return set_path(p, vm->cgroup, "cgroup", v, OPS_CFG_CGROUP_PATH_MAX);
+		return set_path(p, vm->cgroup, "cgroup", v, UVSOCKD_CGROUP_PATH_MAX);
 	case K_NAME:
 	case K_MAXCONNS: {
 		char msg[256];
-		int r = key == K_NAME ? ops_cfg_set_name(vm->name, "name", v, msg, sizeof(msg))
-				      : ops_cfg_set_max_conns(&vm->max_conns, "max_conns", v, msg,
+		int r = key == K_NAME ? config_set_name(vm->name, "name", v, msg, sizeof(msg))
+				      : config_set_max_conns(&vm->max_conns, "max_conns", v, msg,
 							      sizeof(msg));
 
 		return r < 0 ? fail(p, "%s", msg) : 0;
@@ -264,7 +264,7 @@ static int set_vm_key(struct parser *p, int key, const char *v, bool flow)
 /* Checks the finished item: required keys, uniqueness against the earlier ones. */
 static int finish_item(struct parser *p)
 {
-	struct ops_vm_config *a = p->cur;
+	struct uvsockd_vm_config *a = p->cur;
 	unsigned save = p->line;
 	int r = 0;
 
@@ -284,7 +284,7 @@ static int finish_item(struct parser *p)
 		goto out;
 	}
 	for (unsigned i = 0; i + 1 < p->c.n_vms; i++) {
-		const struct ops_vm_config *b = &p->c.vms[i];
+		const struct uvsockd_vm_config *b = &p->c.vms[i];
 
 		if (a->guest_cid == b->guest_cid) {
 			r = fail(p, "guest_cid %u is already used by the VM on line %u",
@@ -315,19 +315,19 @@ out:
 
 static int start_item(struct parser *p)
 {
-	struct ops_vm_config *v;
+	struct uvsockd_vm_config *v;
 
-	if (p->c.n_vms == OPS_CFG_MAX_VMS)
-		return fail(p, "too many VMs (at most %d)", OPS_CFG_MAX_VMS);
+	if (p->c.n_vms == UVSOCKD_MAX_VMS)
+		return fail(p, "too many VMs (at most %d)", UVSOCKD_MAX_VMS);
 	v = realloc(p->c.vms, (p->c.n_vms + 1) * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
 	p->c.vms = v;
 	p->cur = &v[p->c.n_vms++];
 	memset(p->cur, 0, sizeof(*p->cur));
-	p->cur->guest_cid = OPS_CFG_DEFAULT_GUEST_CID;
-	p->cur->tx_buffer_size = OPS_CFG_DEFAULT_TX_BUFFER_SIZE;
-	p->cur->queue_size = OPS_CFG_DEFAULT_QUEUE_SIZE;
+	p->cur->guest_cid = UVSOCKD_DEFAULT_GUEST_CID;
+	p->cur->tx_buffer_size = UVSOCKD_DEFAULT_TX_BUFFER_SIZE;
+	p->cur->queue_size = UVSOCKD_DEFAULT_QUEUE_SIZE;
 	p->cur->n_groups = 1;
 	strcpy(p->cur->groups[0], "default");
 	p->cur->line = p->line;
@@ -423,7 +423,7 @@ static int next(struct parser *p)
 }
 
 /*
- * The current event as a value of `key`: a scalar, copied into val[OPS_CFG_MAX_LINE]
+ * The current event as a value of `key`: a scalar, copied into val[CONFIG_FILE_MAX_LINE]
  * (p->quoted set for a quoted one: '' is empty, a plain empty value is no value). A list or a
  * mapping is an error naming key.
  */
@@ -443,7 +443,7 @@ static int scalar_value(struct parser *p, const char *key, char *val)
 		return fail(p, "%s: the value goes on over line %u (check the indentation there)",
 			    key, (unsigned)e->start_mark.line + 2);
 	n = e->data.scalar.length;
-	if (n >= OPS_CFG_MAX_LINE)
+	if (n >= CONFIG_FILE_MAX_LINE)
 		return fail(p, "%s: value too long", key);
 	for (size_t i = 0; i < n; i++)
 		if (e->data.scalar.value[i] < 0x20 || e->data.scalar.value[i] == 0x7f)
@@ -464,7 +464,7 @@ static int map_key(struct parser *p, const char *const *names, int count,
 {
 	const char *k = (const char *)p->ev.data.scalar.value;
 	size_t n = p->ev.data.scalar.length;
-	char val[OPS_CFG_MAX_LINE];
+	char val[CONFIG_FILE_MAX_LINE];
 	int key;
 
 	if (p->ev.type != YAML_SCALAR_EVENT)
@@ -492,7 +492,7 @@ static int groups_value(struct parser *p, char *val)
 		return scalar_value(p, "groups", val) < 0 ? -EINVAL
 							  : set_groups(p, p->cur, val, false);
 	for (;;) {
-		char name[OPS_CFG_MAX_LINE];
+		char name[CONFIG_FILE_MAX_LINE];
 		size_t k;
 		int r = next(p);
 
@@ -505,9 +505,9 @@ static int groups_value(struct parser *p, char *val)
 		if (scalar_value(p, "groups", name) < 0)
 			return -EINVAL;
 		k = strlen(name);
-		if (n + k + 3 >= OPS_CFG_MAX_LINE)
+		if (n + k + 3 >= CONFIG_FILE_MAX_LINE)
 			return fail(p, "groups: value too long");
-		n += (size_t)snprintf(val + n, OPS_CFG_MAX_LINE - n, "%s%s", n ? ", " : "", name);
+		n += (size_t)snprintf(val + n, CONFIG_FILE_MAX_LINE - n, "%s%s", n ? ", " : "", name);
 	}
 	val[n] = '\0';
 	return set_groups(p, p->cur, val, true);
@@ -516,7 +516,7 @@ static int groups_value(struct parser *p, char *val)
 /* One VM: the current event is its MAPPING_START; reads up to its MAPPING_END. */
 static int vm_item(struct parser *p)
 {
-	char val[OPS_CFG_MAX_LINE];
+	char val[CONFIG_FILE_MAX_LINE];
 	int r = start_item(p);
 
 	while (r == 0) {
@@ -568,7 +568,7 @@ static int vms_value(struct parser *p)
 
 static int top_value(struct parser *p, int key)
 {
-	char val[OPS_CFG_MAX_LINE];
+	char val[CONFIG_FILE_MAX_LINE];
 	int r;
 
 	if (key == T_VMS)
@@ -577,7 +577,7 @@ static int top_value(struct parser *p, int key)
 		return -EINVAL;
 	switch (key) {
 	case T_CONTROL:
-		r = set_path(p, p->c.control_path, "control", val, OPS_CFG_SUN_PATH_MAX);
+		r = set_path(p, p->c.control_path, "control", val, UVSOCKD_SUN_PATH_MAX);
 		p->c.have_control = r == 0;
 		return r;
 	case T_LOG_LEVEL: {
@@ -602,7 +602,7 @@ static int top_value(struct parser *p, int key)
 /* The document's root: the current event. A mapping of the top-level keys, or nothing. */
 static int root(struct parser *p)
 {
-	char val[OPS_CFG_MAX_LINE];
+	char val[CONFIG_FILE_MAX_LINE];
 	int r;
 
 	if (p->ev.type == YAML_SEQUENCE_START_EVENT)
@@ -659,8 +659,8 @@ static ssize_t prescan(struct parser *p, const char *text, size_t len)
 {
 	size_t off = 0;
 
-	if (len > OPS_CFG_MAX_FILE_SIZE) {
-		fail(p, "larger than %u bytes", OPS_CFG_MAX_FILE_SIZE);
+	if (len > CONFIG_FILE_MAX_SIZE) {
+		fail(p, "larger than %u bytes", CONFIG_FILE_MAX_SIZE);
 		return -EFBIG;
 	}
 	while (off < len) {
@@ -672,8 +672,8 @@ static ssize_t prescan(struct parser *p, const char *text, size_t len)
 		p->line++;
 		if (n && s[n - 1] == '\r')
 			n--;
-		if (n > OPS_CFG_MAX_LINE)
-			return fail(p, "line longer than %u bytes", OPS_CFG_MAX_LINE);
+		if (n > CONFIG_FILE_MAX_LINE)
+			return fail(p, "line longer than %u bytes", CONFIG_FILE_MAX_LINE);
 		if (memchr(s, '\0', n))
 			return fail(p, "NUL byte");
 		while (lead < n && (s[lead] == ' ' || s[lead] == '\t'))
@@ -687,8 +687,8 @@ static ssize_t prescan(struct parser *p, const char *text, size_t len)
 	return (ssize_t)len;
 }
 
-int ops_config_parse(const char *name, const char *text, size_t len, struct ops_config *ret,
-		     char *err, size_t errlen)
+int config_file_parse(const char *name, const char *text, size_t len, struct config_file *ret,
+		      char *err, size_t errlen)
 {
 	struct parser p = { .name = name, .err = err, .errlen = errlen, .text = text };
 	ssize_t n;
@@ -719,14 +719,14 @@ int ops_config_parse(const char *name, const char *text, size_t len, struct ops_
 	if (r < 0) {
 		if (r == -ENOMEM && errlen)
 			snprintf(err, errlen, "%s: out of memory", name);
-		ops_config_clear(&p.c);
+		config_file_clear(&p.c);
 		return r;
 	}
 	*ret = p.c;
 	return 0;
 }
 
-int ops_config_load(const char *path, struct ops_config *ret, char *err, size_t errlen)
+int config_file_load(const char *path, struct config_file *ret, char *err, size_t errlen)
 {
 	char *buf = NULL;
 	size_t len = 0;
@@ -749,14 +749,14 @@ int ops_config_load(const char *path, struct ops_config *ret, char *err, size_t 
 		snprintf(err, errlen, "%s: not a regular file", path);
 		goto out;
 	}
-	buf = malloc(OPS_CFG_MAX_FILE_SIZE + 1);
+	buf = malloc(CONFIG_FILE_MAX_SIZE + 1);
 	if (!buf) {
 		r = -ENOMEM;
 		snprintf(err, errlen, "%s: out of memory", path);
 		goto out;
 	}
 	for (;;) {
-		ssize_t n = read(fd, buf + len, OPS_CFG_MAX_FILE_SIZE + 1 - len);
+		ssize_t n = read(fd, buf + len, CONFIG_FILE_MAX_SIZE + 1 - len);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -765,51 +765,69 @@ int ops_config_load(const char *path, struct ops_config *ret, char *err, size_t 
 			snprintf(err, errlen, "%s: %s", path, strerror(-r));
 			goto out;
 		}
-		if (n == 0 || len + (size_t)n > OPS_CFG_MAX_FILE_SIZE) {
+		if (n == 0 || len + (size_t)n > CONFIG_FILE_MAX_SIZE) {
 			len += (size_t)n;
 			break;
 		}
 		len += (size_t)n;
 	}
-	r = ops_config_parse(path, buf, len, ret, err, errlen);
+	r = config_file_parse(path, buf, len, ret, err, errlen);
 out:
 	free(buf);
 	close(fd);
 	return r;
 }
 
-int ops_cfg_set_name(char *dst, const char *key, const char *v, char *err, size_t errlen)
+int config_set_name(char *dst, const char *key, const char *v, char *err, size_t errlen)
 {
 	size_t n = strlen(v), digits = strspn(v, "0123456789");
 
-	if (n == 0 || n > OPS_CFG_NAME_MAX || digits == n ||
+	if (n == 0 || n > UVSOCKD_NAME_MAX || digits == n ||
 	    strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n) {
 		snprintf(err, errlen, "%s '%s' must be 1 to %d letters, digits, '.', '_' or '-', "
-			 "not only digits", key, v, OPS_CFG_NAME_MAX);
+			 "not only digits", key, v, UVSOCKD_NAME_MAX);
 		return -EINVAL;
 	}
 	memcpy(dst, v, n + 1);
 	return 0;
 }
 
-int ops_cfg_set_max_conns(uint32_t *dst, const char *key, const char *v, char *err,
-			  size_t errlen)
+int config_set_max_conns(uint32_t *dst, const char *key, const char *v, char *err,
+			 size_t errlen)
 {
 	uint64_t n;
 
-	if (parse_u64(v, &n) < 0 || n < 1 || n > OPS_CFG_MAX_CONNS_MAX) {
+	if (parse_u64(v, &n) < 0 || n < 1 || n > UVSOCKD_MAX_CONNS_MAX) {
 		snprintf(err, errlen, "%s '%s' must be a number in [1, %u]", key, v,
-			 OPS_CFG_MAX_CONNS_MAX);
+			 UVSOCKD_MAX_CONNS_MAX);
 		return -EINVAL;
 	}
 	*dst = (uint32_t)n;
 	return 0;
 }
 
-void ops_config_clear(struct ops_config *c)
+void config_file_clear(struct config_file *c)
 {
 	if (!c)
 		return;
 	free(c->vms);
 	memset(c, 0, sizeof(*c));
+}
+
+int config_file_apply(const struct config_file *src, struct uvsockd_config *dst)
+{
+	struct uvsockd_vm_config *v;
+
+	if ((size_t)dst->n_vms + src->n_vms > UVSOCKD_MAX_VMS)
+		return -E2BIG;
+	v = realloc(dst->vms, (dst->n_vms + src->n_vms) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	dst->vms = v;
+	memcpy(&v[dst->n_vms], src->vms, src->n_vms * sizeof(*v));
+	dst->n_vms += src->n_vms;
+	if (src->have_log_level)
+		dst->log_level = src->log_level;
+	dst->isolate = dst->isolate || src->isolate;
+	return 0;
 }

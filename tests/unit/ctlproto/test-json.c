@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* JSON writer (escaping, nesting, cap) and reader (types, u64 exactness, errors, depth). */
-#include "ops/json.h"
+#include "ctlproto/json.h"
 #include "test.h"
 
 TEST(writer_roundtrip)

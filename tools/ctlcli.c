@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* uvsock-ctl (see ctlcli.h): options, the one request, its answer in words or as JSON. */
-#include "ops/ctlcli.h"
+#include "ctlcli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -9,9 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ops/ctl.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/client.h"
 
 #define CTLCLI_TIMEOUT_MS 30000
 

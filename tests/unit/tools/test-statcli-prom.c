@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "fakectl.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/json.h"
+#include "statcli.h"
 #include "ops/stats.h"
 #include "statrun.h"
 

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uvsock-ctl (src/ops/ctlcli.c), in-process: its usage errors, --help against man/uvsock-ctl.1,
+ * uvsock-ctl (tools/ctlcli.c), in-process: its usage errors, --help against man/uvsock-ctl.1,
  * and the requests it sends and the answers it prints, against the control server (ctl.c) over a
  * fake daemon whose vm-add / vm-remove callbacks record what they got. The live daemon's side
  * is tests/integration/test-runtime-vms.c.
  */
 #include "fakectl.h"
 #include "manpage.h"
-#include "ops/ctlcli.h"
-#include "ops/statcli.h"
+#include "ctlcli.h"
+#include "ctlproto/client.h"
 #include "test.h"
 
 struct out {

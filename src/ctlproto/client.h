@@ -1,29 +1,29 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The client side of the control socket (ctl.h): connect, one request / one answer with an
- * optional passed file descriptor, and the whole of `uvsock-stat` as a function so that tests
- * run it in-process against a control server (tools/uvsock-stat.c is a two-line main).
+ * The client side of uvsockd's control socket (proto.h; the server is daemon/ctl.h): finding a
+ * daemon's control socket without ever connecting to a vhost-user socket (find.c), connecting,
+ * and one request / one answer with an optional passed file descriptor (client.c). Used by
+ * uvsock-stat, uvsock-ctl and libuvsock-preload.so.
  *
  * Security model: the answer comes from a daemon that may be of another version or broken: it is
- * size-bounded (OPS_STATCLI_MAX_ANSWER), time-bounded, parsed with the bounded JSON reader, and
- * missing or mistyped members print as 0 / "?" rather than failing.
+ * size-bounded (OPS_STATCLI_MAX_ANSWER), time-bounded and parsed with the bounded JSON reader.
  */
-#ifndef UVSOCK_OPS_STATCLI_H
-#define UVSOCK_OPS_STATCLI_H
+#ifndef UVSOCK_CTLPROTO_CLIENT_H
+#define UVSOCK_CTLPROTO_CLIENT_H
 
-#include <stdio.h>
+#include <stddef.h>
 
-#include "ops/json.h"
+#include "ctlproto/json.h"
+#include "ctlproto/proto.h"
 
 #define OPS_STATCLI_MAX_ANSWER (64u << 20)
-#define OPS_STATCLI_ENV "UVSOCK_CONTROL"
 
 /* At most this many "*.ctl" sockets of one directory are asked by ops_ctl_find. */
 #define OPS_CTL_FIND_MAX 64
 
 /*
  * Finds the control socket for path and connects to it, never connecting to a vhost-user
- * socket (statfind.c):
+ * socket (find.c):
  *  - path's name ends in ".ctl": it is a control socket, connected to as is;
  *  - otherwise path is taken as a VM's vhost-user socket and is only stat()ed; the candidates
  *    are "<path>.ctl", then the "*.ctl" sockets of path's directory (name order, at most
@@ -52,20 +52,5 @@ int ops_ctl_connect_exact(const char *path, int *ret_fd);
  */
 int ops_ctl_request(int fd, const char *req, int pass_fd, int timeout_ms, char **ret_raw,
 		    struct ops_jv **ret);
-
-/*
- * Writes the counters of a "stats" answer (every VM it lists) as a Prometheus text exposition
- * (format 0.0.4) or, with openmetrics, as OpenMetrics 1.0 text ending in "# EOF" (statprom.c;
- * metric names and labels in docs/operations.md).
- */
-void ops_stat_prometheus(FILE *out, const struct ops_jv *stats, bool openmetrics);
-
-/*
- * uvsock-stat: parses argv, talks to the daemon, prints to out (data) and err (diagnostics);
- * `version` is what --version prints. Returns the process exit code: 0, 1 (error talking to the
- * daemon, or an error answer), 2 (usage). Blocks SIGINT/SIGTERM in the calling thread while a
- * capture runs (they end it cleanly).
- */
-int uvsock_stat_main(int argc, char **argv, const char *version, FILE *out, FILE *err);
 
 #endif

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A fake daemon for the control-socket tests: N VMs with fixed counters, a few connections each,
- * and real capture taps, behind struct ops_ctl_ops. Values are chosen so that every field is
- * distinct and checkable.
+ * A fake daemon behind uvsockd's control-socket server (daemon/ctl.h), for the tests of that
+ * server (tests/unit/daemon) and of its clients (tests/unit/tools): N VMs with fixed counters,
+ * a few connections each, and real capture taps, behind struct ops_ctl_ops. Values are chosen
+ * so that every field is distinct and checkable. The includer links uvsockd_dep.
  */
 #ifndef UVSOCK_TEST_FAKECTL_H
 #define UVSOCK_TEST_FAKECTL_H
@@ -10,7 +11,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "ops/ctl.h"
+#include "ctl.h"
 #include "test.h"
 
 #define FAKE_MAX_VMS 4

@@ -11,8 +11,9 @@
 
 #include "fakectl.h"
 #include "manpage.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/json.h"
+#include "ctlproto/client.h"
+#include "statcli.h"
 #include "statrun.h"
 
 static struct run stat_run(const char *const *args)

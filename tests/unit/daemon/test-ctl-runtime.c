@@ -8,8 +8,8 @@
 #include <pthread.h>
 
 #include "fakectl.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/json.h"
+#include "ctlproto/client.h"
 #include "test.h"
 
 /* Three VMs, CIDs 3, 4, 5, each with its tap; vm-remove by CID. */

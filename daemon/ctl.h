@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uvsockd's control socket: a Unix stream socket served by a thread of its own, speaking a
+ * uvsockd's control socket (the server; the protocol's shared part and its client are
+ * src/ctlproto/): a Unix stream socket served by a thread of its own, speaking a
  * line-based, versioned protocol answered in JSON (docs/operations.md is the reference):
  *
  *   version                             -> {"proto":1,"ok":true,"server":"uvsockd 0.1.0",...}
@@ -29,18 +30,15 @@
  * client that does not read its answer within the same time is dropped. Only clients with the
  * daemon's uid or root are served (SO_PEERCRED), and the socket file is mode 0600.
  */
-#ifndef UVSOCK_OPS_CTL_H
-#define UVSOCK_OPS_CTL_H
+#ifndef UVSOCK_DAEMON_CTL_H
+#define UVSOCK_DAEMON_CTL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctlproto/proto.h"
 #include "ops/pcap.h"
 #include "ops/stats.h"
-
-#define OPS_CTL_PROTO 1
-#define OPS_CTL_MAX_REQUEST 1024u
-#define OPS_CTL_SUFFIX ".ctl"
 
 struct ops_ctl;
 
@@ -114,11 +112,5 @@ void ops_ctl_stop(struct ops_ctl *c);
  * detaches its tap and forgets it. Context: with the ops' lock held, any thread. Safe on NULL.
  */
 void ops_ctl_vm_removed(struct ops_ctl *c, unsigned idx);
-
-/*
- * The default control path for a daemon: "<vhost-user socket path>.ctl" into buf.
- * Returns 0 or -ENAMETOOLONG (over 107 bytes).
- */
-int ops_ctl_default_path(const char *vhost_socket, char *buf, size_t len);
 
 #endif

@@ -7,7 +7,7 @@
  * cid="<CID>"; the drop reasons are one family with a reason label; two gauges say whether a
  * VMM is connected and whether the rings are broken.
  */
-#include "ops/statcli.h"
+#include "statcli.h"
 
 #include <inttypes.h>
 #include <string.h>
