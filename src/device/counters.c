@@ -39,7 +39,7 @@ void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret)
 #define DEV_STATS_READ_(f) ret->f = atomic_load_explicit(&d->stats.f, memory_order_relaxed);
 	VSOCK_DEV_STATS(DEV_STATS_READ_)
 #undef DEV_STATS_READ_
-	ret->sibling_dropped += atomic_load_explicit(&d->port->peer_dropped, memory_order_relaxed);
+	ret->sibling_dropped += atomic_load_explicit(&d->sib.port->peer_dropped, memory_order_relaxed);
 	loop_get_stats(d->loop, &ls);
 	ret->busy_poll_ns = ls.spin_ns;
 	ret->busy_poll_found = ls.spin_found;

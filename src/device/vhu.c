@@ -243,7 +243,7 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 	if (!v)
 		return -ENOMEM;
 	v->d = d;
-	v->queue_size_max = queue_size_max;
+	v->queue_size_max = queue_size_max ? queue_size_max : 1024;
 	strcpy(v->path, path);
 	r = take_inherited(v);
 	if (r == 1) {
@@ -255,6 +255,12 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 	if (r == 0)
 		r = uds_listen(v->path, SOCK_STREAM, 128, 0, &v->listener);
 	if (r < 0) {
+		if (r == -EADDRINUSE)
+			log_error("%s: cannot listen on %s: another process serves it",
+				  vsock_dev_name(d), v->path);
+		else
+			log_error("%s: cannot listen on %s: %s", vsock_dev_name(d), v->path,
+				  strerror(-r));
 		free(v);
 		return r;
 	}

@@ -21,15 +21,17 @@ struct loop;
 struct uvsock_dev;
 struct vsock_dev;
 
-/* ---- the glue (vhu.c), for the core ---------------------------------------------------------- */
+/* ---- the glue (vhu.c), for the program that attaches it ------------------------------------- */
 
 /*
  * Listens on the vhost-user socket at path (a stale socket file is replaced) on d's loop and
- * serves one VMM at a time with rings of at most queue_size_max entries; a VMM that disconnects
+ * serves one VMM at a time with rings of at most queue_size_max entries (0: 1024); a VMM that disconnects
  * resets the device (uvsock_dev_reset) and the next one is accepted. A socket adopted for path
  * (util/uds.h: socket activation, uvsockd --fd) is used instead of binding: a listener as above,
- * a connected socket as the VMM's connection (once it ends, the VM stays detached). Context:
- * device creation.
+ * a connected socket as the VMM's connection (once it ends, the VM stays detached). The program
+ * attaches it right after vsock_dev_new (uvsockd: daemon/vms.c), before the device runs, and
+ * frees it (dev_vhu_free) after the device stopped and before vsock_dev_free. A listening error
+ * is logged.
  * Returns 0, -ENOMEM, or the errno of listening (-EEXIST, -EADDRINUSE, ...).
  */
 int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,

@@ -895,6 +895,8 @@ TEST(sibling_vmm_disconnect_keeps_the_device)
 	vsock_dev_stop(tb.d);
 	pthread_join(ta.th, NULL);
 	pthread_join(tb.th, NULL);
+	dev_vhu_free(ta.vhu);
+	dev_vhu_free(tb.vhu);
 	vsock_dev_free(ta.d);
 	vsock_dev_free(tb.d);
 	ASSERT_OK(rmdir(ta.dir));
@@ -2045,7 +2047,7 @@ TEST(dgram_siblings_route_by_cid_and_need_dgram_on_both_sides)
 	/* b's guest comes back without DGRAM: a's datagrams for it are dropped at a. */
 	tg_disconnect(&gb);
 	tg_connect(&gb, &tb);
-	ASSERT_WAIT_FOR(!atomic_load(&tb.d->port->dgram), WAIT_MS);
+	ASSERT_WAIT_FOR(!atomic_load(&tb.d->sib.port->dgram), WAIT_MS);
 	dg_send_guest(&ga, 4, 1000, 2000, "nope");
 	dg_sync(&ga, 40004);
 	ASSERT_EQ_U64(DG_STAT(&ta, dgram_drop_not_negotiated), 1);

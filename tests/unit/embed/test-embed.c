@@ -871,7 +871,7 @@ static unsigned inbox_count(struct uvsock_dev *u)
 {
 	struct vsock_dev *d = (struct vsock_dev *)(void *)u;
 
-	return atomic_load_explicit(&d->port->inbox.count, memory_order_relaxed);
+	return atomic_load_explicit(&d->sib.port->inbox.count, memory_order_relaxed);
 }
 
 /* Waits until u's stats show `dropped` (within WAIT_MS) and returns what they show then. */
