@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "device/device.h"
+#include "device/vsock_dev.h"
 #include "device/vhu.h"
 #include "fd_budget.h"
 #include "ops/pcap.h"

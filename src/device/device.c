@@ -20,10 +20,11 @@
  * what is held for full siblings reached its bound (sibling.c: replies are dropped, other
  * packets held, at most DEV_SIB_STALL_NS).
  *
- * RX (device to guest): each guest RX chain gets one packet: from the engine (pulled with
- * max_payload = chain room - 44, so it always fits) or from the sibling inbox (split over as
- * many chains as needed, dev_sib_pull), alternating between the two sources.
- * used.len = 44 + payload.
+ * RX (device to guest): each guest RX chain gets one packet from one of three producers behind
+ * one table (struct dev_rx_src, device_internal.h): the engine (pulled with max_payload = chain
+ * room - 44, so it always fits), the host bytes read in place (host_uds.c: one readv over up to
+ * DEV_RX_GATHER chains, credit reserved once), or the sibling inbox (sibling.c: split over as
+ * many chains as needed), the inbox given its share (DEV_RX_ENG_SHARE). used.len = 44 + payload.
  *
  * Lifetimes: the engine exists while the TX ring has been started since the last reset; when
  * the rings stop (guest reset) or the VMM disconnects, every connection is dropped (the guest's
@@ -32,7 +33,7 @@
  * reference-counted ports (struct sib_port), so a device can be freed while its siblings run
  * (dev_sib_detach); packets for it are then dropped and answered with an RST.
  */
-#include "device/device.h"
+#include "device/vsock_dev.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -393,7 +394,7 @@ static enum dev_tx_verdict tx_classify(struct vsock_dev *d, const struct vring_c
 	return dev_sib_send(d, t, &h, iov, ch->out_num);
 }
 
-void dev_tx_drain(struct vsock_dev *d)
+static void dev_tx_drain(struct vsock_dev *d)
 {
 	struct dev_queue *dq = &d->txq;
 	struct iovec in_iov[1];
@@ -508,7 +509,7 @@ static void eng_sock_event(void *opaque, struct vsock_sock *s, void *user, unsig
 		d->accept_pending = true;
 		return;
 	}
-	host_mark_dirty(user);
+	dev_host_mark_dirty(user);
 }
 
 static size_t eng_deliver(void *opaque, struct vsock_sock *s, void *user, const struct iovec *iov,
@@ -517,7 +518,7 @@ static size_t eng_deliver(void *opaque, struct vsock_sock *s, void *user, const 
 	(void)s;
 	if (user == &listener_mark)
 		return 0;
-	return host_deliver(opaque, user, iov, iovcnt, len);
+	return dev_host_deliver(opaque, user, iov, iovcnt, len);
 }
 
 static const struct vsock_engine_ops eng_ops = {
@@ -595,12 +596,12 @@ static void engine_destroy(struct vsock_dev *d)
 		struct vsock_engine_stats es;
 
 		vsock_engine_get_stats(e, &es);
-		dev_eng_stats_accumulate(&d->eng_past, &es, !!d->lst[0] + !!d->lst[1]);
+		dev_counters_eng_accumulate(&d->eng_past, &es, !!d->lst[0] + !!d->lst[1]);
 		es_conns = es.socks_open - MIN(es.socks_open, (uint64_t)(!!d->lst[0] + !!d->lst[1]));
 	}
 	d->eng = NULL;
 	pthread_mutex_unlock(&d->eng_lock);
-	host_close_all(d);
+	dev_host_close_all(d);
 	vsock_engine_free(e);
 	d->lst[0] = d->lst[1] = NULL;
 	d->accept_pending = false;
@@ -620,17 +621,17 @@ void dev_settle(struct vsock_dev *d)
 {
 	for (int round = 0; round < 4; round++) {
 		if (d->accept_pending && d->eng)
-			host_accept_guest_conns(d);
-		host_service_dirty(d);
+			dev_host_accept_guest_conns(d);
+		dev_host_service_dirty(d);
 		rx_fill(d);
 		/* Pulling replies may have made room for TX again (docs/vsock-protocol.md §5). */
 		if (d->eng && d->tx_throttled && !dev_sib_hold_full(d) &&
 		    vsock_engine_can_feed(d->eng))
 			dev_tx_drain(d);
-		if (!host_has_dirty(d) && !(d->accept_pending && d->eng) && !d->rx_more)
+		if (!dev_host_has_dirty(d) && !(d->accept_pending && d->eng) && !d->rx_more)
 			break;
 	}
-	if (d->rx_more || d->tx_more || host_has_dirty(d) ||
+	if (d->rx_more || d->tx_more || dev_host_has_dirty(d) ||
 	    (d->eng && d->tx_throttled && !dev_sib_hold_full(d) &&
 		    vsock_engine_can_feed(d->eng)))
 		cont_schedule(d);
@@ -799,25 +800,25 @@ struct loop *dev_loop(struct vsock_dev *d)
 	return d->loop;
 }
 
-void dev_vhu_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t features)
+void dev_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t features)
 {
 	d->mem = mem;
 	d->features = features;
 }
 
-void dev_vhu_drop_mem(struct vsock_dev *d)
+void dev_drop_mem(struct vsock_dev *d)
 {
 	d->mem = NULL;
 }
 
-void dev_vhu_vmm_state(struct vsock_dev *d, bool connected)
+void dev_set_vmm_state(struct vsock_dev *d, bool connected)
 {
 	atomic_store_explicit(&d->vmm_connected, connected, memory_order_relaxed);
 	if (connected)
 		DEV_STAT_ADD(d, vmm_connects, 1);
 }
 
-void dev_vhu_message_done(struct vsock_dev *d)
+void dev_message_done(struct vsock_dev *d)
 {
 	/* Rings stopped and not restarted within the message: the guest reset the device. */
 	if (d->eng && !d->txq.running) {
@@ -877,13 +878,20 @@ int dev_call(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), voi
 
 /* ---- construction ------------------------------------------------------------------------- */
 
-void dev_log_listen_error(const struct vsock_dev *d, const char *path, int err)
+static void dev_log_listen_error(const struct vsock_dev *d, const char *path, int err)
 {
 	if (err == -EADDRINUSE)
 		log_error("%s: cannot listen on %s: another process serves it", d->name, path);
 	else
 		log_error("%s: cannot listen on %s: %s", d->name, path, strerror(-err));
 }
+
+const struct dev_up dev_up = {
+	.settle = dev_settle,
+	.tx_drain = dev_tx_drain,
+	.call = dev_call,
+	.listen_error = dev_log_listen_error,
+};
 
 int vsock_router_new(struct vsock_router **ret)
 {
@@ -931,7 +939,7 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	else
 		snprintf(d->name, sizeof(d->name), "cid%u", cfg->guest_cid);
 	strcpy(d->uds_path, cfg->uds_path);
-	host_init(d);
+	dev_host_init(d);
 	d->buf_alloc = cfg->buf_alloc;
 	d->queue_size_max = cfg->queue_size_max ? cfg->queue_size_max : 1024;
 	d->max_conns = cfg->max_conns ? cfg->max_conns : 1024;
@@ -968,10 +976,10 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	r = loop_async_new(d->loop, call_cb, d, &d->call_async);
 	if (r < 0)
 		goto out_free;
-	r = host_open_listeners(d);
+	r = dev_host_open(d);
 	if (r < 0)
 		goto out_free;
-	r = host_dgram_open(d, cfg);
+	r = dev_dgram_open(d, cfg);
 	if (r < 0)
 		goto out_free;
 	if (router) {
@@ -1015,8 +1023,8 @@ void vsock_dev_free(struct vsock_dev *d)
 	dev_evq_stop(d);
 	engine_destroy(d);
 	guest_mem_free(d->mem_owned);
-	host_close_listeners(d);
-	host_dgram_close(d);
+	dev_host_close(d);
+	dev_dgram_close(d);
 	if (d->router) {
 		struct vsock_dev **pp;
 

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Private state of a device, shared by the files of src/device: device.c (the core: rings, engine,
- * settle, construction), sibling.c (the sibling port), host_uds.c (host sockets), embed.c (the
- * device API), counters.c (readers). The vhost-user glue (vhu.c) does not see it (vhu.h).
- * Everything here is owned by the device's thread except the sibling port (its own lock and
- * reference count, shared with the linked devices) and the counters (single writer, read with
+ * The device core's private state (device.c: rings, engine, settle, calls, construction) and
+ * what the files of src/device share: the RX producer table (struct dev_rx_src) and the core's
+ * functions (dev_*). Each other part of a device is declared in its owner's header and embedded
+ * in struct vsock_dev: host_uds.h (d->host), host_dgram.h (d->dgram), sibling.h (d->sib),
+ * embed.h (d->embed). The vhost-user glue (vhu.c) does not see any of it (vhu.h).
+ * Everything is owned by the device's thread except where a field says otherwise: the sibling
+ * port (its own lock and reference count, shared with the linked devices), eng under eng_lock
+ * for readers, the call mailbox under call_lock, and the counters (single writer, read with
  * relaxed atomics).
  */
 #ifndef UVSOCK_DEVICE_DEVICE_INTERNAL_H
@@ -18,7 +21,7 @@
 #include <sys/uio.h>
 #include <sys/un.h>
 
-#include "device/device.h"
+#include "device/vsock_dev.h"
 #include "device/embed.h"
 #include "device/evq.h"
 #include "device/host_dgram.h"
@@ -145,7 +148,7 @@ struct vsock_dev {
 	struct guest_mem *mem_owned;
 	uint64_t features;
 	atomic_bool broken; /* ring error: no processing until the rings restart; relaxed */
-	atomic_bool vmm_connected; /* a VMM is connected (dev_vhu_vmm_state); relaxed */
+	atomic_bool vmm_connected; /* a VMM is connected (dev_set_vmm_state); relaxed */
 	/* TX batch storage (allocated once) */
 	struct iovec (*tx_iov)[DEV_TX_IOV_MAX];
 	struct vsock_pkt_ref *tx_refs;
@@ -199,7 +202,7 @@ struct vsock_dev {
  * acc += s for every counter of an ended engine, except the gauge socks_open; socks_total without
  * the device's own listeners.
  */
-void dev_eng_stats_accumulate(struct vsock_engine_stats *acc, const struct vsock_engine_stats *s,
+void dev_counters_eng_accumulate(struct vsock_engine_stats *acc, const struct vsock_engine_stats *s,
 			      unsigned listeners);
 
 /* device.c */
@@ -209,11 +212,8 @@ static inline bool dev_broken(struct vsock_dev *d)
 {
 	return atomic_load_explicit(&d->broken, memory_order_relaxed);
 }
+/* Runs what the last event or call made possible (RX, TX, host connections, timers). */
 void dev_settle(struct vsock_dev *d);
-/* Logs that listening on path failed (-EADDRINUSE: another process serves it). */
-void dev_log_listen_error(const struct vsock_dev *d, const char *path, int err);
-/* Drains the TX ring (one pass, within DEV_PASS_PKTS / DEV_PASS_BYTES). */
-void dev_tx_drain(struct vsock_dev *d);
 /*
  * The device API's entry points (embed.c calls them on the device thread; the vhost-user
  * callbacks reach them through the API). dev_queue_start: cfg->mem must stay valid until the
@@ -242,4 +242,22 @@ struct dev_call {
 };
 /* Runs fn on the device thread (directly if that is us or no thread runs) and returns its rc. */
 int dev_call(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), void *arg);
+
+/*
+ * Everything the parts below the core (host_uds.c, host_dgram.c, sibling.c) call back up into
+ * it, in one table (device.c): calls go down from the core to the parts, and only these come
+ * back. Device thread, except call (any thread).
+ */
+struct dev_up {
+	/* an event of the part (a loop callback of its own) ran: dev_settle */
+	void (*settle)(struct vsock_dev *d);
+	/* a sibling's inbox has room again: drain the TX ring (one pass, within DEV_PASS_PKTS /
+	 * DEV_PASS_BYTES) */
+	void (*tx_drain)(struct vsock_dev *d);
+	/* dev_call */
+	int (*call)(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), void *arg);
+	/* listening on path failed: logged (-EADDRINUSE: another process serves it) */
+	void (*listen_error)(const struct vsock_dev *d, const char *path, int err);
+};
+extern const struct dev_up dev_up;
 #endif

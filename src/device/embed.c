@@ -143,7 +143,7 @@ static void router_put(void)
 	pthread_mutex_unlock(&router_lock);
 }
 
-unsigned dev_api_router_refs(void)
+unsigned dev_embed_router_refs(void)
 {
 	unsigned n;
 

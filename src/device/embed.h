@@ -26,6 +26,6 @@ struct dev_embed {
 
 /* Devices of uvsock_dev_new alive, i.e. references on their shared router (0: the router is
  * freed). For tests. Any thread. */
-unsigned dev_api_router_refs(void);
+unsigned dev_embed_router_refs(void);
 
 #endif

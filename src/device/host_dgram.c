@@ -60,7 +60,7 @@ void dev_dgram_features(struct vsock_dev *d)
 				      memory_order_relaxed);
 }
 
-bool dev_vhu_offer_dgram(const struct vsock_dev *d)
+bool dev_dgram_offered(const struct vsock_dev *d)
 {
 	return !d->dgram.off;
 }
@@ -246,7 +246,7 @@ static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 		if ((unsigned)n < DEV_DGRAM_MMSG)
 			break;
 	}
-	dev_settle(d);
+	dev_up.settle(d);
 }
 
 static void dgram_dest_drop(struct dgram_dest *e)
@@ -464,7 +464,7 @@ bool dev_dgram_rx_ok(struct vsock_dev *d, const struct vsock_hdr *h, size_t room
 	return true;
 }
 
-int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
+int dev_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 {
 	int r;
 
@@ -485,7 +485,7 @@ int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 		return -ENAMETOOLONG;
 	r = uds_listen(d->dgram.path, SOCK_DGRAM, 0, 0, &d->dgram.l);
 	if (r < 0) {
-		dev_log_listen_error(d, d->dgram.path, r);
+		dev_up.listen_error(d, d->dgram.path, r);
 		return r;
 	}
 	if (d->dgram.l.flags & UDS_REPLACED_STALE)
@@ -493,7 +493,7 @@ int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 	return loop_watch_add(d->loop, d->dgram.l.fd, EPOLLIN, dgram_read_cb, d, &d->dgram.w);
 }
 
-void host_dgram_close(struct vsock_dev *d)
+void dev_dgram_close(struct vsock_dev *d)
 {
 	free(d->dgram.rbuf);
 	d->dgram.rbuf = NULL;

@@ -82,9 +82,9 @@ struct dev_dgram {
 };
 
 /* Binds <uds_path>.dgram (datagrams on; stale/live rules of uds_listen). Returns 0 or -errno. */
-int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg);
+int dev_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg);
 /* Unbinds and removes <uds_path>.dgram (if still ours). Safe when never opened. */
-void host_dgram_close(struct vsock_dev *d);
+void dev_dgram_close(struct vsock_dev *d);
 /* Our guest negotiated VIRTIO_VSOCK_F_DGRAM (and the device offers it). */
 bool dev_dgram_negotiated(const struct vsock_dev *d);
 /* The rings started with new features: tells senders whether our guest takes datagrams. */
@@ -97,7 +97,7 @@ void dev_dgram_features(struct vsock_dev *d);
 enum dev_tx_verdict dev_dgram_tx(struct vsock_dev *d, const struct vsock_hdr *h, struct iovec *iov,
 				 unsigned n);
 /*
- * The RX half (dev_sib_pull): a datagram p about to go into a guest RX buffer of room payload
+ * The RX half (the sibling inbox's RX fill, dev_sib_rx): a datagram p about to go into a guest RX buffer of room payload
  * bytes. Returns true if it goes in whole (counted), false if it is dropped (counted: not
  * negotiated, or larger than the buffer).
  */

@@ -14,7 +14,7 @@
  *     is connected, or reject (RST) at once if nobody listens.
  *
  * Data, STREAM (docs/performance.md, "uvsockd's host path"): guest bytes go to the host socket
- * straight from the guest's TX buffer (host_deliver, the engine's ops->deliver); only what the
+ * straight from the guest's TX buffer (dev_host_deliver, the engine's ops->deliver); only what the
  * socket refuses waits in the engine socket (bounded by the buf_alloc we advertised) until it
  * takes it: vsock_sock_rx_peek_iov + sendmsg + vsock_sock_rx_consume. Either way fwd_cnt (the
  * guest's credit) moves only when the host program has the bytes. A readable host socket joins
@@ -86,7 +86,7 @@ static void rd_unlink(struct hconn *c)
 	c->rd_next = NULL;
 }
 
-void host_mark_dirty(struct hconn *c)
+void dev_host_mark_dirty(struct hconn *c)
 {
 	struct vsock_dev *d = c->dev;
 
@@ -177,7 +177,7 @@ out_free:
 	return r;
 }
 
-void host_close_all(struct vsock_dev *d)
+void dev_host_close_all(struct vsock_dev *d)
 {
 	while (d->host.conns)
 		hconn_free(d->host.conns, false);
@@ -370,7 +370,7 @@ static void uds_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	(void)l;
 	(void)events;
 	uds_accept(d, fd, fd == d->host.uds_seq_l.fd);
-	dev_settle(d);
+	dev_up.settle(d);
 }
 
 /* Listens on path for host programs (a stale socket file is replaced; a live one is not ours). */
@@ -381,7 +381,7 @@ static int listen_one(struct vsock_dev *d, const char *path, int type, struct ud
 
 	if (r < 0) {
 		l->fd = -1;
-		dev_log_listen_error(d, path, r);
+		dev_up.listen_error(d, path, r);
 		return r;
 	}
 	if (l->flags & UDS_REPLACED_STALE)
@@ -449,7 +449,7 @@ static void host_close_aux(struct vsock_dev *d)
 	d->host.aux = false;
 }
 
-int host_open_listeners(struct vsock_dev *d)
+int dev_host_open(struct vsock_dev *d)
 {
 	struct dev_host *h = &d->host;
 	int r;
@@ -467,7 +467,7 @@ int host_open_listeners(struct vsock_dev *d)
 	return listen_one(d, h->uds_seq_path, SOCK_SEQPACKET, &h->uds_seq_l, &h->uds_seq_w);
 }
 
-void host_close_listeners(struct vsock_dev *d)
+void dev_host_close(struct vsock_dev *d)
 {
 	close_one(d->uds_path, &d->host.uds_l, &d->host.uds_w);
 	close_one(d->host.uds_seq_path, &d->host.uds_seq_l, &d->host.uds_seq_w);
@@ -476,14 +476,14 @@ void host_close_listeners(struct vsock_dev *d)
 	d->host.scratch = NULL;
 }
 
-void host_init(struct vsock_dev *d)
+void dev_host_init(struct vsock_dev *d)
 {
 	d->host.uds_l.fd = d->host.uds_seq_l.fd = -1;
 	snprintf(d->host.uds_seq_path, sizeof(d->host.uds_seq_path), "%.96s_seqpacket",
 		 d->uds_path); /* vsock_dev_new checked the length */
 }
 
-bool host_has_dirty(const struct vsock_dev *d)
+bool dev_host_has_dirty(const struct vsock_dev *d)
 {
 	return d->host.dirty != NULL;
 }
@@ -510,7 +510,7 @@ static void start_guest_connect(struct hconn *c, uint32_t port)
 	c->state = HC_GUEST_CONNECT;
 	/* Nothing is read until the guest answers; EPOLLHUP/ERR still tell us if the host leaves. */
 	(void)loop_watch_mod(c->w, 0);
-	host_mark_dirty(c);
+	dev_host_mark_dirty(c);
 	return;
 
 out_close:
@@ -642,11 +642,11 @@ static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 			hconn_close(c);
 			return;
 		}
-		host_mark_dirty(c);
+		dev_host_mark_dirty(c);
 	}
 }
 
-void host_accept_guest_conns(struct vsock_dev *d)
+void dev_host_accept_guest_conns(struct vsock_dev *d)
 {
 	d->accept_pending = false;
 	for (int i = 0; i < 2; i++) {
@@ -684,7 +684,7 @@ static void host_connect_done(struct hconn *c)
 	}
 	c->state = HC_OPEN;
 	hconn_update_events(c);
-	host_mark_dirty(c);
+	dev_host_mark_dirty(c);
 }
 
 /* ---- data --------------------------------------------------------------------------------- */
@@ -776,7 +776,7 @@ static int flush_to_host(struct hconn *c)
 		}
 	}
 	/* More than a pass's worth: come back through the continuation. */
-	host_mark_dirty(c);
+	dev_host_mark_dirty(c);
 	return 0;
 }
 
@@ -915,13 +915,13 @@ static int read_from_host(struct hconn *c)
 		moved += (size_t)n;
 	}
 	if (moved >= HOST_READ_BUDGET)
-		host_mark_dirty(c);
+		dev_host_mark_dirty(c);
 	return 0;
 }
 
 /* ---- zero-copy data ------------------------------------------------------------------------ */
 
-size_t host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
+size_t dev_host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
 		    size_t len)
 {
 	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
@@ -936,7 +936,7 @@ size_t host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, in
 		/* The rest is queued; flush_to_host retries it, waits for EPOLLOUT, or ends the
 		 * connection on an error. */
 		c->host_wr_blocked = true;
-		host_mark_dirty(c);
+		dev_host_mark_dirty(c);
 		if (w < 0)
 			return 0;
 	}
@@ -981,7 +981,7 @@ static void rd_cannot_send(struct hconn *c, ssize_t r)
 		c->guest_blocked = true;
 	else if (r == -EPIPE)
 		guest_rcv_shut(c);
-	host_mark_dirty(c);
+	dev_host_mark_dirty(c);
 	hconn_update_events(c);
 }
 
@@ -1002,7 +1002,7 @@ static void rd_eof(struct hconn *c, bool err)
 		hconn_close(c);
 		return;
 	}
-	host_mark_dirty(c);
+	dev_host_mark_dirty(c);
 	hconn_update_events(c);
 }
 
@@ -1260,7 +1260,7 @@ static void hconn_service(struct hconn *c)
 	hconn_service_open(c);
 }
 
-void host_service_dirty(struct vsock_dev *d)
+void dev_host_service_dirty(struct vsock_dev *d)
 {
 	struct hconn *snap = d->host.dirty;
 
@@ -1305,7 +1305,7 @@ static void hconn_io_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 		hconn_service_open(c);
 		break;
 	}
-	dev_settle(d);
+	dev_up.settle(d);
 }
 
 static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
@@ -1328,5 +1328,5 @@ static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	       : c->state == HC_HOST_CONNECT ? "the host listener"
 					     : "the guest");
 	hconn_close(c);
-	dev_settle(d);
+	dev_up.settle(d);
 }

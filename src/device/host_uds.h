@@ -91,27 +91,27 @@ struct dev_host {
 };
 
 /* Sets up d->host before anything can fail (no listener, nothing to close). */
-void host_init(struct vsock_dev *d);
+void dev_host_init(struct vsock_dev *d);
 /* Listens on <uds_path> and <uds_path>_seqpacket. Returns 0, -ENOMEM or the errno of listening. */
-int host_open_listeners(struct vsock_dev *d);
-/* Closes the listeners (removes their files if still ours) and frees what host_open_listeners
- * made. Safe after host_init alone. */
-void host_close_listeners(struct vsock_dev *d);
-/* Some connection waits to be serviced (host_service_dirty). */
-bool host_has_dirty(const struct vsock_dev *d);
+int dev_host_open(struct vsock_dev *d);
+/* Closes the listeners (removes their files if still ours) and frees what dev_host_open
+ * made. Safe after dev_host_init alone. */
+void dev_host_close(struct vsock_dev *d);
+/* Some connection waits to be serviced (dev_host_service_dirty). */
+bool dev_host_has_dirty(const struct vsock_dev *d);
 /* Closes every host connection (their engine sockets are released without sending). */
-void host_close_all(struct vsock_dev *d);
+void dev_host_close_all(struct vsock_dev *d);
 /* Confirms or rejects the pending children of the wildcard listeners (guest-initiated). */
-void host_accept_guest_conns(struct vsock_dev *d);
+void dev_host_accept_guest_conns(struct vsock_dev *d);
 /* Services every connection whose engine socket changed state. */
-void host_service_dirty(struct vsock_dev *d);
-void host_mark_dirty(struct hconn *c);
+void dev_host_service_dirty(struct vsock_dev *d);
+void dev_host_mark_dirty(struct hconn *c);
 /*
  * Zero-copy guest -> host (the engine's ops->deliver, engine.h): writes what the host socket of
  * the connection `user` takes of the guest's payload, straight from its TX buffer. Returns the
  * bytes taken; 0 when the connection cannot take bytes now (not open yet, blocked, shut down).
  * Called by the engine with that socket's lock held: touches only the connection.
  */
-size_t host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
+size_t dev_host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
 		    size_t len);
 #endif

@@ -788,7 +788,7 @@ static void stage_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	}
 	sib_hold_arm(d);
 	dev_sib_wake_targets(d);
-	dev_settle(d);
+	dev_up.settle(d);
 }
 
 static void inbox_cb(struct loop *l, void *opaque)
@@ -796,7 +796,7 @@ static void inbox_cb(struct loop *l, void *opaque)
 	struct vsock_dev *d = opaque;
 
 	(void)l;
-	dev_settle(d);
+	dev_up.settle(d);
 }
 
 static void room_cb(struct loop *l, void *opaque)
@@ -807,8 +807,8 @@ static void room_cb(struct loop *l, void *opaque)
 	dev_sib_retry_staged(d);
 	dev_sib_wake_targets(d);
 	if (d->tx_throttled)
-		dev_tx_drain(d);
-	dev_settle(d);
+		dev_up.tx_drain(d);
+	dev_up.settle(d);
 }
 
 /* ---- life and links ----------------------------------------------------------------------- */
@@ -969,10 +969,10 @@ int vsock_dev_link_sibling(struct vsock_dev *a, struct vsock_dev *b)
 
 	if (a == b || a->router != b->router || !a->router || a->cid == b->cid)
 		return -EINVAL;
-	r = dev_call(a, link_one, b);
+	r = dev_up.call(a, link_one, b);
 	if (r < 0)
 		return r;
-	return dev_call(b, link_one, a);
+	return dev_up.call(b, link_one, a);
 }
 
 void dev_sib_free(struct vsock_dev *d)

@@ -53,15 +53,15 @@ struct loop *dev_loop(struct vsock_dev *d);
 
 /*
  * The rings started next use the back-end's own guest memory map, borrowed until
- * dev_vhu_drop_mem (uvsock_dev_set_mem_table would map the regions a second time), and the
+ * dev_drop_mem (uvsock_dev_set_mem_table would map the regions a second time), and the
  * features exactly as acked (transport bits included), as vring_dev_init takes them.
  */
-void dev_vhu_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t features);
+void dev_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t features);
 /* A new memory table arrives; the back-end stopped every ring: no guest pointer is in use. */
-void dev_vhu_drop_mem(struct vsock_dev *d);
+void dev_drop_mem(struct vsock_dev *d);
 
 /* A VMM connected (counted in vmm_connects) or disconnected: the operators' vmm_connected. */
-void dev_vhu_vmm_state(struct vsock_dev *d, bool connected);
+void dev_set_vmm_state(struct vsock_dev *d, bool connected);
 
 /*
  * After each vhost-user message: if the TX ring was stopped and not restarted within it (the
@@ -69,8 +69,8 @@ void dev_vhu_vmm_state(struct vsock_dev *d, bool connected);
  * API's uvsock_dev_reset would stop it too); then runs what the message made possible, as the
  * device thread does after each API call.
  */
-void dev_vhu_message_done(struct vsock_dev *d);
+void dev_message_done(struct vsock_dev *d);
 /* The device offers VIRTIO_VSOCK_F_DGRAM (host_dgram.c: not made with no_dgram). */
-bool dev_vhu_offer_dgram(const struct vsock_dev *d);
+bool dev_dgram_offered(const struct vsock_dev *d);
 
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A device role (struct vsock_dev, src/device/device.h) in a temporary directory, run on its own
+ * A device role (struct vsock_dev, src/device/vsock_dev.h) in a temporary directory, run on its own
  * thread: the in-process back-end of the device tests (tests/unit/device/test-device.c, which
  * play the VMM themselves) and of the guest-role tests (tests/unit/driver/test-driver.c). The
  * vhost-user socket is <dir>/vm.sock, the host-side Unix socket <dir>/vm.vsock. Each test removes
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/device.h"
+#include "device/vsock_dev.h"
 #include "device/vhu.h"
 #include "test.h"
 

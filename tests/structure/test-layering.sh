@@ -36,11 +36,11 @@ else
 fi
 
 expect_violation "an upward include (ops -> device) is refused" src/ops/json.c \
-	'#include "device/device.h"' "ops may not include device"
+	'#include "device/vsock_dev.h"' "ops may not include device"
 expect_violation "an upward include (vsock -> lib) is refused" src/vsock/hdr.c \
 	'#include "lib/lib.h"' "vsock may not include lib"
 expect_violation "a sibling include (driver -> device) is refused" src/driver/rxsize.c \
-	'#include "device/device.h"' "driver may not include device"
+	'#include "device/vsock_dev.h"' "driver may not include device"
 expect_violation "a public header may not include src/" include/uvsock/uvsock.h \
 	'#include "vsock/engine.h"' "uvsock may not include vsock"
 

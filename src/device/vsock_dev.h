@@ -19,8 +19,8 @@
  * sibling hand-off) has a bound. Host programs are untrusted too: a bad CONNECT line closes their
  * socket.
  */
-#ifndef UVSOCK_DEVICE_DEVICE_H
-#define UVSOCK_DEVICE_DEVICE_H
+#ifndef UVSOCK_DEVICE_VSOCK_DEV_H
+#define UVSOCK_DEVICE_VSOCK_DEV_H
 
 #include <stdbool.h>
 #include <stdint.h>
