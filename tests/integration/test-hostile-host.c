@@ -19,7 +19,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include "device/device.h"
+#include "device/vsock_dev.h"
 #include "guestside.h"
 #include "ctlproto/json.h"
 #include "ctlproto/client.h"

@@ -38,7 +38,7 @@ else
 fi
 
 expect_violation "an upward include (ops -> device) is refused" src/ops/stats.c \
-	'#include "device/device.h"' "ops may not include device"
+	'#include "device/vsock_dev.h"' "ops may not include device"
 # What the device reports (src/ops) stays apart from the control protocol, which is not part of
 # libuvsock.so; no part of src/ includes a program's folder.
 expect_violation "the library may not include the control protocol (ops -> ctlproto)" \
@@ -56,7 +56,7 @@ expect_violation "a tool may not include the daemon (tools -> daemon)" tools/sta
 expect_violation "an upward include (vsock -> lib) is refused" src/vsock/hdr.c \
 	'#include "lib/lib.h"' "vsock may not include lib"
 expect_violation "a sibling include (driver -> device) is refused" src/driver/rxsize.c \
-	'#include "device/device.h"' "driver may not include device"
+	'#include "device/vsock_dev.h"' "driver may not include device"
 expect_violation "a public header may not include src/" include/uvsock/uvsock.h \
 	'#include "vsock/engine.h"' "uvsock may not include vsock"
 

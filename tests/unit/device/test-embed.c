@@ -871,7 +871,7 @@ static unsigned inbox_count(struct uvsock_dev *u)
 {
 	struct vsock_dev *d = (struct vsock_dev *)(void *)u;
 
-	return atomic_load_explicit(&d->port->inbox.count, memory_order_relaxed);
+	return atomic_load_explicit(&d->sib.port->inbox.count, memory_order_relaxed);
 }
 
 /* Waits until u's stats show `dropped` (within WAIT_MS) and returns what they show then. */
@@ -1150,14 +1150,14 @@ TEST(shared_router_is_freed_with_the_last_device)
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	snprintf(pa, sizeof(pa), "%s/a.vsock", dir);
 	snprintf(pb, sizeof(pb), "%s/b.vsock", dir);
-	ASSERT_EQ(dev_api_router_refs(), 0);
+	ASSERT_EQ(dev_embed_router_refs(), 0);
 	cfg.uds_path = pa;
 	ASSERT_OK(uvsock_dev_new(&cfg, &a));
-	ASSERT_EQ(dev_api_router_refs(), 1);
+	ASSERT_EQ(dev_embed_router_refs(), 1);
 	cfg.guest_cid = 4;
 	cfg.uds_path = pb;
 	ASSERT_OK(uvsock_dev_new(&cfg, &b));
-	ASSERT_EQ(dev_api_router_refs(), 2);
+	ASSERT_EQ(dev_embed_router_refs(), 2);
 	/* A failed creation gives its reference back (a regular file where the socket goes). */
 	snprintf(pc, sizeof(pc), "%s/c.vsock", dir);
 	fd = open(pc, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
@@ -1166,21 +1166,21 @@ TEST(shared_router_is_freed_with_the_last_device)
 	cfg.uds_path = pc;
 	cfg.guest_cid = 5;
 	ASSERT_ERR(uvsock_dev_new(&cfg, &c), EEXIST);
-	ASSERT_EQ(dev_api_router_refs(), 2);
+	ASSERT_EQ(dev_embed_router_refs(), 2);
 	ASSERT_OK(unlink(pc));
 	ASSERT_OK(uvsock_dev_link(a, b));
 	ASSERT_OK(uvsock_dev_start(a));
 	uvsock_dev_free(a);
-	ASSERT_EQ(dev_api_router_refs(), 1);
+	ASSERT_EQ(dev_embed_router_refs(), 1);
 	uvsock_dev_free(b);
-	ASSERT_EQ(dev_api_router_refs(), 0);
+	ASSERT_EQ(dev_embed_router_refs(), 0);
 	/* And a new device after that gets a new router. */
 	cfg.guest_cid = 6;
 	cfg.uds_path = pa;
 	ASSERT_OK(uvsock_dev_new(&cfg, &a));
-	ASSERT_EQ(dev_api_router_refs(), 1);
+	ASSERT_EQ(dev_embed_router_refs(), 1);
 	uvsock_dev_free(a);
-	ASSERT_EQ(dev_api_router_refs(), 0);
+	ASSERT_EQ(dev_embed_router_refs(), 0);
 	ASSERT_OK(rmdir(dir));
 }
 

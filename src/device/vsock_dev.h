@@ -19,8 +19,8 @@
  * sibling hand-off) has a bound. Host programs are untrusted too: a bad CONNECT line closes their
  * socket.
  */
-#ifndef UVSOCK_DEVICE_DEVICE_H
-#define UVSOCK_DEVICE_DEVICE_H
+#ifndef UVSOCK_DEVICE_VSOCK_DEV_H
+#define UVSOCK_DEVICE_VSOCK_DEV_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,8 +32,6 @@ struct vsock_router;
 
 struct vsock_dev_config {
 	uint32_t guest_cid;       /* 3 .. 0xfffffffe */
-	const char *socket_path;  /* vhost-user socket (we listen); copied; NULL: no vhost-user,
-				   * the device is driven through <uvsock/device.h> (embed.c) */
 	const char *uds_path;     /* host side (we listen on it, connect to it + "_<port>"); copied */
 	uint32_t buf_alloc;       /* receive buffer we advertise per connection */
 	uint32_t queue_size_max;  /* largest ring size accepted from the VMM */
@@ -52,9 +50,10 @@ int vsock_router_new(struct vsock_router **ret);
 void vsock_router_free(struct vsock_router *r);
 
 /*
- * Creates a device: binds and listens on socket_path (if given), uds_path and
- * uds_path + "_seqpacket" (stale socket files there are replaced; other files are an error),
- * and attaches it to r (may be NULL: no siblings). Context: any thread, also while other devices
+ * Creates a device: binds and listens on uds_path and uds_path + "_seqpacket" (stale socket
+ * files there are replaced; other files are an error), and attaches it to r (may be NULL: no
+ * siblings). It has no transport yet: a VMM drives it through <uvsock/device.h> (embed.c), or
+ * the program attaches the vhost-user glue to it (dev_vhu_new, vhu.h), as uvsockd does. Context: any thread, also while other devices
  * of r run.
  * Returns 0, -EINVAL (bad config, path too long), -ENOMEM, or the errno of socket/bind/listen.
  */
