@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/hybrid.h"
+#include "../common/hybrid.h"
 #include "conform.h"
 
 #define BIG_CREDIT (256u * 1024u)

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "conform.h"
-#include "common/hybrid.h"
+#include "../common/hybrid.h"
 
 uint64_t ck_now_ms(void)
 {

@@ -24,7 +24,7 @@
 #include <uvsock/guest.h>
 #include <uvsock/uvsock.h>
 
-#include "common/hybrid.h"
+#include "../common/hybrid.h"
 #include "perf.h"
 
 const char *const tr_name[T_MAX] = {

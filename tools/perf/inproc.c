@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "../../examples/embed-guest.h"
-#include "common/hybrid.h"
+#include "../common/hybrid.h"
 #include "perf.h"
 
 #define IP_BUF_ALLOC      (256u * 1024u) /* the guest's receive buffer, advertised */

@@ -19,7 +19,7 @@
 #include <uvsock/guest.h>
 #include <uvsock/uvsock.h>
 
-#include "common/hybrid.h"
+#include "../common/hybrid.h"
 #include "perf.h"
 
 #define FLOOD_CONNS 16
