@@ -18,6 +18,7 @@
 #include "ctl.h"
 #include "options.h"
 #include "sd.h"
+#include "util/build.h"
 #include "util/log.h"
 #include "util/tune.h"
 #include "util/uds.h"
@@ -100,7 +101,7 @@ int main(int argc, char **argv)
 		uvsockd_print_usage(stdout, "uvsockd");
 		return 0;
 	case UVSOCKD_VERSION:
-		printf("uvsockd %s\n", UVSOCK_VERSION);
+		printf("uvsockd %s (build: %s)\n", UVSOCK_VERSION, uvsock_build_flavour());
 		return 0;
 	case UVSOCKD_PRINT_CAPABILITIES:
 		uvsockd_print_capabilities(stdout);

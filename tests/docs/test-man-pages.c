@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The manual pages of the programs say what their --help says: for uvsock-perf and uvsock-demo,
- * every long option printed by `PROGRAM --help` appears in man/PROGRAM.1 and the reverse
+ * The manual pages of the programs say what their --help says: for uvsock-perf, uvsock-conform
+ * and uvsock-demo, every long option printed by `PROGRAM --help` appears in man/PROGRAM.1 and the
+ * reverse
  * (--help itself excepted: every program takes it, not every usage text lists it). uvsockd has
  * the same both-ways check in tests/unit/daemon/test-options.c; uvsock-stat's, in
  * tests/unit/tools/test-statcli.c, is one-way (man_check_help_documented), because its page also
@@ -37,6 +38,11 @@ static void check(const char *prog, const char *man_path)
 TEST(uvsock_perf_help_matches_its_man_page)
 {
 	check(UVSOCK_PERF_PATH, MAN_DIR "/uvsock-perf.1");
+}
+
+TEST(uvsock_conform_help_matches_its_man_page)
+{
+	check(UVSOCK_CONFORM_PATH, MAN_DIR "/uvsock-conform.1");
 }
 
 TEST(uvsock_demo_help_matches_its_man_page)

@@ -5,7 +5,10 @@
 # checked for their schema: every transport is there, every number is a
 # finite non-negative value, percentiles are ordered, the memory section has its records.
 # A --quick --dgram run: every datagram transport, one run each, sent = received + lost, the
-# CSV rows. Also: --help lists the datagram options, and a usage error exits 2.
+# CSV rows. The kind of build (this program's, the back-end's --version) on the first line and in
+# the JSON, the worst run beside the median. A run against a uvsockd started here as a running
+# back-end (--socket, --backend-pid, --end count). Also: --help lists the datagram options, and
+# a usage error exits 2.
 # Usage: perf-smoke.py UVSOCK_PERF UVSOCKD
 import json
 import math
@@ -69,6 +72,46 @@ with tempfile.TemporaryDirectory(prefix="uvsock-perf-smoke-") as d:
         check(lines and lines[0].startswith("kind,transport,size,"), "CSV header")
         check(len(lines) == 1 + len(r["stream"]) + len(r["rtt"]), "CSV has one row per point")
         check("ratio to unix" in p.stdout and "round trips" in p.stdout, "terminal table")
+        ver = subprocess.run([uvsockd, "--version"], capture_output=True, text=True).stdout
+        b = r.get("build", {})
+        check(b.get("uvsock_perf") in ("optimized", "debug", "asan", "asan+debug", "tsan",
+                                       "tsan+debug"), "JSON build of uvsock-perf: %r" % b)
+        check("(build: %s)" % b.get("backend") in ver, "JSON build of the back-end %r is what "
+              "its --version says: %r" % (b, ver))
+        check(p.stdout.startswith("uvsock-perf: back-end ") and
+              ("build: uvsock-perf %s, back-end %s" % (b.get("uvsock_perf"), b.get("backend")))
+              in p.stdout.splitlines()[0], "the first line names both builds")
+        check(all(s.get("gbps_worst") == s.get("gbps_min") for s in r.get("stream", [])),
+              "stream: the worst run is the slowest")
+        check(all(s.get("p99_worst_us", -1) >= s.get("p99_us", 0) and
+                  s.get("p50_worst_us", -1) >= s.get("p50_us", 0) for s in r.get("rtt", [])),
+              "rtt: the worst run is at least the median")
+    # A running back-end: --socket, --backend-pid, --end count (readers stop at the count).
+    sock, uds = os.path.join(d, "vm.sock"), os.path.join(d, "vm.vsock")
+    daemon = subprocess.Popen([uvsockd, "--vm", "guest-cid=3,socket=%s,uds-path=%s" % (sock, uds),
+                               "--log-level", "warn"])
+    try:
+        for _ in range(200):
+            if os.path.exists(sock + ".ctl") or daemon.poll() is not None:
+                break
+            subprocess.run(["sleep", "0.05"])
+        p = subprocess.run([perf, "--quick", "--socket", sock, "--uds-path", uds,
+                            "--backend-pid", str(daemon.pid), "--end", "count", "--tests",
+                            "stream", "--transports", "vsock-g2h,vsock-h2g", "--json", js,
+                            "--quiet"], capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0, "--socket --backend-pid --end count exits 0 (stderr: %s)"
+              % p.stderr[-500:])
+        if p.returncode == 0:
+            r = json.load(open(js))
+            check(r.get("end") == "count" and
+                  {s.get("transport") for s in r.get("stream", [])} == {"vsock-g2h", "vsock-h2g"}
+                  and all(number(s.get("cpu_backend_s_per_gb")) for s in r["stream"]),
+                  "--end count run: both directions, the back-end's CPU: %r" % r.get("stream"))
+            check(r.get("build", {}).get("backend", "").startswith("unknown"),
+                  "a back-end not started here is of unknown build")
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
     p = subprocess.run([perf, "--quick", "--dgram", "--dgram-locked", "--dgram-senders", "1,4",
                         "--uvsockd", uvsockd, "--json", js, "--csv", csv, "--quiet"],
                        capture_output=True, text=True, timeout=240)

@@ -93,11 +93,12 @@ fi
 libdir=$(dirname "$(find "$root/usr/lib" -name 'libuvsock.so.0' | head -n 1)")
 export LD_LIBRARY_PATH="$libdir"
 
-# 4. uvsockd --version names the package's version.
-if "$root/usr/bin/uvsockd" --version >"$tmp/out" 2>&1 && grep -q "^uvsockd $ver\$" "$tmp/out"; then
+# 4. uvsockd --version names the package's version and an optimized build.
+if "$root/usr/bin/uvsockd" --version >"$tmp/out" 2>&1 &&
+	grep -q "^uvsockd $ver (build: optimized)\$" "$tmp/out"; then
 	ok "installed uvsockd --version: $(cat "$tmp/out")"
 else
-	notok "installed uvsockd --version (want 'uvsockd $ver')"; show "$tmp/out"
+	notok "installed uvsockd --version (want 'uvsockd $ver (build: optimized)')"; show "$tmp/out"
 fi
 
 # 5. One VM: its sockets appear, uvsock-stat reads its counters, SIGTERM ends it with 0 and the

@@ -24,6 +24,7 @@
 #include <uvsock/guest.h>
 #include <uvsock/uvsock.h>
 
+#include "../common/hybrid.h"
 #include "perf.h"
 
 const char *const tr_name[T_MAX] = {
@@ -97,6 +98,19 @@ int c_set_rcvlowat(struct conn *c, int v)
 	return 0; /* the ring and the raw guest return whatever is there */
 }
 
+/* A receive timeout of ms on a socket end; -1 (ENOTSUP) for the ring and the raw guest. */
+int c_set_rcvtimeo(struct conn *c, int ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	if (c->kind == C_UV)
+		return uvsock_setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (c->kind == C_FD)
+		return setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	errno = ENOTSUP;
+	return -1;
+}
+
 void c_close(struct conn *c)
 {
 	switch (c->kind) {
@@ -122,84 +136,14 @@ void c_close(struct conn *c)
 
 /* ---- plain sockets ---------------------------------------------------------------------- */
 
-int accept_wait(int lfd, int ms)
-{
-	struct pollfd p = { .fd = lfd, .events = POLLIN };
-
-	if (poll(&p, 1, ms) <= 0)
-		return -1;
-	return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-}
-
-/* Connects a Unix socket of `type` to path; -1 with errno on failure. */
-int unix_connect_nb(const char *path, int type)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-	if (fd < 0)
-		return -1;
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		int err = errno;
-
-		close(fd);
-		errno = err;
-		return -1;
-	}
-	return fd;
-}
-
+/* A listener at path, or die. */
 static int unix_listen(const char *path, int type)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+	int fd = hybrid_listen(path, type);
 
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-	unlink(path);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1024) < 0)
+	if (fd < 0)
 		die("listen %s: %s", path, strerror(errno));
 	return fd;
-}
-
-/*
- * Host -> guest: "CONNECT <port>\n" on uds (or <uds>_seqpacket for SOCK_SEQPACKET, one message),
- * then "OK ...\n". Returns the connected fd, or -1 with errno.
- */
-int host_connect_guest_fd(const char *uds, unsigned port, int type)
-{
-	char line[64], path[200];
-	size_t got = 0;
-	int fd, n;
-
-	snprintf(path, sizeof(path), "%s%s", uds, type == SOCK_SEQPACKET ? "_seqpacket" : "");
-	fd = unix_connect_nb(path, type);
-	if (fd < 0)
-		return -1;
-	n = snprintf(line, sizeof(line), "CONNECT %u\n", port);
-	if (write(fd, line, (size_t)n) != n)
-		goto fail;
-	while (got + 1 < sizeof(line)) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		ssize_t r;
-
-		if (poll(&p, 1, PERF_WAIT_MS) <= 0)
-			goto fail;
-		/* Stream: byte by byte, so no payload is eaten; seqpacket: one message. */
-		r = read(fd, line + got, type == SOCK_SEQPACKET ? sizeof(line) - 1 : 1);
-		if (r <= 0)
-			goto fail;
-		got += (size_t)r;
-		if (line[got - 1] == '\n')
-			break;
-	}
-	if (strncmp(line, "OK ", 3) != 0)
-		goto fail;
-	return fd;
-fail:
-	close(fd);
-	errno = ECONNREFUSED;
-	return -1;
 }
 
 static void set_nodelay(int fd, int on)
@@ -212,7 +156,7 @@ static void fd_pair(int lfd, int cfd, struct conn *tx, struct conn *rx, const ch
 	if (cfd < 0)
 		die("%s connect: %s", what, strerror(errno));
 	*tx = (struct conn){ .kind = C_FD, .fd = cfd };
-	*rx = (struct conn){ .kind = C_FD, .fd = accept_wait(lfd, PERF_WAIT_MS) };
+	*rx = (struct conn){ .kind = C_FD, .fd = hybrid_accept(lfd, PERF_WAIT_MS) };
 	if (rx->fd < 0)
 		die("%s accept: %s", what, strerror(errno));
 }
@@ -251,7 +195,7 @@ void pair_open(struct env *e, enum tr t, struct conn *tx, struct conn *rx)
 		*tx = (struct conn){ .kind = C_UV, .fd = fd, .seq = seq };
 		*rx = (struct conn){ .kind = C_FD,
 			             .seq = seq,
-			             .fd = accept_wait(seq ? e->host_seq_lfd : e->host_lfd,
+			             .fd = hybrid_accept(seq ? e->host_seq_lfd : e->host_lfd,
 			                               PERF_WAIT_MS) };
 		if (rx->fd < 0)
 			die("host accept: %s", strerror(errno));
@@ -261,8 +205,8 @@ void pair_open(struct env *e, enum tr t, struct conn *tx, struct conn *rx)
 	case T_VSOCK_SEQ_H2G: {
 		bool seq = t == T_VSOCK_SEQ_H2G;
 
-		fd = host_connect_guest_fd(e->uds, seq ? PERF_GUEST_SEQ_PORT : PERF_GUEST_PORT,
-		                           seq ? SOCK_SEQPACKET : SOCK_STREAM);
+		fd = hybrid_connect(e->uds, seq ? PERF_GUEST_SEQ_PORT : PERF_GUEST_PORT,
+		                    seq ? SOCK_SEQPACKET : SOCK_STREAM, PERF_WAIT_MS);
 		if (fd < 0)
 			die("host connect to guest port: no OK from the back-end");
 		*tx = (struct conn){ .kind = C_FD, .fd = fd, .seq = seq };
@@ -285,10 +229,10 @@ void pair_open(struct env *e, enum tr t, struct conn *tx, struct conn *rx)
 		set_nodelay(rx->fd, t == T_TCP_NODELAY);
 		break;
 	case T_UNIX:
-		fd_pair(e->unix_lfd, unix_connect_nb(e->unix_path, SOCK_STREAM), tx, rx, "unix");
+		fd_pair(e->unix_lfd, hybrid_unix_connect(e->unix_path, SOCK_STREAM), tx, rx, "unix");
 		break;
 	case T_UNIX_SEQ:
-		fd_pair(e->unix_seq_lfd, unix_connect_nb(e->unix_seq_path, SOCK_SEQPACKET), tx, rx,
+		fd_pair(e->unix_seq_lfd, hybrid_unix_connect(e->unix_seq_path, SOCK_SEQPACKET), tx, rx,
 		        "unix seqpacket");
 		tx->seq = rx->seq = true;
 		break;
@@ -337,26 +281,26 @@ const char *find_uvsockd(const char *given, char *buf, size_t cap)
 }
 
 /* True if `bin --help` prints `word` (how a uvsockd's options are probed). */
-static bool help_has(const char *bin, const char *word)
+/* What `bin arg` prints (stdout and stderr, at most cap - 1 bytes), NUL-terminated. */
+static void run_output(const char *bin, const char *arg, char *buf, size_t cap)
 {
-	char buf[16384];
 	size_t got = 0;
 	int p[2], st;
 	pid_t pid;
-	bool has;
 
+	buf[0] = 0;
 	if (pipe2(p, O_CLOEXEC) < 0)
-		return false;
+		return;
 	pid = fork();
 	if (pid == 0) {
 		dup2(p[1], 1);
 		dup2(p[1], 2);
-		execlp(bin, bin, "--help", (char *)NULL);
+		execlp(bin, bin, arg, (char *)NULL);
 		_exit(127);
 	}
 	close(p[1]);
-	while (pid > 0 && got + 1 < sizeof(buf)) {
-		ssize_t r = read(p[0], buf + got, sizeof(buf) - 1 - got);
+	while (pid > 0 && got + 1 < cap) {
+		ssize_t r = read(p[0], buf + got, cap - 1 - got);
 
 		if (r <= 0)
 			break;
@@ -366,8 +310,28 @@ static bool help_has(const char *bin, const char *word)
 	close(p[0]);
 	if (pid > 0)
 		waitpid(pid, &st, 0);
-	has = strstr(buf, word) != NULL;
-	return has;
+}
+
+static bool help_has(const char *bin, const char *word)
+{
+	char buf[16384];
+
+	run_output(bin, "--help", buf, sizeof(buf));
+	return strstr(buf, word) != NULL;
+}
+
+/* The kind of build bin says it is in --version ("... (build: asan)"), or "unknown". */
+static void backend_build(const char *bin, char *out, size_t cap)
+{
+	char buf[512], *b, *end;
+
+	run_output(bin, "--version", buf, sizeof(buf));
+	b = strstr(buf, "(build: ");
+	end = b ? strchr(b, ')') : NULL;
+	if (b && end)
+		snprintf(out, cap, "%.*s", (int)(end - b - 8), b + 8);
+	else
+		snprintf(out, cap, "unknown (its --version does not say)");
 }
 
 /*
@@ -483,6 +447,7 @@ static void start_daemon(struct env *e)
 			e->daemon = 0;
 		die("%s did not start (see --uvsockd and %s)", bin, e->logpath);
 	}
+	backend_build(bin, e->backend_build, sizeof(e->backend_build));
 }
 
 void env_setup(struct env *e)
@@ -497,9 +462,13 @@ void env_setup(struct env *e)
 	if (e->o->socket) {
 		snprintf(e->sock, sizeof(e->sock), "%s", e->o->socket);
 		snprintf(e->uds, sizeof(e->uds), "%s", e->o->uds);
+		snprintf(e->backend_build, sizeof(e->backend_build),
+		         "unknown (not started by uvsock-perf)");
 	} else {
 		start_daemon(e);
 	}
+	/* Whose CPU counts as the back-end's: the uvsockd started here, or --backend-pid. */
+	e->cpu_pid = e->daemon > 0 ? e->daemon : e->o->backend_pid;
 	e->g = uvsock_ctx_new_guest(e->sock, &go);
 	if (!e->g)
 		die("guest role on %s: %s", e->sock, strerror(errno));

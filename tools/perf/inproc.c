@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../../examples/embed-guest.h"
+#include "../common/hybrid.h"
 #include "perf.h"
 
 #define IP_BUF_ALLOC      (256u * 1024u) /* the guest's receive buffer, advertised */
@@ -222,14 +223,14 @@ void inproc_pair(struct inproc *ip, bool g2h, struct conn *tx, struct conn *rx)
 		if (ip_send_op(ip, VSOCK_OP_REQUEST, 0, NULL, 0) < 0)
 			die("in-process: REQUEST");
 		ip_wait_connected(ip);
-		host.fd = accept_wait(ip->lfd, PERF_WAIT_MS);
+		host.fd = hybrid_accept(ip->lfd, PERF_WAIT_MS);
 		if (host.fd < 0)
 			die("in-process: host accept: %s", strerror(errno));
 		*tx = guest;
 		*rx = host;
 		return;
 	}
-	host.fd = unix_connect_nb(ip->uds, SOCK_STREAM);
+	host.fd = hybrid_unix_connect(ip->uds, SOCK_STREAM);
 	if (host.fd < 0 || write(host.fd, "CONNECT 7001\n", 13) != 13)
 		die("in-process: host connect: %s", strerror(errno));
 	ip_wait_connected(ip);

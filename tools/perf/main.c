@@ -9,7 +9,7 @@
  * man/uvsock-perf.1 and bench/README.md.
  *
  * This file: options, the run plan (which measurements, with which switch settings: --compare
- * alternates each switch off and on), and small helpers (errors, progress, CPU and RSS clocks).
+ * alternates each switch off and on). Errors, progress and clocks: util.c.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -24,121 +24,22 @@
 #include <uvsock/uvsock.h>
 
 #include "perf.h"
+#include "util/build.h"
 #include "util/size.h"
 #include "util/time.h"
 #include "util/tune.h"
 
 const char *const rxmode_name[2] = { "64k", "size" };
-bool g_quiet;
 static struct env *g_env;
-static uint64_t g_t0;
 
-/* ---- helpers ---------------------------------------------------------------------------- */
-
-void die(const char *fmt, ...)
+/* die(): the back-end this program started goes with it. */
+static void die_teardown(void)
 {
 	struct env *e = g_env;
-	va_list ap;
 
-	va_start(ap, fmt);
-	fputs("uvsock-perf: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
 	g_env = NULL;
 	if (e)
 		env_teardown(e);
-	exit(1);
-}
-
-void progress(const char *fmt, ...)
-{
-	va_list ap;
-
-	if (g_quiet)
-		return;
-	va_start(ap, fmt);
-	fprintf(stderr, "[%5.0f s] ", (double)(mono_ns() - g_t0) / 1e9);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-}
-
-static double ts_s(const struct timeval *tv)
-{
-	return (double)tv->tv_sec + (double)tv->tv_usec / 1e6;
-}
-
-double cpu_self_s(void)
-{
-	struct rusage ru;
-
-	getrusage(RUSAGE_SELF, &ru);
-	return ts_s(&ru.ru_utime) + ts_s(&ru.ru_stime);
-}
-
-double cpu_thread_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* utime + stime of pid in seconds, from /proc/<pid>/stat; 0 if unknown. */
-double cpu_pid_s(pid_t pid)
-{
-	char path[64], buf[1024], *p;
-	unsigned long ut = 0, st = 0;
-	FILE *f;
-	size_t n;
-
-	if (pid <= 0)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	p = strrchr(buf, ')');
-	/* Fields after the command: state(3) ... utime(14) stime(15). */
-	if (!p ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-		return 0;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-/* VmRSS of pid in KiB from /proc/<pid>/status; -1 if unknown. */
-long rss_kib(pid_t pid)
-{
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &v) == 1)
-			break;
-	fclose(f);
-	return v;
-}
-
-int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ---- options ---------------------------------------------------------------------------- */
@@ -242,6 +143,11 @@ static void usage(FILE *f)
 	      " $PATH)\n"
 	      "  --socket PATH         use a running vhost-user vsock back-end at PATH instead\n"
 	      "  --uds-path PATH       its hybrid host-side socket (required with --socket)\n"
+	      "  --backend-pid PID     count the CPU of that process as the back-end's (one\n"
+	      "                        not started here: with --socket)\n"
+	      "  --end eof|count       how a stream reader ends: at end of stream (default), or\n"
+	      "                        at the last byte its writer wrote (for back-ends that\n"
+	      "                        never pass a guest's half-close on to the host)\n"
 	      "  --in-process          also the device embedded through <uvsock/device.h>, a raw\n"
 	      "                        guest and the host application in this process\n"
 	      "what:\n"
@@ -345,6 +251,7 @@ static void measure(struct env *e, int runs)
 static void setup_variant(struct env *e, const struct opts *o, const char *item, char *devlist,
                           size_t cap)
 {
+	static bool warned;
 	char err[200];
 
 	snprintf(devlist, cap, "%s%s%s", o->tune_device ? o->tune_device : "",
@@ -358,6 +265,13 @@ static void setup_variant(struct env *e, const struct opts *o, const char *item,
 	snprintf(g_res.backend, sizeof(g_res.backend), "%s%s (guest CID %u)",
 	         o->socket ? e->sock : "uvsockd", e->daemon > 0 ? " started by uvsock-perf" : "",
 	         uvsock_ctx_local_cid(e->g));
+	snprintf(g_res.build_backend, sizeof(g_res.build_backend), "%s", e->backend_build);
+	if (report_not_optimized() && !warned) {
+		warned = true;
+		fprintf(stderr, "uvsock-perf: warning: build: uvsock-perf %s, back-end %s: not an "
+		        "optimized build, the figures are not those of a release build\n",
+		        g_res.build_self, g_res.build_backend);
+	}
 }
 
 /* Adds the --in-process against ceiling ratio at 64 KiB (64k reads) if both were measured. */
@@ -416,7 +330,9 @@ int main(int argc, char **argv)
 		O_DG_SENDERS,
 		O_DG_SIZE,
 		O_DG_TRANSPORTS,
-		O_DG_LOCKED
+		O_DG_LOCKED,
+		O_BACKEND_PID,
+		O_END
 	};
 	static const struct option lo[] = {
 		{ "uvsockd", required_argument, NULL, O_UVSOCKD },
@@ -447,6 +363,8 @@ int main(int argc, char **argv)
 		{ "dgram-size", required_argument, NULL, O_DG_SIZE },
 		{ "dgram-transports", required_argument, NULL, O_DG_TRANSPORTS },
 		{ "dgram-locked", no_argument, NULL, O_DG_LOCKED },
+		{ "backend-pid", required_argument, NULL, O_BACKEND_PID },
+		{ "end", required_argument, NULL, O_END },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -463,7 +381,9 @@ int main(int argc, char **argv)
 	char devlist[512];
 	int c, rc = 0;
 
-	g_t0 = mono_ns();
+	perf_util_init();
+	perf_at_die(die_teardown);
+	snprintf(g_res.build_self, sizeof(g_res.build_self), "%s", uvsock_build_flavour());
 	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		switch (c) {
 		case O_UVSOCKD:
@@ -564,6 +484,21 @@ int main(int argc, char **argv)
 		case O_DG_LOCKED:
 			o.dg_locked = true;
 			break;
+		case O_BACKEND_PID: {
+			char proc[64];
+
+			o.backend_pid = (pid_t)parse_int(optarg, 1, INT32_MAX, "--backend-pid");
+			snprintf(proc, sizeof(proc), "/proc/%d/stat", (int)o.backend_pid);
+			if (access(proc, R_OK) < 0)
+				die("--backend-pid %d: no such process (%s)", (int)o.backend_pid,
+				    strerror(errno));
+			break;
+		}
+		case O_END:
+			if (strcmp(optarg, "eof") && strcmp(optarg, "count"))
+				die("--end takes eof or count");
+			o.end_count = !strcmp(optarg, "count");
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -580,6 +515,11 @@ int main(int argc, char **argv)
 		        optind < argc ? "unexpected argument"
 		                      : "--socket and --uds-path go together");
 		usage(stderr);
+		return 2;
+	}
+	if (o.backend_pid && !o.socket) {
+		fprintf(stderr, "uvsock-perf: --backend-pid goes with --socket (the uvsockd started "
+		                "here is measured anyway)\n");
 		return 2;
 	}
 	if (o.socket && o.tune_device) {
@@ -683,7 +623,7 @@ int main(int argc, char **argv)
 		tune_describe(g_res.tune_desc, sizeof(g_res.tune_desc));
 	}
 	g_env = NULL;
-	g_res.seconds = (double)(mono_ns() - g_t0) / 1e9;
+	g_res.seconds = perf_elapsed_s();
 	report_table(stdout);
 	if (o.compare)
 		report_compare(stdout);

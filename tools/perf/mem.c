@@ -19,6 +19,7 @@
 #include <uvsock/guest.h>
 #include <uvsock/uvsock.h>
 
+#include "../common/hybrid.h"
 #include "perf.h"
 
 #define FLOOD_CONNS 16
@@ -217,11 +218,12 @@ void run_vms(struct env *e)
 					die("vms: guest %d connect: %s", i, strerror(errno));
 				tx[i] = (struct conn){ .kind = C_UV, .fd = fd };
 				rx[i] = (struct conn){ .kind = C_FD,
-					               .fd = accept_wait(lfd[i], PERF_WAIT_MS) };
+					               .fd = hybrid_accept(lfd[i], PERF_WAIT_MS) };
 				if (rx[i].fd < 0)
 					die("vms: host accept %d", i);
 			}
-			s = measure_pairs(tx, rx, n, 65536, RX_64K, pid, e->o->duration_ms * 2);
+			s = measure_pairs(tx, rx, n, 65536, RX_64K, pid, e->o->duration_ms * 2,
+						  e->o->end_count);
 			(k ? all : one)[r] = s.gbps;
 			for (int i = 0; i < n; i++) {
 				c_close(&tx[i]);

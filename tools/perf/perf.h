@@ -17,6 +17,9 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "results.h"
+#include "util.h"
+
 #define PERF_MAX_SIZES      24
 #define PERF_HOST_PORT      5000u
 #define PERF_HOST_SEQ_PORT  5001u
@@ -24,27 +27,6 @@
 #define PERF_GUEST_SEQ_PORT 6001u
 #define PERF_WAIT_MS        10000
 #define PERF_BIG_READ       (64u * 1024u) /* receive mode "64k" */
-
-/* Transports; the names are the JSON/CSV "transport" values. */
-enum tr {
-	T_VSOCK_G2H,
-	T_VSOCK_H2G,
-	T_TCP,
-	T_TCP_NODELAY,
-	T_UNIX,
-	T_SHM,
-	T_VSOCK_SEQ_G2H,
-	T_VSOCK_SEQ_H2G,
-	T_UNIX_SEQ,
-	T_INPROC_G2H,
-	T_INPROC_H2G,
-	T_MAX
-};
-extern const char *const tr_name[T_MAX];
-
-/* Receive modes of the stream test: 64 KiB reads with SO_RCVLOWAT 1, or read size = write size. */
-enum rxmode { RX_64K, RX_SIZE };
-extern const char *const rxmode_name[2];
 
 /* Measurement groups (--tests). */
 enum {
@@ -58,9 +40,6 @@ enum {
 	M_DGRAM = 1u << 7,
 };
 
-/* Datagram transports (--dgram); the names are the JSON/CSV "transport" values. */
-enum dgtr { D_UDP, D_UNIX, D_LOOP, D_LOOP_LOCKED, D_UVSOCKD, D_UVSOCKD_H2G, D_MAX };
-extern const char *const dg_name[D_MAX];
 #define PERF_DGRAM_MAX         65492u /* 64 KiB - the 44-byte vsock header */
 #define PERF_DGRAM_MAX_SENDERS 64
 #define PERF_HOST_DGRAM_PORT   5002u
@@ -89,6 +68,8 @@ struct opts {
 	const char *compare;
 	const char *csv, *json, *plot;
 	bool quick;
+	bool end_count;  /* --end count: readers stop at the writer's byte count, not at EOF */
+	pid_t backend_pid; /* --backend-pid: the CPU of a back-end not started here */
 	int dg_senders[8]; /* --dgram: sender threads per point */
 	int ndg_senders;
 	size_t dg_size;
@@ -102,6 +83,8 @@ struct env {
 	const char *variant;  /* compare: "name=off" / "name=on"; else "" */
 	const char *tune_dev; /* the list passed to the uvsockd we start, or NULL */
 	pid_t daemon;
+	pid_t cpu_pid;            /* the back-end whose CPU is counted: daemon or --backend-pid */
+	char backend_build[64];   /* what the back-end's --version says of its build */
 	bool max_conns_key; /* the uvsockd we started took max-conns= */
 	char dir[64], sock[128], uds[128], logpath[160];
 	struct uvsock_ctx *g;
@@ -126,16 +109,6 @@ struct conn {
 	bool seq;                 /* message-preserving (SEQPACKET) */
 };
 
-void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-extern bool g_quiet;
-double cpu_self_s(void);
-double cpu_thread_s(void);
-double cpu_pid_s(pid_t pid);
-long rss_kib(pid_t pid);
-int cmp_double(const void *a, const void *b);
-double median(double *v, int n);
-
 /* conn.c: transports and the back-end. */
 void env_setup(struct env *e);
 void env_teardown(struct env *e);
@@ -146,9 +119,7 @@ ssize_t c_recv(struct conn *c, void *buf, size_t n);
 void c_shutdown_wr(struct conn *c);
 void c_close(struct conn *c);
 int c_set_rcvlowat(struct conn *c, int v);
-int unix_connect_nb(const char *path, int type);
-int accept_wait(int lfd, int ms);
-int host_connect_guest_fd(const char *uds, unsigned port, int type);
+int c_set_rcvtimeo(struct conn *c, int ms);
 const char *find_uvsockd(const char *given, char *buf, size_t cap);
 pid_t spawn_uvsockd(const char *bin, const char *tune, char *const *vm_args, const char *log);
 int wait_socket(pid_t pid, const char *path, int ms);
@@ -169,87 +140,9 @@ ssize_t inproc_send(struct inproc *ip, const void *buf, size_t n);
 ssize_t inproc_recv(struct inproc *ip, void *buf, size_t n);
 void inproc_close(struct inproc *ip);
 
-/* Results: each record keeps one sample per run; the report prints medians and min/max. */
-#define PERF_MAX_RUNS 64
-struct sample {
-	double gbps;
-	double cpu_s_per_gb, cpu_writer, cpu_reader, cpu_rest, cpu_backend; /* CPU s per GB */
-	double mbit_per_cpu_pct;
-};
-
-struct res_stream {
-	enum tr t;
-	size_t size;
-	enum rxmode rx;
-	int streams;
-	char variant[48];
-	int n;
-	struct sample s[PERF_MAX_RUNS];
-};
-
-struct rtt_sample {
-	double mean_us, p50_us, p99_us, p999_us;
-	double cpu_us_per_rt; /* CPU microseconds per round trip, all processes involved */
-};
-
-struct res_rtt {
-	enum tr t;
-	size_t size;
-	char variant[48];
-	int n;
-	struct rtt_sample s[PERF_MAX_RUNS];
-};
-
-struct res_mem {
-	char name[48];
-	char variant[48];
-	double value;
-	char unit[16];
-	char note[160];
-};
-
-/* One datagram run: payload MB/s at the receiver, and where the datagrams went. */
-struct dg_sample {
-	double mbps, tx_mbps;          /* received payload rate; sent rate over the senders' run */
-	uint64_t sent, received, lost; /* lost = sent - arrived */
-	uint64_t counted;              /* drops the transport counted itself */
-	uint64_t busy;                 /* sends refused with EAGAIN/ENOBUFS, retried */
-	uint64_t bad;                  /* arrived with a wrong length */
-};
-
-struct res_dgram {
-	enum dgtr t;
-	int senders;
-	size_t size;
-	char variant[48];
-	int n;
-	struct dg_sample s[PERF_MAX_RUNS];
-};
-
-struct results {
-	struct res_dgram *dg;
-	int ndg, cdg;
-	struct res_stream *st;
-	int nst, cst;
-	struct res_rtt *rt;
-	int nrt, crt;
-	struct res_mem *mem;
-	int nmem, cmem;
-	char tune_desc[512];
-	char backend[200];
-	double seconds;
-};
-extern struct results g_res;
-
-/* report.c: the records (found or created by key). */
-void *res_grow(void *arr, int n, int *cap, size_t elem);
-struct res_stream *res_stream_get(enum tr t, size_t size, enum rxmode rx, int streams,
-                                  const char *variant);
-struct res_rtt *res_rtt_get(enum tr t, size_t size, const char *variant);
-
 /* stream.c, rtt.c, mem.c: each appends to g_res. */
 struct sample measure_pairs(struct conn *tx, struct conn *rx, int n, size_t size, enum rxmode mode,
-                            pid_t backend, int duration_ms);
+                            pid_t backend, int duration_ms, bool end_count);
 void run_stream_point(struct env *e, enum tr t, size_t size, enum rxmode rx, int nstreams,
                       int runs);
 void run_rtt_point(struct env *e, enum tr t, size_t size, int runs);
@@ -266,6 +159,8 @@ void dgram_csv(FILE *f);
 void dgram_json(FILE *f);
 
 /* report.c */
+/* True when uvsock-perf or the back-end it can tell of is a sanitizer or unoptimized build. */
+bool report_not_optimized(void);
 void report_table(FILE *f);
 int report_csv(const char *path);
 int report_json(const char *path, const struct opts *o);

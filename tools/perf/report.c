@@ -221,7 +221,7 @@ static void table_stream(FILE *f, const char *variant, enum rxmode rx, int strea
 		if (!printed) {
 			fprintf(f,
 			        "\n%s stream, %d stream%s, receive mode %s%s%s: Gbit/s "
-			        "[CPU s/GB] min-max\n",
+			        "[CPU s/GB] medians, then the worst-best run\n",
 			        seq ? "SEQPACKET" : "STREAM", streams,
 			        streams > 1 ? "s in parallel" : "", rxmode_name[rx],
 			        *variant ? ", " : "", variant);
@@ -286,7 +286,8 @@ static void table_rtt(FILE *f, const char *variant)
 		if (!head) {
 			fprintf(f,
 			        "\nround trips%s%s, microseconds: mean / p50 / p99 / p99.9 "
-			        "(p50 min-max); CPU us per round trip; p50 / unix\n",
+			        "(p50 best-worst run, p99 worst run); CPU us per round trip; p50 / "
+			        "unix\n",
 			        *variant ? ", " : "", variant);
 			head = true;
 		}
@@ -295,11 +296,19 @@ static void table_rtt(FILE *f, const char *variant)
 			snprintf(ratio, sizeof(ratio), "%.2fx",
 			         STAT_OF(r, p50_us).med / STAT_OF(u, p50_us).med);
 		fmt_size(sz, sizeof(sz), r->size);
-		fprintf(f, "  %-20s %-8s %7.1f / %7.1f / %7.1f / %7.1f (%.1f-%.1f)  %6.1f  %s\n",
+		fprintf(f, "  %-20s %-8s %7.1f / %7.1f / %7.1f / %7.1f (%.1f-%.1f, %.1f)  %6.1f  %s\n",
 		        tr_name[r->t], sz, STAT_OF(r, mean_us).med, STAT_OF(r, p50_us).med,
 		        STAT_OF(r, p99_us).med, STAT_OF(r, p999_us).med, STAT_OF(r, p50_us).min,
-		        STAT_OF(r, p50_us).max, STAT_OF(r, cpu_us_per_rt).med, ratio);
+		        STAT_OF(r, p50_us).max, STAT_OF(r, p99_us).max, STAT_OF(r, cpu_us_per_rt).med,
+		        ratio);
 	}
+}
+
+bool report_not_optimized(void)
+{
+	return strcmp(g_res.build_self, "optimized") != 0 ||
+	       (strcmp(g_res.build_backend, "optimized") != 0 &&
+	        strncmp(g_res.build_backend, "unknown", 7) != 0);
 }
 
 void report_table(FILE *f)
@@ -308,7 +317,11 @@ void report_table(FILE *f)
 	int nv = distinct_variants(vs, 64);
 	int par[] = { 4, 16, 64, 2, 8, 32 };
 
-	fprintf(f, "uvsock-perf: back-end %s; switches %s\n", g_res.backend, g_res.tune_desc);
+	fprintf(f, "uvsock-perf: back-end %s; switches %s; build: uvsock-perf %s, back-end %s%s\n",
+	        g_res.backend, g_res.tune_desc, g_res.build_self, g_res.build_backend,
+	        report_not_optimized() ? " -- NOT AN OPTIMIZED BUILD: these figures are not "
+	                                 "those of a release build"
+	                               : "");
 	for (int v = 0; v < nv; v++) {
 		for (int rx = 0; rx < 2; rx++)
 			table_stream(f, vs[v], (enum rxmode)rx, 1, false);
@@ -458,11 +471,13 @@ static void json_stream(FILE *f, const struct res_stream *r, bool *first)
 	json_str(f, r->variant);
 	fprintf(f,
 	        ", \"runs\": %d, \"gbps\": %.4f, \"gbps_min\": %.4f, \"gbps_max\": %.4f, "
+	        "\"gbps_worst\": %.4f, \"cpu_s_per_gb_worst\": %.4f, "
 	        "\"cpu_s_per_gb\": %.4f, \"cpu_writer_s_per_gb\": %.4f, "
 	        "\"cpu_reader_s_per_gb\": %.4f, \"cpu_rest_s_per_gb\": %.4f, "
 	        "\"cpu_backend_s_per_gb\": %.4f, \"mbit_per_cpu_pct\": %.2f, "
 	        "\"ratio_unix\": %.3f}",
-	        r->n, g.med, g.min, g.max, STAT_OF(r, cpu_s_per_gb).med, STAT_OF(r, cpu_writer).med,
+	        r->n, g.med, g.min, g.max, g.min, STAT_OF(r, cpu_s_per_gb).max,
+	        STAT_OF(r, cpu_s_per_gb).med, STAT_OF(r, cpu_writer).med,
 	        STAT_OF(r, cpu_reader).med, STAT_OF(r, cpu_rest).med, STAT_OF(r, cpu_backend).med,
 	        STAT_OF(r, mbit_per_cpu_pct).med, ratio_unix(r));
 	*first = false;
@@ -479,6 +494,12 @@ int report_json(const char *path, const struct opts *o)
 	json_str(f, g_res.backend);
 	fprintf(f, ",\n  \"switches\": ");
 	json_str(f, g_res.tune_desc);
+	fprintf(f, ",\n  \"build\": {\"uvsock_perf\": ");
+	json_str(f, g_res.build_self);
+	fprintf(f, ", \"backend\": ");
+	json_str(f, g_res.build_backend);
+	fprintf(f, ", \"optimized\": %s}", report_not_optimized() ? "false" : "true");
+	fprintf(f, ",\n  \"end\": \"%s\"", o->end_count ? "count" : "eof");
 	fprintf(f,
 	        ",\n  \"runs\": %d,\n  \"duration_ms\": %d,\n  \"rtt_count\": %d,\n"
 	        "  \"seconds\": %.1f,\n  \"datagram\": [",
@@ -501,10 +522,11 @@ int report_json(const char *path, const struct opts *o)
 		json_str(f, r->variant);
 		fprintf(f,
 		        ", \"runs\": %d, \"mean_us\": %.2f, \"p50_us\": %.2f, \"p50_min_us\": %.2f,"
-		        " \"p50_max_us\": %.2f, \"p99_us\": %.2f, \"p999_us\": %.2f, "
-		        "\"cpu_us_per_rt\": %.2f}",
-		        r->n, STAT_OF(r, mean_us).med, p.med, p.min, p.max, STAT_OF(r, p99_us).med,
-		        STAT_OF(r, p999_us).med, STAT_OF(r, cpu_us_per_rt).med);
+		        " \"p50_max_us\": %.2f, \"p50_worst_us\": %.2f, \"p99_us\": %.2f, "
+		        "\"p99_worst_us\": %.2f, \"p999_us\": %.2f, \"cpu_us_per_rt\": %.2f}",
+		        r->n, STAT_OF(r, mean_us).med, p.med, p.min, p.max, p.max,
+		        STAT_OF(r, p99_us).med, STAT_OF(r, p99_us).max, STAT_OF(r, p999_us).med,
+		        STAT_OF(r, cpu_us_per_rt).med);
 		first = false;
 	}
 	fprintf(f, "\n  ],\n  \"memory\": [");

@@ -83,7 +83,7 @@ static struct rtt_sample rtt_once(struct env *e, enum tr t, size_t size, bool ba
 
 		if (i == RTT_WARM) {
 			c0 = cpu_self_s();
-			d0 = backend ? cpu_pid_s(e->daemon) : 0;
+			d0 = backend ? cpu_pid_s(e->cpu_pid) : 0;
 		}
 		err = xfer_all(&tx, buf, size, true);
 		if (!err)
@@ -94,7 +94,7 @@ static struct rtt_sample rtt_once(struct env *e, enum tr t, size_t size, bool ba
 			lat[i - RTT_WARM] = mono_ns() - t0;
 	}
 	s.cpu_us_per_rt =
-	        ((cpu_self_s() - c0) + (backend ? cpu_pid_s(e->daemon) - d0 : 0)) * 1e6 / count;
+	        ((cpu_self_s() - c0) + (backend ? cpu_pid_s(e->cpu_pid) - d0 : 0)) * 1e6 / count;
 	pthread_join(th, NULL);
 	if (ec.err)
 		die("%s: echo: %s", tr_name[t], strerror(ec.err));

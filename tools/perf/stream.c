@@ -7,7 +7,13 @@
  * size (mode "size"). Rate = bytes read / (last end of stream - start). CPU: each thread's own
  * clock (writers = the sending application, readers = the receiving one), the rest of this
  * process (guest driver thread, in-process device thread) and the back-end's utime+stime when
- * this program started it.
+ * this program started it (or --backend-pid names it).
+ *
+ * --end count, for back-ends that never pass a guest's half-close on to the host (the reader
+ * would wait for an end of stream forever): each writer publishes how many bytes it wrote when
+ * it stops, and its reader ends at the last of them instead of at end of stream, polling the
+ * count between reads with a 10 ms receive timeout. The ring and the in-process guest, which
+ * always see the end of stream, keep reading to it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -28,6 +34,10 @@ struct side {
 	bool writer;
 	pthread_barrier_t *go;
 	_Atomic int *stop;
+	_Atomic uint64_t written; /* reader side: its writer's final count (--end count) */
+	_Atomic bool wrote;       /* ... published */
+	struct side *peer;        /* writer: its reader */
+	bool count;               /* reader: end at the writer's count */
 	uint64_t bytes;
 	uint64_t t_end;
 	double cpu;
@@ -65,12 +75,17 @@ static void *side_main(void *arg)
 			}
 			s->bytes += (uint64_t)r;
 		}
+		atomic_store(&s->peer->written, s->bytes);
+		atomic_store(&s->peer->wrote, true);
 		c_shutdown_wr(s->c);
 	} else {
 		for (;;) {
-			ssize_t r = c_recv(s->c, rbuf, s->rsize);
+			ssize_t r;
 
-			if (r < 0 && errno == EINTR)
+			if (s->count && atomic_load(&s->wrote) && s->bytes >= atomic_load(&s->written))
+				break;
+			r = c_recv(s->c, rbuf, s->rsize);
+			if (r < 0 && (errno == EINTR || (s->count && errno == EAGAIN)))
 				continue;
 			if (r < 0)
 				s->err = errno;
@@ -87,7 +102,7 @@ out:
 }
 
 struct sample measure_pairs(struct conn *tx, struct conn *rx, int n, size_t size, enum rxmode mode,
-                            pid_t backend, int duration_ms)
+                            pid_t backend, int duration_ms, bool end_count)
 {
 	struct side *sd = calloc((size_t)n * 2, sizeof(*sd));
 	pthread_t *th = calloc((size_t)n * 2, sizeof(*th));
@@ -113,6 +128,10 @@ struct sample measure_pairs(struct conn *tx, struct conn *rx, int n, size_t size
 			            .rsize = mode == RX_64K ? PERF_BIG_READ : size };
 		if (!x->writer && mode == RX_64K)
 			c_set_rcvlowat(x->c, 1);
+		if (!x->writer && end_count)
+			x->count = c_set_rcvtimeo(x->c, 10) == 0;
+		if (x->writer)
+			x->peer = &sd[i + 1];
 		if (pthread_create(&th[i], NULL, side_main, x) != 0)
 			die("pthread_create: too many threads");
 	}
@@ -176,7 +195,8 @@ void run_stream_point(struct env *e, enum tr t, size_t size, enum rxmode rx, int
 		for (int i = 0; i < nstreams; i++)
 			pair_open(e, t, &tx[i], &rc[i]);
 		res->s[res->n++] = measure_pairs(tx, rc, nstreams, size, rx,
-		                                 backend ? e->daemon : 0, e->o->duration_ms);
+		                                 backend ? e->cpu_pid : 0, e->o->duration_ms,
+		                                 e->o->end_count);
 		for (int i = 0; i < nstreams; i++) {
 			c_close(&tx[i]);
 			c_close(&rc[i]);
