@@ -123,10 +123,15 @@ static void save_rxq(struct rec_writer *w, const struct vsock_sock *s)
 
 static void save_tx(struct rec_writer *w, const struct vsock_sock *s)
 {
-	uint32_t first = s->tx_len ? MIN(s->tx_len, s->tx_cap - s->tx_head) : 0;
-	struct iovec iov[2] = {{s->txbuf + s->tx_head, first}, {s->txbuf, s->tx_len - first}};
+	struct iovec iov[2] = {{NULL, 0}, {NULL, 0}};
 	uint8_t *b;
 
+	if (s->tx_len) {
+		uint32_t first = MIN(s->tx_len, s->tx_cap - s->tx_head);
+
+		iov[0] = (struct iovec){s->txbuf + s->tx_head, first};
+		iov[1] = (struct iovec){s->txbuf, s->tx_len - first};
+	}
 	rec_put_iov(w, S_TXQ, iov, s->tx_len ? 2 : 0);
 	if (s->type != VSOCK_TYPE_SEQPACKET)
 		return;
@@ -931,7 +936,8 @@ static int restore_ids(struct restore *rs, uint64_t next_id)
 	rs->by_id = malloc((rs->n ? rs->n : 1) * sizeof(*rs->by_id));
 	if (!rs->by_id)
 		return rec_fail(rs->doc, -ENOMEM, "out of memory");
-	memcpy(rs->by_id, rs->socks, rs->n * sizeof(*rs->by_id));
+	if (rs->n)
+		memcpy(rs->by_id, rs->socks, rs->n * sizeof(*rs->by_id));
 	qsort(rs->by_id, rs->n, sizeof(*rs->by_id), id_cmp);
 	for (size_t i = 0; i < rs->n; i++) {
 		if (rs->by_id[i]->id == 0 || rs->by_id[i]->id >= next_id)
