@@ -509,12 +509,7 @@ int vsock_dgram_rx(struct vsock_engine *e, struct rx_ctx *cx, const struct vsock
 		STAT_INC(e, dgram_drop_full);
 		r = -ENOBUFS;
 	} else {
-		if (s->dg_rx_tail)
-			atomic_store_explicit(&s->dg_rx_tail->next, p, memory_order_relaxed);
-		else
-			s->dg_rx_head = p;
-		s->dg_rx_tail = p;
-		s->dg_rmem += vsock_dgram_cost(p->len);
+		vsock_dgram_rx_append(s, p);
 		s->bytes_in += len;
 		STAT_INC(e, dgram_rx);
 		STAT_ADD(e, dgram_rx_bytes, len);
@@ -785,7 +780,7 @@ void vsock_dgram_pkt_free(struct vsock_engine *e, struct dgram_pkt *p)
 	dg_free(e, p);
 }
 
-void vsock_dgram_restore_rx(struct vsock_sock *s, struct dgram_pkt *p)
+void vsock_dgram_rx_append(struct vsock_sock *s, struct dgram_pkt *p)
 {
 	atomic_store_explicit(&p->next, NULL, memory_order_relaxed);
 	if (s->dg_rx_tail)

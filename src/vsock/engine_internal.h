@@ -376,8 +376,9 @@ ssize_t vsock_dgram_pull(struct vsock_engine *e, struct vsock_hdr *h, const stru
  * save.c's access to the datagram queues, at a consistent point only (docs/upgrade.md: no other
  * engine call runs). vsock_dgram_foreach_tx calls fn for every queued outgoing datagram, oldest
  * first. vsock_dgram_pkt_new allocates a datagram of len bytes (payload not set) or NULL;
- * vsock_dgram_pkt_free gives one back. vsock_dgram_restore_rx appends p to s's receive queue
- * and vsock_dgram_restore_tx queues p for pull on behalf of s (taking a reference on s; the
+ * vsock_dgram_pkt_free gives one back. vsock_dgram_rx_append appends p to s's receive queue
+ * (s locked; also the receive path's append, after its SO_RCVBUF check) and
+ * vsock_dgram_restore_tx queues p for pull on behalf of s (taking a reference on s; the
  * caller charged s's send quota, dg_wmem); both take p and never fail: the caller checked the
  * limits. vsock_dgram_restore_tx returns true if the transport must be told (tx_ready).
  */
@@ -385,7 +386,7 @@ void vsock_dgram_foreach_tx(struct vsock_engine *e,
 			    void (*fn)(void *arg, const struct dgram_pkt *p), void *arg);
 struct dgram_pkt *vsock_dgram_pkt_new(struct vsock_engine *e, uint32_t len);
 void vsock_dgram_pkt_free(struct vsock_engine *e, struct dgram_pkt *p);
-void vsock_dgram_restore_rx(struct vsock_sock *s, struct dgram_pkt *p);
+void vsock_dgram_rx_append(struct vsock_sock *s, struct dgram_pkt *p);
 bool vsock_dgram_restore_tx(struct vsock_sock *s, struct dgram_pkt *p);
 /* The charge of one datagram against SO_RCVBUF / SO_SNDBUF (payload + VSOCK_DGRAM_OVERHEAD). */
 static inline uint64_t vsock_dgram_cost(uint32_t len)

@@ -545,7 +545,7 @@ static int restore_dgram_sock(struct restore *rs, struct rec_reader *r, struct v
 			return FAIL(rs, "%s: received datagrams over its SO_RCVBUF %llu", rs->where,
 				    (unsigned long long)s->dg_rcvbuf);
 		}
-		vsock_dgram_restore_rx(s, p);
+		vsock_dgram_rx_append(s, p);
 	}
 	return k;
 }
