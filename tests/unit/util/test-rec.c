@@ -347,12 +347,13 @@ TEST(item_bounds)
 	{
 		/* T_A (12 bytes) and T_B (16) come first; then the list header and its first item. */
 		size_t inner = REC_HDR_SIZE + 12 + 16 + 8;
+		static const int one_fd[1] = {1};
 		struct rec_reader r, sub;
 
 		b[inner + 4] = 20; /* longer than the 24-byte list it sits in allows */
 		reseal(b, len);
 		ASSERT_OK(open_scan(b, len, 1, &d, v)); /* the top level is intact */
-		ASSERT_OK(rec_open(&d, b, len, REC_KIND_ENGINE, 1, 1, (const int[]){1}, 1));
+		ASSERT_OK(rec_open(&d, b, len, REC_KIND_ENGINE, 1, 1, one_fd, 1));
 		rec_root(&d, &r, "test");
 		ASSERT_OK(rec_scan(&r, fields, NF, v));
 		ASSERT_OK(rec_enter(&r, &v[2].it, "list", &sub));
