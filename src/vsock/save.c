@@ -730,6 +730,11 @@ static int check_sock(struct restore *rs, const struct rec_val *vals, struct vso
 			    rs->where, fl, (unsigned long long)SV(S_SHUTDOWN).u,
 			    (unsigned long long)SV(S_PEND).u, timer,
 			    (unsigned long long)SV(S_ERR).u);
+	/* close() leaves FREE (a datagram socket), CLOSING or CLOSED; only close() makes CLOSING. */
+	if (!!(fl & F_APP_CLOSED) != (st == VSOCK_SS_CLOSING) &&
+	    !((fl & F_APP_CLOSED) && (st == VSOCK_SS_FREE || st == VSOCK_SS_CLOSED)))
+		return FAIL(rs, "%s: state %s %s closed by the application", rs->where,
+			    vsock_state_to_string(st), (fl & F_APP_CLOSED) ? "yet" : "but not");
 	if ((timer == TIMER_CONNECT && st != VSOCK_SS_CONNECTING) ||
 	    (timer == TIMER_CLOSE && st != VSOCK_SS_CLOSING))
 		return FAIL(rs, "%s: timer %u in state %s", rs->where, timer,

@@ -597,6 +597,20 @@ TEST(corrupt_records_are_refused_and_leave_the_engine_empty)
 		reseal(b, len);
 	}
 	vsock_engine_free(e);
+	/* ... marked closed by the application while still listening ... */
+	e = w_engine(w, 2, NULL);
+	off = last_sock_field(b, len, 4); /* S_FLAGS */
+	{
+		uint8_t save = b[off];
+
+		b[off] |= 4; /* F_APP_CLOSED */
+		reseal(b, len);
+		ASSERT_ERR(restore_buf(e, b, len, &ad), EBADMSG);
+		assert_empty(e, &ad);
+		b[off] = save;
+		reseal(b, len);
+	}
+	vsock_engine_free(e);
 	/* ... its id equal to the connection's (the listener is 1, the connection 2). */
 	e = w_engine(w, 2, NULL);
 	off = last_sock_field(b, len, 1); /* S_ID */
