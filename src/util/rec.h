@@ -48,8 +48,10 @@ enum {
 	REC_KIND_ENGINE = 1, /* one vsock engine (src/vsock/save.c) */
 };
 
-/* CRC32C of n bytes, continuing from crc (start with 0). */
+/* CRC32C of n bytes, continuing from crc (start with 0): SSE4.2's crc32 where the CPU has it. */
 uint32_t rec_crc32c(uint32_t crc, const void *p, size_t n);
+/* The same with a table, byte by byte: what rec_crc32c does without SSE4.2 (and for tests). */
+uint32_t rec_crc32c_sw(uint32_t crc, const void *p, size_t n);
 
 /* ---- writing ---------------------------------------------------------------------------------- */
 
