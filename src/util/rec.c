@@ -12,9 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "util/time.h"
 
 /* ---- CRC32C ----------------------------------------------------------------------------------- */
 
@@ -371,6 +375,175 @@ void rec_unmap(const uint8_t *buf, size_t len)
 {
 	if (buf)
 		munmap((void *)buf, len);
+}
+
+/* ---- passing a record to another process ------------------------------------------------------ */
+
+#define XFER_MAGIC "UVSKFDS1"
+
+/* Sends len bytes and n fds as one message. */
+static int xfer_send(int sock, const void *buf, size_t len, const int *fds, size_t n)
+{
+	char cbuf[CMSG_SPACE(REC_FDS_PER_MSG * sizeof(int))] __attribute__((aligned(8)));
+	struct iovec iov = {(void *)buf, len};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	ssize_t r;
+
+	if (n) {
+		struct cmsghdr *c;
+
+		memset(cbuf, 0, sizeof(cbuf));
+		msg.msg_control = cbuf;
+		msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(n * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+	}
+	do
+		r = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	return (size_t)r == len ? 0 : -EIO;
+}
+
+int rec_send(int sock, int memfd, const int *fds, size_t nfds)
+{
+	uint8_t hdr[16];
+	int r;
+
+	if (nfds > REC_MAX_FDS || memfd < 0)
+		return -EINVAL;
+	memcpy(hdr, XFER_MAGIC, 8);
+	le32_put(hdr + 8, (uint32_t)nfds);
+	le32_put(hdr + 12, 0);
+	r = xfer_send(sock, hdr, sizeof(hdr), &memfd, 1);
+	for (size_t i = 0; r == 0 && i < nfds; i += REC_FDS_PER_MSG) {
+		size_t n = nfds - i < REC_FDS_PER_MSG ? nfds - i : REC_FDS_PER_MSG;
+		uint8_t b[8];
+
+		le32_put(b, (uint32_t)i);
+		le32_put(b + 4, (uint32_t)n);
+		r = xfer_send(sock, b, sizeof(b), fds + i, n);
+	}
+	return r;
+}
+
+/*
+ * Receives one message of exactly want bytes into buf, its fds appended to fds[*nfd..cap).
+ * Every fd that arrives is kept there (or closed when beyond cap), so that the caller can close
+ * them all on failure.
+ */
+static int xfer_recv(int sock, uint64_t deadline_ns, void *buf, size_t want, int *fds,
+		     size_t *nfd, size_t cap, size_t *got_fds)
+{
+	char cbuf[CMSG_SPACE(REC_FDS_PER_MSG * sizeof(int))] __attribute__((aligned(8)));
+	uint8_t raw[32];
+	struct iovec iov = {raw, sizeof(raw)};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf)};
+	struct pollfd p = {.fd = sock, .events = POLLIN};
+	bool bad = false;
+	ssize_t r;
+
+	*got_fds = 0;
+	for (;;) {
+		uint64_t now = mono_ns();
+		int ms = now >= deadline_ns ? 0 : (int)((deadline_ns - now + 999999) / 1000000);
+
+		r = poll(&p, 1, ms);
+		if (r > 0)
+			break;
+		if (r == 0)
+			return -ETIMEDOUT;
+		if (errno != EINTR)
+			return -errno;
+	}
+	do
+		r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		size_t n;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
+			bad = true;
+			continue;
+		}
+		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (*nfd < cap) {
+				fds[(*nfd)++] = fd;
+				(*got_fds)++;
+			} else {
+				close(fd);
+				bad = true;
+			}
+		}
+	}
+	if (r == 0 && *got_fds == 0)
+		return -ECONNRESET;
+	if (bad || (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) || (size_t)r != want)
+		return -EBADMSG;
+	memcpy(buf, raw, want);
+	return 0;
+}
+
+int rec_recv(int sock, int timeout_ms, int *ret_memfd, int **ret_fds, size_t *ret_nfds)
+{
+	uint64_t deadline = mono_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+	size_t nfd = 0, total, got;
+	uint8_t hdr[16];
+	int memfd[1], *fds = NULL;
+	int r;
+
+	r = xfer_recv(sock, deadline, hdr, sizeof(hdr), memfd, &nfd, 1, &got);
+	if (r == 0 && (memcmp(hdr, XFER_MAGIC, 8) != 0 || got != 1 || le32_get(hdr + 12) != 0))
+		r = -EBADMSG;
+	if (r < 0) {
+		if (nfd)
+			close(memfd[0]);
+		return r;
+	}
+	total = le32_get(hdr + 8);
+	if (total > REC_MAX_FDS) {
+		close(memfd[0]);
+		return -E2BIG;
+	}
+	fds = malloc((total ? total : 1) * sizeof(*fds));
+	if (!fds) {
+		close(memfd[0]);
+		return -ENOMEM;
+	}
+	nfd = 0;
+	while (nfd < total) {
+		size_t first = nfd;
+		uint8_t b[8];
+
+		r = xfer_recv(sock, deadline, b, sizeof(b), fds, &nfd, total, &got);
+		if (r == 0 && (le32_get(b) != first || le32_get(b + 4) != got || got == 0 ||
+			       got > REC_FDS_PER_MSG))
+			r = -EBADMSG;
+		if (r < 0)
+			break;
+	}
+	if (r < 0) {
+		for (size_t i = 0; i < nfd; i++)
+			close(fds[i]);
+		free(fds);
+		close(memfd[0]);
+		return r;
+	}
+	*ret_memfd = memfd[0];
+	*ret_fds = fds;
+	*ret_nfds = total;
+	return 0;
 }
 
 /* ---- reader ----------------------------------------------------------------------------------- */

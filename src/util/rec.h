@@ -106,6 +106,24 @@ int rec_memfd(const void *buf, size_t len, const char *name, int *ret_fd);
 int rec_map_fd(int fd, const uint8_t **ret_buf, size_t *ret_len);
 void rec_unmap(const uint8_t *buf, size_t len);
 
+/*
+ * Passing a record and its fds to another process over a connected SOCK_SEQPACKET socket
+ * (docs/upgrade.md, "The hand-over"): one message with the memfd, then the fds in order, at most
+ * REC_FDS_PER_MSG per message (SCM_RIGHTS carries at most 253 per message, SCM_MAX_FD). Each
+ * message names its place (the fd count, then each batch's first index), so the receiver
+ * checks that it got every fd once and in order.
+ *
+ * rec_send: fds are borrowed (the kernel duplicates them). Returns 0 or -errno (-EINVAL: more
+ * than REC_MAX_FDS; socket errors).
+ * rec_recv: waits at most timeout_ms (in all) for the whole set. Returns 0 with the memfd and a
+ * malloc'd array of *ret_nfds close-on-exec fds (the caller owns all), or -errno with nothing
+ * left open: -ETIMEDOUT, -ECONNRESET (the sender closed), -EBADMSG (a malformed or out-of-order
+ * message, fds missing or extra, a truncated control message), -E2BIG, -ENOMEM.
+ */
+#define REC_FDS_PER_MSG 250u
+int rec_send(int sock, int memfd, const int *fds, size_t nfds);
+int rec_recv(int sock, int timeout_ms, int *ret_memfd, int **ret_fds, size_t *ret_nfds);
+
 /* ---- reading ---------------------------------------------------------------------------------- */
 
 /* A checked record being read: the buffer and fds are borrowed for the document's life. */

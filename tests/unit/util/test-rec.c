@@ -5,8 +5,11 @@
  * truncation, checksum, fd count and indices, item bounds, depth, unknown, duplicate and
  * missing fields, scalar sizes.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -395,6 +398,136 @@ TEST(writer_errors_are_sticky)
 	rec_put_u32(&w, 0, 1); /* tag 0 is reserved */
 	ASSERT_ERR(rec_writer_finish(&w, &b, &len), EINVAL);
 	rec_writer_free(&w);
+}
+
+/* Open fds of this process. */
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int n = 0;
+
+	ASSERT_TRUE(d != NULL);
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n - 1; /* the directory's own fd */
+}
+
+#define XFER_N 260 /* two batches: 250 + 10 */
+
+TEST(pass_record_and_fds_over_seqpacket)
+{
+	int sv[2], fds[XFER_N], memfd, got_memfd, *got = NULL, before;
+	const uint8_t *b, *m;
+	struct rec_writer w;
+	struct rec_doc d;
+	size_t len, mlen, n = 0;
+
+	ASSERT_OK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
+	before = count_fds();
+	/* Each fd a memfd whose size is its index: the order is checked at the other end. */
+	for (int i = 0; i < XFER_N; i++) {
+		fds[i] = memfd_create("x", MFD_CLOEXEC);
+		ASSERT_TRUE(fds[i] >= 0);
+		ASSERT_OK(ftruncate(fds[i], i));
+	}
+	rec_writer_init(&w, REC_KIND_ENGINE, 1);
+	for (int i = 0; i < XFER_N; i++)
+		rec_put_fd(&w, T_FD, fds[i]);
+	ASSERT_OK(rec_writer_finish(&w, &b, &len));
+	ASSERT_OK(rec_memfd(b, len, "test-rec", &memfd));
+	ASSERT_OK(rec_send(sv[0], memfd, w.fds, w.nfds));
+	rec_writer_free(&w);
+	close(memfd);
+	for (int i = 0; i < XFER_N; i++)
+		close(fds[i]);
+
+	ASSERT_OK(rec_recv(sv[1], 5000, &got_memfd, &got, &n));
+	ASSERT_EQ(n, XFER_N);
+	for (size_t i = 0; i < n; i++) {
+		struct stat st;
+
+		ASSERT_OK(fstat(got[i], &st));
+		ASSERT_EQ(st.st_size, (off_t)i);
+		ASSERT_TRUE(fcntl(got[i], F_GETFD) & FD_CLOEXEC);
+	}
+	ASSERT_OK(rec_map_fd(got_memfd, &m, &mlen));
+	ASSERT_OK(rec_open(&d, m, mlen, REC_KIND_ENGINE, 1, 1, got, n));
+	rec_doc_fini(&d);
+	rec_unmap(m, mlen);
+	close(got_memfd);
+	for (size_t i = 0; i < n; i++)
+		close(got[i]);
+	free(got);
+	ASSERT_EQ(count_fds(), before);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+/* Sends raw transfer messages: the header claiming `claim` fds, then one batch of `batch` fds
+ * that says it holds `says`. */
+static void send_raw(int sock, uint32_t claim, int batch, uint32_t says)
+{
+	char cbuf[CMSG_SPACE(8 * sizeof(int))] __attribute__((aligned(8)));
+	uint8_t hdr[16] = "UVSKFDS1";
+	int fds[8];
+	struct iovec iov = {hdr, 16};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf};
+	struct cmsghdr *c;
+
+	for (int i = 0; i < 8; i++)
+		fds[i] = dup(0);
+	hdr[8] = (uint8_t)claim;
+	msg.msg_controllen = CMSG_SPACE(sizeof(int));
+	c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), fds, sizeof(int));
+	ASSERT_EQ(sendmsg(sock, &msg, 0), 16);
+	if (batch >= 0) {
+		uint8_t b[8] = {0, 0, 0, 0, (uint8_t)says, 0, 0, 0};
+
+		iov = (struct iovec){b, 8};
+		msg.msg_controllen = batch ? CMSG_SPACE(batch * sizeof(int)) : 0;
+		msg.msg_control = batch ? cbuf : NULL;
+		if (batch) {
+			c = CMSG_FIRSTHDR(&msg);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(batch * sizeof(int));
+			memcpy(CMSG_DATA(c), fds + 1, batch * sizeof(int));
+		}
+		ASSERT_EQ(sendmsg(sock, &msg, 0), 8);
+	}
+	for (int i = 0; i < 8; i++)
+		close(fds[i]);
+}
+
+TEST(recv_refusals_close_everything)
+{
+	int sv[2], memfd, *got, before;
+	size_t n;
+
+	ASSERT_OK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
+	before = count_fds();
+	/* Nothing comes: a timeout. */
+	ASSERT_ERR(rec_recv(sv[1], 50, &memfd, &got, &n), ETIMEDOUT);
+	/* A header for 3 fds, then a batch that says 3 and brings 2. */
+	send_raw(sv[0], 3, 2, 3);
+	ASSERT_ERR(rec_recv(sv[1], 1000, &memfd, &got, &n), EBADMSG);
+	ASSERT_EQ(count_fds(), before);
+	/* A header for 3, a batch of 2 saying 2, then nothing: a timeout, all closed. */
+	send_raw(sv[0], 3, 2, 2);
+	ASSERT_ERR(rec_recv(sv[1], 50, &memfd, &got, &n), ETIMEDOUT);
+	ASSERT_EQ(count_fds(), before);
+	/* A header for 2, then the sender goes away. */
+	send_raw(sv[0], 2, -1, 0);
+	close(sv[0]);
+	ASSERT_ERR(rec_recv(sv[1], 1000, &memfd, &got, &n), ECONNRESET);
+	close(sv[1]);
+	ASSERT_EQ(count_fds(), before - 2);
 }
 
 TEST_MAIN()
