@@ -465,7 +465,8 @@ int vsock_engine_save(struct vsock_engine *e, struct rec_writer *w);
  * application had: the owner finds its state by vsock_sock_id(s) and sets its user pointer
  * (vsock_sock_set_user). Sockets in an accept queue are accepted as before; closed sockets that
  * linger finish on their own. Timers restart with the time they had left at the save. Then
- * ops->tx_ready tells the transport whatever is ready to pull.
+ * ops->tx_ready tells the transport whatever is ready to pull. No sock_event reports the
+ * restored state: an owner asks each adopted socket once (vsock_sock_poll) after setting it up.
  * Returns 0, -EBUSY, -EINVAL (adopt NULL), -EBADMSG (malformed or inconsistent state: refused),
  * -EMFILE (more sockets than max_socks), -ENOMEM.
  */
