@@ -657,7 +657,7 @@ int rec_next(struct rec_reader *r, struct rec_item *it)
 int rec_enter(struct rec_reader *r, const struct rec_item *it, const char *where,
 	      struct rec_reader *sub)
 {
-	if (r->depth + 1 >= REC_MAX_DEPTH)
+	if (r->depth >= REC_MAX_DEPTH)
 		return rec_fail(r->doc, -EBADMSG, "%s: item 0x%x at offset %zu nested too deep",
 				r->where, it->tag, it->off);
 	*sub = (struct rec_reader){.doc = r->doc, .p = it->val, .end = it->val + it->len,

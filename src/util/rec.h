@@ -38,7 +38,8 @@
 #define REC_MAGIC "UVSOCKRC"
 #define REC_HDR_SIZE 40u
 #define REC_CRC_OFFSET 32u
-/* Limits: the record's length, the fds it may carry, nesting depth. */
+/* Limits: the record's length, the fds it may carry, lists nested in lists (the writer and
+ * the reader take REC_MAX_DEPTH levels, no more). */
 #define REC_MAX_LEN (16ull << 30)
 #define REC_MAX_FDS 65536u
 #define REC_MAX_DEPTH 8u

@@ -331,14 +331,46 @@ TEST(field_refusals)
 	rec_doc_fini(&d);
 	free(b);
 
-	/* Nesting deeper than REC_MAX_DEPTH. */
+	/* REC_MAX_DEPTH levels are read; one more, which the writer cannot write, is refused. */
 	b = build(fill_deep, 1, &len, NULL);
 	ASSERT_OK(rec_open(&d, b, len, REC_KIND_ENGINE, 1, 1, NULL, 0));
 	rec_root(&d, &r, "test");
-	ASSERT_ERR(walk(&r), EBADMSG);
-	ASSERT_TRUE(strstr(rec_error(&d), "too deep") != NULL);
+	ASSERT_OK(walk(&r));
 	rec_doc_fini(&d);
 	free(b);
+	{
+		struct rec_writer w;
+
+		rec_writer_init(&w, REC_KIND_ENGINE, 1);
+		for (unsigned i = 0; i <= REC_MAX_DEPTH; i++)
+			rec_begin(&w, T_LIST);
+		ASSERT_ERR(rec_writer_finish(&w, (const uint8_t **)&b, &len), E2BIG);
+		rec_writer_free(&w);
+	}
+	{
+		/* By hand: REC_MAX_DEPTH + 1 lists, each holding the next. */
+		size_t n = REC_HDR_SIZE + 8 * (REC_MAX_DEPTH + 1);
+
+		b = calloc(1, n);
+		ASSERT_TRUE(b != NULL);
+		memcpy(b, REC_MAGIC, 8);
+		b[8] = REC_KIND_ENGINE;
+		b[12] = 1;
+		b[16] = (uint8_t)n;
+		for (unsigned i = 0; i <= REC_MAX_DEPTH; i++) {
+			uint8_t *it = b + REC_HDR_SIZE + 8 * i;
+
+			it[0] = T_LIST;
+			it[4] = (uint8_t)(8 * (REC_MAX_DEPTH - i));
+		}
+		reseal(b, n);
+		ASSERT_OK(rec_open(&d, b, n, REC_KIND_ENGINE, 1, 1, NULL, 0));
+		rec_root(&d, &r, "test");
+		ASSERT_ERR(walk(&r), EBADMSG);
+		ASSERT_TRUE(strstr(rec_error(&d), "too deep") != NULL);
+		rec_doc_fini(&d);
+		free(b);
+	}
 }
 
 TEST(item_bounds)
