@@ -198,18 +198,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* The fds that "came with" the record: what its header says, within FZ_FDS. */
 	nfds = len >= REC_HDR_SIZE ? copy[24] % (FZ_FDS + 1) : 0;
 	if (data[0] & 1 && len >= REC_HDR_SIZE) {
-		static const uint8_t zero[4];
-		uint32_t c;
-
 		for (int i = 0; i < 8; i++)
 			copy[16 + i] = (uint8_t)((uint64_t)len >> (8 * i));
 		for (int i = 0; i < 4; i++)
 			copy[24 + i] = i == 0 ? (uint8_t)nfds : 0;
-		c = rec_crc32c(0, copy, REC_CRC_OFFSET);
-		c = rec_crc32c(c, zero, 4);
-		c = rec_crc32c(c, copy + REC_CRC_OFFSET + 4, len - REC_CRC_OFFSET - 4);
-		for (int i = 0; i < 4; i++)
-			copy[REC_CRC_OFFSET + i] = (uint8_t)(c >> (8 * i));
+		rec_reseal(copy, len);
 	}
 	try_restore(copy, len, fds, nfds);
 	free(copy);

@@ -290,6 +290,11 @@ void rec_end(struct rec_writer *w)
 	le32_put(w->buf + at + 4, (uint32_t)n);
 }
 
+void rec_reseal(uint8_t *buf, size_t len)
+{
+	le32_put(buf + REC_CRC_OFFSET, rec_sum(buf, len));
+}
+
 int rec_writer_finish(struct rec_writer *w, const uint8_t **ret_buf, size_t *ret_len)
 {
 	uint8_t *h = w->buf;
@@ -305,7 +310,7 @@ int rec_writer_finish(struct rec_writer *w, const uint8_t **ret_buf, size_t *ret
 	le32_put(h + 24, w->nfds);
 	le32_put(h + 28, 0);
 	le32_put(h + 36, 0);
-	le32_put(h + REC_CRC_OFFSET, rec_sum(h, w->len));
+	rec_reseal(h, w->len);
 	*ret_buf = w->buf;
 	*ret_len = w->len;
 	return 0;

@@ -94,6 +94,13 @@ void rec_end(struct rec_writer *w);
 int rec_writer_finish(struct rec_writer *w, const uint8_t **ret_buf, size_t *ret_len);
 
 /*
+ * Recomputes the CRC of a finished record of len bytes (len >= REC_HDR_SIZE) in place: for tests
+ * and fuzzers that change a record on purpose, so that the check under test is the one that
+ * fires.
+ */
+void rec_reseal(uint8_t *buf, size_t len);
+
+/*
  * A memfd holding the len bytes of buf, sealed against writing, growing and shrinking (so that
  * the reader may map it without copying: nothing can change it under its checks). name is the
  * memfd's name (for /proc). Returns 0 and a close-on-exec fd in *ret_fd, or -errno.

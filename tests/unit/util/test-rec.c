@@ -26,17 +26,6 @@ static const struct rec_field fields[] = {
 };
 #define NF (sizeof(fields) / sizeof(fields[0]))
 
-/* Rewrites the CRC of a record changed on purpose, so the check under test is the one that fires. */
-static void reseal(uint8_t *buf, size_t len)
-{
-	static const uint8_t zero[4];
-	uint32_t c = rec_crc32c(0, buf, REC_CRC_OFFSET);
-
-	c = rec_crc32c(c, zero, 4);
-	c = rec_crc32c(c, buf + REC_CRC_OFFSET + 4, len - REC_CRC_OFFSET - 4);
-	for (int i = 0; i < 4; i++)
-		buf[REC_CRC_OFFSET + i] = (uint8_t)(c >> (8 * i));
-}
 
 /* A copy of a finished record built by fill(), in malloc'd memory (the caller frees it). */
 static uint8_t *build(void (*fill)(struct rec_writer *w), uint32_t version, size_t *ret_len,
@@ -199,21 +188,21 @@ TEST(header_refusals)
 	b[len - 1] ^= 1;
 	/* Unknown version, even with a good checksum. */
 	b[12] = 3;
-	reseal(b, len);
+	rec_reseal(b, len);
 	ASSERT_ERR(open_scan(b, len, 1, &d, v), EPROTONOSUPPORT);
 	ASSERT_TRUE(strstr(rec_error(&d), "version 3") != NULL);
 	b[12] = 1;
 	/* Another kind. */
 	b[8] = 9;
-	reseal(b, len);
+	rec_reseal(b, len);
 	ASSERT_ERR(open_scan(b, len, 1, &d, v), EBADMSG);
 	b[8] = REC_KIND_ENGINE;
 	/* Flags. */
 	b[28] = 1;
-	reseal(b, len);
+	rec_reseal(b, len);
 	ASSERT_ERR(open_scan(b, len, 1, &d, v), EBADMSG);
 	b[28] = 0;
-	reseal(b, len);
+	rec_reseal(b, len);
 	ASSERT_OK(open_scan(b, len, 1, &d, v));
 	free(b);
 }
@@ -309,7 +298,7 @@ TEST(field_refusals)
 	ASSERT_EQ(nfds, 2);
 	/* The second fd item (T_INNER, outside the schema) names index 1: point it at 0. */
 	b[len - 4] = 0;
-	reseal(b, len);
+	rec_reseal(b, len);
 	ASSERT_OK(rec_open(&d, b, len, REC_KIND_ENGINE, 1, 1, fds, 2));
 	{
 		struct rec_item it;
@@ -363,7 +352,7 @@ TEST(field_refusals)
 			it[0] = T_LIST;
 			it[4] = (uint8_t)(8 * (REC_MAX_DEPTH - i));
 		}
-		reseal(b, n);
+		rec_reseal(b, n);
 		ASSERT_OK(rec_open(&d, b, n, REC_KIND_ENGINE, 1, 1, NULL, 0));
 		rec_root(&d, &r, "test");
 		ASSERT_ERR(walk(&r), EBADMSG);
@@ -383,7 +372,7 @@ TEST(item_bounds)
 	/* The first item's length points past the end of the record. */
 	b[REC_HDR_SIZE + 4] = 0xff;
 	b[REC_HDR_SIZE + 5] = 0xff;
-	reseal(b, len);
+	rec_reseal(b, len);
 	ASSERT_ERR(open_scan(b, len, 1, &d, v), EBADMSG);
 	ASSERT_TRUE(strstr(rec_error(&d), "only") != NULL);
 	free(b);
@@ -397,7 +386,7 @@ TEST(item_bounds)
 		struct rec_reader r, sub;
 
 		b[inner + 4] = 20; /* longer than the 24-byte list it sits in allows */
-		reseal(b, len);
+		rec_reseal(b, len);
 		ASSERT_OK(open_scan(b, len, 1, &d, v)); /* the top level is intact */
 		ASSERT_OK(rec_open(&d, b, len, REC_KIND_ENGINE, 1, 1, one_fd, 1));
 		rec_root(&d, &r, "test");

@@ -465,16 +465,6 @@ TEST(datagrams_queued_both_ways)
 
 /* ---- refusals ---------------------------------------------------------------------------- */
 
-static void reseal(uint8_t *buf, size_t len)
-{
-	static const uint8_t zero[4];
-	uint32_t c = rec_crc32c(0, buf, REC_CRC_OFFSET);
-
-	c = rec_crc32c(c, zero, 4);
-	c = rec_crc32c(c, buf + REC_CRC_OFFSET + 4, len - REC_CRC_OFFSET - 4);
-	for (int i = 0; i < 4; i++)
-		buf[REC_CRC_OFFSET + i] = (uint8_t)(c >> (8 * i));
-}
 
 /* Finds field `tag` of the last socket item of the top-level list; returns its value's offset. */
 static size_t last_sock_field(const uint8_t *buf, size_t len, uint32_t tag)
@@ -547,12 +537,35 @@ static uint8_t *busy_record(size_t *ret_len, unsigned *ret_socks)
 	return copy;
 }
 
+/*
+ * Sets field `tag` (of `size` bytes) of the last socket of the record b to v, checks that a
+ * fresh engine refuses it and stays empty, and puts the record back as it was.
+ */
+static void refused_with(struct world *w, uint8_t *b, size_t len, uint32_t tag, size_t size,
+			 uint64_t v)
+{
+	size_t off = last_sock_field(b, len, tag);
+	struct vsock_engine *e = w_engine(w, 2, NULL);
+	struct adopted ad = {0};
+	uint8_t save[8];
+
+	memcpy(save, b + off, size);
+	for (size_t i = 0; i < size; i++)
+		b[off + i] = (uint8_t)(v >> (8 * i));
+	rec_reseal(b, len);
+	ASSERT_ERR(restore_buf(e, b, len, &ad), EBADMSG);
+	assert_empty(e, &ad);
+	memcpy(b + off, save, size);
+	rec_reseal(b, len);
+	vsock_engine_free(e);
+}
+
 TEST(corrupt_records_are_refused_and_leave_the_engine_empty)
 {
 	struct world *w = world_new(NULL);
 	struct adopted ad = {0};
 	unsigned nsocks;
-	size_t len, off;
+	size_t len;
 	uint8_t *b = busy_record(&len, &nsocks);
 	struct vsock_engine *e;
 
@@ -567,67 +580,14 @@ TEST(corrupt_records_are_refused_and_leave_the_engine_empty)
 
 	/* Intact but inconsistent, on the last socket of the record (the listener; the connection
 	 * before it, with its queues and table entries, was built already): its rx_limit below its
-	 * buf_alloc... */
-	e = w_engine(w, 2, NULL);
-	off = last_sock_field(b, len, 18); /* S_RX_LIMIT */
-	{
-		uint8_t save[4];
+	 * buf_alloc, its state out of range, marked closed by the application while still
+	 * listening, its id equal to the connection's (the listener is 1, the connection 2). */
+	refused_with(w, b, len, 18 /* S_RX_LIMIT */, 4, 256);
+	refused_with(w, b, len, 3 /* S_STATE */, 4, 42);
+	refused_with(w, b, len, 4 /* S_FLAGS */, 4, 4 /* F_APP_CLOSED */ | 1 /* F_BOUND */);
+	refused_with(w, b, len, 1 /* S_ID */, 8, 2);
 
-		memcpy(save, b + off, 4);
-		memset(b + off, 0, 4);
-		b[off + 1] = 1; /* 256 */
-		reseal(b, len);
-		ASSERT_ERR(restore_buf(e, b, len, &ad), EBADMSG);
-		assert_empty(e, &ad);
-		memcpy(b + off, save, 4);
-		reseal(b, len);
-	}
-	vsock_engine_free(e);
-	/* ... its state out of range ... */
-	e = w_engine(w, 2, NULL);
-	off = last_sock_field(b, len, 3); /* S_STATE */
-	{
-		uint8_t save = b[off];
-
-		b[off] = 42;
-		reseal(b, len);
-		ASSERT_ERR(restore_buf(e, b, len, &ad), EBADMSG);
-		assert_empty(e, &ad);
-		b[off] = save;
-		reseal(b, len);
-	}
-	vsock_engine_free(e);
-	/* ... marked closed by the application while still listening ... */
-	e = w_engine(w, 2, NULL);
-	off = last_sock_field(b, len, 4); /* S_FLAGS */
-	{
-		uint8_t save = b[off];
-
-		b[off] |= 4; /* F_APP_CLOSED */
-		reseal(b, len);
-		ASSERT_ERR(restore_buf(e, b, len, &ad), EBADMSG);
-		assert_empty(e, &ad);
-		b[off] = save;
-		reseal(b, len);
-	}
-	vsock_engine_free(e);
-	/* ... its id equal to the connection's (the listener is 1, the connection 2). */
-	e = w_engine(w, 2, NULL);
-	off = last_sock_field(b, len, 1); /* S_ID */
-	{
-		uint8_t save[8];
-
-		memcpy(save, b + off, 8);
-		memset(b + off, 0, 8);
-		b[off] = 2;
-		reseal(b, len);
-		ASSERT_ERR(restore_buf(e, b, len, &ad), EBADMSG);
-		assert_empty(e, &ad);
-		memcpy(b + off, save, 8);
-	}
-	vsock_engine_free(e);
-
-	reseal(b, len);
+	rec_reseal(b, len);
 	e = w_engine(w, 2, NULL);
 	ASSERT_OK(restore_buf(e, b, len, &ad)); /* the intact record restores */
 	ASSERT_EQ(ad.n, nsocks);
