@@ -473,6 +473,19 @@ int vsock_engine_save(struct vsock_engine *e, struct rec_writer *w);
 int vsock_engine_restore(struct vsock_engine *e, struct rec_reader *r,
 			 void (*adopt)(void *arg, struct vsock_sock *s), void *arg);
 
+/*
+ * Crash survival (docs/upgrade.md): the engine of a restarted process ends a connection that
+ * the dead one had and that it knows only by its addresses (kept outside the process: the
+ * systemd fd store, or the --isolate supervisor), so that the peer reads end of file or
+ * ECONNRESET at once instead of waiting on a connection nobody serves. Queues an RST from
+ * local_port to (peer_cid, peer_port) for a connection of `type`, on the ring of RSTs that
+ * answer no socket (so at most reply_limit wait; pull, then call again).
+ * Returns 0, -EEXIST (this engine has that connection: it is not ended), -EINVAL (type),
+ * -ENOBUFS (the ring is full; counted in rst_dropped as any RST it has no room for).
+ */
+int vsock_engine_reset_conn(struct vsock_engine *e, enum vsock_type type, uint32_t local_port,
+			    uint32_t peer_cid, uint32_t peer_port);
+
 /* ---- Datagrams (dgram.c; docs/vsock-protocol.md "Datagrams") ------------------------------ */
 
 /*

@@ -1268,3 +1268,29 @@ fail:
 	free(rs.rst);
 	return k;
 }
+
+/* ---- crash survival ------------------------------------------------------------------------- */
+
+int vsock_engine_reset_conn(struct vsock_engine *e, enum vsock_type type, uint32_t local_port,
+			    uint32_t peer_cid, uint32_t peer_port)
+{
+	struct vsock_ct_node *n;
+	struct vsock_hdr rst;
+
+	if (type != VSOCK_TYPE_STREAM && type != VSOCK_TYPE_SEQPACKET)
+		return -EINVAL;
+	n = vsock_ct_lookup_connected(e->ct, peer_cid, peer_port, local_port);
+	if (n) {
+		sock_unref(container_of(n, struct vsock_sock, cnode)); /* the lookup's */
+		return -EEXIST;
+	}
+	rst = (struct vsock_hdr){
+		.src_cid = vsock_engine_local_cid(e),
+		.dst_cid = peer_cid,
+		.src_port = local_port,
+		.dst_port = peer_port,
+		.type = (uint16_t)type,
+		.op = VSOCK_OP_RST,
+	};
+	return vsock_sk_nosock_put(e, &rst) ? 0 : -ENOBUFS;
+}

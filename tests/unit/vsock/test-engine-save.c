@@ -629,4 +629,65 @@ TEST(more_sockets_than_max_socks_refused)
 	world_free(w);
 }
 
+/* ---- crash survival: the restarted engine ends the connections the dead one had --------------- */
+
+static void small_ring(struct vsock_engine_config *cfg)
+{
+	cfg->reply_limit = 2;
+}
+
+TEST(reset_conn_ends_what_a_dead_engine_had)
+{
+	struct world *w = world_new(small_ring);
+	struct vsock_sock *l, *g1, *h1, *g2, *h2, *l2, *c, *a;
+	uint32_t cid[2], lport[2], pcid[2], pport[2];
+	struct vsock_sock *gs[2];
+	uint8_t b[8];
+
+	connect_pair(w, VSOCK_TYPE_STREAM, 1000, &l, &g1, &h1);
+	connect_pair(w, VSOCK_TYPE_SEQPACKET, 1001, &l2, &g2, &h2);
+	ASSERT_EQ(send_buf(h1, "x", 1, 0), 1);
+	pump(w);
+	ASSERT_EQ(recv_buf(g1, b, 1, 0, NULL), 1);
+	/* The guest side waits for more; what the host side knew survives as addresses only. */
+	gs[0] = g1;
+	gs[1] = g2;
+	for (int i = 0; i < 2; i++) {
+		ASSERT_OK(vsock_sock_local_addr(gs[i], &pcid[i], &pport[i]));
+		ASSERT_OK(vsock_sock_peer_addr(gs[i], &cid[i], &lport[i]));
+	}
+	/* h dies (nothing sent) and a fresh engine takes its place. */
+	vsock_engine_free(w->h);
+	w->h = w_engine(w, 2, small_ring);
+	ASSERT_ERR(vsock_engine_reset_conn(w->h, VSOCK_TYPE_DGRAM, lport[0], pcid[0], pport[0]),
+		   EINVAL);
+	ASSERT_OK(vsock_engine_reset_conn(w->h, VSOCK_TYPE_STREAM, lport[0], pcid[0], pport[0]));
+	ASSERT_OK(vsock_engine_reset_conn(w->h, VSOCK_TYPE_SEQPACKET, lport[1], pcid[1],
+					  pport[1]));
+	/* The ring holds reply_limit RSTs: the third waits for a pull. */
+	ASSERT_ERR(vsock_engine_reset_conn(w->h, VSOCK_TYPE_STREAM, 5, pcid[0], 5), ENOBUFS);
+	pump(w);
+	for (int i = 0; i < 2; i++) {
+		ASSERT_EQ(vsock_sock_state(gs[i]), VSOCK_SS_CLOSED);
+		ASSERT_EQ(recv_buf(gs[i], b, sizeof(b), 0, NULL), 0); /* end of file, at once */
+	}
+	/* New connections work; one the engine has is not ended. */
+	ASSERT_OK(vsock_sock_new(w->h, VSOCK_TYPE_STREAM, &l));
+	ASSERT_OK(vsock_sock_bind(l, VMADDR_CID_ANY, 1000));
+	ASSERT_OK(vsock_sock_listen(l, 4));
+	ASSERT_OK(vsock_sock_new(w->g, VSOCK_TYPE_STREAM, &c));
+	ASSERT_ERR(vsock_sock_connect(c, 2, 1000), EINPROGRESS);
+	pump(w);
+	ASSERT_OK(vsock_sock_accept(l, &a));
+	ASSERT_OK(vsock_sock_local_addr(c, &pcid[0], &pport[0]));
+	ASSERT_ERR(vsock_engine_reset_conn(w->h, VSOCK_TYPE_STREAM, 1000, pcid[0], pport[0]),
+		   EEXIST);
+	ASSERT_EQ(send_buf(c, "y", 1, 0), 1);
+	pump(w);
+	ASSERT_EQ(recv_buf(a, b, 1, 0, NULL), 1);
+	vsock_sock_close(g1);
+	vsock_sock_close(g2);
+	pair_free(w, l, c, a);
+}
+
 TEST_MAIN()
