@@ -7,7 +7,8 @@
  *      or the checksum, which is what those checks are for), then a walk of every item at every
  *      depth through the typed getters, then a restore into a fresh engine;
  *   1  the same after the header's length and checksum are set right, so that the item walk
- *      and the engine's decoder see the mutated bodies.
+ *      and the engine's decoders (the restore, and crash survival's list of connections,
+ *      vsock_engine_read_conns) see the mutated bodies.
  *
  * The record may name up to 4 fds (fake numbers: nothing is done with them). Invariants: a
  * refused record leaves the engine empty (no socket, nothing to pull, no timer) with a message;
@@ -162,6 +163,24 @@ static void try_restore(const uint8_t *buf, size_t len, const int *fds, size_t n
 	}
 	rec_root(&d, &r, "body");
 	walk(&r);
+	rec_doc_fini(&d);
+	/* The same body as crash survival's list of connections. */
+	FZ_CHECK(rec_open(&d, buf, len, REC_KIND_ENGINE, 1, 1, fds, nfds) == 0);
+	rec_root(&d, &r, "connections");
+	{
+		struct vsock_conn_addr *ca = NULL;
+		size_t n = 0;
+
+		if (vsock_engine_read_conns(&r, 64, &ca, &n) == 0) {
+			FZ_CHECK(n <= 64 && (n == 0 || ca != NULL));
+			for (size_t i = 0; i < n; i++)
+				FZ_CHECK(ca[i].type == VSOCK_TYPE_STREAM ||
+					 ca[i].type == VSOCK_TYPE_SEQPACKET);
+			free(ca);
+		} else {
+			FZ_CHECK(rec_error(&d)[0] != '\0');
+		}
+	}
 	rec_doc_fini(&d);
 
 	FZ_CHECK(rec_open(&d, buf, len, REC_KIND_ENGINE, 1, 1, fds, nfds) == 0);

@@ -486,6 +486,27 @@ int vsock_engine_restore(struct vsock_engine *e, struct rec_reader *r,
 int vsock_engine_reset_conn(struct vsock_engine *e, enum vsock_type type, uint32_t local_port,
 			    uint32_t peer_cid, uint32_t peer_port);
 
+/* A connection known by its addresses only (what crash survival keeps outside the process). */
+struct vsock_conn_addr {
+	uint32_t type, local_port, peer_cid, peer_port;
+};
+
+/*
+ * The small record crash survival keeps (docs/upgrade.md): the addresses of every connection of
+ * e that the peer may still think open (CONNECTING, PENDING, CONNECTED, CLOSING), as items of
+ * the list w is in, rewritten by the owner whenever the set of connections changes (never per
+ * packet). Returns 0 or the writer's error (-ENOMEM...).
+ */
+int vsock_engine_save_conns(struct vsock_engine *e, struct rec_writer *w);
+/*
+ * Reads what vsock_engine_save_conns wrote: a malloc'd array of *ret_n addresses in *ret (NULL
+ * when none), each checked (type STREAM or SEQPACKET, no port or CID "any"), at most max of
+ * them. Then call vsock_engine_reset_conn for each (pulling whenever it says -ENOBUFS).
+ * Returns 0, -EBADMSG (r's document says why), -E2BIG (more than max), -ENOMEM.
+ */
+int vsock_engine_read_conns(struct rec_reader *r, size_t max, struct vsock_conn_addr **ret,
+			    size_t *ret_n);
+
 /* ---- Datagrams (dgram.c; docs/vsock-protocol.md "Datagrams") ------------------------------ */
 
 /*

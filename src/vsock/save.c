@@ -1294,3 +1294,95 @@ int vsock_engine_reset_conn(struct vsock_engine *e, enum vsock_type type, uint32
 	};
 	return vsock_sk_nosock_put(e, &rst) ? 0 : -ENOBUFS;
 }
+
+/* Items of vsock_engine_save_conns: one E_CONN (a list) per connection. */
+enum { E_CONN = 0x13 };
+enum { A_TYPE = 1, A_LOCAL_PORT, A_PEER_CID, A_PEER_PORT };
+
+static const struct rec_field conn_fields[] = {
+	{A_TYPE, REC_U32, true, "type"},
+	{A_LOCAL_PORT, REC_U32, true, "local_port"},
+	{A_PEER_CID, REC_U32, true, "peer_cid"},
+	{A_PEER_PORT, REC_U32, true, "peer_port"},
+};
+
+int vsock_engine_save_conns(struct vsock_engine *e, struct rec_writer *w)
+{
+	struct vsock_sock **v;
+	ssize_t n = vsock_sk_collect(e, &v);
+
+	if (n < 0)
+		return (int)n;
+	for (ssize_t i = 0; i < n; i++) {
+		struct vsock_sock *s = v[i];
+
+		sock_lock(s);
+		if (s->in_conn) {
+			rec_begin(w, E_CONN);
+			rec_put_u32(w, A_TYPE, s->type);
+			rec_put_u32(w, A_LOCAL_PORT, s->local_port);
+			rec_put_u32(w, A_PEER_CID, s->peer_cid);
+			rec_put_u32(w, A_PEER_PORT, s->peer_port);
+			rec_end(w);
+		}
+		pthread_mutex_unlock(&s->lock);
+		sock_unref(s);
+	}
+	free(v);
+	return w->err;
+}
+
+int vsock_engine_read_conns(struct rec_reader *r, size_t max, struct vsock_conn_addr **ret,
+			    size_t *ret_n)
+{
+	struct rec_val v[ARRAY_SIZE(conn_fields)];
+	struct vsock_conn_addr *a = NULL;
+	size_t n = 0, cap = 0;
+	struct rec_reader sub;
+	struct rec_item it;
+	int k;
+
+	while ((k = rec_next(r, &it)) > 0) {
+		if (it.tag != E_CONN) {
+			k = rec_fail(r->doc, -EBADMSG, "connections: item 0x%x", it.tag);
+			break;
+		}
+		k = rec_enter(r, &it, "connection", &sub);
+		if (k == 0)
+			k = rec_scan(&sub, conn_fields, ARRAY_SIZE(conn_fields), v);
+		if (k < 0)
+			break;
+		if ((v[0].u != VSOCK_TYPE_STREAM && v[0].u != VSOCK_TYPE_SEQPACKET) ||
+		    v[1].u == VMADDR_PORT_ANY || v[2].u == VMADDR_CID_ANY ||
+		    v[3].u == VMADDR_PORT_ANY) {
+			k = rec_fail(r->doc, -EBADMSG, "connection %zu: type %llu, %llu -> %llu:%llu",
+				     n, (unsigned long long)v[0].u, (unsigned long long)v[1].u,
+				     (unsigned long long)v[2].u, (unsigned long long)v[3].u);
+			break;
+		}
+		if (n == max) {
+			k = rec_fail(r->doc, -E2BIG, "more than %zu connections", max);
+			break;
+		}
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 16;
+			struct vsock_conn_addr *na = realloc(a, ncap * sizeof(*na));
+
+			if (!na) {
+				k = rec_fail(r->doc, -ENOMEM, "out of memory");
+				break;
+			}
+			a = na;
+			cap = ncap;
+		}
+		a[n++] = (struct vsock_conn_addr){(uint32_t)v[0].u, (uint32_t)v[1].u,
+						  (uint32_t)v[2].u, (uint32_t)v[3].u};
+	}
+	if (k < 0) {
+		free(a);
+		return k;
+	}
+	*ret = a;
+	*ret_n = n;
+	return 0;
+}

@@ -642,6 +642,8 @@ TEST(reset_conn_ends_what_a_dead_engine_had)
 	struct vsock_sock *l, *g1, *h1, *g2, *h2, *l2, *c, *a;
 	uint32_t cid[2], lport[2], pcid[2], pport[2];
 	struct vsock_sock *gs[2];
+	uint8_t *conns_rec;
+	size_t conns_len;
 	uint8_t b[8];
 
 	connect_pair(w, VSOCK_TYPE_STREAM, 1000, &l, &g1, &h1);
@@ -649,23 +651,63 @@ TEST(reset_conn_ends_what_a_dead_engine_had)
 	ASSERT_EQ(send_buf(h1, "x", 1, 0), 1);
 	pump(w);
 	ASSERT_EQ(recv_buf(g1, b, 1, 0, NULL), 1);
-	/* The guest side waits for more; what the host side knew survives as addresses only. */
+	/* The guest side waits for more; what the host side knew survives as addresses only, in
+	 * the small record kept outside the process. */
 	gs[0] = g1;
 	gs[1] = g2;
 	for (int i = 0; i < 2; i++) {
 		ASSERT_OK(vsock_sock_local_addr(gs[i], &pcid[i], &pport[i]));
 		ASSERT_OK(vsock_sock_peer_addr(gs[i], &cid[i], &lport[i]));
 	}
+	{
+		struct rec_writer wr;
+		const uint8_t *rb;
+		size_t rlen;
+
+		rec_writer_init(&wr, REC_KIND_ENGINE, 1);
+		ASSERT_OK(vsock_engine_save_conns(w->h, &wr));
+		ASSERT_OK(rec_writer_finish(&wr, &rb, &rlen));
+		conns_rec = malloc(rlen);
+		memcpy(conns_rec, rb, rlen);
+		conns_len = rlen;
+		rec_writer_free(&wr);
+	}
 	/* h dies (nothing sent) and a fresh engine takes its place. */
 	vsock_engine_free(w->h);
 	w->h = w_engine(w, 2, small_ring);
 	ASSERT_ERR(vsock_engine_reset_conn(w->h, VSOCK_TYPE_DGRAM, lport[0], pcid[0], pport[0]),
 		   EINVAL);
-	ASSERT_OK(vsock_engine_reset_conn(w->h, VSOCK_TYPE_STREAM, lport[0], pcid[0], pport[0]));
-	ASSERT_OK(vsock_engine_reset_conn(w->h, VSOCK_TYPE_SEQPACKET, lport[1], pcid[1],
-					  pport[1]));
-	/* The ring holds reply_limit RSTs: the third waits for a pull. */
-	ASSERT_ERR(vsock_engine_reset_conn(w->h, VSOCK_TYPE_STREAM, 5, pcid[0], 5), ENOBUFS);
+	/* The ring holds reply_limit (2) RSTs: a third waits for a pull. */
+	ASSERT_OK(vsock_engine_reset_conn(w->h, VSOCK_TYPE_STREAM, 5, pcid[0], 5));
+	ASSERT_OK(vsock_engine_reset_conn(w->h, VSOCK_TYPE_STREAM, 6, pcid[0], 6));
+	ASSERT_ERR(vsock_engine_reset_conn(w->h, VSOCK_TYPE_STREAM, 7, pcid[0], 7), ENOBUFS);
+	pump(w);
+	{
+		struct vsock_conn_addr *ca;
+		struct rec_reader rr;
+		struct rec_doc d;
+		size_t n;
+
+		ASSERT_OK(rec_open(&d, conns_rec, conns_len, REC_KIND_ENGINE, 1, 1, NULL, 0));
+		rec_root(&d, &rr, "connections");
+		ASSERT_OK(vsock_engine_read_conns(&rr, 16, &ca, &n));
+		ASSERT_EQ(n, 2); /* the two connections (the listeners are not) */
+		for (size_t i = 0; i < n; i++) {
+			bool found = false;
+
+			for (int j = 0; j < 2; j++)
+				found |= ca[i].local_port == lport[j] && ca[i].peer_cid == pcid[j] &&
+					 ca[i].peer_port == pport[j];
+			ASSERT_TRUE(found);
+			ASSERT_OK(vsock_engine_reset_conn(w->h, ca[i].type, ca[i].local_port,
+							  ca[i].peer_cid, ca[i].peer_port));
+		}
+		free(ca);
+		rec_root(&d, &rr, "connections");
+		ASSERT_ERR(vsock_engine_read_conns(&rr, 1, &ca, &n), E2BIG);
+		rec_doc_fini(&d);
+		free(conns_rec);
+	}
 	pump(w);
 	for (int i = 0; i < 2; i++) {
 		ASSERT_EQ(vsock_sock_state(gs[i]), VSOCK_SS_CLOSED);
