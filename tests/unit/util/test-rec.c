@@ -5,13 +5,13 @@
  * truncation, checksum, fd count and indices, item bounds, depth, unknown, duplicate and
  * missing fields, scalar sizes.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../vhost_user/fdutil.h" /* fd_count() */
 #include "test.h"
 #include "util/rec.h"
 
@@ -421,19 +421,6 @@ TEST(writer_errors_are_sticky)
 	rec_writer_free(&w);
 }
 
-/* Open fds of this process. */
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *de;
-	int n = 0;
-
-	ASSERT_TRUE(d != NULL);
-	while ((de = readdir(d)))
-		n += de->d_name[0] != '.';
-	closedir(d);
-	return n - 1; /* the directory's own fd */
-}
 
 #define XFER_N 260 /* two batches: 250 + 10 */
 
@@ -446,7 +433,7 @@ TEST(pass_record_and_fds_over_seqpacket)
 	size_t len, mlen, n = 0;
 
 	ASSERT_OK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
-	before = count_fds();
+	before = fd_count();
 	/* Each fd a memfd whose size is its index: the order is checked at the other end. */
 	for (int i = 0; i < XFER_N; i++) {
 		fds[i] = memfd_create("x", MFD_CLOEXEC);
@@ -481,7 +468,7 @@ TEST(pass_record_and_fds_over_seqpacket)
 	for (size_t i = 0; i < n; i++)
 		close(got[i]);
 	free(got);
-	ASSERT_EQ(count_fds(), before);
+	ASSERT_EQ(fd_count(), before);
 	close(sv[0]);
 	close(sv[1]);
 }
@@ -532,23 +519,23 @@ TEST(recv_refusals_close_everything)
 	size_t n;
 
 	ASSERT_OK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
-	before = count_fds();
+	before = fd_count();
 	/* Nothing comes: a timeout. */
 	ASSERT_ERR(rec_recv(sv[1], 50, &memfd, &got, &n), ETIMEDOUT);
 	/* A header for 3 fds, then a batch that says 3 and brings 2. */
 	send_raw(sv[0], 3, 2, 3);
 	ASSERT_ERR(rec_recv(sv[1], 1000, &memfd, &got, &n), EBADMSG);
-	ASSERT_EQ(count_fds(), before);
+	ASSERT_EQ(fd_count(), before);
 	/* A header for 3, a batch of 2 saying 2, then nothing: a timeout, all closed. */
 	send_raw(sv[0], 3, 2, 2);
 	ASSERT_ERR(rec_recv(sv[1], 50, &memfd, &got, &n), ETIMEDOUT);
-	ASSERT_EQ(count_fds(), before);
+	ASSERT_EQ(fd_count(), before);
 	/* A header for 2, then the sender goes away. */
 	send_raw(sv[0], 2, -1, 0);
 	close(sv[0]);
 	ASSERT_ERR(rec_recv(sv[1], 1000, &memfd, &got, &n), ECONNRESET);
 	close(sv[1]);
-	ASSERT_EQ(count_fds(), before - 2);
+	ASSERT_EQ(fd_count(), before - 2);
 }
 
 TEST_MAIN()
