@@ -310,3 +310,13 @@ void vsock_ct_set_port_cursor(struct vsock_conn_table *t, uint32_t cursor)
 	t->port_cursor = cursor;
 	pthread_mutex_unlock(&t->port_lock);
 }
+
+uint32_t vsock_ct_port_cursor(struct vsock_conn_table *t)
+{
+	uint32_t c;
+
+	pthread_mutex_lock(&t->port_lock);
+	c = t->port_cursor;
+	pthread_mutex_unlock(&t->port_lock);
+	return c;
+}

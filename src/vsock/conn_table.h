@@ -80,8 +80,12 @@ bool vsock_ct_remove_bound(struct vsock_conn_table *t, struct vsock_ct_node *n);
 struct vsock_ct_node *vsock_ct_lookup_bound(struct vsock_conn_table *t, uint32_t cid,
 					    uint32_t port);
 
-/* Tests: set the auto-bind cursor (0 = reseed at random on next use). */
+/*
+ * The auto-bind cursor: the next port tried (0 = not seeded yet: seeded at random on next use).
+ * Set by tests and by a state restore (docs/upgrade.md), read by a state save.
+ */
 void vsock_ct_set_port_cursor(struct vsock_conn_table *t, uint32_t cursor);
+uint32_t vsock_ct_port_cursor(struct vsock_conn_table *t);
 
 #define VSOCK_CT_MAX_PORT_RETRIES 24
 

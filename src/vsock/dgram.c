@@ -84,17 +84,10 @@
 #include "vsock/engine_internal.h"
 
 #define DG_NONE UINT64_MAX
-#define DG_BUF_MIN 4096u
-#define DG_BUF_MAX (64u * 1024u * 1024u)
 
 static inline uint64_t dg_pack(uint32_t cid, uint32_t port)
 {
 	return (uint64_t)cid << 32 | port;
-}
-
-static inline uint64_t dg_cost(uint32_t len)
-{
-	return (uint64_t)len + VSOCK_DGRAM_OVERHEAD;
 }
 
 /* ---- buffers ----------------------------------------------------------------------------- */
@@ -511,17 +504,12 @@ int vsock_dgram_rx(struct vsock_engine *e, struct rx_ctx *cx, const struct vsock
 	if (!s->bound || s->app_closed) {
 		STAT_INC(e, dgram_drop_no_listener);
 		r = -ENOTCONN;
-	} else if (s->dg_rx_head && s->dg_rmem + dg_cost(p->len) > s->dg_rcvbuf) {
+	} else if (s->dg_rx_head && s->dg_rmem + vsock_dgram_cost(p->len) > s->dg_rcvbuf) {
 		/* An empty queue takes one datagram of any size, a non-empty one only what fits. */
 		STAT_INC(e, dgram_drop_full);
 		r = -ENOBUFS;
 	} else {
-		if (s->dg_rx_tail)
-			atomic_store_explicit(&s->dg_rx_tail->next, p, memory_order_relaxed);
-		else
-			s->dg_rx_head = p;
-		s->dg_rx_tail = p;
-		s->dg_rmem += dg_cost(p->len);
+		vsock_dgram_rx_append(s, p);
 		s->bytes_in += len;
 		STAT_INC(e, dgram_rx);
 		STAT_ADD(e, dgram_rx_bytes, len);
@@ -564,7 +552,7 @@ ssize_t vsock_dgram_recv(struct vsock_sock *s, const struct iovec *iov, int iovc
 		s->dg_rx_head = atomic_load_explicit(&p->next, memory_order_relaxed);
 		if (!s->dg_rx_head)
 			s->dg_rx_tail = NULL;
-		s->dg_rmem -= dg_cost(len);
+		s->dg_rmem -= vsock_dgram_cost(len);
 		sock_unlock(s);
 		iov_write_at(iov, iov_count(iovcnt), 0, p->data, n); /* ours now: no lock */
 		dg_free(s->e, p);
@@ -595,7 +583,7 @@ static int dg_autobind(struct vsock_sock *s, bool locked, uint64_t *ret_local)
 static bool dg_charge(struct vsock_sock *s, uint32_t len)
 {
 	uint64_t lim = atomic_load_explicit(&s->dg_sndbuf, memory_order_relaxed);
-	uint64_t c = dg_cost(len);
+	uint64_t c = vsock_dgram_cost(len);
 
 	do {
 		/* Relaxed: a count; the event handshake is in dg_tx_room / dg_uncharge. */
@@ -613,7 +601,7 @@ static bool dg_charge(struct vsock_sock *s, uint32_t len)
  */
 static void dg_uncharge(struct vsock_sock *s, uint32_t len, bool locked)
 {
-	uint64_t c = dg_cost(len), lim = atomic_load_explicit(&s->dg_sndbuf, memory_order_relaxed);
+	uint64_t c = vsock_dgram_cost(len), lim = atomic_load_explicit(&s->dg_sndbuf, memory_order_relaxed);
 	uint64_t left = atomic_fetch_sub_explicit(&s->dg_wmem, c, memory_order_relaxed) - c;
 
 	if (left >= dg_low_mark(lim))
@@ -756,4 +744,56 @@ ssize_t vsock_dgram_pull(struct vsock_engine *e, struct vsock_hdr *h, const stru
 	sock_unref(s);
 	dg_free(e, p);
 	return h->len;
+}
+
+/* ---- state save and restore (save.c) ---------------------------------------------------- */
+
+void vsock_dgram_foreach_tx(struct vsock_engine *e,
+			    void (*fn)(void *arg, const struct dgram_pkt *p), void *arg)
+{
+	struct dgram_queue *q = &e->dgq;
+	struct dgram_pkt *p;
+
+	/* No producer runs (the caller's consistent point): the chain from tail is complete. The
+	 * stub may sit anywhere in it (dgq_pop re-pushes it): skipped. */
+	pthread_mutex_lock(&q->pop_lock);
+	for (p = q->tail; p; p = atomic_load_explicit(&p->next, memory_order_acquire))
+		if (p != &q->stub)
+			fn(arg, p);
+	pthread_mutex_unlock(&q->pop_lock);
+}
+
+struct dgram_pkt *vsock_dgram_pkt_new(struct vsock_engine *e, uint32_t len)
+{
+	struct dgram_pkt *p = dg_alloc(e, len);
+
+	if (p) {
+		atomic_init(&p->next, NULL);
+		p->s = NULL;
+		p->len = len;
+	}
+	return p;
+}
+
+void vsock_dgram_pkt_free(struct vsock_engine *e, struct dgram_pkt *p)
+{
+	dg_free(e, p);
+}
+
+void vsock_dgram_rx_append(struct vsock_sock *s, struct dgram_pkt *p)
+{
+	atomic_store_explicit(&p->next, NULL, memory_order_relaxed);
+	if (s->dg_rx_tail)
+		atomic_store_explicit(&s->dg_rx_tail->next, p, memory_order_relaxed);
+	else
+		s->dg_rx_head = p;
+	s->dg_rx_tail = p;
+	s->dg_rmem += vsock_dgram_cost(p->len);
+}
+
+bool vsock_dgram_restore_tx(struct vsock_sock *s, struct dgram_pkt *p)
+{
+	sock_ref(s); /* the queue's, as dg_send_one */
+	p->s = s;
+	return dgq_enqueue(s->e, p);
 }

@@ -331,32 +331,18 @@ void vsock_sk_pend_clear(struct vsock_sock *s, unsigned bits)
 }
 
 /*
- * Queues the RST for a packet that has no socket (or a dead one): addresses swapped, same type,
- * buf_alloc = fwd_cnt = 0. Never in answer to an RST. `held` is the socket the caller has
- * locked, if any, so that tx_ready is deferred to its unlock.
+ * Puts an RST that answers no socket on the engine's ring; false (counted) when it is full.
+ * `held` is the socket the caller has locked, if any, so that tx_ready is deferred to its
+ * unlock.
  */
-static void queue_nosock_rst(struct vsock_engine *e, const struct vsock_hdr *in,
-			     struct vsock_sock *held)
+static bool nosock_push(struct vsock_engine *e, const struct vsock_hdr *rst,
+			struct vsock_sock *held)
 {
 	bool was_empty = false, queued = false;
 
-	if (in->op == VSOCK_OP_RST)
-		return;
 	pthread_mutex_lock(&e->tx_lock);
 	if (e->nosock_n < e->nosock_cap) {
-		struct vsock_hdr *r =
-			&e->nosock[(e->nosock_head + e->nosock_n) % e->nosock_cap];
-
-		/* Source = the address the packet was sent to (CID_ANY is never a source). */
-		*r = (struct vsock_hdr){
-			.src_cid = in->dst_cid == VMADDR_CID_ANY ? vsock_engine_local_cid(e)
-								 : in->dst_cid,
-			.dst_cid = in->src_cid,
-			.src_port = in->dst_port,
-			.dst_port = in->src_port,
-			.type = in->type,
-			.op = VSOCK_OP_RST,
-		};
+		e->nosock[(e->nosock_head + e->nosock_n) % e->nosock_cap] = *rst;
 		was_empty = e->nosock_n++ == 0 && e->tx_n == 0;
 		tx_pending_update(e);
 		queued = true;
@@ -364,7 +350,7 @@ static void queue_nosock_rst(struct vsock_engine *e, const struct vsock_hdr *in,
 	pthread_mutex_unlock(&e->tx_lock);
 	if (!queued) {
 		STAT_INC(e, rst_dropped);
-		return;
+		return false;
 	}
 	atomic_fetch_add_explicit(&e->replies, 1, memory_order_relaxed);
 	if (was_empty) {
@@ -373,6 +359,35 @@ static void queue_nosock_rst(struct vsock_engine *e, const struct vsock_hdr *in,
 		else if (e->ops->tx_ready)
 			e->ops->tx_ready(e->opaque);
 	}
+	return true;
+}
+
+/*
+ * Queues the RST for a packet that has no socket (or a dead one): addresses swapped, same type,
+ * buf_alloc = fwd_cnt = 0. Never in answer to an RST.
+ */
+static void queue_nosock_rst(struct vsock_engine *e, const struct vsock_hdr *in,
+			     struct vsock_sock *held)
+{
+	struct vsock_hdr r;
+
+	if (in->op == VSOCK_OP_RST)
+		return;
+	/* Source = the address the packet was sent to (CID_ANY is never a source). */
+	r = (struct vsock_hdr){
+		.src_cid = in->dst_cid == VMADDR_CID_ANY ? vsock_engine_local_cid(e) : in->dst_cid,
+		.dst_cid = in->src_cid,
+		.src_port = in->dst_port,
+		.dst_port = in->src_port,
+		.type = in->type,
+		.op = VSOCK_OP_RST,
+	};
+	(void)nosock_push(e, &r, held);
+}
+
+bool vsock_sk_nosock_put(struct vsock_engine *e, const struct vsock_hdr *rst)
+{
+	return nosock_push(e, rst, NULL);
 }
 
 /* ---- timers: a min-heap of sockets keyed by deadline, under timer_lock ----------------------- */
@@ -575,6 +590,7 @@ struct vsock_sock *vsock_sk_alloc(struct vsock_engine *e, enum vsock_type type, 
 	}
 	s->e = e;
 	atomic_init(&s->refs, 1);
+	s->id = atomic_fetch_add_explicit(&e->next_id, 1, memory_order_relaxed);
 	mutex_init_adaptive(&s->lock);
 	s->type = type;
 	s->heap_idx = -1;
@@ -696,6 +712,7 @@ int vsock_engine_new(const struct vsock_engine_config *cfg, struct vsock_engine 
 	e->merge = tune_get()->merge;
 	atomic_init(&e->local_cid, cfg->local_cid);
 	atomic_init(&e->tx_pending, 0);
+	atomic_init(&e->next_id, 1);
 	atomic_init(&e->next_deadline, UINT64_MAX);
 	mutex_init_adaptive(&e->tx_lock);
 	pthread_mutex_init(&e->timer_lock, NULL);
@@ -1462,8 +1479,7 @@ uint64_t vsock_engine_next_deadline(struct vsock_engine *e)
 
 /* ---- whole-engine operations ----------------------------------------------------------------- */
 
-/* Snapshot of every live socket, each referenced. Returns the count, or -ENOMEM. */
-static ssize_t collect_socks(struct vsock_engine *e, struct vsock_sock ***ret)
+ssize_t vsock_sk_collect(struct vsock_engine *e, struct vsock_sock ***ret)
 {
 	struct vsock_sock **v;
 	size_t n = 0, i = 0;
@@ -1499,7 +1515,7 @@ static ssize_t collect_socks(struct vsock_engine *e, struct vsock_sock ***ret)
 void vsock_engine_transport_reset(struct vsock_engine *e, uint32_t new_cid)
 {
 	struct vsock_sock **v;
-	ssize_t n = collect_socks(e, &v);
+	ssize_t n = vsock_sk_collect(e, &v);
 
 	pthread_mutex_lock(&e->tx_lock);
 	atomic_fetch_sub_explicit(&e->replies, e->nosock_n, memory_order_relaxed);
@@ -1549,7 +1565,7 @@ void vsock_engine_foreach_sock(struct vsock_engine *e,
 			       void (*fn)(void *arg, const struct vsock_sock_info *info), void *arg)
 {
 	struct vsock_sock **v;
-	ssize_t n = collect_socks(e, &v);
+	ssize_t n = vsock_sk_collect(e, &v);
 
 	for (ssize_t i = 0; i < n; i++) {
 		struct vsock_sock_info info;

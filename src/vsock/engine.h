@@ -421,6 +421,92 @@ void vsock_sock_get_info(struct vsock_sock *s, struct vsock_sock_info *ret);
 void vsock_engine_foreach_sock(struct vsock_engine *e,
 			       void (*fn)(void *arg, const struct vsock_sock_info *info), void *arg);
 
+/* ---- State save and restore (save.c; docs/upgrade.md "The engine's part") ------------------ */
+
+struct rec_writer;
+struct rec_reader;
+
+/*
+ * A socket's id: unique within its engine, never reused by it, and kept by a save and restore.
+ * An owner that keeps something beside an engine socket across a restore (the device role: the
+ * host Unix socket of each connection) saves the id with it and finds the socket again by it
+ * when the restore hands the socket back (vsock_engine_restore's adopt).
+ */
+uint64_t vsock_sock_id(const struct vsock_sock *s);
+
+/* The engine's part of a state record: its schema version (docs/upgrade.md). */
+#define VSOCK_ENGINE_SAVE_SCHEMA 1u
+
+/*
+ * Writes the whole state of e as items of the list w is in (the caller opens and closes it):
+ * every socket with its state machine, addresses, options, credit counters, pending replies,
+ * queued bytes both ways (receive queue with message boundaries, send ring, SEQPACKET message
+ * boundaries and pacing), timers as the time left, listeners with their accept queues,
+ * datagram sockets with their queues, the RSTs queued for no socket, the port allocators, the
+ * socket id counter and the counters. Nothing changes in e.
+ *
+ * Only at a consistent point: the caller guarantees that no other call on e runs until the
+ * save is done (the device role: its own thread, between two passes, nothing popped and not
+ * pushed). Payload bytes that a transport has already pulled are the transport's (in the
+ * guest's RX ring); bytes it has not fed yet likewise (in the TX ring).
+ * Returns 0, -ENOMEM, or the writer's error.
+ */
+int vsock_engine_save(struct vsock_engine *e, struct rec_writer *w);
+
+/*
+ * Recreates the state saved by vsock_engine_save() in e, which must be fresh (no socket, nothing
+ * queued; -EBUSY otherwise) and configured as the saved one was (its local CID; datagrams and
+ * SEQPACKET allowed if the record uses them). r reads the list the save wrote. The record is
+ * checked completely before e is changed in a way anyone can see: on any error e is left as it
+ * was (empty), no callback has been called, and r's document says why (rec_error()).
+ *
+ * On success every socket the application held (created by vsock_sock_new or returned by
+ * vsock_sock_accept, not closed) is handed to adopt, once each, with the reference the
+ * application had: the owner finds its state by vsock_sock_id(s) and sets its user pointer
+ * (vsock_sock_set_user). Sockets in an accept queue are accepted as before; closed sockets that
+ * linger finish on their own. Timers restart with the time they had left at the save. Then
+ * ops->tx_ready tells the transport whatever is ready to pull. No sock_event reports the
+ * restored state: an owner asks each adopted socket once (vsock_sock_poll) after setting it up.
+ * Returns 0, -EBUSY, -EINVAL (adopt NULL), -EBADMSG (malformed or inconsistent state: refused),
+ * -EMFILE (more sockets than max_socks), -ENOMEM.
+ */
+int vsock_engine_restore(struct vsock_engine *e, struct rec_reader *r,
+			 void (*adopt)(void *arg, struct vsock_sock *s), void *arg);
+
+/*
+ * Crash survival (docs/upgrade.md): the engine of a restarted process ends a connection that
+ * the dead one had and that it knows only by its addresses (kept outside the process: the
+ * systemd fd store, or the --isolate supervisor), so that the peer reads end of file or
+ * ECONNRESET at once instead of waiting on a connection nobody serves. Queues an RST from
+ * local_port to (peer_cid, peer_port) for a connection of `type`, on the ring of RSTs that
+ * answer no socket (so at most reply_limit wait; pull, then call again).
+ * Returns 0, -EEXIST (this engine has that connection: it is not ended), -EINVAL (type),
+ * -ENOBUFS (the ring is full; counted in rst_dropped as any RST it has no room for).
+ */
+int vsock_engine_reset_conn(struct vsock_engine *e, enum vsock_type type, uint32_t local_port,
+			    uint32_t peer_cid, uint32_t peer_port);
+
+/* A connection known by its addresses only (what crash survival keeps outside the process). */
+struct vsock_conn_addr {
+	uint32_t type, local_port, peer_cid, peer_port;
+};
+
+/*
+ * The small record crash survival keeps (docs/upgrade.md): the addresses of every connection of
+ * e that the peer may still think open (CONNECTING, PENDING, CONNECTED, CLOSING), as items of
+ * the list w is in, rewritten by the owner whenever the set of connections changes (never per
+ * packet). Returns 0 or the writer's error (-ENOMEM...).
+ */
+int vsock_engine_save_conns(struct vsock_engine *e, struct rec_writer *w);
+/*
+ * Reads what vsock_engine_save_conns wrote: a malloc'd array of *ret_n addresses in *ret (NULL
+ * when none), each checked (type STREAM or SEQPACKET, no port or CID "any"), at most max of
+ * them. Then call vsock_engine_reset_conn for each (pulling whenever it says -ENOBUFS).
+ * Returns 0, -EBADMSG (r's document says why), -E2BIG (more than max), -ENOMEM.
+ */
+int vsock_engine_read_conns(struct rec_reader *r, size_t max, struct vsock_conn_addr **ret,
+			    size_t *ret_n);
+
 /* ---- Datagrams (dgram.c; docs/vsock-protocol.md "Datagrams") ------------------------------ */
 
 /*

@@ -73,6 +73,9 @@ struct dgram_pkt {
  * (taken only with trylock: a busy pool means malloc, never a wait).
  */
 #define DG_POOL_CLASSES 5
+/* The range of a datagram socket's SO_RCVBUF / SO_SNDBUF (vsock_dgram_set_buf). */
+#define DG_BUF_MIN 4096u
+#define DG_BUF_MAX (64u * 1024u * 1024u)
 #define DG_POOL_NONE UINT32_MAX
 struct dgram_pool {
 	_Atomic(struct dgram_pkt *) top;
@@ -99,6 +102,7 @@ struct dgram_queue {
 struct vsock_sock {
 	struct vsock_engine *e;
 	atomic_uint refs;
+	uint64_t id;          /* vsock_sock_id(): set at creation (or restore), then read-only */
 	pthread_mutex_t lock;
 	enum vsock_type type; /* set at creation, then read-only */
 
@@ -129,6 +133,7 @@ struct vsock_sock {
 	bool request_sent;   /* the REQUEST left through pull (connect cancel then needs RST) */
 	bool ev_deferred;    /* a batch holds a deferred event for this socket */
 	bool kick;           /* call ops->tx_ready after unlocking */
+	bool save_mark;      /* save.c: queued on a listener (the caller's consistent point) */
 	uint32_t bound_cid, local_port, peer_cid, peer_port;
 	int err;             /* pending SO_ERROR, positive errno */
 	unsigned shutdown;   /* our sticky SHUTDOWN flags */
@@ -211,6 +216,7 @@ struct vsock_engine {
 	struct vsock_sock *wildcard[3]; /* by type; Protected by all_lock */
 
 	atomic_uint socks_open;
+	_Atomic uint64_t next_id; /* the id of the next socket (vsock_sock_id) */
 	/* The data-path switches of src/util/tune.h, read once at creation (constant). */
 	bool credit_reduce; /* off: a credit update after every read */
 	bool rx_batch;      /* off: feed_batch takes each packet's socket lock on its own */
@@ -366,6 +372,37 @@ bool vsock_dgram_pending(struct vsock_engine *e);
  */
 ssize_t vsock_dgram_pull(struct vsock_engine *e, struct vsock_hdr *h, const struct iovec *iov,
 			 int iovcnt, size_t max_payload, bool first);
+/*
+ * save.c's access to the datagram queues, at a consistent point only (docs/upgrade.md: no other
+ * engine call runs). vsock_dgram_foreach_tx calls fn for every queued outgoing datagram, oldest
+ * first. vsock_dgram_pkt_new allocates a datagram of len bytes (payload not set) or NULL;
+ * vsock_dgram_pkt_free gives one back. vsock_dgram_rx_append appends p to s's receive queue
+ * (s locked; also the receive path's append, after its SO_RCVBUF check) and
+ * vsock_dgram_restore_tx queues p for pull on behalf of s (taking a reference on s; the
+ * caller charged s's send quota, dg_wmem); both take p and never fail: the caller checked the
+ * limits. vsock_dgram_restore_tx returns true if the transport must be told (tx_ready).
+ */
+void vsock_dgram_foreach_tx(struct vsock_engine *e,
+			    void (*fn)(void *arg, const struct dgram_pkt *p), void *arg);
+struct dgram_pkt *vsock_dgram_pkt_new(struct vsock_engine *e, uint32_t len);
+void vsock_dgram_pkt_free(struct vsock_engine *e, struct dgram_pkt *p);
+void vsock_dgram_rx_append(struct vsock_sock *s, struct dgram_pkt *p);
+bool vsock_dgram_restore_tx(struct vsock_sock *s, struct dgram_pkt *p);
+/* The charge of one datagram against SO_RCVBUF / SO_SNDBUF (payload + VSOCK_DGRAM_OVERHEAD). */
+static inline uint64_t vsock_dgram_cost(uint32_t len)
+{
+	return (uint64_t)len + VSOCK_DGRAM_OVERHEAD;
+}
+
+/*
+ * sock.c: the send ring. vsock_sk_tx_reserve makes room for `need` queued bytes in all (0 or
+ * -ENOMEM); vsock_sk_tx_write appends n bytes of the iov (room reserved). s locked.
+ */
+int vsock_sk_tx_reserve(struct vsock_sock *s, uint32_t need);
+void vsock_sk_tx_write(struct vsock_sock *s, const struct iovec *iov, int iovcnt, uint32_t n);
+/* engine.c: queues an RST that answers no socket (save.c restores the saved ones); false when
+ * the ring is full. */
+bool vsock_sk_nosock_put(struct vsock_engine *e, const struct vsock_hdr *rst);
 /* sock.c: bind of a locked socket (bind(2), listen's and the datagram send's auto-bind). */
 int vsock_sk_bind_locked(struct vsock_sock *s, uint32_t cid, uint32_t port);
 
@@ -376,6 +413,8 @@ int vsock_sk_bind_locked(struct vsock_sock *s, uint32_t cid, uint32_t port);
  * to -EMFILE (max_socks) or -ENOMEM. Takes all_lock (a leaf), so any socket lock may be held.
  */
 struct vsock_sock *vsock_sk_alloc(struct vsock_engine *e, enum vsock_type type, int *err);
+/* Snapshot of every live socket, each referenced. Returns the count, or -ENOMEM. */
+ssize_t vsock_sk_collect(struct vsock_engine *e, struct vsock_sock ***ret);
 /* s's current poll mask (VSOCK_POLL*). */
 unsigned vsock_sk_poll_locked(const struct vsock_sock *s);
 /* Reports a possible poll-mask change of s (ops->sock_event), deferred to a batch's end by cx. */

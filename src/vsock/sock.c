@@ -43,6 +43,11 @@ int vsock_sock_new(struct vsock_engine *e, enum vsock_type type, struct vsock_so
 	return 0;
 }
 
+uint64_t vsock_sock_id(const struct vsock_sock *s)
+{
+	return s->id;
+}
+
 void vsock_sock_set_user(struct vsock_sock *s, void *user)
 {
 	sock_lock(s);
@@ -282,7 +287,7 @@ out:
 	return r;
 }
 
-static int tx_reserve(struct vsock_sock *s, uint32_t need)
+int vsock_sk_tx_reserve(struct vsock_sock *s, uint32_t need)
 {
 	uint8_t *nb;
 	uint32_t ncap;
@@ -328,8 +333,7 @@ static int msg_reserve(struct vsock_sock *s)
 	return 0;
 }
 
-/* Appends n bytes from the iov to the TX ring (space reserved by the caller). */
-static void tx_ring_write(struct vsock_sock *s, const struct iovec *iov, int iovcnt, uint32_t n)
+void vsock_sk_tx_write(struct vsock_sock *s, const struct iovec *iov, int iovcnt, uint32_t n)
 {
 	uint32_t tail = (s->tx_head + s->tx_len) & (s->tx_cap - 1);
 	uint32_t first = MIN(n, s->tx_cap - tail);
@@ -372,11 +376,11 @@ ssize_t vsock_sock_send(struct vsock_sock *s, const struct iovec *iov, int iovcn
 			r = -EAGAIN;
 			goto out;
 		}
-		if (tx_reserve(s, s->tx_len + (uint32_t)total) < 0 || msg_reserve(s) < 0) {
+		if (vsock_sk_tx_reserve(s, s->tx_len + (uint32_t)total) < 0 || msg_reserve(s) < 0) {
 			r = -ENOMEM;
 			goto out;
 		}
-		tx_ring_write(s, iov, iovcnt, (uint32_t)total);
+		vsock_sk_tx_write(s, iov, iovcnt, (uint32_t)total);
 		s->msgs[(s->msg_head + s->msg_n) & (s->msg_cap - 1)] =
 			(struct tx_msg){(uint32_t)total, (flags & VSOCK_MSG_EOR) ? 1u : 0u};
 		s->msg_n++;
@@ -390,11 +394,11 @@ ssize_t vsock_sock_send(struct vsock_sock *s, const struct iovec *iov, int iovcn
 			goto out;
 		}
 		n = (uint32_t)MIN((size_t)space, total);
-		if (tx_reserve(s, s->tx_len + n) < 0) {
+		if (vsock_sk_tx_reserve(s, s->tx_len + n) < 0) {
 			r = -ENOMEM;
 			goto out;
 		}
-		tx_ring_write(s, iov, iovcnt, n);
+		vsock_sk_tx_write(s, iov, iovcnt, n);
 		r = n;
 	}
 	vsock_sk_kick_tx(s);

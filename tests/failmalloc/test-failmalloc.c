@@ -29,6 +29,7 @@
 #include "../../examples/embed-guest.h"
 #include "test.h"
 #include "vhost_user/backend.h"
+#include "util/rec.h"
 #include "vhost_user/msg.h"
 #include "vsock/engine.h"
 
@@ -385,6 +386,27 @@ static int eng_session(struct fm_run *run, struct vsock_engine *g, struct vsock_
 	return r;
 }
 
+/* Engines g (CID 3) and h (CID 2); cfg is left as h's. */
+static int eng_pair_new(struct fm_run *run, struct vsock_engine_config *cfg,
+			struct vsock_engine **g, struct vsock_engine **h)
+{
+	int r;
+
+	vsock_engine_config_default(cfg);
+	cfg->ops = &eng_ops;
+	cfg->local_cid = 3;
+	r = vsock_engine_new(cfg, g);
+	if (r < 0)
+		return fm_failed_call(run, "vsock_engine_new(3)", r);
+	cfg->local_cid = 2;
+	r = vsock_engine_new(cfg, h);
+	if (r < 0) {
+		vsock_engine_free(*g);
+		return fm_failed_call(run, "vsock_engine_new(2)", r);
+	}
+	return 0;
+}
+
 static int scen_engine(struct fm_run *run)
 {
 	struct vsock_engine_config cfg;
@@ -392,18 +414,9 @@ static int scen_engine(struct fm_run *run)
 	struct vsock_sock *l = NULL, *c = NULL, *a = NULL;
 	int r;
 
-	vsock_engine_config_default(&cfg);
-	cfg.ops = &eng_ops;
-	cfg.local_cid = 3;
-	r = vsock_engine_new(&cfg, &g);
+	r = eng_pair_new(run, &cfg, &g, &h);
 	if (r < 0)
-		return fm_failed_call(run, "vsock_engine_new(3)", r);
-	cfg.local_cid = 2;
-	r = vsock_engine_new(&cfg, &h);
-	if (r < 0) {
-		vsock_engine_free(g);
-		return fm_failed_call(run, "vsock_engine_new(2)", r);
-	}
+		return r;
 	r = eng_session(run, g, h, &l, &c, &a);
 	vsock_sock_close(c);
 	vsock_sock_close(a);
@@ -424,6 +437,141 @@ static const int eng_ok[] = { ECONNRESET, 0 };
 TEST(engine_survives_every_allocation_failing)
 {
 	fm_every_allocation("engine", scen_engine, eng_ok);
+}
+
+/*
+ * The engine's state save and restore (src/vsock/save.c): a session with bytes queued both ways,
+ * h saved, freed and restored into a fresh engine, the connection used again. An allocation
+ * that fails in the save fails the save; one that fails in the restore fails it and leaves
+ * the fresh engine empty (nothing live once it is freed: the rollback freed what it built).
+ */
+static struct vsock_sock *eng_adopted[4];
+static unsigned eng_nadopted;
+
+static void eng_adopt(void *arg, struct vsock_sock *s)
+{
+	(void)arg;
+	if (eng_nadopted < 4)
+		eng_adopted[eng_nadopted++] = s;
+}
+
+static int eng_save_restore(struct fm_run *run, struct vsock_engine **h,
+			    const struct vsock_engine_config *cfg)
+{
+	struct rec_writer w;
+	struct rec_reader rd;
+	struct rec_doc d;
+	const uint8_t *b;
+	size_t len;
+	int r;
+
+	rec_writer_init(&w, REC_KIND_ENGINE, 1);
+	r = vsock_engine_save(*h, &w);
+	if (r == 0)
+		r = rec_writer_finish(&w, &b, &len);
+	if (r < 0) {
+		rec_writer_free(&w);
+		return fm_failed_call(run, "vsock_engine_save", r);
+	}
+	vsock_engine_free(*h);
+	*h = NULL;
+	r = vsock_engine_new(cfg, h);
+	if (r < 0) {
+		rec_writer_free(&w);
+		return fm_failed_call(run, "vsock_engine_new(2, again)", r);
+	}
+	r = rec_open(&d, b, len, REC_KIND_ENGINE, 1, 1, NULL, 0);
+	if (r == 0) {
+		rec_root(&d, &rd, "engine");
+		r = vsock_engine_restore(*h, &rd, eng_adopt, NULL);
+		rec_doc_fini(&d);
+	}
+	rec_writer_free(&w);
+	if (r < 0) {
+		struct vsock_engine_stats st;
+
+		vsock_engine_get_stats(*h, &st);
+		if (st.socks_open != 0 || eng_nadopted != 0 || vsock_engine_has_pending(*h))
+			return fm_wrong(run, -EIO, "a failed restore left %llu sockets",
+					(unsigned long long)st.socks_open);
+		return fm_failed_call(run, "vsock_engine_restore", r);
+	}
+	if (eng_nadopted != 2 || vsock_sock_id(eng_adopted[0]) == vsock_sock_id(eng_adopted[1]))
+		return fm_wrong(run, -EIO, "%u sockets handed back", eng_nadopted);
+	return 0;
+}
+
+static int scen_engine_save(struct fm_run *run)
+{
+	struct vsock_engine_config cfg;
+	struct vsock_engine *g = NULL, *h = NULL;
+	struct vsock_sock *l = NULL, *c = NULL, *a = NULL;
+	struct iovec iov = { (void *)"queued", 6 };
+	uint64_t id_l = 0, id_a = 0;
+	ssize_t n;
+	int r;
+
+	eng_nadopted = 0;
+	r = eng_pair_new(run, &cfg, &g, &h);
+	if (r < 0)
+		return r;
+	r = eng_session(run, g, h, &l, &c, &a);
+	/* Bytes queued both ways at the save: in h's send ring, and unread in h. */
+	if (r == 0 && (n = vsock_sock_send(a, &iov, 1, 0)) != 6)
+		r = n < 0 ? fm_failed_call(run, "vsock_sock_send(a)", (int)n)
+			  : fm_wrong(run, -EIO, "send before the save");
+	if (r == 0 && (n = vsock_sock_send(c, &iov, 1, 0)) != 6)
+		r = n < 0 ? fm_failed_call(run, "vsock_sock_send(c)", (int)n)
+			  : fm_wrong(run, -EIO, "send before the save");
+	if (r == 0)
+		eng_pump(g, h);
+	if (r == 0) {
+		id_l = vsock_sock_id(l);
+		id_a = vsock_sock_id(a);
+		r = eng_save_restore(run, &h, &cfg);
+		/* h's old sockets went with the old engine; the restored ones replace them. */
+		l = a = NULL;
+		for (unsigned i = 0; i < eng_nadopted; i++) {
+			if (vsock_sock_id(eng_adopted[i]) == id_l)
+				l = eng_adopted[i];
+			if (vsock_sock_id(eng_adopted[i]) == id_a)
+				a = eng_adopted[i];
+		}
+		if (r == 0 && (!l || !a))
+			r = fm_wrong(run, -EIO, "the listener or the connection is missing");
+	}
+	if (r == 0) {
+		char got[16];
+		struct iovec riov = { got, sizeof(got) };
+
+		eng_pump(g, h);
+		for (int i = 0; i < 2 && r == 0; i++) {
+			struct vsock_sock *s = i ? c : a;
+
+			if (vsock_sock_recv(s, &riov, 1, 0, NULL) != 6) {
+				/* Bytes a receiver could not store reset the connection. */
+				int e = vsock_sock_take_error(s);
+
+				r = fm_wrong(run, e ? -e : -EIO,
+					     "the queued bytes did not cross the restore");
+			}
+		}
+	}
+	if (r == 0)
+		r = eng_transfer(run, g, h, c, a, "again");
+	vsock_sock_close(c);
+	vsock_sock_close(a);
+	vsock_sock_close(l);
+	if (h)
+		eng_pump(g, h);
+	vsock_engine_free(g);
+	vsock_engine_free(h);
+	return r;
+}
+
+TEST(engine_save_restore_survives_every_allocation_failing)
+{
+	fm_every_allocation("engine-save", scen_engine_save, eng_ok);
 }
 
 /* ---- (b) the vhost-user back-end -------------------------------------------------------- */
