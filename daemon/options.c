@@ -182,6 +182,7 @@ enum vm_key {
 	KEY_FD,
 	KEY_NAME,
 	KEY_MAXCONNS,
+	KEY_CONNREPLY,
 	_KEY_MAX,
 };
 
@@ -196,6 +197,7 @@ static const char *const key_names[_KEY_MAX] = {
 	[KEY_FD] = "fd",
 	[KEY_NAME] = "name",
 	[KEY_MAXCONNS] = "max-conns",
+	[KEY_CONNREPLY] = "connect-reply",
 };
 
 /* Key names compare with '_' and '-' equal (vhost-device-vsock accepts both). */
@@ -262,6 +264,9 @@ static int set_key(struct uvsockd_vm_config *vm, int key, const char *v, char *e
 		return ops_cfg_set_name(vm->name, "name", v, err, errlen);
 	case KEY_MAXCONNS:
 		return ops_cfg_set_max_conns(&vm->max_conns, "max-conns", v, err, errlen);
+	case KEY_CONNREPLY:
+		return ops_cfg_set_connect_reply(&vm->ok_guest_port, "connect-reply", v, err,
+						 errlen);
 	}
 	return -EINVAL;
 }
@@ -1040,7 +1045,8 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"  --vm KEY=VALUE[,KEY=VALUE...]\n"
 		"                          one VM (repeatable); keys: guest-cid, socket, fd,\n"
 		"                          uds-path, tx-buffer-size, queue-size, groups,\n"
-		"                          cgroup, name, max-conns ('_' may replace '-')\n"
+		"                          cgroup, name, max-conns, connect-reply\n"
+		"                          ('_' may replace '-')\n"
 		"  --guest-cid N           guest CID (3..4294967294, default 3)\n"
 		"  --socket PATH           vhost-user socket the VMM connects to\n"
 		"                          (alias: --socket-path)\n"

@@ -59,6 +59,7 @@ struct uvsockd_vm_config {
 	int fd;
 	char name[OPS_CFG_NAME_MAX + 1]; /* name= for logs, uvsock-stat, vm-remove ("" = vm<cid>) */
 	uint32_t max_conns; /* max-conns=: host-side connections (0 = the fd budget's share) */
+	bool ok_guest_port; /* connect-reply=guest-port: "OK <guest port>" to a host CONNECT */
 };
 
 enum uvsockd_action {

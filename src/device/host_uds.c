@@ -519,7 +519,8 @@ static void read_connect_line(struct hconn *c)
 static int send_ok(struct hconn *c)
 {
 	char line[16];
-	size_t n = uds_connect_format_ok(line, c->local_port);
+	size_t n = uds_connect_format_ok(line, c->dev->ok_guest_port ? peer_port_of(c)
+								    : c->local_port);
 	ssize_t w = send(c->fd, line, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 	/* A fresh socket's send buffer always takes 15 bytes; anything else means it is gone. */

@@ -75,6 +75,7 @@ struct ops_vm_config {
 	char cgroup[OPS_CFG_CGROUP_PATH_MAX + 1]; /* absolute path, or "" */
 	char name[OPS_CFG_NAME_MAX + 1];          /* "" = the default, vm<cid> */
 	uint32_t max_conns;                       /* 0 = the daemon's fd budget share */
+	bool ok_guest_port; /* connect_reply: guest-port ("OK <guest port>", vhost-device-vsock) */
 	unsigned line; /* line of the entry's `-` */
 };
 
@@ -108,6 +109,12 @@ int ops_config_load(const char *path, struct ops_config *ret, char *err, size_t 
 int ops_cfg_set_name(char *dst, const char *key, const char *v, char *err, size_t errlen);
 int ops_cfg_set_max_conns(uint32_t *dst, const char *key, const char *v, char *err,
 			  size_t errlen);
+/*
+ * connect-reply=host-port|guest-port: the number of the "OK <port>" answer to a host program's
+ * CONNECT (docs/uvsockd.md, "Host-side address forms"). Sets *guest_port. 0 or -EINVAL.
+ */
+int ops_cfg_set_connect_reply(bool *guest_port, const char *key, const char *v, char *err,
+			      size_t errlen);
 
 /* Frees what a parse allocated. Safe on a zeroed config. */
 void ops_config_clear(struct ops_config *c);

@@ -49,6 +49,7 @@ static inline int ops_config_to_uvsockd(const struct ops_config *src, struct uvs
 		memcpy(d->cgroup, s->cgroup, sizeof(d->cgroup));
 		memcpy(d->name, s->name, sizeof(d->name));
 		d->max_conns = s->max_conns;
+		d->ok_guest_port = s->ok_guest_port;
 	}
 	dst->n_vms += src->n_vms;
 	if (src->have_log_level)
