@@ -58,6 +58,13 @@ BANNER
 	finish 0
 fi
 
+# uvsock.mode=script: the program an extra archive put at /etc/uvsock/script (a test's own guest
+# side, e.g. tests/clients/ssh-vsock-mux.sh), then power off.
+if [ "$mode" = script ] && [ -x /etc/uvsock/script ]; then
+	/etc/uvsock/script
+	finish $?
+fi
+
 /bin/uvsock-guest run
 rc=$?
 # Then the conformance table against this kernel, if asked (uvsock.kconf=loopback,
