@@ -362,6 +362,7 @@ enum {
 	OPT_LOG_LEVEL,
 	OPT_ISOLATE,
 	OPT_PRINT_CAPS,
+	OPT_CHECK_CONFIG,
 	OPT_TUNE,
 	OPT_BUSY_POLL,
 	OPT_SOCKET_MODE,
@@ -382,6 +383,7 @@ static const struct option long_opts[] = {
 	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 	{ "isolate", no_argument, NULL, OPT_ISOLATE },
 	{ "print-capabilities", no_argument, NULL, OPT_PRINT_CAPS },
+	{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
 	{ "tune", required_argument, NULL, OPT_TUNE },
 	{ "busy-poll-us", required_argument, NULL, OPT_BUSY_POLL },
 	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
@@ -671,6 +673,9 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 			break;
 		case OPT_ISOLATE:
 			c.isolate = true;
+			break;
+		case OPT_CHECK_CONFIG:
+			c.check_config = true;
 			break;
 		case OPT_VM: {
 			struct uvsockd_vm_config vm;
@@ -1093,6 +1098,8 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"  --dgram-max SIZE        largest datagram payload (1..65492, default 65492)\n"
 		"  --log-level LEVEL       error, warn, info (default) or debug\n"
 		"  --print-capabilities    print the vhost-user backend capabilities as JSON\n"
+		"  --check-config          check the command line and the --config file, say\n"
+		"                          so and exit (0, or 2 with the error); binds nothing\n"
 		"                          and exit, ignoring every other option\n"
 		"  -h, --help              print this help\n"
 		"  -V, --version           print the version\n"

@@ -84,6 +84,8 @@ struct uvsockd_config {
 	/* --isolate or `isolate: true`: run each sibling group's VMs in a worker process of its own
 	 * (daemon/isolate.c); not combinable with --capture. */
 	bool isolate;
+	/* --check-config: parse and check everything a start would parse, report, exit */
+	bool check_config;
 	/* --guest-memory-max / --guest-memory-total-max: caps on mapped guest memory per VM and per
 	 * process (src/vring/guest_mem.h); 0 = the default (1 TiB, 16 TiB). */
 	uint64_t guest_memory_max;
