@@ -51,6 +51,8 @@ if [ "$mode" = shell ]; then
   uvsock guest shell (kernel $(uname -r), guest CID ${cid:-unknown}).
   To the host:  uvsock-guest connect 2 PORT    (host listens on <uds-path>_PORT)
   From host:    uvsock-guest listen PORT       (host: CONNECT PORT on <uds-path>)
+$([ -x /usr/bin/socat ] && echo "  Debian tools: socat - VSOCK-CONNECT:2:PORT    socat VSOCK-LISTEN:PORT,fork EXEC:cat
+                ncat --vsock 2 PORT            ncat --vsock -l PORT            ssh")
   'poweroff -f' (or exit this shell) stops the VM.
 
 BANNER
