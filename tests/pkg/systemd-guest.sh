@@ -99,8 +99,18 @@ ln -s ../uvsock-systest.service "$ov/etc/systemd/system/multi-user.target.wants/
 GUEST_OVERLAY=$ov build_initramfs "$KDIR" "$bb" "$T/initrd.cpio" || { notok "initramfs"; exit 1; }
 UVSOCK_INTEROP_MEM=1024 qemu_args "$KDIR" "$T/initrd.cpio" \
 	"rdinit=/lib/systemd/systemd systemd.unit=multi-user.target systemd.show_status=0" "$T/console.log"
-"$INTEROP_QEMU" "${QEMU_ARGS[@]}" >"$T/qemu.log" 2>&1 &
-qpid=$!
+# A kernel that panics before userspace (under TCG on a loaded machine: "IO-APIC + timer doesn't
+# work") is booted once more, loudly, as tests/interop/interop.sh does.
+for attempt in 1 2; do
+	"$INTEROP_QEMU" "${QEMU_ARGS[@]}" >"$T/qemu.log" 2>&1 &
+	qpid=$!
+	wait_for_line "$T/console.log" '^UVSOCK-SYS (done|pid1)|Kernel panic' 600 "$qpid" |
+		grep -q 'Kernel panic' || break
+	[ $attempt = 2 ] && break
+	echo "# boot attempt 1 panicked before userspace: $(grep -a -m1 'Kernel panic' "$T/console.log" | cut -c1-120); booting again"
+	kill -KILL "$qpid" 2>/dev/null; wait "$qpid" 2>/dev/null
+	mv "$T/console.log" "$T/console.log.attempt1"
+done
 if ! wait_for_line "$T/console.log" '^UVSOCK-SYS done' 600 "$qpid" >/dev/null; then
 	notok "the guest did not run the steps (systemd as PID 1)"
 	sed 's/^/# /' "$T/console.log" "$T/qemu.log" | tail -n 60
