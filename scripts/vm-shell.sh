@@ -70,6 +70,10 @@ if [ $TOOLS = yes ]; then
 		bins=()
 		for t in $GUEST_TOOLS; do bins+=("${t#*:}"); done
 		debs_overlay "$DEBS_ROOT" "$T/tools" "${bins[@]}" && OVERLAY=$T/tools
+		# ssh wants a user for its uid.
+		mkdir -p "$T/tools/etc" "$T/tools/root"
+		echo 'root:x:0:0:root:/root:/bin/sh' >"$T/tools/etc/passwd"
+		echo 'root:x:0:' >"$T/tools/etc/group"
 	fi
 	[ -n "$OVERLAY" ] || echo "vm-shell: no socat/ncat/ssh in the guest (fetch failed); uvsock-guest only" >&2
 fi
