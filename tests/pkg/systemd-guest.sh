@@ -117,18 +117,25 @@ if ! wait_for_line "$T/console.log" '^UVSOCK-SYS done' 600 "$qpid" >/dev/null; t
 	exit 1
 fi
 line() { grep -a -m1 "^UVSOCK-SYS $1" "$T/console.log" | tr -d '\r'; }
-check() { # check DESC KEY REGEX
-	local l
-	l=$(line "$2")
-	if echo "$l" | grep -qE "$3"; then ok "$1 (${l#UVSOCK-SYS })"; else notok "$1 (got: ${l:-nothing})"; fi
+check() { # check DESC KEY REGEX... (every REGEX must match the step's line)
+	local l desc=$1 key=$2 re
+	shift 2
+	l=$(line "$key")
+	for re in "$@"; do
+		echo "$l" | grep -qE "$re" || { notok "$desc (got: ${l:-nothing})"; return; }
+	done
+	ok "$desc (${l#UVSOCK-SYS })"
 }
 check "systemd is PID 1 in the guest" pid1= 'pid1=systemd '
 check "systemctl start uvsockd@example returns after READY=1" "start" 'rc=0$'
-check "active, STATUS= from uvsockd" "show" 'ActiveState=active;.*StatusText=serving_1_VM'
+check "active, STATUS= from uvsockd" "show" 'ActiveState=active;' 'StatusText=serving_1_VM'
 check "sockets under /run/uvsockd/example" "sockets" 'vm3.sock vm3.sock.ctl vm3.vsock'
 check "systemctl reload: checked, then SIGHUP" "reload rc" 'rc=0$'
+check "uvsockd re-read its file on the reload's SIGHUP" "reread" 'reread [1-9]'
 check "a typo fails the reload, the daemon keeps running" "reload-typo" 'rc=[1-9][0-9]* active$'
-check "a unit whose file has a typo fails once (exit 2), no restart" "typo-show" 'ActiveState=failed;.*ExecMainStatus=2;NRestarts=0'
+check "a unit whose file has a typo fails once (exit 2), no restart" "typo-show" \
+	'ActiveState=failed;' 'ExecMainStatus=2;' 'NRestarts=0;'
+check "its journal has uvsockd's message" "typo-log" "unknown_key_'uds_pth'"
 check "systemd-analyze security scores the unit" "security" 'exposure'
 check "systemctl stop: inactive, sockets removed" "stop" 'rc=0 inactive left=0$'
 sed -n '/UVSOCK-SYS security/,/UVSOCK-SYS stop/p' "$T/console.log" | grep -a -E '^(→|✓|✗)|Overall' | sed 's/^/# /' | head -n 60
