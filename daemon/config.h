@@ -4,7 +4,7 @@
  * rust-vmm vhost-device-vsock's configuration file, so one file serves both:
  *
  *   # uvsockd.yaml
- *   control: /run/uvsockd.ctl        # optional: control socket path
+ *   control: /run/uvsockd/control.sock        # optional: control socket path
  *   log_level: info                  # optional: error, warn, info, debug
  *   isolate: true                    # optional: one worker process per sibling group
  *   vms:

@@ -264,11 +264,8 @@ static int parse_opts(int argc, char **argv, const char *version, struct opts *o
 	}
 	if (o->control)
 		o->socket = NULL;
-	else if (!o->socket || !*o->socket) {
-		fprintf(err, "uvsock-stat: no control socket: use --socket PATH or set $%s\n",
-			OPS_STATCLI_ENV);
-		return -1;
-	}
+	else if (!o->socket || !*o->socket)
+		o->socket = OPS_CTL_DEFAULT_PATH; /* the packaged uvsockd.service's */
 	if (o->capture && (o->watch || o->json || o->counters || o->conns)) {
 		fprintf(err, "uvsock-stat: --capture does not combine with --watch, --json, "
 			     "--counters or --conns\n");
@@ -675,7 +672,9 @@ static int connect_daemon(const struct opts *o, int *fd, FILE *err)
 	else if (r == -ENOTSOCK)
 		fprintf(err, "uvsock-stat: %s is not a socket\n", p);
 	else
-		fprintf(err, "uvsock-stat: cannot connect to %s: %s\n", p, strerror(-r));
+		fprintf(err, "uvsock-stat: cannot connect to %s: %s%s\n", p, ops_ctl_why(r),
+			strcmp(p, OPS_CTL_DEFAULT_PATH) ? "" : " (the default; give --socket PATH "
+			"or set $" OPS_STATCLI_ENV ")");
 	return -1;
 }
 

@@ -217,6 +217,27 @@ TEST(watch_text_time_and_rates)
 	fake_stop(&f);
 }
 
+/* No --socket and no $UVSOCK_CONTROL: the packaged default, and a failure naming it and why. */
+TEST(default_control_socket)
+{
+	char *saved = getenv("UVSOCK_CONTROL") ? strdup(getenv("UVSOCK_CONTROL")) : NULL;
+	struct run r;
+
+	unsetenv("UVSOCK_CONTROL");
+	if (access("/run/uvsockd/control.sock", F_OK) == 0)
+		test_skip("a uvsockd serves /run/uvsockd/control.sock on this machine");
+	r = stat_run((const char *[]){ "--counters", NULL });
+	ASSERT_EQ(r.rc, 1);
+	ASSERT_TRUE(strstr(r.err, "cannot connect to /run/uvsockd/control.sock: no such socket: "
+				  "is uvsockd running") != NULL);
+	ASSERT_TRUE(strstr(r.err, "(the default; give --socket PATH or set $UVSOCK_CONTROL)") !=
+		    NULL);
+	run_free(&r);
+	if (saved)
+		setenv("UVSOCK_CONTROL", saved, 1);
+	free(saved);
+}
+
 /* GNU getopt_long: --opt=value, --opt value and -oVALUE are the same. */
 TEST(option_forms)
 {
@@ -245,7 +266,6 @@ TEST(usage_errors)
 		const char *args[8];
 		const char *msg;
 	} cases[] = {
-		{ { NULL }, "no control socket" },
 		{ { "-s", "/x", "--bogus", NULL }, "unknown option '--bogus'" },
 		{ { "-s", NULL }, "-s needs a value" },
 		{ { "-s", "/x", "--vm", "abc", NULL }, "--vm 'abc' is not a CID" },
@@ -283,7 +303,8 @@ TEST(usage_errors)
 	run_free(&r);
 	r = stat_run((const char *[]){ "-s", "/nonexistent/ctl", NULL });
 	ASSERT_EQ(r.rc, 1);
-	ASSERT_TRUE(strstr(r.err, "cannot connect to /nonexistent/ctl: No such file") != NULL);
+	ASSERT_TRUE(strstr(r.err, "cannot connect to /nonexistent/ctl: no such socket: is uvsockd "
+				  "running") != NULL);
 	run_free(&r);
 }
 
