@@ -33,6 +33,8 @@ interop-deps:
 		echo "make: interop-deps failed; the interop tests will skip (exit 77)" >&2
 	@scripts/fetch-qemu.sh >/dev/null || \
 		echo "make: scripts/fetch-qemu.sh failed; interop-inorder will skip (exit 77)" >&2
+	@scripts/fetch-guest-tools.sh || \
+		echo "make: scripts/fetch-guest-tools.sh failed; ssh-vsock-mux will skip (exit 77)" >&2
 
 # The Debian package test's tools and build dependencies (tests/pkg); without them that test
 # skips loudly (exit 77).

@@ -25,7 +25,7 @@
 #include "util/macros.h"
 
 enum vm_key {
-	K_CID, K_SOCKET, K_UDS, K_TXBUF, K_QSIZE, K_GROUPS, K_CGROUP, K_NAME, K_MAXCONNS, _K_MAX
+	K_CID, K_SOCKET, K_UDS, K_TXBUF, K_QSIZE, K_GROUPS, K_CGROUP, K_NAME, K_MAXCONNS, K_CONNREPLY, _K_MAX
 };
 
 static const char *const vm_key_names[_K_MAX] = {
@@ -38,6 +38,7 @@ static const char *const vm_key_names[_K_MAX] = {
 	[K_CGROUP] = "cgroup",
 	[K_NAME] = "name",
 	[K_MAXCONNS] = "max_conns",
+	[K_CONNREPLY] = "connect_reply",
 };
 
 enum top_key { T_VMS, T_CONTROL, T_LOG_LEVEL, T_ISOLATE, _T_MAX };
@@ -249,11 +250,14 @@ static int set_vm_key(struct parser *p, int key, const char *v, bool flow)
 				    v);
 		return set_path(p, vm->cgroup, "cgroup", v, UVSOCKD_CGROUP_PATH_MAX);
 	case K_NAME:
-	case K_MAXCONNS: {
+	case K_MAXCONNS:
+	case K_CONNREPLY: {
 		char msg[256];
 		int r = key == K_NAME ? config_set_name(vm->name, "name", v, msg, sizeof(msg))
-				      : config_set_max_conns(&vm->max_conns, "max_conns", v, msg,
-							      sizeof(msg));
+			: key == K_MAXCONNS ? config_set_max_conns(&vm->max_conns, "max_conns", v,
+								    msg, sizeof(msg))
+			: config_set_connect_reply(&vm->ok_guest_port, "connect_reply", v, msg,
+						    sizeof(msg));
 
 		return r < 0 ? fail(p, "%s", msg) : 0;
 	}
@@ -803,6 +807,19 @@ int config_set_max_conns(uint32_t *dst, const char *key, const char *v, char *er
 		return -EINVAL;
 	}
 	*dst = (uint32_t)n;
+	return 0;
+}
+
+int config_set_connect_reply(bool *guest_port, const char *key, const char *v, char *err,
+			     size_t errlen)
+{
+	if (strcmp(v, "host-port") && strcmp(v, "guest-port")) {
+		snprintf(err, errlen, "%s '%.40s' must be host-port (\"OK <host-side port>\", as "
+			 "Firecracker) or guest-port (\"OK <guest port>\", as vhost-device-vsock)",
+			 key, v);
+		return -EINVAL;
+	}
+	*guest_port = v[0] == 'g';
 	return 0;
 }
 

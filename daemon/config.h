@@ -4,7 +4,7 @@
  * rust-vmm vhost-device-vsock's configuration file, so one file serves both:
  *
  *   # uvsockd.yaml
- *   control: /run/uvsockd.ctl        # optional: control socket path
+ *   control: /run/uvsockd/control.sock        # optional: control socket path
  *   log_level: info                  # optional: error, warn, info, debug
  *   isolate: true                    # optional: one worker process per sibling group
  *   vms:
@@ -78,6 +78,12 @@ int config_file_load(const char *path, struct config_file *ret, char *err, size_
 int config_set_name(char *dst, const char *key, const char *v, char *err, size_t errlen);
 int config_set_max_conns(uint32_t *dst, const char *key, const char *v, char *err,
 			 size_t errlen);
+/*
+ * connect-reply=host-port|guest-port: the number of the "OK <port>" answer to a host program's
+ * CONNECT (docs/uvsockd.md, "Host-side address forms"). Sets *guest_port. 0 or -EINVAL.
+ */
+int config_set_connect_reply(bool *guest_port, const char *key, const char *v, char *err,
+			     size_t errlen);
 
 /* Frees what a parse allocated. Safe on a zeroed config. */
 void config_file_clear(struct config_file *c);

@@ -116,6 +116,12 @@ int main(int argc, char **argv)
 		rc = UVSOCKD_EXIT_USAGE;
 		goto out;
 	}
+	if (cfg.check_config) {
+		/* What a start would refuse as a usage error has been refused (exit 2) by now. */
+		printf("uvsockd: configuration OK: %u VM%s\n", cfg.n_vms, cfg.n_vms == 1 ? "" : "s");
+		rc = 0;
+		goto out;
+	}
 	{
 		char ctl[UVSOCKD_SUN_PATH_MAX + 8], tune[512];
 

@@ -63,6 +63,7 @@ struct uvsockd_vm_config {
 	int fd;
 	char name[UVSOCKD_NAME_MAX + 1]; /* name= for logs, uvsock-stat, vm-remove ("" = vm<cid>) */
 	uint32_t max_conns; /* max-conns=: host-side connections (0 = the fd budget's share) */
+	bool ok_guest_port; /* connect-reply=guest-port: "OK <guest port>" to a host CONNECT */
 	/* The line of the --config file entry (its `-`) this VM came from, for messages;
 	 * 0 = the command line or a runtime vm-add. */
 	unsigned line;
@@ -91,6 +92,8 @@ struct uvsockd_config {
 	/* --isolate or `isolate: true`: run each sibling group's VMs in a worker process of its own
 	 * (daemon/isolate.c); not combinable with --capture. */
 	bool isolate;
+	/* --check-config: parse and check everything a start would parse, report, exit */
+	bool check_config;
 	/* --guest-memory-max / --guest-memory-total-max: caps on mapped guest memory per VM and per
 	 * process (src/vring/guest_mem.h); 0 = the default (1 TiB, 16 TiB). */
 	uint64_t guest_memory_max;

@@ -396,6 +396,7 @@ static int vm_create(struct vm_set *s, const struct uvsockd_vm_config *v, bool s
 		.buf_alloc = v->tx_buffer_size,
 		.queue_size_max = v->queue_size,
 		.max_conns = t->max_conns,
+		.ok_guest_port = v->ok_guest_port,
 		.name = t->cfg.name,
 		.no_dgram = s->no_dgram,
 		.dgram_max = s->dgram_max,
@@ -527,7 +528,8 @@ static bool same_vm(const struct uvsockd_vm_config *a, const struct uvsockd_vm_c
 	if (a->guest_cid != b->guest_cid || strcmp(a->socket_path, b->socket_path) ||
 	    strcmp(a->uds_path, b->uds_path) || a->tx_buffer_size != b->tx_buffer_size ||
 	    a->queue_size != b->queue_size || a->n_groups != b->n_groups ||
-	    strcmp(a->cgroup, b->cgroup) || a->max_conns != b->max_conns)
+	    strcmp(a->cgroup, b->cgroup) || a->max_conns != b->max_conns ||
+	    a->ok_guest_port != b->ok_guest_port)
 		return false;
 	for (unsigned g = 0; g < a->n_groups; g++)
 		if (strcmp(a->groups[g], b->groups[g]))

@@ -8,8 +8,10 @@ for k in "${@:-build test}"; do
 	build) ;;
 	# tshark: the capture suite; python3-prometheus-client: its parsers check --prometheus;
 	# socat, ncat: the shim suite
-	test) want="$want clang libclang-rt-14-dev socat ncat tshark python3-prometheus-client" ;;
-	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod" ;;
+	# libvirt-clients: virt-xml-validate checks examples/libvirt-domain.xml (tests/clients)
+	test) want="$want clang libclang-rt-14-dev socat ncat tshark python3-prometheus-client libvirt-clients" ;;
+	# openssh-client: tests/clients/ssh-vsock-mux.sh (ssh, ssh-keygen)
+	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod openssh-client" ;;
 	capture) want="$want tshark" ;;
 	# The Debian package and its test (debian/, tests/pkg): tools and Build-Depends.
 	pkg) want="$want debhelper dpkg-dev fakeroot lintian pkg-config libyaml-dev libsystemd-dev" ;;

@@ -4,19 +4,21 @@
 # uvsock-guest) under QEMU against a RUNNING uvsockd, with an interactive shell on this
 # terminal, to try vsock in a real VM in one command. The guest's CID comes from uvsockd.
 #
-#   scripts/vm-shell.sh [--kernel 6.1|6.12|7.3] [--guest BIN] VHOST_USER_SOCKET
+#   scripts/vm-shell.sh [--kernel 6.1|6.12|7.3] [--guest BIN] [--no-tools] VHOST_USER_SOCKET
 #
 # e.g.  build/daemon/uvsockd --vm guest-cid=3,socket=/tmp/vm3.sock,uds-path=/tmp/vm3.vsock &
 #       scripts/vm-shell.sh /tmp/vm3.sock
 # In the guest: `uvsock-guest connect 2 PORT` (to a host listener at /tmp/vm3.vsock_PORT),
-# `uvsock-guest listen PORT` (the host connects to /tmp/vm3.vsock and writes "CONNECT PORT\n").
-# Leave with `poweroff -f` in the guest (or Ctrl-A x). Kernels are fetched with apt-get download
-# into the cache of tests/interop (never installed). See docs/interop.md.
+# `uvsock-guest listen PORT` (the host connects to /tmp/vm3.vsock and writes "CONNECT PORT\n"),
+# and Debian's socat, ncat and ssh (`socat - VSOCK-CONNECT:2:PORT`, `ncat --vsock -l PORT`;
+# --no-tools leaves them out). Leave with `poweroff -f` in the guest (or Ctrl-A x). Kernels and
+# tools are fetched with apt-get download into the cache of tests/interop (never installed).
+# See docs/interop.md.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 source "$REPO/tests/interop/lib.sh"
 
-META=linux-image-amd64 GUEST=""
+META=linux-image-amd64 GUEST="" TOOLS=yes
 while [ $# -gt 1 ]; do
 	case $1 in
 	--kernel)
@@ -28,11 +30,12 @@ while [ $# -gt 1 ]; do
 		esac
 		shift 2 ;;
 	--guest) GUEST=$2; shift 2 ;;
+	--no-tools) TOOLS=no; shift ;;
 	*) break ;;
 	esac
 done
 if [ $# != 1 ] || [ "${1:0:1}" = - ]; then
-	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 fi
 SOCK=$1
@@ -59,7 +62,22 @@ if [ -z "$GUEST" ]; then
 fi
 
 fetch_kernel "$META" || { echo "vm-shell: could not fetch $META" >&2; exit 1; }
-build_initramfs "$KDIR" "$GUEST" "$T/initrd.cpio"
+# Debian's socat, ncat and ssh with their libraries (scripts/fetch-guest-tools.sh; a few MiB more
+# to load, well under a second of the boot).
+OVERLAY=""
+if [ $TOOLS = yes ]; then
+	if debs_cached guest-tools || "$REPO/scripts/fetch-guest-tools.sh" guest-tools && debs_cached guest-tools; then
+		bins=()
+		for t in $GUEST_TOOLS; do bins+=("${t#*:}"); done
+		debs_overlay "$DEBS_ROOT" "$T/tools" "${bins[@]}" && OVERLAY=$T/tools
+		# ssh wants a user for its uid.
+		mkdir -p "$T/tools/etc" "$T/tools/root"
+		echo 'root:x:0:0:root:/root:/bin/sh' >"$T/tools/etc/passwd"
+		echo 'root:x:0:' >"$T/tools/etc/group"
+	fi
+	[ -n "$OVERLAY" ] || echo "vm-shell: no socat/ncat/ssh in the guest (fetch failed); uvsock-guest only" >&2
+fi
+GUEST_OVERLAY=$OVERLAY build_initramfs "$KDIR" "$GUEST" "$T/initrd.cpio"
 qemu_args "$KDIR" "$T/initrd.cpio" "uvsock.mode=shell" stdio "$SOCK"
 echo "vm-shell: booting $(kinfo "$KDIR" package) $(kinfo "$KDIR" version) against $SOCK (Ctrl-A x quits QEMU)"
 qemu-system-x86_64 "${QEMU_ARGS[@]}"

@@ -100,14 +100,13 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 					 : "expected add-vm SPEC or remove-vm CID|NAME");
 		return 2;
 	}
-	if (!path || !*path) {
-		fprintf(err, "uvsock-ctl: no control socket: use -s PATH or set " OPS_STATCLI_ENV
-			"\n");
-		return 2;
-	}
+	if (!path || !*path)
+		path = OPS_CTL_DEFAULT_PATH; /* the packaged uvsockd.service's */
 	r = ops_ctl_connect(path, &fd);
 	if (r < 0) {
-		fprintf(err, "uvsock-ctl: %s: %s\n", path, strerror(-r));
+		fprintf(err, "uvsock-ctl: %s: %s%s\n", path, ops_ctl_why(r),
+			strcmp(path, OPS_CTL_DEFAULT_PATH) ? "" : " (the default; give -s PATH or "
+			"set $" OPS_STATCLI_ENV ")");
 		return 1;
 	}
 	r = ops_ctl_request(fd, req, -1, CTLCLI_TIMEOUT_MS, &raw, &v);

@@ -69,7 +69,9 @@ static void usage(FILE *f)
 		"      --prometheus[=text|openmetrics]\n"
 		"                      the counters as Prometheus text (node_exporter's textfile\n"
 		"                      collector) or OpenMetrics text\n"
-		"  -w, --watch [S]     refresh every S seconds (default 1) until interrupted\n"
+		"  -w, --watch [S]     refresh every S seconds (default 1) until interrupted,\n"
+		"                      each with its UTC time and, per VM, the rates since\n"
+		"                      the previous refresh\n"
 		"      --count N       with --watch: stop after N refreshes\n"
 		"  -c, --capture FILE  capture into FILE ('-': stdout) until --duration or Ctrl-C\n"
 		"      --duration S    capture for S seconds\n"
@@ -262,11 +264,8 @@ static int parse_opts(int argc, char **argv, const char *version, struct opts *o
 	}
 	if (o->control)
 		o->socket = NULL;
-	else if (!o->socket || !*o->socket) {
-		fprintf(err, "uvsock-stat: no control socket: use --socket PATH or set $%s\n",
-			OPS_STATCLI_ENV);
-		return -1;
-	}
+	else if (!o->socket || !*o->socket)
+		o->socket = OPS_CTL_DEFAULT_PATH; /* the packaged uvsockd.service's */
 	if (o->capture && (o->watch || o->json || o->counters || o->conns)) {
 		fprintf(err, "uvsock-stat: --capture does not combine with --watch, --json, "
 			     "--counters or --conns\n");
@@ -385,9 +384,76 @@ static void print_counters(FILE *out, const struct ops_jv *c)
 	fprintf(out, "\n");
 }
 
-static void print_stats(FILE *out, const struct ops_jv *st)
+/*
+ * --watch: the counters of the previous refresh, per VM, for the rates line. Counters are
+ * monotonic for the daemon's life; a VM that is new, or a daemon that restarted (a counter
+ * went down), gets no rates this time.
+ */
+#define WATCH_VMS 64
+enum { W_TX_PKTS, W_TX_BYTES, W_RX_PKTS, W_RX_BYTES, W_CONNS, W_RST, _W_MAX };
+static const char *const watch_keys[_W_MAX] = { "tx_pkts", "tx_bytes", "rx_pkts", "rx_bytes",
+						"conns_total", "rst_sent" };
+struct watch_prev {
+	uint64_t t_ns;                 /* CLOCK_MONOTONIC of the previous refresh; 0: none yet */
+	unsigned n;
+	uint64_t cid[WATCH_VMS];
+	uint64_t v[WATCH_VMS][_W_MAX];
+};
+
+/* A rate with a decimal prefix: "12.3 M". */
+static const char *si(double x, char *buf, size_t len)
+{
+	static const char pre[] = " kMGT";
+	unsigned i = 0;
+
+	while (x >= 1000 && i + 1 < sizeof(pre) - 1) {
+		x /= 1000;
+		i++;
+	}
+	snprintf(buf, len, i ? "%.1f %c" : "%.0f ", x, pre[i]);
+	return buf;
+}
+
+/* The rates line of VM cid from c, against w's previous refresh; remembers c for the next. */
+static void print_rates(FILE *out, struct watch_prev *w, uint64_t now_ns, uint64_t cid,
+			const struct ops_jv *c)
+{
+	uint64_t cur[_W_MAX];
+	unsigned i;
+
+	for (unsigned k = 0; k < _W_MAX; k++)
+		cur[k] = ops_json_u64(c, watch_keys[k], 0);
+	for (i = 0; i < w->n && w->cid[i] != cid; i++)
+		;
+	if (i < w->n && w->t_ns && now_ns > w->t_ns) {
+		double dt = (double)(now_ns - w->t_ns) / 1e9, r[_W_MAX];
+		bool back = false;
+		char b[6][24];
+
+		for (unsigned k = 0; k < _W_MAX; k++) {
+			back |= cur[k] < w->v[i][k];
+			r[k] = (double)(cur[k] - w->v[i][k]) / dt;
+		}
+		if (!back)
+			fprintf(out, "  rates       from guest %spkts/s, %sB/s    to guest %spkts/s, "
+				     "%sB/s    conns %.1f/s  rst %.1f/s\n",
+				si(r[W_TX_PKTS], b[0], 24), si(r[W_TX_BYTES], b[1], 24),
+				si(r[W_RX_PKTS], b[2], 24), si(r[W_RX_BYTES], b[3], 24), r[W_CONNS],
+				r[W_RST]);
+	}
+	if (i == w->n) {
+		if (w->n == WATCH_VMS)
+			return;
+		w->n++;
+		w->cid[i] = cid;
+	}
+	memcpy(w->v[i], cur, sizeof(cur));
+}
+
+static void print_stats(FILE *out, const struct ops_jv *st, struct watch_prev *w)
 {
 	const struct ops_jv *vms = ops_json_get(st, "vms");
+	uint64_t now = w ? mono_ns() : 0;
 	unsigned n = 0;
 
 	for (const struct ops_jv *v = vms ? vms->child : NULL; v; v = v->next, n++) {
@@ -397,7 +463,11 @@ static void print_stats(FILE *out, const struct ops_jv *st)
 			ops_json_bool(v, "broken", false) ? "  RINGS BROKEN" : "",
 			ops_json_bool(v, "capturing", false) ? "  capturing" : "");
 		print_counters(out, ops_json_get(v, "counters"));
+		if (w)
+			print_rates(out, w, now, ops_json_u64(v, "cid", 0), ops_json_get(v, "counters"));
 	}
+	if (w)
+		w->t_ns = now;
 	if (n > 1) {
 		fprintf(out, "All %u VMs\n", n);
 		print_counters(out, ops_json_get(st, "totals"));
@@ -431,8 +501,19 @@ static void print_conns(FILE *out, const struct ops_jv *cs)
 		fprintf(out, "(listing truncated by the daemon)\n");
 }
 
-static int show_once(int fd, const struct opts *o, FILE *out, FILE *err)
+/* "2026-12-01T23:30:00Z", the refresh time of --watch (UTC, as uvsockd's log lines). */
+static void utc_now(char *buf, size_t len)
 {
+	time_t t = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static int show_once(int fd, const struct opts *o, struct watch_prev *w, FILE *out, FILE *err)
+{
+	char now[32];
 	char req[64], *raw_s = NULL, *raw_c = NULL;
 	struct ops_jv *st = NULL, *cs = NULL;
 	int rc = 1;
@@ -457,10 +538,18 @@ static int show_once(int fd, const struct opts *o, FILE *out, FILE *err)
 			fprintf(out, "\"stats\":%s%s", raw_s, raw_c ? "," : "");
 		if (raw_c)
 			fprintf(out, "\"conns\":%s", raw_c);
+		if (w) {
+			utc_now(now, sizeof(now));
+			fprintf(out, "%s\"time\":\"%s\"", raw_s || raw_c ? "," : "", now);
+		}
 		fprintf(out, "}\n");
 	} else {
+		if (w) {
+			utc_now(now, sizeof(now));
+			fprintf(out, "uvsock-stat  %s  every %u s\n\n", now, o->interval_s);
+		}
 		if (st)
-			print_stats(out, st);
+			print_stats(out, st, w);
 		if (st && cs)
 			fprintf(out, "\n");
 		if (cs)
@@ -583,12 +672,15 @@ static int connect_daemon(const struct opts *o, int *fd, FILE *err)
 	else if (r == -ENOTSOCK)
 		fprintf(err, "uvsock-stat: %s is not a socket\n", p);
 	else
-		fprintf(err, "uvsock-stat: cannot connect to %s: %s\n", p, strerror(-r));
+		fprintf(err, "uvsock-stat: cannot connect to %s: %s%s\n", p, ops_ctl_why(r),
+			strcmp(p, OPS_CTL_DEFAULT_PATH) ? "" : " (the default; give --socket PATH "
+			"or set $" OPS_STATCLI_ENV ")");
 	return -1;
 }
 
 int uvsock_stat_main(int argc, char **argv, const char *version, FILE *out, FILE *err)
 {
+	struct watch_prev *w = NULL;
 	struct opts o;
 	int fd, r, rc = 1;
 
@@ -613,10 +705,16 @@ int uvsock_stat_main(int argc, char **argv, const char *version, FILE *out, FILE
 		}
 		if (o.watch && !o.json && isatty(fileno(out)))
 			fprintf(out, "\033[H\033[2J");
-		rc = show_once(fd, &o, out, err);
+		if (o.watch && !w && !(w = calloc(1, sizeof(*w)))) {
+			close(fd);
+			fprintf(err, "uvsock-stat: out of memory\n");
+			return 1;
+		}
+		rc = show_once(fd, &o, w, out, err);
 		close(fd);
 		if (rc || !o.watch)
 			break;
 	}
+	free(w);
 	return rc;
 }

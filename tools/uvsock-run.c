@@ -45,7 +45,9 @@
 #define UVSOCK_LIBDIR "/usr/local/lib"
 #endif
 #define PRELOAD_NAME "libuvsock-preload.so"
-#define DEFAULT_CONTROL "/run/uvsockd.ctl" /* the shim's default too (src/shim/shim.h) */
+/* The packaged uvsockd.service's control socket: the shim's and the tools' default too
+ * (src/ctlproto/proto.h OPS_CTL_DEFAULT_PATH). */
+#define DEFAULT_CONTROL "/run/uvsockd/control.sock"
 #define X32_SYSCALL_BIT 0x40000000u
 #define NR_IO_URING_SETUP 425u
 

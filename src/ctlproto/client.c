@@ -141,3 +141,22 @@ fail:
 	free(buf);
 	return r;
 }
+
+const char *ops_ctl_why(int err)
+{
+	switch (err < 0 ? -err : err) {
+	case ENOENT:
+		return "no such socket: is uvsockd running, and is this its control socket? (uvsockd "
+		       "logs its control socket at start-up)";
+	case ECONNREFUSED:
+		return "nobody listens there: a socket file left by a uvsockd that is gone";
+	case EACCES:
+	case EPERM:
+		return "permission denied: the control socket (mode 0600) serves uvsockd's own user "
+		       "and root only";
+	case ENOTSOCK:
+		return "not a socket";
+	default:
+		return strerror(err < 0 ? -err : err);
+	}
+}

@@ -37,6 +37,13 @@
  */
 int ops_ctl_find(const char *path, int *ret_fd, char *found, size_t found_len);
 
+/*
+ * What a failed connect to a control socket means, for a client's message (ENOENT: no daemon
+ * there; ECONNREFUSED: a socket file left by a daemon that is gone; EACCES: the socket is the
+ * daemon's user's and root's only...), else strerror. Never NULL.
+ */
+const char *ops_ctl_why(int err);
+
 /* ops_ctl_find(path, ret_fd, NULL, 0). */
 int ops_ctl_connect(const char *path, int *ret_fd);
 

@@ -18,6 +18,9 @@
 #define OPS_CTL_SUFFIX ".ctl"
 /* The control socket the clients (uvsock-stat, uvsock-ctl, the shim) use when given none. */
 #define OPS_STATCLI_ENV "UVSOCK_CONTROL"
+/* ... and when that is not set either: the control socket of the packaged uvsockd.service with
+ * the config of docs/operations.md (`control: /run/uvsockd/control.sock`). */
+#define OPS_CTL_DEFAULT_PATH "/run/uvsockd/control.sock"
 
 /*
  * The default control path for a daemon: "<vhost-user socket path>.ctl" into buf (find.c).

@@ -943,6 +943,7 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	d->buf_alloc = cfg->buf_alloc;
 	d->queue_size_max = cfg->queue_size_max ? cfg->queue_size_max : 1024;
 	d->max_conns = cfg->max_conns ? cfg->max_conns : 1024;
+	d->ok_guest_port = cfg->ok_guest_port;
 	d->router = router;
 	d->zerocopy = tune_get()->zerocopy;
 	d->tx_batch = tune_get()->tx_batch;

@@ -130,6 +130,7 @@ struct vsock_dev {
 	uint32_t cid;
 	char uds_path[108];
 	uint32_t buf_alloc, queue_size_max, max_conns;
+	bool ok_guest_port;            /* vsock_dev_config.ok_guest_port */
 	struct vsock_router *router;
 	struct vsock_dev *router_next; /* under router->lock */
 	struct loop *loop;

@@ -291,6 +291,36 @@ static void make_handshake_room(struct vsock_dev *d)
 }
 
 /*
+ * Whether the first bytes of a host connection are a vhost-user message header (request 1..63,
+ * flags with version 1 and no unknown bit, a payload of at most 4 KiB: what QEMU sends first,
+ * GET_FEATURES, is 01 00 00 00 01 00 00 00 00 00 00 00): a VMM pointed at uds-path.
+ */
+static bool looks_like_vhost_user(const struct uds_connect_reader *rd)
+{
+	uint32_t req, flags, size;
+
+	if (rd->len < 12 || memchr(rd->buf, '\n', rd->len))
+		return false;
+	req = (uint32_t)(uint8_t)rd->buf[0] | (uint32_t)(uint8_t)rd->buf[1] << 8 |
+	      (uint32_t)(uint8_t)rd->buf[2] << 16 | (uint32_t)(uint8_t)rd->buf[3] << 24;
+	flags = (uint32_t)(uint8_t)rd->buf[4] | (uint32_t)(uint8_t)rd->buf[5] << 8 |
+		(uint32_t)(uint8_t)rd->buf[6] << 16 | (uint32_t)(uint8_t)rd->buf[7] << 24;
+	size = (uint32_t)(uint8_t)rd->buf[8] | (uint32_t)(uint8_t)rd->buf[9] << 8 |
+	       (uint32_t)(uint8_t)rd->buf[10] << 16 | (uint32_t)(uint8_t)rd->buf[11] << 24;
+	return req >= 1 && req < 64 && (flags & 3) == 1 && flags < 0x100 && size <= 4096;
+}
+
+/* The two sockets swapped: a VMM on uds-path. Logged and counted as a bad CONNECT line. */
+static void warn_vmm_on_host_side(struct vsock_dev *d)
+{
+	DEV_STAT_ADD(d, host_connect_bad_line, 1);
+	log_vm_dev(LOG_LVL_WARN, d->cid,
+		   "host connection closed: a vhost-user message on the host-side socket %s: a "
+		   "VMM's chardev must use the VM's vhost-user socket (--vm socket=), not uds-path",
+		   d->uds_path);
+}
+
+/*
  * Takes one accepted host connection. Refused at once (closed, counted) when the guest is not
  * running or the VM's host fd budget is full. A connection whose line is not there yet waits
  * as a pending handshake; past the cap on those, the oldest pending one goes
@@ -309,6 +339,11 @@ static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
 		/* The port, if the line is already there: it says which host program this is. */
 		if (uds_connect_read(&rd, fd, seqpacket, &port) < 0)
 			port = 0;
+		/* A VMM on the wrong socket finds no VMM attached, of course: say what it is. */
+		if (looks_like_vhost_user(&rd)) {
+			warn_vmm_on_host_side(d);
+			goto out_close;
+		}
 		DEV_STAT_ADD(d, host_conns_no_guest, 1);
 		log_vm(LOG_LVL_WARN, d->cid, 0, port, "host connection refused: no VMM attached or "
 		       "guest driver not running (%s)", strerror(ENOTCONN));
@@ -323,6 +358,10 @@ static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
 		goto out_close;
 	}
 	r = uds_connect_read(&rd, fd, seqpacket, &port);
+	if (looks_like_vhost_user(&rd)) {
+		warn_vmm_on_host_side(d);
+		goto out_close;
+	}
 	if (r == -EAGAIN)
 		make_handshake_room(d);
 	if (r < 0 && r != -EAGAIN) {
@@ -524,6 +563,12 @@ static void read_connect_line(struct hconn *c)
 	uint32_t port;
 	int r = uds_connect_read(&c->rd, c->fd, c->seqpacket, &port);
 
+	/* The two sockets swapped: say so now rather than time out on a line that never comes. */
+	if ((r == -EAGAIN || r == -EMSGSIZE || r == -ECONNRESET) && looks_like_vhost_user(&c->rd)) {
+		warn_vmm_on_host_side(c->dev);
+		hconn_close(c);
+		return;
+	}
 	if (r == -EAGAIN)
 		return;
 	if (r < 0) {
@@ -540,7 +585,8 @@ static void read_connect_line(struct hconn *c)
 static int send_ok(struct hconn *c)
 {
 	char line[16];
-	size_t n = uds_connect_format_ok(line, c->local_port);
+	size_t n = uds_connect_format_ok(line, c->dev->ok_guest_port ? peer_port_of(c)
+								    : c->local_port);
 	ssize_t w = send(c->fd, line, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 	/* A fresh socket's send buffer always takes 15 bytes; anything else means it is gone. */
@@ -581,6 +627,12 @@ static void guest_conn_log_path(struct vsock_dev *d, struct vsock_sock *child, c
 		       err == -ELOOP      ? "is a symlink (not followed)"
 		       : err == -ENOTSOCK ? "is not a socket"
 					  : "cannot be reached without /proc");
+	/* The most common question ("why does my guest get ECONNRESET?"), at the default level:
+	 * rate-limited per VM like every guest-caused line. */
+	if (err == -ENOENT || err == -ECONNREFUSED)
+		log_vm(LOG_LVL_INFO, d->cid, port, pport,
+		       "guest connection refused: nobody listens on %s_%u (%s)", d->uds_path, port,
+		       strerror(-err));
 }
 
 /*

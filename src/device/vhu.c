@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -36,6 +37,10 @@ struct dev_vhu {
 	struct loop_watch *listen_w;
 	struct vhu_backend *vhu;       /* the VMM's connection, or NULL */
 	struct loop_watch *vhu_w;
+	/* The connection's first vhost-user message came, and "VMM connected" was logged. Until
+	 * then it may be another uvsockd's liveness probe (util/uds.c, uds_probe_owner: connect
+	 * and close) or a host program on the wrong socket: neither is logged as a VMM. */
+	bool announced;
 };
 
 static struct uvsock_dev *api(struct dev_vhu *v)
@@ -113,7 +118,11 @@ static void vmm_disconnect(struct dev_vhu *v, int why)
 		return;
 	dev_set_vmm_state(v->d, false);
 	/* Rate-limited per VM: a VMM that reconnects in a loop must not grow the log unbounded. */
-	if (why == -ECONNRESET)
+	if (!v->announced && why == -ECONNRESET)
+		log_vm_dev(LOG_LVL_DEBUG, vsock_dev_guest_cid(v->d),
+			   "%s: a connection to %s closed before any vhost-user message (another "
+			   "uvsockd's liveness probe, or not a VMM)", vsock_dev_name(v->d), v->path);
+	else if (why == -ECONNRESET)
 		log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(v->d), "%s: VMM disconnected",
 			   vsock_dev_name(v->d));
 	else
@@ -138,12 +147,31 @@ static void vhu_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	int r;
 
 	(void)l;
-	(void)fd;
 	(void)events;
+	if (!v->announced) {
+		char head[8];
+		ssize_t n = recv(fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT);
+
+		/* The two sockets swapped: a host program's "CONNECT <port>" line on this one. */
+		if (n == (ssize_t)sizeof(head) && strncasecmp(head, "CONNECT", 7) == 0 &&
+		    (head[7] == ' ' || head[7] == '\t')) {
+			log_vm_dev(LOG_LVL_WARN, vsock_dev_guest_cid(v->d),
+				   "%s: a host program wrote a CONNECT line to the vhost-user socket "
+				   "%s; host programs connect to the VM's uds-path (%s)",
+				   vsock_dev_name(v->d), v->path, vsock_dev_uds_path(v->d));
+			vmm_disconnect(v, -ECONNRESET);
+			return;
+		}
+	}
 	r = vhu_backend_process(v->vhu);
 	if (r < 0) {
 		vmm_disconnect(v, r);
 		return;
+	}
+	if (!v->announced) {
+		v->announced = true;
+		log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(v->d), "%s: VMM connected",
+			   vsock_dev_name(v->d));
 	}
 	dev_message_done(v->d);
 }
@@ -178,7 +206,9 @@ static int vmm_attach(struct dev_vhu *v, int s)
 	if (v->listen_w)
 		(void)loop_watch_mod(v->listen_w, 0);
 	dev_set_vmm_state(v->d, true);
-	log_vm_dev(LOG_LVL_INFO, cfg.guest_cid, "%s: VMM connected", cfg.name);
+	/* "VMM connected" waits for its first message (vhu_cb). */
+	v->announced = false;
+	log_vm_dev(LOG_LVL_DEBUG, cfg.guest_cid, "%s: connection on %s", cfg.name, v->path);
 	return 0;
 }
 

@@ -36,6 +36,8 @@ struct vsock_dev_config {
 	uint32_t buf_alloc;       /* receive buffer we advertise per connection */
 	uint32_t queue_size_max;  /* largest ring size accepted from the VMM */
 	uint32_t max_conns;       /* host-side connections per VM (0: 1024) */
+	bool ok_guest_port;       /* answer a host CONNECT with "OK <guest port>" (as
+				   * vhost-device-vsock), not "OK <host-side port>" */
 	const char *name;         /* for logs ("vm3"); copied; NULL: "cid<N>" */
 	bool no_dgram;            /* do not offer VIRTIO_VSOCK_F_DGRAM, no <uds_path>.dgram */
 	uint32_t dgram_max;       /* largest datagram payload (0 or over: DEV_DGRAM_MAX, 65492) */

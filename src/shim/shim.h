@@ -122,7 +122,7 @@ struct shim_vm {
  * Returns the number of VMs written to vms (at most max), or -ENETUNREACH (no daemon, or an
  * answer that is not a list of VMs) or -ENOMEM.
  */
-#define SHIM_DEFAULT_CONTROL "/run/uvsockd.ctl"
+#define SHIM_DEFAULT_CONTROL "/run/uvsockd/control.sock" /* ctlproto/proto.h OPS_CTL_DEFAULT_PATH */
 int shim_vms(struct shim_vm *vms, int max);
 /* Around fork(): the VM cache's mutex (prepare takes it; parent and child release it). */
 void shim_vms_atfork_prepare(void);

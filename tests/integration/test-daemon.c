@@ -284,8 +284,8 @@ TEST(print_capabilities_ignores_other_options)
 
 	snprintf(cmd, sizeof(cmd),
 		 "%s --bogus --print-capabilities --vm nonsense | python3 -c 'import json, sys; "
-		 "d = json.load(sys.stdin); sys.exit(0 if d[\"type\"] == \"vsock\" and "
-		 "isinstance(d[\"features\"], list) else 1)'", uvd_binary());
+		 "d = json.load(sys.stdin); sys.exit(0 if d == {\"type\": \"vsock\"} else 1)'",
+		 uvd_binary());
 	ASSERT_EQ(run_sh(cmd), 0);
 }
 
@@ -629,12 +629,12 @@ TEST(systemd_units_verify)
 		test_skip("systemd-analyze is not installed (Debian: systemd): the units are not "
 			  "verified");
 	case_dir(&u);
-	/* ExecStart= must name an existing binary: point it at the built one. */
+	/* ExecStart= and ExecReload= must name an existing binary: point them at the built one. */
 	snprintf(cmd, sizeof(cmd),
 		 "set -e; cd %s; "
-		 "sed 's|^ExecStart=[^ ]*|ExecStart=%s|' %s/systemd/uvsockd.service > "
+		 "sed 's|^\\(Exec[A-Za-z]*=\\)[^ ]*/uvsockd |\\1%s |' %s/systemd/uvsockd.service > "
 		 "uvsockd.service; "
-		 "sed 's|^ExecStart=[^ ]*|ExecStart=%s|' %s/systemd/uvsockd@.service > "
+		 "sed 's|^\\(Exec[A-Za-z]*=\\)[^ ]*/uvsockd |\\1%s |' %s/systemd/uvsockd@.service > "
 		 "uvsockd@test.service; "
 		 "systemd-analyze verify --man=no ./uvsockd.service ./uvsockd@test.service "
 		 ">> uvsockd.log 2>&1",

@@ -51,11 +51,20 @@ if [ "$mode" = shell ]; then
   uvsock guest shell (kernel $(uname -r), guest CID ${cid:-unknown}).
   To the host:  uvsock-guest connect 2 PORT    (host listens on <uds-path>_PORT)
   From host:    uvsock-guest listen PORT       (host: CONNECT PORT on <uds-path>)
+$([ -x /usr/bin/socat ] && echo "  Debian tools: socat - VSOCK-CONNECT:2:PORT    socat VSOCK-LISTEN:PORT,fork EXEC:cat
+                ncat --vsock 2 PORT            ncat --vsock -l PORT            ssh")
   'poweroff -f' (or exit this shell) stops the VM.
 
 BANNER
 	setsid cttyhack sh -l
 	finish 0
+fi
+
+# uvsock.mode=script: the program an extra archive put at /etc/uvsock/script (a test's own guest
+# side, e.g. tests/clients/ssh-vsock-mux.sh), then power off.
+if [ "$mode" = script ] && [ -x /etc/uvsock/script ]; then
+	/etc/uvsock/script
+	finish $?
 fi
 
 /bin/uvsock-guest run

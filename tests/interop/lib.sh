@@ -464,6 +464,9 @@ build_initramfs() {
 	cp "$guest" "$root/bin/uvsock-guest"
 	[ -n "${4:-}" ] && cp "$4" "$root/bin/vsock_test"
 	[ -n "${KCONF_BIN:-}" ] && cp "$KCONF_BIN" "$root/bin/uvsock-kconf"
+	# GUEST_OVERLAY: a directory copied over the tree last (Debian programs from debs_overlay,
+	# a test's /etc/uvsock/script).
+	[ -n "${GUEST_OVERLAY:-}" ] && cp -a "$GUEST_OVERLAY/." "$root/"
 	cp -r "$kdir/modules/." "$root/lib/modules/"
 	cp "$kdir/load-order" "$root/etc/uvsock/load-order"
 	kinfo "$kdir" kver >"$root/etc/uvsock/kver"
@@ -586,5 +589,146 @@ build_vsock_test() {
 			-Wno-pointer-sign -fno-strict-overflow -fno-strict-aliasing $f \
 			-o "$out/vsock_test${f:+.static}" "$src"/vsock_test.c "$src"/timeout.c \
 			"$src"/control.c "$src"/util.c 2>"$out/vsock_test-build.log" || return 1
+	done
+}
+
+# ---- Debian programs for the guest (scripts/vm-shell.sh) and for tests (tests/clients) ----
+# Programs come from Debian packages downloaded with apt-get download (the system's lists, or a
+# suite's private configuration) and unpacked with dpkg-deb -x, never installed; only the files
+# a program needs are kept: the program, the shared libraries of its NEEDED closure and the
+# dynamic loader, each checked to resolve inside the tree (debs_overlay).
+
+# The guest tools of scripts/vm-shell.sh: package and program pairs.
+GUEST_TOOLS="socat:/usr/bin/socat ncat:/usr/bin/ncat openssh-client:/usr/bin/ssh"
+
+# _lib_deps SUITE PKGS...: the direct Depends and Pre-Depends of PKGS that are shared-library
+# packages (lib*, zlib1g; first alternatives, no virtual packages), less the ones that hold no
+# library a program links (PAM modules, -bin, -common, -runtime and -data packages). One
+# apt-cache call for all of PKGS.
+_lib_deps() {
+	local suite=$1
+	shift
+	_apt "$suite" apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks \
+		--no-replaces --no-enhances "$@" 2>/dev/null |
+		awk '$1 ~ /^[|]?(Pre)?Depends:$/ && $2 !~ /^</ { print $2 }' |
+		grep -E '^(lib|zlib1g$)' | grep -vE '^libpam-|-(bin|common|runtime|data)$' | sort -u
+}
+
+# _pkg_versions SUITE PKGS...: "PKG=VERSION" of each of PKGS that has a candidate, one apt-cache
+# call for all.
+_pkg_versions() {
+	local suite=$1
+	shift
+	_apt "$suite" apt-cache show --no-all-versions "$@" 2>/dev/null |
+		awk '/^Package:/ { p = $2 } /^Version:/ && p != "" { print p "=" $2; p = "" }'
+}
+
+# fetch_debs NAME SUITE PKGS...: download PKGS and, recursively, the library packages they depend
+# on (_lib_deps) at their candidate versions from SUITE ("" = the system's lists, else its
+# private configuration), unpack them into one tree in the cache, remember it as NAME (for
+# debs_cached) and set DEBS_ROOT to it. Cached by the list of package versions. Returns 0, 2 when
+# a package cannot be resolved or downloaded (the archive is not reachable: callers skip), 1 on
+# other errors.
+fetch_debs() {
+	local name=$1 suite=$2 cache level=() next all=() seen=" " p key dir tmp deb pv
+	shift 2
+	cache=$(interop_cache_dir)
+	if [ -n "$suite" ]; then
+		private_apt_opts "$suite" || return 1
+		[ -n "$(ls "$cache/apt/$suite/lists/" 2>/dev/null | grep Packages)" ] ||
+			_apt "$suite" apt-get update -q >"$cache/apt/$suite/update.log" 2>&1 ||
+			{ ilog "debs: apt-get update for $suite failed"; return 2; }
+	fi
+	level=("$@")
+	while [ ${#level[@]} -gt 0 ]; do
+		for p in "${level[@]}"; do seen="$seen$p "; done
+		# shellcheck disable=SC2207 # package names and versions have no spaces
+		pv=($(_pkg_versions "$suite" "${level[@]}"))
+		[ ${#pv[@]} = ${#level[@]} ] ||
+			{ ilog "debs: ${suite:-system} lists lack some of ${level[*]}"; return 2; }
+		all+=("${pv[@]}")
+		next=()
+		for p in $(_lib_deps "$suite" "${level[@]}"); do
+			case $seen in *" $p "*) ;; *) next+=("$p") ;; esac
+		done
+		level=("${next[@]}")
+	done
+	key=$(printf '%s\n' "${all[@]}" | LC_ALL=C sort | sha256sum | cut -c1-16)
+	dir=$cache/debs/$name.$key.v$INTEROP_CACHE_LAYOUT
+	DEBS_ROOT=$dir/root
+	mkdir -p "$cache/debs" || return 1
+	if [ ! -f "$dir/.complete" ]; then
+		exec {lockfd}>"$cache/.lock"
+		flock -w 900 "$lockfd" || { ilog "cache lock busy"; exec {lockfd}>&-; return 1; }
+		if [ ! -f "$dir/.complete" ]; then
+			tmp=$(mktemp -d "$cache/tmp.XXXXXX")
+			ilog "debs: downloading ${all[*]}${suite:+ (from $suite, private apt configuration)}"
+			_apt_download "$suite" "$tmp" "${all[@]}" ||
+				{ rm -rf "$tmp"; exec {lockfd}>&-; return 2; }
+			rm -rf "$dir"; mkdir -p "$dir"
+			for deb in "$tmp"/*.deb; do
+				timeout 600 dpkg-deb -x "$deb" "$dir/root" ||
+					{ rm -rf "$tmp" "$dir"; exec {lockfd}>&-; return 1; }
+			done
+			rm -rf "$dir/root/usr/share/doc" "$dir/root/usr/share/man" \
+				"$dir/root/usr/share/locale" "$tmp"
+			printf '%s\n' "${all[@]}" >"$dir/packages"
+			touch "$dir/.complete"
+		fi
+		exec {lockfd}>&-
+	fi
+	echo "$dir" >"$cache/debs/$name.current"
+	return 0
+}
+
+# debs_cached NAME: set DEBS_ROOT to the tree fetch_debs last unpacked as NAME, without looking at
+# any package list. Returns 0, or 2 when there is none.
+debs_cached() {
+	local dir
+	dir=$(cat "$(interop_cache_dir)/debs/$1.current" 2>/dev/null) || return 2
+	[ -f "$dir/.complete" ] || return 2
+	DEBS_ROOT=$dir/root
+}
+
+# _find_lib ROOT SONAME [RUNPATH...]: the file of SONAME in ROOT's library directories.
+_find_lib() {
+	local root=$1 so=$2 d
+	shift 2
+	for d in "$@" /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu /lib64 /lib /usr/lib; do
+		[ -e "$root$d/$so" ] && { echo "$root$d/$so"; return 0; }
+	done
+	return 1
+}
+
+# debs_overlay ROOT OUT PROGRAMS...: copy each program (a path inside ROOT) to the same path
+# under OUT, with every shared library of its NEEDED closure (searched in ROOT's library
+# directories and the program's RUNPATH) put in OUT/lib/x86_64-linux-gnu and the dynamic loader
+# as OUT/lib64/ld-linux-x86-64.so.2. A library no package holds is an error naming it.
+debs_overlay() {
+	local root=$1 out=$2 f so lib rp queue=() have=" "
+	shift 2
+	mkdir -p "$out/lib/x86_64-linux-gnu" "$out/lib64" || return 1
+	cp -L "$root/lib64/ld-linux-x86-64.so.2" "$out/lib64/" 2>/dev/null ||
+		cp -L "$root/usr/lib64/ld-linux-x86-64.so.2" "$out/lib64/" ||
+		{ ilog "debs: no dynamic loader in $root"; return 1; }
+	for f in "$@"; do
+		[ -f "$root$f" ] || { ilog "debs: no $f in the packages"; return 1; }
+		mkdir -p "$out$(dirname "$f")"
+		cp -L "$root$f" "$out$f"
+		queue+=("$root$f")
+	done
+	while [ ${#queue[@]} -gt 0 ]; do
+		f=${queue[0]}
+		queue=("${queue[@]:1}")
+		rp=$(readelf -d "$f" 2>/dev/null | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p; s/.*(RPATH).*\[\(.*\)\]/\1/p')
+		for so in $(readelf -d "$f" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+			case $have in *" $so "*) continue ;; esac
+			have="$have$so "
+			case $so in ld-linux-x86-64.so.2) continue ;; esac
+			lib=$(_find_lib "$root" "$so" ${rp//:/ }) ||
+				{ ilog "debs: $(basename "$f") needs $so, which no downloaded package holds"; return 1; }
+			cp -L "$lib" "$out/lib/x86_64-linux-gnu/$so"
+			queue+=("$lib")
+		done
 	done
 }

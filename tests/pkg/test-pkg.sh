@@ -7,7 +7,9 @@
 # unpacks them with `dpkg -x` into a scratch root and, from there, runs
 # the installed uvsockd --version, one VM started and stopped (SIGTERM by PID: exit 0, its
 # sockets removed), uvsock-stat against it, and tests/abi/link-prog.c built with the installed
-# libuvsock-dev's pkg-config file. Exit 77 (skip, said loudly) without the packaging tools.
+# libuvsock-dev's pkg-config file; then the units under a real systemd in a QEMU guest
+# (systemd-guest.sh: skipped, said loudly, without its cached parts). Exit 77 (skip, said loudly)
+# without the packaging tools.
 #   test-pkg.sh SRCDIR SANITIZE
 set -u
 src=$1 san=$2
@@ -40,7 +42,6 @@ n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); echo "not ok $n - $1"; fails=$((fails + 1)); }
 show() { sed 's/^/# /' "$@" 2>/dev/null | tail -n 40; }
-echo "1..9"
 
 # 1. Build from a copy: tracked and new files of a git checkout, else the whole tree minus builds.
 mkdir "$tmp/src"
@@ -101,6 +102,26 @@ else
 	notok "installed uvsockd --version (want 'uvsockd $ver (build: optimized)')"; show "$tmp/out"
 fi
 
+# 4b. The example config is installed (a conffile) and the installed uvsockd accepts it.
+if [ -f "$root/etc/uvsockd/example.yaml" ] &&
+	"$root/usr/bin/uvsockd" --check-config --config "$root/etc/uvsockd/example.yaml" \
+		>"$tmp/out" 2>&1; then
+	ok "/etc/uvsockd/example.yaml installed: $(cat "$tmp/out")"
+else
+	notok "/etc/uvsockd/example.yaml missing or refused"; show "$tmp/out"
+fi
+# 4c. An upgrade neither stops nor restarts a running uvsockd (its VMs would lose their vsock).
+deb=$(ls "$tmp/uvsockd_${ver}_"*.deb | head -n 1)
+dpkg-deb -e "$deb" "$tmp/ctl" 2>/dev/null
+if grep -q 'etc/uvsockd/example.yaml' "$tmp/ctl/conffiles" 2>/dev/null &&
+	! grep -sqE 'deb-systemd-invoke.*(restart|stop)|_dh_action=(restart|try-restart)' \
+		"$tmp/ctl/prerm" "$tmp/ctl/postinst" "$tmp/ctl/postrm"; then
+	ok "maintainer scripts: example.yaml a conffile; no stop or restart on upgrade"
+else
+	notok "maintainer scripts stop or restart uvsockd, or example.yaml is no conffile"
+	show "$tmp/ctl/conffiles" "$tmp/ctl/prerm" "$tmp/ctl/postinst"
+fi
+
 # 5. One VM: its sockets appear, uvsock-stat reads its counters, SIGTERM ends it with 0 and the
 # socket files it created are gone.
 run=$tmp/run
@@ -152,4 +173,13 @@ if [ -n "$pc" ] && PKG_CONFIG_PATH="${pc%/uvsock.pc}:$(pkg-config --variable pc_
 else
 	notok "a program built against libuvsock-dev"; show "$tmp/cc.log"
 fi
+
+# 7. The units as shipped under a real systemd: a QEMU guest with systemd as PID 1 and these
+# packages (systemd-guest.sh; its own lines, or one skipped line without the cached guest parts).
+"$src/tests/pkg/systemd-guest.sh" "$tmp" $((n + 1)) >"$tmp/sysguest.tap" 2>&1
+rc=$?
+cat "$tmp/sysguest.tap"
+n=$((n + $(grep -cE '^(not )?ok ' "$tmp/sysguest.tap")))
+[ $rc = 0 ] || [ $rc = 77 ] || fails=$((fails + 1))
+echo "1..$n"
 [ "$fails" = 0 ]

@@ -187,6 +187,57 @@ TEST(watch_count)
 	fake_stop(&f);
 }
 
+/* Text --watch: each refresh starts with its UTC time; from the second on, each VM has a rates
+ * line (the fake daemon's counters do not move: zero rates). */
+TEST(watch_text_time_and_rates)
+{
+	struct fake_daemon f;
+
+	fake_start(&f, 2, NULL);
+	struct run r = stat_run((const char *[]){ "-s", f.path, "--counters", "--watch", "1",
+						  "--count", "2", NULL });
+	ASSERT_EQ(r.rc, 0);
+	ASSERT_EQ(count_lines(r.out, "uvsock-stat  20"), 2);
+	ASSERT_EQ(count_lines(r.out, "Z  every 1 s\n"), 2);
+	ASSERT_EQ(count_lines(r.out, "  rates       from guest 0 pkts/s, 0 B/s    to guest 0 pkts/s, "
+				     "0 B/s    conns 0.0/s  rst 0.0/s\n"), 2);
+	run_free(&r);
+	r = stat_run((const char *[]){ "-s", f.path, "--counters", "--json", "--watch", "1",
+				       "--count", "1", NULL });
+	ASSERT_EQ(r.rc, 0);
+	ASSERT_EQ(strncmp(r.out, "{\"stats\":", 9), 0);
+	ASSERT_TRUE(strstr(r.out, ",\"time\":\"20") != NULL);
+	run_free(&r);
+	/* Without --watch: no time, no rates (the output scripts parse is unchanged). */
+	r = stat_run((const char *[]){ "-s", f.path, "--counters", NULL });
+	ASSERT_EQ(r.rc, 0);
+	ASSERT_EQ(count_lines(r.out, "rates"), 0);
+	ASSERT_EQ(count_lines(r.out, "uvsock-stat  "), 0);
+	run_free(&r);
+	fake_stop(&f);
+}
+
+/* No --socket and no $UVSOCK_CONTROL: the packaged default, and a failure naming it and why. */
+TEST(default_control_socket)
+{
+	char *saved = getenv("UVSOCK_CONTROL") ? strdup(getenv("UVSOCK_CONTROL")) : NULL;
+	struct run r;
+
+	unsetenv("UVSOCK_CONTROL");
+	if (access("/run/uvsockd/control.sock", F_OK) == 0)
+		test_skip("a uvsockd serves /run/uvsockd/control.sock on this machine");
+	r = stat_run((const char *[]){ "--counters", NULL });
+	ASSERT_EQ(r.rc, 1);
+	ASSERT_TRUE(strstr(r.err, "cannot connect to /run/uvsockd/control.sock: no such socket: "
+				  "is uvsockd running") != NULL);
+	ASSERT_TRUE(strstr(r.err, "(the default; give --socket PATH or set $UVSOCK_CONTROL)") !=
+		    NULL);
+	run_free(&r);
+	if (saved)
+		setenv("UVSOCK_CONTROL", saved, 1);
+	free(saved);
+}
+
 /* GNU getopt_long: --opt=value, --opt value and -oVALUE are the same. */
 TEST(option_forms)
 {
@@ -215,7 +266,6 @@ TEST(usage_errors)
 		const char *args[8];
 		const char *msg;
 	} cases[] = {
-		{ { NULL }, "no control socket" },
 		{ { "-s", "/x", "--bogus", NULL }, "unknown option '--bogus'" },
 		{ { "-s", NULL }, "-s needs a value" },
 		{ { "-s", "/x", "--vm", "abc", NULL }, "--vm 'abc' is not a CID" },
@@ -253,7 +303,8 @@ TEST(usage_errors)
 	run_free(&r);
 	r = stat_run((const char *[]){ "-s", "/nonexistent/ctl", NULL });
 	ASSERT_EQ(r.rc, 1);
-	ASSERT_TRUE(strstr(r.err, "cannot connect to /nonexistent/ctl: No such file") != NULL);
+	ASSERT_TRUE(strstr(r.err, "cannot connect to /nonexistent/ctl: no such socket: is uvsockd "
+				  "running") != NULL);
 	run_free(&r);
 }
 
