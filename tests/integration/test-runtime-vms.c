@@ -326,6 +326,38 @@ TEST(sighup_applies_the_config_difference)
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
+/*
+ * vm-add refuses a VM whose paths are names uvsockd derives from another VM's uds-path (here
+ * VM 3's host port 7 path: VM 3's guest connects to host port 7 would reach the new VM's host
+ * side, across their groups), and relative paths; the running VM is untouched.
+ */
+TEST(vm_add_refuses_another_vms_derived_paths)
+{
+	static const uint32_t cid3[] = { 3 };
+	char spec[600];
+	struct ctl_out o;
+	struct uvd u;
+
+	uvd_start(&u, 1, cid3, NULL, NULL);
+	wait_ctl(&u);
+	snprintf(spec, sizeof(spec), "guest-cid=4,socket=%s/vm4.sock,uds-path=%s_7,groups=other",
+		 u.dir, u.uds[0]);
+	o = ctl_run(u.sock[0], "add-vm", spec);
+	ASSERT_EQ(o.rc, 1);
+	test_note("%s", o.err);
+	ASSERT_TRUE(strstr(o.err, "guest-cid 3's host port path") != NULL);
+	snprintf(spec, sizeof(spec), "guest-cid=4,socket=%s.dgram,uds-path=%s/vm4.vsock", u.uds[0],
+		 u.dir);
+	o = ctl_run(u.sock[0], "add-vm", spec);
+	ASSERT_EQ(o.rc, 1);
+	ASSERT_TRUE(strstr(o.err, "guest-cid 3's datagram socket") != NULL);
+	o = ctl_run(u.sock[0], "add-vm", "guest-cid=4,socket=vm4.sock,uds-path=/tmp/x4.vsock");
+	ASSERT_EQ(o.rc, 1);
+	ASSERT_TRUE(strstr(o.err, "absolute path") != NULL);
+	ASSERT_TRUE(vms_are(&u, "3"));
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
 TEST(isolate_refuses_runtime_vms)
 {
 	static const uint32_t cid3[] = { 3 };
