@@ -25,9 +25,10 @@ import tempfile
 import time
 
 
-def status(pid, key):
+def field(path, key):
+    """The number after "key:" in a /proc file of "key: value kB" lines (0 if none)."""
     try:
-        with open(f'/proc/{pid}/status') as f:
+        with open(path) as f:
             for line in f:
                 if line.startswith(key + ':'):
                     return int(line.split()[1])
@@ -36,15 +37,12 @@ def status(pid, key):
     return 0
 
 
+def status(pid, key):
+    return field(f'/proc/{pid}/status', key)
+
+
 def pss(pid):
-    try:
-        with open(f'/proc/{pid}/smaps_rollup') as f:
-            for line in f:
-                if line.startswith('Pss:'):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return field(f'/proc/{pid}/smaps_rollup', 'Pss')
 
 
 def children(pid):

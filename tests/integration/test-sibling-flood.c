@@ -24,8 +24,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 
+#include "childrun.h"
 #include "ctlquery.h"
 #include "guestside.h"
 #include "test.h"
@@ -350,28 +350,9 @@ TEST(request_flood_from_a_sibling_that_drains_slowly)
 
 /* ---- the benchmark ------------------------------------------------------------------------ */
 
-/* One run in a process of its own (a failed assertion ends only it). */
-static bool bench_one(unsigned drain_every_ms, struct flood_result *res)
+static void bench_run(void *drain_every_ms, void *res)
 {
-	int p[2], st;
-	pid_t pid;
-	bool ok;
-
-	ASSERT_OK(pipe2(p, O_CLOEXEC));
-	fflush(stdout);
-	pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		close(p[0]);
-		flood_case(drain_every_ms, res);
-		(void)!write(p[1], res, sizeof(*res));
-		_exit(0);
-	}
-	close(p[1]);
-	ok = read(p[0], res, sizeof(*res)) == (ssize_t)sizeof(*res);
-	close(p[0]);
-	waitpid(pid, &st, 0);
-	return ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	flood_case(*(unsigned *)drain_every_ms, res);
 }
 
 static uint64_t median_u64(uint64_t *v, int n)
@@ -402,7 +383,7 @@ static int bench_main(int argc, char **argv)
 		for (int i = 0; i < runs; i++) {
 			struct flood_result r;
 
-			if (!bench_one(drains[c], &r)) {
+			if (!test_run_in_child(bench_run, (void *)&drains[c], &r, sizeof(r))) {
 				fprintf(stderr, "run %d of case %zu failed\n", i, c);
 				continue;
 			}
