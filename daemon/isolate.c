@@ -316,6 +316,13 @@ static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, 
 	r = vm_set_run(iso->cfg, w->idx, w->n, sigs,
 		       &(struct vm_set_hooks){ worker_ready, worker_stopping, &rs });
 	close(fd);
+	/*
+	 * A restarted worker holds copies of what the main's other threads allocated (the control
+	 * thread's clients) that nothing of the worker refers to: no exit handler of the main's
+	 * (a leak check among them) is for it.
+	 */
+	if (restart)
+		_exit(r);
 	exit(r);
 }
 
