@@ -52,9 +52,11 @@ fi
 rm -f "$logdir"/tsan.*
 
 start=$(date +%s)
+# Hang bounds scale with ThreadSanitizer's slowdown (5 to 15 times): meson's per-test timeouts
+# (--timeout-multiplier) and each case's own limit (the harness's 60 s, UVSOCK_TEST_TIMEOUT).
 # shellcheck disable=SC2086 # TESTS and prefix are word lists
-TSAN_OPTIONS="$opts" $prefix meson test -C "$BUILD" --print-errorlogs --timeout-multiplier 10 \
-	$TESTS
+TSAN_OPTIONS="$opts" UVSOCK_TEST_TIMEOUT=600 $prefix meson test -C "$BUILD" --print-errorlogs \
+	--timeout-multiplier 10 $TESTS
 rc=$?
 end=$(date +%s)
 
