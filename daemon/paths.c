@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/ctl.h"
+#include "ctlproto/proto.h"
 
 #define NAME_MAX_LEN (UVSOCKD_SUN_PATH_MAX + 16)
 
