@@ -4,7 +4,9 @@
 # each for SECONDS on its committed corpus fuzz/corpus/<target> (read only: new inputs go to
 # BUILD/fuzz-work/<target>), and prints for each its executions per second, its final coverage
 # (libFuzzer's "cov:" and "ft:") and its crashes. Fails if any target crashed, leaked, timed out
-# or ran out of memory (an artifact in BUILD/fuzz-work/artifacts/<target>/), or did not run.
+# or ran out of memory (an artifact in BUILD/fuzz-work/artifacts/<target>/), or did not run; a
+# slow input (slow-unit-*: over 10 s of wall time, which a loaded machine gives any input) is
+# counted and kept, not a failure.
 # BUILD/fuzz-work/results.json gets one line per target in meson's testlog.json form (name
 # "libfuzzer-<target>", result OK or FAIL) for scripts/count-tests.py (.ci/run).
 #
@@ -44,8 +46,12 @@ for t in "$@"; do
 	status=$?
 	final=$(grep -E 'cov: [0-9]+' "$log" | tail -n 1 | sed -n 's/.*\(cov: [0-9]*\) \(ft: [0-9]*\).*/\1 \2/p')
 	eps=$(sed -n 's/^stat::average_exec_per_sec:[[:space:]]*//p' "$log")
-	crashes=$(find "$art" -type f | wc -l)
-	line=$(printf '%-10s %6s exec/s  %-24s crashes: %s' "$t" "${eps:-?}" "${final:-no coverage line}" "$crashes")
+	# slow-unit-*: an input that took over 10 s of wall time, which a loaded machine gives any
+	# input; reported, not a failure (a hang is a timeout-* artifact, after -timeout).
+	crashes=$(find "$art" -type f ! -name 'slow-unit-*' | wc -l)
+	slow=$(find "$art" -type f -name 'slow-unit-*' | wc -l)
+	line=$(printf '%-10s %6s exec/s  %-24s crashes: %s  slow units: %s' "$t" "${eps:-?}" \
+		"${final:-no coverage line}" "$crashes" "$slow")
 	echo "fuzz: $line"
 	summary="$summary$line
 "
