@@ -75,16 +75,20 @@ static int ring_exec(const char *how, char **argv)
 			return 4;
 	} else {
 		/* A child of ours keeps the ring (and dies with us); we keep none. */
-		pid_t holder;
+		pid_t holder, parent = getpid();
 
 		fflush(stdout);
 		holder = fork();
 		if (holder < 0)
 			return 4;
 		if (holder == 0) {
+			/* We may already be gone (then no signal comes): check after asking. A
+			 * minute at most whatever happens. */
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			for (;;)
+			alarm(60);
+			while (getppid() == parent)
 				pause();
+			_exit(0);
 		}
 		close(fd);
 		snprintf(env, sizeof(env), "%d:%d:%s", (int)holder, fd, hex);
