@@ -2,7 +2,8 @@
 #   make demo   install what is missing, build, run the demo
 #   make check  install what is missing, fetch the interop guest kernels, build, run every test
 #               (plain build with the real-guest interop run, then everything but interop again
-#               under ASan+UBSan)
+#               under ASan+UBSan, then the threaded suites under ThreadSanitizer, then every
+#               fuzz target CHECK_FUZZ_TIME seconds under libFuzzer)
 #   make bench  install gnuplot-nox, build, run bench/run-all.sh (uvsock-perf) and the benchmarks
 #   make fuzz   install what is missing, build the clang libFuzzer tree (build-fuzz/, ASan+UBSan)
 #               and run every fuzz target FUZZ_TIME seconds (default 600) on its corpus,
@@ -17,7 +18,8 @@ FUZZ_TIME ?= 600
 # Every fuzz/fuzz-<target>.c (fuzz-main.c is the replay main); e.g. FUZZ_TARGETS="device text".
 FUZZ_TARGETS ?= $(patsubst fuzz/fuzz-%.c,%,$(filter-out fuzz/fuzz-main.c,$(wildcard fuzz/fuzz-*.c)))
 
-.PHONY: all deps interop-deps build build-asan check check-plain check-asan demo bench fuzz clean
+.PHONY: all deps interop-deps build build-asan check check-plain check-asan check-tsan check-fuzz \
+	demo bench fuzz clean
 
 all: build
 
@@ -61,10 +63,23 @@ check-asan: build-asan
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
 	meson test -C $(ASAN_BUILD) --print-errorlogs --no-suite interop $(MESON_TEST_ARGS)
 
-# Both halves always run, so one failure does not hide the other; the exit code is the worst.
+# ThreadSanitizer over the threaded suites (scripts/tsan.sh, its own build $(TSAN_BUILD)).
+check-tsan: deps
+	@TSAN_BUILD=$(TSAN_BUILD) scripts/tsan.sh
+
+# A short libFuzzer run of every target on top of the corpus replay of the suite 'fuzz'
+# (`make fuzz` is the long run). Results in $(FUZZ_BUILD)/fuzz-work/results.json for .ci/run.
+CHECK_FUZZ_TIME ?= 30
+check-fuzz: deps $(FUZZ_BUILD)/build.ninja
+	meson compile -C $(FUZZ_BUILD) $(foreach t,$(FUZZ_TARGETS),fuzz/fuzz-$(t)-libfuzzer)
+	fuzz/run-fuzzers.sh $(FUZZ_BUILD) $(CHECK_FUZZ_TIME) $(FUZZ_TARGETS)
+
+# Every part always runs, so one failure does not hide another; the exit code is the worst.
 check: deps pkg-deps
 	@rc=0; $(MAKE) --no-print-directory check-plain || rc=1; \
-	$(MAKE) --no-print-directory check-asan || rc=1; exit $$rc
+	$(MAKE) --no-print-directory check-asan || rc=1; \
+	$(MAKE) --no-print-directory check-tsan || rc=1; \
+	$(MAKE) --no-print-directory check-fuzz || rc=1; exit $$rc
 
 # clang and libclang-rt-14-dev (libFuzzer) come with the "test" package set of install-deps.sh.
 $(FUZZ_BUILD)/build.ninja:
@@ -88,9 +103,8 @@ bench: build
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
 
-# ThreadSanitizer over the threaded tests in $(TSAN_BUILD) (scripts/tsan.sh; about 5 minutes
-# on 2 cores). Not part of `make check`.
+# ThreadSanitizer over the threaded tests in $(TSAN_BUILD) (scripts/tsan.sh); `make check` runs
+# it too (check-tsan).
 TSAN_BUILD ?= build-tsan
 .PHONY: tsan
-tsan: deps
-	@TSAN_BUILD=$(TSAN_BUILD) scripts/tsan.sh
+tsan: check-tsan

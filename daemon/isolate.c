@@ -42,6 +42,14 @@
 #define ISO_CONNS_MAX 65536u
 /* A worker's answer that the main does not take within this time is dropped. */
 #define ISO_SEND_TIMEOUT_MS 2000
+/*
+ * A worker that fails (killed by a signal, or a non-zero exit) while uvsockd is not stopping is
+ * started again after a back-off: ISO_RESTART_MIN_MS, doubled after each failure of a worker
+ * that ran less than ISO_RESTART_STABLE_MS, at most ISO_RESTART_MAX_MS.
+ */
+#define ISO_RESTART_MIN_MS 200u
+#define ISO_RESTART_MAX_MS 30000u
+#define ISO_RESTART_STABLE_MS 10000u
 
 enum iso_op {
 	ISO_READY = 1,
@@ -79,20 +87,29 @@ union iso_ans {
 	struct iso_conns_msg conns;
 };
 
-/* One worker, as the main process sees it. */
+/*
+ * One worker, as the main process sees it. lock orders the main thread's changes of pid, alive
+ * and fd (reaped: fd closed; restarted: a new pid and fd) against the control thread, which
+ * holds it for a whole request and its answer (at most ISO_ANSWER_TIMEOUT_MS).
+ */
 struct worker {
+	pthread_mutex_t lock;
 	pid_t pid;
-	/*
-	 * Cleared by the main thread once the worker is reaped; read by the control thread as a
-	 * hint (relaxed: it orders nothing; fd stays open until the control thread has stopped, so
-	 * a stale value costs one failed request at most).
-	 */
+	/* Set by the main thread (under lock); read without it only to count the living. */
 	_Atomic bool alive;
 	int fd;             /* main's end of the socketpair, -1 if none */
 	unsigned n;         /* its VMs: cfg->vms[idx[0..n)] */
 	unsigned *idx;
 	char vms[128];      /* "vm3 vm4" for the log */
-	/* Control thread only. */
+	/* Main thread only: supervision. */
+	uint64_t started_ms;    /* when this pid was forked */
+	uint64_t restart_at_ms; /* 0, or when to start it again after a failure */
+	uint32_t backoff_ms;    /* the back-off of its next restart */
+	unsigned restarts;
+	/* A VM of it has an inherited vhost-user socket (fd=, socket activation): dropped by the
+	 * main once every worker had its own, it cannot be given to a new worker. */
+	bool inherited;
+	/* Control thread only (under lock). */
 	uint32_t seq;
 	uint64_t quiet_until_ms;
 };
@@ -254,9 +271,12 @@ static int join_cgroup(const char *dir)
 	return r;
 }
 
-/* The child side of fork(): never returns. */
+/*
+ * The child side of fork(): never returns. restart: forked by the supervisor after start-up,
+ * from a main process that runs the control thread.
+ */
 static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, int fd,
-						  const sigset_t *sigs, pid_t parent)
+						  const sigset_t *sigs, pid_t parent, bool restart)
 {
 	struct worker *w = &iso->w[wi];
 	const struct uvsockd_vm_config *first = &iso->cfg->vms[w->idx[0]];
@@ -267,10 +287,21 @@ static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, 
 	/* SIGTERM is in *sigs: the worker stops as on a forwarded SIGTERM, sockets removed. */
 	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
 		_exit(1);
-	/* The main's ends of the earlier workers' socketpairs are not ours. */
-	for (unsigned j = 0; j < wi; j++)
-		if (iso->w[j].fd >= 0)
-			close(iso->w[j].fd);
+	if (restart) {
+		/*
+		 * Nothing of the main's is ours: the other workers' socketpairs, the control
+		 * socket and its clients (a client must see its connection end with the main).
+		 * The sockets inherited at start were dropped once every worker had its own.
+		 */
+		if ((fd > 3 && close_range(3, (unsigned)fd - 1, 0) < 0) ||
+		    close_range((unsigned)fd + 1, ~0u, 0) < 0)
+			_exit(1);
+	} else {
+		/* The main's ends of the other workers' socketpairs are not ours. */
+		for (unsigned j = 0; j < iso->nw; j++)
+			if (j != wi && iso->w[j].fd >= 0)
+				close(iso->w[j].fd);
+	}
 	snprintf(name, sizeof(name), "uvsockd vm%u", first->guest_cid);
 	(void)prctl(PR_SET_NAME, name);
 	/* Before any device exists, before any guest memory is mapped. */
@@ -285,6 +316,13 @@ static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, 
 	r = vm_set_run(iso->cfg, w->idx, w->n, sigs,
 		       &(struct vm_set_hooks){ worker_ready, worker_stopping, &rs });
 	close(fd);
+	/*
+	 * A restarted worker holds copies of what the main's other threads allocated (the control
+	 * thread's clients) that nothing of the worker refers to: no exit handler of the main's
+	 * (a leak check among them) is for it.
+	 */
+	if (restart)
+		_exit(r);
 	exit(r);
 }
 
@@ -301,7 +339,7 @@ static int iso_ask(struct iso *iso, unsigned idx, uint32_t op, struct worker **r
 	struct iso_req q;
 
 	*ret_w = w;
-	if (!atomic_load_explicit(&w->alive, memory_order_relaxed))
+	if (!atomic_load_explicit(&w->alive, memory_order_relaxed) || w->fd < 0)
 		return -ESRCH;
 	if (mono_ms() < w->quiet_until_ms)
 		return -ETIMEDOUT;
@@ -383,10 +421,12 @@ static void iso_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 {
 	struct iso *iso = opaque;
 	uint32_t cid = iso->cfg->vms[idx].guest_cid;
-	struct worker *w;
+	struct worker *w = &iso->w[iso->worker_of[idx]];
 	union iso_ans a;
-	int r = iso_ask(iso, idx, ISO_STATS, &w);
+	int r;
 
+	pthread_mutex_lock(&w->lock);
+	r = iso_ask(iso, idx, ISO_STATS, &w);
 	if (r == 0)
 		r = iso_answer(w, ISO_STATS, &a);
 	if (r == 0 && a.h.err == 0) {
@@ -398,6 +438,7 @@ static void iso_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 		snprintf(ret->name, sizeof(ret->name), "vm%u %s", cid,
 			 gone ? "worker gone" : "no answer");
 	}
+	pthread_mutex_unlock(&w->lock);
 	ret->cid = cid;
 	snprintf(ret->socket, sizeof(ret->socket), "%s", iso->cfg->vms[idx].socket_path);
 }
@@ -406,12 +447,15 @@ static void iso_vm_conns(void *opaque, unsigned idx,
 			 bool (*emit)(void *arg, const struct ops_conn_info *ci), void *arg)
 {
 	struct iso *iso = opaque;
-	struct worker *w;
+	struct worker *w = &iso->w[iso->worker_of[idx]];
 	union iso_ans a;
 	bool full = false;
 
-	if (iso_ask(iso, idx, ISO_CONNS, &w) < 0)
+	pthread_mutex_lock(&w->lock);
+	if (iso_ask(iso, idx, ISO_CONNS, &w) < 0) {
+		pthread_mutex_unlock(&w->lock);
 		return;
+	}
 	/* Read every batch even once emit is full: the next request must find no leftovers. */
 	while (iso_answer(w, ISO_CONNS, &a) == 0 && a.h.err == 0) {
 		for (uint32_t i = 0; i < a.conns.h.n && !full; i++)
@@ -419,6 +463,7 @@ static void iso_vm_conns(void *opaque, unsigned idx,
 		if (a.conns.h.last)
 			break;
 	}
+	pthread_mutex_unlock(&w->lock);
 }
 
 /* No vm_tap: capture needs the VM's tap in this process (`capture start` answers ENOTSUP). */
@@ -441,32 +486,71 @@ static unsigned alive_count(const struct iso *iso)
 	return n;
 }
 
-/* Reaps every worker that has exited (WNOHANG), logging how; returns how many failed. */
+/* Marks w reaped: its socketpair closed (under lock, the control thread may be using it). */
+static void worker_gone(struct worker *w)
+{
+	pthread_mutex_lock(&w->lock);
+	atomic_store_explicit(&w->alive, false, memory_order_relaxed);
+	if (w->fd >= 0)
+		close(w->fd);
+	w->fd = -1;
+	pthread_mutex_unlock(&w->lock);
+}
+
+/*
+ * When to start w again after a failure now: the back-off doubles while it keeps failing
+ * within ISO_RESTART_STABLE_MS of its start, and starts over once it ran longer.
+ */
+static uint32_t schedule_restart(struct worker *w, uint64_t now)
+{
+	if (!w->backoff_ms || now - w->started_ms >= ISO_RESTART_STABLE_MS)
+		w->backoff_ms = ISO_RESTART_MIN_MS;
+	else if (w->backoff_ms < ISO_RESTART_MAX_MS)
+		w->backoff_ms = w->backoff_ms * 2 < ISO_RESTART_MAX_MS ? w->backoff_ms * 2
+								       : ISO_RESTART_MAX_MS;
+	w->restart_at_ms = now + w->backoff_ms;
+	return w->backoff_ms;
+}
+
+/*
+ * Reaps every worker that has exited (WNOHANG), logging how; returns how many failed. Unless
+ * stopping, a failed worker (a signal or a non-zero status) is scheduled for a restart; one
+ * that exited with status 0 (stopped by a SIGTERM of its own) is not.
+ */
 static unsigned reap(struct iso *iso, bool stopping)
 {
 	unsigned failed = 0;
 
 	for (unsigned i = 0; i < iso->nw; i++) {
 		struct worker *w = &iso->w[i];
+		char again[96] = "";
 		int st;
 
 		if (!atomic_load_explicit(&w->alive, memory_order_relaxed) ||
 		    waitpid(w->pid, &st, WNOHANG) != w->pid)
 			continue;
-		atomic_store_explicit(&w->alive, false, memory_order_relaxed);
-		if (stopping && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-			log_info("worker pid %d (%s) stopped", (int)w->pid, w->vms);
+		worker_gone(w);
+		if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+			if (stopping)
+				log_info("worker pid %d (%s) stopped", (int)w->pid, w->vms);
+			else
+				log_error("worker pid %d (%s) stopped on its own; its VMs are gone, "
+					  "the others keep running", (int)w->pid, w->vms);
 			continue;
 		}
 		failed++;
+		if (!stopping && w->inherited)
+			snprintf(again, sizeof(again), "; not started again (its socket was "
+				 "inherited): restart uvsockd");
+		else if (!stopping)
+			snprintf(again, sizeof(again), "; starting it again in %u ms",
+				 schedule_restart(w, mono_ms()));
 		if (WIFSIGNALED(st))
 			log_error("worker pid %d (%s) was killed by signal %d (%s)%s", (int)w->pid,
-				  w->vms, WTERMSIG(st), strsignal(WTERMSIG(st)),
-				  stopping ? "" : "; its VMs are gone, the others keep running");
+				  w->vms, WTERMSIG(st), strsignal(WTERMSIG(st)), again);
 		else
 			log_error("worker pid %d (%s) exited with status %d%s", (int)w->pid, w->vms,
-				  WEXITSTATUS(st),
-				  stopping ? "" : "; its VMs are gone, the others keep running");
+				  WEXITSTATUS(st), again);
 	}
 	return failed;
 }
@@ -542,8 +626,10 @@ static int plan(struct iso *iso, const struct uvsockd_config *cfg)
 	iso->w = calloc(iso->nw, sizeof(*iso->w));
 	if (!iso->w)
 		return -ENOMEM;
-	for (unsigned i = 0; i < iso->nw; i++)
+	for (unsigned i = 0; i < iso->nw; i++) {
 		iso->w[i].fd = -1;
+		pthread_mutex_init(&iso->w[i].lock, NULL);
+	}
 	for (unsigned i = 0; i < cfg->n_vms; i++) {
 		struct worker *w = &iso->w[iso->worker_of[i]];
 		size_t len = strlen(w->vms);
@@ -552,6 +638,8 @@ static int plan(struct iso *iso, const struct uvsockd_config *cfg)
 			return -ENOMEM;
 		iso->local[i] = w->n;
 		w->idx[w->n++] = i;
+		if (cfg->vms[i].fd > 0 || uds_is_adopted(cfg->vms[i].socket_path))
+			w->inherited = true;
 		if (len + 16 < sizeof(w->vms))
 			snprintf(w->vms + len, sizeof(w->vms) - len, "%svm%u", len ? " " : "",
 				 cfg->vms[i].guest_cid);
@@ -561,34 +649,85 @@ static int plan(struct iso *iso, const struct uvsockd_config *cfg)
 	return 0;
 }
 
-/* Forks worker i; its end of the socketpair goes to it, ours to w->fd. */
-static int spawn(struct iso *iso, unsigned i, const sigset_t *sigs)
+/*
+ * Forks worker i; its end of the socketpair goes to it, ours to w->fd. restart: after start-up,
+ * while the control thread runs. The child uses none of the main's locks but malloc's and
+ * stdio's (the log writes through stderr), which glibc's fork() leaves usable in the child of a
+ * threaded process; the control thread takes no other lock the worker needs.
+ */
+static int spawn(struct iso *iso, unsigned i, const sigset_t *sigs, bool restart)
 {
 	struct worker *w = &iso->w[i];
-	pid_t parent = getpid();
-	int sv[2];
+	pid_t parent = getpid(), pid;
+	int sv[2], e = 0;
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		return -errno;
-	w->pid = fork();
-	if (w->pid < 0) {
-		int e = errno;
-
-		close(sv[0]);
-		close(sv[1]);
-		return -e;
-	}
-	if (w->pid == 0) {
+	pthread_mutex_lock(&w->lock);
+	pid = fork();
+	if (pid == 0) {
 		struct timeval tv = { .tv_sec = ISO_SEND_TIMEOUT_MS / 1000 };
 
 		close(sv[0]);
 		(void)setsockopt(sv[1], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		worker_main(iso, i, sv[1], sigs, parent);
+		worker_main(iso, i, sv[1], sigs, parent, restart);
 	}
+	e = errno;
 	close(sv[1]);
-	w->fd = sv[0];
-	atomic_store_explicit(&w->alive, true, memory_order_relaxed);
-	return 0;
+	if (pid < 0) {
+		close(sv[0]);
+	} else {
+		w->pid = pid;
+		w->fd = sv[0];
+		w->started_ms = mono_ms();
+		w->restart_at_ms = 0;
+		atomic_store_explicit(&w->alive, true, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return pid < 0 ? -e : 0;
+}
+
+/*
+ * Starts again every worker whose restart is due; returns the milliseconds until the next one
+ * is (-1: none pending). A worker that cannot be forked now is tried again after its back-off.
+ */
+static int restart_due(struct iso *iso, const sigset_t *sigs)
+{
+	uint64_t now = mono_ms(), next = UINT64_MAX;
+
+	for (unsigned i = 0; i < iso->nw; i++) {
+		struct worker *w = &iso->w[i];
+		int r;
+
+		if (!w->restart_at_ms)
+			continue;
+		if (w->restart_at_ms > now) {
+			next = w->restart_at_ms < next ? w->restart_at_ms : next;
+			continue;
+		}
+		r = spawn(iso, i, sigs, true);
+		if (r < 0) {
+			log_error("cannot start the worker of %s again: %s; next try in %u ms",
+				  w->vms, strerror(-r), schedule_restart(w, now));
+			next = w->restart_at_ms < next ? w->restart_at_ms : next;
+			continue;
+		}
+		w->restarts++;
+		log_warn("worker pid %d started again for %s (restart %u)", (int)w->pid, w->vms,
+			 w->restarts);
+	}
+	if (next == UINT64_MAX)
+		return -1;
+	return next - now > INT32_MAX ? INT32_MAX : (int)(next - now);
+}
+
+/* True while a failed worker waits for its restart. */
+static bool restart_pending(const struct iso *iso)
+{
+	for (unsigned i = 0; i < iso->nw; i++)
+		if (iso->w[i].restart_at_ms)
+			return true;
+	return false;
 }
 
 static void iso_free(struct iso *iso)
@@ -597,6 +736,7 @@ static void iso_free(struct iso *iso)
 		if (iso->w[i].fd >= 0)
 			close(iso->w[i].fd);
 		free(iso->w[i].idx);
+		pthread_mutex_destroy(&iso->w[i].lock);
 	}
 	free(iso->w);
 	free(iso->worker_of);
@@ -619,7 +759,7 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 		goto out;
 	}
 	for (unsigned i = 0; i < iso.nw; i++) {
-		r = spawn(&iso, i, sigs);
+		r = spawn(&iso, i, sigs, false);
 		if (r < 0) {
 			log_error("cannot start a worker process: %s", strerror(-r));
 			goto stop;
@@ -632,11 +772,16 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 	log_info("%u worker processes for %u VMs", iso.nw, cfg->n_vms);
 	daemon_sd_ready(cfg->n_vms, iso.nw);
 	for (;;) {
-		if (sigwait(&all, &sig) != 0)
-			continue;
+		int wait_ms = restart_due(&iso, sigs);
+		struct timespec ts = { .tv_sec = wait_ms / 1000,
+				       .tv_nsec = (long)(wait_ms % 1000) * (long)NS_PER_MS };
+
+		sig = sigtimedwait(&all, NULL, wait_ms < 0 ? NULL : &ts);
+		if (sig < 0)
+			continue; /* a restart is due, or EINTR */
 		if (sig == SIGCHLD) {
 			(void)reap(&iso, false);
-			if (alive_count(&iso))
+			if (alive_count(&iso) || restart_pending(&iso))
 				continue;
 			log_error("every worker process is gone: exiting");
 			goto stop;

@@ -10,8 +10,9 @@
  * touched).
  *
  * The main process keeps the control socket and supervises: SIGTERM, SIGINT and SIGHUP are
- * forwarded to the workers; a worker that dies is logged with its exit status and not restarted
- * (its VMs are gone, the others keep running); the main exits when every worker is gone, or on
+ * forwarded to the workers; a worker that fails (a signal, a non-zero status) is logged and
+ * forked again after a back-off (isolate.c ISO_RESTART_*), the others keep running; one that
+ * stops with status 0 is not; the main exits when no worker is left, or on
  * SIGTERM/SIGINT once the workers are reaped. Each worker has PR_SET_PDEATHSIG SIGTERM, so none
  * outlives the main.
  *

@@ -22,6 +22,7 @@
 #include "util/macros.h"
 #include "config.h"
 #include "ctl.h"
+#include "paths.h"
 #include "util/size.h"
 #include "util/uds.h"
 
@@ -514,6 +515,23 @@ static int add_vm(struct uvsockd_config *c, const struct uvsockd_vm_config *vm, 
 	return 0;
 }
 
+/* Derived names and relative paths, across every VM and the control socket (paths.h). */
+static int check_derived_paths(const struct uvsockd_config *c, char *err, size_t errlen)
+{
+	const struct uvsockd_vm_config *prev[UVSOCKD_MAX_VMS];
+	char ctl[UVSOCKD_SUN_PATH_MAX + 16];
+	const char *control = uvsockd_control_path(c, ctl, sizeof(ctl));
+
+	for (unsigned i = 0; i < c->n_vms; i++) {
+		int r = uvsockd_check_vm_paths(&c->vms[i], prev, i, control, err, errlen);
+
+		if (r < 0)
+			return r;
+		prev[i] = &c->vms[i];
+	}
+	return 0;
+}
+
 static int check_unique(const struct uvsockd_config *c, char *err, size_t errlen)
 {
 	for (unsigned i = 0; i < c->n_vms; i++) {
@@ -539,7 +557,7 @@ static int check_unique(const struct uvsockd_config *c, char *err, size_t errlen
 				return fail(err, errlen, "uds-path '%s' is used twice", a->uds_path);
 		}
 	}
-	return 0;
+	return check_derived_paths(c, err, errlen);
 }
 
 /* Root of VM i in the union-find forest kept in p (p[i] == i for a root), compressing paths. */

@@ -21,6 +21,7 @@
 #include "fd_budget.h"
 #include "ops/pcap.h"
 #include "ops/stats.h"
+#include "paths.h"
 #include "util/log.h"
 #include "util/macros.h"
 #include "util/uds.h"
@@ -57,6 +58,7 @@ struct vm_set {
 	uint32_t default_conns; /* host-side connections of a start-up VM without max-conns= */
 	bool no_dgram;          /* --no-dgram, --dgram-max: the same for every VM */
 	uint32_t dgram_max;
+	char control[UVSOCKD_SUN_PATH_MAX + 16]; /* the control socket's path, "" if none */
 };
 
 /* argv of uvsockd, for SIGHUP (vm_set_reload_args). */
@@ -327,7 +329,13 @@ static int check_unique(const struct vm_set *s, const struct uvsockd_vm_config *
 		snprintf(err, errlen, "too many VMs (at most %d)", UVSOCKD_MAX_VMS);
 		return -E2BIG;
 	}
-	return 0;
+	{
+		const struct uvsockd_vm_config *others[UVSOCKD_MAX_VMS];
+
+		for (unsigned i = 0; i < s->n; i++)
+			others[i] = &s->vms[i]->cfg;
+		return uvsockd_check_vm_paths(v, others, s->n, s->control, err, errlen);
+	}
 }
 
 static int vm_thread_start(struct vm_thread *t, char *err, size_t errlen)
@@ -735,6 +743,7 @@ int vm_set_run(const struct uvsockd_config *cfg, const unsigned *idx, unsigned n
 	if (!hooks)
 		hooks = &none;
 	pthread_mutex_init(&s.lock, NULL);
+	(void)uvsockd_control_path(cfg, s.control, sizeof(s.control));
 	if (vm_set_create(&s, cfg, idx, idx ? n : cfg->n_vms) < 0)
 		goto out;
 	hooked = true;

@@ -4,7 +4,11 @@
 # each for SECONDS on its committed corpus fuzz/corpus/<target> (read only: new inputs go to
 # BUILD/fuzz-work/<target>), and prints for each its executions per second, its final coverage
 # (libFuzzer's "cov:" and "ft:") and its crashes. Fails if any target crashed, leaked, timed out
-# or ran out of memory (an artifact in BUILD/fuzz-work/artifacts/<target>/), or did not run.
+# or ran out of memory (an artifact in BUILD/fuzz-work/artifacts/<target>/), or did not run; a
+# slow input (slow-unit-*: over 10 s of wall time, which a loaded machine gives any input) is
+# counted and kept, not a failure.
+# BUILD/fuzz-work/results.json gets one line per target in meson's testlog.json form (name
+# "libfuzzer-<target>", result OK or FAIL) for scripts/count-tests.py (.ci/run).
 #
 # Usage: fuzz/run-fuzzers.sh BUILD SECONDS [TARGET...]   (default: every fuzz/fuzz-<t>.c)
 set -u
@@ -19,12 +23,17 @@ fi
 work=$build/fuzz-work
 rc=0
 summary=""
+mkdir -p "$work"
+results=$work/results.json
+: >"$results"
 for t in "$@"; do
 	bin=$build/fuzz/fuzz-$t-libfuzzer
 	art=$work/artifacts/$t
 	log=$work/$t.log
 	if [ ! -x "$bin" ]; then
 		echo "fuzz: $bin is missing (configure with CC=clang -Dfuzzing=true)" >&2
+		printf '{"name": "libfuzzer-%s", "result": "FAIL", "stdout": "missing"}\n' "$t" \
+			>>"$results"
 		rc=1
 		continue
 	fi
@@ -37,12 +46,20 @@ for t in "$@"; do
 	status=$?
 	final=$(grep -E 'cov: [0-9]+' "$log" | tail -n 1 | sed -n 's/.*\(cov: [0-9]*\) \(ft: [0-9]*\).*/\1 \2/p')
 	eps=$(sed -n 's/^stat::average_exec_per_sec:[[:space:]]*//p' "$log")
-	crashes=$(find "$art" -type f | wc -l)
-	line=$(printf '%-10s %6s exec/s  %-24s crashes: %s' "$t" "${eps:-?}" "${final:-no coverage line}" "$crashes")
+	# slow-unit-*: an input that took over 10 s of wall time, which a loaded machine gives any
+	# input; reported, not a failure (a hang is a timeout-* artifact, after -timeout).
+	crashes=$(find "$art" -type f ! -name 'slow-unit-*' | wc -l)
+	slow=$(find "$art" -type f -name 'slow-unit-*' | wc -l)
+	line=$(printf '%-10s %6s exec/s  %-24s crashes: %s  slow units: %s' "$t" "${eps:-?}" \
+		"${final:-no coverage line}" "$crashes" "$slow")
 	echo "fuzz: $line"
 	summary="$summary$line
 "
-	if [ "$crashes" -ne 0 ] || [ "$status" -ne 0 ]; then
+	result=OK
+	[ "$crashes" -ne 0 ] || [ "$status" -ne 0 ] && result=FAIL
+	printf '{"name": "libfuzzer-%s", "result": "%s", "stdout": "%s"}\n' "$t" "$result" \
+		"$(printf '%s' "$line" | tr -s ' ' | tr -d '"\\')" >>"$results"
+	if [ "$result" = FAIL ]; then
 		echo "fuzz: $t FAILED (exit $status); artifacts:" >&2
 		find "$art" -type f >&2
 		grep -E -A30 '^==[0-9]+==ERROR|runtime error|invariant failed' "$log" | head -n 60 >&2

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 #
-# ThreadSanitizer over the threaded tests (`make tsan`; not part of `make check`, for CI time).
+# ThreadSanitizer over the threaded tests (`make tsan`, and `make check` through check-tsan).
 # Builds $TSAN_BUILD (default build-tsan) with -Db_sanitize=thread -Dinterop=false if it is not
 # set up yet (CC picks the compiler; gcc 12 and clang 14 both work), then runs the suites that
 # use threads: the socket API, the guest role (and its hostile-device test), the device role
@@ -10,7 +10,9 @@
 # flood; the guest role's datagrams, driver-dgram and dgram-guest). Every process writes its
 # reports to one directory (TSAN_OPTIONS log_path), so those of the uvsockd child processes,
 # whose stderr goes to a log file, are seen too; any report fails the run, and the reports are
-# printed at the end.
+# printed at the end. $TSAN_BUILD/meson-logs/tsan-reports.json gets one result line in meson's
+# testlog.json form ("tsan-reports": OK, or FAIL with the report count) for scripts/count-tests.py,
+# since the reports of a daemon child do not fail the meson test that started it.
 #
 # TSan needs its fixed memory layout: on a kernel whose mmap randomisation does not leave room
 # for it ("FATAL: ThreadSanitizer: unexpected memory mapping"), the tests run under
@@ -50,13 +52,18 @@ fi
 rm -f "$logdir"/tsan.*
 
 start=$(date +%s)
+# Hang bounds scale with ThreadSanitizer's slowdown (5 to 15 times): meson's per-test timeouts
+# (--timeout-multiplier) and each case's own limit (the harness's 60 s, UVSOCK_TEST_TIMEOUT).
 # shellcheck disable=SC2086 # TESTS and prefix are word lists
-TSAN_OPTIONS="$opts" $prefix meson test -C "$BUILD" --print-errorlogs --timeout-multiplier 10 \
-	$TESTS
+TSAN_OPTIONS="$opts" UVSOCK_TEST_TIMEOUT=600 $prefix meson test -C "$BUILD" --print-errorlogs \
+	--timeout-multiplier 10 $TESTS
 rc=$?
 end=$(date +%s)
 
 reports=$(ls "$logdir"/tsan.* 2>/dev/null | wc -l)
+if [ "$reports" -gt 0 ]; then result=FAIL; else result=OK; fi
+printf '{"name": "tsan-reports", "result": "%s", "stdout": "%s process(es) reported"}\n' \
+	"$result" "$reports" >"$BUILD/meson-logs/tsan-reports.json"
 if [ "$reports" -gt 0 ]; then
 	echo "tsan: $reports process(es) reported (from $logdir):" >&2
 	for f in "$logdir"/tsan.*; do

@@ -8,9 +8,10 @@
  *
  *   - a seccomp filter (plain BPF, x86_64) makes socket() and socketpair() with AF_VSOCK fail
  *     with EAFNOSUPPORT, so a call the shim does not see (a static program, a raw system call)
- *     fails instead of creating a kernel vsock socket; io_uring_setup fails with ENOSYS (an
- *     io_uring socket request is not a system call a filter sees); a system call of another ABI
- *     (i386) fails with ENOSYS. Without the filter in place, nothing runs.
+ *     fails instead of creating a kernel vsock socket; io_uring_setup, io_uring_enter and
+ *     io_uring_register fail with ENOSYS, and io_urings inherited from the caller are closed
+ *     first (an io_uring socket request is not a system call a filter sees); a system call of
+ *     another ABI (i386) fails with ENOSYS. Without the filter in place, nothing runs.
  *   - /dev/vsock, when it exists, is covered by /dev/null in a private mount namespace (a
  *     filter cannot match an openat() by path); if the namespace cannot be had, -v says so and
  *     the shim's emulated open("/dev/vsock") is what the program gets through libc.
@@ -19,6 +20,7 @@
  * family n to the refused ones, so the tests prove the filter with a harmless family and never
  * with AF_VSOCK itself.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -50,6 +52,8 @@
 #define DEFAULT_CONTROL "/run/uvsockd/control.sock"
 #define X32_SYSCALL_BIT 0x40000000u
 #define NR_IO_URING_SETUP 425u
+#define NR_IO_URING_ENTER 426u
+#define NR_IO_URING_REGISTER 427u
 
 static bool verbose;
 
@@ -116,7 +120,9 @@ static int set_preload(const char *lib)
 #define RET_ERRNO(e) STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((e) & SECCOMP_RET_DATA))
 
 /*
- * socket/socketpair(AF_VSOCK or test_family) -> EAFNOSUPPORT; io_uring_setup -> ENOSYS; any
+ * socket/socketpair(AF_VSOCK or test_family) -> EAFNOSUPPORT; io_uring_setup, _enter and
+ * _register -> ENOSYS (a ring that reaches the program later, in an SCM_RIGHTS message, cannot
+ * be driven; close_inherited_rings() took care of the ones it had at the exec); any
  * system call of another ABI -> ENOSYS; the rest allowed. x32 calls (nr | X32_SYSCALL_BIT,
  * same arch value) are matched on the number without that bit: socket is 41 there too.
  */
@@ -128,7 +134,9 @@ static int install_filter(int test_family)
 		RET_ERRNO(ENOSYS),
 		STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
 		STMT(BPF_ALU | BPF_AND | BPF_K, ~X32_SYSCALL_BIT),
-		JEQ(NR_IO_URING_SETUP, 0, 1),
+		JEQ(NR_IO_URING_SETUP, 2, 0),
+		JEQ(NR_IO_URING_ENTER, 1, 0),
+		JEQ(NR_IO_URING_REGISTER, 0, 1),
 		RET_ERRNO(ENOSYS),
 		JEQ(SYS_socket, 1, 0),
 		JEQ(SYS_socketpair, 0, 4),
@@ -148,6 +156,39 @@ static int install_filter(int test_family)
 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0)
 		return 0;
 	return -errno;
+}
+
+/*
+ * Closes every io_uring this process inherited (its parent may have left one open across the
+ * exec): a ring's operations, IORING_OP_SOCKET among them, are not system calls the filter
+ * sees, and with IORING_SETUP_SQPOLL the kernel runs them without any system call at all, so
+ * refusing io_uring_enter is not enough. Returns how many were closed, or -errno.
+ */
+static int close_inherited_rings(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -errno;
+	while ((e = readdir(d))) {
+		char path[64], link[64];
+		ssize_t len;
+		int fd = atoi(e->d_name);
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len < 0)
+			continue;
+		link[len] = '\0';
+		if (!strcmp(link, "anon_inode:[io_uring]") && close(fd) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
 }
 
 static int write_file(const char *path, const char *s)
@@ -262,6 +303,14 @@ int main(int argc, char **argv)
 	else if (verbose)
 		fprintf(stderr, r == 1 ? "uvsock-run: no /dev/vsock on this machine%s\n"
 				       : "uvsock-run: /dev/vsock hidden by /dev/null in %s\n", how);
+	r = close_inherited_rings();
+	if (r < 0) {
+		fprintf(stderr, "uvsock-run: cannot list inherited fds (%s): refusing to run %s "
+			"with an io_uring it may have inherited\n", strerror(-r), argv[i]);
+		return 126;
+	}
+	if (verbose && r > 0)
+		fprintf(stderr, "uvsock-run: closed %d inherited io_uring fd(s)\n", r);
 	tf = getenv("UVSOCK_RUN_TEST_BLOCK_FAMILY");
 	if (tf && tf[0])
 		test_family = atoi(tf);

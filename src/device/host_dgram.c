@@ -13,7 +13,9 @@
  *    never followed; dgram_dest_get), whose replies we read as the per-VM socket's, or, if P
  *    is a port given to a host sender below, from the per-VM socket to that sender's address.
  *  - Host -> guest: the per-VM socket bound at <uds_path>.dgram takes "<guest dst port>\n
- *    <payload>". The host source port is P when the sender is bound at <uds_path>_<P>.dgram;
+ *    <payload>". The host source port is P when the sender is bound at <uds_path>_<P>.dgram
+ *    and that file, in uds_path's directory as we see it, is a socket of the sender's uid
+ *    (SO_PASSCRED: a name in another mount namespace, or someone else's file, proves nothing);
  *    a sender bound anywhere else gets an ephemeral port in [2^30, 2^31 - 1) remembered in a
  *    table of DEV_DGRAM_PEERS entries (least recently used one replaced), so that replies reach
  *    it; an unbound sender gets DEV_DGRAM_UNBOUND_PORT, whose replies are dropped.
@@ -161,8 +163,30 @@ static uint32_t dgram_peer_port(struct vsock_dev *d, const struct sockaddr_un *s
 	return p->port;
 }
 
-/* The host port of a host datagram's sender (sa, salen as recvmsg gave them). */
-static uint32_t dgram_src_port(struct vsock_dev *d, const struct sockaddr_un *sa, socklen_t salen)
+/*
+ * True if <uds_path>_<port>.dgram, as we see it in uds_path's directory, is a socket owned by
+ * the sender's uid (cred: its SCM_CREDENTIALS). A sender's bound address is only a string: one
+ * in a mount namespace of its own binds that string without owning the file we would reply to.
+ */
+static bool dgram_port_owned(const struct vsock_dev *d, uint32_t port, const struct ucred *cred)
+{
+	char name[NAME_MAX + 1];
+	struct stat st;
+
+	if (!cred || d->host.dir_fd < 0 ||
+	    (size_t)snprintf(name, sizeof(name), "%s_%u.dgram", dgram_base(d), port) >= sizeof(name))
+		return false;
+	return fstatat(d->host.dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISSOCK(st.st_mode) && st.st_uid == cred->uid;
+}
+
+/*
+ * The host port of a host datagram's sender (sa, salen as recvmsg gave them). cred: the
+ * sender's credentials on the per-VM socket; NULL on a destination socket of ours, which only
+ * the socket it is connected to can send to.
+ */
+static uint32_t dgram_src_port(struct vsock_dev *d, const struct sockaddr_un *sa, socklen_t salen,
+			       const struct ucred *cred, bool connected)
 {
 	size_t off = offsetof(struct sockaddr_un, sun_path);
 	uint32_t port;
@@ -170,8 +194,13 @@ static uint32_t dgram_src_port(struct vsock_dev *d, const struct sockaddr_un *sa
 	if (salen <= off || salen > sizeof(*sa))
 		return DEV_DGRAM_UNBOUND_PORT;
 	if (sa->sun_path[0] &&
-	    dgram_port_of_path(d, sa->sun_path, strnlen(sa->sun_path, salen - off), &port) == 0)
-		return port;
+	    dgram_port_of_path(d, sa->sun_path, strnlen(sa->sun_path, salen - off), &port) == 0) {
+		if (connected || dgram_port_owned(d, port, cred))
+			return port;
+		log_vm_dev(LOG_LVL_DEBUG, d->cid,
+			   "host datagram from a socket bound as host port %u that does not own "
+			   "that path here: given an ephemeral port", port);
+	}
 	return dgram_peer_port(d, sa, salen);
 }
 
@@ -180,7 +209,7 @@ static uint32_t dgram_src_port(struct vsock_dev *d, const struct sockaddr_un *sa
  * than dgram_rlen if it was truncated.
  */
 static void dgram_from_host(struct vsock_dev *d, const char *buf, const struct sockaddr_un *sa,
-			    socklen_t salen, size_t n)
+			    socklen_t salen, size_t n, const struct ucred *cred, bool connected)
 {
 	struct vsock_hdr h;
 	uint32_t port;
@@ -203,7 +232,7 @@ static void dgram_from_host(struct vsock_dev *d, const char *buf, const struct s
 	h = (struct vsock_hdr){
 		.src_cid = VMADDR_CID_HOST,
 		.dst_cid = d->cid,
-		.src_port = dgram_src_port(d, sa, salen),
+		.src_port = dgram_src_port(d, sa, salen, cred, connected),
 		.dst_port = port,
 		.len = (uint32_t)(n - (size_t)line),
 		.type = VSOCK_TYPE_DGRAM,
@@ -213,6 +242,18 @@ static void dgram_from_host(struct vsock_dev *d, const char *buf, const struct s
 		DEV_STAT_ADD(d, dgram_drop_full, 1);
 }
 
+/* The SCM_CREDENTIALS of a received message into *ret; false if it has none. */
+static bool dgram_cred(struct msghdr *m, struct ucred *ret)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(*ret))) {
+			memcpy(ret, CMSG_DATA(c), sizeof(*ret));
+			return true;
+		}
+	return false;
+}
+
 /* Reads what waits on fd (the per-VM socket or a destination's), DEV_DGRAM_MMSG at a time. */
 static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 {
@@ -220,6 +261,12 @@ static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	struct mmsghdr mm[DEV_DGRAM_MMSG];
 	struct sockaddr_un sa[DEV_DGRAM_MMSG];
 	struct iovec v[DEV_DGRAM_MMSG];
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(struct ucred))];
+	} cm[DEV_DGRAM_MMSG];
+	/* A destination socket is connected: only that socket can send to it. */
+	bool connected = fd != d->dgram.l.fd;
 
 	(void)l;
 	(void)events;
@@ -230,7 +277,9 @@ static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 			v[i] = (struct iovec){ d->dgram.rbuf + i * d->dgram.rlen, d->dgram.rlen };
 			mm[i] = (struct mmsghdr){ .msg_hdr = { .msg_name = &sa[i],
 							       .msg_namelen = sizeof(sa[i]),
-							       .msg_iov = &v[i], .msg_iovlen = 1 } };
+							       .msg_iov = &v[i], .msg_iovlen = 1,
+							       .msg_control = cm[i].b,
+							       .msg_controllen = sizeof(cm[i].b) } };
 		}
 		/* MSG_TRUNC: each datagram's whole length, to tell an oversize one. */
 		n = recvmmsg(fd, mm, DEV_DGRAM_MMSG, MSG_DONTWAIT | MSG_TRUNC, NULL);
@@ -239,9 +288,13 @@ static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 				continue;
 			break;
 		}
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
+			struct ucred cred;
+			bool have = dgram_cred(&mm[i].msg_hdr, &cred);
+
 			dgram_from_host(d, v[i].iov_base, &sa[i], mm[i].msg_hdr.msg_namelen,
-					mm[i].msg_len);
+					mm[i].msg_len, have ? &cred : NULL, connected);
+		}
 		done += (unsigned)n;
 		if ((unsigned)n < DEV_DGRAM_MMSG)
 			break;
@@ -490,6 +543,9 @@ int dev_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 	}
 	if (d->dgram.l.flags & UDS_REPLACED_STALE)
 		log_info("%s: replaced the stale socket file %s", d->name, d->dgram.path);
+	/* Each sender's credentials come with its datagrams (dgram_port_owned). */
+	if (setsockopt(d->dgram.l.fd, SOL_SOCKET, SO_PASSCRED, &(int){ 1 }, sizeof(int)) < 0)
+		return -errno;
 	return loop_watch_add(d->loop, d->dgram.l.fd, EPOLLIN, dgram_read_cb, d, &d->dgram.w);
 }
 

@@ -572,18 +572,22 @@ EXPORT int listen(int fd, int backlog)
 
 /*
  * The guest's port of an accepted connection: from the abstract name uvsockd bound its socket
- * to ("uvsock-peer PID CID PORT HOSTPORT"), believed only if PID is the connection's
- * SO_PEERCRED and CID and HOSTPORT are this listener's. Else SHIM_PORT_ANY.
+ * to ("uvsock-peer PID CID PORT HOSTPORT", docs/uvsockd.md "Who is calling"), believed only if
+ * the connection comes from uvsockd: its SO_PEERCRED uid owns the VM's uds-path (the socket
+ * file the daemon created; any local program can bind a look-alike name for its own PID, not
+ * run as the daemon's user), PID is its SO_PEERCRED pid, and CID and HOSTPORT are this
+ * listener's. Else SHIM_PORT_ANY. lpath is the listener's "<uds_path>_<lport>".
  */
 static uint32_t peer_port(int fd, const struct sockaddr_un *sa, socklen_t len, uint32_t cid,
-			  uint32_t lport)
+			  uint32_t lport, const char *lpath)
 {
-	size_t off = offsetof(struct sockaddr_un, sun_path);
+	size_t off = offsetof(struct sockaddr_un, sun_path), plen = strlen(lpath);
 	struct ucred cr;
 	socklen_t crl = sizeof(cr);
-	char name[sizeof(sa->sun_path)];
+	char name[sizeof(sa->sun_path)], uds[SHIM_PATH_MAX], sfx[16];
+	struct stat st;
 	unsigned c, p, hp;
-	int pid;
+	int pid, sl;
 
 	if (len <= off + 1 || len > sizeof(*sa) || sa->sun_path[0] != '\0')
 		return SHIM_PORT_ANY;
@@ -593,6 +597,13 @@ static uint32_t peer_port(int fd, const struct sockaddr_un *sa, socklen_t len, u
 		return SHIM_PORT_ANY;
 	if (shim_real.getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) < 0 || cr.pid != pid ||
 	    c != cid || hp != lport)
+		return SHIM_PORT_ANY;
+	/* The VM's uds-path: the listener's path without its "_<lport>". */
+	sl = snprintf(sfx, sizeof(sfx), "_%u", lport);
+	if (plen <= (size_t)sl || strcmp(lpath + plen - (size_t)sl, sfx) != 0)
+		return SHIM_PORT_ANY;
+	snprintf(uds, sizeof(uds), "%.*s", (int)(plen - (size_t)sl), lpath);
+	if (stat(uds, &st) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != cr.uid)
 		return SHIM_PORT_ANY;
 	return p;
 }
@@ -655,7 +666,7 @@ static int do_accept(int fd, struct vsk *v, struct sockaddr *addr, socklen_t *al
 	c->lcid = SHIM_CID_HOST;
 	c->lport = v->lport;
 	c->pcid = v->l[which].cid;
-	c->pport = peer_port(n, &sa, salen, c->pcid, v->lport);
+	c->pport = peer_port(n, &sa, salen, c->pcid, v->lport, v->l[which].path);
 	c->connect_timeout_ns = v->connect_timeout_ns;
 	c->buf_size = v->buf_size;
 	c->buf_min = v->buf_min;
@@ -1299,6 +1310,8 @@ static void import_one(const char *e)
 	int fd, kind, type, state;
 	unsigned lcid, lport, pcid, pport;
 	unsigned long long tmo, bs, bmin, bmax;
+	struct sockaddr_un sa;
+	socklen_t sl = sizeof(sa);
 	struct stat st;
 	struct vsk *v;
 
@@ -1331,6 +1344,12 @@ static void import_one(const char *e)
 		v->l[0].fd = fd;
 		v->l[0].cid = pcid;
 		v->l[0].ul.fd = -1;
+		/* Its path (peer_port() finds the VM's uds-path from it): the listener's name. */
+		if (shim_real.getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+		    sa.sun_family == AF_UNIX && sl > offsetof(struct sockaddr_un, sun_path) + 1 &&
+		    sa.sun_path[0] != '\0')
+			snprintf(v->l[0].path, sizeof(v->l[0].path), "%.*s",
+				 (int)(sl - offsetof(struct sockaddr_un, sun_path)), sa.sun_path);
 	}
 	(void)shim_set(fd, v);
 	shim_put(v);

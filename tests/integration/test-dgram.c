@@ -12,6 +12,10 @@
  * Every wait is bounded; nothing is timed.
  */
 #include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -337,6 +341,75 @@ TEST(guest_and_host_exchange_datagrams_through_uvsockd)
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
+/*
+ * A sender of another user binds the string <uds-path>_5.dgram in a mount namespace of its own
+ * (a tmpfs over the directory), while the real <uds-path>_5.dgram, which uvsockd sees, belongs
+ * to root. Its datagram must not come from host port 5: it gets an ephemeral port. Child
+ * process: 0 sent, else the step that failed.
+ */
+static int spoof_main(const char *dgp, const char *dir, const char *p5)
+{
+	struct sockaddr_un to = hs_addr(dgp), me = hs_addr(p5);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || connect(fd, (struct sockaddr *)&to, sizeof(to)) < 0)
+		return 10;
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", dir, "tmpfs", 0, "mode=1777") < 0)
+		return 11;
+	if (setgid(65534) < 0 || setuid(65534) < 0)
+		return 12;
+	if (bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0)
+		return 13;
+	if (send(fd, "1234\nspoof", 10, 0) != 10)
+		return 14;
+	return 0;
+}
+
+TEST(a_host_port_path_bound_elsewhere_is_not_believed)
+{
+	static const uint32_t cids[] = { 3 };
+	char dgp[200], p5[200], buf[64];
+	struct vsock_hdr h;
+	struct dguest g;
+	struct uvd u;
+	pid_t pid;
+	int hfd, st = 0;
+
+	if (geteuid() != 0)
+		test_skip("a mount namespace and another user need root");
+	uvd_start(&u, 1, cids, NULL, NULL);
+	hv_wait_ctl(u.sock[0]);
+	path_of(dgp, sizeof(dgp), u.uds[0], ".dgram");
+	path_of(p5, sizeof(p5), u.uds[0], "_5.dgram");
+	hfd = host_dgram(p5);
+	dg_open(&g, u.sock[0], true);
+	ASSERT_TRUE(dg_acked(&g));
+	/* The owner of <uds-path>_5.dgram is host port 5. */
+	host_sendto(hfd, dgp, "1234\nreal");
+	ASSERT_OK(dg_next(&g, &h, buf, sizeof(buf)));
+	ASSERT_EQ(h.src_port, 5);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(spoof_main(dgp, u.dir, p5));
+	}
+	ASSERT_WAIT_FOR(waitpid(pid, &st, WNOHANG) == pid, DG_WAIT_MS);
+	ASSERT_TRUE(WIFEXITED(st));
+	if (WEXITSTATUS(st) == 11)
+		test_skip("no private mount namespace here");
+	ASSERT_EQ(WEXITSTATUS(st), 0);
+	ASSERT_OK(dg_next(&g, &h, buf, sizeof(buf)));
+	ASSERT_TRUE(h.len == 5 && !memcmp(buf, "spoof", 5));
+	test_note("the spoofer's datagram came from host port %u", h.src_port);
+	ASSERT_NE(h.src_port, 5);
+	ASSERT_GE(h.src_port, 1u << 30);
+	dg_close(&g);
+	close(hfd);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
 /* The guest sends "<n>" to host port 5000 until the host socket fd has it (within DG_WAIT_MS). */
 static bool dg_reaches(struct dguest *g, int fd, unsigned n)
 {
@@ -635,8 +708,11 @@ TEST(socat_sends_a_datagram_to_the_guest)
 	path_of(dgp, sizeof(dgp), u.uds[0], ".dgram");
 	path_of(bind, sizeof(bind), u.uds[0], "_5000.dgram");
 	dg_open(&g, u.sock[0], true);
-	snprintf(cmd, sizeof(cmd), "printf '1234\\nhello' | socat -u - UNIX-SENDTO:%s,bind=%s",
-		 dgp, bind);
+	/* unlink-close=0: socat would remove its socket file as it exits, maybe before uvsockd
+	 * reads the datagram, and a port is believed only while its file is there. */
+	snprintf(cmd, sizeof(cmd),
+		 "printf '1234\\nhello' | socat -u - UNIX-SENDTO:%s,bind=%s,unlink-close=0", dgp,
+		 bind);
 	ASSERT_EQ(run_sh(cmd), 0);
 	ASSERT_OK(dg_next(&g, &h, buf, sizeof(buf)));
 	ASSERT_EQ(h.src_port, 5000);

@@ -26,6 +26,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "childrun.h"
 #include "guestside.h"
 #include "hostile.h"
 #include "test.h"
@@ -1510,27 +1511,24 @@ SCEN_TEST(sibling_request_flood)
 #define BENCH_MIB 512u
 
 /* One run in a child process (a failure there ends only that run). */
+struct bench_arg {
+	const struct scen *s;
+	bool attack;
+	size_t total;
+};
+
+static void bench_run(void *arg, void *res)
+{
+	const struct bench_arg *a = arg;
+
+	run(a->s, a->attack, false, a->total, res);
+}
+
 static bool bench_one(const struct scen *s, bool attack, size_t total, struct result *res)
 {
-	int p[2], st;
-	pid_t pid;
-	bool ok;
+	struct bench_arg a = { s, attack, total };
 
-	ASSERT_OK(pipe2(p, O_CLOEXEC));
-	fflush(stdout);
-	pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		close(p[0]);
-		run(s, attack, false, total, res);
-		(void)!write(p[1], res, sizeof(*res));
-		_exit(0);
-	}
-	close(p[1]);
-	ok = read(p[0], res, sizeof(*res)) == (ssize_t)sizeof(*res);
-	close(p[0]);
-	waitpid(pid, &st, 0);
-	return ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	return test_run_in_child(bench_run, &a, res, sizeof(*res));
 }
 
 static int cmp_double(const void *a, const void *b)

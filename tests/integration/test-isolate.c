@@ -7,7 +7,8 @@
  *
  * Covers: one worker process per sibling group ("uvsockd vmN", children of the daemon), each
  * VM's transfers through its worker, a killed worker leaving the other VM and the control socket
- * working, the main exiting when every worker is gone, workers dying with the main; the memory
+ * working and started again (its VM served by the new worker), the main exiting when every
+ * worker is gone (stopped on its own), workers dying with the main; the memory
  * finding (a guest whose TX descriptors point at pages it never touched: without --isolate
  * uvsockd's own RSS grows by what it was made to touch, with --isolate only the worker's does);
  * and, where a writable cgroup2 hierarchy exists, cgroup=DIR placing the worker there (with the
@@ -175,6 +176,16 @@ static const struct ops_jv *stat_vm(const struct ops_jv *v, uint32_t cid)
 	test_fail(__FILE__, __LINE__, "VM %u is not in the stats", cid);
 }
 
+/* True once the control socket names VM cid's worker `name` ("vm3 pid 123"). */
+static bool stat_name_is(const struct uvd *u, uint32_t cid, const char *name)
+{
+	struct ops_jv *v = stat_json(u->sock[0]);
+	bool same = strcmp(ops_json_str(stat_vm(v, cid), "name", ""), name) == 0;
+
+	ops_json_free(v);
+	return same;
+}
+
 /* A guest of u's VM i sends 4 MiB to a host listener and the host answers "pong". */
 static void transfer_ok(const struct uvd *u, int i, uint32_t port)
 {
@@ -243,8 +254,8 @@ TEST(two_vms_two_workers_and_a_killed_worker_spares_the_other)
 	static const uint32_t cids[] = { 3, 4 };
 	struct ops_jv *v;
 	struct uvd u;
-	pid_t kids[8], w3, w4;
-	char name[40];
+	pid_t kids[8], w3, w4, w3b;
+	char name[40], name3[40];
 
 	uvd_start(&u, 2, cids, NULL, "--isolate");
 	wait_ctl(&u);
@@ -264,15 +275,27 @@ TEST(two_vms_two_workers_and_a_killed_worker_spares_the_other)
 	ASSERT_GE(ops_json_u64(ops_json_get(stat_vm(v, 4), "counters"), "tx_bytes", 0), 4 * MiB);
 	ops_json_free(v);
 
-	/* Kill VM 3's worker: the daemon logs it, VM 4 keeps working, the listing still answers. */
+	/*
+	 * Kill VM 3's worker: the daemon logs it and starts a new one after its back-off; VM 4's
+	 * worker is untouched and keeps working; VM 3 works again through the new worker.
+	 */
 	ASSERT_OK(kill(w3, SIGKILL));
-	ASSERT_WAIT_FOR(pid_gone(w3) && children_of(u.pid, kids, 8) == 1, WAIT_MS);
-	ASSERT_WAIT_FOR(file_has(u.log, "was killed by signal 9"), WAIT_MS);
+	ASSERT_WAIT_FOR(pid_gone(w3), WAIT_MS);
+	ASSERT_WAIT_FOR(file_has(u.log, "was killed by signal 9 (Killed); starting it again in"),
+			WAIT_MS);
 	ASSERT_TRUE(uvd_alive(&u));
 	transfer_ok(&u, 1, 5002);
+	ASSERT_WAIT_FOR(file_has(u.log, "started again for vm3 (restart 1)"), WAIT_MS);
+	ASSERT_WAIT_FOR(children_of(u.pid, kids, 8) == 2, WAIT_MS);
+	w3b = worker_of(&u, 3);
+	ASSERT_NE(w3b, w3);
+	ASSERT_EQ(worker_of(&u, 4), w4);
+	/* The new worker answers the control socket once its device is up. */
+	snprintf(name3, sizeof(name3), "vm3 pid %d", (int)w3b);
+	ASSERT_WAIT_FOR(stat_name_is(&u, 3, name3), WAIT_MS);
+	transfer_ok(&u, 0, 5003);
 	v = stat_json(u.sock[0]);
-	ASSERT_STREQ(ops_json_str(stat_vm(v, 3), "name", ""), "vm3 worker gone");
-	ASSERT_FALSE(ops_json_bool(stat_vm(v, 3), "vmm_connected", true));
+	ASSERT_STREQ(ops_json_str(stat_vm(v, 3), "name", ""), name3);
 	ASSERT_STREQ(ops_json_str(stat_vm(v, 4), "name", ""), name);
 	ASSERT_GE(ops_json_u64(ops_json_get(stat_vm(v, 4), "counters"), "tx_bytes", 0), 8 * MiB);
 	ops_json_free(v);
@@ -289,9 +312,10 @@ TEST(two_vms_two_workers_and_a_killed_worker_spares_the_other)
 		ASSERT_TRUE(strstr(r.err, "cannot capture") != NULL);
 		run_free(&r);
 	}
-	/* SIGTERM: the surviving worker stops and removes its sockets, the daemon exits 0. */
+	/* SIGTERM: both workers stop and remove their sockets, the daemon exits 0. */
 	ASSERT_EQ(uvd_kill(&u), 0);
-	ASSERT_TRUE(pid_gone(w4));
+	ASSERT_TRUE(pid_gone(w4) && pid_gone(w3b));
+	ASSERT_EQ(access(u.sock[0], F_OK), -1);
 	ASSERT_EQ(access(u.sock[1], F_OK), -1);
 	ASSERT_EQ(uvd_stop(&u), -1); /* already stopped: only the directory goes */
 }
@@ -308,8 +332,23 @@ TEST(daemon_exits_when_every_worker_is_gone_and_workers_die_with_it)
 	w4 = worker_of(&u, 4);
 	/* Sockets exist before a worker reports ready: killed earlier, it "failed to start". */
 	ASSERT_WAIT_FOR(file_has(u.log, "worker processes for 2 VMs"), WAIT_MS);
-	ASSERT_OK(kill(w3, SIGKILL));
-	ASSERT_OK(kill(w4, SIGKILL));
+	/* A worker stopped on its own (status 0) is not started again. */
+	ASSERT_OK(kill(w3, SIGTERM));
+	ASSERT_WAIT_FOR(file_has(u.log, "(vm3) stopped on its own"), WAIT_MS);
+	wait_ctl(&u);
+	{
+		/* VM 3's socket is gone with its worker: ask the control socket itself. */
+		char ctl[200];
+		struct ops_jv *v;
+
+		snprintf(ctl, sizeof(ctl), "%s.ctl", u.sock[0]);
+		v = stat_json(ctl);
+
+		ASSERT_STREQ(ops_json_str(stat_vm(v, 3), "name", ""), "vm3 worker gone");
+		ASSERT_FALSE(ops_json_bool(stat_vm(v, 3), "vmm_connected", true));
+		ops_json_free(v);
+	}
+	ASSERT_OK(kill(w4, SIGTERM));
 	/* Nothing left to serve: the daemon exits with status 1 and says why. */
 	ASSERT_WAIT_FOR(uvd_exited(&u, &st), WAIT_MS);
 	ASSERT_TRUE(WIFEXITED(st));

@@ -48,6 +48,16 @@ static struct ctl_out ctl_run(const char *ctl, const char *verb, const char *arg
 	return o;
 }
 
+/* vm-add spec on u is refused (uvsock-ctl exits 1) with a message that has `why`. */
+static void add_refused(const struct uvd *u, const char *spec, const char *why)
+{
+	struct ctl_out o = ctl_run(u->sock[0], "add-vm", spec);
+
+	if (o.rc != 1 || !strstr(o.err, why))
+		test_fail(__FILE__, __LINE__, "add-vm %s: exit %d, '%s' (wanted '%s')", spec, o.rc,
+			  o.err, why);
+}
+
 static void ctl_path(const struct uvd *u, char *buf, size_t len)
 {
 	snprintf(buf, len, "%s.ctl", u->sock[0]);
@@ -214,13 +224,9 @@ TEST(vm_added_and_removed_while_another_transfers)
 	vm_list(&u, true, names, sizeof(names));
 	ASSERT_STREQ(names, "3=vm3,4=vmb");
 	/* The same CID, path or name again is refused, and so is a budget that does not fit. */
-	o = ctl_run(u.sock[0], "add-vm", spec);
-	ASSERT_EQ(o.rc, 1);
-	ASSERT_TRUE(strstr(o.err, "guest-cid 4 is already served") != NULL);
-	o = ctl_run(u.sock[0], "add-vm", "guest-cid=5,socket=/tmp/x5.sock,uds-path=/tmp/x5.vsock,"
-		    "max-conns=65536");
-	ASSERT_EQ(o.rc, 1);
-	ASSERT_TRUE(strstr(o.err, "does not fit the fd budget") != NULL);
+	add_refused(&u, spec, "guest-cid 4 is already served");
+	add_refused(&u, "guest-cid=5,socket=/tmp/x5.sock,uds-path=/tmp/x5.vsock,max-conns=65536",
+		    "does not fit the fd budget");
 
 	o = ctl_run(u.sock[0], "remove-vm", "vmb");
 	ASSERT_EQ(o.rc, 0);
@@ -323,6 +329,30 @@ TEST(sighup_applies_the_config_difference)
 	ASSERT_EQ(log_count(&u, "a: removed"), 0);
 
 	xfer_finish(&x);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+/*
+ * vm-add refuses a VM whose paths are names uvsockd derives from another VM's uds-path (here
+ * VM 3's host port 7 path: VM 3's guest connects to host port 7 would reach the new VM's host
+ * side, across their groups), and relative paths; the running VM is untouched.
+ */
+TEST(vm_add_refuses_another_vms_derived_paths)
+{
+	static const uint32_t cid3[] = { 3 };
+	char spec[600];
+	struct uvd u;
+
+	uvd_start(&u, 1, cid3, NULL, NULL);
+	wait_ctl(&u);
+	snprintf(spec, sizeof(spec), "guest-cid=4,socket=%s/vm4.sock,uds-path=%s_7,groups=other",
+		 u.dir, u.uds[0]);
+	add_refused(&u, spec, "guest-cid 3's host port path");
+	snprintf(spec, sizeof(spec), "guest-cid=4,socket=%s.dgram,uds-path=%s/vm4.vsock", u.uds[0],
+		 u.dir);
+	add_refused(&u, spec, "guest-cid 3's datagram socket");
+	add_refused(&u, "guest-cid=4,socket=vm4.sock,uds-path=/tmp/x4.vsock", "absolute path");
+	ASSERT_TRUE(vms_are(&u, "3"));
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 

@@ -5,18 +5,28 @@
  * and vring_drv rings, no guest role) that floods VM B with connection REQUESTs to closed ports
  * and never posts an RX buffer; VM B (CID 4) is a guest-role context whose engine answers each
  * REQUEST with an RST to A. A's inbox in the daemon fills with B's RSTs and stays full. Meanwhile
- * B does a host echo round trip every few milliseconds through the daemon: its round trips must
- * stay fast (p99 and maximum under bounds), and the daemon must survive. Two cases: A never
+ * B does host echo round trips through the daemon, and every one must come back whole and in
+ * order, A's flood must go on meanwhile, and the daemon must survive. Two cases: A never
  * drains (its inbox stays full), or A drains below half once a second (its inbox fills again
- * each time). When B's TX ring waited up to 1 s for room in A's inbox, B's round trips took
- * up to 999 ms in the first case and 1 to 2 s each in the second (7 or 8 round trips in 3 s);
- * now both stay within a few milliseconds.
+ * each time). Nothing timed decides pass or fail: a round trip that never comes back fails at
+ * the socket's receive timeout (a hang bound).
+ *
+ * How fast the round trips are is the benchmark's business: `test-sibling-flood --bench
+ * [--runs N]` (the meson benchmark `sibling-flood`, never run by `meson test`) prints B's round
+ * trip p50, p99 and maximum before and during each flood, medians of N runs. When B's TX ring
+ * waited up to 1 s for room in A's inbox, those round trips took up to 999 ms in the first case
+ * and 1 to 2 s each in the second (7 or 8 round trips in 3 s); since the fix of
+ * src/device/sibling.c they stay within a few milliseconds. tests/unit/device/test-device.c
+ * checks the mechanism (B's replies for a full inbox are dropped, never waited on) without a
+ * clock.
  */
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "childrun.h"
+#include "ctlquery.h"
 #include "guestside.h"
 #include "test.h"
 #include "util/time.h"
@@ -31,9 +41,8 @@
 #define ECHO_PORT 6000       /* B's host echo service */
 #define ECHO_LEN 32
 #define ECHO_PERIOD_MS 3
-#define MEASURE_MS 3000
-#define P99_BOUND_MS 200
-#define MAX_BOUND_MS 600
+#define ECHO_FLOOD_N 600     /* B's round trips during the flood (about 3 s unloaded) */
+#define ECHO_TIMEOUT_MS 30000 /* a round trip that has not come back by then hangs */
 
 /* ---- VM A: floods REQUESTs at B, never takes an RX packet --------------------------------- */
 
@@ -225,31 +234,49 @@ static uint64_t echo_once(int fd, unsigned seq)
 	return t0 / 1000;
 }
 
-/* Round trips every ECHO_PERIOD_MS for ms milliseconds. */
-static void measure(int fd, unsigned ms, struct rtt *rt)
+/* n round trips (seq numbers from seq0, each with its own pattern), one every ECHO_PERIOD_MS. */
+static void measure(int fd, unsigned n, unsigned seq0, struct rtt *rt)
 {
-	uint64_t end = test_now_ms() + ms;
-
 	rt->n = 0;
-	while (test_now_ms() < end && rt->n < sizeof(rt->us) / sizeof(rt->us[0])) {
-		rt->us[rt->n] = echo_once(fd, (unsigned)rt->n);
+	while (rt->n < n && rt->n < sizeof(rt->us) / sizeof(rt->us[0])) {
+		rt->us[rt->n] = echo_once(fd, seq0 + (unsigned)rt->n);
 		rt->n++;
 		test_sleep_ms(ECHO_PERIOD_MS);
 	}
 	qsort(rt->us, rt->n, sizeof(rt->us[0]), cmp_u64);
 }
 
-static uint64_t pct_ms(const struct rtt *rt, unsigned pct)
+static uint64_t pct_us(const struct rtt *rt, unsigned pct)
 {
 	size_t i = rt->n * pct / 100;
 
 	if (!rt->n)
 		return 0;
-	return rt->us[i < rt->n ? i : rt->n - 1] / 1000;
+	return rt->us[i < rt->n ? i : rt->n - 1];
 }
 
+/* B's packets dropped for want of a route: its RSTs for A once A's inbox is full. */
+static uint64_t b_no_route_drops(const struct uvd *u)
+{
+	struct ops_jv *v = uvd_ctl_query(u, "stats vm=4");
+	const struct ops_jv *vms = ops_json_get(v, "vms");
+	uint64_t n = 0;
+
+	if (vms && vms->child)
+		n = ops_json_u64(ops_json_get(ops_json_get(vms->child, "counters"), "dropped"),
+				 "no_route", 0);
+	ops_json_free(v);
+	return n;
+}
+
+/* What the benchmark reports of one run: B's round trips before and during the flood. */
+struct flood_result {
+	uint64_t base_p50, base_p99, p50, p99, max; /* microseconds */
+	uint64_t sent;                              /* A's REQUESTs during B's round trips */
+};
+
 /* B's round trips while A floods it (A drains its RX ring every drain_every_ms, or never). */
-static void flood_case(unsigned drain_every_ms)
+static void flood_case(unsigned drain_every_ms, struct flood_result *res)
 {
 	static const uint32_t cids[] = { 3, 4 };
 	struct flooder fl = { 0 };
@@ -258,39 +285,44 @@ static void flood_case(unsigned drain_every_ms)
 	struct uvsock_ctx *gb;
 	static struct rtt base, flood, after;
 	int lfd, gfd;
-	uint64_t sent0;
+	uint64_t sent0, dropped0;
 
 	uvd_start(&u, 2, cids, "flood", NULL);
 	gb = g_guest_new(u.sock[1], NULL);
 	gfd = g_connect_host(gb, u.uds[1], SOCK_STREAM, ECHO_PORT, 5000, &lfd, &e.fd);
+	g_set_timeouts(gfd, ECHO_TIMEOUT_MS);
 	ASSERT_EQ(pthread_create(&e.th, NULL, echo_main, &e), 0);
-	measure(gfd, 300, &base);
+	measure(gfd, 100, 0, &base);
 
+	dropped0 = b_no_route_drops(&u);
 	fl.sock = u.sock[0];
 	fl.drain_every_ms = drain_every_ms;
 	ASSERT_EQ(pthread_create(&fl.th, NULL, flooder_main, &fl), 0);
 	ASSERT_WAIT_FOR(atomic_load(&fl.ready) || atomic_load(&fl.err), 5000);
 	ASSERT_EQ(atomic_load(&fl.err), 0);
-	/* From the start of the flood: A's inbox (512 packets) fills with B's RSTs within
-	 * milliseconds, and then it is B's next RST for A that met a full inbox. */
+	/* A's inbox is full once B's RSTs for it are dropped: the flood is on. */
+	ASSERT_WAIT_FOR(b_no_route_drops(&u) > dropped0, 20000);
 	sent0 = atomic_load(&fl.sent);
-	measure(gfd, MEASURE_MS, &flood);
-	test_note("B's echo round trip: before the flood p50 %" PRIu64 " ms p99 %" PRIu64
-		  " ms; during it p50 %" PRIu64 " ms p99 %" PRIu64 " ms max %" PRIu64
-		  " ms (%zu round trips; A sent %" PRIu64 " REQUESTs meanwhile)",
-		  pct_ms(&base, 50), pct_ms(&base, 99), pct_ms(&flood, 50), pct_ms(&flood, 99),
-		  pct_ms(&flood, 100), flood.n, (uint64_t)atomic_load(&fl.sent) - sent0);
-	/* The flood went on all along (A's own ring is not stalled by B either). */
-	ASSERT_GT(atomic_load(&fl.sent) - sent0, 1000);
+	measure(gfd, ECHO_FLOOD_N, 100, &flood);
+	res->sent = (uint64_t)atomic_load(&fl.sent) - sent0;
+	test_note("B's echo round trip: before the flood p50 %" PRIu64 " us p99 %" PRIu64
+		  " us; during it p50 %" PRIu64 " us p99 %" PRIu64 " us max %" PRIu64
+		  " us (%zu round trips; A sent %" PRIu64 " REQUESTs meanwhile)",
+		  pct_us(&base, 50), pct_us(&base, 99), pct_us(&flood, 50), pct_us(&flood, 99),
+		  pct_us(&flood, 100), flood.n, res->sent);
+	res->base_p50 = pct_us(&base, 50);
+	res->base_p99 = pct_us(&base, 99);
+	res->p50 = pct_us(&flood, 50);
+	res->p99 = pct_us(&flood, 99);
+	res->max = pct_us(&flood, 100);
+	/* The flood goes on (A's own ring is not stalled by B either). */
+	ASSERT_WAIT_FOR(atomic_load(&fl.sent) - sent0 > 1000 || atomic_load(&fl.err), 20000);
 	ASSERT_EQ(atomic_load(&fl.err), 0);
 	atomic_store(&fl.stop, true);
 	pthread_join(fl.th, NULL);
-	ASSERT_LT(pct_ms(&flood, 99), P99_BOUND_MS);
-	ASSERT_LT(pct_ms(&flood, 100), MAX_BOUND_MS);
 
 	/* A is gone (its VMM disconnected); B still works and the daemon survived. */
-	measure(gfd, 100, &after);
-	ASSERT_LT(pct_ms(&after, 99), P99_BOUND_MS);
+	measure(gfd, 30, 100 + ECHO_FLOOD_N, &after);
 	ASSERT_TRUE(uvd_alive(&u));
 	uvsock_close(gfd);
 	pthread_join(e.th, NULL);
@@ -301,9 +333,81 @@ static void flood_case(unsigned drain_every_ms)
 }
 
 /* The finding's case: A never takes a packet; its inbox fills with B's RSTs and stays full. */
-TEST(request_flood_from_a_sibling_that_never_drains) { flood_case(0); }
+TEST(request_flood_from_a_sibling_that_never_drains)
+{
+	struct flood_result r;
+
+	flood_case(0, &r);
+}
 
 /* A drains its inbox to below half once a second, so B's RSTs fill it again each time. */
-TEST(request_flood_from_a_sibling_that_drains_slowly) { flood_case(1000); }
+TEST(request_flood_from_a_sibling_that_drains_slowly)
+{
+	struct flood_result r;
 
-TEST_MAIN()
+	flood_case(1000, &r);
+}
+
+/* ---- the benchmark ------------------------------------------------------------------------ */
+
+static void bench_run(void *drain_every_ms, void *res)
+{
+	flood_case(*(unsigned *)drain_every_ms, res);
+}
+
+static uint64_t median_u64(uint64_t *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_u64);
+	return n ? v[n / 2] : 0;
+}
+
+/* test-sibling-flood --bench [--runs N]: B's round trips under each flood, medians of N runs. */
+static int bench_main(int argc, char **argv)
+{
+	static const unsigned drains[] = { 0, 1000 };
+	int runs = 5;
+
+	if (argc == 4 && !strcmp(argv[2], "--runs"))
+		runs = atoi(argv[3]);
+	if ((argc != 2 && argc != 4) || runs < 1 || runs > 16) {
+		fprintf(stderr, "usage: %s --bench [--runs 1..16]\n", argv[0]);
+		return 2;
+	}
+	printf("B's host echo round trip (32 bytes), microseconds, medians of %d runs\n", runs);
+	printf("| A's flood | before p50 | before p99 | during p50 | during p99 | during max | "
+	       "A's REQUESTs |\n|---|---:|---:|---:|---:|---:|---:|\n");
+	for (size_t c = 0; c < sizeof(drains) / sizeof(drains[0]); c++) {
+		uint64_t v[6][16];
+		int ok = 0;
+
+		for (int i = 0; i < runs; i++) {
+			struct flood_result r;
+
+			if (!test_run_in_child(bench_run, (void *)&drains[c], &r, sizeof(r))) {
+				fprintf(stderr, "run %d of case %zu failed\n", i, c);
+				continue;
+			}
+			v[0][ok] = r.base_p50;
+			v[1][ok] = r.base_p99;
+			v[2][ok] = r.p50;
+			v[3][ok] = r.p99;
+			v[4][ok] = r.max;
+			v[5][ok] = r.sent;
+			ok++;
+		}
+		printf("| %s |", drains[c] ? "drains once a second" : "never drains");
+		for (int k = 0; k < 6; k++)
+			printf(" %" PRIu64 " |", median_u64(v[k], ok));
+		printf("\n");
+		if (ok < runs)
+			return 1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--bench"))
+		return bench_main(argc, argv);
+	return test_main(argc, argv);
+}

@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -316,6 +317,50 @@ TEST(filter_refuses_a_static_program_with_the_test_family)
 #endif
 }
 
+/*
+ * An io_uring made before uvsock-run, left to the program: its IORING_OP_SOCKET is a socket
+ * the filter never sees. uvsock-run closes inherited rings, and the filter refuses
+ * io_uring_enter for a ring that arrives later (pidfd_getfd() from a process that kept it; an
+ * io_uring fd cannot travel in SCM_RIGHTS).
+ */
+TEST(filter_refuses_an_inherited_io_uring)
+{
+#ifndef SHIM_STATIC_PATH
+	test_skip("no static program in a sanitizer build (the plain build runs this case)");
+#else
+	static const char *const how[] = { "inherit", "getfd" };
+	struct env v = { 0 };
+	struct proc p;
+
+	for (int i = 0; i < 2; i++) {
+		/* Unfiltered, the ring's socket op works here (else nothing below is proved). */
+		proc_start(&p, &v.u, true, (char *[]){ SHIM_STATIC_PATH, "ring-exec",
+							(char *)how[i], "16", SHIM_STATIC_PATH,
+							"ring", "16", NULL });
+		ASSERT_EQ(proc_wait(&p), 0);
+		note_output(&p);
+		if (strstr(p.buf, "no io_uring here"))
+			test_skip("io_uring is not available on this kernel");
+		if (i == 1 && !strstr(p.buf, "ring family 16: ok")) {
+			test_note("pidfd_getfd() not allowed here: the io_uring_enter case is skipped");
+			break;
+		}
+		ASSERT_TRUE(strstr(p.buf, "ring family 16: ok") != NULL);
+		setenv("UVSOCK_RUN_TEST_BLOCK_FAMILY", "16", 1);
+		proc_start(&p, &v.u, true, (char *[]){ SHIM_STATIC_PATH, "ring-exec",
+							(char *)how[i], "16", UVSOCK_RUN_PATH,
+							"-v", SHIM_STATIC_PATH, "ring", "16",
+							NULL });
+		ASSERT_EQ(proc_wait(&p), 0);
+		unsetenv("UVSOCK_RUN_TEST_BLOCK_FAMILY");
+		note_output(&p);
+		ASSERT_TRUE(strstr(p.buf, "seccomp filter installed") != NULL);
+		ASSERT_TRUE(strstr(p.buf, "ring family 16: refused: ") != NULL);
+		ASSERT_TRUE(strstr(p.buf, i == 0 ? "(errno 9)" : "(errno 38)") != NULL);
+	}
+#endif
+}
+
 TEST(uvsock_run_usage_and_man_page)
 {
 	struct env v = { 0 };
@@ -496,6 +541,78 @@ TEST(listen_accept_knows_the_guest_address)
 	st = proc_wait(&p);
 	note_output(&p);
 	ASSERT_EQ(st, 0);
+	env_stop(&v);
+}
+
+/*
+ * A local program of another user connects to the listener with the abstract name uvsockd
+ * would use ("uvsock-peer PID CID PORT HOSTPORT", its own PID, so SO_PEERCRED's PID matches):
+ * the accepted peer's port must read VMADDR_PORT_ANY, not the forged 80. A connection from the
+ * guest, through uvsockd, still gets its real port.
+ */
+TEST(forged_peer_name_from_another_user_reads_port_any)
+{
+	struct env v;
+	struct proc p;
+	char path[200], got[64];
+	const char *real;
+	pid_t pid;
+	int st = 0;
+
+	if (geteuid() != 0)
+		test_skip("connecting as another user needs root");
+	env_start(&v);
+	proc_start(&p, &v.u, false, (char *[]){ SHIM_PROG_PATH, "serve", "6020", "stream", "2",
+						NULL });
+	proc_expect(&p, "listening");
+	wait_listening(&v, 6020);
+	/* The listener reachable by every user: the attack needs nothing more. */
+	snprintf(path, sizeof(path), "%s_6020", v.u.uds[0]);
+	ASSERT_EQ(chmod(v.u.dir, 0711), 0);
+	ASSERT_EQ(chmod(path, 0777), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		struct sockaddr_un me = { .sun_family = AF_UNIX }, to = { .sun_family = AF_UNIX };
+		socklen_t ml;
+		char buf[64];
+		int fd;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(10);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		ml = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				 (size_t)snprintf(me.sun_path + 1, sizeof(me.sun_path) - 1,
+						  "uvsock-peer %d 3 80 6020", (int)getpid()));
+		snprintf(to.sun_path, sizeof(to.sun_path), "%.*s", (int)sizeof(to.sun_path) - 1, path);
+		if (fd < 0 || bind(fd, (struct sockaddr *)&me, ml) < 0)
+			_exit(11);
+		if (connect(fd, (struct sockaddr *)&to, sizeof(to)) < 0)
+			_exit(12);
+		if (write(fd, "forged", 6) != 6 || shutdown(fd, SHUT_WR) < 0)
+			_exit(13);
+		while (read(fd, buf, sizeof(buf)) > 0)
+			;
+		_exit(0);
+	}
+	if (!WAIT_FOR(waitpid(pid, &st, WNOHANG) == pid, 10000)) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	proc_expect(&p, "got forged");
+	note_output(&p);
+	ASSERT_TRUE(strstr(p.buf, "accepted 3 4294967295\n") != NULL);
+	ASSERT_TRUE(strstr(p.buf, "accepted 3 80\n") == NULL);
+	/* The daemon's own name is still believed. */
+	guest_call(&v, SOCK_STREAM, 6020, "real", got, sizeof(got));
+	ASSERT_STREQ(got, "real");
+	ASSERT_EQ(proc_wait(&p), 0);
+	note_output(&p);
+	real = strstr(p.buf, "got forged");
+	real = real ? strstr(real, "accepted 3 ") : NULL;
+	ASSERT_TRUE(real != NULL && strncmp(real, "accepted 3 4294967295", 21) != 0);
 	env_stop(&v);
 }
 

@@ -257,6 +257,53 @@ TEST(check_paths_on_filesystem)
 	ASSERT_OK(rmdir(dir));
 }
 
+/*
+ * uvsockd derives names from each uds-path U (U_<P>, U_seqpacket, U.dgram, U_<P>.dgram): no VM
+ * may use another's, nor may the control socket; relative paths are refused (daemon/paths.h).
+ */
+TEST(rejects_derived_and_relative_paths)
+{
+	static const char *const bad[][2] = {
+		/* B's uds-path is A's host port 7: A's guest connects would reach B's host side. */
+		{ "guest-cid=4,socket=/r/b.sock,uds-path=/r/a.vsock_7", "host port path" },
+		{ "guest-cid=4,socket=/r/b.sock,uds-path=/r/a.vsock_seqpacket", "SEQPACKET" },
+		{ "guest-cid=4,socket=/r/b.sock,uds-path=/r/a.vsock.dgram", "datagram socket" },
+		{ "guest-cid=4,socket=/r/a.vsock_5000,uds-path=/r/b.vsock", "host port path" },
+		{ "guest-cid=4,socket=/r/a.vsock_53.dgram,uds-path=/r/b.vsock", "host datagram" },
+	};
+	struct uvsockd_config c;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		test_note("%s", bad[i][0]);
+		ASSERT_REJECTS(bad[i][1], "--vm", "guest-cid=3,socket=/r/a.sock,uds-path=/r/a.vsock",
+			       "--vm", bad[i][0]);
+		/* Whichever comes first. */
+		ASSERT_REJECTS(bad[i][1], "--vm", bad[i][0], "--vm",
+			       "guest-cid=3,socket=/r/a.sock,uds-path=/r/a.vsock");
+	}
+	/* The other way round: an earlier VM's socket in the later VM's families. */
+	ASSERT_REJECTS("guest-cid 3's socket", "--vm", "guest-cid=3,socket=/r/x_1,uds-path=/r/a",
+		       "--vm", "guest-cid=4,socket=/r/b.sock,uds-path=/r/x");
+	ASSERT_REJECTS("guest-cid 3's socket", "--vm", "guest-cid=3,socket=/r/x_1.dgram,uds-path=/r/a",
+		       "--vm", "guest-cid=4,socket=/r/b.sock,uds-path=/r/x");
+	/* The uds-path's own names are not its socket. */
+	ASSERT_REJECTS("its socket and host port path", "--socket", "/r/a_1", "--uds-path", "/r/a");
+	ASSERT_REJECTS("SEQPACKET", "--socket", "/r/a_seqpacket", "--uds-path", "/r/a");
+	/* The control socket is no VM's path: a guest connect to host port 9 would reach it. */
+	ASSERT_REJECTS("the control socket", "--control", "/r/a.vsock_9", "--vm",
+		       "guest-cid=3,socket=/r/a.sock,uds-path=/r/a.vsock");
+	ASSERT_REJECTS("the control socket", "--control", "/r/a.vsock", "--vm",
+		       "guest-cid=3,socket=/r/a.sock,uds-path=/r/a.vsock");
+	/* Relative paths name another file for the daemon than for a host program. */
+	ASSERT_REJECTS("absolute path", "--vm", "guest-cid=3,socket=a.sock,uds-path=/r/a.vsock");
+	ASSERT_REJECTS("absolute path", "--vm", "guest-cid=3,socket=/r/a.sock,uds-path=a.vsock");
+	/* Near names that uvsockd never derives are fine. */
+	ASSERT_OK(parse(&c, "--vm", "guest-cid=3,socket=/r/a.sock,uds-path=/r/a.vsock", "--vm",
+			"guest-cid=4,socket=/r/a.vsock_x,uds-path=/r/a.vsock_1x", "--control",
+			"/r/a.vsock_7.ctl", NULL));
+	uvsockd_config_clear(&c);
+}
+
 TEST(config_file)
 {
 	char dir[] = "/tmp/uvsockd-cfg-XXXXXX", path[128], arg[160];
@@ -299,6 +346,13 @@ TEST(config_file)
 	fputs("vms:\n  - guest_cid: 2\n    socket: /a\n    uds_path: /b\n", f);
 	fclose(f);
 	ASSERT_REJECTS("u.yaml:2", "--config", path);
+	/* Derived paths across the file's VMs too. */
+	f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("vms:\n  - guest_cid: 3\n    socket: /r/a.sock\n    uds_path: /r/a.vsock\n"
+	      "  - guest_cid: 4\n    socket: /r/b.sock\n    uds_path: /r/a.vsock_7\n", f);
+	fclose(f);
+	ASSERT_REJECTS("guest-cid 3's host port path", "--config", path);
 	unlink(path);
 	{
 		struct uvsockd_config c2;
