@@ -4,6 +4,13 @@
  * thread per device, the signal wait and the ordered shutdown, plus the control socket's
  * callbacks over those devices. main.c runs every VM through here; an --isolate worker runs its
  * sibling group through here (isolate.c).
+ *
+ * Each VM's device is made with the public device API (uvsock_dev_new, <uvsock/device.h>), as a
+ * VMM would, and VMs of a shared group are linked with uvsock_dev_link: VMs of different groups
+ * are never linked, so their guests cannot reach each other (with --isolate, neither are they in
+ * the same process). What uvsockd adds beyond the API goes through the device's core
+ * (vsock_dev_of, device/vsock_dev.h): the vhost-user glue (dev_vhu_new), its own thread per VM
+ * (vsock_dev_run), the tap, the connection listing and the operators' counters.
  */
 #include "vms.h"
 
@@ -16,8 +23,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "device/vsock_dev.h"
 #include "device/vhu.h"
+#include "device/vsock_dev.h"
 #include "fd_budget.h"
 #include "ops/pcap.h"
 #include "ops/stats.h"
@@ -25,6 +32,7 @@
 #include "util/log.h"
 #include "util/macros.h"
 #include "util/uds.h"
+#include "uvsock/device.h"
 
 #ifndef UVSOCK_VERSION
 #define UVSOCK_VERSION "unknown"
@@ -33,7 +41,8 @@
 struct vm_thread {
 	struct uvsockd_vm_config cfg; /* a copy; name filled in (vm<cid> by default) */
 	uint32_t max_conns;           /* the host-side connections it got from the fd budget */
-	struct vsock_dev *dev;
+	struct uvsock_dev *dev;       /* uvsock_dev_new's */
+	struct vsock_dev *core;       /* vsock_dev_of(dev): what uvsockd uses beyond the API */
 	struct dev_vhu *vhu;          /* its vhost-user glue, listening on cfg.socket_path */
 	pthread_t th;
 	bool started;
@@ -47,7 +56,6 @@ struct vm_set {
 	 * VM threads never take it.
 	 */
 	pthread_mutex_t lock;
-	struct vsock_router *router;
 	struct vm_thread **vms; /* n entries, each allocated on its own (a VM thread keeps its) */
 	unsigned n;
 	struct ops_pcap *capture;
@@ -85,7 +93,7 @@ const struct uvsockd_vm_config *vm_set_vm(const struct vm_set *s, unsigned i)
 
 static struct vsock_dev *dev_at(void *opaque, unsigned idx)
 {
-	return ((struct vm_set *)opaque)->vms[idx]->dev;
+	return ((struct vm_set *)opaque)->vms[idx]->core;
 }
 
 static unsigned ctl_vm_count(void *opaque)
@@ -107,7 +115,7 @@ static void ctl_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *ret)
 {
 	const struct vm_thread *t = ((struct vm_set *)opaque)->vms[idx];
 
-	vsock_dev_get_ops_stats(t->dev, ret);
+	vsock_dev_get_ops_stats(t->core, ret);
 	snprintf(ret->socket, sizeof(ret->socket), "%s", t->cfg.socket_path);
 }
 
@@ -212,8 +220,8 @@ int daemon_ctl_start(const struct uvsockd_config *cfg, const struct ops_ctl_ops 
 /* ---- the VMs ------------------------------------------------------------------------------- */
 
 /*
- * Why vsock_dev_new failed for v, into err. -EADDRINUSE: a live listener is on one of its paths
- * (another uvsockd, or anything else); name that path instead of replacing it.
+ * Why uvsock_dev_new or dev_vhu_new failed for v, into err. -EADDRINUSE: a live listener is on
+ * one of its paths (another uvsockd, or anything else); name that path instead of replacing it.
  */
 static void dev_error(const struct uvsockd_vm_config *v, int r, char *err, size_t errlen)
 {
@@ -239,12 +247,12 @@ static void *vm_main(void *arg)
 	struct vm_thread *t = arg;
 	char name[16];
 
-	snprintf(name, sizeof(name), "uvsockd-%u", vsock_dev_guest_cid(t->dev));
+	snprintf(name, sizeof(name), "uvsockd-%u", t->cfg.guest_cid);
 	pthread_setname_np(pthread_self(), name);
-	t->rc = vsock_dev_run(t->dev);
+	t->rc = vsock_dev_run(t->core);
 	if (t->rc < 0) {
-		log_error("cid %u: event loop failed: %s; shutting down",
-			  vsock_dev_guest_cid(t->dev), strerror(-t->rc));
+		log_error("cid %u: event loop failed: %s; shutting down", t->cfg.guest_cid,
+			  strerror(-t->rc));
 		kill(getpid(), SIGTERM);
 	}
 	return NULL;
@@ -358,15 +366,15 @@ static int vm_free(struct vm_set *s, struct vm_thread *t)
 	int rc = 0;
 
 	if (t->started) {
-		vsock_dev_stop(t->dev);
+		vsock_dev_stop(t->core);
 		pthread_join(t->th, NULL);
 		rc = t->rc < 0;
 	}
 	/* Detach the start-up capture: the last reference flushes the file. */
 	if (s->capture && t->dev)
-		(void)ops_tap_detach(vsock_dev_tap(t->dev));
+		(void)ops_tap_detach(vsock_dev_tap(t->core));
 	dev_vhu_free(t->vhu);
-	vsock_dev_free(t->dev);
+	uvsock_dev_free(t->dev);
 	free(t);
 	return rc;
 }
@@ -379,7 +387,7 @@ static int vm_free(struct vm_set *s, struct vm_thread *t)
 static int vm_create(struct vm_set *s, const struct uvsockd_vm_config *v, bool startup,
 		     char *err, size_t errlen)
 {
-	struct vsock_dev_config dc = { 0 };
+	struct uvsock_dev_config dc = { .size = sizeof(dc) };
 	struct vm_thread *t, **vv;
 	int r;
 
@@ -398,23 +406,23 @@ static int vm_create(struct vm_set *s, const struct uvsockd_vm_config *v, bool s
 		free(t);
 		return r;
 	}
-	dc = (struct vsock_dev_config){
-		.guest_cid = v->guest_cid,
-		.uds_path = v->uds_path,
-		.buf_alloc = v->tx_buffer_size,
-		.queue_size_max = v->queue_size,
-		.max_conns = t->max_conns,
-		.ok_guest_port = v->ok_guest_port,
-		.name = t->cfg.name,
-		.no_dgram = s->no_dgram,
-		.dgram_max = s->dgram_max,
-	};
+	dc.guest_cid = v->guest_cid;
+	dc.uds_path = v->uds_path;
+	dc.buf_alloc = v->tx_buffer_size;
+	dc.queue_size_max = v->queue_size;
+	dc.max_conns = t->max_conns;
+	dc.name = t->cfg.name;
+	/* A device thread: ours (vm_main). */
+	dc.flags = (s->no_dgram ? UVSOCK_DEV_NO_DGRAM : 0) |
+		   (v->ok_guest_port ? UVSOCK_DEV_OK_GUEST_PORT : 0);
+	dc.dgram_max = s->dgram_max;
 	/* The device, then the vhost-user glue that drives it (its rings through the device API). */
-	r = vsock_dev_new(s->router, &dc, &t->dev);
+	r = uvsock_dev_new(&dc, &t->dev);
 	if (r == 0) {
-		r = dev_vhu_new(t->dev, v->socket_path, dc.queue_size_max, &t->vhu);
+		t->core = vsock_dev_of(t->dev);
+		r = dev_vhu_new(t->core, v->socket_path, dc.queue_size_max, &t->vhu);
 		if (r < 0) {
-			vsock_dev_free(t->dev);
+			uvsock_dev_free(t->dev);
 			t->dev = NULL;
 		}
 	}
@@ -429,11 +437,11 @@ static int vm_create(struct vm_set *s, const struct uvsockd_vm_config *v, bool s
 		s->vms = vv;
 	for (unsigned i = 0; i < s->n && r == 0; i++)
 		if (uvsockd_vms_share_group(&s->vms[i]->cfg, &t->cfg))
-			r = vsock_dev_link_sibling(s->vms[i]->dev, t->dev);
+			r = uvsock_dev_link(s->vms[i]->dev, t->dev);
 	if (r < 0)
 		snprintf(err, errlen, "out of memory");
 	if (r == 0 && s->capture)
-		(void)ops_tap_attach(vsock_dev_tap(t->dev), s->capture);
+		(void)ops_tap_attach(vsock_dev_tap(t->core), s->capture);
 	if (r == 0 && s->threads)
 		r = vm_thread_start(t, err, errlen);
 	if (r < 0) {
@@ -658,10 +666,6 @@ static int vm_set_create(struct vm_set *s, const struct uvsockd_config *cfg, con
 	char err[512];
 	int r;
 
-	if (vsock_router_new(&s->router) < 0) {
-		log_error("out of memory");
-		return -ENOMEM;
-	}
 	/* fds are per process: the budget is shared by this process's VMs only */
 	s->default_conns = uvsockd_fd_budget_per_vm(n);
 	s->nofile = nofile_now();
@@ -720,12 +724,11 @@ static int vm_set_destroy(struct vm_set *s)
 	/* Every thread told first, so that they end together. */
 	for (unsigned i = 0; i < s->n; i++)
 		if (s->vms[i]->started)
-			vsock_dev_stop(s->vms[i]->dev);
+			vsock_dev_stop(s->vms[i]->core);
 	for (unsigned i = 0; i < s->n; i++)
 		if (vm_free(s, s->vms[i]))
 			rc = 1;
 	ops_pcap_unref(s->capture);
-	vsock_router_free(s->router);
 	free(s->vms);
 	pthread_mutex_destroy(&s->lock);
 	return rc;

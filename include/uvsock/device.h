@@ -6,9 +6,10 @@
  * features, the kick and call eventfds — and gets a working device: guest connections to the
  * host (CID 2) reach Unix sockets in the Firecracker "hybrid vsock" convention (uds-path), host
  * programs reach guest ports with "CONNECT <port>\n", and devices linked as siblings route
- * guest-to-guest traffic. This is exactly what uvsockd's vhost-user back-end does: its vhost-user
- * callbacks call these functions (src/device/vhu.c), so vhost-user is one way to drive this
- * API, a VMM's own virtio transport is another.
+ * guest-to-guest traffic. This is exactly what uvsockd does: it creates each VM's device with
+ * uvsock_dev_new, links the VMs of a group with uvsock_dev_link, and its vhost-user callbacks
+ * call these functions (src/device/vhu.c), so vhost-user is one way to drive this API, a VMM's
+ * own virtio transport is another.
  *
  * Queues: 0 is RX (device to guest), 1 is TX (guest to device), 2 the event queue (optional:
  * a VMM that starts it gets TRANSPORT_RESET events posted there by the device; one that does
@@ -99,6 +100,14 @@ struct uvsock_dev;
 /* struct uvsock_dev_config flags. */
 #define UVSOCK_DEV_EXTERNAL_LOOP 1u /* no device thread: the VMM's event loop runs the device
 				     * (uvsock_dev_fd, uvsock_dev_timeout_ms, uvsock_dev_process) */
+#define UVSOCK_DEV_NO_DGRAM 2u      /* no datagrams: no <uds_path>.dgram socket, and the VMM
+				     * offers uvsock_dev_features() without UVSOCK_DEV_F_DGRAM
+				     * (a guest that acks it anyway gets no datagram service) */
+#define UVSOCK_DEV_OK_GUEST_PORT 4u /* answer a host program's "CONNECT <port>" with
+				     * "OK <port>\n", the guest port it asked for (as
+				     * vhost-device-vsock does; systemd's ssh-proxy reads at most
+				     * "OK 65535\n"), not "OK <host-side port>\n" with the port in
+				     * [2^30, 2^31) that uvsock-run reads (docs/uvsockd.md) */
 
 /* What the device serves. Set size, zero the rest (see "Structs that grow" in
  * <uvsock/uvsock.h>), then set guest_cid and uds_path. */
@@ -112,7 +121,11 @@ struct uvsock_dev_config {
 	uint32_t queue_size_max;  /* largest queue size accepted (power of two); 0: 1024 */
 	uint32_t max_conns;       /* host-side connections at a time; 0: 1024 */
 	const char *name;         /* for log lines ("vm3"); copied; NULL: "cid<N>" */
-	unsigned flags;           /* UVSOCK_DEV_EXTERNAL_LOOP, or 0: a device thread */
+	unsigned flags;           /* UVSOCK_DEV_EXTERNAL_LOOP, _NO_DGRAM, _OK_GUEST_PORT, or 0 */
+	/* Added after the first version: a caller built before reads as 0 here (a smaller size,
+	 * or on 64-bit targets the first version's tail padding, zeroed as it asked). */
+	uint32_t dgram_max;       /* largest datagram payload accepted, 1 .. 65492 (64 KiB less
+				   * the header); 0: 65492 */
 };
 
 /*
@@ -128,7 +141,8 @@ uint64_t uvsock_dev_features(void);
  * datagram socket <uds_path>.dgram (stale socket files there are replaced; another kind of file
  * is an error). No thread yet, no queue.
  * Returns 0, -EINVAL (cfg NULL, bad size, reserved CID, uds_path NULL or too long,
- * queue_size_max not a power of two up to 32768, buf_alloc under 4096, unknown flags), -ENOMEM,
+ * queue_size_max not a power of two up to 32768, buf_alloc under 4096, dgram_max over 65492,
+ * unknown flags), -ENOMEM,
  * -EEXIST (a non-socket file at a path), or the errno of socket/bind/listen. *ret is written
  * only on success.
  */
@@ -137,13 +151,17 @@ int uvsock_dev_new(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret)
 /*
  * Lets the guests of a and b connect to each other by CID (they share a group, as uvsockd's
  * groups=): guest-to-guest packets are routed between the two devices (whatever their mode,
- * each on its own thread). Both directions. Must be called before uvsock_dev_start() (device
- * thread) or the first uvsock_dev_process() (external loop) of either. Linked devices are freed
+ * each on its own thread). Both directions. A device-thread device may be running (the link is
+ * made on its thread, as a VM hot-plugged into a group needs), not concurrently with its
+ * uvsock_dev_start(); an external-loop device must not have run yet (before its first
+ * uvsock_dev_process()). A device of the same CID as a freed one it was linked to takes its
+ * place. Linked devices are freed
  * independently: when one is freed (uvsock_dev_free) the others keep running; what they had
  * queued for it is dropped, and what their guests send its CID from then on is dropped too,
  * each such packet counted in the sender's `dropped` and answered with an RST from that CID
  * (except an RST), so their connections to it fail at once.
- * Returns 0, -EINVAL (same device, same CID, or either already started), -ENOMEM.
+ * Returns 0, -EINVAL (same device, same CID, a live device of b's CID linked to a already, or
+ * an external-loop device that has run), -ENOMEM.
  */
 int uvsock_dev_link(struct uvsock_dev *a, struct uvsock_dev *b);
 

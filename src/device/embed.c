@@ -11,8 +11,9 @@
  * Memory tables given here are owned by the device (mem_owned); rings use guest-physical
  * addresses translated through them.
  *
- * Devices made here share one process-wide router, so that any two of them can be linked as
- * siblings (uvsock_dev_link); it is freed with the last of them.
+ * Devices made here (uvsockd's too) share one process-wide router, so that any two of them can
+ * be linked as siblings (uvsock_dev_link); it is freed with the last of them. The router only
+ * says which devices may be linked: a device routes to the devices linked to it, nothing else.
  */
 #include "uvsock/device.h"
 
@@ -46,7 +47,9 @@ _Static_assert(UVSOCK_DEV_F_INDIRECT_DESC == VRING_FEAT_INDIRECT_DESC, "indirect
 _Static_assert(UVSOCK_DEV_F_EVENT_IDX == VRING_FEAT_EVENT_IDX, "event idx bit");
 _Static_assert(UVSOCK_DEV_F_IN_ORDER == VRING_FEAT_IN_ORDER, "in-order bit");
 
-#define API_CONFIG_FLAGS UVSOCK_DEV_EXTERNAL_LOOP
+#define API_CONFIG_FLAGS (UVSOCK_DEV_EXTERNAL_LOOP | UVSOCK_DEV_NO_DGRAM | UVSOCK_DEV_OK_GUEST_PORT)
+
+_Static_assert(DEV_DGRAM_MAX == 65492, "dgram_max's documented limit");
 
 static struct vsock_dev *dev_of(struct uvsock_dev *u)
 {
@@ -186,7 +189,7 @@ int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret
 		return -EINVAL;
 	if (cfg->buf_alloc && cfg->buf_alloc < 4096)
 		return -EINVAL;
-	if (cfg->flags & ~API_CONFIG_FLAGS)
+	if (cfg->flags & ~API_CONFIG_FLAGS || cfg->dgram_max > DEV_DGRAM_MAX)
 		return -EINVAL;
 	r = router_get(&router);
 	if (r < 0)
@@ -198,6 +201,9 @@ int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret
 		.queue_size_max = cfg->queue_size_max,
 		.max_conns = cfg->max_conns,
 		.name = cfg->name,
+		.ok_guest_port = !!(cfg->flags & UVSOCK_DEV_OK_GUEST_PORT),
+		.no_dgram = !!(cfg->flags & UVSOCK_DEV_NO_DGRAM),
+		.dgram_max = cfg->dgram_max,
 	};
 	r = vsock_dev_new(router, &dc, &d);
 	if (r < 0) {
@@ -213,7 +219,9 @@ int uvsock_dev_link(struct uvsock_dev *a, struct uvsock_dev *b)
 {
 	struct vsock_dev *da = dev_of(a), *db = dev_of(b);
 
-	if (!a || !b || da->embed.thread_started || db->embed.thread_started ||
+	/* A running device thread makes the link itself (dev_call); an external loop cannot be
+	 * reached from here once it runs. */
+	if (!a || !b ||
 	    /* acquire: as in caller_ok */
 	    atomic_load_explicit(&da->embed.owner, memory_order_acquire) ||
 	    atomic_load_explicit(&db->embed.owner, memory_order_acquire))
@@ -548,4 +556,11 @@ int uvsock_dev_get_stats(struct uvsock_dev *u, struct uvsock_dev_stats *uret)
 	ret->broken = st.broken;
 	ret->running = st.have_engine;
 	return abi_struct_out(uret, &r, sizeof(r), ABI_SIZE_0(struct uvsock_dev_stats, running));
+}
+
+/* ---- for the project's programs (vsock_dev.h): uvsockd on top of the API -------------------- */
+
+struct vsock_dev *vsock_dev_of(struct uvsock_dev *u)
+{
+	return dev_of(u);
 }

@@ -25,13 +25,14 @@ struct vsock_dev;
 
 /*
  * Listens on the vhost-user socket at path (a stale socket file is replaced) on d's loop and
- * serves one VMM at a time with rings of at most queue_size_max entries (0: 1024); a VMM that disconnects
- * resets the device (uvsock_dev_reset) and the next one is accepted. A socket adopted for path
- * (util/uds.h: socket activation, uvsockd --fd) is used instead of binding: a listener as above,
- * a connected socket as the VMM's connection (once it ends, the VM stays detached). The program
- * attaches it right after vsock_dev_new (uvsockd: daemon/vms.c), before the device runs, and
- * frees it (dev_vhu_free) after the device stopped and before vsock_dev_free. A listening error
- * is logged.
+ * serves one VMM at a time with rings of at most queue_size_max entries (0: 1024); a VMM that
+ * disconnects resets the device (uvsock_dev_reset) and the next one is accepted. A socket
+ * adopted for path (util/uds.h: socket activation, uvsockd --fd) is used instead of binding: a
+ * listener as above, a connected socket as the VMM's connection (once it ends, the VM stays
+ * detached). The program attaches it right after creating the device (uvsockd, daemon/vms.c:
+ * uvsock_dev_new, then this on vsock_dev_of(); the device-role tests: vsock_dev_new), before
+ * the device runs, and frees it (dev_vhu_free) after the device stopped and before the device
+ * is freed. A listening error is logged.
  * Returns 0, -ENOMEM, or the errno of listening (-EEXIST, -EADDRINUSE, ...).
  */
 int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The device role: what Linux vhost-vsock does, in userspace, for one VM served over vhost-user.
- * A struct vsock_dev owns one event loop, the vhost-user listening socket and the connection
- * of the VMM (src/vhost_user), the TX and RX virtqueues (src/vring), one protocol engine with
- * local CID 2 (src/vsock), and the host side: Unix sockets in the Firecracker "hybrid vsock"
- * convention (host_uds.c). Several devices in one process may route guest-to-guest packets to each
- * other ("siblings", as vhost-device-vsock's groups) through a struct vsock_router.
+ * The device role: what Linux vhost-vsock does, in userspace, for one VM. A struct vsock_dev
+ * owns one event loop, the TX and RX virtqueues (src/vring), one protocol engine with local
+ * CID 2 (src/vsock), and the host side: Unix sockets in the Firecracker "hybrid vsock"
+ * convention (host_uds.c). Its rings come from a transport: a VMM's own (the public API,
+ * <uvsock/device.h>, embed.c) or vhost-user (the glue attached to it, vhu.h), as in uvsockd.
+ * Several devices in one process may route guest-to-guest packets to each other ("siblings",
+ * as vhost-device-vsock's groups) once linked; a struct vsock_router holds the devices that may
+ * be linked.
  *
  * Threads: vsock_dev_run() runs the device's loop on the calling thread, which then owns
  * everything of that device; vsock_dev_stop() may be called from any thread (and from a signal
@@ -54,13 +56,28 @@ void vsock_router_free(struct vsock_router *r);
 /*
  * Creates a device: binds and listens on uds_path and uds_path + "_seqpacket" (stale socket
  * files there are replaced; other files are an error), and attaches it to r (may be NULL: no
- * siblings). It has no transport yet: a VMM drives it through <uvsock/device.h> (embed.c), or
- * the program attaches the vhost-user glue to it (dev_vhu_new, vhu.h), as uvsockd does. Context: any thread, also while other devices
- * of r run.
+ * siblings). It has no transport yet: the program drives it with the core's entry points (the
+ * device-role unit tests) or attaches the vhost-user glue to it (dev_vhu_new, vhu.h); a VMM and
+ * uvsockd make theirs with uvsock_dev_new instead (embed.c), which calls this. Context: any
+ * thread, also while other devices of r run.
  * Returns 0, -EINVAL (bad config, path too long), -ENOMEM, or the errno of socket/bind/listen.
  */
 int vsock_dev_new(struct vsock_router *r, const struct vsock_dev_config *cfg,
 		  struct vsock_dev **ret);
+
+struct uvsock_dev;
+
+/*
+ * The core of a device made by the public API's uvsock_dev_new (<uvsock/device.h>; embed.c),
+ * for what a program of the project needs beyond that API. uvsockd (daemon/vms.c) creates each
+ * VM with uvsock_dev_new and links groups with uvsock_dev_link, then through this attaches the
+ * vhost-user glue (dev_vhu_new), runs the device on a thread of its own (vsock_dev_run and
+ * vsock_dev_stop, not uvsock_dev_start: its thread's name, and a failed loop stops the daemon)
+ * and reads what operators see (vsock_dev_tap, vsock_dev_foreach_sock,
+ * vsock_dev_get_ops_stats). The device stays the API's: uvsock_dev_free frees it (after the
+ * program's thread is joined). Pure; any thread.
+ */
+struct vsock_dev *vsock_dev_of(struct uvsock_dev *u);
 
 /*
  * Allows a and b to route packets to each other (they share a group). Both directions.
@@ -72,8 +89,8 @@ int vsock_dev_new(struct vsock_router *r, const struct vsock_dev_config *cfg,
 int vsock_dev_link_sibling(struct vsock_dev *a, struct vsock_dev *b);
 
 /*
- * Runs the device on the calling thread until vsock_dev_stop(): accepts one VMM at a time, serves
- * it, and after it disconnects resets every connection of the VM and accepts the next one.
+ * Runs the device on the calling thread until vsock_dev_stop() (with the vhost-user glue
+ * attached: one VMM at a time, every connection of the VM reset when it leaves).
  * Returns 0 or a -errno if the event loop failed.
  */
 int vsock_dev_run(struct vsock_dev *d);

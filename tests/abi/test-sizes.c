@@ -119,6 +119,10 @@ TEST(dev_config_queue_stats)
 	snprintf(path, sizeof(path), "%s/vm.vsock", dir);
 	cfg.uds_path = path;
 	ASSERT_EQ(uvsock_dev_new(&cfg, &d), -EINVAL); /* size 0 */
+	/* The first version ended at flags (dgram_max came later): still served. */
+	cfg.size = offsetof(struct uvsock_dev_config, flags) + sizeof(cfg.flags);
+	ASSERT_EQ(uvsock_dev_new(&cfg, &d), 0);
+	uvsock_dev_free(d);
 	cfg.size = sizeof(cfg);
 	ASSERT_EQ(uvsock_dev_new(&cfg, &d), 0);
 	ASSERT_EQ(uvsock_dev_get_stats(d, &st), -EINVAL);

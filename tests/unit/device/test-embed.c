@@ -284,6 +284,13 @@ TEST(features_and_argument_errors)
 	cfg.guest_cid = 3;
 	cfg.queue_size_max = 100;
 	ASSERT_ERR(uvsock_dev_new(&cfg, &d2), EINVAL);
+	cfg.queue_size_max = 0;
+	cfg.dgram_max = 65493; /* over 64 KiB less the header */
+	ASSERT_ERR(uvsock_dev_new(&cfg, &d2), EINVAL);
+	cfg.dgram_max = 0;
+	cfg.flags = 1u << 30; /* unknown */
+	ASSERT_ERR(uvsock_dev_new(&cfg, &d2), EINVAL);
+	cfg.flags = 0;
 
 	env_new(&e, 3);
 	ASSERT_ERR(uvsock_dev_set_features(e.dev, f | (1ull << 30)), EINVAL);
@@ -336,7 +343,7 @@ TEST(features_and_argument_errors)
 	cfg.guest_cid = 4;
 	ASSERT_OK(uvsock_dev_new(&cfg, &d2));
 	ASSERT_OK(access(longp, F_OK));
-	ASSERT_ERR(uvsock_dev_link(e.dev, d2), EINVAL); /* e.dev already started */
+	ASSERT_OK(uvsock_dev_link(e.dev, d2)); /* e.dev's thread makes the link */
 	uvsock_dev_free(d2);
 	ASSERT_TRUE(access(longp, F_OK) < 0 && errno == ENOENT);
 	uvsock_dev_free(NULL);
@@ -570,6 +577,73 @@ TEST(linked_devices_route_between_guests)
 	env_free(&b);
 }
 
+/*
+ * Devices already running are linked (a VM added to a group at run time, as uvsockd's vm-add):
+ * the new pair routes at once; a device linked to neither stays unreachable from both.
+ */
+TEST(linking_running_devices)
+{
+	struct uvsock_dev_stats st = { .size = sizeof(st) };
+	struct vsock_hdr h, o;
+	struct env a, b, c;
+	char buf[64];
+
+	env_new(&a, 3);
+	env_new(&b, 4);
+	env_new(&c, 5);
+	env_configure(&a);
+	env_configure(&b);
+	env_configure(&c);
+	ASSERT_OK(uvsock_dev_start(a.dev));
+	ASSERT_OK(uvsock_dev_start(b.dev));
+	ASSERT_OK(uvsock_dev_start(c.dev));
+	ASSERT_OK(uvsock_dev_link(a.dev, b.dev));
+	o = eg_hdr(&a.g, 40000, 77, VSOCK_OP_REQUEST, 0, 0);
+	o.dst_cid = 4;
+	ASSERT_OK(eg_send(&a.g, &o, NULL, WAIT_MS));
+	recv_pkt(&b.g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_REQUEST);
+	ASSERT_EQ(h.src_cid, 3);
+	/* c is in no group with a or b: dropped both ways, nothing reaches it. */
+	o = eg_hdr(&a.g, 40001, 77, VSOCK_OP_REQUEST, 0, 0);
+	o.dst_cid = 5;
+	ASSERT_OK(eg_send(&a.g, &o, NULL, WAIT_MS));
+	WAIT_FOR((uvsock_dev_get_stats(a.dev, &st), st.dropped), WAIT_MS);
+	ASSERT_EQ(st.dropped, 1);
+	o = eg_hdr(&c.g, 40002, 77, VSOCK_OP_REQUEST, 0, 0);
+	o.dst_cid = 4;
+	ASSERT_OK(eg_send(&c.g, &o, NULL, WAIT_MS));
+	WAIT_FOR((uvsock_dev_get_stats(c.dev, &st), st.dropped), WAIT_MS);
+	ASSERT_EQ(st.dropped, 1);
+	ASSERT_OK(uvsock_dev_get_stats(b.dev, &st));
+	ASSERT_EQ(st.rx_pkts, 1); /* a's REQUEST only */
+	env_free(&a);
+	env_free(&b);
+	env_free(&c);
+}
+
+/* UVSOCK_DEV_NO_DGRAM: no datagram socket; without it, <uds_path>.dgram is bound. */
+TEST(no_dgram_binds_no_datagram_socket)
+{
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = 3, .dgram_max = 1000 };
+	char dir[] = "/tmp/uvsock-embed-XXXXXX", uds[64], dg[80];
+	struct uvsock_dev *d;
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(uds, sizeof(uds), "%s/vm.vsock", dir);
+	snprintf(dg, sizeof(dg), "%s.dgram", uds);
+	cfg.uds_path = uds;
+	ASSERT_OK(uvsock_dev_new(&cfg, &d));
+	ASSERT_OK(access(dg, F_OK));
+	uvsock_dev_free(d);
+	cfg.flags = UVSOCK_DEV_NO_DGRAM;
+	ASSERT_OK(uvsock_dev_new(&cfg, &d));
+	ASSERT_OK(access(uds, F_OK));
+	ASSERT_TRUE(access(dg, F_OK) < 0 && errno == ENOENT);
+	uvsock_dev_free(d);
+	ASSERT_OK(rmdir(dir));
+}
+
 /* A ring error marks the device broken (counted); a reset and restart repair it. */
 TEST(ring_error_is_repaired_by_reset)
 {
@@ -794,7 +868,7 @@ TEST(external_loop_thread_rules)
 	int fd;
 
 	env_new_cfg(&e, 3, UVSOCK_DEV_EXTERNAL_LOOP, 0);
-	cfg.flags = 2; /* unknown flag */
+	cfg.flags = 1u << 30; /* unknown flag */
 	cfg.uds_path = e.uds;
 	ASSERT_ERR(uvsock_dev_new(&cfg, &d2), EINVAL);
 	/* A device-thread device has no fd, no timeout and nothing to process. */
