@@ -44,10 +44,12 @@
 /*
  * Zero-copy host reads (dev_host_rx): one readv fills up to DEV_RX_GATHER guest RX buffers
  * (each one packet) with at most DEV_RX_GATHER_BYTES, so a guest posting small buffers (Linux:
- * 4 KiB) costs one read per 64 KiB, not one per buffer.
+ * 4 KiB) costs one read per 64 KiB, not one per buffer, and one posting 64 KiB buffers gets up
+ * to a Linux guest's whole default credit (256 KiB) in one read: one wake-up of a host writer
+ * blocked on its full socket per read, not one per 64 KiB.
  */
 #define DEV_RX_GATHER 16u
-#define DEV_RX_GATHER_BYTES (64u * 1024)
+#define DEV_RX_GATHER_BYTES (256u * 1024)
 /* Largest packet payload with the pkt64k switch off (src/util/tune.h), as Linux before 6.x. */
 #define DEV_PKT_SMALL 4096u
 /* RX chain iovecs (Linux posts one or two elements per RX buffer). */

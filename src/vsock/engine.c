@@ -11,7 +11,7 @@
  * Security model: every fed packet is untrusted. It is validated by vsock_hdr_check() and
  * counted by reason when rejected; a peer can make us hold at most the credit we advertised
  * (rx_limit), in chunks whose total allocation (rxq.mem) is bounded by vsock_rxq_mem_limit(),
- * plus one emptied spare chunk of at most RX_SPARE_MAX kept per socket for reuse; replies to
+ * plus at most RX_SPARES emptied spare chunks of at most RX_SPARE_MAX kept per socket for reuse; replies to
  * packets that matched no socket go to a bounded ring; per-socket replies are bits, so a socket
  * never has more than a handful queued; sockets are capped by max_socks. Nothing here asserts
  * on input.

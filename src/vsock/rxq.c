@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The receive chunk queue (rxq.h): chunks and the spare, the small-payload merge into the tail
+ * The receive chunk queue (rxq.h): chunks and the spares, the small-payload merge into the tail
  * chunk, STREAM compaction, the receive-memory bound with its per-chunk overhead, and the reads
  * that consume, peek at or free what is queued. No locks, no sockets, no credit.
  */
@@ -33,8 +33,13 @@ void vsock_rxq_free(struct vsock_rxq *q)
 	q->msgs = 0;
 	q->bytes = 0;
 	q->open_bytes = 0;
-	free(q->spare);
-	q->spare = NULL;
+	while (q->spare) {
+		struct rx_chunk *n = q->spare->next;
+
+		free(q->spare);
+		q->spare = n;
+	}
+	q->n_spare = 0;
 }
 
 static struct rx_chunk *chunk_new(uint32_t cap)
@@ -51,32 +56,60 @@ static struct rx_chunk *chunk_new(uint32_t cap)
 }
 
 /*
- * A chunk of exactly `cap` bytes of room: the queue's spare if it has that size (steady flows
- * of one packet size, and every run of small payloads, which all start RX_SMALL_CHUNK chunks),
- * else a new allocation. Exact size only, so reuse never inflates mem.
+ * A chunk of at least `cap` bytes of room whose whole room still fits the queue's bound
+ * (`limit`): the smallest spare that does (a burst of packets of varying sizes, as a device
+ * cuts a host stream into RX buffers, finds the chunks the reader emptied), else a new
+ * allocation of exactly `cap`. Reusing instead of freeing matters beyond malloc itself: a
+ * burst of 64 KiB chunks freed at once makes glibc trim its heap (madvise, a TLB shootdown
+ * on every CPU) and the next burst fault in and zero fresh pages.
  */
-static struct rx_chunk *chunk_get(struct vsock_rxq *q, uint32_t cap)
+static struct rx_chunk *chunk_get(struct vsock_rxq *q, uint32_t cap, uint64_t limit)
 {
-	struct rx_chunk *c = q->spare;
+	struct rx_chunk **best = NULL, *c;
 
-	if (!c || c->cap != cap)
+	for (struct rx_chunk **p = &q->spare; *p; p = &(*p)->next)
+		if ((*p)->cap >= cap && q->mem + (*p)->cap + RX_CHUNK_OVERHEAD <= limit &&
+		    (!best || (*p)->cap < (*best)->cap))
+			best = p;
+	if (!best)
 		return chunk_new(cap);
-	q->spare = NULL;
+	c = *best;
+	*best = c->next;
+	q->n_spare--;
 	c->next = NULL;
 	c->start = c->end = 0;
 	c->eom = c->eor = 0;
 	return c;
 }
 
-/* Releases an emptied chunk: it becomes the spare (replacing an older one) if small enough. */
+/*
+ * Releases an emptied chunk: it joins the spares if small enough, replacing the smallest one
+ * when there are RX_SPARES already and it is larger.
+ */
 static void chunk_put(struct vsock_rxq *q, struct rx_chunk *c)
 {
+	struct rx_chunk **small = NULL, *o;
+
 	if (c->cap > RX_SPARE_MAX) {
 		free(c);
 		return;
 	}
-	free(q->spare);
+	if (q->n_spare >= RX_SPARES) {
+		for (struct rx_chunk **p = &q->spare; *p; p = &(*p)->next)
+			if (!small || (*p)->cap < (*small)->cap)
+				small = p;
+		if ((*small)->cap >= c->cap) {
+			free(c);
+			return;
+		}
+		o = *small;
+		*small = o->next;
+		free(o);
+		q->n_spare--;
+	}
+	c->next = q->spare;
 	q->spare = c;
+	q->n_spare++;
 }
 
 static void rxq_append(struct vsock_rxq *q, struct rx_chunk *c)
@@ -149,7 +182,7 @@ int vsock_rxq_push(struct vsock_rxq *q, const struct iovec *iov, size_t iovcnt, 
 		}
 		if (q->mem + cap + RX_CHUNK_OVERHEAD > limit)
 			return -ENOBUFS;
-		c = chunk_get(q, cap);
+		c = chunk_get(q, cap, limit);
 		if (!c)
 			return -ENOMEM;
 		rxq_append(q, c);

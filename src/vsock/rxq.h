@@ -5,7 +5,7 @@
  * bytes is merged into the tail chunk when it fits (as Linux virtio_transport_recv_enqueue()
  * does); the memory the queue allocates, counting RX_CHUNK_OVERHEAD per chunk, is bounded by
  * vsock_rxq_mem_limit(); a STREAM queue that would cross the bound is compacted into one chunk
- * first. One emptied chunk is kept as a spare for the next payload needing the same room.
+ * first. A few emptied chunks are kept as spares for the next payloads that fit them.
  *
  * A plain data structure: no locks (the owner serialises; the engine holds the socket lock), no
  * credit (the caller checks a payload against the credit it gave before pushing it), no sockets.
@@ -36,14 +36,18 @@ struct rx_chunk {
 /* Room given to a new chunk started by a small payload, so later small ones merge into it. */
 #define RX_SMALL_CHUNK 4096u
 /*
- * Largest emptied chunk a queue keeps as its spare for the next payload needing the same room,
- * so a steady flow allocates nothing per packet. One spare per queue, outside mem.
+ * Emptied chunks a queue keeps as spares for the next payloads that fit them (within the
+ * queue's bound, counted in mem once reused), so a steady flow allocates nothing per packet:
+ * at most RX_SPARES chunks of at most RX_SPARE_MAX room each, outside mem (a burst of a few
+ * 64 KiB packets between two reads, the credit a Linux peer gives, reuses them all).
  */
 #define RX_SPARE_MAX VSOCK_MAX_PKT_PAYLOAD
+#define RX_SPARES 4u
 
 struct vsock_rxq {
 	struct rx_chunk *head, *tail;
-	struct rx_chunk *spare; /* emptied chunk kept for reuse (cap <= RX_SPARE_MAX), or NULL */
+	struct rx_chunk *spare; /* emptied chunks kept for reuse (cap <= RX_SPARE_MAX), a list */
+	uint32_t n_spare;       /* chunks on spare, at most RX_SPARES */
 	uint64_t mem;           /* room of the queued chunks plus RX_CHUNK_OVERHEAD each */
 	uint32_t bytes;         /* payload bytes queued, not yet read */
 	uint32_t msgs;          /* SEQPACKET: whole messages queued (chunks with eom) */
@@ -91,7 +95,7 @@ uint32_t vsock_rxq_read_msg(struct vsock_rxq *q, const struct iovec *iov, size_t
  */
 size_t vsock_rxq_peek_iov(const struct vsock_rxq *q, struct iovec *iov, size_t iovcnt);
 
-/* Frees every chunk and the spare; the queue is empty (zeroed but for no_merge) afterwards. */
+/* Frees every chunk and the spares; the queue is empty (zeroed but for no_merge) afterwards. */
 void vsock_rxq_free(struct vsock_rxq *q);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "util/macros.h"
 #include "vsock/rxq.h"
 
 /* Pushes len bytes of a pattern that continues from byte offset *seq of the stream. */
@@ -96,6 +97,38 @@ TEST(append_exact_chunk_then_consume)
 	}
 	read_pat(&q, 1000, &rd);
 	vsock_rxq_free(&q);
+}
+
+/*
+ * A burst of packets of varying sizes, read in one go, leaves its emptied chunks as spares; the
+ * next burst reuses them (the smallest that fits, counted in mem with its whole room) instead of
+ * allocating, and a full set of spares keeps the largest.
+ */
+TEST(burst_of_varying_sizes_reuses_the_spares)
+{
+	static const uint32_t sz[] = {60000, 50000, 40000, 30000, 20000};
+	struct vsock_rxq q = {0};
+	uint32_t wr = 0, rd = 0, total = 0;
+
+	for (unsigned i = 0; i < ARRAY_SIZE(sz); i++) {
+		ASSERT_OK(push_pat(&q, sz[i], false, false, false, 262144, &wr));
+		total += sz[i];
+	}
+	read_pat(&q, total, &rd);
+	ASSERT_EQ_U64(q.mem, 0);
+	ASSERT_EQ(q.n_spare, RX_SPARES);
+	for (struct rx_chunk *c = q.spare; c; c = c->next)
+		ASSERT_GE(c->cap, 30000); /* the 20000 one was the smallest: freed */
+	ASSERT_OK(push_pat(&q, 45000, false, false, false, 262144, &wr));
+	ASSERT_EQ(q.head->cap, 50000);
+	ASSERT_EQ_U64(q.mem, 50000 + RX_CHUNK_OVERHEAD);
+	ASSERT_EQ(q.n_spare, RX_SPARES - 1);
+	/* A spare that would take the queue past its bound is not used: exact size instead. */
+	ASSERT_OK(push_pat(&q, 59000, false, false, false, 22000, &wr));
+	ASSERT_EQ(q.tail->cap, 59000);
+	read_pat(&q, 45000 + 59000, &rd);
+	vsock_rxq_free(&q);
+	ASSERT_TRUE(q.spare == NULL && q.n_spare == 0);
 }
 
 TEST(small_payloads_merge_into_tail)
@@ -276,7 +309,7 @@ TEST(free_releases_everything)
 	ASSERT_OK(push_pat(&q, 3000, false, false, false, 262144, &wr));
 	read_pat(&q, 3000, &rd); /* leaves a spare */
 	ASSERT_OK(push_pat(&q, 20, false, false, false, 262144, &wr));
-	ASSERT_OK(push_pat(&q, 2000, false, false, false, 262144, &wr));
+	ASSERT_OK(push_pat(&q, 3500, false, false, false, 262144, &wr)); /* the spare is too small */
 	ASSERT_TRUE(q.spare != NULL);
 	vsock_rxq_free(&q);
 	ASSERT_TRUE(q.head == NULL && q.tail == NULL && q.spare == NULL);
