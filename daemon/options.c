@@ -1098,6 +1098,7 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 
 void uvsockd_print_capabilities(FILE *f)
 {
-	fprintf(f, "{\n  \"type\": \"vsock\",\n  \"features\": [\n    \"seqpacket\",\n"
-		   "    \"siblings\"\n  ]\n}\n");
+	/* migrate-precopy: dirty logging (LOG_ALL, LOG_SHMFD), as virtiofsd names it. */
+	fprintf(f, "{\n  \"type\": \"vsock\",\n  \"features\": [\n    \"migrate-precopy\",\n"
+		   "    \"seqpacket\",\n    \"siblings\"\n  ]\n}\n");
 }

@@ -9,7 +9,8 @@ for k in "${@:-build test}"; do
 	# tshark: the capture suite; python3-prometheus-client: its parsers check --prometheus;
 	# socat, ncat: the shim suite
 	test) want="$want clang libclang-rt-14-dev socat ncat tshark python3-prometheus-client" ;;
-	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod" ;;
+	# libglib2.0-dev libpixman-1-dev libfdt-dev: the patched QEMU builds (scripts/build-qemu.sh)
+	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod dpkg-dev libglib2.0-dev libpixman-1-dev libfdt-dev" ;;
 	capture) want="$want tshark" ;;
 	# The Debian package and its test (debian/, tests/pkg): tools and Build-Depends.
 	pkg) want="$want debhelper dpkg-dev fakeroot lintian pkg-config libyaml-dev libsystemd-dev" ;;

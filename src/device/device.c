@@ -145,6 +145,8 @@ static void rx_put(struct vsock_dev *d, uint16_t head, const struct iovec *iov, 
 	vsock_hdr_encode(h, wire);
 	OPS_TAP(&d->tap, h, piov, pn);
 	iov_write_at(iov, n, 0, wire, VSOCK_HDR_SIZE);
+	/* Migration: the pages of header and payload go into the dirty log (when it is on). */
+	vring_dev_log_written(&d->rxq.q, iov, n, VSOCK_HDR_SIZE + h->len);
 	(void)vring_dev_fill(&d->rxq.q, head, VSOCK_HDR_SIZE + h->len);
 }
 

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Builds the QEMUs of the reconnect and migration interop tests into the interop cache: Debian
+# 12's qemu 7.2 and QEMU 10.0.2, each with the patches of contrib/qemu/ (vhost-user-vsock
+# reconnect and migration; contrib/qemu/README.md), with a minimal feature set.
+#   scripts/build-qemu.sh [7.2] [10.0.2]      (default: both)
+# Sources come with `apt-get source --download-only` through a private apt configuration with
+# deb-src lines under the cache (apt/src-bookworm/; the system's sources are never read or
+# changed): Debian 12's qemu source package (unpacked with dpkg-source -x, Debian's own patches
+# applied) and the orig tarball of bookworm-backports' qemu 10.0.2 (its .debian.tar.xz is
+# missing from the archive; the tarball is checked against the Sources index's SHA-256). 10.0.2
+# needs meson >= 1.5 and python3-pycotap: bookworm-backports' packages are downloaded and
+# unpacked under the cache (apt-get download, dpkg-deb -x), never installed.
+# Each build lands in qemu-patched/<version>-<key>/ (key: SHA-256 of the patches, the configure
+# line and this script's BUILD_LAYOUT), with the binary, a wrapper qemu-system-x86_64 that gives
+# it its firmware directories (-L) and an info file; a cached build is reused as is. The tests
+# only look in the cache (tests/interop/qemu-patched.sh) and skip, loudly, without it.
+# Exit: 0 every requested QEMU is cached (prints their wrappers), 2 one could not be fetched (no
+# archive) or the toolchain is missing (named on stderr), 1 an error (a patch does not apply, the
+# build fails, the binary does not start).
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=../tests/interop/lib.sh
+source "$REPO/tests/interop/lib.sh"
+# shellcheck source=../tests/interop/qemu-patched.sh
+source "$REPO/tests/interop/qemu-patched.sh"
+
+CACHE=$(interop_cache_dir)
+SRC_SUITE_DIR=$CACHE/apt/src-bookworm
+MIRROR=${UVSOCK_INTEROP_MIRROR:-http://deb.debian.org/debian}
+JOBS=${UVSOCK_QEMU_JOBS:-$(nproc)}
+
+# src_apt_opts: fill APT_OPTS with a private apt configuration holding deb-src lines of bookworm
+# and bookworm-backports (the same layout as lib.sh's private_apt_opts).
+src_apt_opts() {
+	local d=$SRC_SUITE_DIR
+	mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/state" "$d/none.d" || return 1
+	[ -f "$d/state/status" ] || : >"$d/state/status"
+	{
+		echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR bookworm main"
+		echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR bookworm-backports main"
+	} >"$d/sources.list"
+	APT_OPTS=(-o "Dir::Etc::SourceList=$d/sources.list" -o "Dir::Etc::SourceParts=$d/none.d"
+		-o "Dir::State=$d/state" -o "Dir::State::Lists=$d/lists"
+		-o "Dir::State::status=$d/state/status" -o "Dir::Cache=$d/cache"
+		-o Dir::Etc::Preferences=/dev/null -o "Dir::Etc::PreferencesParts=$d/none.d"
+		-o Acquire::Languages=none -o APT::Get::List-Cleanup=true)
+}
+
+# src_version PREFIX: the newest source version of qemu whose upstream part starts with PREFIX.
+src_version() {
+	timeout 300 apt-cache "${APT_OPTS[@]}" showsrc qemu 2>/dev/null |
+		awk -v p="1:$1" '/^Version:/ && index($2, p) == 1 { print $2 }' | sort -V | tail -n 1
+}
+
+# toolchain_ok VER: whether the build tools and libraries are here; names what is missing.
+toolchain_ok() {
+	local missing="" p
+	for p in gcc ninja pkg-config python3 dpkg-source; do
+		command -v "$p" >/dev/null 2>&1 || missing+=" $p"
+	done
+	for p in glib-2.0 pixman-1; do
+		pkg-config --exists "$p" 2>/dev/null || missing+=" $p.pc"
+	done
+	[ -f /usr/include/libfdt.h ] || missing+=" libfdt.h"
+	if [ "$1" = 7.2 ]; then command -v meson >/dev/null 2>&1 || missing+=" meson"; fi
+	[ -z "$missing" ] && return 0
+	ilog "qemu $1: the toolchain lacks:$missing (scripts/install-deps.sh interop installs it)"
+	return 1
+}
+
+# backports_python: download and unpack bookworm-backports' meson and python3-pycotap into
+# $CACHE/qemu-patched/python (never installed); print its dist-packages directory.
+backports_python() {
+	local dir=$CACHE/qemu-patched/python tmp p v pkgs=() deb
+	if [ -f "$dir/.complete" ]; then echo "$dir/root/usr/lib/python3/dist-packages"; return 0; fi
+	private_apt_opts bookworm-backports || return 1
+	if [ ! -d "$CACHE/apt/bookworm-backports/lists" ] ||
+		[ -z "$(_pkg_version bookworm-backports meson)" ]; then
+		_apt bookworm-backports apt-get update -q >"$CACHE/apt/bookworm-backports/update.log" 2>&1
+	fi
+	for p in meson python3-pycotap; do
+		v=$(_pkg_version bookworm-backports "$p")
+		[ -n "$v" ] || { ilog "qemu: bookworm-backports has no $p"; return 2; }
+		pkgs+=("$p=$v")
+	done
+	tmp=$(mktemp -d "$CACHE/tmp.XXXXXX") || return 1
+	_apt_download bookworm-backports "$tmp" "${pkgs[@]}" || { rm -rf "$tmp"; return 2; }
+	rm -rf "$dir"; mkdir -p "$dir"
+	for deb in "$tmp"/*.deb; do
+		dpkg-deb -x "$deb" "$dir/root" || { rm -rf "$tmp" "$dir"; return 1; }
+	done
+	rm -rf "$tmp"
+	touch "$dir/.complete"
+	echo "$dir/root/usr/lib/python3/dist-packages"
+}
+
+# fetch_source VER SRCVER OUT: the unpacked, unpatched source of qemu SRCVER in OUT.
+fetch_source() {
+	local ver=$1 srcver=$2 out=$3 dl=$3.dl f sha
+	mkdir -p "$dl"
+	if [ "$ver" = 7.2 ]; then
+		(cd "$dl" && timeout 900 apt-get "${APT_OPTS[@]}" source --download-only -q \
+			"qemu=$srcver" >download.log 2>&1) ||
+			{ tail -n 5 "$dl/download.log" >&2; ilog "qemu $ver: apt-get source failed"; return 2; }
+		timeout 600 dpkg-source -x "$dl"/qemu_*.dsc "$out" >"$dl/unpack.log" 2>&1 ||
+			{ tail -n 5 "$dl/unpack.log" >&2; ilog "qemu $ver: dpkg-source -x failed"; return 1; }
+		return 0
+	fi
+	# Only the orig tarball: its URI and SHA-256 from the Sources index, then apt fetches it.
+	f=$(cd "$dl" && apt-get "${APT_OPTS[@]}" source --print-uris -q "qemu=$srcver" 2>/dev/null |
+		awk '/orig\.tar\./ { gsub(/\x27/, "", $1); print $2; exit }')
+	sha=$(apt-cache "${APT_OPTS[@]}" showsrc "qemu=$srcver" 2>/dev/null |
+		awk -v f="$f" '/^Checksums-Sha256:/ { s = 1; next } /^[^ ]/ { s = 0 } s && $3 == f { print $1; exit }')
+	[ -n "$f" ] && [ -n "$sha" ] || { ilog "qemu $ver: no orig tarball listed for $srcver"; return 2; }
+	# apt-get source fails on the missing .debian.tar.xz; the tarball it got is checked here.
+	(cd "$dl" && timeout 900 apt-get "${APT_OPTS[@]}" source --download-only -q \
+		"qemu=$srcver" >download.log 2>&1)
+	echo "$sha  $dl/$f" | sha256sum -c --quiet - 2>/dev/null ||
+		{ tail -n 5 "$dl/download.log" >&2; ilog "qemu $ver: $f missing or not matching its SHA-256"; return 2; }
+	mkdir -p "$out"
+	timeout 600 tar -xf "$dl/$f" -C "$out" --strip-components=1 ||
+		{ ilog "qemu $ver: cannot unpack $f"; return 1; }
+}
+
+# build_one VER: fetch, patch, build and cache one QEMU; sets PDIR.
+build_one() {
+	local ver=$1 srcver key dir tmp log pp="" rc b
+	toolchain_ok "$ver" || return 2
+	srcver=$(src_version "$ver")
+	[ -n "$srcver" ] || { ilog "qemu $ver: no source package qemu 1:$ver* in bookworm(-backports)"; return 2; }
+	key=$(qemu_patched_key "$ver")
+	dir=$CACHE/qemu-patched/$(qemu_patched_name "$srcver" "$key")
+	PDIR=$dir
+	[ -f "$dir/.complete" ] && { ilog "qemu $ver: cached in $dir"; return 0; }
+	if [ "$ver" != 7.2 ]; then
+		pp=$(backports_python) || return $?
+	fi
+	mkdir -p "$CACHE/qemu-patched"
+	exec {lockfd}>"$CACHE/.lock-qemu-$ver"
+	flock -w 3600 "$lockfd" || { ilog "qemu $ver: build lock busy"; exec {lockfd}>&-; return 1; }
+	if [ -f "$dir/.complete" ]; then exec {lockfd}>&-; return 0; fi
+	tmp=$(mktemp -d "$CACHE/tmp.XXXXXX")
+	ilog "qemu $ver: fetching source $srcver"
+	fetch_source "$ver" "$srcver" "$tmp/src"
+	rc=$?
+	[ $rc = 0 ] || { rm -rf "$tmp"; exec {lockfd}>&-; return $rc; }
+	for p in $(qemu_patch_list "$ver"); do
+		if ! patch -d "$tmp/src" -p1 --batch --forward -s <"$p" >"$tmp/patch.log" 2>&1; then
+			sed 's/^/  /' "$tmp/patch.log" >&2
+			ilog "qemu $ver: ${p#"$REPO"/} does not apply to $srcver"
+			rm -rf "$tmp"; exec {lockfd}>&-; return 1
+		fi
+	done
+	ilog "qemu $ver: building ($JOBS jobs; $QEMU_CONFIGURE)"
+	b=$tmp/src/build
+	mkdir -p "$b"
+	log=$CACHE/qemu-patched/build-$ver.log
+	# shellcheck disable=SC2086
+	if ! (cd "$b" && PYTHONPATH=${pp} timeout 3600 ../configure $QEMU_CONFIGURE \
+		${pp:+--disable-download} && timeout 3600 nice ninja -j "$JOBS" qemu-system-x86_64) \
+		>"$log" 2>&1; then
+		tail -n 20 "$log" | sed 's/^/  /' >&2
+		ilog "qemu $ver: the build failed (log: $log)"
+		rm -rf "$tmp"; exec {lockfd}>&-; return 1
+	fi
+	rm -rf "$dir"; mkdir -p "$dir"
+	cp "$b/qemu-system-x86_64" "$dir/qemu-system-x86_64.bin" && strip "$dir/qemu-system-x86_64.bin"
+	# The option ROMs this build made (linuxboot_dma.bin, pvh.bin...), if any.
+	mkdir -p "$dir/share"
+	cp "$b"/pc-bios/optionrom/*.bin "$dir/share/" 2>/dev/null
+	rm -rf "$tmp"
+	qemu_patched_wrapper "$dir" "$ver"
+	log=$("$dir/qemu-system-x86_64" --version 2>&1 | head -n 1)
+	case $log in
+	"QEMU emulator version "*) ;;
+	*) ilog "qemu $ver: the built binary does not start: $log"; rm -rf "$dir"; exec {lockfd}>&-; return 1 ;;
+	esac
+	printf 'source=%s\nkey=%s\nbanner=%s\npatches=%s\n' "$srcver" "$key" "$log" \
+		"$(qemu_patch_list "$ver" | xargs -n1 basename | tr '\n' ' ')" >"$dir/info"
+	touch "$dir/.complete"
+	exec {lockfd}>&-
+	ilog "qemu $ver: cached $log in $dir"
+	return 0
+}
+
+main() {
+	local vers=("$@") v rc=0 r
+	[ ${#vers[@]} -gt 0 ] || vers=(7.2 10.0.2)
+	mkdir -p "$CACHE" || { ilog "cannot create $CACHE"; return 1; }
+	src_apt_opts || { ilog "cannot create $SRC_SUITE_DIR"; return 1; }
+	if [ ! -f "$SRC_SUITE_DIR/.updated" ] || [ -n "$(find "$SRC_SUITE_DIR/.updated" -mmin +1440)" ]; then
+		ilog "qemu: apt-get update of the private deb-src configuration"
+		if timeout 900 apt-get "${APT_OPTS[@]}" update -q >"$SRC_SUITE_DIR/update.log" 2>&1; then
+			touch "$SRC_SUITE_DIR/.updated"
+		else
+			tail -n 5 "$SRC_SUITE_DIR/update.log" | sed 's/^/  /' >&2
+			ilog "qemu: apt-get update failed; using the cached builds if any"
+		fi
+	fi
+	for v in "${vers[@]}"; do
+		build_one "$v"
+		r=$?
+		if [ $r = 0 ]; then
+			echo "$PDIR/qemu-system-x86_64"
+		elif [ $rc = 0 ] || [ $r = 1 ]; then
+			rc=$r
+		fi
+	done
+	return $rc
+}
+
+main "$@"
