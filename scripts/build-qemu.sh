@@ -107,11 +107,10 @@ fetch_source() {
 			{ tail -n 5 "$dl/unpack.log" >&2; ilog "qemu $ver: dpkg-source -x failed"; return 1; }
 		return 0
 	fi
-	# Only the orig tarball: its URI and SHA-256 from the Sources index, then apt fetches it.
-	f=$(cd "$dl" && apt-get "${APT_OPTS[@]}" source --print-uris -q "qemu=$srcver" 2>/dev/null |
-		awk '/orig\.tar\./ { gsub(/\x27/, "", $1); print $2; exit }')
-	sha=$(apt-cache "${APT_OPTS[@]}" showsrc "qemu=$srcver" 2>/dev/null |
-		awk -v f="$f" '/^Checksums-Sha256:/ { s = 1; next } /^[^ ]/ { s = 0 } s && $3 == f { print $1; exit }')
+	# Only the orig tarball: its name and SHA-256 as the Sources index lists them
+	# ('URI' NAME SIZE SHA256:HASH), then apt fetches it.
+	read -r f sha < <(cd "$dl" && apt-get "${APT_OPTS[@]}" source --print-uris -q "qemu=$srcver" \
+		2>/dev/null | awk '/orig\.tar\./ && $4 ~ /^SHA256:/ { print $2, substr($4, 8); exit }')
 	[ -n "$f" ] && [ -n "$sha" ] || { ilog "qemu $ver: no orig tarball listed for $srcver"; return 2; }
 	# apt-get source fails on the missing .debian.tar.xz; the tarball it got is checked here.
 	(cd "$dl" && timeout 900 apt-get "${APT_OPTS[@]}" source --download-only -q \
