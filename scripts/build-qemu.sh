@@ -5,8 +5,8 @@
 # reconnect and migration; contrib/qemu/README.md), with a minimal feature set.
 #   scripts/build-qemu.sh [7.2] [10.0.2]      (default: both)
 # Sources come with `apt-get source --download-only` through a private apt configuration with
-# deb-src lines under the cache (apt/src-bookworm/; the system's sources are never read or
-# changed): Debian 12's qemu source package (unpacked with dpkg-source -x, Debian's own patches
+# deb-src lines under the cache (apt/bookworm-src/, apt/bookworm-backports-src/; the system's
+# sources are never read or changed): Debian 12's qemu source package (unpacked with dpkg-source -x, Debian's own patches
 # applied) and the orig tarball of bookworm-backports' qemu 10.0.2 (its .debian.tar.xz is
 # missing from the archive; the tarball is checked against the Sources index's SHA-256). 10.0.2
 # needs meson >= 1.5 and python3-pycotap: bookworm-backports' packages are downloaded and
@@ -26,25 +26,27 @@ source "$REPO/tests/interop/lib.sh"
 source "$REPO/tests/interop/qemu-patched.sh"
 
 CACHE=$(interop_cache_dir)
-SRC_SUITE_DIR=$CACHE/apt/src-bookworm
-MIRROR=${UVSOCK_INTEROP_MIRROR:-http://deb.debian.org/debian}
 JOBS=${UVSOCK_QEMU_JOBS:-$(nproc)}
 
-# src_apt_opts: fill APT_OPTS with a private apt configuration holding deb-src lines of bookworm
-# and bookworm-backports (the same layout as lib.sh's private_apt_opts).
-src_apt_opts() {
-	local d=$SRC_SUITE_DIR
-	mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/state" "$d/none.d" || return 1
-	[ -f "$d/state/status" ] || : >"$d/state/status"
-	{
-		echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR bookworm main"
-		echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR bookworm-backports main"
-	} >"$d/sources.list"
-	APT_OPTS=(-o "Dir::Etc::SourceList=$d/sources.list" -o "Dir::Etc::SourceParts=$d/none.d"
-		-o "Dir::State=$d/state" -o "Dir::State::Lists=$d/lists"
-		-o "Dir::State::status=$d/state/status" -o "Dir::Cache=$d/cache"
-		-o Dir::Etc::Preferences=/dev/null -o "Dir::Etc::PreferencesParts=$d/none.d"
-		-o Acquire::Languages=none -o APT::Get::List-Cleanup=true)
+# src_suite VER: the suite whose sources hold qemu VER (Debian 12's 7.2, or bookworm-backports).
+src_suite() { if [ "$1" = 7.2 ]; then echo bookworm; else echo bookworm-backports; fi; }
+
+# src_apt VER: APT_OPTS for src_suite VER's deb-src configuration (lib.sh private_apt_opts);
+# `apt-get update` of it at most once a day.
+src_apt() {
+	local suite d
+	suite=$(src_suite "$1")
+	d=$CACHE/apt/$suite-src
+	private_apt_opts "$suite" deb-src || { ilog "cannot create $d"; return 1; }
+	if [ ! -f "$d/.updated" ] || [ -n "$(find "$d/.updated" -mmin +1440)" ]; then
+		ilog "qemu $1: apt-get update of the private deb-src configuration for $suite"
+		if timeout 900 apt-get "${APT_OPTS[@]}" update -q >"$d/update.log" 2>&1; then
+			touch "$d/.updated"
+		else
+			tail -n 5 "$d/update.log" | sed 's/^/  /' >&2
+			ilog "qemu $1: apt-get update for $suite failed"
+		fi
+	fi
 }
 
 # src_version PREFIX: the newest source version of qemu whose upstream part starts with PREFIX.
@@ -126,6 +128,7 @@ fetch_source() {
 build_one() {
 	local ver=$1 srcver key dir tmp log pp="" rc b
 	toolchain_ok "$ver" || return 2
+	src_apt "$ver" || return 1
 	srcver=$(src_version "$ver")
 	[ -n "$srcver" ] || { ilog "qemu $ver: no source package qemu 1:$ver* in bookworm(-backports)"; return 2; }
 	key=$(qemu_patched_key "$ver")
@@ -134,6 +137,7 @@ build_one() {
 	[ -f "$dir/.complete" ] && { ilog "qemu $ver: cached in $dir"; return 0; }
 	if [ "$ver" != 7.2 ]; then
 		pp=$(backports_python) || return $?
+		src_apt "$ver" || return 1 # backports_python used APT_OPTS
 	fi
 	mkdir -p "$CACHE/qemu-patched"
 	exec {lockfd}>"$CACHE/.lock-qemu-$ver"
@@ -187,16 +191,6 @@ main() {
 	local vers=("$@") v rc=0 r
 	[ ${#vers[@]} -gt 0 ] || vers=(7.2 10.0.2)
 	mkdir -p "$CACHE" || { ilog "cannot create $CACHE"; return 1; }
-	src_apt_opts || { ilog "cannot create $SRC_SUITE_DIR"; return 1; }
-	if [ ! -f "$SRC_SUITE_DIR/.updated" ] || [ -n "$(find "$SRC_SUITE_DIR/.updated" -mmin +1440)" ]; then
-		ilog "qemu: apt-get update of the private deb-src configuration"
-		if timeout 900 apt-get "${APT_OPTS[@]}" update -q >"$SRC_SUITE_DIR/update.log" 2>&1; then
-			touch "$SRC_SUITE_DIR/.updated"
-		else
-			tail -n 5 "$SRC_SUITE_DIR/update.log" | sed 's/^/  /' >&2
-			ilog "qemu: apt-get update failed; using the cached builds if any"
-		fi
-	fi
 	for v in "${vers[@]}"; do
 		build_one "$v"
 		r=$?

@@ -262,7 +262,7 @@ class Run:
     def qemu(self, tag, vsock, ctl, incoming=None):
         # no_timer_check: skip the IO-APIC timer test, which a TCG guest on a loaded host can
         # fail ("IO-APIC + timer doesn't work!", a panic before /init).
-        append = "quiet no_timer_check"
+        append = "quiet no_timer_check uvsock.mode=lifecycle"
         out = lib(f'UVSOCK_INTEROP_MEM={self.args.mem} qemu_args "{self.kdir}" "{self.initrd}" '
                   f'"{append}" "{self.path(tag + ".serial")}" "{vsock}" "{ctl}" && '
                   'printf "%s\\0" "${QEMU_ARGS[@]}"')
@@ -494,15 +494,14 @@ def main():
     run.kdir = kdir.strip()
     if not shutil.which("cpio"):
         skip("cpio missing")
-    # The interop initramfs, then a second archive whose /init replaces the first one's.
+    # The interop initramfs (its /init runs /bin/uvsock-lifecycle with uvsock.mode=lifecycle),
+    # then a second archive adding that program.
     run.initrd = run.path("initrd")
     check(lib(f'build_initramfs "{run.kdir}" "{args.guest}" "{run.initrd}"') is not None,
           "build_initramfs failed")
     extra = run.path("extra")
     os.makedirs(extra + "/bin")
-    shutil.copy(os.path.join(HERE, "lifecycle-init.sh"), extra + "/init")
     shutil.copy(args.guest, extra + "/bin/uvsock-lifecycle")
-    os.chmod(extra + "/init", 0o755)
     with open(run.initrd, "ab") as out:
         files = subprocess.run("find . | LC_ALL=C sort", shell=True, cwd=extra,
                                stdout=subprocess.PIPE, check=True).stdout
