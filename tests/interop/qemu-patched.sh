@@ -10,6 +10,12 @@ QEMU_PATCHED_LAYOUT=1
 QEMU_CONFIGURE="--target-list=x86_64-softmmu --without-default-features --enable-tcg \
 --enable-vhost-user --enable-vhost-kernel --disable-docs"
 
+# qemu_configure VER: the configure line of VER's build: QEMU_CONFIGURE, and for 10.x also
+# --disable-install-blobs (its +ds source leaves the firmware images out; nothing is installed).
+qemu_configure() {
+	if [ "$1" = 7.2 ]; then echo "$QEMU_CONFIGURE"; else echo "$QEMU_CONFIGURE --disable-install-blobs"; fi
+}
+
 # qemu_patch_list VER: the patches applied to QEMU VER, in order (7.2 gets its own fix first).
 qemu_patch_list() {
 	local top
@@ -18,12 +24,12 @@ qemu_patch_list() {
 	ls "$top"/patches/*.patch
 }
 
-# qemu_patched_key VER: 12 hex digits naming the patches, the configure line and the layout.
+# qemu_patched_key VER: 12 hex digits naming the patches, VER's configure line and the layout.
 qemu_patched_key() {
 	{
 		local p
 		for p in $(qemu_patch_list "$1"); do sha256sum <"$p"; done
-		echo "$QEMU_CONFIGURE $QEMU_PATCHED_LAYOUT"
+		echo "$(qemu_configure "$1") $QEMU_PATCHED_LAYOUT"
 	} | sha256sum | cut -c1-12
 }
 
