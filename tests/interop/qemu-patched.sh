@@ -8,7 +8,11 @@ QEMU_PATCHED_LAYOUT=1
 
 # The configure line of every build: x86_64 TCG only, vhost-user and vhost-kernel, nothing else.
 QEMU_CONFIGURE="--target-list=x86_64-softmmu --without-default-features --enable-tcg \
---enable-vhost-user --enable-vhost-kernel --disable-docs"
+--enable-vhost-user --enable-vhost-kernel --disable-docs --without-default-devices \
+--with-devices-x86_64=uvsock"
+# configs/devices/x86_64-softmmu/uvsock.mak, written into the source by scripts/build-qemu.sh:
+# the q35 machine (which selects what it needs), virtio-pci, vhost-user-vsock, the ISA serial.
+QEMU_DEVICES="CONFIG_Q35=y CONFIG_VIRTIO_PCI=y CONFIG_VHOST_USER_VSOCK=y CONFIG_SERIAL_ISA=y"
 
 # qemu_configure VER: the configure line of VER's build: QEMU_CONFIGURE, and for 10.x also
 # --disable-install-blobs (its +ds source leaves the firmware images out; nothing is installed).
@@ -29,7 +33,7 @@ qemu_patched_key() {
 	{
 		local p
 		for p in $(qemu_patch_list "$1"); do sha256sum <"$p"; done
-		echo "$(qemu_configure "$1") $QEMU_PATCHED_LAYOUT"
+		echo "$(qemu_configure "$1") $QEMU_DEVICES $QEMU_PATCHED_LAYOUT"
 	} | sha256sum | cut -c1-12
 }
 
