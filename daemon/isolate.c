@@ -28,7 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ops/ctl.h"
+#include "ctl.h"
 #include "ops/stats.h"
 #include "sd.h"
 #include "util/log.h"

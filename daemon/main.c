@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "isolate.h"
-#include "ops/ctl.h"
+#include "ctl.h"
 #include "options.h"
 #include "sd.h"
 #include "util/log.h"

@@ -20,9 +20,8 @@
 #include <unistd.h>
 
 #include "util/macros.h"
-#include "ops/config.h"
-#include "ops/config_uvsockd.h"
-#include "ops/ctl.h"
+#include "config.h"
+#include "ctl.h"
 #include "util/size.h"
 #include "util/uds.h"
 
@@ -259,9 +258,9 @@ static int set_key(struct uvsockd_vm_config *vm, int key, const char *v, char *e
 		return 0;
 	}
 	case KEY_NAME:
-		return ops_cfg_set_name(vm->name, "name", v, err, errlen);
+		return config_set_name(vm->name, "name", v, err, errlen);
 	case KEY_MAXCONNS:
-		return ops_cfg_set_max_conns(&vm->max_conns, "max-conns", v, err, errlen);
+		return config_set_max_conns(&vm->max_conns, "max-conns", v, err, errlen);
 	}
 	return -EINVAL;
 }
@@ -769,7 +768,7 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 		return 0;
 	}
 	if (config_path) {
-		struct ops_config oc = { 0 };
+		struct config_file oc = { 0 };
 		enum log_level cli_level = c.log_level;
 
 		if (any_single || c.n_vms) {
@@ -777,17 +776,17 @@ int uvsockd_parse_args(int argc, char *const *argv, struct uvsockd_config *ret, 
 				 "--config cannot be combined with --vm or the single-VM options");
 			goto out_fail;
 		}
-		r = ops_config_load(config_path, &oc, err, errlen);
+		r = config_file_load(config_path, &oc, err, errlen);
 		if (r < 0) {
 			if (errlen && !err[0])
 				snprintf(err, errlen, "--config %s: %s", config_path, strerror(-r));
 			goto out_fail;
 		}
-		r = ops_config_to_uvsockd(&oc, &c);
+		r = config_file_apply(&oc, &c);
 		/* The command line's --control wins over the file's. */
 		if (r == 0 && oc.have_control && !control_given)
 			snprintf(c.control_path, sizeof(c.control_path), "%s", oc.control_path);
-		ops_config_clear(&oc);
+		config_file_clear(&oc);
 		if (r < 0) {
 			snprintf(err, errlen, "--config %s: %s", config_path, strerror(-r));
 			goto out_fail;

@@ -4,7 +4,7 @@
  * repeatable, or the single-VM `--guest-cid/--socket/--uds-path...`), the vhost-user backend
  * program conventions (`--print-capabilities`, `--socket-path` alias, `--fd`/`fd=`) and our own
  * `--log-level`, `--config FILE` (vhost-device-vsock's YAML `vms:` list, parsed by
- * src/ops/config.c), `--isolate` (one worker process per sibling group, daemon/isolate.c) with
+ * daemon/config.c), `--isolate` (one worker process per sibling group, daemon/isolate.c) with
  * the per-VM `cgroup=DIR`, `--socket-mode/--socket-group`, `--tune/--busy-poll-us`. Parsing
  * (GNU getopt_long) touches the file system only to read that file, so it is unit-testable;
  * uvsockd_check_paths() does the start-up checks that need the file system.
@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "ops/config.h"
 #include "util/log.h"
 
 #define UVSOCKD_MAX_VMS 1024
@@ -41,7 +40,12 @@
 #define UVSOCKD_MAX_QUEUE_SIZE 32768u
 /* cgroup=DIR: an absolute path of at most this many bytes (DIR/cgroup.procs must fit PATH_MAX). */
 #define UVSOCKD_CGROUP_PATH_MAX 1023
+/* name=: a VM's name, at most this many bytes of [A-Za-z0-9._-], not all digits (so that a
+ * CID and a name never look alike); max-conns=: host-side connections, in [1, this]. */
+#define UVSOCKD_NAME_MAX 31
+#define UVSOCKD_MAX_CONNS_MAX 65536u
 
+/* One VM, whatever gave it: the command line, the --config file (config.h) or vm-add. */
 struct uvsockd_vm_config {
 	uint32_t guest_cid;
 	char socket_path[UVSOCKD_SUN_PATH_MAX + 1]; /* vhost-user socket the VMM connects to */
@@ -57,9 +61,13 @@ struct uvsockd_vm_config {
 	 * backend program conventions), used instead of binding; socket_path is then "/dev/fd/N".
 	 * 0: none (so a zeroed entry has none). */
 	int fd;
-	char name[OPS_CFG_NAME_MAX + 1]; /* name= for logs, uvsock-stat, vm-remove ("" = vm<cid>) */
+	char name[UVSOCKD_NAME_MAX + 1]; /* name= for logs, uvsock-stat, vm-remove ("" = vm<cid>) */
 	uint32_t max_conns; /* max-conns=: host-side connections (0 = the fd budget's share) */
+	/* The line of the --config file entry (its `-`) this VM came from, for messages;
+	 * 0 = the command line or a runtime vm-add. */
+	unsigned line;
 };
+
 
 enum uvsockd_action {
 	UVSOCKD_RUN,

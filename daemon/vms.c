@@ -16,7 +16,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "device/device.h"
+#include "device/vsock_dev.h"
+#include "device/vhu.h"
 #include "fd_budget.h"
 #include "ops/pcap.h"
 #include "ops/stats.h"
@@ -32,6 +33,7 @@ struct vm_thread {
 	struct uvsockd_vm_config cfg; /* a copy; name filled in (vm<cid> by default) */
 	uint32_t max_conns;           /* the host-side connections it got from the fd budget */
 	struct vsock_dev *dev;
+	struct dev_vhu *vhu;          /* its vhost-user glue, listening on cfg.socket_path */
 	pthread_t th;
 	bool started;
 	int rc;
@@ -355,6 +357,7 @@ static int vm_free(struct vm_set *s, struct vm_thread *t)
 	/* Detach the start-up capture: the last reference flushes the file. */
 	if (s->capture && t->dev)
 		(void)ops_tap_detach(vsock_dev_tap(t->dev));
+	dev_vhu_free(t->vhu);
 	vsock_dev_free(t->dev);
 	free(t);
 	return rc;
@@ -389,7 +392,6 @@ static int vm_create(struct vm_set *s, const struct uvsockd_vm_config *v, bool s
 	}
 	dc = (struct vsock_dev_config){
 		.guest_cid = v->guest_cid,
-		.socket_path = v->socket_path,
 		.uds_path = v->uds_path,
 		.buf_alloc = v->tx_buffer_size,
 		.queue_size_max = v->queue_size,
@@ -398,7 +400,15 @@ static int vm_create(struct vm_set *s, const struct uvsockd_vm_config *v, bool s
 		.no_dgram = s->no_dgram,
 		.dgram_max = s->dgram_max,
 	};
+	/* The device, then the vhost-user glue that drives it (its rings through the device API). */
 	r = vsock_dev_new(s->router, &dc, &t->dev);
+	if (r == 0) {
+		r = dev_vhu_new(t->dev, v->socket_path, dc.queue_size_max, &t->vhu);
+		if (r < 0) {
+			vsock_dev_free(t->dev);
+			t->dev = NULL;
+		}
+	}
 	if (r < 0) {
 		dev_error(v, r, err, errlen);
 		free(t);

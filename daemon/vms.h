@@ -20,7 +20,7 @@
 #include <signal.h>
 #include <stdbool.h>
 
-#include "ops/ctl.h"
+#include "ctl.h"
 #include "options.h"
 
 struct vm_set;

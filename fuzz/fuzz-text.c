@@ -7,13 +7,13 @@
  *      uds_connect.h and docs/uvsockd.md, then uds_connect_read() on a stream socketpair fed in
  *      chunks: the same verdict, and not one byte consumed past the newline;
  *   1  the same line as one SOCK_SEQPACKET message;
- *   2  the config file parser (src/ops/config.h): an error is one line "NAME:..." (no newline);
+ *   2  the config file parser (daemon/config.h): an error is one line "NAME:..." (no newline);
  *      a parsed config has every value in range and unique CIDs, and written back as YAML it
  *      parses to the same config;
- *   3  the JSON reader and writer (src/ops/json.h): what parses is written back with the writer
+ *   3  the JSON reader and writer (src/ctlproto/json.h): what parses is written back with the writer
  *      and parses to the same tree (numbers the writer cannot write become null); with a small
  *      cap the writer stops cleanly;
- *   4  control-socket requests (ctl_cmd_run of src/ops/ctl_internal.h) against a fake daemon
+ *   4  control-socket requests (ctl_cmd_run of daemon/ctl_internal.h) against a fake daemon
  *      (VM names, counters, connection host paths from the input; capture taps optional): every
  *      answer is exactly one line of valid JSON with "proto":1 and a boolean "ok" (and an
  *      "error" string when ok is false). Capture files can only be created in a temporary
@@ -33,11 +33,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "config.h"      /* daemon/ */
+#include "ctl_internal.h" /* daemon/ */
+#include "ctlproto/json.h"
 #include "device/uds_connect.h"
 #include "fuzz-input.h"
-#include "ops/config.h"
-#include "ops/ctl_internal.h"
-#include "ops/json.h"
 #include "util/log.h"
 
 static char fz_dir[64]; /* the control requests' capture files */
@@ -194,22 +194,22 @@ static bool str_ok(const char *s, size_t size)
 	return memchr(s, '\0', size) != NULL;
 }
 
-static void check_config(const struct ops_config *c)
+static void check_config(const struct config_file *c)
 {
-	FZ_CHECK(c->n_vms >= 1 && c->n_vms <= OPS_CFG_MAX_VMS && c->vms);
+	FZ_CHECK(c->n_vms >= 1 && c->n_vms <= UVSOCKD_MAX_VMS && c->vms);
 	FZ_CHECK(!c->have_control || str_ok(c->control_path, sizeof(c->control_path)));
 	FZ_CHECK(!c->have_log_level || (unsigned)c->log_level < _LOG_LVL_MAX);
 	for (unsigned i = 0; i < c->n_vms; i++) {
-		const struct ops_vm_config *v = &c->vms[i];
+		const struct uvsockd_vm_config *v = &c->vms[i];
 
 		FZ_CHECK(v->guest_cid > 2 && v->guest_cid != UINT32_MAX);
 		FZ_CHECK(str_ok(v->socket_path, sizeof(v->socket_path)));
 		FZ_CHECK(str_ok(v->uds_path, sizeof(v->uds_path)));
-		FZ_CHECK(strlen(v->uds_path) <= OPS_CFG_SUN_PATH_MAX - OPS_CFG_UDS_SUFFIX_MAX);
-		FZ_CHECK(v->tx_buffer_size >= OPS_CFG_MIN_TX_BUFFER_SIZE &&
-			 v->tx_buffer_size <= OPS_CFG_MAX_TX_BUFFER_SIZE);
-		FZ_CHECK(v->queue_size >= 1 && v->queue_size <= OPS_CFG_MAX_QUEUE_SIZE);
-		FZ_CHECK(v->n_groups <= OPS_CFG_MAX_GROUPS);
+		FZ_CHECK(strlen(v->uds_path) <= UVSOCKD_SUN_PATH_MAX - UVSOCKD_UDS_SUFFIX_MAX);
+		FZ_CHECK(v->tx_buffer_size >= UVSOCKD_MIN_TX_BUFFER_SIZE &&
+			 v->tx_buffer_size <= UVSOCKD_MAX_TX_BUFFER_SIZE);
+		FZ_CHECK(v->queue_size >= 1 && v->queue_size <= UVSOCKD_MAX_QUEUE_SIZE);
+		FZ_CHECK(v->n_groups <= UVSOCKD_MAX_GROUPS);
 		for (unsigned g = 0; g < v->n_groups; g++)
 			FZ_CHECK(str_ok(v->groups[g], sizeof(v->groups[g])) && v->groups[g][0]);
 		for (unsigned j = 0; j < i; j++)
@@ -232,7 +232,7 @@ static void yaml_quoted(FILE *f, const char *s)
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
 /* Writes c back as a config file of the subset. Returns a malloc'd text (*len bytes). */
-static char *config_write(const struct ops_config *c, size_t *len)
+static char *config_write(const struct config_file *c, size_t *len)
 {
 	char *text = NULL;
 	FILE *f = open_memstream(&text, len);
@@ -247,7 +247,7 @@ static char *config_write(const struct ops_config *c, size_t *len)
 		fprintf(f, "log_level: %s\n", level_names[c->log_level]);
 	fputs("vms:\n", f);
 	for (unsigned i = 0; i < c->n_vms; i++) {
-		const struct ops_vm_config *v = &c->vms[i];
+		const struct uvsockd_vm_config *v = &c->vms[i];
 
 		fprintf(f, "  - guest_cid: %u\n    socket: ", v->guest_cid);
 		yaml_quoted(f, v->socket_path);
@@ -270,7 +270,7 @@ static char *config_write(const struct ops_config *c, size_t *len)
 	return text;
 }
 
-static void same_config(const struct ops_config *a, const struct ops_config *b)
+static void same_config(const struct config_file *a, const struct config_file *b)
 {
 	FZ_CHECK(a->n_vms == b->n_vms);
 	FZ_CHECK(a->have_control == b->have_control);
@@ -278,7 +278,7 @@ static void same_config(const struct ops_config *a, const struct ops_config *b)
 	FZ_CHECK(a->have_log_level == b->have_log_level);
 	FZ_CHECK(!a->have_log_level || a->log_level == b->log_level);
 	for (unsigned i = 0; i < a->n_vms; i++) {
-		const struct ops_vm_config *x = &a->vms[i], *y = &b->vms[i];
+		const struct uvsockd_vm_config *x = &a->vms[i], *y = &b->vms[i];
 
 		FZ_CHECK(x->guest_cid == y->guest_cid);
 		FZ_CHECK(strcmp(x->socket_path, y->socket_path) == 0);
@@ -293,11 +293,11 @@ static void same_config(const struct ops_config *a, const struct ops_config *b)
 
 static void config_one(const uint8_t *s, size_t len)
 {
-	struct ops_config c = { 0 }, back = { 0 };
+	struct config_file c = { 0 }, back = { 0 };
 	char err[256] = "", err2[256] = "";
 	size_t tlen;
 	char *text;
-	int r = ops_config_parse("fz.yaml", (const char *)s, len, &c, err, sizeof(err));
+	int r = config_file_parse("fz.yaml", (const char *)s, len, &c, err, sizeof(err));
 
 	if (r < 0) {
 		FZ_CHECK(r == -EINVAL || r == -EFBIG || r == -ENOMEM);
@@ -306,14 +306,14 @@ static void config_one(const uint8_t *s, size_t len)
 	}
 	check_config(&c);
 	text = config_write(&c, &tlen);
-	r = ops_config_parse("back.yaml", text, tlen, &back, err2, sizeof(err2));
+	r = config_file_parse("back.yaml", text, tlen, &back, err2, sizeof(err2));
 	if (r < 0)
 		fprintf(stderr, "fuzz-text: config written back does not parse: %s\n%s", err2, text);
 	FZ_CHECK(r == 0);
 	same_config(&c, &back);
 	free(text);
-	ops_config_clear(&back);
-	ops_config_clear(&c);
+	config_file_clear(&back);
+	config_file_clear(&c);
 }
 
 /* ---- JSON ------------------------------------------------------------------------------- */

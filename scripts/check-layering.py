@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Checks the include layering of src/ against the layer table of docs/architecture.md.
+"""Checks the include layering of the tree against the layer table of docs/architecture.md.
 
-Every `#include "folder/file.h"` in src/<layer>/ must name its own folder or one of the layers
-that layer may use (ALLOWED below); public headers (include/uvsock/*.h) may be included only
-by the layers that implement them, and must not include anything from src/. The include graph
-of the files must also be acyclic. Exit 0 when the tree holds, 1 with one line per violation.
+The layers are the folders of src/ (the library, and ctlproto, the control protocol's static
+library), and the programs' folders daemon/ (uvsockd) and tools/ (uvsock-stat, uvsock-ctl...).
+Every `#include "..."` in a layer must name a file of its own folder or of one of the layers
+that layer may use (ALLOWED below): nothing of src/ may include daemon/ or tools/, and the
+library's layers may not include ctlproto. Public headers (include/uvsock/*.h) may be included
+only by the layers that implement them, and must not include anything from src/. The include
+graph of the files must also be acyclic. Exit 0 when the tree holds, 1 with one line per
+violation.
 
   check-layering.py [--root DIR] [--graph]
 --graph prints the folder-level include graph (what each layer includes, with counts).
@@ -26,15 +30,21 @@ ALLOWED = {
     "device": {"util", "vsock", "vring", "vhost_user", "ops", "uvsock"},
     "driver": {"util", "vsock", "vring", "vhost_user"},
     "lib": {"util", "vsock", "driver", "uvsock"},
-    "shim": {"util", "ops"},
+    # Not in libuvsock.so: the control protocol (a static library) and the preload library.
+    "ctlproto": {"util"},
+    "shim": {"util", "ctlproto"},
+    # The programs (top-level folders, not src/).
+    "daemon": {"util", "vsock", "vring", "device", "ops", "ctlproto"},
+    "tools": {"util", "ops", "ctlproto", "examples"},
 }
 PUBLIC = "uvsock"  # include/uvsock/*.h
+PROGRAMS = ("daemon", "tools")  # layers that are top-level folders
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
 def sources(root):
-    for top in ("src", os.path.join("include", PUBLIC)):
+    for top in ("src", os.path.join("include", PUBLIC)) + PROGRAMS:
         base = os.path.join(root, top)
         for dirpath, _, files in os.walk(base):
             for f in sorted(files):
@@ -46,12 +56,15 @@ def layer_of(root, path):
     rel = os.path.relpath(path, root).split(os.sep)
     if rel[0] == "include":
         return PUBLIC
-    return rel[1] if len(rel) > 2 else None
+    if rel[0] == "src":
+        return rel[1] if len(rel) > 2 else None
+    return rel[0] if len(rel) > 1 else None
 
 
 def resolve(root, path, inc):
     """The repository file an include names, or None (system or generated header)."""
-    for base in (os.path.dirname(path), os.path.join(root, "src"), os.path.join(root, "include")):
+    for base in (os.path.dirname(path), os.path.join(root, "src"), os.path.join(root, "include"),
+                 root):
         cand = os.path.normpath(os.path.join(base, inc))
         if os.path.isfile(cand):
             return cand
@@ -64,7 +77,7 @@ def check(root):
         src_layer = layer_of(root, path)
         rel = os.path.relpath(path, root)
         if src_layer is None:
-            errors.append(f"{rel}: not inside a layer folder of src/")
+            errors.append(f"{rel}: not inside a layer folder")
             continue
         with open(path, encoding="utf-8", errors="replace") as fh:
             for lineno, line in enumerate(fh, 1):

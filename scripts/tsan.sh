@@ -20,8 +20,8 @@
 set -u
 
 BUILD=${TSAN_BUILD:-build-tsan}
-TESTS=${*:-"lib-lib lib-dgram vsock-dgram driver-driver driver-hostile driver-direct driver-txdirect device-loop
-	device-device embed-device-api conformance-loopback conformance-loopback-pump-thread
+TESTS=${*:-"lib-lib lib-dgram vsock-dgram driver-driver driver-hostile driver-direct driver-txdirect util-loop
+	device-core device-host-uds device-host-dgram device-sibling device-counters device-vhu embed-device-api conformance-loopback conformance-loopback-pump-thread
 	conformance-uvsockd e2e sibling-flood driver-dgram dgram-guest"}
 
 if [ ! -f "$BUILD/build.ninja" ]; then

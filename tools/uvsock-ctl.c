@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * uvsock-ctl: adds and removes VMs of a running uvsockd through its control socket. All of it is
- * in src/ops/ctlcli.c (so that tests run it in-process); see man/uvsock-ctl.1 and
+ * in tools/ctlcli.c (so that tests run it in-process); see man/uvsock-ctl.1 and
  * docs/uvsockd.md ("Runtime VMs").
  */
 #include <stdio.h>
 
-#include "ops/ctlcli.h"
+#include "ctlcli.h"
 
 #ifndef UVSOCK_VERSION
 #define UVSOCK_VERSION "unknown"

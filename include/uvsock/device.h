@@ -10,9 +10,11 @@
  * callbacks call these functions (src/device/vhu.c), so vhost-user is one way to drive this
  * API, a VMM's own virtio transport is another.
  *
- * Queues: 0 is RX (device to guest), 1 is TX (guest to device). The event queue (2, transport
- * reset events) stays with the VMM, as with vhost-user. Only split virtqueues and virtio 1.x
- * (little-endian, VIRTIO_F_VERSION_1) are supported.
+ * Queues: 0 is RX (device to guest), 1 is TX (guest to device), 2 the event queue (optional:
+ * a VMM that starts it gets TRANSPORT_RESET events posted there by the device; one that does
+ * not may keep it to itself). Split and packed virtqueues (VIRTIO_F_RING_PACKED), with
+ * EVENT_IDX, INDIRECT_DESC and IN_ORDER; virtio 1.x only (little-endian, VIRTIO_F_VERSION_1).
+ * uvsock_dev_features() lists what the device offers.
  *
  * Typical life:
  *   uvsock_dev_new(&cfg, &d);                      host side listening on cfg.uds_path
@@ -115,7 +117,7 @@ struct uvsock_dev_config {
 
 /*
  * The feature bits to offer the guest driver (VERSION_1, SEQPACKET, DGRAM, INDIRECT_DESC,
- * EVENT_IDX, IN_ORDER; datagrams: docs/uvsockd.md "Datagrams").
+ * EVENT_IDX, IN_ORDER, RING_PACKED; datagrams: docs/uvsockd.md "Datagrams").
  * The VMM adds its transport's own bits (e.g. VIRTIO_F_ACCESS_PLATFORM is not supported: do
  * not offer it). Pure; any thread.
  */

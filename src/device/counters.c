@@ -6,7 +6,7 @@
  * from those (vsock_dev_counters_from, vsock_dev_get_ops_stats): the one derivation, used by
  * uvsockd's control socket and by uvsock_dev_get_stats (embed.c).
  */
-#include "device/device.h"
+#include "device/vsock_dev.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 #include "util/loop.h"
 #include "util/macros.h"
 
-void dev_eng_stats_accumulate(struct vsock_engine_stats *acc, const struct vsock_engine_stats *s,
+void dev_counters_eng_accumulate(struct vsock_engine_stats *acc, const struct vsock_engine_stats *s,
 			      unsigned listeners)
 {
 	/* Every counter adds up over engines but the gauge socks_open, which is kept as it was. */
@@ -39,7 +39,7 @@ void vsock_dev_get_stats(struct vsock_dev *d, struct vsock_dev_stats *ret)
 #define DEV_STATS_READ_(f) ret->f = atomic_load_explicit(&d->stats.f, memory_order_relaxed);
 	VSOCK_DEV_STATS(DEV_STATS_READ_)
 #undef DEV_STATS_READ_
-	ret->sibling_dropped += atomic_load_explicit(&d->port->peer_dropped, memory_order_relaxed);
+	ret->sibling_dropped += atomic_load_explicit(&d->sib.port->peer_dropped, memory_order_relaxed);
 	loop_get_stats(d->loop, &ls);
 	ret->busy_poll_ns = ls.spin_ns;
 	ret->busy_poll_found = ls.spin_found;
@@ -57,7 +57,7 @@ void vsock_dev_get_status(struct vsock_dev *d, struct vsock_dev_status *ret)
 		/* lst[] is set before eng is published and cleared after it is withdrawn. */
 		ret->listeners = !!d->lst[0] + !!d->lst[1];
 		vsock_engine_get_stats(d->eng, &ret->eng);
-		dev_eng_stats_accumulate(&ret->eng_total, &ret->eng, 0);
+		dev_counters_eng_accumulate(&ret->eng_total, &ret->eng, 0);
 		ret->eng_total.socks_open = ret->eng.socks_open;
 	}
 	pthread_mutex_unlock(&d->eng_lock);

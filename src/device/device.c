@@ -20,10 +20,11 @@
  * what is held for full siblings reached its bound (sibling.c: replies are dropped, other
  * packets held, at most DEV_SIB_STALL_NS).
  *
- * RX (device to guest): each guest RX chain gets one packet: from the engine (pulled with
- * max_payload = chain room - 44, so it always fits) or from the sibling inbox (split over as
- * many chains as needed, dev_sib_pull), alternating between the two sources.
- * used.len = 44 + payload.
+ * RX (device to guest): each guest RX chain gets one packet from one of three producers behind
+ * one table (struct dev_rx_src, device_internal.h): the engine (pulled with max_payload = chain
+ * room - 44, so it always fits), the host bytes read in place (host_uds.c: one readv over up to
+ * DEV_RX_GATHER chains, credit reserved once), or the sibling inbox (sibling.c: split over as
+ * many chains as needed), the inbox given its share (DEV_RX_ENG_SHARE). used.len = 44 + payload.
  *
  * Lifetimes: the engine exists while the TX ring has been started since the last reset; when
  * the rings stop (guest reset) or the VMM disconnects, every connection is dropped (the guest's
@@ -32,7 +33,7 @@
  * reference-counted ports (struct sib_port), so a device can be freed while its siblings run
  * (dev_sib_detach); packets for it are then dropped and answered with an RST.
  */
-#include "device/device.h"
+#include "device/vsock_dev.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -118,213 +119,206 @@ static void cont_schedule(struct vsock_dev *d)
 /* ---- RX: device to guest ----------------------------------------------------------------- */
 
 /*
- * Which source fills the next RX buffer (at least one has packets): the sibling inbox when the
- * engine has none, or when the engine has had its DEV_RX_ENG_SHARE buffers since the inbox's
- * last one; the engine otherwise.
+ * The engine as an RX producer (struct dev_rx_src): its queued packets (control, replies, bytes
+ * queued by send), each pulled with the buffer's room as its largest payload, so it always fits.
  */
-static bool rx_sib_next(const struct vsock_dev *d, bool have_eng, bool have_sib)
+static size_t eng_rx_pending(struct vsock_dev *d)
 {
-	return !have_eng || (have_sib && d->rx_eng_run >= DEV_RX_ENG_SHARE);
+	return d->eng && vsock_engine_has_pending(d->eng) ? 1 : 0;
 }
 
-/* Counts one RX buffer filled by the sibling inbox (sib) or the engine. */
-static void rx_account(struct vsock_dev *d, bool sib)
+static unsigned eng_rx_fill(struct vsock_dev *d, struct dev_rx_buf *b, unsigned nb)
 {
+	struct iovec piov[DEV_RX_IOV_MAX];
+	unsigned k = 0;
+
+	for (; k < nb && d->eng; k++) {
+		int pn = iov_slice(b[k].iov, b[k].iovcnt, VSOCK_HDR_SIZE, b[k].room, piov,
+				   DEV_RX_IOV_MAX);
+
+		if (pn < 0 || vsock_engine_pull(d->eng, &b[k].h, piov, pn, b[k].room) < 0)
+			break;
+	}
+	return k;
+}
+
+static const struct dev_rx_src eng_rx = {
+	.pending = eng_rx_pending,
+	.fill = eng_rx_fill,
+	.max_bufs = 1,
+};
+
+/*
+ * Which producer fills the next RX buffer (at least one has packets): the sibling inbox when
+ * the VM's own (engine, host) have none, or when they have had their DEV_RX_ENG_SHARE buffers
+ * since the inbox's last one; the VM's own otherwise.
+ */
+static bool rx_sib_next(const struct vsock_dev *d, bool have_own, bool have_sib)
+{
+	return !have_own || (have_sib && d->rx_eng_run >= DEV_RX_ENG_SHARE);
+}
+
+/* Counts k RX buffers filled by the sibling inbox (sib) or the VM's own producers. */
+static void rx_account(struct vsock_dev *d, bool sib, unsigned k)
+{
+	if (k == 0)
+		return;
 	if (sib)
 		d->rx_eng_run = 0;
-	else if (d->rx_eng_run < DEV_RX_ENG_SHARE)
-		d->rx_eng_run++;
+	else
+		d->rx_eng_run = MIN(d->rx_eng_run + k, DEV_RX_ENG_SHARE);
 }
 
-/* Puts packet h (payload already in place) into RX chain head/iov and counts it. */
-static void rx_put(struct vsock_dev *d, uint16_t head, const struct iovec *iov, unsigned n,
-		   const struct vsock_hdr *h, const struct iovec *piov, int pn)
+/* Puts packet h (payload already in place) into RX buffer b and counts it. */
+static void rx_put(struct vsock_dev *d, const struct dev_rx_buf *b)
 {
+	struct iovec piov[DEV_RX_IOV_MAX];
 	uint8_t wire[VSOCK_HDR_SIZE];
+	int pn = iov_slice(b->iov, b->iovcnt, VSOCK_HDR_SIZE, b->h.len, piov, DEV_RX_IOV_MAX);
 
-	vsock_hdr_encode(h, wire);
-	OPS_TAP(&d->tap, h, piov, pn);
-	iov_write_at(iov, n, 0, wire, VSOCK_HDR_SIZE);
+	vsock_hdr_encode(&b->h, wire);
+	OPS_TAP(&d->tap, &b->h, piov, pn);
+	iov_write_at(b->iov, b->iovcnt, 0, wire, VSOCK_HDR_SIZE);
 	/* Migration: the pages of header and payload go into the dirty log (when it is on). */
-	vring_dev_log_written(&d->rxq.q, iov, n, VSOCK_HDR_SIZE + h->len);
-	(void)vring_dev_fill(&d->rxq.q, head, VSOCK_HDR_SIZE + h->len);
+	vring_dev_log_written(&d->rxq.q, b->iov, b->iovcnt, VSOCK_HDR_SIZE + b->h.len);
+	(void)vring_dev_fill(&d->rxq.q, b->head, VSOCK_HDR_SIZE + b->h.len);
 }
 
 /*
- * Zero-copy host -> guest: host bytes (want of them, host_rx_pending) read with one readv into
- * the payload areas of the popped chain p[0] and of as many more RX buffers as they need, up to
- * DEV_RX_GATHER_BYTES; each buffer is one packet. A buffer the read did not use gets what
- * reading left in the engine (a SHUTDOWN at host EOF, an RST), else goes back empty.
- * Returns the buffers filled; *bytes gets their payload.
+ * Pops one guest RX buffer into *b, its chain described in iov (DEV_RX_IOV_MAX entries):
+ * RX_POP_OK, RX_POP_EMPTY (the ring has none), or RX_POP_BAD (a bad buffer: returned empty, the
+ * device marked broken).
  */
-static unsigned rx_host_fill(struct vsock_dev *d, struct host_rx_piece *p, size_t want,
-			     unsigned budget, size_t *bytes)
+enum rx_pop_res { RX_POP_OK, RX_POP_EMPTY, RX_POP_BAD };
+
+static enum rx_pop_res rx_pop(struct vsock_dev *d, struct iovec *iov, struct dev_rx_buf *b)
 {
 	struct dev_queue *dq = &d->rxq;
-	struct iovec in_none[1], piov[DEV_RX_IOV_MAX];
-	size_t got = p[0].room;
-	unsigned np = 1, filled = 0;
-	int used;
+	struct iovec out_none[1], piov[DEV_RX_IOV_MAX];
+	struct vring_chain ch;
+	int r = vring_dev_pop(&dq->q, out_none, 0, iov, DEV_RX_IOV_MAX, &ch);
+	size_t room;
 
-	want = MIN(want, (size_t)DEV_RX_GATHER_BYTES);
-	while (got < want && np < MIN(budget, DEV_RX_GATHER)) {
-		struct iovec *iov = d->rx_gather_iov[np];
-		struct vring_chain ch;
+	if (r == -EAGAIN)
+		return RX_POP_EMPTY;
+	if (r == -ENOBUFS) {
+		uint16_t head;
 
-		/* Anything but a good chain ends the gathering; rx_fill's next pop handles it. */
-		if (vring_dev_empty(&dq->q) ||
-		    vring_dev_pop(&dq->q, in_none, 0, iov, DEV_RX_IOV_MAX, &ch) < 0)
-			break;
-		if (ch.in_len < VSOCK_HDR_SIZE) {
-			(void)vring_dev_fill(&dq->q, ch.head, 0);
-			mark_broken(d, dq, "rx buffer shorter than the 44-byte header");
-			break;
-		}
-		p[np] = (struct host_rx_piece){
-			.head = ch.head,
-			.iov = iov,
-			.iovcnt = ch.in_num,
-			.room = MIN(ch.in_len - VSOCK_HDR_SIZE, (uint64_t)d->max_pkt),
-		};
-		got += p[np++].room;
+		if (vring_dev_skip(&dq->q, &head) == 0)
+			(void)vring_dev_fill(&dq->q, head, 0);
+		mark_broken(d, dq, "rx buffer with readable descriptors or too many segments");
+		return RX_POP_BAD;
 	}
-	used = host_rx_read(d, p, np);
-	if (used < 0)
-		used = 0;
-	*bytes = 0;
-	for (unsigned i = 0; i < np; i++) {
-		bool read = i < (unsigned)used;
-		struct vsock_hdr h;
-		ssize_t n;
-		int pn = iov_slice(p[i].iov, p[i].iovcnt, VSOCK_HDR_SIZE,
-				   read ? p[i].h.len : p[i].room, piov, DEV_RX_IOV_MAX);
-
-		if (read) {
-			rx_put(d, p[i].head, p[i].iov, p[i].iovcnt, &p[i].h, piov, pn);
-			*bytes += p[i].h.len;
-			filled++;
-			continue;
-		}
-		n = -EAGAIN;
-		if (pn >= 0 && d->eng)
-			n = vsock_engine_pull(d->eng, &h, piov, pn, p[i].room);
-		if (n < 0) {
-			(void)vring_dev_fill(&dq->q, p[i].head, 0);
-			continue;
-		}
-		rx_put(d, p[i].head, p[i].iov, p[i].iovcnt, &h, piov, pn);
-		*bytes += (size_t)n;
-		filled++;
+	if (r < 0) {
+		mark_broken(d, dq, "rx pop failed");
+		return RX_POP_BAD;
 	}
-	return filled;
+	if (ch.in_len < VSOCK_HDR_SIZE) {
+		(void)vring_dev_fill(&dq->q, ch.head, 0);
+		mark_broken(d, dq, "rx buffer shorter than the 44-byte header");
+		return RX_POP_BAD;
+	}
+	room = MIN(ch.in_len - VSOCK_HDR_SIZE, (uint64_t)d->max_pkt);
+	if (iov_slice(iov, ch.in_num, VSOCK_HDR_SIZE, room, piov, DEV_RX_IOV_MAX) < 0) {
+		(void)vring_dev_fill(&dq->q, ch.head, 0);
+		mark_broken(d, dq, "rx buffer layout");
+		return RX_POP_BAD;
+	}
+	*b = (struct dev_rx_buf){ .head = ch.head, .iov = iov, .iovcnt = ch.in_num, .room = room };
+	return RX_POP_OK;
 }
 
+/* Every producer stops until the next fill (the ring has no buffer, or does not run). */
+static void rx_park(struct vsock_dev *d, bool stopped)
+{
+	dev_sib_rx.park(d, stopped);
+	dev_host_rx.park(d, stopped);
+}
+
+/*
+ * One RX pass: each guest buffer gets one packet from one producer (struct dev_rx_src): the
+ * engine first, then the host bytes waiting to be read in place, with the sibling inbox given
+ * its share (rx_sib_next). A producer that takes several buffers (the host: one readv over up
+ * to DEV_RX_GATHER buffers, DEV_RX_GATHER_BYTES) gets as many as its pending bytes need; what
+ * it leaves unused goes to the engine (what reading left there: a SHUTDOWN at host EOF, an
+ * RST), else back empty. One used-index publication and at most one interrupt per pass.
+ */
 static void rx_fill(struct vsock_dev *d)
 {
 	struct dev_queue *dq = &d->rxq;
-	struct iovec iov[DEV_RX_IOV_MAX], piov[DEV_RX_IOV_MAX], out_iov[1];
+	struct dev_rx_buf b[DEV_RX_GATHER];
 	unsigned pkts = 0;
 	size_t bytes = 0;
 	bool filled = false;
 
 	d->rx_more = false;
 	if (!dq->running || dev_broken(d) || !mem_intact(d, dq)) {
-		if (!dq->running)
-			dev_sib_drop_all(d);
-		host_rx_park(d);
+		rx_park(d, !dq->running);
 		return;
 	}
 	dev_evq_flush(d); /* a pending reset goes before the new session's first packet */
 	vring_dev_disable_notify(&dq->q);
 	for (;;) {
-		bool have_eng = d->eng && vsock_engine_has_pending(d->eng);
-		size_t want = !have_eng && d->rd_head ? host_rx_pending(d) : 0;
-		bool have_sib = dev_sib_pending(d);
-		struct host_rx_piece hp[DEV_RX_GATHER];
-		struct vring_chain ch;
-		struct vsock_hdr h;
-		size_t room;
-		ssize_t n;
-		int r, pn;
+		bool have_eng = eng_rx.pending(d) > 0;
+		size_t want = have_eng ? 1 : dev_host_rx.pending(d);
+		bool have_sib = dev_sib_rx.pending(d) > 0;
+		const struct dev_rx_src *src;
+		unsigned nb = 1, k, max;
+		enum rx_pop_res pr;
 		bool sib;
 
-		if (!have_eng && !want && !have_sib)
+		if (!want && !have_sib)
 			break;
 		if (pkts >= DEV_PASS_PKTS || bytes >= DEV_PASS_BYTES) {
 			d->rx_more = true;
 			break;
 		}
-		r = vring_dev_pop(&dq->q, out_iov, 0, iov, DEV_RX_IOV_MAX, &ch);
-		if (r == -EAGAIN) {
+		pr = rx_pop(d, d->rx_gather_iov[0], &b[0]);
+		if (pr == RX_POP_EMPTY) {
 			/* Out of guest buffers: ask for a kick, unless some arrived meanwhile. */
 			if (vring_dev_enable_notify(&dq->q)) {
 				vring_dev_disable_notify(&dq->q);
 				continue;
 			}
-			host_rx_park(d);
+			rx_park(d, false);
 			break;
 		}
-		if (r == -ENOBUFS) {
-			uint16_t head;
-
-			if (vring_dev_skip(&dq->q, &head) == 0)
-				(void)vring_dev_fill(&dq->q, head, 0);
-			mark_broken(d, dq, "rx buffer with readable descriptors or too many segments");
-			break;
-		}
-		if (r < 0) {
-			mark_broken(d, dq, "rx pop failed");
-			break;
-		}
-		if (ch.in_len < VSOCK_HDR_SIZE) {
-			(void)vring_dev_fill(&dq->q, ch.head, 0);
-			filled = true;
-			mark_broken(d, dq, "rx buffer shorter than the 44-byte header");
-			break;
-		}
-		room = MIN(ch.in_len - VSOCK_HDR_SIZE, (uint64_t)d->max_pkt);
-		pn = iov_slice(iov, ch.in_num, VSOCK_HDR_SIZE, room, piov, DEV_RX_IOV_MAX);
-		if (pn < 0) {
-			(void)vring_dev_fill(&dq->q, ch.head, 0);
-			filled = true;
-			mark_broken(d, dq, "rx buffer layout");
-			break;
-		}
-		sib = rx_sib_next(d, have_eng || want, have_sib);
 		filled = true;
-		if (!sib && !have_eng) {
-			size_t got;
-			unsigned k;
-
-			hp[0] = (struct host_rx_piece){ .head = ch.head, .iov = iov,
-							.iovcnt = ch.in_num, .room = room };
-			k = rx_host_fill(d, hp, want, DEV_PASS_PKTS - pkts, &got);
-			for (unsigned i = 0; i < k; i++)
-				rx_account(d, false);
-			pkts += k;
-			bytes += got;
-			if (k == 0) {
-				host_rx_park(d);
+		if (pr == RX_POP_BAD)
+			break;
+		sib = rx_sib_next(d, want > 0, have_sib);
+		src = sib ? &dev_sib_rx : have_eng ? &eng_rx : &dev_host_rx;
+		/* More buffers for what the producer has (anything but a good one ends this; the
+		 * next pop handles it). */
+		max = MIN(src->max_bufs, MIN(DEV_PASS_PKTS - pkts, DEV_RX_GATHER));
+		want = MIN(want, (size_t)DEV_RX_GATHER_BYTES);
+		for (size_t got = b[0].room; nb < max && got < want; got += b[nb++].room)
+			if (vring_dev_empty(&dq->q) || rx_pop(d, d->rx_gather_iov[nb], &b[nb]) != RX_POP_OK)
 				break;
-			}
-			if (dev_broken(d))
-				break; /* a bad buffer among the gathered ones */
-			continue;
+		k = src->fill(d, b, nb);
+		rx_account(d, sib, k);
+		if (src != &eng_rx) {
+			unsigned e = eng_rx_fill(d, b + k, nb - k);
+
+			rx_account(d, false, e);
+			k += e;
 		}
-		if (sib)
-			n = dev_sib_pull(d, &h, piov, (unsigned)pn, room);
-		else
-			n = vsock_engine_pull(d->eng, &h, piov, pn, room);
-		if (n < 0) {
-			/* has_pending said yes; nothing came: return the buffer unused. */
-			(void)vring_dev_fill(&dq->q, ch.head, 0);
-			host_rx_park(d);
+		for (unsigned i = 0; i < nb; i++) {
+			if (i >= k) {
+				(void)vring_dev_fill(&dq->q, b[i].head, 0);
+				continue;
+			}
+			rx_put(d, &b[i]);
+			bytes += b[i].h.len;
+			pkts++;
+		}
+		if (k == 0) {
+			/* pending said yes; nothing came: the buffer went back unused. */
+			rx_park(d, false);
 			break;
 		}
-		rx_account(d, sib);
-		rx_put(d, ch.head, iov, ch.in_num, &h, piov, pn);
-		pkts++;
-		bytes += (size_t)n;
+		if (dev_broken(d))
+			break; /* a bad buffer among the gathered ones */
 	}
 	if (filled)
 		queue_notify(d, dq);
@@ -402,7 +396,7 @@ static enum dev_tx_verdict tx_classify(struct vsock_dev *d, const struct vring_c
 	return dev_sib_send(d, t, &h, iov, ch->out_num);
 }
 
-void dev_tx_drain(struct vsock_dev *d)
+static void dev_tx_drain(struct vsock_dev *d)
 {
 	struct dev_queue *dq = &d->txq;
 	struct iovec in_iov[1];
@@ -517,7 +511,7 @@ static void eng_sock_event(void *opaque, struct vsock_sock *s, void *user, unsig
 		d->accept_pending = true;
 		return;
 	}
-	host_mark_dirty(user);
+	dev_host_mark_dirty(user);
 }
 
 static size_t eng_deliver(void *opaque, struct vsock_sock *s, void *user, const struct iovec *iov,
@@ -526,7 +520,7 @@ static size_t eng_deliver(void *opaque, struct vsock_sock *s, void *user, const 
 	(void)s;
 	if (user == &listener_mark)
 		return 0;
-	return host_deliver(opaque, user, iov, iovcnt, len);
+	return dev_host_deliver(opaque, user, iov, iovcnt, len);
 }
 
 static const struct vsock_engine_ops eng_ops = {
@@ -604,12 +598,12 @@ static void engine_destroy(struct vsock_dev *d)
 		struct vsock_engine_stats es;
 
 		vsock_engine_get_stats(e, &es);
-		dev_eng_stats_accumulate(&d->eng_past, &es, !!d->lst[0] + !!d->lst[1]);
+		dev_counters_eng_accumulate(&d->eng_past, &es, !!d->lst[0] + !!d->lst[1]);
 		es_conns = es.socks_open - MIN(es.socks_open, (uint64_t)(!!d->lst[0] + !!d->lst[1]));
 	}
 	d->eng = NULL;
 	pthread_mutex_unlock(&d->eng_lock);
-	host_close_all(d);
+	dev_host_close_all(d);
 	vsock_engine_free(e);
 	d->lst[0] = d->lst[1] = NULL;
 	d->accept_pending = false;
@@ -629,17 +623,17 @@ void dev_settle(struct vsock_dev *d)
 {
 	for (int round = 0; round < 4; round++) {
 		if (d->accept_pending && d->eng)
-			host_accept_guest_conns(d);
-		host_service_dirty(d);
+			dev_host_accept_guest_conns(d);
+		dev_host_service_dirty(d);
 		rx_fill(d);
 		/* Pulling replies may have made room for TX again (docs/vsock-protocol.md §5). */
 		if (d->eng && d->tx_throttled && !dev_sib_hold_full(d) &&
 		    vsock_engine_can_feed(d->eng))
 			dev_tx_drain(d);
-		if (!d->dirty && !(d->accept_pending && d->eng) && !d->rx_more)
+		if (!dev_host_has_dirty(d) && !(d->accept_pending && d->eng) && !d->rx_more)
 			break;
 	}
-	if (d->rx_more || d->tx_more || d->dirty ||
+	if (d->rx_more || d->tx_more || dev_host_has_dirty(d) ||
 	    (d->eng && d->tx_throttled && !dev_sib_hold_full(d) &&
 		    vsock_engine_can_feed(d->eng)))
 		cont_schedule(d);
@@ -808,25 +802,25 @@ struct loop *dev_loop(struct vsock_dev *d)
 	return d->loop;
 }
 
-void dev_vhu_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t features)
+void dev_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t features)
 {
 	d->mem = mem;
 	d->features = features;
 }
 
-void dev_vhu_drop_mem(struct vsock_dev *d)
+void dev_drop_mem(struct vsock_dev *d)
 {
 	d->mem = NULL;
 }
 
-void dev_vhu_vmm_state(struct vsock_dev *d, bool connected)
+void dev_set_vmm_state(struct vsock_dev *d, bool connected)
 {
 	atomic_store_explicit(&d->vmm_connected, connected, memory_order_relaxed);
 	if (connected)
 		DEV_STAT_ADD(d, vmm_connects, 1);
 }
 
-void dev_vhu_message_done(struct vsock_dev *d)
+void dev_message_done(struct vsock_dev *d)
 {
 	/* Rings stopped and not restarted within the message: the guest reset the device. */
 	if (d->eng && !d->txq.running) {
@@ -886,13 +880,20 @@ int dev_call(struct vsock_dev *d, int (*fn)(struct vsock_dev *d, void *arg), voi
 
 /* ---- construction ------------------------------------------------------------------------- */
 
-void dev_log_listen_error(const struct vsock_dev *d, const char *path, int err)
+static void dev_log_listen_error(const struct vsock_dev *d, const char *path, int err)
 {
 	if (err == -EADDRINUSE)
 		log_error("%s: cannot listen on %s: another process serves it", d->name, path);
 	else
 		log_error("%s: cannot listen on %s: %s", d->name, path, strerror(-err));
 }
+
+const struct dev_up dev_up = {
+	.settle = dev_settle,
+	.tx_drain = dev_tx_drain,
+	.call = dev_call,
+	.listen_error = dev_log_listen_error,
+};
 
 int vsock_router_new(struct vsock_router **ret)
 {
@@ -922,13 +923,11 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	if (cfg->guest_cid <= VMADDR_CID_HOST || cfg->guest_cid == VMADDR_CID_ANY ||
 	    !cfg->uds_path || cfg->buf_alloc == 0)
 		return -EINVAL;
-	if ((cfg->socket_path && strlen(cfg->socket_path) >= sizeof(d->uds_path)) ||
-	    strlen(cfg->uds_path) + 11 >= sizeof(d->uds_path))
+	if (strlen(cfg->uds_path) + 11 >= sizeof(d->uds_path))
 		return -EINVAL;
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
-	d->uds_l.fd = d->uds_seq_l.fd = -1;
 	d->rxq.kick_fd = d->rxq.call_fd = d->txq.kick_fd = d->txq.call_fd = -1;
 	d->evq.kick_fd = d->evq.call_fd = -1;
 	d->evq.dev = d;
@@ -942,7 +941,7 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	else
 		snprintf(d->name, sizeof(d->name), "cid%u", cfg->guest_cid);
 	strcpy(d->uds_path, cfg->uds_path);
-	snprintf(d->uds_seq_path, sizeof(d->uds_seq_path), "%s_seqpacket", cfg->uds_path);
+	dev_host_init(d);
 	d->buf_alloc = cfg->buf_alloc;
 	d->queue_size_max = cfg->queue_size_max ? cfg->queue_size_max : 1024;
 	d->max_conns = cfg->max_conns ? cfg->max_conns : 1024;
@@ -955,13 +954,11 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	pthread_cond_init(&d->call_cond, NULL);
 	ops_tap_init(&d->tap);
 
-	d->scratch_len = MAX((size_t)d->buf_alloc, (size_t)VSOCK_MAX_PKT_PAYLOAD);
-	d->scratch = malloc(d->scratch_len);
 	d->tx_iov = calloc(DEV_TX_BATCH, sizeof(*d->tx_iov));
 	d->tx_refs = calloc(DEV_TX_BATCH, sizeof(*d->tx_refs));
 	d->tx_heads = calloc(DEV_TX_BATCH, sizeof(*d->tx_heads));
 	d->rx_gather_iov = calloc(DEV_RX_GATHER, sizeof(*d->rx_gather_iov));
-	if (!d->scratch || !d->tx_iov || !d->tx_refs || !d->tx_heads || !d->rx_gather_iov) {
+	if (!d->tx_iov || !d->tx_refs || !d->tx_heads || !d->rx_gather_iov) {
 		r = -ENOMEM;
 		goto out_free;
 	}
@@ -981,18 +978,10 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	r = loop_async_new(d->loop, call_cb, d, &d->call_async);
 	if (r < 0)
 		goto out_free;
-	/* Without a socket path the device is driven through the device API (embed.c). */
-	if (cfg->socket_path) {
-		r = dev_vhu_new(d, cfg->socket_path, d->queue_size_max, &d->vhu);
-		if (r < 0) {
-			dev_log_listen_error(d, cfg->socket_path, r);
-			goto out_free;
-		}
-	}
-	r = host_open_listeners(d);
+	r = dev_host_open(d);
 	if (r < 0)
 		goto out_free;
-	r = host_dgram_open(d, cfg);
+	r = dev_dgram_open(d, cfg);
 	if (r < 0)
 		goto out_free;
 	if (router) {
@@ -1031,15 +1020,13 @@ void vsock_dev_free(struct vsock_dev *d)
 {
 	if (!d)
 		return;
-	dev_vhu_free(d->vhu);
-	d->vhu = NULL;
 	dev_queue_stop(d, 0);
 	dev_queue_stop(d, 1);
 	dev_evq_stop(d);
 	engine_destroy(d);
 	guest_mem_free(d->mem_owned);
-	host_close_listeners(d);
-	host_dgram_close(d);
+	dev_host_close(d);
+	dev_dgram_close(d);
 	if (d->router) {
 		struct vsock_dev **pp;
 
@@ -1053,19 +1040,15 @@ void vsock_dev_free(struct vsock_dev *d)
 	}
 	/* Before our loop and its wakeups go: siblings may still be running. */
 	dev_sib_detach(d);
+	dev_sib_free(d);
 	pthread_mutex_destroy(&d->eng_lock);
 	pthread_mutex_destroy(&d->call_lock);
 	pthread_cond_destroy(&d->call_cond);
 	loop_async_free(d->call_async);
 	ops_tap_destroy(&d->tap);
-	loop_async_free(d->inbox_async);
-	loop_async_free(d->room_async);
 	loop_timer_free(d->eng_timer);
 	loop_timer_free(d->cont_timer);
-	loop_timer_free(d->stage_timer);
 	loop_free(d->loop);
-	free(d->wake);
-	free(d->scratch);
 	free(d->tx_iov);
 	free(d->tx_refs);
 	free(d->tx_heads);

@@ -67,10 +67,10 @@ static bool caller_ok(struct vsock_dev *d)
 {
 	const void *o;
 
-	if (!d->api_ext_loop)
+	if (!d->embed.ext_loop)
 		return true;
 	/* acquire: pairs with the release in claim_owner (the owner is set once). */
-	o = atomic_load_explicit(&d->api_owner, memory_order_acquire);
+	o = atomic_load_explicit(&d->embed.owner, memory_order_acquire);
 	return !o || o == &thread_mark;
 }
 
@@ -81,7 +81,7 @@ static int claim_owner(struct vsock_dev *d)
 
 	/* release on success: what the set-up calls before did is visible to a thread that sees
 	 * the owner (caller_ok); acquire on failure: pairs with the winner's release. */
-	if (atomic_compare_exchange_strong_explicit(&d->api_owner, &expected, &thread_mark,
+	if (atomic_compare_exchange_strong_explicit(&d->embed.owner, &expected, &thread_mark,
 						    memory_order_release, memory_order_acquire))
 		return 0;
 	return expected == &thread_mark ? 0 : -EPERM;
@@ -97,7 +97,7 @@ static int api_run(struct uvsock_dev *u, int (*fn)(struct vsock_dev *d, void *ar
 	struct vsock_dev *d = dev_of(u);
 	int r;
 
-	if (!d->api_ext_loop)
+	if (!d->embed.ext_loop)
 		return dev_call(d, fn, arg);
 	if (!caller_ok(d))
 		return -EPERM;
@@ -143,7 +143,7 @@ static void router_put(void)
 	pthread_mutex_unlock(&router_lock);
 }
 
-unsigned dev_api_router_refs(void)
+unsigned dev_embed_router_refs(void)
 {
 	unsigned n;
 
@@ -193,7 +193,6 @@ int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret
 		return r;
 	dc = (struct vsock_dev_config){
 		.guest_cid = cfg->guest_cid,
-		.socket_path = NULL,
 		.uds_path = cfg->uds_path,
 		.buf_alloc = cfg->buf_alloc ? cfg->buf_alloc : 256u * 1024,
 		.queue_size_max = cfg->queue_size_max,
@@ -205,7 +204,7 @@ int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret
 		router_put();
 		return r == -ENAMETOOLONG ? -EINVAL : r;
 	}
-	d->api_ext_loop = !!(cfg->flags & UVSOCK_DEV_EXTERNAL_LOOP);
+	d->embed.ext_loop = !!(cfg->flags & UVSOCK_DEV_EXTERNAL_LOOP);
 	*ret = (struct uvsock_dev *)(void *)d;
 	return 0;
 }
@@ -214,10 +213,10 @@ int uvsock_dev_link(struct uvsock_dev *a, struct uvsock_dev *b)
 {
 	struct vsock_dev *da = dev_of(a), *db = dev_of(b);
 
-	if (!a || !b || da->api_thread || db->api_thread ||
+	if (!a || !b || da->embed.thread_started || db->embed.thread_started ||
 	    /* acquire: as in caller_ok */
-	    atomic_load_explicit(&da->api_owner, memory_order_acquire) ||
-	    atomic_load_explicit(&db->api_owner, memory_order_acquire))
+	    atomic_load_explicit(&da->embed.owner, memory_order_acquire) ||
+	    atomic_load_explicit(&db->embed.owner, memory_order_acquire))
 		return -EINVAL;
 	return vsock_dev_link_sibling(da, db);
 }
@@ -249,14 +248,14 @@ int uvsock_dev_start(struct uvsock_dev *u)
 	struct vsock_dev *d = dev_of(u);
 	int r;
 
-	if (d->api_ext_loop)
+	if (d->embed.ext_loop)
 		return -EINVAL;
-	if (d->api_thread)
+	if (d->embed.thread_started)
 		return -EALREADY;
-	r = pthread_create(&d->api_th, NULL, dev_thread_main, d);
+	r = pthread_create(&d->embed.thread, NULL, dev_thread_main, d);
 	if (r)
 		return -r;
-	d->api_thread = true;
+	d->embed.thread_started = true;
 	/* Wait until the thread runs its loop: afterwards every call goes through dev_call. */
 	/* acquire: pairs with the release in vsock_dev_run (d->thread is set). */
 	while (!atomic_load_explicit(&d->thread_running, memory_order_acquire))
@@ -270,10 +269,10 @@ void uvsock_dev_free(struct uvsock_dev *u)
 
 	if (!u)
 		return;
-	if (d->api_thread) {
+	if (d->embed.thread_started) {
 		vsock_dev_stop(d);
-		pthread_join(d->api_th, NULL);
-		d->api_thread = false;
+		pthread_join(d->embed.thread, NULL);
+		d->embed.thread_started = false;
 	}
 	vsock_dev_free(d);
 	router_put();
@@ -283,7 +282,7 @@ int uvsock_dev_fd(struct uvsock_dev *u)
 {
 	struct vsock_dev *d = dev_of(u);
 
-	if (!u || !d->api_ext_loop)
+	if (!u || !d->embed.ext_loop)
 		return -EINVAL;
 	return loop_fd(d->loop);
 }
@@ -293,7 +292,7 @@ int uvsock_dev_process(struct uvsock_dev *u)
 	struct vsock_dev *d = dev_of(u);
 	int r;
 
-	if (!u || !d->api_ext_loop)
+	if (!u || !d->embed.ext_loop)
 		return -EINVAL;
 	r = claim_owner(d);
 	if (r < 0)
@@ -306,7 +305,7 @@ int uvsock_dev_timeout_ms(struct uvsock_dev *u)
 {
 	struct vsock_dev *d = dev_of(u);
 
-	if (!u || !d->api_ext_loop)
+	if (!u || !d->embed.ext_loop)
 		return -1;
 	/* Not the loop thread: "process now", which then tells it -EPERM. */
 	if (!caller_ok(d))

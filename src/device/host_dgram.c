@@ -50,19 +50,19 @@
 
 bool dev_dgram_negotiated(const struct vsock_dev *d)
 {
-	return !d->dgram_off && (d->features & (1ull << VIRTIO_VSOCK_F_DGRAM));
+	return !d->dgram.off && (d->features & (1ull << VIRTIO_VSOCK_F_DGRAM));
 }
 
 void dev_dgram_features(struct vsock_dev *d)
 {
-	if (d->port)
-		atomic_store_explicit(&d->port->dgram, dev_dgram_negotiated(d),
+	if (d->sib.port)
+		atomic_store_explicit(&d->sib.port->dgram, dev_dgram_negotiated(d),
 				      memory_order_relaxed);
 }
 
-bool dev_vhu_offer_dgram(const struct vsock_dev *d)
+bool dev_dgram_offered(const struct vsock_dev *d)
 {
-	return !d->dgram_off;
+	return !d->dgram.off;
 }
 
 /*
@@ -120,9 +120,9 @@ static struct dgram_peer *dgram_peer_by_port(struct vsock_dev *d, uint32_t port)
 {
 	if (port < DEV_HOST_PORT_LO || port >= DEV_HOST_PORT_HI)
 		return NULL;
-	for (unsigned i = 0; i < d->n_dgram_peers; i++)
-		if (d->dgram_peers[i].port == port)
-			return &d->dgram_peers[i];
+	for (unsigned i = 0; i < d->dgram.n_peers; i++)
+		if (d->dgram.peers[i].port == port)
+			return &d->dgram.peers[i];
 	return NULL;
 }
 
@@ -133,31 +133,31 @@ static uint32_t dgram_peer_port(struct vsock_dev *d, const struct sockaddr_un *s
 {
 	struct dgram_peer *p = NULL;
 
-	for (unsigned i = 0; i < d->n_dgram_peers; i++) {
-		struct dgram_peer *e = &d->dgram_peers[i];
+	for (unsigned i = 0; i < d->dgram.n_peers; i++) {
+		struct dgram_peer *e = &d->dgram.peers[i];
 
 		if (e->salen == salen && !memcmp(&e->sa, sa, salen)) {
-			e->used = ++d->dgram_tick;
+			e->used = ++d->dgram.tick;
 			return e->port;
 		}
 		if (!p || e->used < p->used)
 			p = e;
 	}
-	if (d->n_dgram_peers < DEV_DGRAM_PEERS)
-		p = &d->dgram_peers[d->n_dgram_peers++];
+	if (d->dgram.n_peers < DEV_DGRAM_PEERS)
+		p = &d->dgram.peers[d->dgram.n_peers++];
 	else
 		p->port = 0; /* replaced: its port is free again */
 	/* A port no other entry has (the table is far smaller than the range: this ends). */
 	do {
-		if (++d->dgram_next_port < DEV_HOST_PORT_LO ||
-		    d->dgram_next_port >= DEV_HOST_PORT_HI)
-			d->dgram_next_port = DEV_HOST_PORT_LO;
-	} while (dgram_peer_by_port(d, d->dgram_next_port));
+		if (++d->dgram.next_port < DEV_HOST_PORT_LO ||
+		    d->dgram.next_port >= DEV_HOST_PORT_HI)
+			d->dgram.next_port = DEV_HOST_PORT_LO;
+	} while (dgram_peer_by_port(d, d->dgram.next_port));
 	memset(&p->sa, 0, sizeof(p->sa));
 	memcpy(&p->sa, sa, salen);
 	p->salen = salen;
-	p->port = d->dgram_next_port;
-	p->used = ++d->dgram_tick;
+	p->port = d->dgram.next_port;
+	p->used = ++d->dgram.tick;
 	return p->port;
 }
 
@@ -176,7 +176,7 @@ static uint32_t dgram_src_port(struct vsock_dev *d, const struct sockaddr_un *sa
 }
 
 /*
- * One datagram read from a host socket of ours into buf (d->dgram_rlen bytes): n bytes, more
+ * One datagram read from a host socket of ours into buf (d->dgram.rlen bytes): n bytes, more
  * than dgram_rlen if it was truncated.
  */
 static void dgram_from_host(struct vsock_dev *d, const char *buf, const struct sockaddr_un *sa,
@@ -190,13 +190,13 @@ static void dgram_from_host(struct vsock_dev *d, const char *buf, const struct s
 		DEV_STAT_ADD(d, dgram_drop_not_negotiated, 1);
 		return;
 	}
-	line = dgram_parse_line(buf, MIN(n, d->dgram_rlen), &port);
+	line = dgram_parse_line(buf, MIN(n, d->dgram.rlen), &port);
 	if (line < 0) {
 		DEV_STAT_ADD(d, dgram_drop_malformed, 1);
 		log_vm_dev(LOG_LVL_DEBUG, d->cid, "host datagram dropped: no \"<port>\\n\" line");
 		return;
 	}
-	if (n > d->dgram_rlen || n - (size_t)line > d->dgram_max) {
+	if (n > d->dgram.rlen || n - (size_t)line > d->dgram.max) {
 		DEV_STAT_ADD(d, dgram_drop_oversize, 1);
 		return;
 	}
@@ -227,7 +227,7 @@ static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 		int n;
 
 		for (unsigned i = 0; i < DEV_DGRAM_MMSG; i++) {
-			v[i] = (struct iovec){ d->dgram_rbuf + i * d->dgram_rlen, d->dgram_rlen };
+			v[i] = (struct iovec){ d->dgram.rbuf + i * d->dgram.rlen, d->dgram.rlen };
 			mm[i] = (struct mmsghdr){ .msg_hdr = { .msg_name = &sa[i],
 							       .msg_namelen = sizeof(sa[i]),
 							       .msg_iov = &v[i], .msg_iovlen = 1 } };
@@ -246,7 +246,7 @@ static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 		if ((unsigned)n < DEV_DGRAM_MMSG)
 			break;
 	}
-	dev_settle(d);
+	dev_up.settle(d);
 }
 
 static void dgram_dest_drop(struct dgram_dest *e)
@@ -274,7 +274,7 @@ static int dgram_dest_open(struct vsock_dev *d, struct dgram_dest *slot, const c
 	bool pending;
 	int sfd, r;
 
-	sfd = uds_connect_at_st(d->host_dir_fd, name, SOCK_DGRAM, "", &pending, &st);
+	sfd = uds_connect_at_st(d->host.dir_fd, name, SOCK_DGRAM, "", &pending, &st);
 	if (sfd < 0)
 		return sfd == -ELOOP || sfd == -ENOTSOCK || sfd == -ECONNREFUSED ? -ENOENT : sfd;
 	/* Room for a burst to a host program that connected back to us (best effort: capped by
@@ -283,7 +283,7 @@ static int dgram_dest_open(struct vsock_dev *d, struct dgram_dest *slot, const c
 	dgram_dest_drop(slot);
 	*slot = (struct dgram_dest){ .live = true, .port = port, .sfd = sfd, .dev = st.st_dev,
 				     .ino = st.st_ino, .checked_ms = mono_ms(),
-				     .used = ++d->dgram_tick };
+				     .used = ++d->dgram.tick };
 	r = loop_watch_add(d->loop, sfd, EPOLLIN, dgram_read_cb, d, &slot->w);
 	if (r < 0) {
 		slot->w = NULL;
@@ -304,13 +304,13 @@ static int dgram_dest_open(struct vsock_dev *d, struct dgram_dest *slot, const c
 static struct dgram_dest *dgram_dest_get(struct vsock_dev *d, uint32_t port, bool recheck,
 					 int *err)
 {
-	struct dgram_dest *e = NULL, *slot = &d->dgram_dests[0];
+	struct dgram_dest *e = NULL, *slot = &d->dgram.dests[0];
 	char name[NAME_MAX + 1];
 	uint64_t now = mono_ms();
 	struct stat st;
 
 	for (unsigned i = 0; i < DEV_DGRAM_DESTS; i++) {
-		struct dgram_dest *c = &d->dgram_dests[i];
+		struct dgram_dest *c = &d->dgram.dests[i];
 
 		if (c->live && c->port == port)
 			e = c;
@@ -318,7 +318,7 @@ static struct dgram_dest *dgram_dest_get(struct vsock_dev *d, uint32_t port, boo
 			slot = c;
 	}
 	if (e && !recheck && now - e->checked_ms < DEV_DGRAM_RECHECK_MS) {
-		e->used = ++d->dgram_tick;
+		e->used = ++d->dgram.tick;
 		return e;
 	}
 	if ((size_t)snprintf(name, sizeof(name), "%s_%u.dgram", dgram_base(d), port) >= sizeof(name)) {
@@ -326,7 +326,7 @@ static struct dgram_dest *dgram_dest_get(struct vsock_dev *d, uint32_t port, boo
 		return NULL;
 	}
 	if (e) {
-		if (fstatat(d->host_dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		if (fstatat(d->host.dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISSOCK(st.st_mode)) {
 			dgram_dest_drop(e);
 			*err = -ENOENT;
@@ -334,7 +334,7 @@ static struct dgram_dest *dgram_dest_get(struct vsock_dev *d, uint32_t port, boo
 		}
 		if (!recheck && e->dev == st.st_dev && e->ino == st.st_ino) {
 			e->checked_ms = now;
-			e->used = ++d->dgram_tick;
+			e->used = ++d->dgram.tick;
 			return e;
 		}
 		slot = e;
@@ -361,15 +361,15 @@ static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const 
 	ssize_t r;
 	int err;
 
-	if (d->dgram_l.fd < 0 || h->dst_port == DEV_DGRAM_UNBOUND_PORT)
+	if (d->dgram.l.fd < 0 || h->dst_port == DEV_DGRAM_UNBOUND_PORT)
 		goto no_listener;
 	v[0] = (struct iovec){ line, (size_t)snprintf(line, sizeof(line), "%u\n", h->src_port) };
 	memcpy(v + 1, piov, (size_t)pn * sizeof(*v));
 	if (peer) {
-		peer->used = ++d->dgram_tick;
+		peer->used = ++d->dgram.tick;
 		m.msg_name = &peer->sa;
 		m.msg_namelen = peer->salen;
-		r = sendmsg(d->dgram_l.fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+		r = sendmsg(d->dgram.l.fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
 	} else {
 		for (int tries = 0;; tries++) {
 			e = dgram_dest_get(d, h->dst_port, tries > 0, &err);
@@ -414,7 +414,7 @@ enum dev_tx_verdict dev_dgram_tx(struct vsock_dev *d, const struct vsock_hdr *h,
 		DEV_STAT_ADD(d, dgram_drop_malformed, 1);
 		return DEV_TX_DROP;
 	}
-	if (h->len > d->dgram_max) {
+	if (h->len > d->dgram.max) {
 		DEV_STAT_ADD(d, dgram_drop_oversize, 1);
 		return DEV_TX_DROP;
 	}
@@ -464,51 +464,51 @@ bool dev_dgram_rx_ok(struct vsock_dev *d, const struct vsock_hdr *h, size_t room
 	return true;
 }
 
-int host_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
+int dev_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 {
 	int r;
 
-	d->dgram_l.fd = -1;
-	d->dgram_off = cfg->no_dgram;
-	d->dgram_max = cfg->dgram_max && cfg->dgram_max < DEV_DGRAM_MAX ? cfg->dgram_max
+	d->dgram.l.fd = -1;
+	d->dgram.off = cfg->no_dgram;
+	d->dgram.max = cfg->dgram_max && cfg->dgram_max < DEV_DGRAM_MAX ? cfg->dgram_max
 									 : DEV_DGRAM_MAX;
-	d->dgram_next_port = DEV_HOST_PORT_LO - 1;
-	if (d->dgram_off)
+	d->dgram.next_port = DEV_HOST_PORT_LO - 1;
+	if (d->dgram.off)
 		return 0;
-	d->dgram_rlen = d->dgram_max + DGRAM_LINE_MAX + 1;
-	d->dgram_peers = calloc(DEV_DGRAM_PEERS, sizeof(*d->dgram_peers));
-	d->dgram_rbuf = malloc(DEV_DGRAM_MMSG * d->dgram_rlen);
-	if (!d->dgram_peers || !d->dgram_rbuf)
+	d->dgram.rlen = d->dgram.max + DGRAM_LINE_MAX + 1;
+	d->dgram.peers = calloc(DEV_DGRAM_PEERS, sizeof(*d->dgram.peers));
+	d->dgram.rbuf = malloc(DEV_DGRAM_MMSG * d->dgram.rlen);
+	if (!d->dgram.peers || !d->dgram.rbuf)
 		return -ENOMEM;
-	if ((size_t)snprintf(d->dgram_path, sizeof(d->dgram_path), "%s.dgram", d->uds_path) >=
-	    sizeof(d->dgram_path))
+	if ((size_t)snprintf(d->dgram.path, sizeof(d->dgram.path), "%s.dgram", d->uds_path) >=
+	    sizeof(d->dgram.path))
 		return -ENAMETOOLONG;
-	r = uds_listen(d->dgram_path, SOCK_DGRAM, 0, 0, &d->dgram_l);
+	r = uds_listen(d->dgram.path, SOCK_DGRAM, 0, 0, &d->dgram.l);
 	if (r < 0) {
-		dev_log_listen_error(d, d->dgram_path, r);
+		dev_up.listen_error(d, d->dgram.path, r);
 		return r;
 	}
-	if (d->dgram_l.flags & UDS_REPLACED_STALE)
-		log_info("%s: replaced the stale socket file %s", d->name, d->dgram_path);
-	return loop_watch_add(d->loop, d->dgram_l.fd, EPOLLIN, dgram_read_cb, d, &d->dgram_w);
+	if (d->dgram.l.flags & UDS_REPLACED_STALE)
+		log_info("%s: replaced the stale socket file %s", d->name, d->dgram.path);
+	return loop_watch_add(d->loop, d->dgram.l.fd, EPOLLIN, dgram_read_cb, d, &d->dgram.w);
 }
 
-void host_dgram_close(struct vsock_dev *d)
+void dev_dgram_close(struct vsock_dev *d)
 {
-	free(d->dgram_rbuf);
-	d->dgram_rbuf = NULL;
-	if (!d->dgram_peers)
+	free(d->dgram.rbuf);
+	d->dgram.rbuf = NULL;
+	if (!d->dgram.peers)
 		return;
-	loop_watch_del(d->dgram_w);
-	d->dgram_w = NULL;
-	if (d->dgram_l.fd >= 0) {
-		uds_unlink_owned(d->dgram_path, &d->dgram_l);
-		close(d->dgram_l.fd);
-		d->dgram_l.fd = -1;
+	loop_watch_del(d->dgram.w);
+	d->dgram.w = NULL;
+	if (d->dgram.l.fd >= 0) {
+		uds_unlink_owned(d->dgram.path, &d->dgram.l);
+		close(d->dgram.l.fd);
+		d->dgram.l.fd = -1;
 	}
 	for (unsigned i = 0; i < DEV_DGRAM_DESTS; i++)
-		dgram_dest_drop(&d->dgram_dests[i]);
-	free(d->dgram_peers);
-	d->dgram_peers = NULL;
-	d->n_dgram_peers = 0;
+		dgram_dest_drop(&d->dgram.dests[i]);
+	free(d->dgram.peers);
+	d->dgram.peers = NULL;
+	d->dgram.n_peers = 0;
 }

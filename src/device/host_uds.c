@@ -14,11 +14,11 @@
  *     is connected, or reject (RST) at once if nobody listens.
  *
  * Data, STREAM (docs/performance.md, "uvsockd's host path"): guest bytes go to the host socket
- * straight from the guest's TX buffer (host_deliver, the engine's ops->deliver); only what the
+ * straight from the guest's TX buffer (dev_host_deliver, the engine's ops->deliver); only what the
  * socket refuses waits in the engine socket (bounded by the buf_alloc we advertised) until it
  * takes it: vsock_sock_rx_peek_iov + sendmsg + vsock_sock_rx_consume. Either way fwd_cnt (the
  * guest's credit) moves only when the host program has the bytes. A readable host socket joins
- * the device's read list; the RX path (host_rx_read) reads it straight into the payload area of
+ * the device's read list; the RX path (dev_host_rx) reads it straight into the payload area of
  * a guest RX buffer, at most the guest's credit, everything the socket holds up to that in one
  * packet; while the guest holds many small packets, less (its per-packet overhead,
  * h2g_budget.h). With no credit the Unix socket is not polled for reading, nor while its bytes
@@ -65,12 +65,14 @@ static void hconn_update_events(struct hconn *c);
 static void start_guest_connect(struct hconn *c, uint32_t port);
 static void rd_queue(struct hconn *c);
 
-/* Takes c off the device's read list (host_rx_read), wherever it is; usually the head. */
+/* Takes c off the device's read list (dev_host_rx), wherever it is; usually the head. */
 static void rd_unlink(struct hconn *c)
 {
 	struct vsock_dev *d = c->dev;
-	struct hconn **pp = &d->rd_head, *prev = NULL;
+	struct hconn **pp = &d->host.rd_head, *prev = NULL;
 
+	if (d->host.rd_cur == c)
+		d->host.rd_cur = NULL;
 	if (!c->rd_queued)
 		return;
 	while (*pp != c) {
@@ -78,21 +80,21 @@ static void rd_unlink(struct hconn *c)
 		pp = &prev->rd_next;
 	}
 	*pp = c->rd_next;
-	if (d->rd_tail == c)
-		d->rd_tail = prev;
+	if (d->host.rd_tail == c)
+		d->host.rd_tail = prev;
 	c->rd_queued = false;
 	c->rd_next = NULL;
 }
 
-void host_mark_dirty(struct hconn *c)
+void dev_host_mark_dirty(struct hconn *c)
 {
 	struct vsock_dev *d = c->dev;
 
 	if (c->dirty)
 		return;
 	c->dirty = true;
-	c->next_dirty = d->dirty;
-	d->dirty = c;
+	c->next_dirty = d->host.dirty;
+	d->host.dirty = c;
 }
 
 static void hconn_free(struct hconn *c, bool close_sock)
@@ -100,11 +102,11 @@ static void hconn_free(struct hconn *c, bool close_sock)
 	struct vsock_dev *d = c->dev;
 
 	if (c->state == HC_READ_CONNECT)
-		d->n_handshakes--;
+		d->host.n_handshakes--;
 	if (c->dirty) {
 		struct hconn **pp;
 
-		for (pp = &d->dirty; *pp; pp = &(*pp)->next_dirty)
+		for (pp = &d->host.dirty; *pp; pp = &(*pp)->next_dirty)
 			if (*pp == c) {
 				*pp = c->next_dirty;
 				break;
@@ -123,10 +125,10 @@ static void hconn_free(struct hconn *c, bool close_sock)
 	if (c->prev)
 		c->prev->next = c->next;
 	else
-		d->conns = c->next;
+		d->host.conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	d->n_conns--;
+	d->host.n_conns--;
 	free(c);
 }
 
@@ -161,11 +163,11 @@ static int hconn_new(struct vsock_dev *d, int fd, bool seqpacket, enum hconn_sta
 	r = loop_watch_add(d->loop, fd, events, hconn_io_cb, c, &c->w);
 	if (r < 0)
 		goto out_free;
-	c->next = d->conns;
-	if (d->conns)
-		d->conns->prev = c;
-	d->conns = c;
-	d->n_conns++;
+	c->next = d->host.conns;
+	if (d->host.conns)
+		d->host.conns->prev = c;
+	d->host.conns = c;
+	d->host.n_conns++;
 	*ret = c;
 	return 0;
 
@@ -175,12 +177,12 @@ out_free:
 	return r;
 }
 
-void host_close_all(struct vsock_dev *d)
+void dev_host_close_all(struct vsock_dev *d)
 {
-	while (d->conns)
-		hconn_free(d->conns, false);
-	d->dirty = NULL;
-	d->rd_head = d->rd_tail = NULL;
+	while (d->host.conns)
+		hconn_free(d->host.conns, false);
+	d->host.dirty = NULL;
+	d->host.rd_head = d->host.rd_tail = NULL;
 }
 
 /* Ends the connection: the engine socket is closed (SHUTDOWN, then RST after the linger). */
@@ -202,13 +204,13 @@ static const char *uds_base(const struct vsock_dev *d)
 /* Stops accepting on both listeners for HOST_ACCEPT_PAUSE_NS: no fd to take a connection with. */
 static void host_pause_accept(struct vsock_dev *d)
 {
-	if (loop_timer_armed(d->host_pause_timer))
+	if (loop_timer_armed(d->host.pause_timer))
 		return;
 	log_vm_dev(LOG_LVL_WARN, d->cid, "out of file descriptors: not accepting host "
 		   "connections for %llu ms", HOST_ACCEPT_PAUSE_NS / NS_PER_MS);
-	(void)loop_watch_mod(d->uds_w, 0);
-	(void)loop_watch_mod(d->uds_seq_w, 0);
-	loop_timer_arm(d->host_pause_timer, loop_now_ns() + HOST_ACCEPT_PAUSE_NS);
+	(void)loop_watch_mod(d->host.uds_w, 0);
+	(void)loop_watch_mod(d->host.uds_seq_w, 0);
+	loop_timer_arm(d->host.pause_timer, loop_now_ns() + HOST_ACCEPT_PAUSE_NS);
 }
 
 static void host_pause_cb(struct loop *l, struct loop_timer *t, void *opaque)
@@ -217,10 +219,10 @@ static void host_pause_cb(struct loop *l, struct loop_timer *t, void *opaque)
 
 	(void)l;
 	(void)t;
-	if (d->host_reserve_fd < 0)
-		d->host_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	(void)loop_watch_mod(d->uds_w, EPOLLIN);
-	(void)loop_watch_mod(d->uds_seq_w, EPOLLIN);
+	if (d->host.reserve_fd < 0)
+		d->host.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	(void)loop_watch_mod(d->host.uds_w, EPOLLIN);
+	(void)loop_watch_mod(d->host.uds_seq_w, EPOLLIN);
 }
 
 /*
@@ -232,13 +234,13 @@ static bool host_shed_one(struct vsock_dev *d, int lfd)
 {
 	int fd;
 
-	if (d->host_reserve_fd < 0)
+	if (d->host.reserve_fd < 0)
 		return false;
-	close(d->host_reserve_fd);
+	close(d->host.reserve_fd);
 	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 	if (fd >= 0)
 		close(fd);
-	d->host_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	d->host.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return false;
 	DEV_STAT_ADD(d, host_accept_shed, 1);
@@ -260,30 +262,30 @@ static void read_connect_line(struct hconn *c);
 
 /*
  * Makes room for one more pending handshake once the cap is reached: the oldest pending one
- * (the last in d->conns, which takes new connections at its head) gets its line read now, in
+ * (the last in d->host.conns, which takes new connections at its head) gets its line read now, in
  * case it came and was not served yet; if it is still not there, that connection is closed
  * (counted). Idle sockets age out first, so a flood of them never locks out a program that
  * connects now, and a burst of well-behaved programs (whose lines are there) loses nobody.
  */
 static void make_handshake_room(struct vsock_dev *d)
 {
-	while (d->n_handshakes >= host_handshake_cap(d)) {
+	while (d->host.n_handshakes >= host_handshake_cap(d)) {
 		struct hconn *c, *oldest = NULL;
 		unsigned before;
 
-		for (c = d->conns; c; c = c->next)
+		for (c = d->host.conns; c; c = c->next)
 			if (c->state == HC_READ_CONNECT)
 				oldest = c;
 		if (!oldest)
 			return;
-		before = d->n_handshakes;
+		before = d->host.n_handshakes;
 		read_connect_line(oldest);
-		if (d->n_handshakes < before)
+		if (d->host.n_handshakes < before)
 			continue; /* its line was there (a guest connect now), or it was closed */
 		DEV_STAT_ADD(d, host_handshakes_refused, 1);
 		log_vm_dev(LOG_LVL_WARN, d->cid,
 			   "host connection closed: no CONNECT line yet and %u handshakes pending "
-			   "(the cap): the oldest goes", d->n_handshakes);
+			   "(the cap): the oldest goes", d->host.n_handshakes);
 		hconn_close(oldest);
 	}
 }
@@ -312,12 +314,12 @@ static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
 		       "guest driver not running (%s)", strerror(ENOTCONN));
 		goto out_close;
 	}
-	if (d->n_conns >= d->max_conns) {
+	if (d->host.n_conns >= d->max_conns) {
 		/* The VM's host fd budget: accepted and closed at once, never queued. */
 		DEV_STAT_ADD(d, host_conns_refused, 1);
 		log_vm_dev(LOG_LVL_WARN, d->cid,
 			   "host connection refused: %u connections open (the VM's host fd budget)",
-			   d->n_conns);
+			   d->host.n_conns);
 		goto out_close;
 	}
 	r = uds_connect_read(&rd, fd, seqpacket, &port);
@@ -332,7 +334,7 @@ static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
 	if (hconn_new(d, fd, seqpacket, HC_READ_CONNECT, EPOLLIN, &c) < 0)
 		goto out_close;
 	c->rd = rd;
-	d->n_handshakes++;
+	d->host.n_handshakes++;
 	/* The line (if still to come) and the guest's answer, both within the limit. */
 	loop_timer_arm(c->timer, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
 	if (r == 0)
@@ -367,8 +369,8 @@ static void uds_listen_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 
 	(void)l;
 	(void)events;
-	uds_accept(d, fd, fd == d->uds_seq_l.fd);
-	dev_settle(d);
+	uds_accept(d, fd, fd == d->host.uds_seq_l.fd);
+	dev_up.settle(d);
 }
 
 /* Listens on path for host programs (a stale socket file is replaced; a live one is not ours). */
@@ -379,7 +381,7 @@ static int listen_one(struct vsock_dev *d, const char *path, int type, struct ud
 
 	if (r < 0) {
 		l->fd = -1;
-		dev_log_listen_error(d, path, r);
+		dev_up.listen_error(d, path, r);
 		return r;
 	}
 	if (l->flags & UDS_REPLACED_STALE)
@@ -410,21 +412,21 @@ static int host_open_aux(struct vsock_dev *d)
 	size_t n = (size_t)(uds_base(d) - d->uds_path);
 	int r;
 
-	d->host_reserve_fd = d->host_dir_fd = -1;
-	d->host_aux = true;
-	r = loop_timer_new(d->loop, host_pause_cb, d, &d->host_pause_timer);
+	d->host.reserve_fd = d->host.dir_fd = -1;
+	d->host.aux = true;
+	r = loop_timer_new(d->loop, host_pause_cb, d, &d->host.pause_timer);
 	if (r < 0)
 		return r;
-	d->host_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (d->host_reserve_fd < 0)
+	d->host.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (d->host.reserve_fd < 0)
 		return -errno;
 	/* uds_path's directory ("dir/" -> "dir", "/x" -> "/", "x" -> "."), once. */
 	if (n == 0)
 		strcpy(dir, ".");
 	else
 		snprintf(dir, sizeof(dir), "%.*s", (int)(n > 1 ? n - 1 : n), d->uds_path);
-	d->host_dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (d->host_dir_fd < 0) {
+	d->host.dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (d->host.dir_fd < 0) {
 		r = -errno;
 		log_error("%s: cannot open the directory of %s: %s", d->name, d->uds_path,
 			  strerror(-r));
@@ -435,36 +437,55 @@ static int host_open_aux(struct vsock_dev *d)
 
 static void host_close_aux(struct vsock_dev *d)
 {
-	if (!d->host_aux)
+	if (!d->host.aux)
 		return;
-	loop_timer_free(d->host_pause_timer);
-	d->host_pause_timer = NULL;
-	if (d->host_reserve_fd >= 0)
-		close(d->host_reserve_fd);
-	if (d->host_dir_fd >= 0)
-		close(d->host_dir_fd);
-	d->host_reserve_fd = d->host_dir_fd = -1;
-	d->host_aux = false;
+	loop_timer_free(d->host.pause_timer);
+	d->host.pause_timer = NULL;
+	if (d->host.reserve_fd >= 0)
+		close(d->host.reserve_fd);
+	if (d->host.dir_fd >= 0)
+		close(d->host.dir_fd);
+	d->host.reserve_fd = d->host.dir_fd = -1;
+	d->host.aux = false;
 }
 
-int host_open_listeners(struct vsock_dev *d)
+int dev_host_open(struct vsock_dev *d)
 {
+	struct dev_host *h = &d->host;
 	int r;
 
+	h->scratch_len = MAX((size_t)d->buf_alloc, (size_t)VSOCK_MAX_PKT_PAYLOAD);
+	h->scratch = malloc(h->scratch_len);
+	if (!h->scratch)
+		return -ENOMEM;
 	r = host_open_aux(d);
 	if (r < 0)
 		return r;
-	r = listen_one(d, d->uds_path, SOCK_STREAM, &d->uds_l, &d->uds_w);
+	r = listen_one(d, d->uds_path, SOCK_STREAM, &h->uds_l, &h->uds_w);
 	if (r < 0)
 		return r;
-	return listen_one(d, d->uds_seq_path, SOCK_SEQPACKET, &d->uds_seq_l, &d->uds_seq_w);
+	return listen_one(d, h->uds_seq_path, SOCK_SEQPACKET, &h->uds_seq_l, &h->uds_seq_w);
 }
 
-void host_close_listeners(struct vsock_dev *d)
+void dev_host_close(struct vsock_dev *d)
 {
-	close_one(d->uds_path, &d->uds_l, &d->uds_w);
-	close_one(d->uds_seq_path, &d->uds_seq_l, &d->uds_seq_w);
+	close_one(d->uds_path, &d->host.uds_l, &d->host.uds_w);
+	close_one(d->host.uds_seq_path, &d->host.uds_seq_l, &d->host.uds_seq_w);
 	host_close_aux(d);
+	free(d->host.scratch);
+	d->host.scratch = NULL;
+}
+
+void dev_host_init(struct vsock_dev *d)
+{
+	d->host.uds_l.fd = d->host.uds_seq_l.fd = -1;
+	snprintf(d->host.uds_seq_path, sizeof(d->host.uds_seq_path), "%.96s_seqpacket",
+		 d->uds_path); /* vsock_dev_new checked the length */
+}
+
+bool dev_host_has_dirty(const struct vsock_dev *d)
+{
+	return d->host.dirty != NULL;
 }
 
 /* The CONNECT line is complete: connect to the guest's port. */
@@ -485,11 +506,11 @@ static void start_guest_connect(struct hconn *c, uint32_t port)
 		goto out_close;
 	if (vsock_sock_local_addr(c->s, &cid, &c->local_port) < 0)
 		goto out_close;
-	d->n_handshakes--;
+	d->host.n_handshakes--;
 	c->state = HC_GUEST_CONNECT;
 	/* Nothing is read until the guest answers; EPOLLHUP/ERR still tell us if the host leaves. */
 	(void)loop_watch_mod(c->w, 0);
-	host_mark_dirty(c);
+	dev_host_mark_dirty(c);
 	return;
 
 out_close:
@@ -589,14 +610,14 @@ static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 		guest_conn_refuse(d, child, "no address", 0);
 		return;
 	}
-	if (d->n_conns >= d->max_conns) {
+	if (d->host.n_conns >= d->max_conns) {
 		guest_conn_refuse(d, child, "connection limit", port);
 		return;
 	}
 	snprintf(name, sizeof(name), "%s_%u", uds_base(d), port);
 	/* In uds_path's directory as opened at start, following no symlink (uds_connect.h). */
 	peer_name(child, port, peer, sizeof(peer));
-	fd = uds_connect_at_as(d->host_dir_fd, name, seq ? SOCK_SEQPACKET : SOCK_STREAM, peer,
+	fd = uds_connect_at_as(d->host.dir_fd, name, seq ? SOCK_SEQPACKET : SOCK_STREAM, peer,
 			       &pending);
 	if (fd < 0) {
 		/* ENOENT / ECONNREFUSED: nobody listens; EAGAIN: backlog full. RST at once. */
@@ -621,11 +642,11 @@ static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 			hconn_close(c);
 			return;
 		}
-		host_mark_dirty(c);
+		dev_host_mark_dirty(c);
 	}
 }
 
-void host_accept_guest_conns(struct vsock_dev *d)
+void dev_host_accept_guest_conns(struct vsock_dev *d)
 {
 	d->accept_pending = false;
 	for (int i = 0; i < 2; i++) {
@@ -663,7 +684,7 @@ static void host_connect_done(struct hconn *c)
 	}
 	c->state = HC_OPEN;
 	hconn_update_events(c);
-	host_mark_dirty(c);
+	dev_host_mark_dirty(c);
 }
 
 /* ---- data --------------------------------------------------------------------------------- */
@@ -732,7 +753,7 @@ static int flush_to_host(struct hconn *c)
 				return 0;
 			}
 		} else {
-			struct iovec iov = { d->scratch, d->scratch_len };
+			struct iovec iov = { d->host.scratch, d->host.scratch_len };
 			struct iovec none = { NULL, 0 };
 			ssize_t n = vsock_sock_recv(c->s, &iov, 1, VSOCK_MSG_PEEK, NULL), w;
 
@@ -743,7 +764,7 @@ static int flush_to_host(struct hconn *c)
 				(void)vsock_sock_recv(c->s, &none, 1, VSOCK_MSG_TRUNC, NULL);
 				return 0;
 			}
-			w = send(c->fd, d->scratch, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+			w = send(c->fd, d->host.scratch, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 			if (w < 0) {
 				if (errno == EAGAIN || errno == ENOBUFS) {
 					c->host_wr_blocked = true;
@@ -755,7 +776,7 @@ static int flush_to_host(struct hconn *c)
 		}
 	}
 	/* More than a pass's worth: come back through the continuation. */
-	host_mark_dirty(c);
+	dev_host_mark_dirty(c);
 	return 0;
 }
 
@@ -828,7 +849,7 @@ static int read_from_host(struct hconn *c)
 	size_t moved = 0;
 
 	if (d->zerocopy && !c->seqpacket) {
-		/* Read by the RX path straight into a guest buffer (host_rx_read). */
+		/* Read by the RX path straight into a guest buffer (dev_host_rx). */
 		if (!c->host_rd_eof)
 			rd_queue(c);
 		return 0;
@@ -844,10 +865,10 @@ static int read_from_host(struct hconn *c)
 				c->guest_blocked = true;
 				break;
 			}
-			n = recv(c->fd, d->scratch, MIN(space, d->scratch_len), MSG_DONTWAIT);
+			n = recv(c->fd, d->host.scratch, MIN(space, d->host.scratch_len), MSG_DONTWAIT);
 		} else {
-			n = recv(c->fd, d->scratch, d->scratch_len, MSG_DONTWAIT | MSG_PEEK | MSG_TRUNC);
-			if (n > (ssize_t)d->scratch_len) {
+			n = recv(c->fd, d->host.scratch, d->host.scratch_len, MSG_DONTWAIT | MSG_PEEK | MSG_TRUNC);
+			if (n > (ssize_t)d->host.scratch_len) {
 				log_vm(LOG_LVL_DEBUG, d->cid, c->local_port, peer_port_of(c),
 				       "host seqpacket message of %zd bytes is too big", n);
 				return -EPIPE;
@@ -864,7 +885,7 @@ static int read_from_host(struct hconn *c)
 			(void)vsock_sock_shutdown(c->s, VSOCK_SHUTDOWN_SEND);
 			break;
 		}
-		iov.iov_base = d->scratch;
+		iov.iov_base = d->host.scratch;
 		iov.iov_len = (size_t)n;
 		s = vsock_sock_send(c->s, &iov, 1, 0);
 		if (c->seqpacket) {
@@ -878,7 +899,7 @@ static int read_from_host(struct hconn *c)
 			}
 			if (s < 0)
 				return -EPIPE;
-			(void)recv(c->fd, d->scratch, 0, MSG_DONTWAIT); /* drops the peeked message */
+			(void)recv(c->fd, d->host.scratch, 0, MSG_DONTWAIT); /* drops the peeked message */
 		} else if (s == -EPIPE) {
 			/* The guest shut down receiving: this direction is over, the other goes on. */
 			guest_rcv_shut(c);
@@ -894,13 +915,13 @@ static int read_from_host(struct hconn *c)
 		moved += (size_t)n;
 	}
 	if (moved >= HOST_READ_BUDGET)
-		host_mark_dirty(c);
+		dev_host_mark_dirty(c);
 	return 0;
 }
 
 /* ---- zero-copy data ------------------------------------------------------------------------ */
 
-size_t host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
+size_t dev_host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
 		    size_t len)
 {
 	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
@@ -915,7 +936,7 @@ size_t host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, in
 		/* The rest is queued; flush_to_host retries it, waits for EPOLLOUT, or ends the
 		 * connection on an error. */
 		c->host_wr_blocked = true;
-		host_mark_dirty(c);
+		dev_host_mark_dirty(c);
 		if (w < 0)
 			return 0;
 	}
@@ -932,11 +953,11 @@ static void rd_queue(struct hconn *c)
 		return;
 	c->rd_queued = true;
 	c->rd_next = NULL;
-	if (d->rd_tail)
-		d->rd_tail->rd_next = c;
+	if (d->host.rd_tail)
+		d->host.rd_tail->rd_next = c;
 	else
-		d->rd_head = c;
-	d->rd_tail = c;
+		d->host.rd_head = c;
+	d->host.rd_tail = c;
 }
 
 /* c leaves the read list: polled for input again if it was parked. */
@@ -960,7 +981,7 @@ static void rd_cannot_send(struct hconn *c, ssize_t r)
 		c->guest_blocked = true;
 	else if (r == -EPIPE)
 		guest_rcv_shut(c);
-	host_mark_dirty(c);
+	dev_host_mark_dirty(c);
 	hconn_update_events(c);
 }
 
@@ -981,27 +1002,38 @@ static void rd_eof(struct hconn *c, bool err)
 		hconn_close(c);
 		return;
 	}
-	host_mark_dirty(c);
+	dev_host_mark_dirty(c);
 	hconn_update_events(c);
 }
 
-size_t host_rx_pending(struct vsock_dev *d)
+/*
+ * The host bytes read in place, as an RX producer (struct dev_rx_src). pending: the bytes the
+ * first connection of the read list may send the guest now (what its host socket holds, capped
+ * by the guest's credit and the h2g budget, both reserved here, once, for the fill that follows;
+ * at least 1 if its engine packets must go first or it reached EOF), 0 if none has any (those
+ * without credit or input leave the list; EOF leaves its SHUTDOWN in the engine).
+ */
+static size_t host_rx_pending(struct vsock_dev *d)
 {
 	struct hconn *c;
 
-	while ((c = d->rd_head)) {
+	d->host.rd_cur = NULL;
+	d->host.rd_credit = 0;
+	while ((c = d->host.rd_head)) {
 		ssize_t r = vsock_sock_tx_reserve(c->s, SIZE_MAX);
 		int avail = 0;
 		char b;
 
 		if (r == -EAGAIN)
-			return 1; /* a buffer for its engine packets first */
+			return 1; /* a buffer for its engine packets first (no fill: rd_cur NULL) */
 		if (r > 0)
 			r = MIN(r, (ssize_t)h2g_room(c));
 		if (r <= 0) {
 			rd_cannot_send(c, r);
 			continue;
 		}
+		d->host.rd_cur = c;
+		d->host.rd_credit = (size_t)r;
 		if (ioctl(c->fd, FIONREAD, &avail) == 0 && avail > 0)
 			return MIN((size_t)avail, (size_t)r);
 		/*
@@ -1012,6 +1044,7 @@ size_t host_rx_pending(struct vsock_dev *d)
 		r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 		if (r > 0)
 			return 1;
+		d->host.rd_cur = NULL;
 		if (r == 0 || (errno != EAGAIN && errno != EINTR))
 			rd_eof(c, r < 0);
 		else
@@ -1021,18 +1054,18 @@ size_t host_rx_pending(struct vsock_dev *d)
 }
 
 /*
- * Builds in v (max entries) the payload areas of p[0..np) for *r bytes in all, as many whole
+ * Builds in v (max entries) the payload areas of b[0..nb) for *r bytes in all, as many whole
  * areas as fit (the first always does: a chain has at most DEV_RX_IOV_MAX entries); *r is set
  * to the bytes described. Returns the entries used.
  */
-static int rx_gather_iov(const struct host_rx_piece *p, unsigned np, size_t *r, struct iovec *v,
+static int rx_gather_iov(const struct dev_rx_buf *b, unsigned nb, size_t *r, struct iovec *v,
 			 size_t max)
 {
 	size_t vn = 0, got = 0;
 
-	for (unsigned i = 0; i < np && got < *r; i++) {
-		size_t k = MIN(*r - got, p[i].room);
-		int n = iov_slice(p[i].iov, p[i].iovcnt, VSOCK_HDR_SIZE, k, v + vn, max - vn);
+	for (unsigned i = 0; i < nb && got < *r; i++) {
+		size_t k = MIN(*r - got, b[i].room);
+		int n = iov_slice(b[i].iov, b[i].iovcnt, VSOCK_HDR_SIZE, k, v + vn, max - vn);
 
 		if (n < 0)
 			break;
@@ -1043,80 +1076,81 @@ static int rx_gather_iov(const struct host_rx_piece *p, unsigned np, size_t *r, 
 	return (int)vn;
 }
 
-int host_rx_read(struct vsock_dev *d, struct host_rx_piece *p, unsigned np)
+/*
+ * fill: reads the bytes of the connection pending chose with one readv straight into the
+ * payload areas of the nb buffers (each at most its room, all together at most the credit
+ * reserved there) and fills the header of each buffer it used, in order. Returns how many it
+ * used; 0 if it read nothing (EOF and errors leave a SHUTDOWN or RST in the engine instead).
+ */
+static unsigned host_rx_fill(struct vsock_dev *d, struct dev_rx_buf *b, unsigned nb)
 {
 	struct iovec v[2 * DEV_RX_IOV_MAX];
-	size_t room = 0;
-	struct hconn *c;
+	struct hconn *c = d->host.rd_cur;
+	size_t want = d->host.rd_credit, big = 0;
+	unsigned used = 0, small = 0;
+	ssize_t n;
+	int vn;
 
-	for (unsigned i = 0; i < np; i++)
-		room += p[i].room;
-	while ((c = d->rd_head)) {
-		ssize_t r = vsock_sock_tx_reserve(c->s, room), n;
-		int vn, used = 0;
-		unsigned small = 0;
-		size_t want, big = 0;
-
-		if (r == -EAGAIN)
-			return -EAGAIN; /* its engine packets (a RESPONSE...) go first */
-		if (r <= 0) {
-			rd_cannot_send(c, r);
-			continue;
-		}
-		/* The same bound as host_rx_pending's: every buffer it had popped gets bytes. */
-		want = MIN((size_t)r, (size_t)h2g_room(c));
-		if (want == 0) {
-			rd_cannot_send(c, 0);
-			continue;
-		}
-		vn = rx_gather_iov(p, np, &want, v, ARRAY_SIZE(v));
-		r = (ssize_t)want;
-		n = readv(c->fd, v, vn);
-		if (n <= 0) {
-			if (n == 0 || (errno != EAGAIN && errno != EINTR))
-				rd_eof(c, n < 0);
-			else
-				rd_done(c);
-			continue;
-		}
-		DEV_STAT_ADD(d, zc_rx_bytes, (uint64_t)n);
-		/* One packet per buffer, in order; each carries our credit as of then. */
-		for (size_t left = (size_t)n; left > 0; used++) {
-			size_t k = MIN(left, p[used].room);
-
-			small += h2g_is_small(k);
-			big += k >= H2G_PKT_COST ? k : 0;
-
-			if (vsock_sock_tx_commit(c->s, k, &p[used].h) < 0) {
-				/* Cannot happen on the one thread that feeds the engine; the
-				 * bytes are gone, so is the connection. */
-				rd_done(c);
-				hconn_close(c);
-				return used ? used : -EAGAIN;
-			}
-			left -= k;
-		}
-		h2g_note(c, small, big);
-		/* Round robin; a read that filled every buffer may have left more behind. */
-		rd_unlink(c);
-		if (n == r)
-			rd_queue(c);
+	d->host.rd_cur = NULL;
+	if (!c)
+		return 0; /* its engine packets (a RESPONSE...) go first */
+	vn = rx_gather_iov(b, nb, &want, v, ARRAY_SIZE(v));
+	n = readv(c->fd, v, vn);
+	if (n <= 0) {
+		if (n == 0 || (errno != EAGAIN && errno != EINTR))
+			rd_eof(c, n < 0);
 		else
 			rd_done(c);
-		return used;
+		return 0;
 	}
-	return -EAGAIN;
+	DEV_STAT_ADD(d, zc_rx_bytes, (uint64_t)n);
+	/* One packet per buffer, in order; each carries our credit as of then. */
+	for (size_t left = (size_t)n; left > 0; used++) {
+		size_t k = MIN(left, b[used].room);
+
+		small += h2g_is_small(k);
+		big += k >= H2G_PKT_COST ? k : 0;
+		if (vsock_sock_tx_commit(c->s, k, &b[used].h) < 0) {
+			/* Cannot happen on the one thread that feeds the engine; the bytes are
+			 * gone, so is the connection. */
+			rd_done(c);
+			hconn_close(c);
+			return used;
+		}
+		left -= k;
+	}
+	h2g_note(c, small, big);
+	/* Round robin; a read that filled every buffer may have left more behind. */
+	rd_unlink(c);
+	if ((size_t)n == want)
+		rd_queue(c);
+	else
+		rd_done(c);
+	return used;
 }
 
-void host_rx_park(struct vsock_dev *d)
+/*
+ * park: the RX ring cannot take more now: stop polling the waiting connections for input (a
+ * readable socket would make the loop spin) until a fill serves them.
+ */
+static void host_rx_park(struct vsock_dev *d, bool stopped)
 {
-	for (struct hconn *c = d->rd_head; c; c = c->rd_next) {
+	(void)stopped;
+	d->host.rd_cur = NULL;
+	for (struct hconn *c = d->host.rd_head; c; c = c->rd_next) {
 		if (c->rd_parked)
 			continue;
 		c->rd_parked = true;
 		hconn_update_events(c);
 	}
 }
+
+const struct dev_rx_src dev_host_rx = {
+	.pending = host_rx_pending,
+	.fill = host_rx_fill,
+	.park = host_rx_park,
+	.max_bufs = DEV_RX_GATHER,
+};
 
 static bool rx_empty(struct hconn *c)
 {
@@ -1226,11 +1260,11 @@ static void hconn_service(struct hconn *c)
 	hconn_service_open(c);
 }
 
-void host_service_dirty(struct vsock_dev *d)
+void dev_host_service_dirty(struct vsock_dev *d)
 {
-	struct hconn *snap = d->dirty;
+	struct hconn *snap = d->host.dirty;
 
-	d->dirty = NULL;
+	d->host.dirty = NULL;
 	while (snap) {
 		struct hconn *c = snap;
 
@@ -1271,7 +1305,7 @@ static void hconn_io_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 		hconn_service_open(c);
 		break;
 	}
-	dev_settle(d);
+	dev_up.settle(d);
 }
 
 static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
@@ -1294,5 +1328,5 @@ static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	       : c->state == HC_HOST_CONNECT ? "the host listener"
 					     : "the guest");
 	hconn_close(c);
-	dev_settle(d);
+	dev_up.settle(d);
 }

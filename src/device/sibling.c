@@ -4,7 +4,7 @@
  * process, as vhost-device-vsock's groups): the reference-counted struct sib_port with its
  * bounded inbox (device_internal.h), the hand-off of our guest's packets to a sibling's inbox
  * (copied into a buffer of our pool, below; held per sibling while it is full, dropped once it
- * is congested), the delivery of our inbox to our guest's RX ring in pieces (dev_sib_pull, for
+ * is congested), the delivery of our inbox to our guest's RX ring in pieces (dev_sib_rx, for
  * rx_fill in device.c), the
  * wakeups between the devices' loops, linking (vsock_dev_link_sibling), and the detach of a
  * device that is freed while its siblings run (dev_sib_detach: what was queued for it is
@@ -143,7 +143,7 @@ static void sib_pool_keep(struct sib_pool *pl, struct sib_buf *b)
  */
 static struct sib_pkt *sib_pkt_alloc(struct vsock_dev *d, uint32_t len)
 {
-	struct sib_pool *pl = d->port ? d->port->pool : NULL;
+	struct sib_pool *pl = d->sib.port ? d->sib.port->pool : NULL;
 	struct sib_buf *b = NULL;
 	unsigned c = 0;
 
@@ -195,7 +195,7 @@ static void sib_pkt_free(struct vsock_dev *d, struct sib_pkt *p)
 		free(b);
 		return;
 	}
-	if (d->port && d->port->pool == pl && !atomic_load_explicit(&pl->dead,
+	if (d->sib.port && d->sib.port->pool == pl && !atomic_load_explicit(&pl->dead,
 								    memory_order_relaxed)) {
 		sib_pool_keep(pl, b);
 	} else if (atomic_load_explicit(&pl->dead, memory_order_relaxed)) {
@@ -261,14 +261,14 @@ static struct sib_pkt *inbox_get(struct sib_inbox *in)
 	return p;
 }
 
-/* Index of the sibling with that CID in d->sibs (and d->hold), or -1. */
+/* Index of the sibling with that CID in d->sib.sibs (and d->sib.hold), or -1. */
 static int sib_find(const struct vsock_dev *d, uint64_t cid)
 {
-	unsigned lo = 0, hi = d->n_sibs;
+	unsigned lo = 0, hi = d->sib.n_sibs;
 
 	while (lo < hi) {
 		unsigned mid = (lo + hi) / 2;
-		const struct sib_port *s = d->sibs[mid];
+		const struct sib_port *s = d->sib.sibs[mid];
 
 		if (s->cid == cid)
 			return (int)mid;
@@ -284,7 +284,7 @@ struct sib_port *dev_sib_lookup(struct vsock_dev *d, uint64_t cid)
 {
 	int i = sib_find(d, cid);
 
-	return i < 0 ? NULL : d->sibs[i];
+	return i < 0 ? NULL : d->sib.sibs[i];
 }
 
 static void sib_port_unref(struct sib_port *p)
@@ -387,7 +387,7 @@ static int sib_queue_rst(struct vsock_dev *d, struct sib_port *t2, const struct 
 static void sib_reject(struct vsock_dev *d, const struct vsock_hdr *h)
 {
 	DEV_STAT_ADD(d, sibling_dropped, 1);
-	switch (sib_queue_rst(d, d->port, h)) {
+	switch (sib_queue_rst(d, d->sib.port, h)) {
 	case 0:
 		d->rx_more = true;
 		break;
@@ -400,14 +400,14 @@ static void sib_reject(struct vsock_dev *d, const struct vsock_hdr *h)
 
 static void sib_wake_senders(struct vsock_dev *d)
 {
-	for (unsigned i = 0; i < d->n_sibs; i++)
-		sib_port_signal(d->sibs[i], true);
+	for (unsigned i = 0; i < d->sib.n_sibs; i++)
+		sib_port_signal(d->sib.sibs[i], true);
 }
 
 /* Takes the oldest packet of our inbox, or NULL. */
 static struct sib_pkt *sib_take(struct vsock_dev *d)
 {
-	struct sib_inbox *in = &d->port->inbox;
+	struct sib_inbox *in = &d->sib.port->inbox;
 	struct sib_pkt *p = NULL;
 	bool wake = false;
 
@@ -431,9 +431,10 @@ static struct sib_pkt *sib_take(struct vsock_dev *d)
 	return p;
 }
 
-bool dev_sib_pending(struct vsock_dev *d)
+/* The sibling inbox as an RX producer (struct dev_rx_src): something waits for our RX ring. */
+static size_t sib_rx_pending(struct vsock_dev *d)
 {
-	return d->rx_cur || inbox_count(&d->port->inbox);
+	return d->sib.rx_cur || inbox_count(&d->sib.port->inbox) ? 1 : 0;
 }
 
 /* Drops everything queued for our guest (RX not running). */
@@ -441,9 +442,9 @@ void dev_sib_drop_all(struct vsock_dev *d)
 {
 	struct sib_pkt *p;
 
-	if (d->rx_cur) {
-		sib_pkt_free(d, d->rx_cur);
-		d->rx_cur = NULL;
+	if (d->sib.rx_cur) {
+		sib_pkt_free(d, d->sib.rx_cur);
+		d->sib.rx_cur = NULL;
 		DEV_STAT_ADD(d, sibling_dropped, 1);
 	}
 	while ((p = sib_take(d))) {
@@ -453,7 +454,7 @@ void dev_sib_drop_all(struct vsock_dev *d)
 }
 
 /*
- * The packet dev_sib_pull delivers next: the one partly delivered, or the oldest of the inbox
+ * The packet sib_rx_fill delivers next: the one partly delivered, or the oldest of the inbox
  * that is not a datagram our guest cannot take whole in room bytes (those are dropped,
  * counted by dev_dgram_rx_ok; rx_more set so that the engine's packets are not left waiting if
  * nothing is left). NULL if none.
@@ -462,8 +463,8 @@ static struct sib_pkt *sib_next_rx(struct vsock_dev *d, size_t room)
 {
 	struct sib_pkt *p;
 
-	if (d->rx_cur)
-		return d->rx_cur;
+	if (d->sib.rx_cur)
+		return d->sib.rx_cur;
 	while ((p = sib_take(d)) && p->hdr.type == VSOCK_TYPE_DGRAM &&
 	       !dev_dgram_rx_ok(d, &p->hdr, room)) {
 		sib_pkt_free(d, p);
@@ -474,47 +475,68 @@ static struct sib_pkt *sib_next_rx(struct vsock_dev *d, size_t room)
 
 /*
  * The sibling half of rx_fill: puts the next piece of the oldest sibling packet (taken from the
- * inbox, or the one partly delivered) into piov (room bytes at most), vhost-style: each piece
- * has its own header with len = piece, EOM/EOR only on the last piece. Returns the payload
- * bytes put, or -EAGAIN if no packet is queued.
+ * inbox, or the one partly delivered) into each buffer (room bytes at most), vhost-style: each
+ * piece has its own header with len = piece, EOM/EOR only on the last piece. Returns the
+ * buffers filled (fewer than nb when no packet is left).
  */
-ssize_t dev_sib_pull(struct vsock_dev *d, struct vsock_hdr *h, const struct iovec *piov,
-		     unsigned pn, size_t room)
+static unsigned sib_rx_fill(struct vsock_dev *d, struct dev_rx_buf *b, unsigned nb)
 {
-	struct sib_pkt *p = sib_next_rx(d, room);
-	size_t left, n;
+	struct iovec piov[DEV_RX_IOV_MAX];
+	unsigned k;
 
-	if (!p)
-		return -EAGAIN;
-	d->rx_cur = p;
-	left = p->hdr.len - p->off;
-	n = MIN(left, room);
-	*h = p->hdr;
-	h->len = (uint32_t)n;
-	if (n < left)
-		h->flags &= ~(VSOCK_SEQ_EOM | VSOCK_SEQ_EOR);
-	iov_write_at(piov, pn, 0, p->data + p->off, n);
-	p->off += (uint32_t)n;
-	if (p->off == p->hdr.len) {
-		sib_pkt_free(d, p);
-		d->rx_cur = NULL;
+	for (k = 0; k < nb; k++) {
+		int pn = iov_slice(b[k].iov, b[k].iovcnt, VSOCK_HDR_SIZE, b[k].room, piov,
+				   DEV_RX_IOV_MAX);
+		struct sib_pkt *p = pn < 0 ? NULL : sib_next_rx(d, b[k].room);
+		struct vsock_hdr *h = &b[k].h;
+		size_t left, n;
+
+		if (!p)
+			break;
+		d->sib.rx_cur = p;
+		left = p->hdr.len - p->off;
+		n = MIN(left, b[k].room);
+		*h = p->hdr;
+		h->len = (uint32_t)n;
+		if (n < left)
+			h->flags &= ~(VSOCK_SEQ_EOM | VSOCK_SEQ_EOR);
+		iov_write_at(piov, (unsigned)pn, 0, p->data + p->off, n);
+		p->off += (uint32_t)n;
+		if (p->off == p->hdr.len) {
+			sib_pkt_free(d, p);
+			d->sib.rx_cur = NULL;
+		}
 	}
-	return (ssize_t)n;
+	return k;
 }
+
+/* RX does not run: what waits for our guest is dropped (a full ring keeps it). */
+static void sib_rx_park(struct vsock_dev *d, bool stopped)
+{
+	if (stopped)
+		dev_sib_drop_all(d);
+}
+
+const struct dev_rx_src dev_sib_rx = {
+	.pending = sib_rx_pending,
+	.fill = sib_rx_fill,
+	.park = sib_rx_park,
+	.max_bufs = 1,
+};
 
 void dev_sib_wake_targets(struct vsock_dev *d)
 {
-	for (unsigned i = 0; i < d->n_wake; i++)
-		sib_port_signal(d->wake[i], false);
-	d->n_wake = 0;
+	for (unsigned i = 0; i < d->sib.n_wake; i++)
+		sib_port_signal(d->sib.wake[i], false);
+	d->sib.n_wake = 0;
 }
 
 static void sib_note_target(struct vsock_dev *d, struct sib_port *t)
 {
-	for (unsigned i = 0; i < d->n_wake; i++)
-		if (d->wake[i] == t)
+	for (unsigned i = 0; i < d->sib.n_wake; i++)
+		if (d->sib.wake[i] == t)
 			return;
-	d->wake[d->n_wake++] = t;
+	d->sib.wake[d->sib.n_wake++] = t;
 }
 
 /* ---- TX: our guest's packets to a sibling ------------------------------------------------- */
@@ -537,13 +559,13 @@ static void sib_hold_arm(struct vsock_dev *d)
 {
 	uint64_t dl = UINT64_MAX;
 
-	for (unsigned i = 0; i < d->n_sibs; i++)
-		if (d->hold[i].head && d->hold[i].deadline < dl)
-			dl = d->hold[i].deadline;
+	for (unsigned i = 0; i < d->sib.n_sibs; i++)
+		if (d->sib.hold[i].head && d->sib.hold[i].deadline < dl)
+			dl = d->sib.hold[i].deadline;
 	if (dl == UINT64_MAX)
-		loop_timer_disarm(d->stage_timer);
+		loop_timer_disarm(d->sib.stage_timer);
 	else
-		loop_timer_arm(d->stage_timer, dl);
+		loop_timer_arm(d->sib.stage_timer, dl);
 }
 
 /* Unlinks the oldest held packet of ho (not empty), whose next and len the caller read. */
@@ -555,8 +577,8 @@ static void sib_hold_unlink(struct vsock_dev *d, struct sib_hold *ho, struct sib
 		ho->tail = NULL;
 		ho->deadline = 0;
 	}
-	d->hold_pkts--;
-	d->hold_bytes -= len;
+	d->sib.hold_pkts--;
+	d->sib.hold_bytes -= len;
 }
 
 /* Drops everything held in ho: answered with RSTs and counted if reject, else silently. */
@@ -574,7 +596,7 @@ static void sib_hold_drop(struct vsock_dev *d, struct sib_hold *ho, bool reject)
 
 bool dev_sib_hold_full(const struct vsock_dev *d)
 {
-	return d->hold_pkts >= DEV_SIB_HOLD_PKTS || d->hold_bytes >= DEV_SIB_HOLD_BYTES;
+	return d->sib.hold_pkts >= DEV_SIB_HOLD_PKTS || d->sib.hold_bytes >= DEV_SIB_HOLD_BYTES;
 }
 
 /*
@@ -590,8 +612,8 @@ static enum dev_tx_verdict sib_hold_put(struct vsock_dev *d, struct sib_hold *ho
 	else
 		ho->head = p;
 	ho->tail = p;
-	d->hold_pkts++;
-	d->hold_bytes += p->hdr.len;
+	d->sib.hold_pkts++;
+	d->sib.hold_bytes += p->hdr.len;
 	if (!ho->deadline) {
 		ho->deadline = mono_ns() + DEV_SIB_STALL_NS;
 		sib_hold_arm(d);
@@ -637,7 +659,7 @@ static bool sib_hold_flush(struct vsock_dev *d, struct sib_port *t, struct sib_h
 enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
 				 const struct iovec *iov, unsigned n)
 {
-	struct sib_hold *ho = &d->hold[sib_find(d, t->cid)];
+	struct sib_hold *ho = &d->sib.hold[sib_find(d, t->cid)];
 	bool reply = h->op == VSOCK_OP_RST;
 	struct sib_pkt *p;
 	int r;
@@ -717,7 +739,7 @@ int dev_sib_queue_self(struct vsock_dev *d, const struct vsock_hdr *h, const voi
 	p->hdr = *h;
 	p->made = true; /* not a sibling's: dev_sib_detach answers nothing for it */
 	memcpy(p->data, data, h->len);
-	r = sib_push(d->port, p, false);
+	r = sib_push(d->sib.port, p, false);
 	if (r < 0) {
 		sib_pkt_free(d, p);
 		return r == -EBUSY ? -ENOBUFS : r;
@@ -728,9 +750,9 @@ int dev_sib_queue_self(struct vsock_dev *d, const struct vsock_hdr *h, const voi
 
 bool dev_sib_retry_staged(struct vsock_dev *d)
 {
-	for (unsigned i = 0; i < d->n_sibs; i++)
-		if (d->hold[i].head)
-			(void)sib_hold_flush(d, d->sibs[i], &d->hold[i]);
+	for (unsigned i = 0; i < d->sib.n_sibs; i++)
+		if (d->sib.hold[i].head)
+			(void)sib_hold_flush(d, d->sib.sibs[i], &d->sib.hold[i]);
 	sib_hold_arm(d);
 	return !dev_sib_hold_full(d);
 }
@@ -748,10 +770,10 @@ static void stage_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 
 	(void)l;
 	(void)t;
-	for (unsigned i = 0; i < d->n_sibs; i++) {
-		struct sib_hold *ho = &d->hold[i];
+	for (unsigned i = 0; i < d->sib.n_sibs; i++) {
+		struct sib_hold *ho = &d->sib.hold[i];
 		/* The port stays valid (our reference) even if its device was freed meanwhile. */
-		struct sib_port *to = d->sibs[i];
+		struct sib_port *to = d->sib.sibs[i];
 
 		/* A sibling that took some of it meanwhile got more time (sib_hold_flush). */
 		if (!ho->head || ho->deadline > now || sib_hold_flush(d, to, ho) ||
@@ -766,7 +788,7 @@ static void stage_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 	}
 	sib_hold_arm(d);
 	dev_sib_wake_targets(d);
-	dev_settle(d);
+	dev_up.settle(d);
 }
 
 static void inbox_cb(struct loop *l, void *opaque)
@@ -774,7 +796,7 @@ static void inbox_cb(struct loop *l, void *opaque)
 	struct vsock_dev *d = opaque;
 
 	(void)l;
-	dev_settle(d);
+	dev_up.settle(d);
 }
 
 static void room_cb(struct loop *l, void *opaque)
@@ -785,8 +807,8 @@ static void room_cb(struct loop *l, void *opaque)
 	dev_sib_retry_staged(d);
 	dev_sib_wake_targets(d);
 	if (d->tx_throttled)
-		dev_tx_drain(d);
-	dev_settle(d);
+		dev_up.tx_drain(d);
+	dev_up.settle(d);
 }
 
 /* ---- life and links ----------------------------------------------------------------------- */
@@ -795,68 +817,68 @@ int dev_sib_init(struct vsock_dev *d)
 {
 	int r;
 
-	d->port = calloc(1, sizeof(*d->port));
-	if (!d->port)
+	d->sib.port = calloc(1, sizeof(*d->sib.port));
+	if (!d->sib.port)
 		return -ENOMEM;
-	pthread_mutex_init(&d->port->inbox.lock, NULL);
-	atomic_init(&d->port->refs, 1);
-	d->port->pool = calloc(1, sizeof(*d->port->pool));
-	if (!d->port->pool)
+	pthread_mutex_init(&d->sib.port->inbox.lock, NULL);
+	atomic_init(&d->sib.port->refs, 1);
+	d->sib.port->pool = calloc(1, sizeof(*d->sib.port->pool));
+	if (!d->sib.port->pool)
 		return -ENOMEM;
-	atomic_init(&d->port->pool->refs, 1);
-	d->port->cid = d->cid;
-	memcpy(d->port->name, d->name, sizeof(d->port->name));
-	r = loop_timer_new(d->loop, stage_timer_cb, d, &d->stage_timer);
+	atomic_init(&d->sib.port->pool->refs, 1);
+	d->sib.port->cid = d->cid;
+	memcpy(d->sib.port->name, d->name, sizeof(d->sib.port->name));
+	r = loop_timer_new(d->loop, stage_timer_cb, d, &d->sib.stage_timer);
 	if (r < 0)
 		return r;
-	r = loop_async_new(d->loop, inbox_cb, d, &d->inbox_async);
+	r = loop_async_new(d->loop, inbox_cb, d, &d->sib.inbox_async);
 	if (r < 0)
 		return r;
-	r = loop_async_new(d->loop, room_cb, d, &d->room_async);
+	r = loop_async_new(d->loop, room_cb, d, &d->sib.room_async);
 	if (r < 0)
 		return r;
 	/* Siblings reach our loop through the port (nobody holds it yet). */
-	d->port->inbox_async = d->inbox_async;
-	d->port->room_async = d->room_async;
+	d->sib.port->inbox_async = d->sib.inbox_async;
+	d->sib.port->room_async = d->sib.room_async;
 	return 0;
 }
 
 void dev_sib_drop_staged(struct vsock_dev *d)
 {
-	for (unsigned i = 0; i < d->n_sibs; i++)
-		sib_hold_drop(d, &d->hold[i], false);
-	if (d->stage_timer)
-		loop_timer_disarm(d->stage_timer);
+	for (unsigned i = 0; i < d->sib.n_sibs; i++)
+		sib_hold_drop(d, &d->sib.hold[i], false);
+	if (d->sib.stage_timer)
+		loop_timer_disarm(d->sib.stage_timer);
 }
 
 /* Adds s's port to d's siblings (a reference). Returns 0 or -ENOMEM. */
 static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
 {
-	struct sib_port **v = realloc(d->sibs, (d->n_sibs + 1) * sizeof(*v));
+	struct sib_port **v = realloc(d->sib.sibs, (d->sib.n_sibs + 1) * sizeof(*v));
 	struct sib_port **w;
 	struct sib_hold *ho;
 	unsigned i;
 
 	if (!v)
 		return -ENOMEM;
-	d->sibs = v;
-	w = realloc(d->wake, (d->n_sibs + 1) * sizeof(*w));
+	d->sib.sibs = v;
+	w = realloc(d->sib.wake, (d->sib.n_sibs + 1) * sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	d->wake = w;
-	ho = realloc(d->hold, (d->n_sibs + 1) * sizeof(*ho));
+	d->sib.wake = w;
+	ho = realloc(d->sib.hold, (d->sib.n_sibs + 1) * sizeof(*ho));
 	if (!ho)
 		return -ENOMEM;
-	d->hold = ho;
-	for (i = d->n_sibs; i > 0 && d->sibs[i - 1]->cid > s->cid; i--) {
-		d->sibs[i] = d->sibs[i - 1];
-		d->hold[i] = d->hold[i - 1];
+	d->sib.hold = ho;
+	for (i = d->sib.n_sibs; i > 0 && d->sib.sibs[i - 1]->cid > s->cid; i--) {
+		d->sib.sibs[i] = d->sib.sibs[i - 1];
+		d->sib.hold[i] = d->sib.hold[i - 1];
 	}
-	d->hold[i] = (struct sib_hold){ 0 };
+	d->sib.hold[i] = (struct sib_hold){ 0 };
 	/* relaxed: we hold a reference through s already (taking one orders nothing). */
-	atomic_fetch_add_explicit(&s->port->refs, 1, memory_order_relaxed);
-	d->sibs[i] = s->port;
-	d->n_sibs++;
+	atomic_fetch_add_explicit(&s->sib.port->refs, 1, memory_order_relaxed);
+	d->sib.sibs[i] = s->sib.port;
+	d->sib.n_sibs++;
 	return 0;
 }
 
@@ -870,7 +892,7 @@ static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
  */
 void dev_sib_detach(struct vsock_dev *d)
 {
-	struct sib_port *port = d->port;
+	struct sib_port *port = d->sib.port;
 	struct sib_pkt *left[DEV_INBOX_PKTS + 1];
 	struct sib_inbox *in;
 	unsigned n = 0;
@@ -885,9 +907,9 @@ void dev_sib_detach(struct vsock_dev *d)
 		left[n++] = inbox_get(in);
 	in->bytes = 0;
 	pthread_mutex_unlock(&in->lock);
-	if (d->rx_cur) {
-		left[n++] = d->rx_cur;
-		d->rx_cur = NULL;
+	if (d->sib.rx_cur) {
+		left[n++] = d->sib.rx_cur;
+		d->sib.rx_cur = NULL;
 	}
 	for (unsigned i = 0; i < n; i++) {
 		struct sib_port *from = dev_sib_lookup(d, left[i]->hdr.src_cid);
@@ -901,19 +923,19 @@ void dev_sib_detach(struct vsock_dev *d)
 		}
 		sib_pkt_free(d, left[i]);
 	}
-	for (unsigned i = 0; i < d->n_sibs; i++) {
-		sib_hold_drop(d, &d->hold[i], false);
-		sib_port_signal(d->sibs[i], true);
-		sib_port_unref(d->sibs[i]);
+	for (unsigned i = 0; i < d->sib.n_sibs; i++) {
+		sib_hold_drop(d, &d->sib.hold[i], false);
+		sib_port_signal(d->sib.sibs[i], true);
+		sib_port_unref(d->sib.sibs[i]);
 	}
-	free(d->sibs);
-	d->sibs = NULL;
-	free(d->hold);
-	d->hold = NULL;
-	d->n_sibs = 0;
+	free(d->sib.sibs);
+	d->sib.sibs = NULL;
+	free(d->sib.hold);
+	d->sib.hold = NULL;
+	d->sib.n_sibs = 0;
 	sib_pool_close(port);
 	sib_port_unref(port);
-	d->port = NULL;
+	d->sib.port = NULL;
 }
 
 /*
@@ -929,15 +951,15 @@ static int link_one(struct vsock_dev *d, void *arg)
 
 	if (i < 0)
 		return sib_add(d, s);
-	if (d->sibs[i] == s->port)
+	if (d->sib.sibs[i] == s->sib.port)
 		return 0;
-	if (!sib_port_closed(d->sibs[i]))
+	if (!sib_port_closed(d->sib.sibs[i]))
 		return -EINVAL;
-	sib_hold_drop(d, &d->hold[i], true);
-	sib_port_unref(d->sibs[i]);
+	sib_hold_drop(d, &d->sib.hold[i], true);
+	sib_port_unref(d->sib.sibs[i]);
 	/* relaxed: we hold a reference through s already (taking one orders nothing). */
-	atomic_fetch_add_explicit(&s->port->refs, 1, memory_order_relaxed);
-	d->sibs[i] = s->port;
+	atomic_fetch_add_explicit(&s->sib.port->refs, 1, memory_order_relaxed);
+	d->sib.sibs[i] = s->sib.port;
 	return 0;
 }
 
@@ -947,8 +969,16 @@ int vsock_dev_link_sibling(struct vsock_dev *a, struct vsock_dev *b)
 
 	if (a == b || a->router != b->router || !a->router || a->cid == b->cid)
 		return -EINVAL;
-	r = dev_call(a, link_one, b);
+	r = dev_up.call(a, link_one, b);
 	if (r < 0)
 		return r;
-	return dev_call(b, link_one, a);
+	return dev_up.call(b, link_one, a);
+}
+
+void dev_sib_free(struct vsock_dev *d)
+{
+	loop_async_free(d->sib.inbox_async);
+	loop_async_free(d->sib.room_async);
+	loop_timer_free(d->sib.stage_timer);
+	free(d->sib.wake);
 }

@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "device/device.h"
+#include "device/vsock_dev.h"
 #include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/loop.h"
@@ -66,7 +66,7 @@ static int vq_start(void *opaque, unsigned qidx, const struct vhu_vring_info *in
 		return -EOPNOTSUPP;
 	}
 	/* The back-end's map (borrowed until mem_table_changing); features as acked. */
-	dev_vhu_borrow_mem(v->d, info->mem, info->features);
+	dev_borrow_mem(v->d, info->mem, info->features);
 	return uvsock_dev_queue_start(api(v), qidx, &q);
 }
 
@@ -94,7 +94,7 @@ static void vq_mem_changing(void *opaque)
 	struct dev_vhu *v = opaque;
 
 	/* Every ring was stopped by the back-end: no guest pointer is in use. */
-	dev_vhu_drop_mem(v->d);
+	dev_drop_mem(v->d);
 }
 
 static const struct vhu_backend_ops vhu_ops = {
@@ -111,7 +111,7 @@ static void vmm_disconnect(struct dev_vhu *v, int why)
 {
 	if (!v->vhu)
 		return;
-	dev_vhu_vmm_state(v->d, false);
+	dev_set_vmm_state(v->d, false);
 	/* Rate-limited per VM: a VMM that reconnects in a loop must not grow the log unbounded. */
 	if (why == -ECONNRESET)
 		log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(v->d), "%s: VMM disconnected",
@@ -145,7 +145,7 @@ static void vhu_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 		vmm_disconnect(v, r);
 		return;
 	}
-	dev_vhu_message_done(v->d);
+	dev_message_done(v->d);
 }
 
 /* Serves the VMM connected on s (owned from here on). Returns 0 or -errno (s closed). */
@@ -158,7 +158,7 @@ static int vmm_attach(struct dev_vhu *v, int s)
 	/* What the device implements (event-idx switch), and dirty logging, which is the vring
 	 * module's (src/vring/dirty_log.h) and needs nothing of the device. */
 	cfg.features &= uvsock_dev_features() | VHU_BIT(VHU_F_LOG_ALL);
-	if (dev_vhu_offer_dgram(v->d))
+	if (dev_dgram_offered(v->d))
 		cfg.features |= VHU_BIT(VHU_VSOCK_F_DGRAM);
 	cfg.guest_cid = vsock_dev_guest_cid(v->d);
 	cfg.queue_size_max = v->queue_size_max;
@@ -179,7 +179,7 @@ static int vmm_attach(struct dev_vhu *v, int s)
 	/* One VMM at a time: further connections wait in the backlog. */
 	if (v->listen_w)
 		(void)loop_watch_mod(v->listen_w, 0);
-	dev_vhu_vmm_state(v->d, true);
+	dev_set_vmm_state(v->d, true);
 	log_vm_dev(LOG_LVL_INFO, cfg.guest_cid, "%s: VMM connected", cfg.name);
 	return 0;
 }
@@ -245,7 +245,7 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 	if (!v)
 		return -ENOMEM;
 	v->d = d;
-	v->queue_size_max = queue_size_max;
+	v->queue_size_max = queue_size_max ? queue_size_max : 1024;
 	strcpy(v->path, path);
 	r = take_inherited(v);
 	if (r == 1) {
@@ -257,6 +257,12 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 	if (r == 0)
 		r = uds_listen(v->path, SOCK_STREAM, 128, 0, &v->listener);
 	if (r < 0) {
+		if (r == -EADDRINUSE)
+			log_error("%s: cannot listen on %s: another process serves it",
+				  vsock_dev_name(d), v->path);
+		else
+			log_error("%s: cannot listen on %s: %s", vsock_dev_name(d), v->path,
+				  strerror(-r));
 		free(v);
 		return r;
 	}

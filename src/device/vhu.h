@@ -21,15 +21,17 @@ struct loop;
 struct uvsock_dev;
 struct vsock_dev;
 
-/* ---- the glue (vhu.c), for the core ---------------------------------------------------------- */
+/* ---- the glue (vhu.c), for the program that attaches it ------------------------------------- */
 
 /*
  * Listens on the vhost-user socket at path (a stale socket file is replaced) on d's loop and
- * serves one VMM at a time with rings of at most queue_size_max entries; a VMM that disconnects
+ * serves one VMM at a time with rings of at most queue_size_max entries (0: 1024); a VMM that disconnects
  * resets the device (uvsock_dev_reset) and the next one is accepted. A socket adopted for path
  * (util/uds.h: socket activation, uvsockd --fd) is used instead of binding: a listener as above,
- * a connected socket as the VMM's connection (once it ends, the VM stays detached). Context:
- * device creation.
+ * a connected socket as the VMM's connection (once it ends, the VM stays detached). The program
+ * attaches it right after vsock_dev_new (uvsockd: daemon/vms.c), before the device runs, and
+ * frees it (dev_vhu_free) after the device stopped and before vsock_dev_free. A listening error
+ * is logged.
  * Returns 0, -ENOMEM, or the errno of listening (-EEXIST, -EADDRINUSE, ...).
  */
 int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
@@ -51,15 +53,15 @@ struct loop *dev_loop(struct vsock_dev *d);
 
 /*
  * The rings started next use the back-end's own guest memory map, borrowed until
- * dev_vhu_drop_mem (uvsock_dev_set_mem_table would map the regions a second time), and the
+ * dev_drop_mem (uvsock_dev_set_mem_table would map the regions a second time), and the
  * features exactly as acked (transport bits included), as vring_dev_init takes them.
  */
-void dev_vhu_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t features);
+void dev_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t features);
 /* A new memory table arrives; the back-end stopped every ring: no guest pointer is in use. */
-void dev_vhu_drop_mem(struct vsock_dev *d);
+void dev_drop_mem(struct vsock_dev *d);
 
 /* A VMM connected (counted in vmm_connects) or disconnected: the operators' vmm_connected. */
-void dev_vhu_vmm_state(struct vsock_dev *d, bool connected);
+void dev_set_vmm_state(struct vsock_dev *d, bool connected);
 
 /*
  * After each vhost-user message: if the TX ring was stopped and not restarted within it (the
@@ -67,8 +69,8 @@ void dev_vhu_vmm_state(struct vsock_dev *d, bool connected);
  * API's uvsock_dev_reset would stop it too); then runs what the message made possible, as the
  * device thread does after each API call.
  */
-void dev_vhu_message_done(struct vsock_dev *d);
+void dev_message_done(struct vsock_dev *d);
 /* The device offers VIRTIO_VSOCK_F_DGRAM (host_dgram.c: not made with no_dgram). */
-bool dev_vhu_offer_dgram(const struct vsock_dev *d);
+bool dev_dgram_offered(const struct vsock_dev *d);
 
 #endif

@@ -18,7 +18,7 @@
 #include "util/abisize.h"
 #include "util/time.h"
 
-int uvsock_futex_wait_(atomic_uint *word, unsigned val, uint64_t deadline_ns)
+int lib_futex_wait(atomic_uint *word, unsigned val, uint64_t deadline_ns)
 {
 	struct timespec ts, *tsp = NULL;
 	long r;
@@ -36,7 +36,7 @@ int uvsock_futex_wait_(atomic_uint *word, unsigned val, uint64_t deadline_ns)
 	return 0;
 }
 
-void uvsock_futex_wake_(atomic_uint *word)
+void lib_futex_wake(atomic_uint *word)
 {
 	syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, NULL, NULL, 0);
 }
@@ -56,12 +56,12 @@ static void ctx_tx_ready(void *opaque)
 static void ctx_sock_event(void *opaque, struct vsock_sock *s, void *user, unsigned mask)
 {
 	if (user)
-		uvsock_sock_event_(user, mask);
+		lib_sock_event(user, mask);
 }
 
-int uvsock_ctx_create_(const struct uvsock_transport_ops *ops, void *tp,
-		       const struct vsock_engine_config *cfg, unsigned flags,
-		       struct uvsock_ctx **ret)
+int lib_ctx_create(const struct uvsock_transport_ops *ops, void *tp,
+		   const struct vsock_engine_config *cfg, unsigned flags,
+		   struct uvsock_ctx **ret)
 {
 	struct vsock_engine_config c;
 	struct uvsock_ctx *ctx;
@@ -92,12 +92,12 @@ int uvsock_ctx_create_(const struct uvsock_transport_ops *ops, void *tp,
 	return 0;
 }
 
-struct vsock_engine *uvsock_ctx_engine_(struct uvsock_ctx *ctx)
+struct vsock_engine *lib_ctx_engine(struct uvsock_ctx *ctx)
 {
 	return ctx->engine;
 }
 
-void *uvsock_ctx_transport_(struct uvsock_ctx *ctx)
+void *lib_ctx_transport(struct uvsock_ctx *ctx)
 {
 	return ctx->tp;
 }
@@ -106,7 +106,7 @@ void uvsock_ctx_free(struct uvsock_ctx *ctx)
 {
 	if (!ctx)
 		return;
-	uvsock_ctx_close_all_(ctx);
+	lib_ctx_close_all(ctx);
 	ctx->tops->stop(ctx);
 	vsock_engine_free(ctx->engine);
 	ctx->engine = NULL;

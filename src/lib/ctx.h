@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Private to src/lib: the context structure and the hooks between the context (ctx.c) and the
- * socket layer (socket.c). Transports use lib.h only.
+ * socket layer (socket.c). Transports use lib.h only. Names internal to src/lib start with
+ * lib_; uvsock_ is the public API's (include/uvsock/uvsock.h).
  */
 #ifndef UVSOCK_LIB_CTX_H
 #define UVSOCK_LIB_CTX_H
@@ -25,9 +26,9 @@ struct uvsock_ctx {
  * Engine sock_event for a socket whose user pointer is a usock: wakes blocked callers and
  * updates the pollable descriptor. Runs with the engine's socket lock held (see engine.h).
  */
-void uvsock_sock_event_(struct usock *us, unsigned mask);
+void lib_sock_event(struct usock *us, unsigned mask);
 
 /* Closes every socket of ctx still open (uvsock_ctx_free). No call may be in progress. */
-void uvsock_ctx_close_all_(struct uvsock_ctx *ctx);
+void lib_ctx_close_all(struct uvsock_ctx *ctx);
 
 #endif

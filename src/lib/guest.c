@@ -68,14 +68,14 @@ static struct vdrv *reg_find(struct uvsock_ctx *ctx)
 
 static void g_tx_ready(struct uvsock_ctx *ctx)
 {
-	struct vguest *g = uvsock_ctx_transport_(ctx);
+	struct vguest *g = lib_ctx_transport(ctx);
 
 	vdrv_tx_ready(g->d);
 }
 
 static int g_connect_check(struct uvsock_ctx *ctx, uint32_t cid)
 {
-	struct vguest *g = uvsock_ctx_transport_(ctx);
+	struct vguest *g = lib_ctx_transport(ctx);
 
 	/* Linux: no loopback transport in this namespace, so own CID and CID 1 have none. */
 	if (cid == VMADDR_CID_LOCAL || cid == vdrv_guest_cid(g->d))
@@ -88,14 +88,14 @@ static int g_connect_check(struct uvsock_ctx *ctx, uint32_t cid)
 static int g_rx_wait(struct uvsock_ctx *ctx, struct pollfd *fds, unsigned nfds, atomic_uint *word,
 		     unsigned val, uint64_t deadline_ns)
 {
-	struct vguest *g = uvsock_ctx_transport_(ctx);
+	struct vguest *g = lib_ctx_transport(ctx);
 
 	return vdrv_rx_wait(g->d, fds, nfds, word, val, deadline_ns);
 }
 
 static void g_rx_wake(struct uvsock_ctx *ctx)
 {
-	struct vguest *g = uvsock_ctx_transport_(ctx);
+	struct vguest *g = lib_ctx_transport(ctx);
 
 	vdrv_rx_wake(g->d);
 }
@@ -103,14 +103,14 @@ static void g_rx_wake(struct uvsock_ctx *ctx)
 static ssize_t g_send_direct(struct uvsock_ctx *ctx, struct vsock_sock *s,
 			     const struct iovec *iov, int iovcnt, size_t len)
 {
-	struct vguest *g = uvsock_ctx_transport_(ctx);
+	struct vguest *g = lib_ctx_transport(ctx);
 
 	return vdrv_tx_send(g->d, s, iov, iovcnt, len, g->max_pkt);
 }
 
 static void g_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *st)
 {
-	struct vguest *g = uvsock_ctx_transport_(ctx);
+	struct vguest *g = lib_ctx_transport(ctx);
 	struct vdrv_stats ds;
 
 	vdrv_get_stats(g->d, &ds);
@@ -119,14 +119,14 @@ static void g_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *st)
 
 static void g_stop(struct uvsock_ctx *ctx)
 {
-	struct vguest *g = uvsock_ctx_transport_(ctx);
+	struct vguest *g = lib_ctx_transport(ctx);
 
 	vdrv_stop(g->d);
 }
 
 static void g_destroy(struct uvsock_ctx *ctx)
 {
-	struct vguest *g = uvsock_ctx_transport_(ctx);
+	struct vguest *g = lib_ctx_transport(ctx);
 
 	reg_del(g);
 	vdrv_free(g->d);
@@ -204,7 +204,7 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 			cfg.buf_max = o.buf_size;
 	}
 	g->max_pkt = cfg.max_pkt;
-	r = uvsock_ctx_create_(&guest_ops, g, &cfg, o.flags & UVSOCK_CTX_UNPRIVILEGED, &ctx);
+	r = lib_ctx_create(&guest_ops, g, &cfg, o.flags & UVSOCK_CTX_UNPRIVILEGED, &ctx);
 	if (r < 0) {
 		vdrv_free(g->d);
 		free(g);
@@ -213,7 +213,7 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 	}
 	g->ctx = ctx;
 	reg_add(g);
-	r = vdrv_start(g->d, uvsock_ctx_engine_(ctx));
+	r = vdrv_start(g->d, lib_ctx_engine(ctx));
 	if (r < 0) {
 		uvsock_ctx_free(ctx); /* frees g and the driver through g_destroy */
 		errno = -r;
@@ -222,7 +222,7 @@ struct uvsock_ctx *uvsock_ctx_new_guest(const char *socket_path,
 	return ctx;
 }
 
-struct vdrv *uvsock_ctx_guest_vdrv_(struct uvsock_ctx *ctx)
+struct vdrv *lib_ctx_guest_vdrv(struct uvsock_ctx *ctx)
 {
 	return reg_find(ctx);
 }

@@ -78,31 +78,31 @@ struct uvsock_transport_ops {
 /*
  * Creates a context around a new engine built from *cfg (cfg->ops and cfg->opaque are
  * overwritten: the context supplies them). `tp` is the transport's private pointer, returned by
- * uvsock_ctx_transport_(). `flags` are UVSOCK_CTX_*. The transport must not start pumping before
+ * lib_ctx_transport(). `flags` are UVSOCK_CTX_*. The transport must not start pumping before
  * this returns.
  * Returns 0, -EINVAL, -ENOMEM. On failure nothing of tp is touched.
  * Ownership: ops is borrowed for the context's lifetime; tp belongs to the transport, which frees
  * it in ops->destroy.
  */
-int uvsock_ctx_create_(const struct uvsock_transport_ops *ops, void *tp,
-		       const struct vsock_engine_config *cfg, unsigned flags,
-		       struct uvsock_ctx **ret);
+int lib_ctx_create(const struct uvsock_transport_ops *ops, void *tp,
+		   const struct vsock_engine_config *cfg, unsigned flags,
+		   struct uvsock_ctx **ret);
 
 /* The context's engine and transport state. Valid until uvsock_ctx_free(). Any thread. */
-struct vsock_engine *uvsock_ctx_engine_(struct uvsock_ctx *ctx);
-void *uvsock_ctx_transport_(struct uvsock_ctx *ctx);
+struct vsock_engine *lib_ctx_engine(struct uvsock_ctx *ctx);
+void *lib_ctx_transport(struct uvsock_ctx *ctx);
 
 /* The guest role's driver of ctx (src/driver/driver.h), or NULL if ctx is not a guest context:
  * for tests and tools that reach below the API (vdrv_test_io_rx). Any thread. */
 struct vdrv;
-struct vdrv *uvsock_ctx_guest_vdrv_(struct uvsock_ctx *ctx);
+struct vdrv *lib_ctx_guest_vdrv(struct uvsock_ctx *ctx);
 
 /*
  * Waits until *word != val or the absolute CLOCK_MONOTONIC deadline (ns, UINT64_MAX = none).
  * Returns 0 (woken or value changed, may be spurious), -ETIMEDOUT.
  */
-int uvsock_futex_wait_(atomic_uint *word, unsigned val, uint64_t deadline_ns);
+int lib_futex_wait(atomic_uint *word, unsigned val, uint64_t deadline_ns);
 /* Wakes every waiter on word. */
-void uvsock_futex_wake_(atomic_uint *word);
+void lib_futex_wake(atomic_uint *word);
 
 #endif

@@ -127,13 +127,13 @@ static void timer_kick_if_earlier(struct loopback *lb)
 
 static void lb_tx_ready(struct uvsock_ctx *ctx)
 {
-	struct loopback *lb = uvsock_ctx_transport_(ctx);
+	struct loopback *lb = lib_ctx_transport(ctx);
 
 	if (lb->use_pump_thread) {
 		atomic_store(&lb->want, 1);
 		if (!in_pump_thread) {
 			atomic_fetch_add(&lb->pump_word, 1);
-			uvsock_futex_wake_(&lb->pump_word);
+			lib_futex_wake(&lb->pump_word);
 		}
 	} else {
 		pump(lb);
@@ -153,7 +153,7 @@ static void *pump_main(void *arg)
 			pump(lb);
 			continue;
 		}
-		uvsock_futex_wait_(&lb->pump_word, w, UINT64_MAX);
+		lib_futex_wait(&lb->pump_word, w, UINT64_MAX);
 	}
 	return NULL;
 }
@@ -187,14 +187,14 @@ static void *timer_main(void *arg)
 
 static void lb_get_stats(struct uvsock_ctx *ctx, struct uvsock_ctx_stats *st)
 {
-	struct loopback *lb = uvsock_ctx_transport_(ctx);
+	struct loopback *lb = lib_ctx_transport(ctx);
 
 	st->dropped += atomic_load(&lb->dropped);
 }
 
 static void lb_stop(struct uvsock_ctx *ctx)
 {
-	struct loopback *lb = uvsock_ctx_transport_(ctx);
+	struct loopback *lb = lib_ctx_transport(ctx);
 
 	if (lb->timer_started) {
 		pthread_mutex_lock(&lb->tmu);
@@ -207,7 +207,7 @@ static void lb_stop(struct uvsock_ctx *ctx)
 	if (lb->pumper_started) {
 		atomic_store(&lb->pump_stop, true);
 		atomic_fetch_add(&lb->pump_word, 1);
-		uvsock_futex_wake_(&lb->pump_word);
+		lib_futex_wake(&lb->pump_word);
 		pthread_join(lb->pumper, NULL);
 		lb->pumper_started = false;
 	}
@@ -225,7 +225,7 @@ static void lb_free(struct loopback *lb)
 
 static void lb_destroy(struct uvsock_ctx *ctx)
 {
-	lb_free(uvsock_ctx_transport_(ctx));
+	lb_free(lib_ctx_transport(ctx));
 }
 
 static const struct uvsock_transport_ops loopback_ops = {
@@ -276,11 +276,11 @@ struct uvsock_ctx *uvsock_ctx_new_loopback(const struct uvsock_loopback_opts *op
 	cfg.reply_limit = 65536;
 	cfg.seqpacket = true;
 	cfg.dgram = true; /* datagrams are always "negotiated" with ourselves */
-	r = uvsock_ctx_create_(&loopback_ops, lb, &cfg, o.flags & UVSOCK_CTX_UNPRIVILEGED, &ctx);
+	r = lib_ctx_create(&loopback_ops, lb, &cfg, o.flags & UVSOCK_CTX_UNPRIVILEGED, &ctx);
 	if (r < 0)
 		goto fail;
 	lb->ctx = ctx;
-	lb->e = uvsock_ctx_engine_(ctx);
+	lb->e = lib_ctx_engine(ctx);
 	lb->local_cid = vsock_engine_local_cid(lb->e);
 
 	r = -pthread_create(&lb->timer, NULL, timer_main, lb);

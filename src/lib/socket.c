@@ -252,7 +252,7 @@ static void pollfd_apply(struct usock *us, unsigned mask)
 	}
 }
 
-void uvsock_sock_event_(struct usock *us, unsigned mask)
+void lib_sock_event(struct usock *us, unsigned mask)
 {
 	/* Pairs with waiters++ / wake_arm store / evseq load in sock_wait (file comment). */
 	unsigned v = atomic_fetch_add(&us->evseq, 1);
@@ -264,7 +264,7 @@ void uvsock_sock_event_(struct usock *us, unsigned mask)
 			/* Arm for v or older (modulo 2^32): ours to clear. */
 			if ((int)((unsigned)a - v) <= 0)
 				atomic_compare_exchange_strong(&us->wake_arm, &a, 0);
-			uvsock_futex_wake_(&us->evseq);
+			lib_futex_wake(&us->evseq);
 		}
 	}
 	/* After the bump: pairs with direct++ and the evseq check in sock_wait. */
@@ -300,7 +300,7 @@ static void pollfd_refresh(struct usock *us)
 static void sock_wake_all(struct usock *us)
 {
 	atomic_fetch_add(&us->evseq, 1);
-	uvsock_futex_wake_(&us->evseq);
+	lib_futex_wake(&us->evseq);
 	if (atomic_load(&us->direct) > 0)
 		us->ctx->tops->rx_wake(us->ctx);
 }
@@ -327,7 +327,7 @@ static int sock_wait(struct usock *us, unsigned seq, uint64_t deadline)
 	atomic_fetch_add(&us->waiters, 1);
 	atomic_store(&us->wake_arm, ARM_BIT | seq);
 	if (atomic_load(&us->evseq) == seq)
-		r = uvsock_futex_wait_(&us->evseq, seq, deadline);
+		r = lib_futex_wait(&us->evseq, seq, deadline);
 	atomic_fetch_sub(&us->waiters, 1);
 	return r;
 }
@@ -504,7 +504,7 @@ int uvsock_close(int fd)
 	return 0;
 }
 
-void uvsock_ctx_close_all_(struct uvsock_ctx *ctx)
+void lib_ctx_close_all(struct uvsock_ctx *ctx)
 {
 	struct usock *us;
 
@@ -970,45 +970,27 @@ static int sock_io_round(struct usock *us, struct sock_io *io, const struct msgh
 			 msg->msg_iovlen);
 }
 
-ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
+/* sendmsg on a STREAM or SEQPACKET socket (sock_msg has checked msg). */
+static ssize_t stream_sendmsg(struct usock *us, const struct msghdr *msg, int flags)
 {
-	struct usock *us = sock_get(fd);
 	ssize_t len, r, total = 0;
 	struct sock_io io;
 	unsigned seq;
 	int n, eflags;
 
-	if (!us)
-		return -1;
-	if (!msg) {
-		r = -EFAULT; /* Linux: net/socket.c copy_msghdr_from_user */
-		goto out_put;
-	}
-	if (us->type == SOCK_DGRAM) {
-		r = dgram_sendmsg(us, msg, flags);
-		goto out_put;
-	}
-	if (flags & MSG_OOB) {
-		r = -EOPNOTSUPP;
-		goto out_put;
-	}
-	if (msg->msg_namelen) {
-		r = vsock_sock_state(us->vs) == VSOCK_SS_CONNECTED ? -EISCONN : -EOPNOTSUPP;
-		goto out_put;
-	}
+	if (flags & MSG_OOB)
+		return -EOPNOTSUPP;
+	if (msg->msg_namelen)
+		return vsock_sock_state(us->vs) == VSOCK_SS_CONNECTED ? -EISCONN : -EOPNOTSUPP;
 	len = iov_check(msg->msg_iov, msg->msg_iovlen);
-	if (len < 0) {
-		r = len;
-		goto out_put;
-	}
-	if (len == 0) {
-		r = send_zero_len(us);
-		goto out_put;
-	}
+	if (len < 0)
+		return len;
+	if (len == 0)
+		return send_zero_len(us);
 	eflags = flags & MSG_EOR;
 	r = sock_io_begin(us, &io, msg, flags, &us->sndtimeo, &us->tx_mu);
 	if (r < 0)
-		goto out_put;
+		return r;
 	/* Each round: what is left of msg's iovecs, or the socket closed meanwhile (n < 0). */
 	while ((n = sock_io_round(us, &io, msg, (size_t)total, (size_t)len, &seq)) >= 0) {
 		/* Direct TX: the transport copies what it can straight into its TX buffers. */
@@ -1032,9 +1014,7 @@ ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
 		if (!sock_retry(us, r, seq, io.nonblock, io.deadline))
 			break;
 	}
-	r = sock_io_end(&io, &us->tx_mu, total, n < 0 ? n : r);
-out_put:
-	return sock_data_done(us, r);
+	return sock_io_end(&io, &us->tx_mu, total, n < 0 ? n : r);
 }
 
 ssize_t uvsock_send(int fd, const void *buf, size_t len, int flags)
@@ -1059,54 +1039,36 @@ static int recv_zero_len(struct usock *us)
 	return -ENOTCONN;
 }
 
-ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
+/* recvmsg on a STREAM or SEQPACKET socket (sock_msg has checked msg). */
+static ssize_t stream_recvmsg(struct usock *us, struct msghdr *msg, int flags)
 {
-	struct usock *us = sock_get(fd);
 	ssize_t len, r, total = 0;
 	int n, eflags, mflags = 0;
 	struct sock_io io;
 	uint64_t target = 1;
 	unsigned seq;
 
-	if (!us)
-		return -1;
-	if (!msg) {
-		r = -EFAULT; /* Linux: net/socket.c copy_msghdr_from_user */
-		goto out_put;
-	}
-	if (us->type == SOCK_DGRAM) {
-		r = dgram_recvmsg(us, msg, flags);
-		goto out_put;
-	}
-	if (flags & (MSG_OOB | MSG_ERRQUEUE)) {
-		r = -EOPNOTSUPP;
-		goto out_put;
-	}
+	if (flags & (MSG_OOB | MSG_ERRQUEUE))
+		return -EOPNOTSUPP;
 	len = iov_check(msg->msg_iov, msg->msg_iovlen);
-	if (len < 0) {
-		r = len;
-		goto out_put;
-	}
+	if (len < 0)
+		return len;
 	msg->msg_namelen = 0;
 	msg->msg_flags = 0;
-	if (len == 0) {
-		r = recv_zero_len(us);
-		goto out_put;
-	}
+	if (len == 0)
+		return recv_zero_len(us);
 	if (us->type == SOCK_STREAM) {
 		/* Linux: the wait target must stay below the receive buffer (ENOMEM). */
 		target = (flags & MSG_WAITALL) ? (uint64_t)len
 					       : MIN((uint64_t)atomic_load(&us->rcvlowat), (uint64_t)len);
 		if (target >= atomic_load(&us->bufsize) &&
-		    vsock_sock_state(us->vs) == VSOCK_SS_CONNECTED) {
-			r = -ENOMEM;
-			goto out_put;
-		}
+		    vsock_sock_state(us->vs) == VSOCK_SS_CONNECTED)
+			return -ENOMEM;
 	}
 	eflags = flags & (MSG_PEEK | MSG_TRUNC);
 	r = sock_io_begin(us, &io, msg, flags, &us->rcvtimeo, &us->rx_mu);
 	if (r < 0)
-		goto out_put;
+		return r;
 	/* Each round: what is left of msg's iovecs, or the socket closed meanwhile (n < 0). */
 	while ((n = sock_io_round(us, &io, msg, (size_t)total, (size_t)len, &seq)) >= 0) {
 		mflags = 0;
@@ -1127,9 +1089,38 @@ ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
 			msg->msg_flags = mflags;
 		break;
 	}
-	r = sock_io_end(&io, &us->rx_mu, total, n < 0 ? n : r);
-out_put:
+	return sock_io_end(&io, &us->rx_mu, total, n < 0 ? n : r);
+}
+
+/*
+ * What sendmsg and recvmsg share: the socket, a NULL msg (EFAULT, as Linux's net/socket.c
+ * copy_msghdr_from_user), then the datagram or the stream path, and the end of a data call.
+ * With send, msg is only read.
+ */
+static ssize_t sock_msg(int fd, struct msghdr *msg, int flags, bool send)
+{
+	struct usock *us = sock_get(fd);
+	ssize_t r;
+
+	if (!us)
+		return -1;
+	if (!msg)
+		r = -EFAULT;
+	else if (us->type == SOCK_DGRAM)
+		r = send ? dgram_sendmsg(us, msg, flags) : dgram_recvmsg(us, msg, flags);
+	else
+		r = send ? stream_sendmsg(us, msg, flags) : stream_recvmsg(us, msg, flags);
 	return sock_data_done(us, r);
+}
+
+ssize_t uvsock_sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	return sock_msg(fd, (struct msghdr *)msg, flags, true);
+}
+
+ssize_t uvsock_recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	return sock_msg(fd, msg, flags, false);
 }
 
 ssize_t uvsock_recv(int fd, void *buf, size_t len, int flags)

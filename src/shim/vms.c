@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/client.h"
+#include "ctlproto/json.h"
 #include "shim/shim.h"
 #include "util/macros.h"
 #include "util/time.h"

@@ -100,20 +100,26 @@ int vsock_sock_bind(struct vsock_sock *s, uint32_t cid, uint32_t port)
 	return r;
 }
 
+/* What listen and connect refuse first, with s's lock held: datagrams, and SEQPACKET when the
+ * engine does not offer it. Returns 0 or the negative errno. */
+static int sock_conn_type_check(const struct vsock_sock *s)
+{
+	if (s->type == VSOCK_TYPE_DGRAM)
+		return -EOPNOTSUPP; /* vsock_dgram_connect(); datagrams do not listen */
+	if (s->type == VSOCK_TYPE_SEQPACKET && !s->e->cfg.seqpacket)
+		return -EPROTONOSUPPORT;
+	return 0;
+}
+
 static int sock_listen_common(struct vsock_sock *s, int backlog, bool deferred, bool wildcard)
 {
 	struct vsock_engine *e = s->e;
 	int r = 0;
 
 	sock_lock(s);
-	if (s->type == VSOCK_TYPE_DGRAM) {
-		r = -EOPNOTSUPP; /* vsock_dgram_connect(); datagrams do not listen */
+	r = sock_conn_type_check(s);
+	if (r < 0)
 		goto out;
-	}
-	if (s->type == VSOCK_TYPE_SEQPACKET && !e->cfg.seqpacket) {
-		r = -EPROTONOSUPPORT;
-		goto out;
-	}
 	if (!(s->state == VSOCK_SS_FREE || s->state == VSOCK_SS_LISTEN ||
 	      (s->state == VSOCK_SS_CLOSED && !s->was_connected && !s->in_conn))) {
 		r = -EINVAL;
@@ -215,14 +221,9 @@ int vsock_sock_connect(struct vsock_sock *s, uint32_t cid, uint32_t port)
 	int r;
 
 	sock_lock(s);
-	if (s->type == VSOCK_TYPE_DGRAM) {
-		r = -EOPNOTSUPP; /* vsock_dgram_connect(); datagrams do not listen */
+	r = sock_conn_type_check(s);
+	if (r < 0)
 		goto out;
-	}
-	if (s->type == VSOCK_TYPE_SEQPACKET && !e->cfg.seqpacket) {
-		r = -EPROTONOSUPPORT;
-		goto out;
-	}
 	switch (s->state) {
 	case VSOCK_SS_CONNECTED:
 	case VSOCK_SS_PENDING:
@@ -758,6 +759,18 @@ static void sock_apply_buffer_size(struct vsock_sock *s, uint64_t val)
 	}
 }
 
+/* The u64 field behind a buffer or timeout option, or NULL for another option. */
+static uint64_t *sock_opt_field(struct vsock_sock *s, enum vsock_sockopt opt)
+{
+	switch (opt) {
+	case VSOCK_OPT_BUFFER_SIZE: return &s->buf_size;
+	case VSOCK_OPT_BUFFER_MIN_SIZE: return &s->buf_min;
+	case VSOCK_OPT_BUFFER_MAX_SIZE: return &s->buf_max;
+	case VSOCK_OPT_CONNECT_TIMEOUT: return &s->connect_timeout_ns;
+	default: return NULL;
+	}
+}
+
 int vsock_sock_setopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t val)
 {
 	int r = 0;
@@ -768,11 +781,8 @@ int vsock_sock_setopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t val
 		sock_apply_buffer_size(s, val);
 		break;
 	case VSOCK_OPT_BUFFER_MIN_SIZE:
-		s->buf_min = MIN(val, (uint64_t)UINT32_MAX);
-		sock_apply_buffer_size(s, s->buf_size);
-		break;
 	case VSOCK_OPT_BUFFER_MAX_SIZE:
-		s->buf_max = MIN(val, (uint64_t)UINT32_MAX);
+		*sock_opt_field(s, opt) = MIN(val, (uint64_t)UINT32_MAX);
 		sock_apply_buffer_size(s, s->buf_size);
 		break;
 	case VSOCK_OPT_CONNECT_TIMEOUT:
@@ -802,30 +812,17 @@ int vsock_sock_setopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t val
 
 int vsock_sock_getopt(struct vsock_sock *s, enum vsock_sockopt opt, uint64_t *ret)
 {
+	const uint64_t *f;
 	int r = 0;
 	uint64_t v = 0;
 
 	sock_lock(s);
-	switch (opt) {
-	case VSOCK_OPT_BUFFER_SIZE:
-		v = s->buf_size;
-		break;
-	case VSOCK_OPT_BUFFER_MIN_SIZE:
-		v = s->buf_min;
-		break;
-	case VSOCK_OPT_BUFFER_MAX_SIZE:
-		v = s->buf_max;
-		break;
-	case VSOCK_OPT_CONNECT_TIMEOUT:
-		v = s->connect_timeout_ns;
-		break;
-	case VSOCK_OPT_RCVLOWAT:
+	if (opt == VSOCK_OPT_RCVLOWAT)
 		v = s->rcvlowat;
-		break;
-	default:
+	else if ((f = sock_opt_field(s, opt)) != NULL)
+		v = *f;
+	else
 		r = -ENOPROTOOPT;
-		break;
-	}
 	sock_unlock(s);
 	if (r == 0)
 		*ret = v;

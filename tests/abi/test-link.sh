@@ -24,8 +24,8 @@ else
 fi
 pc=$(find "$root" -name uvsock.pc | head -n 1)
 [ -n "$pc" ] || { echo "# no uvsock.pc installed"; exit 1; }
-# The system's .pc directories stay on the path for uvsock.pc's Requires.private (yaml-0.1);
-# under the sysroot their -I/-L name directories that do not exist, and -lyaml is found as usual.
+# The system's .pc directories stay on the path, should uvsock.pc ever name a Requires.private
+# (it has none: libuvsock needs only libc, tests/abi/check-symbols.sh).
 sys_pc=$(pkg-config --variable pc_path pkg-config)
 export PKG_CONFIG_PATH="${pc%/uvsock.pc}:$sys_pc" PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR=""
 # pkg-config prefixes the sysroot to --variable as to -I/-L.

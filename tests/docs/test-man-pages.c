@@ -4,9 +4,9 @@
  * every long option printed by `PROGRAM --help` appears in man/PROGRAM.1 and the reverse
  * (--help itself excepted: every program takes it, not every usage text lists it). uvsockd has
  * the same both-ways check in tests/unit/daemon/test-options.c; uvsock-stat's, in
- * tests/unit/ops/test-statcli.c, is one-way (man_check_help_documented), because its page also
+ * tests/unit/tools/test-statcli.c, is one-way (man_check_help_documented), because its page also
  * names other programs' options. The programs run as child processes from the build tree
- * (paths compiled in); the comparison is tests/harness/manpage.h.
+ * (paths compiled in from their meson targets); the comparison is tests/harness/manpage.h.
  *
  * Every page of man/ is installed (named in an install_man() of a meson.build) and has the
  * sections an operator looks for: NAME, SYNOPSIS, DESCRIPTION, OPTIONS, SIGNALS,
@@ -36,12 +36,12 @@ static void check(const char *prog, const char *man_path)
 
 TEST(uvsock_perf_help_matches_its_man_page)
 {
-	check(TOOLS_DIR "/uvsock-perf", MAN_DIR "/uvsock-perf.1");
+	check(UVSOCK_PERF_PATH, MAN_DIR "/uvsock-perf.1");
 }
 
 TEST(uvsock_demo_help_matches_its_man_page)
 {
-	check(TOOLS_DIR "/uvsock-demo", MAN_DIR "/uvsock-demo.1");
+	check(UVSOCK_DEMO_PATH, MAN_DIR "/uvsock-demo.1");
 }
 
 /* The whole file at path (NUL-terminated, caller frees), or NULL if it cannot be read. */

@@ -6,8 +6,8 @@
 #ifndef UVSOCK_TESTS_CTLQUERY_H
 #define UVSOCK_TESTS_CTLQUERY_H
 
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/json.h"
+#include "ctlproto/client.h"
 #include "test.h"
 #include "uvsockd-proc.h"
 

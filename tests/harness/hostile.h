@@ -29,8 +29,8 @@
 #include <unistd.h>
 
 #include "hostside.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/json.h"
+#include "ctlproto/client.h"
 #include "statrun.h"
 #include "test.h"
 #include "uvsockd-proc.h"

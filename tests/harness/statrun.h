@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Runs uvsock-stat in-process: uvsock_stat_main with its output and error streams captured in
- * memory. Used by tests/unit/ops/test-statcli.c (against a fake daemon) and
+ * memory. Used by tests/unit/tools/test-statcli.c (against a fake daemon) and
  * tests/integration/test-ops-live.c (against a live uvsockd).
  */
 #ifndef UVSOCK_TEST_STATRUN_H
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ops/statcli.h"
+#include "statcli.h"
 #include "test.h"
 
 /* Exit code and the captured streams (NUL-terminated; free both, or run_free). */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A device role (struct vsock_dev, src/device/device.h) in a temporary directory, run on its own
+ * A device role (struct vsock_dev, src/device/vsock_dev.h) in a temporary directory, run on its own
  * thread: the in-process back-end of the device tests (tests/unit/device/test-device.c, which
  * play the VMM themselves) and of the guest-role tests (tests/unit/driver/test-driver.c). The
  * vhost-user socket is <dir>/vm.sock, the host-side Unix socket <dir>/vm.vsock. Each test removes
@@ -15,11 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/device.h"
+#include "device/vsock_dev.h"
+#include "device/vhu.h"
 #include "test.h"
 
 struct tdev {
 	struct vsock_dev *d;
+	struct dev_vhu *vhu; /* the vhost-user glue on sock, as uvsockd attaches it */
 	pthread_t th;
 	bool running; /* tdev_run started the thread, tdev_halt has not joined it */
 	char dir[64];
@@ -48,9 +50,9 @@ static inline void tdev_new(struct tdev *t, struct vsock_router *r, uint32_t cid
 	ASSERT_TRUE(mkdtemp(t->dir) != NULL);
 	snprintf(t->sock, sizeof(t->sock), "%s/vm.sock", t->dir);
 	snprintf(t->uds, sizeof(t->uds), "%s/vm.vsock", t->dir);
-	cfg.socket_path = t->sock;
 	cfg.uds_path = t->uds;
 	ASSERT_OK(vsock_dev_new(r, &cfg, &t->d));
+	ASSERT_OK(dev_vhu_new(t->d, t->sock, cfg.queue_size_max, &t->vhu));
 }
 
 /* Runs the device's loop (vsock_dev_run) on a thread of its own. */
@@ -68,6 +70,8 @@ static inline void tdev_halt(struct tdev *t)
 		pthread_join(t->th, NULL);
 		t->running = false;
 	}
+	dev_vhu_free(t->vhu);
+	t->vhu = NULL;
 	vsock_dev_free(t->d);
 	t->d = NULL;
 }

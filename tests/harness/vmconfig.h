@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Checks of one parsed VM entry, for the tests of uvsockd's two VM parsers: the command line
- * (struct uvsockd_vm_config, tests/unit/daemon/test-options.c) and the --config file (struct
- * ops_vm_config, tests/unit/ops/test-config.c). The two structs name their fields alike, so the
- * checks are macros over either. The includer has daemon/ on its include path (options.h).
+ * Checks of one parsed VM entry (struct uvsockd_vm_config), for the tests of uvsockd's two VM
+ * parsers: the command line (tests/unit/daemon/test-options.c) and the --config file
+ * (tests/unit/daemon/test-config.c). The includer links uvsockd's static library, which puts
+ * daemon/ on its include path (options.h).
  */
 #ifndef UVSOCK_TESTS_VMCONFIG_H
 #define UVSOCK_TESTS_VMCONFIG_H

@@ -19,10 +19,10 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include "device/device.h"
+#include "device/vsock_dev.h"
 #include "guestside.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/json.h"
+#include "ctlproto/client.h"
 #include "test.h"
 #include "uvsockd-proc.h"
 

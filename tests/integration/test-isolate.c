@@ -17,8 +17,8 @@
 #include <sys/statfs.h>
 
 #include "guestside.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/json.h"
+#include "ctlproto/client.h"
 #include "statrun.h"
 #include "test.h"
 #include "uvsockd-proc.h"

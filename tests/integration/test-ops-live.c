@@ -10,8 +10,9 @@
 #include <sys/wait.h>
 
 #include "guestside.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/json.h"
+#include "ctlproto/client.h"
+#include "statcli.h"
 #include "statrun.h"
 #include "test.h"
 #include "uvsockd-proc.h"

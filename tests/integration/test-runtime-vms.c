@@ -19,9 +19,9 @@
 
 #include "ctlquery.h"
 #include "guestside.h"
-#include "ops/ctlcli.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlcli.h"
+#include "ctlproto/json.h"
+#include "ctlproto/client.h"
 #include "test.h"
 #include "uvsockd-proc.h"
 

@@ -14,8 +14,8 @@
 #include <stdatomic.h>
 
 #include "guestside.h"
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/json.h"
+#include "ctlproto/client.h"
 #include "statrun.h"
 #include "test.h"
 #include "uvsockd-proc.h"

@@ -3,7 +3,8 @@
 # The Debian package (suite 'pkg'; prints TAP, exits 0, 1 or 77): builds uvsockd, libuvsock0 and
 # libuvsock-dev with `dpkg-buildpackage -us -uc -b` from a copy of the source tree in a scratch
 # directory (DEB_BUILD_OPTIONS=nocheck: the tree's own run is this one), checks them with
-# lintian (errors fail), unpacks them with `dpkg -x` into a scratch root and, from there, runs
+# lintian (errors fail), checks that libuvsock0 depends on libc alone and uvsockd on libyaml,
+# unpacks them with `dpkg -x` into a scratch root and, from there, runs
 # the installed uvsockd --version, one VM started and stopped (SIGTERM by PID: exit 0, its
 # sockets removed), uvsock-stat against it, and tests/abi/link-prog.c built with the installed
 # libuvsock-dev's pkg-config file. Exit 77 (skip, said loudly) without the packaging tools.
@@ -39,7 +40,7 @@ n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); echo "not ok $n - $1"; fails=$((fails + 1)); }
 show() { sed 's/^/# /' "$@" 2>/dev/null | tail -n 40; }
-echo "1..8"
+echo "1..9"
 
 # 1. Build from a copy: tracked and new files of a git checkout, else the whole tree minus builds.
 mkdir "$tmp/src"
@@ -78,6 +79,16 @@ if [ -z "$miss" ] && [ -x "$root/usr/bin/uvsockd" ]; then
 	ok "uvsockd, libuvsock0, libuvsock-dev $ver unpacked with dpkg -x"
 else
 	notok "packages missing or not unpackable:$miss"; exit 1
+fi
+# 3b. libuvsock0 depends on libc alone (shlibs: libuvsock.so needs nothing else); libyaml, which
+# reads uvsockd's --config file, is uvsockd's dependency.
+dep_lib=$(dpkg-deb -f "$(ls "$tmp/libuvsock0_${ver}_"*.deb | head -n 1)" Depends)
+dep_d=$(dpkg-deb -f "$(ls "$tmp/uvsockd_${ver}_"*.deb | head -n 1)" Depends)
+if [ -n "$dep_lib" ] && ! printf '%s' "$dep_lib" | tr ',' '\n' | grep -v '^ *libc6 ' | grep -q . &&
+		printf '%s' "$dep_d" | grep -q 'libyaml'; then
+	ok "libuvsock0 depends on '$dep_lib' only; uvsockd on libyaml"
+else
+	notok "dependencies: libuvsock0 '$dep_lib', uvsockd '$dep_d'"
 fi
 libdir=$(dirname "$(find "$root/usr/lib" -name 'libuvsock.so.0' | head -n 1)")
 export LD_LIBRARY_PATH="$libdir"

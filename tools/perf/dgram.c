@@ -32,8 +32,8 @@
 
 #include <uvsock/uvsock.h>
 
-#include "ops/json.h"
-#include "ops/statcli.h"
+#include "ctlproto/client.h"
+#include "ctlproto/json.h"
 #include "perf.h"
 #include "util/time.h"
 

@@ -9,7 +9,7 @@
  */
 #include <unistd.h>
 
-#include "device/device.h"
+#include "device/vsock_dev.h"
 #include "device/device_internal.h"
 #include "device/vhu.h"
 #include "tdev.h"

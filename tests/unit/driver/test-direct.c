@@ -65,7 +65,7 @@ static void waiter_start(struct conn *c, struct waiter *w, pthread_t *th)
 	uint64_t sleeps;
 
 	w->fd = c->gfd;
-	vdrv_test_io_rx(uvsock_ctx_guest_vdrv_(c->g), false);
+	vdrv_test_io_rx(lib_ctx_guest_vdrv(c->g), false);
 	sleeps = gstats(c->g).rx_direct_sleeps;
 	ASSERT_EQ(pthread_create(th, NULL, waiter_main, w), 0);
 	ASSERT_WAIT_FOR(gstats(c->g).rx_direct_sleeps > sleeps, WAIT_MS);
@@ -102,7 +102,7 @@ static void waiter_drains_itself(bool poll)
 	ASSERT_EQ(uvsock_setsockopt(c.gfd, SOL_SOCKET, SO_RCVTIMEO_NEW, &tv, sizeof(tv)), 0);
 	ASSERT_EQ(uvsock_recv(c.gfd, &b, 1, 0), -1);
 	ASSERT_EQ(errno, EAGAIN);
-	vdrv_test_io_rx(uvsock_ctx_guest_vdrv_(c.g), true);
+	vdrv_test_io_rx(lib_ctx_guest_vdrv(c.g), true);
 	conn_close(&c);
 }
 
@@ -128,7 +128,7 @@ TEST(shutdown_wakes_a_direct_waiter)
 	ASSERT_EQ(uvsock_shutdown(c.gfd, SHUT_RD), 0);
 	pthread_join(th, NULL);
 	ASSERT_EQ(w.got, 0);
-	vdrv_test_io_rx(uvsock_ctx_guest_vdrv_(c.g), true);
+	vdrv_test_io_rx(lib_ctx_guest_vdrv(c.g), true);
 	conn_close(&c);
 }
 
@@ -223,7 +223,7 @@ static struct uvsock_guest_stats run_with(const char *tune)
 
 	ASSERT_EQ(tune_set(tune, err, sizeof(err)), 0);
 	conn_open(&c);
-	g_features = vdrv_features(uvsock_ctx_guest_vdrv_(c.g));
+	g_features = vdrv_features(lib_ctx_guest_vdrv(c.g));
 	hs_write_all(c.hfd, "ping", 4);
 	ASSERT_EQ(uvsock_recv(c.gfd, b, 4, MSG_WAITALL), 4);
 	ASSERT_MEMEQ(b, "ping", 4);

@@ -35,7 +35,7 @@ static uint64_t ev_resets(struct uvsock_ctx *g)
 {
 	struct vdrv_stats st;
 
-	vdrv_get_stats(uvsock_ctx_guest_vdrv_(g), &st);
+	vdrv_get_stats(lib_ctx_guest_vdrv(g), &st);
 	return st.ev_resets;
 }
 
@@ -150,7 +150,7 @@ TEST(vmm_transport_reset_reaches_the_guest_through_the_event_queue)
 	struct evq_case c;
 
 	case_open(&c, UVSOCK_GUEST_EVENT_QUEUE);
-	ASSERT_EQ(vdrv_features(uvsock_ctx_guest_vdrv_(c.g)) != 0, 1);
+	ASSERT_EQ(vdrv_features(lib_ctx_guest_vdrv(c.g)) != 0, 1);
 	ASSERT_EQ(ev_resets(c.g), 0);
 	ASSERT_EQ(uvsock_dev_transport_reset(dev_api(c.t.d)), 0);
 	ASSERT_WAIT_FOR(ev_resets(c.g) == 1, WAIT_MS);

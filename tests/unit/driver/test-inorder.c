@@ -34,7 +34,7 @@ static uint64_t both_ways(const char *tune)
 
 	ASSERT_EQ(tune_set(tune, err, sizeof(err)), 0);
 	conn_open(&c);
-	feats = vdrv_features(uvsock_ctx_guest_vdrv_(c.g));
+	feats = vdrv_features(lib_ctx_guest_vdrv(c.g));
 	for (unsigned i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
 		struct host_io h = { .fd = c.hfd, .total = 2u << 20, .seed = 11 + i };
 		pthread_t th;

@@ -30,7 +30,7 @@ static struct vdrv_stats dstats(struct uvsock_ctx *g)
 {
 	struct vdrv_stats st;
 
-	vdrv_get_stats(uvsock_ctx_guest_vdrv_(g), &st);
+	vdrv_get_stats(lib_ctx_guest_vdrv(g), &st);
 	return st;
 }
 
@@ -125,7 +125,7 @@ TEST(send_behind_queued_packets_falls_back_in_order)
 	char buf[6];
 
 	conn_open(&c);
-	d = uvsock_ctx_guest_vdrv_(c.g);
+	d = lib_ctx_guest_vdrv(c.g);
 	vdrv_test_io_tx(d, false);
 	a = dstats(c.g);
 	ASSERT_EQ(uvsock_shutdown(c.gfd, SHUT_RD), 0);

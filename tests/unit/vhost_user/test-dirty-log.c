@@ -10,7 +10,7 @@
  */
 #include <unistd.h>
 
-#include "device/device.h"
+#include "device/vsock_dev.h"
 #include "tdev.h"
 #include "test.h"
 #include "util/fdcheck.h"

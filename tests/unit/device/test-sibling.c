@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Device-role tests of src/device/sibling.c, the sibling port: routing with RX splitting, a
+ * congested or full sibling (RSTs dropped, packets held in order, then back-pressure), a
+ * sibling's VMM disconnecting and reconnecting (the device is kept).
+ * Shared set-up: devtest.h.
+ */
+#include "devtest.h"
+
+TEST(siblings_route_and_split_large_packets)
+{
+	struct vsock_router *router;
+	struct tdev ta, tb;
+	struct tguest ga, gb;
+	struct vsock_hdr h, r;
+	struct vsock_dev_stats st;
+	static uint8_t big[10000], got[10000];
+	uint8_t buf[RXBUF];
+	size_t have = 0;
+	int pieces = 0;
+
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 7 + 1);
+	sib_start(&router, &ta, &tb);
+	tg_connect(&ga, &ta);
+	tg_connect(&gb, &tb);
+
+	h = mkhdr(&ga, 4, 1111, 77, VSOCK_TYPE_SEQPACKET, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, false));
+	ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+	ASSERT_EQ(r.src_cid, 3);
+	ASSERT_EQ(r.dst_cid, 4);
+	h = mkhdr(&gb, 3, 77, 1111, VSOCK_TYPE_SEQPACKET, VSOCK_OP_RESPONSE, 0);
+	tg_send(&gb, &h, NULL);
+	ASSERT_OK(tg_recv(&ga, &r, buf, sizeof(buf), WAIT_MS, false));
+	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
+	ASSERT_EQ(r.src_cid, 4);
+
+	/* 10000 bytes into 4096-byte buffers: 4052 + 4052 + 1896, EOM|EOR on the last only. */
+	h = mkhdr(&ga, 4, 1111, 77, VSOCK_TYPE_SEQPACKET, VSOCK_OP_RW, sizeof(big));
+	h.flags = VSOCK_SEQ_EOM | VSOCK_SEQ_EOR;
+	tg_send(&ga, &h, big);
+	while (have < sizeof(big)) {
+		ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, false));
+		ASSERT_EQ(r.op, VSOCK_OP_RW);
+		ASSERT_LE(r.len, RXBUF - 44);
+		ASSERT_LE(have + r.len, sizeof(big));
+		memcpy(got + have, buf, r.len);
+		have += r.len;
+		pieces++;
+		if (have < sizeof(big))
+			ASSERT_EQ(r.flags, 0);
+		else
+			ASSERT_EQ(r.flags, VSOCK_SEQ_EOM | VSOCK_SEQ_EOR);
+	}
+	ASSERT_EQ(pieces, 3);
+	ASSERT_MEMEQ(got, big, sizeof(big));
+	vsock_dev_get_stats(ta.d, &st);
+	ASSERT_EQ(st.sibling_fwd_pkts, 2);
+
+	sib_stop(router, &ta, &tb, &ga, &gb);
+}
+
+TEST(congested_sibling_does_not_stall_sender)
+{
+	struct vsock_router *router;
+	struct tdev ta, tb;
+	struct tguest ga, gb;
+	struct vsock_hdr h, r;
+	struct vsock_dev_stats st;
+	uint64_t t0;
+	char buf[64];
+
+	sib_start(&router, &ta, &tb);
+	tg_connect(&ga, &ta);
+	/* B's guest posts no RX buffers: its inbox (512 packets) fills and stays full. */
+	tg_connect_nrx(&gb, &tb, 0);
+	for (uint32_t i = 0; i < 600; i++) {
+		h = mkhdr(&ga, 4, 10000 + i, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+		tg_send(&ga, &h, NULL);
+	}
+	/* A reaches the host at once: the 88 REQUESTs B has no room for are held for B, not in
+	 * A's TX ring. */
+	t0 = test_now_ms();
+	h = mkhdr(&ga, 2, 40000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&ga, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RST);
+	ASSERT_EQ(r.src_cid, 2);
+	ASSERT_LT(test_now_ms() - t0, 500);
+	/* B makes no room within 1 s: what was held for it is dropped, each answered with an RST
+	 * from B to A's guest. */
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(ta.d, &st), st.sibling_dropped == 600 - 512), WAIT_MS);
+	ASSERT_EQ(st.sibling_fwd_pkts, 512);
+	for (uint32_t i = 512; i < 600; i++) {
+		ASSERT_OK(tg_recv(&ga, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RST);
+		ASSERT_EQ(r.src_cid, 4);
+		ASSERT_EQ(r.dst_port, 10000 + i);
+	}
+	/* Once B takes packets again, forwarding resumes. */
+	for (int i = 0; i < NRX; i++)
+		tg_post_rx(&gb, i);
+	tg_kick(&gb, 0);
+	for (int i = 0; i < 512; i++) {
+		ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, false));
+		ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+	}
+	h = mkhdr(&ga, 4, 9999, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, false));
+	ASSERT_EQ(r.src_port, 9999);
+	sib_stop(router, &ta, &tb, &ga, &gb);
+}
+
+/*
+ * uvsockd's case: a VMM disconnect does not free the device. While B's VMM is away, what A sends
+ * B is dropped (counted on B) and A keeps working; B's next VMM gets A's packets again.
+ */
+TEST(sibling_vmm_disconnect_keeps_the_device)
+{
+	struct vsock_router *router;
+	struct vsock_dev_status ds;
+	struct vsock_dev_stats st;
+	struct tdev ta, tb;
+	struct tguest ga, gb;
+	struct vsock_hdr h, r;
+	char buf[64];
+
+	sib_start(&router, &ta, &tb);
+	tg_connect(&ga, &ta);
+	tg_connect(&gb, &tb);
+	h = mkhdr(&ga, 4, 1111, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.src_port, 1111);
+
+	tg_disconnect(&gb);
+	ASSERT_WAIT_FOR((vsock_dev_get_status(tb.d, &ds), !ds.vmm_connected), WAIT_MS);
+	h = mkhdr(&ga, 4, 1112, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(tb.d, &st), st.sibling_dropped), WAIT_MS);
+	ASSERT_EQ(st.sibling_dropped, 1);
+	/* A still reaches the host (no listener there: RST at once). */
+	h = mkhdr(&ga, 2, 1113, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&ga, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RST);
+	ASSERT_EQ(r.src_cid, 2);
+
+	/* The same device serves B's next VMM, and A's packets reach it again. */
+	tg_connect(&gb, &tb);
+	h = mkhdr(&ga, 4, 1114, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&ga, &h, NULL);
+	ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+	ASSERT_EQ(r.src_port, 1114);
+	vsock_dev_get_stats(tb.d, &st);
+	ASSERT_EQ(st.vmm_connects, 2);
+	vsock_dev_get_stats(ta.d, &st);
+	ASSERT_EQ(st.sibling_dropped, 0);
+	ASSERT_EQ(st.sibling_fwd_pkts, 3);
+	tg_disconnect(&ga);
+	tg_disconnect(&gb);
+	/* Shutdown as uvsockd's: every device stopped, then all freed. */
+	vsock_dev_stop(ta.d);
+	vsock_dev_stop(tb.d);
+	pthread_join(ta.th, NULL);
+	pthread_join(tb.th, NULL);
+	dev_vhu_free(ta.vhu);
+	dev_vhu_free(tb.vhu);
+	vsock_dev_free(ta.d);
+	vsock_dev_free(tb.d);
+	ASSERT_OK(rmdir(ta.dir));
+	ASSERT_OK(rmdir(tb.dir));
+	vsock_router_free(router);
+}
+
+/* RSTs to a sibling whose inbox is full are replies: dropped and counted, never waited for. */
+TEST(rsts_to_a_full_sibling_are_dropped_not_waited_for)
+{
+	struct sib_pair p;
+	struct vsock_dev_stats st;
+
+	sib_pair_start(&p, 0);
+	sib_send_n(&p, 10000, 512, VSOCK_OP_REQUEST);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(p.ta.d, &st), st.sibling_fwd_pkts == 512), WAIT_MS);
+	sib_send_n(&p, 20000, 300, VSOCK_OP_RST);
+	sib_host_round_trip(&p, 40000);
+	vsock_dev_get_stats(p.ta.d, &st);
+	ASSERT_EQ(st.sibling_fwd_pkts, 512);
+	ASSERT_EQ(st.sibling_replies_dropped, 300);
+	ASSERT_EQ(st.sibling_dropped, 0);
+	sib_pair_stop(&p);
+}
+
+/*
+ * Packets to a full sibling are held for it, in order; once the hold reaches its bound the
+ * sender's ring waits (back-pressure on the guest that sends, never an RST on a healthy
+ * connection). When the sibling drains within the stall limit, everything arrives in order and
+ * nothing is lost, and the sender's ring goes on.
+ */
+TEST(packets_for_a_full_sibling_are_held_in_order_then_back_pressured)
+{
+	struct sib_pair p;
+	struct vsock_dev_stats st;
+	struct vsock_hdr r;
+	char buf[64];
+
+	sib_pair_start(&p, 0);
+	/* 512 fill B's inbox, 256 are held, the hold is full: the last 10 wait in A's ring. */
+	sib_send_n(&p, 10000, 512 + 256 + 10, VSOCK_OP_REQUEST);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(p.ta.d, &st), st.sibling_fwd_pkts == 512), WAIT_MS);
+	/* B drains now (well within the 1 s limit): everything arrives, in order. */
+	for (int i = 0; i < NRX; i++)
+		tg_post_rx(&p.gb, i);
+	tg_kick(&p.gb, 0);
+	for (uint32_t i = 0; i < 512 + 256 + 10; i++) {
+		ASSERT_OK(tg_recv(&p.gb, &r, buf, sizeof(buf), WAIT_MS, false));
+		ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+		ASSERT_EQ(r.src_port, 10000 + i);
+	}
+	sib_host_round_trip(&p, 40000);
+	vsock_dev_get_stats(p.ta.d, &st);
+	ASSERT_EQ(st.sibling_fwd_pkts, 512 + 256 + 10);
+	ASSERT_EQ(st.sibling_dropped, 0);
+	ASSERT_EQ(st.sibling_replies_dropped, 0);
+	sib_pair_stop(&p);
+}
+
+TEST_MAIN()

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/* uvsock-ctl (see ctlcli.h): options, the one request, its answer in words or as JSON. */
+#include "ctlcli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctlproto/client.h"
+
+#define CTLCLI_TIMEOUT_MS 30000
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: uvsock-ctl [-s PATH] [--json] add-vm SPEC\n"
+		"       uvsock-ctl [-s PATH] [--json] remove-vm CID|NAME\n"
+		"\n"
+		"Adds or removes a VM of a running uvsockd through its control socket; the\n"
+		"other VMs and their connections are not touched.\n"
+		"\n"
+		"Commands:\n"
+		"  add-vm SPEC         SPEC as uvsockd --vm: guest-cid=N,socket=PATH,\n"
+		"                      uds-path=PATH[,KEY=VALUE...] (no spaces)\n"
+		"  remove-vm CID|NAME  stop the VM with that guest CID or name\n"
+		"\n"
+		"Options:\n"
+		"  -s, --socket PATH   uvsockd's control socket, or a VM's vhost-user socket\n"
+		"                      (then PATH.ctl); default $" OPS_STATCLI_ENV "\n"
+		"  --json              print the daemon's answer as it came (one JSON line)\n"
+		"  -h, --help          print this help\n"
+		"  -V, --version       print the version\n");
+}
+
+/* The request line for the command in argv[0..argc), into buf; -EINVAL on a usage error. */
+static int build_request(int argc, char **argv, char *buf, size_t len)
+{
+	const char *verb;
+	int n;
+
+	if (argc != 2)
+		return -EINVAL;
+	if (strcmp(argv[0], "add-vm") == 0)
+		verb = "vm-add";
+	else if (strcmp(argv[0], "remove-vm") == 0)
+		verb = "vm-remove";
+	else
+		return -EINVAL;
+	if (!argv[1][0] || strpbrk(argv[1], " \t\r\n"))
+		return -EINVAL;
+	n = snprintf(buf, len, "v1 %s %s", verb, argv[1]);
+	return n < 0 || (size_t)n >= len ? -E2BIG : 0;
+}
+
+int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE *err)
+{
+	static const struct option longopts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *path = getenv(OPS_STATCLI_ENV);
+	char req[OPS_CTL_MAX_REQUEST - 1], *raw = NULL;
+	struct ops_jv *v = NULL;
+	bool json = false;
+	int c, fd = -1, r, rc = 1;
+
+	optind = 0; /* a fresh scan, also when called more than once (tests) */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+s:hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			path = optarg;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			usage(out);
+			return 0;
+		case 'V':
+			fprintf(out, "uvsock-ctl %s\n", version);
+			return 0;
+		default:
+			fprintf(err, "uvsock-ctl: unknown or incomplete option '%s' (see --help)\n",
+				argv[optind - 1]);
+			return 2;
+		}
+	}
+	r = build_request(argc - optind, argv + optind, req, sizeof(req));
+	if (r < 0) {
+		fprintf(err, "uvsock-ctl: %s (see --help)\n",
+			r == -E2BIG	 ? "the request is too long"
+			: argc == optind ? "no command given"
+					 : "expected add-vm SPEC or remove-vm CID|NAME");
+		return 2;
+	}
+	if (!path || !*path) {
+		fprintf(err, "uvsock-ctl: no control socket: use -s PATH or set " OPS_STATCLI_ENV
+			"\n");
+		return 2;
+	}
+	r = ops_ctl_connect(path, &fd);
+	if (r < 0) {
+		fprintf(err, "uvsock-ctl: %s: %s\n", path, strerror(-r));
+		return 1;
+	}
+	r = ops_ctl_request(fd, req, -1, CTLCLI_TIMEOUT_MS, &raw, &v);
+	close(fd);
+	if (r < 0) {
+		fprintf(err, "uvsock-ctl: %s: %s\n", path, strerror(-r));
+		goto out;
+	}
+	if (json)
+		fprintf(out, "%s\n", raw);
+	if (!ops_json_bool(v, "ok", false)) {
+		fprintf(err, "uvsock-ctl: %s (%s)\n", ops_json_str(v, "error", "refused"),
+			ops_json_str(v, "errno", "?"));
+		goto out;
+	}
+	if (!json && ops_json_get(v, "added"))
+		fprintf(out, "added VM %llu (%llu VMs now)\n",
+			(unsigned long long)ops_json_u64(v, "added", 0),
+			(unsigned long long)ops_json_u64(v, "vms", 0));
+	else if (!json)
+		fprintf(out, "removed VM %llu (%llu VMs now)\n",
+			(unsigned long long)ops_json_u64(v, "removed", 0),
+			(unsigned long long)ops_json_u64(v, "vms", 0));
+	rc = 0;
+out:
+	ops_json_free(v);
+	free(raw);
+	return rc;
+}
