@@ -12,6 +12,7 @@
  *   hold S PORT         connect to the host's PORT and keep the socket in slot S (0..7)
  *   ping S              16 bytes through slot S and back (the host end echoes)
  *   wait_reset S MS     wait up to MS ms for slot S to fail; "OK <errno name>" once it does
+ *                       (SO_ERROR first: a TRANSPORT_RESET leaves ECONNRESET there)
  *   close S             close slot S
  *   echo PORT N         a new connection to the host's PORT, N bytes there and back, closed
  *   stream S            a child reads slot S until it fails, checking every byte against the
@@ -93,6 +94,20 @@ static const char *ename(int e)
 	case 0: return "-";
 	default: return strerror(e);
 	}
+}
+
+/*
+ * Why a socket ended: its pending error (SO_ERROR; a TRANSPORT_RESET leaves ECONNRESET there,
+ * while recv answers ENOTCONN), else what recv said (e; -1: EOF).
+ */
+static int sock_error(int fd, int e)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err)
+		return err;
+	return e;
 }
 
 static int vconnect(unsigned port)
@@ -190,7 +205,7 @@ static void streamer(int fd)
 		ssize_t n = recv(fd, buf, sizeof(buf), 0);
 
 		if (n <= 0) {
-			sh->stream_end = n == 0 ? -1 : errno;
+			sh->stream_end = sock_error(fd, n == 0 ? -1 : errno);
 			printf("lifecycle: stream ended after %llu bytes, %llu bad: %s\n",
 			       (unsigned long long)off, (unsigned long long)sh->stream_bad,
 			       ename(sh->stream_end));
@@ -293,7 +308,7 @@ static void command(char *line)
 				continue;
 			if (n < 0 && errno == EAGAIN)
 				continue;
-			reply("OK %s", ename(n == 0 ? -1 : errno));
+			reply("OK %s", ename(sock_error(slot[s], n == 0 ? -1 : errno)));
 			break;
 		}
 	} else if (!strcmp(argv[0], "close") && argc == 2 && (s = parse_slot(argv[1])) >= 0) {
