@@ -26,8 +26,9 @@ all: build
 deps:
 	@scripts/install-deps.sh build test
 
-# The interop run's packages (QEMU, static busybox...), its guest kernels and the newer QEMU of
-# interop-inorder (scripts/fetch-qemu.sh), into the cache of
+# The interop run's packages (QEMU, static busybox...), its guest kernels, the newer QEMU of
+# interop-inorder (scripts/fetch-qemu.sh) and the patched QEMUs of the reconnect and migration
+# cases (scripts/build-qemu.sh, contrib/qemu/), into the cache of
 # tests/interop (apt-get download, never installed). Not fatal: without them the interop tests
 # skip loudly.
 interop-deps:
@@ -37,6 +38,8 @@ interop-deps:
 		echo "make: scripts/fetch-qemu.sh failed; interop-inorder will skip (exit 77)" >&2
 	@scripts/fetch-guest-tools.sh || \
 		echo "make: scripts/fetch-guest-tools.sh failed; ssh-vsock-mux will skip (exit 77)" >&2
+	@scripts/build-qemu.sh 7.2 >/dev/null || \
+		echo "make: scripts/build-qemu.sh failed; interop-qemu-reconnect and -migrate will skip (exit 77)" >&2
 
 # The Debian package test's tools and build dependencies (tests/pkg); without them that test
 # skips loudly (exit 77).

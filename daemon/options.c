@@ -1129,6 +1129,8 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 void uvsockd_print_capabilities(FILE *f)
 {
 	/* QEMU's docs/interop/vhost-user.json defines capability members only for the "input",
-	 * "gpu" and "block" types: a vsock back-end's capabilities are its type alone. */
-	fprintf(f, "{\n  \"type\": \"vsock\"\n}\n");
+	 * "gpu" and "block" types; like virtiofsd we list our own: migrate-precopy (dirty logging:
+	 * LOG_ALL, LOG_SHMFD, as virtiofsd names it), the socket types and the sibling routing. */
+	fprintf(f, "{\n  \"type\": \"vsock\",\n  \"features\": [\n    \"migrate-precopy\",\n"
+		   "    \"seqpacket\",\n    \"dgram\",\n    \"siblings\"\n  ]\n}\n");
 }

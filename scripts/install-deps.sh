@@ -10,8 +10,9 @@ for k in "${@:-build test}"; do
 	# socat, ncat: the shim suite
 	# libvirt-clients: virt-xml-validate checks examples/libvirt-domain.xml (tests/clients)
 	test) want="$want clang libclang-rt-14-dev socat ncat tshark python3-prometheus-client libvirt-clients" ;;
-	# openssh-client: tests/clients/ssh-vsock-mux.sh (ssh, ssh-keygen)
-	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod openssh-client" ;;
+	# openssh-client: tests/clients/ssh-vsock-mux.sh (ssh, ssh-keygen); dpkg-dev libglib2.0-dev
+	# libpixman-1-dev libfdt-dev: the patched QEMU builds (scripts/build-qemu.sh)
+	interop) want="$want qemu-system-x86 busybox-static cpio xz-utils zstd kmod openssh-client dpkg-dev libglib2.0-dev libpixman-1-dev libfdt-dev" ;;
 	capture) want="$want tshark" ;;
 	# The Debian package and its test (debian/, tests/pkg): tools and Build-Depends.
 	pkg) want="$want debhelper dpkg-dev fakeroot lintian pkg-config libyaml-dev libsystemd-dev" ;;

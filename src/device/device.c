@@ -179,6 +179,8 @@ static void rx_put(struct vsock_dev *d, const struct dev_rx_buf *b)
 	vsock_hdr_encode(&b->h, wire);
 	OPS_TAP(&d->tap, &b->h, piov, pn);
 	iov_write_at(b->iov, b->iovcnt, 0, wire, VSOCK_HDR_SIZE);
+	/* Migration: the pages of header and payload go into the dirty log (when it is on). */
+	vring_dev_log_written(&d->rxq.q, b->iov, b->iovcnt, VSOCK_HDR_SIZE + b->h.len);
 	(void)vring_dev_fill(&d->rxq.q, b->head, VSOCK_HDR_SIZE + b->h.len);
 }
 

@@ -83,6 +83,7 @@ void dev_evq_flush(struct vsock_dev *d)
 			continue;
 		}
 		iov_write_at(in, ch.in_num, 0, ev, sizeof(ev));
+		vring_dev_log_written(&eq->q, in, ch.in_num, VSOCK_EVENT_SIZE);
 		(void)vring_dev_fill(&eq->q, ch.head, VSOCK_EVENT_SIZE);
 		d->evq_reset_pending = false;
 		DEV_STAT_ADD(d, transport_resets, 1);

@@ -183,7 +183,9 @@ static int vmm_attach(struct dev_vhu *v, int s)
 	int r;
 
 	vhu_backend_config_init(&cfg);
-	cfg.features &= uvsock_dev_features(); /* what the device implements (event-idx switch) */
+	/* What the device implements (event-idx switch), and dirty logging, which is the vring
+	 * module's (src/vring/dirty_log.h) and needs nothing of the device. */
+	cfg.features &= uvsock_dev_features() | VHU_BIT(VHU_F_LOG_ALL);
 	if (dev_dgram_offered(v->d))
 		cfg.features |= VHU_BIT(VHU_VSOCK_F_DGRAM);
 	cfg.guest_cid = vsock_dev_guest_cid(v->d);

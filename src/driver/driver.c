@@ -369,6 +369,14 @@ static int session_open(struct vdrv *d)
 	r = vhu_front_start(d->f);
 	if (r < 0)
 		goto fail;
+	/* Measurement setting: logging on as during a live migration (the back-end must offer it). */
+	if (tune_get()->dirty_log) {
+		r = vhu_front_set_log_base(d->f, 0);
+		if (r == 0)
+			r = vhu_front_set_logging(d->f, true);
+		if (r < 0)
+			goto fail;
+	}
 	feats = vhu_front_features(d->f);
 	rr = vhu_front_ring(d->f, 0);
 	tr = vhu_front_ring(d->f, 1);

@@ -51,6 +51,10 @@ static int parse_item(struct tune *t, const char *item, size_t len)
 		on = false;
 		memmove(name, name + 3, len - 2);
 	}
+	if (strcmp(name, "dirty-log") == 0) {
+		t->dirty_log = on;
+		return 0;
+	}
 #define TUNE_MATCH(f, n, d)                                                                        \
 	if (strcmp(name, n) == 0) {                                                                \
 		t->f = on;                                                                         \
@@ -71,7 +75,7 @@ static int parse_list(struct tune *t, const char *list, char *err, size_t errlen
 		if (len && parse_item(t, p, len) < 0) {
 			if (err)
 				snprintf(err, errlen, "unknown or bad switch '%.*s' (see tune.h: "
-					 "NAME, no-NAME, busy-poll-us=N)", (int)len, p);
+					 "NAME, no-NAME, busy-poll-us=N, dirty-log)", (int)len, p);
 			return -EINVAL;
 		}
 		p += len;
@@ -124,5 +128,7 @@ void tune_describe(char *buf, size_t len)
 	TUNE_SWITCHES(TUNE_DESC)
 #undef TUNE_DESC
 	if (off < len)
-		snprintf(buf + off, len - off, "busy-poll-us=%u", t->busy_poll_us);
+		off += (size_t)snprintf(buf + off, len - off, "busy-poll-us=%u", t->busy_poll_us);
+	if (t->dirty_log && off < len)
+		snprintf(buf + off, len - off, ",dirty-log=on");
 }

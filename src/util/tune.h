@@ -7,7 +7,8 @@
  * tune_get() the first time), before any device, engine or guest role is created.
  *
  * The list is comma-separated; "no-NAME" turns NAME off, "NAME" turns it on, "NAME=N" sets a
- * number (busy-poll-us). Example: UVSOCK_TUNE=no-zerocopy,no-event-idx
+ * number (busy-poll-us); "dirty-log" (off by default) is a measurement setting, not a switch.
+ * Example: UVSOCK_TUNE=no-zerocopy,no-event-idx
  */
 #ifndef UVSOCK_UTIL_TUNE_H
 #define UVSOCK_UTIL_TUNE_H
@@ -36,6 +37,10 @@ struct tune {
 	TUNE_SWITCHES(TUNE_FIELD)
 #undef TUNE_FIELD
 	unsigned busy_poll_us; /* device thread spins this long after work; 0: never (default) */
+	/* "dirty-log": the guest role (the front-end) turns vhost-user dirty logging on once its
+	 * rings run, as QEMU does during a live migration, to measure what logging costs the
+	 * back-end (uvsock-perf --dirty-log). Not an optimization: off by default. */
+	bool dirty_log;
 };
 
 /*

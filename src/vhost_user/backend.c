@@ -28,6 +28,7 @@
 #include "util/log.h"
 #include "util/macros.h"
 #include "vhost_user/msg.h"
+#include "vring/dirty_log.h"
 
 /* Handler result besides 0 and -errno: refused (REPLY_ACK says failure), connection stays. */
 #define VHU_REFUSED 1
@@ -67,6 +68,7 @@ struct vhu_backend {
 
 	struct guest_mem *mem;
 	struct vhu_ring rings[VHU_NUM_QUEUES];
+	struct vring_log log; /* dirty log; every map gets it (guest_mem_set_log) */
 
 	int error; /* sticky -errno once the connection failed */
 	char errbuf[256];
@@ -84,7 +86,7 @@ typedef int (*vhu_handler)(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
  * The requests we serve: name, handler, fd count [min, max], payload size [min, max], policy,
  * protocol feature that must have been acked (or NO_PROTO). Handlers narrow the ranges further
  * where the exact value depends on the payload (SET_MEM_TABLE, the "no fd" bit, GET_CONFIG).
- * Everything else (logging, inflight, slave channel, status, memory slots...) is not offered
+ * Everything else (inflight, back-end channel, status, memory slots...) is not offered
  * and therefore a protocol violation.
  */
 #define VHU_HANDLED_REQUESTS(X)                                                                    \
@@ -94,6 +96,8 @@ typedef int (*vhu_handler)(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 	X(RESET_OWNER, h_reset_owner, 0, 0, 0, 0, 0, NO_PROTO)                                     \
 	X(SET_MEM_TABLE, h_set_mem_table, 1, VHU_MAX_FDS, 8 + 32, 8 + 32 * VHU_MAX_FDS, P_OWNER,  \
 	  NO_PROTO)                                                                                \
+	X(SET_LOG_BASE, h_set_log_base, 1, 1, 16, 16, P_OWNER | P_REPLY, VHU_PROTO_F_LOG_SHMFD)    \
+	X(SET_LOG_FD, h_set_log_fd, 1, 1, 0, 8, P_OWNER, VHU_PROTO_F_LOG_SHMFD)                    \
 	X(SET_VRING_NUM, h_set_vring_num, 0, 0, 8, 8, P_OWNER, NO_PROTO)                           \
 	X(SET_VRING_ADDR, h_set_vring_addr, 0, 0, 40, 40, P_OWNER, NO_PROTO)                       \
 	X(SET_VRING_BASE, h_set_vring_base, 0, 0, 8, 8, P_OWNER, NO_PROTO)                         \
@@ -116,7 +120,7 @@ typedef int (*vhu_handler)(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 	N(SET_LOG_BASE) N(SET_LOG_FD) N(SET_VRING_NUM) N(SET_VRING_ADDR) N(SET_VRING_BASE)         \
 	N(GET_VRING_BASE) N(SET_VRING_KICK) N(SET_VRING_CALL) N(SET_VRING_ERR)                     \
 	N(GET_PROTOCOL_FEATURES) N(SET_PROTOCOL_FEATURES) N(GET_QUEUE_NUM) N(SET_VRING_ENABLE)     \
-	N(SEND_RARP) N(NET_SET_MTU) N(SET_SLAVE_REQ_FD) N(IOTLB_MSG) N(SET_VRING_ENDIAN)           \
+	N(SEND_RARP) N(NET_SET_MTU) N(SET_BACKEND_REQ_FD) N(IOTLB_MSG) N(SET_VRING_ENDIAN)           \
 	N(GET_CONFIG) N(SET_CONFIG) N(CREATE_CRYPTO_SESSION) N(CLOSE_CRYPTO_SESSION)               \
 	N(POSTCOPY_ADVISE) N(POSTCOPY_LISTEN) N(POSTCOPY_END) N(GET_INFLIGHT_FD)                   \
 	N(SET_INFLIGHT_FD) N(GPU_SET_SOCKET) N(RESET_DEVICE) N(VRING_KICK) N(GET_MAX_MEM_SLOTS)    \
@@ -236,6 +240,17 @@ static int ring_translate(struct vhu_backend *b, unsigned q, struct vhu_vring_in
 	if (((uintptr_t)info->desc & 15) || ((uintptr_t)info->avail & amask) ||
 	    ((uintptr_t)info->used & 3))
 		return fail(b, -EINVAL, "queue %u: ring parts misaligned in host memory", q);
+	/* VHOST_VRING_F_LOG: used-ring writes are logged at log_guest_addr, which the device
+	 * derives from the used ring's place in memory; the two must agree. */
+	if (a->flags & VHU_VRING_F_LOG) {
+		uint64_t gpa = 0;
+
+		if (!guest_mem_hva_to_gpa(b->mem, info->used, &gpa) || gpa != a->log_guest_addr)
+			return fail(b, -EINVAL,
+				    "queue %u: log_guest_addr 0x%llx is not the used ring's "
+				    "guest-physical address 0x%llx",
+				    q, (unsigned long long)a->log_guest_addr, (unsigned long long)gpa);
+	}
 	return 0;
 }
 
@@ -327,10 +342,19 @@ static int h_set_features(struct vhu_backend *b, struct vhu_msg *m, struct vhu_r
 
 	if (ret < 0)
 		return ret;
+	/* QEMU turns dirty logging on and off (LOG_ALL alone) while the rings run. */
+	if ((f ^ b->features) == VHU_BIT(VHU_F_LOG_ALL) && b->features) {
+		b->features = f;
+		vring_log_set_enabled(&b->log, f & VHU_BIT(VHU_F_LOG_ALL));
+		log_debug("vhost-user %s: dirty logging %s", b->cfg.name ? b->cfg.name : "-",
+			  (f & VHU_BIT(VHU_F_LOG_ALL)) ? "on" : "off");
+		return 0;
+	}
 	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++)
 		if (b->rings[q].started)
 			return fail(b, -EBUSY, "queue %u is started", q);
 	b->features = f;
+	vring_log_set_enabled(&b->log, f & VHU_BIT(VHU_F_LOG_ALL));
 	log_debug("vhost-user %s: features 0x%llx acked", b->cfg.name ? b->cfg.name : "-",
 		  (unsigned long long)f);
 	/* vhost-user.rst: with PROTOCOL_FEATURES negotiated, rings start disabled (decided by
@@ -358,6 +382,7 @@ static int h_reset_owner(struct vhu_backend *b, struct vhu_msg *m, struct vhu_re
 	}
 	b->features = 0;
 	b->owner = false;
+	vring_log_reset(&b->log);
 	return 0;
 }
 
@@ -422,6 +447,12 @@ static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 				   strerror(-ret));
 		return warn_refusal(b, ret);
 	}
+	if (b->log.active && b->log.size < vring_log_bytes_for(guest_mem_gpa_end(nm))) {
+		guest_mem_free(nm);
+		return fail(b, -EINVAL, "the dirty log (%llu bytes) does not cover the new memory",
+			    (unsigned long long)b->log.size);
+	}
+	guest_mem_set_log(nm, &b->log);
 
 	/* The device must drop every guest pointer before the old map goes away. */
 	stop_all(b);
@@ -479,12 +510,27 @@ static int h_set_vring_addr(struct vhu_backend *b, struct vhu_msg *m, struct vhu
 	if (ret < 0)
 		return ret;
 	ring = &b->rings[a->index];
-	if (a->flags != 0)
-		return fail(b, -EINVAL, "queue %u: flags 0x%x (dirty logging is not offered)",
-			    a->index, a->flags);
+	if (a->flags & ~VHU_VRING_F_LOG)
+		return fail(b, -EINVAL, "queue %u: unknown flags 0x%x", a->index, a->flags);
+	if ((a->flags & VHU_VRING_F_LOG) && !(b->offered_features & VHU_BIT(VHU_F_LOG_ALL)))
+		return fail(b, -EINVAL, "queue %u: VRING_F_LOG without LOG_ALL offered", a->index);
 	if ((a->desc_user_addr & 15) || (a->avail_user_addr & (ring_packed(b) ? 3 : 1)) ||
 	    (a->used_user_addr & 3))
 		return fail(b, -EINVAL, "queue %u: misaligned ring addresses", a->index);
+	/* Logging turned on or off for a running ring (QEMU does this at migration start and
+	 * end): same addresses, so the ring keeps running; only the log address is checked. */
+	if (ring->running && a->desc_user_addr == ring->addr.desc_user_addr &&
+	    a->used_user_addr == ring->addr.used_user_addr &&
+	    a->avail_user_addr == ring->addr.avail_user_addr) {
+		struct vhu_ring saved = *ring;
+		struct vhu_vring_info info;
+
+		ring->addr = *a;
+		ret = ring_translate(b, a->index, &info);
+		if (ret < 0)
+			ring->addr = saved.addr;
+		return ret;
+	}
 	ring_stop(b, a->index);
 	ring->addr = *a;
 	ring->addr_set = true;
@@ -611,6 +657,41 @@ static int h_set_vring_err(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 		return ret;
 	close_fd(&b->rings[q].err_fd);
 	b->rings[q].err_fd = fd;
+	return 0;
+}
+
+/*
+ * SET_LOG_BASE (with LOG_SHMFD): maps the front-end's dirty bitmap. It must cover the guest
+ * memory we know of; a smaller one is refused. The reply is a u64 0 (QEMU waits for it).
+ */
+static int h_set_log_base(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	const struct vhu_log *l = &m->payload.log;
+	uint64_t need = vring_log_bytes_for(guest_mem_gpa_end(b->mem));
+	int ret;
+
+	if (l->mmap_size < need)
+		return warn_refusal(b, fail(b, -EINVAL,
+					    "log of %llu bytes is too small for the guest memory "
+					    "(%llu bytes needed)",
+					    (unsigned long long)l->mmap_size,
+					    (unsigned long long)need));
+	ret = vring_log_map(&b->log, m->fds[0], l->mmap_size, l->mmap_offset);
+	if (ret < 0)
+		return warn_refusal(b, fail(b, ret, "cannot map a log of %llu bytes at offset %llu: %s",
+					    (unsigned long long)l->mmap_size,
+					    (unsigned long long)l->mmap_offset, strerror(-ret)));
+	log_debug("vhost-user %s: dirty log of %llu bytes", b->cfg.name ? b->cfg.name : "-",
+		  (unsigned long long)l->mmap_size);
+	return reply_u64(r, 0);
+}
+
+/* SET_LOG_FD: an eventfd signalled after a used-ring publication that marked pages. */
+static int h_set_log_fd(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	if (fd_check_eventfd(m->fds[0]) < 0)
+		return warn_refusal(b, fail(b, -EINVAL, "the log fd is not an eventfd"));
+	vring_log_set_fd(&b->log, vhu_msg_take_fd(m, 0));
 	return 0;
 }
 
@@ -807,7 +888,10 @@ int vhu_backend_new(int sock, const struct vhu_backend_config *cfg,
 	b->offered_features = VHU_BIT(VHU_F_VERSION_1) | VHU_BIT(VHU_F_PROTOCOL_FEATURES) |
 			      cfg->features;
 	b->offered_proto = VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK) |
-			   (cfg->offer_mq ? VHU_BIT(VHU_PROTO_F_MQ) : 0);
+			   (cfg->offer_mq ? VHU_BIT(VHU_PROTO_F_MQ) : 0) |
+			   ((cfg->features & VHU_BIT(VHU_F_LOG_ALL)) ? VHU_BIT(VHU_PROTO_F_LOG_SHMFD)
+								     : 0);
+	vring_log_init(&b->log);
 	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
 		b->rings[q].kick_fd = b->rings[q].call_fd = b->rings[q].err_fd = -1;
 		b->rings[q].enabled = true; /* nothing acked yet: see h_set_features */
@@ -826,6 +910,7 @@ void vhu_backend_free(struct vhu_backend *b)
 	if (b->mem && b->ops && b->ops->mem_table_changing)
 		b->ops->mem_table_changing(b->opaque);
 	guest_mem_free(b->mem);
+	vring_log_reset(&b->log);
 	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
 		close_fd(&b->rings[q].kick_fd);
 		close_fd(&b->rings[q].call_fd);
@@ -859,6 +944,11 @@ uint64_t vhu_backend_protocol_features(const struct vhu_backend *b)
 const struct guest_mem *vhu_backend_mem(const struct vhu_backend *b)
 {
 	return b->mem;
+}
+
+const struct vring_log *vhu_backend_log(const struct vhu_backend *b)
+{
+	return &b->log;
 }
 
 bool vhu_backend_queue_running(const struct vhu_backend *b, unsigned qidx)

@@ -41,11 +41,12 @@
 #define VHU_BACKEND_OPTIONAL_FEATURES                                                              \
 	(VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_NOTIFY_ON_EMPTY) |                         \
 	 VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_IN_ORDER) |       \
-	 VHU_BIT(VHU_F_RING_PACKED) | VHU_BIT(VHU_VSOCK_F_DGRAM))
-/* What vhu_backend_config_init() offers. */
+	 VHU_BIT(VHU_F_RING_PACKED) | VHU_BIT(VHU_VSOCK_F_DGRAM) | VHU_BIT(VHU_F_LOG_ALL))
+/* What vhu_backend_config_init() offers. VHU_F_LOG_ALL (dirty logging for live migration)
+ * comes with the protocol feature LOG_SHMFD. */
 #define VHU_BACKEND_DEFAULT_FEATURES                                                               \
 	(VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_INDIRECT_DESC) | VHU_BIT(VHU_F_EVENT_IDX) | \
-	 VHU_BIT(VHU_F_IN_ORDER) | VHU_BIT(VHU_F_RING_PACKED))
+	 VHU_BIT(VHU_F_IN_ORDER) | VHU_BIT(VHU_F_RING_PACKED) | VHU_BIT(VHU_F_LOG_ALL))
 
 struct vhu_backend_config {
 	uint64_t guest_cid;     /* served by GET_CONFIG as le64 at offset 0 */
@@ -155,6 +156,9 @@ uint64_t vhu_backend_features(const struct vhu_backend *b);
 uint64_t vhu_backend_protocol_features(const struct vhu_backend *b);
 /* Current guest memory map or NULL (borrowed; see ops->mem_table_changing). */
 const struct guest_mem *vhu_backend_mem(const struct vhu_backend *b);
+/* The dirty log (vring/dirty_log.h): active while LOG_ALL is acked and a log is mapped. */
+const struct vring_log *vhu_backend_log(const struct vhu_backend *b);
+
 /* True while the device has been told to run ring qidx. */
 bool vhu_backend_queue_running(const struct vhu_backend *b, unsigned qidx);
 

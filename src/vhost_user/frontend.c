@@ -42,6 +42,11 @@ struct vhu_front {
 	uint16_t next_base[FRONT_NUM_QUEUES]; /* SET_VRING_BASE value for the next start */
 	unsigned nq;                          /* queues handed to the back-end: 2 or 3 */
 
+	int log_fd;        /* dirty log memfd (vhu_front_set_log_base), -1: none */
+	uint8_t *log;      /* its mapping */
+	uint64_t log_size; /* bytes */
+	bool logging;      /* LOG_ALL acked and VRING_F_LOG set (vhu_front_set_logging) */
+
 	struct vhu_msg reply; /* 4 KiB payload: kept off the stack */
 };
 
@@ -84,6 +89,7 @@ int vhu_front_new(int sock, const struct vhu_front_config *cfg, struct vhu_front
 		return -ENOMEM;
 	f->sock = -1;
 	f->memfd = -1;
+	f->log_fd = -1;
 	f->mem = MAP_FAILED;
 	for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++) {
 		f->rings[q].kick_fd = f->rings[q].call_fd = f->err_fd[q] = -1;
@@ -129,6 +135,9 @@ void vhu_front_free(struct vhu_front *f)
 	}
 	if (f->mem != MAP_FAILED)
 		munmap(f->mem, f->cfg.mem_size);
+	if (f->log)
+		munmap(f->log, f->log_size);
+	close_fd(&f->log_fd);
 	close_fd(&f->memfd);
 	close_fd(&f->sock);
 	free(f);
@@ -287,7 +296,7 @@ int vhu_front_init(struct vhu_front *f)
 	if (!(proto & VHU_BIT(VHU_PROTO_F_CONFIG)))
 		return -EPROTONOSUPPORT;
 	proto &= VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK) |
-		 VHU_BIT(VHU_PROTO_F_MQ);
+		 VHU_BIT(VHU_PROTO_F_MQ) | VHU_BIT(VHU_PROTO_F_LOG_SHMFD);
 	/* Sent before REPLY_ACK is in force, as QEMU does. */
 	r = vhu_front_request(f, VHU_REQ_SET_PROTOCOL_FEATURES, false, &proto, sizeof(proto), NULL,
 			      0, NULL, 0);
@@ -401,10 +410,27 @@ static uint64_t uva_of(const struct vhu_front *f, uint64_t gpa)
 	return (uintptr_t)f->mem + (gpa - f->cfg.gpa_base);
 }
 
+/* SET_VRING_ADDR of ring qidx, with VHOST_VRING_F_LOG (log_guest_addr: the used ring) if log. */
+static int set_addr(struct vhu_front *f, unsigned qidx, bool log)
+{
+	const struct vhu_front_ring *ring = &f->rings[qidx];
+	struct vhu_vring_addr a = { .index = qidx };
+
+	/* QEMU user virtual addresses, i.e. addresses in our own mapping; wire order desc, used,
+	 * avail. */
+	a.desc_user_addr = uva_of(f, ring->desc_gpa);
+	a.used_user_addr = uva_of(f, ring->used_gpa);
+	a.avail_user_addr = uva_of(f, ring->avail_gpa);
+	if (log) {
+		a.flags = VHU_VRING_F_LOG;
+		a.log_guest_addr = ring->used_gpa;
+	}
+	return set_req(f, VHU_REQ_SET_VRING_ADDR, &a, sizeof(a), NULL, 0);
+}
+
 int vhu_front_setup_ring(struct vhu_front *f, unsigned qidx, uint16_t base)
 {
 	struct vhu_vring_state st = { .index = qidx };
-	struct vhu_vring_addr a = { .index = qidx };
 	struct vhu_front_ring *ring;
 	int r;
 
@@ -422,12 +448,7 @@ int vhu_front_setup_ring(struct vhu_front *f, unsigned qidx, uint16_t base)
 	r = set_req(f, VHU_REQ_SET_VRING_BASE, &st, sizeof(st), NULL, 0);
 	if (r < 0)
 		return r;
-	/* QEMU user virtual addresses, i.e. addresses in our own mapping; wire order desc, used,
-	 * avail. */
-	a.desc_user_addr = uva_of(f, ring->desc_gpa);
-	a.used_user_addr = uva_of(f, ring->used_gpa);
-	a.avail_user_addr = uva_of(f, ring->avail_gpa);
-	r = set_req(f, VHU_REQ_SET_VRING_ADDR, &a, sizeof(a), NULL, 0);
+	r = set_addr(f, qidx, f->logging);
 	if (r < 0)
 		return r;
 	r = vring_file(f, VHU_REQ_SET_VRING_KICK, qidx, ring->kick_fd);
@@ -511,6 +532,88 @@ int vhu_front_stop(struct vhu_front *f, uint16_t *ret_bases)
 }
 
 /* ---- accessors -------------------------------------------------------------------------- */
+
+uint64_t vhu_front_log_size_needed(const struct vhu_front *f)
+{
+	/* QEMU's hw/virtio/vhost.c sizing: 64 pages per u64 of the bitmap. */
+	uint64_t end = f->cfg.gpa_base + f->cfg.mem_size, chunk = 64ull * 4096;
+
+	return ((end - 1) / chunk + 1) * 8;
+}
+
+int vhu_front_set_log_base(struct vhu_front *f, uint64_t size)
+{
+	struct vhu_log l = { .mmap_offset = 0 };
+	uint64_t rep = 1;
+	uint8_t *map;
+	int fd, r;
+
+	if (!(f->proto_features & VHU_BIT(VHU_PROTO_F_LOG_SHMFD)))
+		return -EPROTONOSUPPORT;
+	if (size == 0)
+		size = vhu_front_log_size_needed(f);
+	if (size > SIZE_MAX)
+		return -EINVAL;
+	fd = memfd_create("uvsock-dirty-log", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) < 0)
+		goto fail_errno;
+	map = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		goto fail_errno;
+	l.mmap_size = size;
+	/* QEMU waits for a reply (any u64) to SET_LOG_BASE when LOG_SHMFD is negotiated. */
+	r = vhu_front_request(f, VHU_REQ_SET_LOG_BASE, false, &l, sizeof(l), &fd, 1, &rep,
+			      sizeof(rep));
+	if (r < 0) {
+		munmap(map, (size_t)size);
+		close(fd);
+		return r;
+	}
+	if (f->log)
+		munmap(f->log, f->log_size);
+	close_fd(&f->log_fd);
+	f->log_fd = fd;
+	f->log = map;
+	f->log_size = size;
+	return 0;
+
+fail_errno:
+	r = -errno;
+	close(fd);
+	return r;
+}
+
+int vhu_front_set_logging(struct vhu_front *f, bool on)
+{
+	uint64_t feats = on ? f->features | VHU_BIT(VHU_F_LOG_ALL)
+			    : f->features & ~VHU_BIT(VHU_F_LOG_ALL);
+	int r;
+
+	if (on && !(f->offered_features & VHU_BIT(VHU_F_LOG_ALL)))
+		return -EPROTONOSUPPORT;
+	/* QEMU's order (hw/virtio/vhost.c, vhost_dev_set_log): features, then each ring. */
+	r = vhu_front_set_features(f, feats);
+	if (r < 0)
+		return r;
+	f->logging = on;
+	if (!f->rings_allocated)
+		return 0;
+	for (unsigned q = 0; q < f->nq; q++) {
+		r = set_addr(f, q, on);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+const uint8_t *vhu_front_log(const struct vhu_front *f, uint64_t *ret_size)
+{
+	if (ret_size)
+		*ret_size = f->log_size;
+	return f->log;
+}
 
 int vhu_front_fd(const struct vhu_front *f)
 {

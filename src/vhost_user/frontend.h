@@ -72,7 +72,7 @@ void vhu_front_free(struct vhu_front *f);
 
 /*
  * Device initialisation as QEMU 7.2 realizes vhost-user-vsock: GET_FEATURES,
- * GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES (CONFIG, REPLY_ACK and MQ as offered),
+ * GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES (CONFIG, REPLY_ACK, MQ and LOG_SHMFD as offered),
  * [GET_QUEUE_NUM], SET_OWNER, SET_VRING_CALL for each ring, GET_CONFIG (guest CID).
  * Returns 0; -EPROTONOSUPPORT if the back-end lacks VERSION_1, PROTOCOL_FEATURES or protocol
  * feature CONFIG, or offers fewer queues than cfg.num_queues; -EPROTO for a malformed reply (flags not 0x5,
@@ -116,6 +116,27 @@ int vhu_front_get_config(struct vhu_front *f, uint32_t offset, uint32_t size, vo
  */
 int vhu_front_request(struct vhu_front *f, uint32_t request, bool need_reply, const void *payload,
 		      uint32_t size, const int *fds, unsigned nfds, void *reply, uint32_t reply_size);
+
+/* ---- dirty logging (live migration; docs/vhost-user.md "Dirty logging and migration") ---- */
+
+/* Bytes of dirty bitmap QEMU would allocate for this guest memory (64 pages per u64). */
+uint64_t vhu_front_log_size_needed(const struct vhu_front *f);
+/*
+ * SET_LOG_BASE: a new zeroed memfd of size bytes (0: vhu_front_log_size_needed()) handed over
+ * with LOG_SHMFD, the reply awaited; replaces the previous log. Returns 0, -EPROTONOSUPPORT
+ * (LOG_SHMFD not negotiated), -EPROTO (the back-end refused: it closes the connection), or as
+ * vhu_front_init().
+ */
+int vhu_front_set_log_base(struct vhu_front *f, uint64_t size);
+/*
+ * Logging on or off as QEMU does it: SET_FEATURES with or without LOG_ALL, then SET_VRING_ADDR
+ * of every ring with or without VHOST_VRING_F_LOG (log_guest_addr = the used ring); the rings
+ * keep running. Rings set up later follow. Returns 0, -EPROTONOSUPPORT (LOG_ALL not offered),
+ * or as vhu_front_init().
+ */
+int vhu_front_set_logging(struct vhu_front *f, bool on);
+/* The current log bitmap (bit p % 8 of byte p / 8: guest page p) and its size, or NULL. */
+const uint8_t *vhu_front_log(const struct vhu_front *f, uint64_t *ret_size);
 
 /* ---- accessors ---- */
 int vhu_front_fd(const struct vhu_front *f);

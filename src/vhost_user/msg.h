@@ -29,6 +29,7 @@ struct vhu_msg {
 		struct vhu_vring_state state;
 		struct vhu_vring_addr addr;
 		struct vhu_mem_table mem;
+		struct vhu_log log;
 		struct vhu_config config;
 		uint8_t raw[VHU_PAYLOAD_MAX];
 	} payload;

@@ -42,7 +42,7 @@
 #define VHU_PROTO_F_MQ 0
 #define VHU_PROTO_F_LOG_SHMFD 1
 #define VHU_PROTO_F_REPLY_ACK 3
-#define VHU_PROTO_F_SLAVE_REQ 5
+#define VHU_PROTO_F_BACKEND_REQ 5
 #define VHU_PROTO_F_CONFIG 9
 #define VHU_PROTO_F_INFLIGHT_SHMFD 12
 #define VHU_PROTO_F_CONFIGURE_MEM_SLOTS 15
@@ -73,7 +73,7 @@ enum vhu_request {
 	VHU_REQ_SET_VRING_ENABLE = 18,
 	VHU_REQ_SEND_RARP = 19,
 	VHU_REQ_NET_SET_MTU = 20,
-	VHU_REQ_SET_SLAVE_REQ_FD = 21,
+	VHU_REQ_SET_BACKEND_REQ_FD = 21,
 	VHU_REQ_IOTLB_MSG = 22,
 	VHU_REQ_SET_VRING_ENDIAN = 23,
 	VHU_REQ_GET_CONFIG = 24,
@@ -100,7 +100,8 @@ enum vhu_request {
 #define VHU_VRING_IDX_MASK 0xffull
 #define VHU_VRING_NOFD_MASK 0x100ull
 
-/* SET_VRING_ADDR flags bit 0: dirty logging (migration; we never offer LOG_ALL). */
+/* SET_VRING_ADDR flags bit 0 (VHOST_VRING_F_LOG): used-ring writes are logged at
+ * log_guest_addr (dirty logging, with VHU_F_LOG_ALL). */
 #define VHU_VRING_F_LOG 0x1u
 
 /* Largest split ring size (VIRTIO 1.x 2.7: Queue Size is a power of 2, at most 32768). */
@@ -122,6 +123,12 @@ struct vhu_vring_addr {
 	uint64_t used_user_addr;
 	uint64_t avail_user_addr;
 	uint64_t log_guest_addr;
+};
+
+/* SET_LOG_BASE with LOG_SHMFD: the bitmap is [mmap_offset, +mmap_size) of the attached fd. */
+struct vhu_log {
+	uint64_t mmap_size;
+	uint64_t mmap_offset;
 };
 
 struct vhu_mem_region {
@@ -149,6 +156,7 @@ struct vhu_config {
 _Static_assert(sizeof(struct vhu_vring_state) == 8, "vring state layout");
 _Static_assert(sizeof(struct vhu_vring_addr) == 40, "vring addr layout");
 _Static_assert(sizeof(struct vhu_mem_region) == 32, "mem region layout");
+_Static_assert(sizeof(struct vhu_log) == 16, "log layout");
 _Static_assert(sizeof(struct vhu_mem_table) == 8 + 32 * VHU_MAX_FDS, "mem table layout");
 _Static_assert(sizeof(struct vhu_config) == VHU_CONFIG_HDR_SIZE + VHU_CONFIG_MAX, "config layout");
 

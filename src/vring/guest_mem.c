@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 
 #include "util/fdcheck.h"
+#include "vring/dirty_log.h"
 #include "vring/fault.h"
 
 struct gm_region {
@@ -43,6 +44,7 @@ struct guest_mem {
 	struct gm_region r[GUEST_MEM_MAX_REGIONS];
 	uint64_t budget;      /* bytes taken from mapped_bytes (0 for local maps) */
 	atomic_bool poisoned; /* set by the SIGBUS handler (vring/fault.c) */
+	struct vring_log *log; /* dirty log of the VM (guest_mem_set_log), NULL: none */
 };
 
 /* The caps (guest_mem_set_limits()) and the process total of mapped bytes. */
@@ -312,6 +314,44 @@ void *guest_mem_gpa_to_hva(const struct guest_mem *m, uint64_t gpa, uint64_t *le
 		}
 	}
 	return NULL;
+}
+
+bool guest_mem_hva_to_gpa(const struct guest_mem *m, const void *hva, uint64_t *gpa)
+{
+	uintptr_t h = (uintptr_t)hva;
+
+	if (!m)
+		return false;
+	for (unsigned i = 0; i < m->n; i++) {
+		const struct gm_region *g = &m->r[i];
+
+		if (h - (uintptr_t)g->host < g->size) {
+			*gpa = g->gpa + (h - (uintptr_t)g->host);
+			return true;
+		}
+	}
+	return false;
+}
+
+uint64_t guest_mem_gpa_end(const struct guest_mem *m)
+{
+	uint64_t end = 0;
+
+	for (unsigned i = 0; m && i < m->n; i++)
+		if (m->r[i].gpa + m->r[i].size > end)
+			end = m->r[i].gpa + m->r[i].size;
+	return end;
+}
+
+void guest_mem_set_log(struct guest_mem *m, struct vring_log *log)
+{
+	if (m)
+		m->log = log;
+}
+
+struct vring_log *guest_mem_log(const struct guest_mem *m)
+{
+	return m && m->log ? m->log : &vring_log_none;
 }
 
 void *guest_mem_uva_to_hva(const struct guest_mem *m, uint64_t uva, uint64_t *len)

@@ -89,6 +89,21 @@ void guest_mem_free(struct guest_mem *m);
  */
 void *guest_mem_gpa_to_hva(const struct guest_mem *m, uint64_t gpa, uint64_t *len);
 
+/* Host pointer inside one of m's regions → guest-physical address. False if in none. */
+bool guest_mem_hva_to_gpa(const struct guest_mem *m, const void *hva, uint64_t *gpa);
+
+/* The end of the highest region: guest-physical addresses are below it (0 for NULL). */
+uint64_t guest_mem_gpa_end(const struct guest_mem *m);
+
+/*
+ * The dirty log the queues over m mark (vring/dirty_log.h): set by the vhost-user back-end on
+ * each map it builds; borrowed, must outlive m's queues. guest_mem_log() returns it, or the
+ * never-active vring_log_none when none was set.
+ */
+struct vring_log;
+void guest_mem_set_log(struct guest_mem *m, struct vring_log *log);
+struct vring_log *guest_mem_log(const struct guest_mem *m);
+
 /* Front-end virtual (SET_VRING_ADDR) → host pointer, same contract. */
 void *guest_mem_uva_to_hva(const struct guest_mem *m, uint64_t uva, uint64_t *len);
 

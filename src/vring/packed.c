@@ -74,9 +74,11 @@ static inline uint32_t ev_load(const struct vring_pk_event_le *ev)
 {
 	return vring_load32_relaxed((const uint32_t *)(const void *)ev);
 }
-static inline void ev_store(struct vring_pk_event_le *ev, uint32_t v)
+/* The device event area (kick suppression): stored, and marked in the dirty log. */
+static inline void dev_ev_store(struct vring_dev_queue *q, uint32_t v)
 {
-	vring_store32_relaxed((uint32_t *)(void *)ev, v);
+	vring_store32_relaxed((uint32_t *)(void *)q->pk.dev_ev, v);
+	vring_log_write(q->log, q->mem, q->pk.dev_ev, sizeof(*q->pk.dev_ev));
 }
 
 int vring_pk_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *cfg)
@@ -102,6 +104,7 @@ int vring_pk_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *
 
 	/* Field by field: the ndescs table is large and only its in-flight entries matter. */
 	q->mem = cfg->mem;
+	q->log = guest_mem_log(cfg->mem);
 	q->desc = NULL;
 	q->avail = NULL;
 	q->used = NULL;
@@ -309,7 +312,7 @@ static void consumed(struct vring_dev_queue *q, uint16_t id, uint16_t slots, boo
 	/* While kicks are wanted in DESC mode, keep the event offset at our position (as vring.c
 	 * does with avail_event). */
 	if (q->event_idx && q->notify_enabled)
-		ev_store(q->pk.dev_ev, vring_pk_event_word(q->pk.avail, q->pk.avail_wrap,
+		dev_ev_store(q, vring_pk_event_word(q->pk.avail, q->pk.avail_wrap,
 							   VRING_PK_EVENT_F_DESC));
 }
 
@@ -368,6 +371,8 @@ static void put_used(struct vring_dev_queue *q, uint16_t slot, bool wrap, uint16
 
 	vring_store16_relaxed(&e->id, id);
 	vring_store32_relaxed(&e->len, len);
+	/* The whole descriptor: its flags are stored here or by the batch's flush. */
+	vring_log_write(q->log, q->mem, e, sizeof(*e));
 	if (!q->pk.batch) {
 		q->pk.batch = true;
 		q->pk.batch_slot = slot;
@@ -444,6 +449,8 @@ void vring_pk_dev_flush(struct vring_dev_queue *q)
 	/* Release: orders the stores of buffer contents and of every used descriptor of the batch
 	 * before this store of its first flags (driver side: its acquire load of them). */
 	vring_store16_release(&q->pk.ring[q->pk.batch_slot].flags, q->pk.batch_flags);
+	vring_log_write(q->log, q->mem, &q->pk.ring[q->pk.batch_slot].flags, 2);
+	vring_log_published(q->log);
 	q->pk.batch = false;
 	q->pk.unsignalled += q->pk.batch_descs;
 	q->pk.batch_descs = 0;
@@ -486,7 +493,7 @@ void vring_pk_dev_disable_notify(struct vring_dev_queue *q)
 	q->notify_enabled = false;
 	if (q->err != VRING_ERR_NONE)
 		return;
-	ev_store(q->pk.dev_ev, vring_pk_event_word(0, false, VRING_PK_EVENT_F_DISABLE));
+	dev_ev_store(q, vring_pk_event_word(0, false, VRING_PK_EVENT_F_DISABLE));
 }
 
 bool vring_pk_dev_enable_notify(struct vring_dev_queue *q)
@@ -495,10 +502,10 @@ bool vring_pk_dev_enable_notify(struct vring_dev_queue *q)
 	if (q->err != VRING_ERR_NONE)
 		return false;
 	if (q->event_idx)
-		ev_store(q->pk.dev_ev, vring_pk_event_word(q->pk.avail, q->pk.avail_wrap,
+		dev_ev_store(q, vring_pk_event_word(q->pk.avail, q->pk.avail_wrap,
 							   VRING_PK_EVENT_F_DESC));
 	else
-		ev_store(q->pk.dev_ev, vring_pk_event_word(0, false, VRING_PK_EVENT_F_ENABLE));
+		dev_ev_store(q, vring_pk_event_word(0, false, VRING_PK_EVENT_F_ENABLE));
 	/* Full barrier: orders the event-area store above before the load of the avail slot's
 	 * flags in head_avail(): either the driver sees the re-enable and kicks, or we see its
 	 * new descriptor here (docs/vring.md, "Notifications"). */

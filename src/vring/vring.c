@@ -119,6 +119,7 @@ int vring_dev_init(struct vring_dev_queue *q, const struct vring_dev_config *cfg
 		return -EINVAL;
 
 	n.mem = cfg->mem;
+	n.log = guest_mem_log(cfg->mem);
 	n.num = cfg->num;
 	n.mask = (uint16_t)(cfg->num - 1);
 	n.indirect = cfg->features & (1ull << VRING_FEAT_INDIRECT_DESC);
@@ -388,6 +389,7 @@ static void write_used(struct vring_dev_queue *q, uint16_t slot, uint16_t head, 
 	 * them. */
 	vring_store32_relaxed(&e->id, head);
 	vring_store32_relaxed(&e->len, len);
+	vring_log_write(q->log, q->mem, e, sizeof(*e));
 }
 
 /*
@@ -453,6 +455,8 @@ void vring_dev_flush(struct vring_dev_queue *q)
 	/* Release: orders the stores of buffer contents and used->ring[] entries before this
 	 * store of used->idx (driver side: its rmb after loading used->idx). */
 	vring_store16_release(&q->used->idx, q->used_idx);
+	vring_log_write(q->log, q->mem, &q->used->idx, sizeof(q->used->idx));
+	vring_log_published(q->log);
 	q->published_used = q->used_idx;
 }
 
@@ -503,6 +507,7 @@ void vring_dev_disable_notify(struct vring_dev_queue *q)
 		return; /* EVENT_IDX: avail_event simply stops advancing */
 	q->used_flags |= VRING_USED_F_NO_NOTIFY;
 	vring_store16_relaxed(&q->used->flags, q->used_flags);
+	vring_log_write(q->log, q->mem, &q->used->flags, sizeof(q->used->flags));
 }
 
 bool vring_dev_enable_notify(struct vring_dev_queue *q)
@@ -514,9 +519,11 @@ bool vring_dev_enable_notify(struct vring_dev_queue *q)
 		return false;
 	if (q->event_idx) {
 		vring_store16_relaxed(vring_avail_event(q->used, q->num), q->last_avail_idx);
+		vring_log_write(q->log, q->mem, vring_avail_event(q->used, q->num), 2);
 	} else {
 		q->used_flags &= (uint16_t)~VRING_USED_F_NO_NOTIFY;
 		vring_store16_relaxed(&q->used->flags, q->used_flags);
+		vring_log_write(q->log, q->mem, &q->used->flags, sizeof(q->used->flags));
 	}
 	/* Full barrier: orders the store of avail_event / used->flags above before the load of
 	 * avail->idx in refresh_avail(): either the guest sees the re-enable and kicks, or we see
@@ -549,6 +556,17 @@ uint16_t vring_dev_last_avail_idx(const struct vring_dev_queue *q)
 	if (q->packed)
 		return vring_pk_dev_base(q);
 	return q->last_avail_idx;
+}
+
+void vring_dev_log_iov_slow(struct vring_dev_queue *q, const struct iovec *iov, unsigned n,
+			    uint64_t len)
+{
+	for (unsigned i = 0; i < n && len; i++) {
+		uint64_t l = MIN((uint64_t)iov[i].iov_len, len);
+
+		vring_log_mark_hva(q->log, q->mem, iov[i].iov_base, l);
+		len -= l;
+	}
 }
 
 unsigned vring_dev_inflight(const struct vring_dev_queue *q)

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "vring/dirty_log.h"
 #include "vring/guest_mem.h"
 #include "vring/packed.h"
 
@@ -252,6 +253,7 @@ struct vring_dev_queue {
 	uint32_t fill_seq;        /* chains filled, wraps: under IN_ORDER the ordinal of the next */
 	enum vring_err err;       /* VRING_ERR_NONE unless broken */
 	char errmsg[160];          /* human-readable detail of err, for logs */
+	struct vring_log *log;     /* dirty log of mem (guest_mem_log()); never NULL */
 	bool packed;               /* VIRTIO_F_RING_PACKED: the fields above that name split
 				    * ring parts are unused, pk holds the ring (packed.c) */
 	struct vring_pk_dev pk;
@@ -346,6 +348,22 @@ uint16_t vring_dev_last_avail_idx(const struct vring_dev_queue *q);
 
 /* Chains popped and not yet pushed. */
 unsigned vring_dev_inflight(const struct vring_dev_queue *q);
+
+/*
+ * Dirty logging (vring/dirty_log.h): the device wrote the first len bytes of the writable iovecs
+ * iov[0..n) of a popped chain (RX header and payload, an event): marks their pages in the log
+ * while logging is on. Call after the writes and before the chain's fill. The rings' own writes
+ * (used elements, used->idx and flags, event areas) are marked here without the caller.
+ * Context: device thread.
+ */
+void vring_dev_log_iov_slow(struct vring_dev_queue *q, const struct iovec *iov, unsigned n,
+			    uint64_t len);
+static inline void vring_dev_log_written(struct vring_dev_queue *q, const struct iovec *iov,
+					 unsigned n, uint64_t len)
+{
+	if (__builtin_expect(q->log->active, 0))
+		vring_dev_log_iov_slow(q, iov, n, len);
+}
 
 /* Why the queue is broken (VRING_ERR_NONE if it is not). */
 enum vring_err vring_dev_error(const struct vring_dev_queue *q);

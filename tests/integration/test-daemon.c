@@ -284,7 +284,8 @@ TEST(print_capabilities_ignores_other_options)
 
 	snprintf(cmd, sizeof(cmd),
 		 "%s --bogus --print-capabilities --vm nonsense | python3 -c 'import json, sys; "
-		 "d = json.load(sys.stdin); sys.exit(0 if d == {\"type\": \"vsock\"} else 1)'",
+		 "d = json.load(sys.stdin); sys.exit(0 if d == {\"type\": \"vsock\", \"features\": "
+		 "[\"migrate-precopy\", \"seqpacket\", \"dgram\", \"siblings\"]} else 1)'",
 		 uvd_binary());
 	ASSERT_EQ(run_sh(cmd), 0);
 }

@@ -67,6 +67,13 @@ if [ "$mode" = script ] && [ -x /etc/uvsock/script ]; then
 	finish $?
 fi
 
+# The back-end restart and migration cases (tests/interop/qemu-lifecycle.py) append their own
+# program to the initramfs and take the guest's second serial port with it.
+if [ "$mode" = lifecycle ]; then
+	/bin/uvsock-lifecycle
+	finish $?
+fi
+
 /bin/uvsock-guest run
 rc=$?
 # Then the conformance table against this kernel, if asked (uvsock.kconf=loopback,

@@ -43,17 +43,18 @@ kernel_spec() {
 	esac
 }
 
-# private_apt_opts SUITE: fill the array APT_OPTS with an apt configuration of its own for SUITE,
+# private_apt_opts SUITE [deb-src]: fill the array APT_OPTS with an apt configuration of its own
+# for SUITE (with deb-src: source packages, in apt/SUITE-src, for scripts/build-qemu.sh),
 # creating its directories under the interop cache: sources list (signed by the Debian archive
 # keyring), lists, cache and an empty dpkg status; no sources.list.d and no preferences (an
 # empty directory of its own stands for the parts directories, a nonexistent one makes apt
 # warn). The system's sources, lists and dpkg state are never read for it nor written.
 private_apt_opts() {
-	local d
-	d="$(interop_cache_dir)/apt/$1"
+	local d type=${2:-deb}
+	d="$(interop_cache_dir)/apt/$1${2:+-src}"
 	mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/state" "$d/none.d" || return 1
 	[ -f "$d/state/status" ] || : >"$d/state/status"
-	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
+	echo "$type [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
 		"${UVSOCK_INTEROP_MIRROR:-http://deb.debian.org/debian} $1 main" >"$d/sources.list"
 	APT_OPTS=(-o "Dir::Etc::SourceList=$d/sources.list" -o "Dir::Etc::SourceParts=$d/none.d"
 		-o "Dir::State=$d/state" -o "Dir::State::Lists=$d/lists"

@@ -181,6 +181,8 @@ static void usage(FILE *f)
 	      "  --compare LIST        each switch off and on, alternating, in this run; prints\n"
 	      "                        the before/after table (busy-poll-us=N: 0 against N)\n"
 	      "  --busy-poll-us N      guest driver thread spins N us before sleeping\n"
+	      "  --dirty-log           vhost-user dirty logging on for the whole run, as during a\n"
+	      "                        live migration (the back-end marks every page it writes)\n"
 	      "output:\n"
 	      "  --csv FILE  --json FILE  --plot FILE.png (gnuplot)   --quiet (no progress)\n"
 	      "  -h, --help  -V, --version\n",
@@ -325,6 +327,7 @@ int main(int argc, char **argv)
 		O_JSON,
 		O_PLOT,
 		O_QUIET,
+		O_DIRTY_LOG,
 		O_TRANSPORTS,
 		O_DGRAM,
 		O_DG_SENDERS,
@@ -357,6 +360,7 @@ int main(int argc, char **argv)
 		{ "json", required_argument, NULL, O_JSON },
 		{ "plot", required_argument, NULL, O_PLOT },
 		{ "quiet", no_argument, NULL, O_QUIET },
+		{ "dirty-log", no_argument, NULL, O_DIRTY_LOG },
 		{ "transports", required_argument, NULL, O_TRANSPORTS },
 		{ "dgram", no_argument, NULL, O_DGRAM },
 		{ "dgram-senders", required_argument, NULL, O_DG_SENDERS },
@@ -458,6 +462,11 @@ int main(int argc, char **argv)
 			break;
 		case O_QUIET:
 			g_quiet = true;
+			break;
+		case O_DIRTY_LOG:
+			/* The guest role turns logging on after its start (tune.h "dirty-log"). */
+			if (tune_set("dirty-log", NULL, 0) < 0)
+				die("--dirty-log");
 			break;
 		case O_TRANSPORTS:
 			o.transports = parse_transports(optarg, tr_name, T_MAX);

@@ -749,6 +749,7 @@ TEST(usage_mentions_every_option)
 	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
 		ASSERT_TRUE(strstr(buf, opts[i]) != NULL);
 	ASSERT_TRUE(strstr(buf, "\"type\": \"vsock\"") != NULL);
+	ASSERT_TRUE(strstr(buf, "\"migrate-precopy\"") != NULL);
 	free(buf);
 }
 

@@ -185,10 +185,10 @@ static uint64_t std_features(void)
 	       VHU_BIT(VHU_VSOCK_F_SEQPACKET) | VHU_BIT(VHU_F_IN_ORDER);
 }
 
-/* What the default configuration offers: the features above and packed rings. */
+/* What the default configuration offers: the features above, packed rings and dirty logging. */
 static uint64_t offered_features(void)
 {
-	return std_features() | VHU_BIT(VHU_F_RING_PACKED);
+	return std_features() | VHU_BIT(VHU_F_RING_PACKED) | VHU_BIT(VHU_F_LOG_ALL);
 }
 
 static const uint64_t std_proto = VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK);
@@ -220,7 +220,8 @@ TEST(get_features_offers_vsock_set_and_reply_flags_are_0x5)
 	ASSERT_OK(req(VHU_REQ_GET_FEATURES, 1, NULL, 0, NULL, 0));
 	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_FEATURES), offered_features());
 	ASSERT_OK(req(VHU_REQ_GET_PROTOCOL_FEATURES, 1, NULL, 0, NULL, 0));
-	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_PROTOCOL_FEATURES), std_proto);
+	ASSERT_EQ_U64(get_u64_reply(VHU_REQ_GET_PROTOCOL_FEATURES),
+		      std_proto | VHU_BIT(VHU_PROTO_F_LOG_SHMFD));
 	fx_teardown();
 }
 
@@ -784,8 +785,9 @@ static const struct bad_case bad_cases[] = {
 	{ "unknown request 99", ST_OWNED, 99, 1, { 0 }, 0, 0, EOPNOTSUPP },
 	{ "request 0", ST_OWNED, 0, 1, { 0 }, 0, 0, EOPNOTSUPP },
 	{ "huge request id", ST_OWNED, 0xffffffffu, 1, { 0 }, 0, 0, EOPNOTSUPP },
-	{ "SET_LOG_BASE not offered", ST_OWNED, VHU_REQ_SET_LOG_BASE, 1, { 0 }, 16, 1, EOPNOTSUPP },
-	{ "SET_SLAVE_REQ_FD not offered", ST_OWNED, VHU_REQ_SET_SLAVE_REQ_FD, 1, { 0 }, 0, 1,
+	{ "SET_LOG_BASE without LOG_SHMFD", ST_OWNED, VHU_REQ_SET_LOG_BASE, 1, { 0 }, 16, 1, EPERM },
+	{ "SET_LOG_FD without LOG_SHMFD", ST_OWNED, VHU_REQ_SET_LOG_FD, 1, { 0 }, 0, 1, EPERM },
+	{ "SET_BACKEND_REQ_FD not offered", ST_OWNED, VHU_REQ_SET_BACKEND_REQ_FD, 1, { 0 }, 0, 1,
 	  EOPNOTSUPP },
 	{ "ADD_MEM_REG not offered", ST_OWNED, VHU_REQ_ADD_MEM_REG, 1, { 0 }, 40, 1, EOPNOTSUPP },
 	{ "version 2", ST_OWNED, VHU_REQ_GET_FEATURES, 2, { 0 }, 0, 0, EPROTO },
@@ -843,8 +845,8 @@ static const struct bad_case bad_cases[] = {
 	{ "SET_MEM_TABLE zero size region", ST_OWNED, VHU_REQ_SET_MEM_TABLE, 1, { 1 }, 40, -1,
 	  EINVAL },
 	{ "SET_VRING_ADDR index 3", ST_OWNED, VHU_REQ_SET_VRING_ADDR, 1, { 3 }, 40, 0, EINVAL },
-	{ "SET_VRING_ADDR log flag", ST_OWNED, VHU_REQ_SET_VRING_ADDR, 1, { 0, 0, 0, 0, 1 }, 40, 0,
-	  EINVAL },
+	{ "SET_VRING_ADDR unknown flag", ST_OWNED, VHU_REQ_SET_VRING_ADDR, 1, { 0, 0, 0, 0, 2 }, 40,
+	  0, EINVAL },
 	{ "SET_VRING_ADDR short", ST_OWNED, VHU_REQ_SET_VRING_ADDR, 1, { 0 }, 32, 0, EPROTO },
 	{ "SET_CONFIG too big", ST_OWNED, VHU_REQ_SET_CONFIG, 1, { 0 }, 12 + 257, 0, EPROTO },
 };

@@ -103,7 +103,8 @@ TEST(full_cycle_against_our_backend)
 	ASSERT_OK(vhu_front_init(f));
 	ASSERT_EQ_U64(vhu_front_guest_cid(f), 0xabcdef);
 	ASSERT_EQ_U64(vhu_front_protocol_features(f),
-		      VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK));
+		      VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK) |
+			      VHU_BIT(VHU_PROTO_F_LOG_SHMFD));
 
 	/* Negotiated features are known before the start (the guest role needs SEQPACKET). */
 	ASSERT_EQ_U64(vhu_front_features(f),
