@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The device core (see device.h): the TX and RX rings, the engine, settling what an event made
+ * The device core (see vsock_dev.h): the TX and RX rings, the engine, settling what an event made
  * possible, the entry points of the device API (queue start/stop, reset), calls handed over from
  * other threads, and construction. Around it: sibling.c (the sibling port: hand-off between
  * VMs), vhu.c (the vhost-user glue, a user of the public device API), host_uds.c (host

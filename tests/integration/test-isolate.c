@@ -83,8 +83,8 @@ static void comm_of(pid_t pid, char *buf, size_t len)
 	fclose(f);
 }
 
-/* The worker of u whose name is "uvsockd vm<cid>"; fails the case if there is none. */
-static pid_t worker_of(const struct uvd *u, uint32_t cid)
+/* The child of u named "uvsockd vm<cid>", or 0. */
+static pid_t worker_named(const struct uvd *u, uint32_t cid)
 {
 	pid_t kids[16];
 	char want[32], name[32];
@@ -96,8 +96,22 @@ static pid_t worker_of(const struct uvd *u, uint32_t cid)
 		if (strcmp(name, want) == 0)
 			return kids[i];
 	}
-	test_fail(__FILE__, __LINE__, "no worker process '%s' among %d children of %d", want, n,
-		  (int)u->pid);
+	return 0;
+}
+
+/*
+ * The worker of u whose name is "uvsockd vm<cid>"; fails the case if there is none. A worker
+ * names itself right after its fork (daemon/isolate.c), so a child just forked (a restart) may
+ * still bear the daemon's name for a moment: wait for the name.
+ */
+static pid_t worker_of(const struct uvd *u, uint32_t cid)
+{
+	pid_t w = 0;
+
+	if (!WAIT_FOR((w = worker_named(u, cid)) != 0, WAIT_MS))
+		test_fail(__FILE__, __LINE__, "no worker process 'uvsockd vm%u' among the children "
+			  "of %d", cid, (int)u->pid);
+	return w;
 }
 
 /* True once pid no longer runs: gone, or a zombie nobody reaped yet. */
