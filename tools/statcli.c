@@ -27,6 +27,8 @@
 #include "util/time.h"
 
 #define REQ_TIMEOUT_MS 10000
+/* The first answer of a socket named with --control, which the daemon gives at once. */
+#define CONTROL_PROBE_MS 2000
 
 /* ---- the program ----------------------------------------------------------------------- */
 
@@ -660,7 +662,27 @@ static int connect_daemon(const struct opts *o, int *fd, FILE *err)
 {
 	const char *p = o->control ? o->control : o->socket;
 	int r = o->control ? ops_ctl_connect_exact(p, fd) : ops_ctl_find(p, fd, NULL, 0);
+	struct ops_jv *ans = NULL;
 
+	if (r == 0 && o->control) {
+		/* A socket named as the control socket answers "stats" at once, or it is another
+		 * kind (a VM's vhost-user socket waits for a vhost-user header): a bounded probe. */
+		r = ops_ctl_request(*fd, "stats", -1, CONTROL_PROBE_MS, NULL, &ans);
+		if (r == 0 && !ops_json_get(ans, "ok"))
+			r = -EPROTO;
+		ops_json_free(ans);
+		if (r < 0) {
+			close(*fd);
+			*fd = -1;
+			fprintf(err,
+				"uvsock-stat: %s did not answer as a uvsockd control socket within %d s "
+				"(%s); a VM's vhost-user socket or uds-path is not one: give the path "
+				"uvsockd logs as its control socket at start-up\n",
+				p, CONTROL_PROBE_MS / 1000,
+				r == -EPROTO ? "the answer is not the control protocol's" : strerror(-r));
+			return -1;
+		}
+	}
 	if (r == 0)
 		return 0;
 	if (r == -ESRCH)

@@ -156,6 +156,10 @@ const char *ops_ctl_why(int err)
 		       "and root only";
 	case ENOTSOCK:
 		return "not a socket";
+	case ESRCH:
+		return "not a control socket, and no uvsockd control socket next to it (PATH.ctl, "
+		       "*.ctl) lists it as a VM's socket (uvsockd logs its control socket at "
+		       "start-up)";
 	default:
 		return strerror(err < 0 ? -err : err);
 	}

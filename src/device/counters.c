@@ -105,6 +105,7 @@ void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev
 		OPS_CTR_ADD(ret, host_clients_no_guest, d->host_conns_no_guest);
 		OPS_CTR_ADD(ret, host_connect_bad_lines, d->host_connect_bad_line);
 		OPS_CTR_ADD(ret, host_clients_guest_refused, d->host_conns_guest_refused);
+		OPS_CTR_ADD(ret, guest_mem_unshared, d->guest_mem_unshared);
 		OPS_CTR_ADD(ret, busy_poll_ns, d->busy_poll_ns);
 		OPS_CTR_ADD(ret, busy_poll_found, d->busy_poll_found);
 		dev_dgram_counters(ret, d);

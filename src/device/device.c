@@ -671,6 +671,37 @@ static void eng_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 
 /* ---- rings -------------------------------------------------------------------------------- */
 
+/* Kicks while no ring moved that mean the VMM's guest memory is not shared with us (below). */
+#define DEV_MEM_IDLE_KICKS 3u
+
+/*
+ * A driver kicks after it made buffers available (virtio 1.2 §2.7.13), so kicks while neither
+ * ring's avail index ever moved in our mapping mean the guest writes memory we do not see: QEMU's
+ * memory backend without share=on (a private copy-on-write mapping of the fd it gave us). Nothing
+ * else says so: the rings start, the guest's connects just time out. The threshold leaves room
+ * for one kick per ring that a VMM may send as a ring starts. Once per VMM session; a ring that
+ * moved ends the check. Context: device thread, each kick until the check is done.
+ */
+static void dev_mem_check_kick(struct vsock_dev *d)
+{
+	struct dev_queue *qs[2] = { &d->rxq, &d->txq };
+
+	for (unsigned i = 0; i < ARRAY_SIZE(qs); i++)
+		if (qs[i]->running && (vring_dev_last_avail_idx(&qs[i]->q) != qs[i]->start_avail ||
+				       vring_dev_avail_count(&qs[i]->q) != 0)) {
+			d->mem_checked = true;
+			return;
+		}
+	if (++d->mem_idle_kicks < DEV_MEM_IDLE_KICKS)
+		return;
+	d->mem_checked = true;
+	DEV_STAT_ADD(d, guest_mem_unshared, 1);
+	log_warn("%s: the guest kicked %u times but no ring's avail index ever moved in the guest "
+		 "memory the VMM shared: its memory backend is not shared; give QEMU's "
+		 "memory-backend-file or -memfd share=on (docs/vhost-user.md)",
+		 d->name, d->mem_idle_kicks);
+}
+
 static void kick_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 {
 	struct dev_queue *dq = opaque;
@@ -686,6 +717,8 @@ static void kick_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	}
 	/* Never blocks, even if the VMM read the counter between our wakeup and this read. */
 	(void)eventfd_consume_nb(fd, NULL);
+	if (!d->mem_checked)
+		dev_mem_check_kick(d);
 	if (dq == &d->txq)
 		dev_tx_drain(d);
 	dev_settle(d);
@@ -714,6 +747,7 @@ int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_c
 		return r;
 	dq->kick_fd = kick_fd;
 	dq->call_fd = call_fd;
+	dq->start_avail = vring_dev_last_avail_idx(&dq->q);
 	dq->num = cfg->num;
 	dq->running = true;
 	d->features = cfg->features;
@@ -816,8 +850,11 @@ void dev_drop_mem(struct vsock_dev *d)
 void dev_set_vmm_state(struct vsock_dev *d, bool connected)
 {
 	atomic_store_explicit(&d->vmm_connected, connected, memory_order_relaxed);
-	if (connected)
+	if (connected) {
 		DEV_STAT_ADD(d, vmm_connects, 1);
+		d->mem_checked = false;
+		d->mem_idle_kicks = 0;
+	}
 }
 
 void dev_message_done(struct vsock_dev *d)

@@ -118,6 +118,7 @@ struct dev_queue {
 	unsigned num;
 	int kick_fd, call_fd;          /* borrowed from the vhost-user back-end */
 	struct loop_watch *kick_w;
+	uint16_t start_avail;          /* next avail index at the start (dev_mem_check_kick) */
 };
 
 /*
@@ -152,6 +153,10 @@ struct vsock_dev {
 	uint64_t features;
 	atomic_bool broken; /* ring error: no processing until the rings restart; relaxed */
 	atomic_bool vmm_connected; /* a VMM is connected (dev_set_vmm_state); relaxed */
+	/* this VMM session's check that guest memory is shared (dev_mem_check_kick): done once a
+	 * ring moved or the warning was given; kicks seen while no ring had moved */
+	bool mem_checked;
+	unsigned mem_idle_kicks;
 	/* TX batch storage (allocated once) */
 	struct iovec (*tx_iov)[DEV_TX_IOV_MAX];
 	struct vsock_pkt_ref *tx_refs;

@@ -133,6 +133,8 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(host_connect_timeouts) /* CONNECT line or guest answer not within 2 s */                 \
 	X(guest_conns_refused)   /* guest connects with no host listener: RST */                   \
 	X(vmm_connects)          /* VMM sessions */                                                \
+	X(guest_mem_unshared)    /* VMM sessions whose guest kicked while no ring's avail index    \
+				  * ever moved in our mapping: memory not shared (share=off) */    \
 	X(transport_resets)      /* TRANSPORT_RESET events posted on the event queue (evq.c) */    \
 	X(host_conns_refused)    /* host connections closed at once: the VM's host fd budget       \
 				  * (max_conns) was full */                                        \

@@ -65,6 +65,8 @@ enum ops_drop_reason {
 	  "host connections closed because their CONNECT line did not parse")                      \
 	X(host_clients_guest_refused, "host_clients_guest_refused",                                \
 	  "host CONNECTs refused by the guest (nobody listens on that guest port)")                \
+	X(guest_mem_unshared, "guest_mem_unshared",                                                \
+	  "VMM sessions whose guest memory uvsockd could not see (memory backend without share=on)") \
 	X(busy_poll_ns, "busy_poll_ns",                                                            \
 	  "CPU time the VM's device thread spent busy polling, in ns (--busy-poll-us)")            \
 	X(busy_poll_found, "busy_poll_found", "busy polls that ended with work")                  \

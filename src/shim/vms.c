@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,23 @@ static int vms_from_env(const char *spec, struct shim_vm *vms, int max)
 	return n;
 }
 
+/*
+ * Says once per process on stderr why the daemon cannot be reached (the program itself sees
+ * only the errno of its connect or listen), and returns that errno: EACCES for permission on
+ * the control socket, else ENETUNREACH (no daemon there: the VMs are out of reach).
+ */
+static int vms_unreachable(const char *path, int err)
+{
+	static atomic_bool said;
+
+	if (!atomic_exchange(&said, true))
+		fprintf(stderr,
+			"uvsock-run: cannot ask uvsockd for its VMs at %s: %s; give uvsock-run "
+			"--control PATH or set $%s (vsock connects and listens fail meanwhile)\n",
+			path, ops_ctl_why(err), OPS_STATCLI_ENV);
+	return err == -EACCES || err == -EPERM ? -EACCES : -ENETUNREACH;
+}
+
 static int vms_from_control(const char *path, struct shim_vm *vms, int max)
 {
 	struct ops_jv *ans = NULL;
@@ -62,7 +80,7 @@ static int vms_from_control(const char *path, struct shim_vm *vms, int max)
 
 	r = ops_ctl_connect(path, &fd);
 	if (r < 0)
-		return -ENETUNREACH;
+		return vms_unreachable(path, r);
 	r = ops_ctl_request(fd, "v1 vms", -1, VMS_TIMEOUT_MS, NULL, &ans);
 	close(fd);
 	if (r < 0)

@@ -66,6 +66,7 @@ static void fake_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *s)
 	s->c.host_clients_no_guest = base + 16;
 	s->c.host_connect_bad_lines = base + 17;
 	s->c.host_clients_guest_refused = base + 18;
+	s->c.guest_mem_unshared = base + 19;
 	s->c.busy_poll_ns = base + 50;
 	s->c.busy_poll_found = base + 51;
 	s->c.dgram_tx = base + 60;

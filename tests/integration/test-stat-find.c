@@ -193,6 +193,15 @@ TEST(no_control_socket_near_the_path_fails_at_once)
 	run_free(&r);
 	ASSERT_EQ(log_count(&u, "vm3: VMM connected"), 0);
 
+	/* A VM's socket named as the control socket: a bounded probe, an error naming the path
+	 * and what to give instead (no wait for the daemon's 5 s vhost-user handshake limit). */
+	r = stat_run_version("find", (const char *[]){ "--control", u.sock[1], NULL });
+	ASSERT_EQ(r.rc, 1);
+	ASSERT_TRUE(strstr(r.err, u.sock[1]) != NULL);
+	ASSERT_TRUE(strstr(r.err, "did not answer as a uvsockd control socket") != NULL);
+	ASSERT_TRUE(strstr(r.err, "vhost-user socket or uds-path is not one") != NULL);
+	run_free(&r);
+
 	/* Named as the control socket, it is used as is. */
 	r = stat_run_version("find", (const char *[]){ "--control", ctl, "--json", NULL });
 	ASSERT_EQ(r.rc, 0);

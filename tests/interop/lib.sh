@@ -497,7 +497,8 @@ kernel_image() {
 # Environment: UVSOCK_INTEROP_MEM (MiB, 512), UVSOCK_INTEROP_SMP (2), INTEROP_REBOOT (0),
 # UVSOCK_INTEROP_TCG_THREAD (single, the default here: one host thread for all vCPUs; or multi:
 # one host thread per vCPU, QEMU's default), UVSOCK_INTEROP_PACKED=1 (packed=on),
-# UVSOCK_INTEROP_INORDER=1 (in_order=on).
+# UVSOCK_INTEROP_INORDER=1 (in_order=on), UVSOCK_INTEROP_SHARE=off (guest memory not shared with
+# the back-end: the mistake tests/clients/unshared-memory.sh makes on purpose).
 # CONSOLE is "stdio" for an interactive console or a file name for the serial log. VHOST_SOCK is
 # the vhost-user socket of uvsockd (QEMU connects as client); CTL_SOCK a Unix listener that
 # becomes the guest's second serial port /dev/ttyS1 (the test control channel).
@@ -510,7 +511,7 @@ qemu_args() {
 	local thread=${UVSOCK_INTEROP_TCG_THREAD:-single}
 	QEMU_ARGS=(-machine q35,memory-backend=mem0 -accel "tcg,thread=$thread" -cpu max -smp "$smp"
 		-m "${mem}M"
-		-object "memory-backend-memfd,id=mem0,size=${mem}M,share=on"
+		-object "memory-backend-memfd,id=mem0,size=${mem}M,share=${UVSOCK_INTEROP_SHARE:-on}"
 		-nodefaults -display none -no-user-config
 		-kernel "$(kernel_image "$kdir")" -initrd "$initrd"
 		-append "console=ttyS0 panic=-1 loglevel=4 $append")

@@ -425,6 +425,22 @@ TEST(socat_vsock_connect_refused)
 	env_stop(&v);
 }
 
+TEST(socat_without_a_daemon_is_told_why)
+{
+	struct uvd none = { .pid = -1 };
+	struct proc p;
+
+	/* No uvsockd at the control socket: one line naming it and the cause, then socat's own
+	 * "Network is unreachable" for the connect. */
+	snprintf(none.sock[0], sizeof(none.sock[0]), "/nonexistent/uvsock-test/control.sock");
+	proc_start(&p, &none, false, (char *[]){ "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
+	ASSERT_NE(proc_wait(&p), 0);
+	ASSERT_TRUE(strstr(p.buf, "uvsock-run: cannot ask uvsockd for its VMs at "
+				  "/nonexistent/uvsock-test/control.sock: no such socket: is uvsockd "
+				  "running") != NULL);
+	ASSERT_TRUE(strstr(p.buf, "Network is unreachable") != NULL);
+}
+
 TEST(socat_vsock_listen_both_directions)
 {
 	struct env v;

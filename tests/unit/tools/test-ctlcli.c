@@ -5,6 +5,10 @@
  * fake daemon whose vm-add / vm-remove callbacks record what they got. The live daemon's side
  * is tests/integration/test-runtime-vms.c.
  */
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include "fakectl.h"
 #include "manpage.h"
 #include "ctlcli.h"
@@ -96,6 +100,33 @@ TEST(help_and_version)
 	man_check_help_documented(o.out, "uvsock-ctl", UVSOCK_CTL_MAN, false, 4);
 	o = run((char *[]){ "uvsock-ctl", "-V", NULL });
 	ASSERT_STREQ(o.out, "uvsock-ctl 9.9\n");
+}
+
+TEST(vm_socket_given_as_control_socket_is_named)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[] = "/tmp/uvsock-ctlcli-XXXXXX";
+	struct pollfd p;
+	struct out o;
+	int fd;
+
+	/* A listener nobody answers on, as a VM's vhost-user socket is for a control client, with
+	 * no control socket next to it: a clear error at once, and never a connection. */
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/vm3.sock", dir);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ASSERT_EQ(listen(fd, 4), 0);
+	o = run((char *[]){ "uvsock-ctl", "-s", sa.sun_path, "remove-vm", "3", NULL });
+	ASSERT_EQ(o.rc, 1);
+	ASSERT_TRUE(strstr(o.err, sa.sun_path) != NULL);
+	ASSERT_TRUE(strstr(o.err, "not a control socket") != NULL);
+	p = (struct pollfd){ .fd = fd, .events = POLLIN };
+	ASSERT_EQ(poll(&p, 1, 0), 0);
+	close(fd);
+	unlink(sa.sun_path);
+	rmdir(dir);
 }
 
 TEST(server_without_runtime_vms_says_so)
