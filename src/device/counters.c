@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What readers on other threads see of a device (device.h): its own counters
+ * What readers on other threads see of a device (vsock_dev.h): its own counters
  * (vsock_dev_get_stats), its state and its engines' counters (vsock_dev_get_status), the
  * connection walk (vsock_dev_foreach_sock), and the operators' counters of src/ops/stats.h built
  * from those (vsock_dev_counters_from, vsock_dev_get_ops_stats): the one derivation, used by

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The sibling port of a device (device.h: guest-to-guest routing between devices of one
+ * The sibling port of a device (sibling.h, vsock_dev.h: guest-to-guest routing between devices of one
  * process, as vhost-device-vsock's groups): the reference-counted struct sib_port with its
  * bounded inbox (device_internal.h), the hand-off of our guest's packets to a sibling's inbox
  * (copied into a buffer of our pool, below; held per sibling while it is full, dropped once it
