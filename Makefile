@@ -72,7 +72,7 @@ check-tsan: deps
 
 # A short libFuzzer run of every target on top of the corpus replay of the suite 'fuzz'
 # (`make fuzz` is the long run). Results in $(FUZZ_BUILD)/fuzz-work/results.json for .ci/run.
-CHECK_FUZZ_TIME ?= 30
+CHECK_FUZZ_TIME ?= 15
 check-fuzz: deps $(FUZZ_BUILD)/build.ninja
 	meson compile -C $(FUZZ_BUILD) $(foreach t,$(FUZZ_TARGETS),fuzz/fuzz-$(t)-libfuzzer)
 	fuzz/run-fuzzers.sh $(FUZZ_BUILD) $(CHECK_FUZZ_TIME) $(FUZZ_TARGETS)

@@ -36,7 +36,7 @@ def count(path, tot):
             if res not in ('OK', 'SKIP', 'EXPECTEDFAIL') and all(
                     m.group(1).lower() == 'ok' for m in cases):
                 tot['failed'] += 1
-        elif res == 'OK':
+        elif res in ('OK', 'EXPECTEDFAIL'):  # should_fail: true, and it failed
             tot['passed'] += 1
         elif res == 'SKIP':
             tot['skipped'] += 1
