@@ -22,8 +22,9 @@ UVSOCKD=$1 GUEST=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../interop/lib.sh
 source "$HERE/../interop/lib.sh"
+# shellcheck source=vmtap.sh
+source "$HERE/vmtap.sh"
 HOWTO="make interop-deps (scripts/fetch-kernels.sh, scripts/fetch-guest-tools.sh)"
-skip() { echo "1..0 # SKIP $*"; exit 77; }
 
 for t in ssh ssh-keygen readelf cpio socat; do
 	command -v $t >/dev/null 2>&1 || skip "$t missing (scripts/install-deps.sh interop)"
@@ -41,18 +42,7 @@ PROXY_ROOT=$DEBS_ROOT
 # are mixed case).
 T=/tmp/uvsock-ssh-$$
 mkdir -m 0700 "$T" || exit 1
-upid="" qpid=""
-cleanup() {
-	[ -n "$qpid" ] && kill -KILL "$qpid" 2>/dev/null
-	[ -n "$upid" ] && kill -KILL "$upid" 2>/dev/null
-	rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-n=0 fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-notok() { n=$((n + 1)); echo "not ok $n - $1"; fails=$((fails + 1)); }
-show() { sed 's/^/# /' "$@" 2>/dev/null | tail -n 30; }
+vm_traps
 
 # The proxy: systemd-ssh-proxy with its own loader and libraries.
 debs_overlay "$PROXY_ROOT" "$T/proxy" /usr/lib/systemd/systemd-ssh-proxy ||

@@ -12,8 +12,9 @@ UVSOCKD=$1 GUEST=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../interop/lib.sh
 source "$HERE/../interop/lib.sh"
+# shellcheck source=vmtap.sh
+source "$HERE/vmtap.sh"
 HOWTO="make interop-deps (scripts/fetch-kernels.sh)"
-skip() { echo "1..0 # SKIP $*"; exit 77; }
 
 command -v cpio >/dev/null 2>&1 || skip "cpio missing (scripts/install-deps.sh interop)"
 qemu_resolve || skip "no cached QEMU"
@@ -22,18 +23,7 @@ static_busybox >/dev/null || skip "no static busybox (package busybox-static): $
 kernel_cached 6.1 || skip "no cached 6.1 guest kernel: $HOWTO"
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/uvsock-unshared.XXXXXX") || exit 1
-upid="" qpid=""
-cleanup() {
-	[ -n "$qpid" ] && kill -KILL "$qpid" 2>/dev/null
-	[ -n "$upid" ] && kill -KILL "$upid" 2>/dev/null
-	rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-n=0 fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-notok() { n=$((n + 1)); echo "not ok $n - $1"; fails=$((fails + 1)); }
-show() { sed 's/^/# /' "$@" 2>/dev/null | tail -n 30; }
+vm_traps
 
 # The guest: three connects to host port 1234 (nobody listens there), then power off.
 ov=$T/overlay
