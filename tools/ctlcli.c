@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,7 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *path = getenv(OPS_STATCLI_ENV);
-	char req[OPS_CTL_MAX_REQUEST - 1], *raw = NULL;
+	char req[OPS_CTL_MAX_REQUEST - 1], *raw = NULL, found[PATH_MAX] = "";
 	struct ops_jv *v = NULL;
 	bool json = false;
 	int c, fd = -1, r, rc = 1;
@@ -102,7 +103,12 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 	}
 	if (!path || !*path)
 		path = OPS_CTL_DEFAULT_PATH; /* the packaged uvsockd.service's */
-	r = ops_ctl_connect(path, &fd);
+	r = ops_ctl_find(path, &fd, found, sizeof(found));
+	if (r == -EACCES && found[0] && strcmp(found, path) != 0) {
+		fprintf(err, "uvsock-ctl: %s (the control socket next to %s): %s\n", found, path,
+			ops_ctl_why(r));
+		return 1;
+	}
 	if (r < 0) {
 		fprintf(err, "uvsock-ctl: %s: %s%s\n", path, ops_ctl_why(r),
 			strcmp(path, OPS_CTL_DEFAULT_PATH) ? "" : " (the default; give -s PATH or "

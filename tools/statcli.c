@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -661,7 +662,9 @@ out:
 static int connect_daemon(const struct opts *o, int *fd, FILE *err)
 {
 	const char *p = o->control ? o->control : o->socket;
-	int r = o->control ? ops_ctl_connect_exact(p, fd) : ops_ctl_find(p, fd, NULL, 0);
+	char found[PATH_MAX] = "";
+	int r = o->control ? ops_ctl_connect_exact(p, fd)
+			   : ops_ctl_find(p, fd, found, sizeof(found));
 	struct ops_jv *ans = NULL;
 
 	if (r == 0 && o->control) {
@@ -693,6 +696,9 @@ static int connect_daemon(const struct opts *o, int *fd, FILE *err)
 			p, p, OPS_CTL_SUFFIX, OPS_CTL_SUFFIX);
 	else if (r == -ENOTSOCK)
 		fprintf(err, "uvsock-stat: %s is not a socket\n", p);
+	else if (r == -EACCES && found[0] && strcmp(found, p) != 0)
+		fprintf(err, "uvsock-stat: cannot connect to %s (the control socket next to %s): "
+			"%s\n", found, p, ops_ctl_why(r));
 	else
 		fprintf(err, "uvsock-stat: cannot connect to %s: %s%s\n", p, ops_ctl_why(r),
 			strcmp(p, OPS_CTL_DEFAULT_PATH) ? "" : " (the default; give --socket PATH "

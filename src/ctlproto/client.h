@@ -32,8 +32,10 @@
  *    daemon lists no socket paths at all (a daemon from before the "socket" member).
  * On success *ret_fd is connected (the "stats" exchange done) and found (if not NULL) holds
  * the control socket's path. Returns 0, -ENOENT/-EACCES... (stat of path), -ENOTSOCK (path is
- * not a socket), -ESRCH (no control socket lists path), or the errno of connect for a *.ctl
- * path. Context: any thread; blocks at most 2 s per candidate.
+ * not a socket), -EACCES when no candidate lists path and one refused us (the 0600 control
+ * socket of another user's daemon: found then holds that candidate, as it does for a *.ctl
+ * path that refused us), -ESRCH (no control socket lists path), or the errno of connect for a
+ * *.ctl path. Context: any thread; blocks at most 2 s per candidate.
  */
 int ops_ctl_find(const char *path, int *ret_fd, char *found, size_t found_len);
 

@@ -26,6 +26,7 @@
 
 #define CID 3u
 #define PROC_OUT_MAX (64 * 1024)
+#define SETPRIV "/usr/bin/setpriv"
 
 /* ---- host programs -------------------------------------------------------------------------- */
 
@@ -173,6 +174,18 @@ static int proc_wait(struct proc *p)
 	p->out = -1;
 	p->pid = 0;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* True if a line of buf holds a, and b after it. */
+static bool line_has(const char *buf, const char *a, const char *b)
+{
+	for (const char *s = strstr(buf, a); s; s = strstr(s + 1, a)) {
+		const char *nl = strchr(s, '\n'), *t = strstr(s, b);
+
+		if (t && (!nl || t < nl))
+			return true;
+	}
+	return false;
 }
 
 /* ---- the guest: an echo server on the uvsock API ------------------------------------------ */
@@ -439,6 +452,48 @@ TEST(socat_without_a_daemon_is_told_why)
 				  "/nonexistent/uvsock-test/control.sock: no such socket: is uvsockd "
 				  "running") != NULL);
 	ASSERT_TRUE(strstr(p.buf, "Network is unreachable") != NULL);
+}
+
+/*
+ * A user other than the daemon's (uid 65534 here, through setpriv) cannot open the daemon's 0600
+ * control socket: uvsock-run says permission denied naming the control socket, and socat's
+ * connect fails with EACCES, not "Network is unreachable" (no daemon). Both with --control
+ * naming the control socket and with a VM's socket (the control socket found next to it). The
+ * directory is open to everyone so the EACCES is the socket's own.
+ */
+TEST(socat_of_another_user_is_told_permission_denied)
+{
+	char ctl[200];
+	const char *paths[2];
+	struct env v;
+
+	if (geteuid() != 0)
+		test_skip("running as another user needs root");
+	if (access(SETPRIV, X_OK) != 0)
+		test_skip(SETPRIV " is not installed");
+	env_start(&v);
+	ASSERT_EQ(chmod(v.u.dir, 0755), 0);
+	snprintf(ctl, sizeof(ctl), "%s.ctl", v.u.sock[0]);
+	paths[0] = ctl;
+	paths[1] = v.u.sock[0];
+	for (int i = 0; i < 2; i++) {
+		struct proc p;
+		char want[300];
+
+		test_note("uvsock-run --control %s, as uid 65534", paths[i]);
+		proc_start(&p, &v.u, true,
+			   (char *[]){ SETPRIV, "--reuid=65534", "--regid=65534", "--clear-groups",
+				       UVSOCK_RUN_PATH, "--control", (char *)paths[i], "socat", "-",
+				       "VSOCK-CONNECT:3:5999", NULL });
+		ASSERT_NE(proc_wait(&p), 0);
+		note_output(&p);
+		snprintf(want, sizeof(want), "uvsock-run: cannot ask uvsockd for its VMs at %s: "
+			 "permission denied", ctl);
+		ASSERT_TRUE(strstr(p.buf, want) != NULL);
+		ASSERT_TRUE(line_has(p.buf, "E connect(", "Permission denied"));
+		ASSERT_TRUE(strstr(p.buf, "Network is unreachable") == NULL);
+	}
+	env_stop(&v);
 }
 
 TEST(socat_vsock_listen_both_directions)
