@@ -53,6 +53,14 @@ int ops_ctl_connect(const char *path, int *ret_fd);
 int ops_ctl_connect_exact(const char *path, int *ret_fd);
 
 /*
+ * Connects to path as it is, for a path the caller was told is a control socket (--control),
+ * and checks it is one: it must answer "stats" within timeout_ms. Returns 0 (*ret_fd open, the
+ * exchange done), the errno of connect, or -EBADMSG when it did not answer as a control socket,
+ * with *ret_probe the reason (-ETIMEDOUT, -ECONNRESET, -EPROTO: not the control protocol...).
+ */
+int ops_ctl_connect_probed(const char *path, int timeout_ms, int *ret_fd, int *ret_probe);
+
+/*
  * Sends `req` plus a newline (with pass_fd as SCM_RIGHTS if >= 0; the caller keeps its copy)
  * and reads one answer line within timeout_ms. On success *ret_raw is the line without the
  * newline (malloc'd) and *ret the parsed JSON (either may be NULL if not wanted).

@@ -55,6 +55,30 @@ int ops_ctl_connect_exact(const char *path, int *ret_fd)
 	return 0;
 }
 
+int ops_ctl_connect_probed(const char *path, int timeout_ms, int *ret_fd, int *ret_probe)
+{
+	struct ops_jv *ans = NULL;
+	int fd, r;
+
+	*ret_probe = 0;
+	r = ops_ctl_connect_exact(path, &fd);
+	if (r < 0)
+		return r;
+	/* A control socket answers "stats" at once; another kind of socket does not (a VM's
+	 * vhost-user socket waits for a vhost-user header). */
+	r = ops_ctl_request(fd, "stats", -1, timeout_ms, NULL, &ans);
+	if (r == 0 && !ops_json_get(ans, "ok"))
+		r = -EPROTO;
+	ops_json_free(ans);
+	if (r < 0) {
+		close(fd);
+		*ret_probe = r;
+		return -EBADMSG;
+	}
+	*ret_fd = fd;
+	return 0;
+}
+
 static bool ends_with(const char *s, const char *suffix)
 {
 	size_t n = strlen(s), m = strlen(suffix);

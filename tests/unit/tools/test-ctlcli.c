@@ -124,6 +124,13 @@ TEST(vm_socket_given_as_control_socket_is_named)
 	ASSERT_TRUE(strstr(o.err, "not a control socket") != NULL);
 	p = (struct pollfd){ .fd = fd, .events = POLLIN };
 	ASSERT_EQ(poll(&p, 1, 0), 0);
+
+	/* Given as --control, it is connected to and named once it does not answer "stats"
+	 * within 2 s (a VM's socket waits for a vhost-user header). */
+	o = run((char *[]){ "uvsock-ctl", "--control", sa.sun_path, "remove-vm", "3", NULL });
+	ASSERT_EQ(o.rc, 1);
+	ASSERT_TRUE(strstr(o.err, sa.sun_path) != NULL);
+	ASSERT_TRUE(strstr(o.err, "did not answer as a uvsockd control socket within 2 s") != NULL);
 	close(fd);
 	unlink(sa.sun_path);
 	rmdir(dir);
@@ -173,6 +180,40 @@ TEST(add_and_remove_requests_and_answers)
 	unsetenv(OPS_STATCLI_ENV);
 	ASSERT_EQ(o.rc, 1);
 	ASSERT_TRUE(strstr(o.err, "no VM with CID or name 'seven' (ENOENT)") != NULL);
+	fake_stop(&f);
+}
+
+/*
+ * A control socket whose name does not end in .ctl (uvsockd --control PATH): -s takes it for a
+ * VM's socket and finds no control socket listing it; --control uses it as it is, and wins
+ * over $UVSOCK_CONTROL.
+ */
+TEST(control_option_takes_a_control_socket_of_any_name)
+{
+	struct ops_ctl_config cfg = { .ops = &runtime_ops, .any_uid = true };
+	struct fake_daemon f = { .n_vms = 1 };
+	struct out o;
+
+	for (unsigned i = 0; i < FAKE_MAX_VMS; i++)
+		ops_tap_init(&f.taps[i]);
+	snprintf(f.dir, sizeof(f.dir), "/tmp/uvsock-ctlcli-XXXXXX");
+	ASSERT_TRUE(mkdtemp(f.dir) != NULL);
+	snprintf(f.path, sizeof(f.path), "%s/control", f.dir);
+	cfg.path = f.path;
+	cfg.opaque = &f;
+	ASSERT_OK(ops_ctl_start(&cfg, &f.ctl));
+
+	o = run((char *[]){ "uvsock-ctl", "-s", f.path, "remove-vm", "seven", NULL });
+	ASSERT_EQ(o.rc, 1);
+	ASSERT_TRUE(strstr(o.err, "not a control socket") != NULL);
+	setenv(OPS_STATCLI_ENV, "/nonexistent/uvsock-ctlcli.ctl", 1);
+	o = run((char *[]){ "uvsock-ctl", "--control", f.path, "add-vm",
+			    "guest-cid=7,socket=/s,uds-path=/u", NULL });
+	unsetenv(OPS_STATCLI_ENV);
+	ASSERT_EQ(o.rc, 0);
+	ASSERT_STREQ(o.out, "added VM 7 (2 VMs now)\n");
+	o = run((char *[]){ "uvsock-ctl", "--control", f.path, "remove-vm", "seven", NULL });
+	ASSERT_EQ(o.rc, 0);
 	fake_stop(&f);
 }
 
