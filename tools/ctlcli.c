@@ -76,7 +76,7 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 	const char *path = getenv(OPS_STATCLI_ENV), *control = NULL;
 	char req[OPS_CTL_MAX_REQUEST - 1], *raw = NULL, found[PATH_MAX] = "";
 	struct ops_jv *v = NULL;
-	bool json = false;
+	bool json = false, socket_given = false;
 	int c, fd = -1, probe = 0, r, rc = 1;
 
 	optind = 0; /* a fresh scan, also when called more than once (tests) */
@@ -85,6 +85,7 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 		switch (c) {
 		case 's':
 			path = optarg;
+			socket_given = true;
 			break;
 		case OPT_CONTROL:
 			control = optarg;
@@ -104,6 +105,10 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 			return 2;
 		}
 	}
+	if (socket_given && control) {
+		fprintf(err, "uvsock-ctl: give either -s or --control (see --help)\n");
+		return 2;
+	}
 	r = build_request(argc - optind, argv + optind, req, sizeof(req));
 	if (r < 0) {
 		fprintf(err, "uvsock-ctl: %s (see --help)\n",
@@ -113,7 +118,7 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 		return 2;
 	}
 	if (control)
-		path = control;
+		path = control; /* over $UVSOCK_CONTROL */
 	else if (!path || !*path)
 		path = OPS_CTL_DEFAULT_PATH; /* the packaged uvsockd.service's */
 	r = control ? ops_ctl_connect_probed(path, CONTROL_PROBE_MS, &fd, &probe)

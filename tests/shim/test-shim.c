@@ -455,6 +455,56 @@ TEST(socat_without_a_daemon_is_told_why)
 }
 
 /*
+ * Where uvsock-run looks without --control: $UVSOCK_CONTROL, else /run/uvsockd/control.sock
+ * (docs/operations.md, "The control socket"); and a socket file nobody listens on (a daemon
+ * that is gone) named as such. Each is named on stderr, and socat's connect fails
+ * ENETUNREACH (no daemon).
+ */
+TEST(uvsock_run_control_socket_rule_and_causes)
+{
+	struct uvd none = { .pid = -1 };
+	char dir[] = "/tmp/uvsock-shim-rule-XXXXXX", stale[200];
+	struct proc p;
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	/* $UVSOCK_CONTROL, no --control. */
+	setenv("UVSOCK_CONTROL", "/nonexistent/uvsock-env/control.sock", 1);
+	proc_start(&p, &none, true,
+		   (char *[]){ UVSOCK_RUN_PATH, "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
+	ASSERT_NE(proc_wait(&p), 0);
+	note_output(&p);
+	ASSERT_TRUE(strstr(p.buf, "uvsock-run: cannot ask uvsockd for its VMs at "
+				  "/nonexistent/uvsock-env/control.sock: no such socket") != NULL);
+	ASSERT_TRUE(line_has(p.buf, "E connect(", "Network is unreachable"));
+
+	/* Neither: the packaged default. */
+	unsetenv("UVSOCK_CONTROL");
+	if (access("/run/uvsockd/control.sock", F_OK) == 0) {
+		test_note("a uvsockd serves /run/uvsockd/control.sock here: default not tried");
+	} else {
+		proc_start(&p, &none, true,
+			   (char *[]){ UVSOCK_RUN_PATH, "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
+		ASSERT_NE(proc_wait(&p), 0);
+		note_output(&p);
+		ASSERT_TRUE(strstr(p.buf, "uvsock-run: cannot ask uvsockd for its VMs at "
+					  "/run/uvsockd/control.sock: no such socket") != NULL);
+	}
+
+	/* A socket file left by a daemon that is gone: ECONNREFUSED, named as such. */
+	snprintf(stale, sizeof(stale), "%s/gone.ctl", dir);
+	close(hs_listen(stale, SOCK_STREAM));
+	snprintf(none.sock[0], sizeof(none.sock[0]), "%s", stale);
+	proc_start(&p, &none, false, (char *[]){ "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
+	ASSERT_NE(proc_wait(&p), 0);
+	note_output(&p);
+	ASSERT_TRUE(strstr(p.buf, "nobody listens there: a socket file left by a uvsockd that is "
+				  "gone") != NULL);
+	ASSERT_TRUE(line_has(p.buf, "E connect(", "Network is unreachable"));
+	unlink(stale);
+	rmdir(dir);
+}
+
+/*
  * A user other than the daemon's (uid 65534 here, through setpriv) cannot open the daemon's 0600
  * control socket: uvsock-run says permission denied naming the control socket, and socat's
  * connect fails with EACCES, not "Network is unreachable" (no daemon). Both with --control

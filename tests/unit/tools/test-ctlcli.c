@@ -10,6 +10,7 @@
 #include <sys/un.h>
 
 #include "fakectl.h"
+#include "hostside.h"
 #include "manpage.h"
 #include "ctlcli.h"
 #include "ctlproto/client.h"
@@ -89,6 +90,45 @@ TEST(usage_errors_exit_2)
 	ASSERT_EQ(run((char *[]){ "uvsock-ctl", "--bogus", "add-vm", "x", NULL }).rc, 2);
 	ASSERT_EQ(run((char *[]){ "uvsock-ctl", "-s", "/nonexistent/ctl", "remove-vm", "3", NULL })
 			  .rc, 1);
+	ASSERT_EQ(run((char *[]){ "uvsock-ctl", "-s", "/x", "--control", "/y", "remove-vm", "3",
+				  NULL })
+			  .rc,
+		  2);
+}
+
+/*
+ * The rule of docs/operations.md: without -s or --control, $UVSOCK_CONTROL, else the packaged
+ * /run/uvsockd/control.sock, each failure naming the path and its cause: no such socket, or a
+ * socket file nobody listens on (a daemon that is gone).
+ */
+TEST(control_socket_rule_and_causes)
+{
+	char dir[] = "/tmp/uvsock-ctlcli-XXXXXX", stale[200];
+	struct out o;
+
+	unsetenv(OPS_STATCLI_ENV);
+	if (access("/run/uvsockd/control.sock", F_OK) == 0) {
+		test_note("a uvsockd serves /run/uvsockd/control.sock here: default not tried");
+	} else {
+		o = run((char *[]){ "uvsock-ctl", "remove-vm", "3", NULL });
+		ASSERT_EQ(o.rc, 1);
+		ASSERT_TRUE(strstr(o.err, "uvsock-ctl: /run/uvsockd/control.sock: no such socket") !=
+			    NULL);
+		ASSERT_TRUE(strstr(o.err, "(the default; give -s PATH or set $UVSOCK_CONTROL)") !=
+			    NULL);
+	}
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(stale, sizeof(stale), "%s/gone.ctl", dir);
+	close(hs_listen(stale, SOCK_STREAM)); /* the file stays, as a killed daemon leaves it */
+	setenv(OPS_STATCLI_ENV, stale, 1);
+	o = run((char *[]){ "uvsock-ctl", "remove-vm", "3", NULL });
+	unsetenv(OPS_STATCLI_ENV);
+	ASSERT_EQ(o.rc, 1);
+	ASSERT_TRUE(strstr(o.err, stale) != NULL);
+	ASSERT_TRUE(strstr(o.err, "nobody listens there: a socket file left by a uvsockd that is "
+				  "gone") != NULL);
+	unlink(stale);
+	rmdir(dir);
 }
 
 TEST(help_and_version)
