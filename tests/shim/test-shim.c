@@ -438,20 +438,36 @@ TEST(socat_vsock_connect_refused)
 	env_stop(&v);
 }
 
+/*
+ * Runs socat's VSOCK-CONNECT to 3:5999 through uvsock-run (with --control u's socket unless
+ * raw), which must fail: the output must hold `why`, and socat's connect ENETUNREACH.
+ */
+static void socat_unreachable(const struct uvd *u, bool raw, const char *why)
+{
+	struct proc p;
+
+	if (raw)
+		proc_start(&p, u, true, (char *[]){ UVSOCK_RUN_PATH, "socat", "-",
+						    "VSOCK-CONNECT:3:5999", NULL });
+	else
+		proc_start(&p, u, false, (char *[]){ "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
+	ASSERT_NE(proc_wait(&p), 0);
+	note_output(&p);
+	if (!strstr(p.buf, why))
+		test_fail(__FILE__, __LINE__, "no '%s' in the output (above)", why);
+	ASSERT_TRUE(line_has(p.buf, "E connect(", "Network is unreachable"));
+}
+
 TEST(socat_without_a_daemon_is_told_why)
 {
 	struct uvd none = { .pid = -1 };
-	struct proc p;
 
 	/* No uvsockd at the control socket: one line naming it and the cause, then socat's own
 	 * "Network is unreachable" for the connect. */
 	snprintf(none.sock[0], sizeof(none.sock[0]), "/nonexistent/uvsock-test/control.sock");
-	proc_start(&p, &none, false, (char *[]){ "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
-	ASSERT_NE(proc_wait(&p), 0);
-	ASSERT_TRUE(strstr(p.buf, "uvsock-run: cannot ask uvsockd for its VMs at "
-				  "/nonexistent/uvsock-test/control.sock: no such socket: is uvsockd "
-				  "running") != NULL);
-	ASSERT_TRUE(strstr(p.buf, "Network is unreachable") != NULL);
+	socat_unreachable(&none, false, "uvsock-run: cannot ask uvsockd for its VMs at "
+					"/nonexistent/uvsock-test/control.sock: no such socket: is "
+					"uvsockd running");
 }
 
 /*
@@ -464,42 +480,27 @@ TEST(uvsock_run_control_socket_rule_and_causes)
 {
 	struct uvd none = { .pid = -1 };
 	char dir[] = "/tmp/uvsock-shim-rule-XXXXXX", stale[200];
-	struct proc p;
 
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	/* $UVSOCK_CONTROL, no --control. */
 	setenv("UVSOCK_CONTROL", "/nonexistent/uvsock-env/control.sock", 1);
-	proc_start(&p, &none, true,
-		   (char *[]){ UVSOCK_RUN_PATH, "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
-	ASSERT_NE(proc_wait(&p), 0);
-	note_output(&p);
-	ASSERT_TRUE(strstr(p.buf, "uvsock-run: cannot ask uvsockd for its VMs at "
-				  "/nonexistent/uvsock-env/control.sock: no such socket") != NULL);
-	ASSERT_TRUE(line_has(p.buf, "E connect(", "Network is unreachable"));
+	socat_unreachable(&none, true, "uvsock-run: cannot ask uvsockd for its VMs at "
+				       "/nonexistent/uvsock-env/control.sock: no such socket");
 
 	/* Neither: the packaged default. */
 	unsetenv("UVSOCK_CONTROL");
-	if (access("/run/uvsockd/control.sock", F_OK) == 0) {
+	if (access("/run/uvsockd/control.sock", F_OK) == 0)
 		test_note("a uvsockd serves /run/uvsockd/control.sock here: default not tried");
-	} else {
-		proc_start(&p, &none, true,
-			   (char *[]){ UVSOCK_RUN_PATH, "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
-		ASSERT_NE(proc_wait(&p), 0);
-		note_output(&p);
-		ASSERT_TRUE(strstr(p.buf, "uvsock-run: cannot ask uvsockd for its VMs at "
-					  "/run/uvsockd/control.sock: no such socket") != NULL);
-	}
+	else
+		socat_unreachable(&none, true, "uvsock-run: cannot ask uvsockd for its VMs at "
+					       "/run/uvsockd/control.sock: no such socket");
 
 	/* A socket file left by a daemon that is gone: ECONNREFUSED, named as such. */
 	snprintf(stale, sizeof(stale), "%s/gone.ctl", dir);
 	close(hs_listen(stale, SOCK_STREAM));
 	snprintf(none.sock[0], sizeof(none.sock[0]), "%s", stale);
-	proc_start(&p, &none, false, (char *[]){ "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
-	ASSERT_NE(proc_wait(&p), 0);
-	note_output(&p);
-	ASSERT_TRUE(strstr(p.buf, "nobody listens there: a socket file left by a uvsockd that is "
-				  "gone") != NULL);
-	ASSERT_TRUE(line_has(p.buf, "E connect(", "Network is unreachable"));
+	socat_unreachable(&none, false, "nobody listens there: a socket file left by a uvsockd "
+					"that is gone");
 	unlink(stale);
 	rmdir(dir);
 }

@@ -80,6 +80,23 @@ static const struct ops_ctl_ops runtime_ops = {
 	.vm_remove = fake_vm_remove,
 };
 
+/* A control server with one VM and runtime_ops, its socket "<temporary directory>/name". */
+static void runtime_fake_start(struct fake_daemon *f, const char *name)
+{
+	struct ops_ctl_config cfg = { .ops = &runtime_ops, .any_uid = true };
+
+	memset(f, 0, sizeof(*f));
+	f->n_vms = 1;
+	for (unsigned i = 0; i < FAKE_MAX_VMS; i++)
+		ops_tap_init(&f->taps[i]);
+	snprintf(f->dir, sizeof(f->dir), "/tmp/uvsock-ctlcli-XXXXXX");
+	ASSERT_TRUE(mkdtemp(f->dir) != NULL);
+	snprintf(f->path, sizeof(f->path), "%s/%s", f->dir, name);
+	cfg.path = f->path;
+	cfg.opaque = f;
+	ASSERT_OK(ops_ctl_start(&cfg, &f->ctl));
+}
+
 TEST(usage_errors_exit_2)
 {
 	ASSERT_EQ(run((char *[]){ "uvsock-ctl", NULL }).rc, 2);
@@ -191,18 +208,10 @@ TEST(server_without_runtime_vms_says_so)
 
 TEST(add_and_remove_requests_and_answers)
 {
-	struct ops_ctl_config cfg = { .ops = &runtime_ops, .any_uid = true };
-	struct fake_daemon f = { .n_vms = 1 };
+	struct fake_daemon f;
 	struct out o;
 
-	for (unsigned i = 0; i < FAKE_MAX_VMS; i++)
-		ops_tap_init(&f.taps[i]);
-	snprintf(f.dir, sizeof(f.dir), "/tmp/uvsock-ctlcli-XXXXXX");
-	ASSERT_TRUE(mkdtemp(f.dir) != NULL);
-	snprintf(f.path, sizeof(f.path), "%s/d.ctl", f.dir);
-	cfg.path = f.path;
-	cfg.opaque = &f;
-	ASSERT_OK(ops_ctl_start(&cfg, &f.ctl));
+	runtime_fake_start(&f, "d.ctl");
 
 	o = run((char *[]){ "uvsock-ctl", "-s", f.path, "add-vm", "guest-cid=7,socket=/s,uds-path=/u",
 			    NULL });
@@ -230,18 +239,10 @@ TEST(add_and_remove_requests_and_answers)
  */
 TEST(control_option_takes_a_control_socket_of_any_name)
 {
-	struct ops_ctl_config cfg = { .ops = &runtime_ops, .any_uid = true };
-	struct fake_daemon f = { .n_vms = 1 };
+	struct fake_daemon f;
 	struct out o;
 
-	for (unsigned i = 0; i < FAKE_MAX_VMS; i++)
-		ops_tap_init(&f.taps[i]);
-	snprintf(f.dir, sizeof(f.dir), "/tmp/uvsock-ctlcli-XXXXXX");
-	ASSERT_TRUE(mkdtemp(f.dir) != NULL);
-	snprintf(f.path, sizeof(f.path), "%s/control", f.dir);
-	cfg.path = f.path;
-	cfg.opaque = &f;
-	ASSERT_OK(ops_ctl_start(&cfg, &f.ctl));
+	runtime_fake_start(&f, "control");
 
 	o = run((char *[]){ "uvsock-ctl", "-s", f.path, "remove-vm", "seven", NULL });
 	ASSERT_EQ(o.rc, 1);
