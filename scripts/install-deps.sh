@@ -1,7 +1,11 @@
 #!/bin/sh
 # Installs the Debian 12 packages the build and the tests need, only those that are missing.
-# Usage: scripts/install-deps.sh [build|test|interop|capture|pkg|bench]...   (default: build test)
+# Usage: scripts/install-deps.sh [--check] [build|test|interop|capture|pkg|bench]...
+# (default: build test). --check installs nothing: it names the missing packages and exits 1
+# (tests that need a set skip with that line).
 set -eu
+check=no
+if [ "${1:-}" = --check ]; then check=yes; shift; fi
 want="meson ninja-build gcc pkg-config libsystemd-dev libyaml-dev" # libsystemd: uvsockd (daemon/sd.c); libyaml: the --config parser
 for k in "${@:-build test}"; do
 	case "$k" in
@@ -25,6 +29,7 @@ for p in $want; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
 done
 [ -z "$missing" ] && exit 0
+if [ $check = yes ]; then echo "missing:$missing" >&2; exit 1; fi
 if [ "$(id -u)" != 0 ]; then
 	if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
 		echo "install-deps: missing packages:$missing (run as root or install them)" >&2; exit 1

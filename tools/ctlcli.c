@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +13,16 @@
 #include "ctlproto/client.h"
 
 #define CTLCLI_TIMEOUT_MS 30000
+/* How long a socket given with --control has to answer "stats" (a live daemon: microseconds). */
+#define CONTROL_PROBE_MS 2000
+
+enum { OPT_CONTROL = 256 };
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: uvsock-ctl [-s PATH] [--json] add-vm SPEC\n"
-		"       uvsock-ctl [-s PATH] [--json] remove-vm CID|NAME\n"
+		"Usage: uvsock-ctl [-s PATH | --control PATH] [--json] add-vm SPEC\n"
+		"       uvsock-ctl [-s PATH | --control PATH] [--json] remove-vm CID|NAME\n"
 		"\n"
 		"Adds or removes a VM of a running uvsockd through its control socket; the\n"
 		"other VMs and their connections are not touched.\n"
@@ -29,7 +34,10 @@ static void usage(FILE *f)
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH   uvsockd's control socket, or a VM's vhost-user socket\n"
-		"                      (then PATH.ctl); default $" OPS_STATCLI_ENV "\n"
+		"                      (then PATH.ctl); default $" OPS_STATCLI_ENV ", else\n"
+		"                      " OPS_CTL_DEFAULT_PATH "\n"
+		"  --control PATH      uvsockd's control socket, whatever its name (checked\n"
+		"                      with one 'stats' request of at most 2 s)\n"
 		"  --json              print the daemon's answer as it came (one JSON line)\n"
 		"  -h, --help          print this help\n"
 		"  -V, --version       print the version\n");
@@ -59,16 +67,17 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 {
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, 's' },
+		{ "control", required_argument, NULL, OPT_CONTROL },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *path = getenv(OPS_STATCLI_ENV);
-	char req[OPS_CTL_MAX_REQUEST - 1], *raw = NULL;
+	const char *path = getenv(OPS_STATCLI_ENV), *control = NULL;
+	char req[OPS_CTL_MAX_REQUEST - 1], *raw = NULL, found[PATH_MAX] = "";
 	struct ops_jv *v = NULL;
-	bool json = false;
-	int c, fd = -1, r, rc = 1;
+	bool json = false, socket_given = false;
+	int c, fd = -1, probe = 0, r, rc = 1;
 
 	optind = 0; /* a fresh scan, also when called more than once (tests) */
 	opterr = 0;
@@ -76,6 +85,10 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 		switch (c) {
 		case 's':
 			path = optarg;
+			socket_given = true;
+			break;
+		case OPT_CONTROL:
+			control = optarg;
 			break;
 		case 'j':
 			json = true;
@@ -92,6 +105,10 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 			return 2;
 		}
 	}
+	if (socket_given && control) {
+		fprintf(err, "uvsock-ctl: give either -s or --control (see --help)\n");
+		return 2;
+	}
 	r = build_request(argc - optind, argv + optind, req, sizeof(req));
 	if (r < 0) {
 		fprintf(err, "uvsock-ctl: %s (see --help)\n",
@@ -100,9 +117,27 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 					 : "expected add-vm SPEC or remove-vm CID|NAME");
 		return 2;
 	}
-	if (!path || !*path)
+	if (control)
+		path = control; /* over $UVSOCK_CONTROL */
+	else if (!path || !*path)
 		path = OPS_CTL_DEFAULT_PATH; /* the packaged uvsockd.service's */
-	r = ops_ctl_connect(path, &fd);
+	r = control ? ops_ctl_connect_probed(path, CONTROL_PROBE_MS, &fd, &probe)
+		    : ops_ctl_find(path, &fd, found, sizeof(found));
+	if (r == -EBADMSG) {
+		fprintf(err,
+			"uvsock-ctl: %s did not answer as a uvsockd control socket within %d s (%s); "
+			"a VM's vhost-user socket or uds-path is not one: give the path uvsockd logs "
+			"as its control socket at start-up\n",
+			path, CONTROL_PROBE_MS / 1000,
+			probe == -EPROTO ? "the answer is not the control protocol's"
+					 : strerror(-probe));
+		return 1;
+	}
+	if (r == -EACCES && found[0] && strcmp(found, path) != 0) {
+		fprintf(err, "uvsock-ctl: %s (the control socket next to %s): %s\n", found, path,
+			ops_ctl_why(r));
+		return 1;
+	}
 	if (r < 0) {
 		fprintf(err, "uvsock-ctl: %s: %s%s\n", path, ops_ctl_why(r),
 			strcmp(path, OPS_CTL_DEFAULT_PATH) ? "" : " (the default; give -s PATH or "

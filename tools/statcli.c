@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -661,27 +662,19 @@ out:
 static int connect_daemon(const struct opts *o, int *fd, FILE *err)
 {
 	const char *p = o->control ? o->control : o->socket;
-	int r = o->control ? ops_ctl_connect_exact(p, fd) : ops_ctl_find(p, fd, NULL, 0);
-	struct ops_jv *ans = NULL;
+	char found[PATH_MAX] = "";
+	int probe = 0, r = o->control ? ops_ctl_connect_probed(p, CONTROL_PROBE_MS, fd, &probe)
+				      : ops_ctl_find(p, fd, found, sizeof(found));
 
-	if (r == 0 && o->control) {
-		/* A socket named as the control socket answers "stats" at once, or it is another
-		 * kind (a VM's vhost-user socket waits for a vhost-user header): a bounded probe. */
-		r = ops_ctl_request(*fd, "stats", -1, CONTROL_PROBE_MS, NULL, &ans);
-		if (r == 0 && !ops_json_get(ans, "ok"))
-			r = -EPROTO;
-		ops_json_free(ans);
-		if (r < 0) {
-			close(*fd);
-			*fd = -1;
-			fprintf(err,
-				"uvsock-stat: %s did not answer as a uvsockd control socket within %d s "
-				"(%s); a VM's vhost-user socket or uds-path is not one: give the path "
-				"uvsockd logs as its control socket at start-up\n",
-				p, CONTROL_PROBE_MS / 1000,
-				r == -EPROTO ? "the answer is not the control protocol's" : strerror(-r));
-			return -1;
-		}
+	if (r == -EBADMSG) {
+		fprintf(err,
+			"uvsock-stat: %s did not answer as a uvsockd control socket within %d s "
+			"(%s); a VM's vhost-user socket or uds-path is not one: give the path "
+			"uvsockd logs as its control socket at start-up\n",
+			p, CONTROL_PROBE_MS / 1000,
+			probe == -EPROTO ? "the answer is not the control protocol's"
+					 : strerror(-probe));
+		return -1;
 	}
 	if (r == 0)
 		return 0;
@@ -693,6 +686,9 @@ static int connect_daemon(const struct opts *o, int *fd, FILE *err)
 			p, p, OPS_CTL_SUFFIX, OPS_CTL_SUFFIX);
 	else if (r == -ENOTSOCK)
 		fprintf(err, "uvsock-stat: %s is not a socket\n", p);
+	else if (r == -EACCES && found[0] && strcmp(found, p) != 0)
+		fprintf(err, "uvsock-stat: cannot connect to %s (the control socket next to %s): "
+			"%s\n", found, p, ops_ctl_why(r));
 	else
 		fprintf(err, "uvsock-stat: cannot connect to %s: %s%s\n", p, ops_ctl_why(r),
 			strcmp(p, OPS_CTL_DEFAULT_PATH) ? "" : " (the default; give --socket PATH "

@@ -32,8 +32,10 @@
  *    daemon lists no socket paths at all (a daemon from before the "socket" member).
  * On success *ret_fd is connected (the "stats" exchange done) and found (if not NULL) holds
  * the control socket's path. Returns 0, -ENOENT/-EACCES... (stat of path), -ENOTSOCK (path is
- * not a socket), -ESRCH (no control socket lists path), or the errno of connect for a *.ctl
- * path. Context: any thread; blocks at most 2 s per candidate.
+ * not a socket), -EACCES when no candidate lists path and one refused us (the 0600 control
+ * socket of another user's daemon: found then holds that candidate, as it does for a *.ctl
+ * path that refused us), -ESRCH (no control socket lists path), or the errno of connect for a
+ * *.ctl path. Context: any thread; blocks at most 2 s per candidate.
  */
 int ops_ctl_find(const char *path, int *ret_fd, char *found, size_t found_len);
 
@@ -49,6 +51,14 @@ int ops_ctl_connect(const char *path, int *ret_fd);
 
 /* Connects to path as it is, for a path the caller knows is a control socket. 0 or -errno. */
 int ops_ctl_connect_exact(const char *path, int *ret_fd);
+
+/*
+ * Connects to path as it is, for a path the caller was told is a control socket (--control),
+ * and checks it is one: it must answer "stats" within timeout_ms. Returns 0 (*ret_fd open, the
+ * exchange done), the errno of connect, or -EBADMSG when it did not answer as a control socket,
+ * with *ret_probe the reason (-ETIMEDOUT, -ECONNRESET, -EPROTO: not the control protocol...).
+ */
+int ops_ctl_connect_probed(const char *path, int timeout_ms, int *ret_fd, int *ret_probe);
 
 /*
  * Sends `req` plus a newline (with pass_fd as SCM_RIGHTS if >= 0; the caller keeps its copy)

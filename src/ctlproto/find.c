@@ -55,6 +55,30 @@ int ops_ctl_connect_exact(const char *path, int *ret_fd)
 	return 0;
 }
 
+int ops_ctl_connect_probed(const char *path, int timeout_ms, int *ret_fd, int *ret_probe)
+{
+	struct ops_jv *ans = NULL;
+	int fd, r;
+
+	*ret_probe = 0;
+	r = ops_ctl_connect_exact(path, &fd);
+	if (r < 0)
+		return r;
+	/* A control socket answers "stats" at once; another kind of socket does not (a VM's
+	 * vhost-user socket waits for a vhost-user header). */
+	r = ops_ctl_request(fd, "stats", -1, timeout_ms, NULL, &ans);
+	if (r == 0 && !ops_json_get(ans, "ok"))
+		r = -EPROTO;
+	ops_json_free(ans);
+	if (r < 0) {
+		close(fd);
+		*ret_probe = r;
+		return -EBADMSG;
+	}
+	*ret_fd = fd;
+	return 0;
+}
+
 static bool ends_with(const char *s, const char *suffix)
 {
 	size_t n = strlen(s), m = strlen(suffix);
@@ -94,7 +118,8 @@ static bool vm_is(int fd, const struct ops_jv *v, const char *want, const struct
 /*
  * Connects to the control socket candidate cand and asks "stats". Returns 1 (with *ret_fd open)
  * if it lists `want`, or if it lists no socket at all and cand is "<want>.ctl" (a daemon that
- * predates the "socket" member: that is the default control path of its first VM); 0 otherwise.
+ * predates the "socket" member: that is the default control path of its first VM); -EACCES if
+ * cand refused us (a control socket is its daemon's user's and root's only); 0 otherwise.
  */
 static int try_candidate(const char *cand, const char *want, const struct stat *want_st,
 			 bool is_default, int *ret_fd)
@@ -102,9 +127,12 @@ static int try_candidate(const char *cand, const char *want, const struct stat *
 	struct ops_jv *ans = NULL;
 	const struct ops_jv *vms;
 	bool match = false, any_socket = false;
-	int fd;
+	int fd, r;
 
-	if (ops_ctl_connect_exact(cand, &fd) < 0)
+	r = ops_ctl_connect_exact(cand, &fd);
+	if (r == -EACCES || r == -EPERM)
+		return -EACCES;
+	if (r < 0)
 		return 0;
 	if (ops_ctl_request(fd, "stats", -1, FIND_TIMEOUT_MS, NULL, &ans) < 0 ||
 	    !ops_json_bool(ans, "ok", false)) {
@@ -167,13 +195,20 @@ static int list_ctl_sockets(const char *dir, char ***ret, unsigned *ret_n)
 	return 0;
 }
 
+/* Copies s into found (if any): the path ops_ctl_find names to its caller. */
+static void set_found(char *found, size_t found_len, const char *s)
+{
+	if (found && found_len)
+		snprintf(found, found_len, "%s", s);
+}
+
 int ops_ctl_find(const char *path, int *ret_fd, char *found, size_t found_len)
 {
-	char def[PATH_MAX], dir[PATH_MAX], *slash;
+	char def[PATH_MAX], dir[PATH_MAX], denied[PATH_MAX] = "", *slash;
 	struct stat st;
 	char **cands;
 	unsigned n;
-	int r = -ESRCH;
+	int r = -ESRCH, c;
 
 	if (stat(path, &st) < 0)
 		return -errno;
@@ -181,16 +216,19 @@ int ops_ctl_find(const char *path, int *ret_fd, char *found, size_t found_len)
 		return -ENOTSOCK;
 	if (ends_with(path, OPS_CTL_SUFFIX)) {
 		r = ops_ctl_connect_exact(path, ret_fd);
-		if (r == 0 && found)
-			snprintf(found, found_len, "%s", path);
+		if (r == 0 || r == -EACCES || r == -EPERM)
+			set_found(found, found_len, path);
 		return r;
 	}
 	/* path is taken as a VM's vhost-user socket: from here on it is never connected to. */
-	if (snprintf(def, sizeof(def), "%s%s", path, OPS_CTL_SUFFIX) < (int)sizeof(def) &&
-	    try_candidate(def, path, &st, true, ret_fd) == 1) {
-		if (found)
-			snprintf(found, found_len, "%s", def);
-		return 0;
+	if (snprintf(def, sizeof(def), "%s%s", path, OPS_CTL_SUFFIX) < (int)sizeof(def)) {
+		c = try_candidate(def, path, &st, true, ret_fd);
+		if (c == 1) {
+			set_found(found, found_len, def);
+			return 0;
+		}
+		if (c == -EACCES)
+			snprintf(denied, sizeof(denied), "%s", def);
 	}
 	snprintf(dir, sizeof(dir), "%s", path);
 	slash = strrchr(dir, '/');
@@ -200,19 +238,27 @@ int ops_ctl_find(const char *path, int *ret_fd, char *found, size_t found_len)
 		dir[1] = '\0';
 	else
 		*slash = '\0';
-	if (list_ctl_sockets(dir, &cands, &n) < 0)
-		return -ESRCH;
+	/* An unreadable directory leaves "<path>.ctl" as the only candidate (cands NULL, n 0). */
+	(void)list_ctl_sockets(dir, &cands, &n);
 	for (unsigned i = 0; i < n; i++) {
 		/* The same directory: "<path>.ctl" (asked above) is the one with its base name. */
-		if (r == -ESRCH && strcmp(basename(cands[i]), basename(def)) != 0 &&
-		    try_candidate(cands[i], path, &st, false, ret_fd) == 1) {
-			if (found)
-				snprintf(found, found_len, "%s", cands[i]);
-			r = 0;
+		if (r == -ESRCH && strcmp(basename(cands[i]), basename(def)) != 0) {
+			c = try_candidate(cands[i], path, &st, false, ret_fd);
+			if (c == 1) {
+				set_found(found, found_len, cands[i]);
+				r = 0;
+			} else if (c == -EACCES && !denied[0]) {
+				snprintf(denied, sizeof(denied), "%s", cands[i]);
+			}
 		}
 		free(cands[i]);
 	}
 	free(cands);
+	/* None lists path, and one we may not ask could: permission is the cause to name. */
+	if (r == -ESRCH && denied[0]) {
+		set_found(found, found_len, denied);
+		r = -EACCES;
+	}
 	return r;
 }
 

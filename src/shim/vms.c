@@ -76,11 +76,13 @@ static int vms_from_control(const char *path, struct shim_vm *vms, int max)
 {
 	struct ops_jv *ans = NULL;
 	const struct ops_jv *list, *e;
+	char found[SHIM_PATH_MAX] = "";
 	int fd, n = 0, r;
 
-	r = ops_ctl_connect(path, &fd);
+	/* On EACCES, found is the control socket that refused (path's own, or one next to it). */
+	r = ops_ctl_find(path, &fd, found, sizeof(found));
 	if (r < 0)
-		return vms_unreachable(path, r);
+		return vms_unreachable(r == -EACCES && found[0] ? found : path, r);
 	r = ops_ctl_request(fd, "v1 vms", -1, VMS_TIMEOUT_MS, NULL, &ans);
 	close(fd);
 	if (r < 0)

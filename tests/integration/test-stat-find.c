@@ -10,8 +10,13 @@
  * "Never connected" is read from the daemon's own log at level info, which has one "VMM
  * connected" line per accepted vhost-user connection.
  */
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 
 #include "guestside.h"
 #include "ctlproto/json.h"
@@ -207,6 +212,120 @@ TEST(no_control_socket_near_the_path_fails_at_once)
 	ASSERT_EQ(r.rc, 0);
 	assert_lists(r.out, 4, u.sock[1]);
 	run_free(&r);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+#define SETPRIV "/usr/bin/setpriv"
+
+/* Exit status and output (stdout and stderr together) of one client run as uid 65534. */
+struct nobody_run {
+	int rc;
+	char out[8192];
+};
+
+/*
+ * Runs argv (argv[0] a built client) as uid/gid 65534 through setpriv, with its output in
+ * r->out; bounded to 10 s (then SIGKILL by PID).
+ */
+static void run_as_nobody(char *const *argv, struct nobody_run *r)
+{
+	char *full[16] = { SETPRIV, "--reuid=65534", "--regid=65534", "--clear-groups" };
+	uint64_t end = test_now_ms() + 10000;
+	pid_t parent = getpid(), pid;
+	size_t len = 0;
+	int out[2], st = 0, n = 4;
+
+	for (int i = 0; argv[i] && n < 15; i++)
+		full[n++] = argv[i];
+	full[n] = NULL;
+	ASSERT_OK(pipe2(out, O_CLOEXEC));
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		dup2(out[1], 1);
+		dup2(out[1], 2);
+		execv(full[0], full);
+		_exit(127);
+	}
+	close(out[1]);
+	for (;;) {
+		struct pollfd pf = { .fd = out[0], .events = POLLIN };
+		ssize_t k;
+
+		if (test_now_ms() >= end || poll(&pf, 1, 100) < 0)
+			break;
+		k = read(out[0], r->out + len, sizeof(r->out) - 1 - len);
+		if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
+			break;
+		if (k > 0)
+			len += (size_t)k;
+	}
+	close(out[0]);
+	while (len && r->out[len - 1] == '\n')
+		len--;
+	r->out[len] = '\0';
+	if (!WAIT_FOR(waitpid(pid, &st, WNOHANG) == pid, 1000)) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	test_note("as uid 65534: %s %s -> %d: %s", argv[0], argv[1], r->rc, r->out);
+}
+
+/* The output names permission on the control socket ctl, and neither no control socket nor
+ * a VM socket probe. */
+static void assert_permission_named(const struct nobody_run *r, const char *ctl)
+{
+	ASSERT_EQ(r->rc, 1);
+	ASSERT_TRUE(strstr(r->out, ctl) != NULL);
+	ASSERT_TRUE(strstr(r->out, "permission denied: the control socket (mode 0600)") != NULL);
+	ASSERT_TRUE(strstr(r->out, "not a control socket") == NULL);
+	ASSERT_TRUE(strstr(r->out, "did not answer") == NULL);
+}
+
+/*
+ * uvsock-stat and uvsock-ctl of a user other than the daemon's (65534, through setpriv; the
+ * directory is open to everyone, so the EACCES is the 0600 control socket's own) are told
+ * permission denied with the control socket's path, whether given the control socket, the
+ * first VM's socket (<socket>.ctl next to it) or the second's (found among the *.ctl of the
+ * directory), never "not a control socket". The daemon's own user still gets its answer.
+ */
+TEST(another_users_clients_are_told_permission_denied)
+{
+	struct nobody_run r;
+	struct uvd u;
+	char ctl[300];
+
+	if (geteuid() != 0)
+		test_skip("running as another user needs root");
+	if (access(SETPRIV, X_OK) != 0)
+		test_skip(SETPRIV " is not installed");
+	start2(&u, "", ctl, sizeof(ctl));
+	ASSERT_EQ(chmod(u.dir, 0755), 0);
+	run_as_nobody((char *[]){ UVSOCK_STAT_PATH, "--control", ctl, NULL }, &r);
+	assert_permission_named(&r, ctl);
+	run_as_nobody((char *[]){ UVSOCK_STAT_PATH, "-s", ctl, NULL }, &r);
+	assert_permission_named(&r, ctl);
+	for (int i = 0; i < 2; i++) {
+		run_as_nobody((char *[]){ UVSOCK_STAT_PATH, "-s", u.sock[i], NULL }, &r);
+		assert_permission_named(&r, ctl);
+		run_as_nobody((char *[]){ UVSOCK_CTL_PATH, "-s", u.sock[i], "remove-vm", "9",
+					  NULL },
+			      &r);
+		assert_permission_named(&r, ctl);
+	}
+	run_as_nobody((char *[]){ UVSOCK_CTL_PATH, "-s", ctl, "remove-vm", "9", NULL }, &r);
+	assert_permission_named(&r, ctl);
+
+	struct run ok = stat_run_version("find", (const char *[]){ "-s", u.sock[1], "--json",
+								  NULL });
+	ASSERT_EQ(ok.rc, 0);
+	assert_lists(ok.out, 4, u.sock[1]);
+	run_free(&ok);
+	ASSERT_EQ(log_count(&u, "VMM connected"), 0);
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 

@@ -3,7 +3,8 @@
 # The Debian package (suite 'pkg'; prints TAP, exits 0, 1 or 77): builds uvsockd, libuvsock0 and
 # libuvsock-dev with `dpkg-buildpackage -us -uc -b` from a copy of the source tree in a scratch
 # directory (DEB_BUILD_OPTIONS=nocheck: the tree's own run is this one), checks them with
-# lintian (errors fail), checks that libuvsock0 depends on libc alone and uvsockd on libyaml,
+# lintian (errors fail), checks that the build leaves nothing git sees in the tree (.gitignore),
+# checks that libuvsock0 depends on libc alone and uvsockd on libyaml,
 # unpacks them with `dpkg -x` into a scratch root and, from there, runs
 # the installed uvsockd --version, one VM started and stopped (SIGTERM by PID: exit 0, its
 # sockets removed), uvsock-stat against it, and tests/abi/link-prog.c built with the installed
@@ -52,11 +53,27 @@ else
 	tar -C "$src" --exclude='./build*' --exclude=./obj-* --exclude=./debian/.debhelper \
 		-cf - . | tar -C "$tmp/src" -xf -
 fi
+# The copy as a git repository of its own, to see what the build leaves behind (1b).
+gitc() { git -C "$tmp/src" -c user.name=uvsock-test -c user.email=test@invalid "$@"; }
+tracked=no
+if command -v git >/dev/null 2>&1 && gitc init -q && gitc add -A &&
+		gitc commit -q --no-gpg-sign -m copy; then
+	tracked=yes
+fi
 if (cd "$tmp/src" && DEB_BUILD_OPTIONS="nocheck parallel=2" \
 		dpkg-buildpackage -us -uc -b) >"$tmp/build.log" 2>&1; then
 	ok "dpkg-buildpackage -us -uc -b"
 else
 	notok "dpkg-buildpackage -us -uc -b"; show "$tmp/build.log"; exit 1
+fi
+# 1b. The build leaves the tree as git sees it: every file it makes is in .gitignore, none it
+# changes is tracked (README "Installing" builds in the source tree).
+if [ $tracked = no ]; then
+	ok "the tree after the build # SKIP git missing or the copy could not be committed"
+elif gitc status --porcelain --untracked-files=all >"$tmp/left" 2>&1 && [ ! -s "$tmp/left" ]; then
+	ok "dpkg-buildpackage leaves the tree clean (.gitignore covers what it makes)"
+else
+	notok "dpkg-buildpackage leaves files git sees"; show "$tmp/left"
 fi
 ver=$(cd "$tmp/src" && dpkg-parsechangelog -S Version)
 

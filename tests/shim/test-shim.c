@@ -26,6 +26,7 @@
 
 #define CID 3u
 #define PROC_OUT_MAX (64 * 1024)
+#define SETPRIV "/usr/bin/setpriv"
 
 /* ---- host programs -------------------------------------------------------------------------- */
 
@@ -173,6 +174,18 @@ static int proc_wait(struct proc *p)
 	p->out = -1;
 	p->pid = 0;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* True if a line of buf holds a, and b after it. */
+static bool line_has(const char *buf, const char *a, const char *b)
+{
+	for (const char *s = strstr(buf, a); s; s = strstr(s + 1, a)) {
+		const char *nl = strchr(s, '\n'), *t = strstr(s, b);
+
+		if (t && (!nl || t < nl))
+			return true;
+	}
+	return false;
 }
 
 /* ---- the guest: an echo server on the uvsock API ------------------------------------------ */
@@ -425,20 +438,113 @@ TEST(socat_vsock_connect_refused)
 	env_stop(&v);
 }
 
+/*
+ * Runs socat's VSOCK-CONNECT to 3:5999 through uvsock-run (with --control u's socket unless
+ * raw), which must fail: the output must hold `why`, and socat's connect ENETUNREACH.
+ */
+static void socat_unreachable(const struct uvd *u, bool raw, const char *why)
+{
+	struct proc p;
+
+	if (raw)
+		proc_start(&p, u, true, (char *[]){ UVSOCK_RUN_PATH, "socat", "-",
+						    "VSOCK-CONNECT:3:5999", NULL });
+	else
+		proc_start(&p, u, false, (char *[]){ "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
+	ASSERT_NE(proc_wait(&p), 0);
+	note_output(&p);
+	if (!strstr(p.buf, why))
+		test_fail(__FILE__, __LINE__, "no '%s' in the output (above)", why);
+	ASSERT_TRUE(line_has(p.buf, "E connect(", "Network is unreachable"));
+}
+
 TEST(socat_without_a_daemon_is_told_why)
 {
 	struct uvd none = { .pid = -1 };
-	struct proc p;
 
 	/* No uvsockd at the control socket: one line naming it and the cause, then socat's own
 	 * "Network is unreachable" for the connect. */
 	snprintf(none.sock[0], sizeof(none.sock[0]), "/nonexistent/uvsock-test/control.sock");
-	proc_start(&p, &none, false, (char *[]){ "socat", "-", "VSOCK-CONNECT:3:5999", NULL });
-	ASSERT_NE(proc_wait(&p), 0);
-	ASSERT_TRUE(strstr(p.buf, "uvsock-run: cannot ask uvsockd for its VMs at "
-				  "/nonexistent/uvsock-test/control.sock: no such socket: is uvsockd "
-				  "running") != NULL);
-	ASSERT_TRUE(strstr(p.buf, "Network is unreachable") != NULL);
+	socat_unreachable(&none, false, "uvsock-run: cannot ask uvsockd for its VMs at "
+					"/nonexistent/uvsock-test/control.sock: no such socket: is "
+					"uvsockd running");
+}
+
+/*
+ * Where uvsock-run looks without --control: $UVSOCK_CONTROL, else /run/uvsockd/control.sock
+ * (docs/operations.md, "The control socket"); and a socket file nobody listens on (a daemon
+ * that is gone) named as such. Each is named on stderr, and socat's connect fails
+ * ENETUNREACH (no daemon).
+ */
+TEST(uvsock_run_control_socket_rule_and_causes)
+{
+	struct uvd none = { .pid = -1 };
+	char dir[] = "/tmp/uvsock-shim-rule-XXXXXX", stale[200];
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	/* $UVSOCK_CONTROL, no --control. */
+	setenv("UVSOCK_CONTROL", "/nonexistent/uvsock-env/control.sock", 1);
+	socat_unreachable(&none, true, "uvsock-run: cannot ask uvsockd for its VMs at "
+				       "/nonexistent/uvsock-env/control.sock: no such socket");
+
+	/* Neither: the packaged default. */
+	unsetenv("UVSOCK_CONTROL");
+	if (access("/run/uvsockd/control.sock", F_OK) == 0)
+		test_note("a uvsockd serves /run/uvsockd/control.sock here: default not tried");
+	else
+		socat_unreachable(&none, true, "uvsock-run: cannot ask uvsockd for its VMs at "
+					       "/run/uvsockd/control.sock: no such socket");
+
+	/* A socket file left by a daemon that is gone: ECONNREFUSED, named as such. */
+	snprintf(stale, sizeof(stale), "%s/gone.ctl", dir);
+	close(hs_listen(stale, SOCK_STREAM));
+	snprintf(none.sock[0], sizeof(none.sock[0]), "%s", stale);
+	socat_unreachable(&none, false, "nobody listens there: a socket file left by a uvsockd "
+					"that is gone");
+	unlink(stale);
+	rmdir(dir);
+}
+
+/*
+ * A user other than the daemon's (uid 65534 here, through setpriv) cannot open the daemon's 0600
+ * control socket: uvsock-run says permission denied naming the control socket, and socat's
+ * connect fails with EACCES, not "Network is unreachable" (no daemon). Both with --control
+ * naming the control socket and with a VM's socket (the control socket found next to it). The
+ * directory is open to everyone so the EACCES is the socket's own.
+ */
+TEST(socat_of_another_user_is_told_permission_denied)
+{
+	char ctl[200];
+	const char *paths[2];
+	struct env v;
+
+	if (geteuid() != 0)
+		test_skip("running as another user needs root");
+	if (access(SETPRIV, X_OK) != 0)
+		test_skip(SETPRIV " is not installed");
+	env_start(&v);
+	ASSERT_EQ(chmod(v.u.dir, 0755), 0);
+	snprintf(ctl, sizeof(ctl), "%s.ctl", v.u.sock[0]);
+	paths[0] = ctl;
+	paths[1] = v.u.sock[0];
+	for (int i = 0; i < 2; i++) {
+		struct proc p;
+		char want[300];
+
+		test_note("uvsock-run --control %s, as uid 65534", paths[i]);
+		proc_start(&p, &v.u, true,
+			   (char *[]){ SETPRIV, "--reuid=65534", "--regid=65534", "--clear-groups",
+				       UVSOCK_RUN_PATH, "--control", (char *)paths[i], "socat", "-",
+				       "VSOCK-CONNECT:3:5999", NULL });
+		ASSERT_NE(proc_wait(&p), 0);
+		note_output(&p);
+		snprintf(want, sizeof(want), "uvsock-run: cannot ask uvsockd for its VMs at %s: "
+			 "permission denied", ctl);
+		ASSERT_TRUE(strstr(p.buf, want) != NULL);
+		ASSERT_TRUE(line_has(p.buf, "E connect(", "Permission denied"));
+		ASSERT_TRUE(strstr(p.buf, "Network is unreachable") == NULL);
+	}
+	env_stop(&v);
 }
 
 TEST(socat_vsock_listen_both_directions)

@@ -10,6 +10,7 @@
 #include <sys/un.h>
 
 #include "fakectl.h"
+#include "hostside.h"
 #include "manpage.h"
 #include "ctlcli.h"
 #include "ctlproto/client.h"
@@ -79,6 +80,23 @@ static const struct ops_ctl_ops runtime_ops = {
 	.vm_remove = fake_vm_remove,
 };
 
+/* A control server with one VM and runtime_ops, its socket "<temporary directory>/name". */
+static void runtime_fake_start(struct fake_daemon *f, const char *name)
+{
+	struct ops_ctl_config cfg = { .ops = &runtime_ops, .any_uid = true };
+
+	memset(f, 0, sizeof(*f));
+	f->n_vms = 1;
+	for (unsigned i = 0; i < FAKE_MAX_VMS; i++)
+		ops_tap_init(&f->taps[i]);
+	snprintf(f->dir, sizeof(f->dir), "/tmp/uvsock-ctlcli-XXXXXX");
+	ASSERT_TRUE(mkdtemp(f->dir) != NULL);
+	snprintf(f->path, sizeof(f->path), "%s/%s", f->dir, name);
+	cfg.path = f->path;
+	cfg.opaque = f;
+	ASSERT_OK(ops_ctl_start(&cfg, &f->ctl));
+}
+
 TEST(usage_errors_exit_2)
 {
 	ASSERT_EQ(run((char *[]){ "uvsock-ctl", NULL }).rc, 2);
@@ -89,6 +107,45 @@ TEST(usage_errors_exit_2)
 	ASSERT_EQ(run((char *[]){ "uvsock-ctl", "--bogus", "add-vm", "x", NULL }).rc, 2);
 	ASSERT_EQ(run((char *[]){ "uvsock-ctl", "-s", "/nonexistent/ctl", "remove-vm", "3", NULL })
 			  .rc, 1);
+	ASSERT_EQ(run((char *[]){ "uvsock-ctl", "-s", "/x", "--control", "/y", "remove-vm", "3",
+				  NULL })
+			  .rc,
+		  2);
+}
+
+/*
+ * The rule of docs/operations.md: without -s or --control, $UVSOCK_CONTROL, else the packaged
+ * /run/uvsockd/control.sock, each failure naming the path and its cause: no such socket, or a
+ * socket file nobody listens on (a daemon that is gone).
+ */
+TEST(control_socket_rule_and_causes)
+{
+	char dir[] = "/tmp/uvsock-ctlcli-XXXXXX", stale[200];
+	struct out o;
+
+	unsetenv(OPS_STATCLI_ENV);
+	if (access("/run/uvsockd/control.sock", F_OK) == 0) {
+		test_note("a uvsockd serves /run/uvsockd/control.sock here: default not tried");
+	} else {
+		o = run((char *[]){ "uvsock-ctl", "remove-vm", "3", NULL });
+		ASSERT_EQ(o.rc, 1);
+		ASSERT_TRUE(strstr(o.err, "uvsock-ctl: /run/uvsockd/control.sock: no such socket") !=
+			    NULL);
+		ASSERT_TRUE(strstr(o.err, "(the default; give -s PATH or set $UVSOCK_CONTROL)") !=
+			    NULL);
+	}
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(stale, sizeof(stale), "%s/gone.ctl", dir);
+	close(hs_listen(stale, SOCK_STREAM)); /* the file stays, as a killed daemon leaves it */
+	setenv(OPS_STATCLI_ENV, stale, 1);
+	o = run((char *[]){ "uvsock-ctl", "remove-vm", "3", NULL });
+	unsetenv(OPS_STATCLI_ENV);
+	ASSERT_EQ(o.rc, 1);
+	ASSERT_TRUE(strstr(o.err, stale) != NULL);
+	ASSERT_TRUE(strstr(o.err, "nobody listens there: a socket file left by a uvsockd that is "
+				  "gone") != NULL);
+	unlink(stale);
+	rmdir(dir);
 }
 
 TEST(help_and_version)
@@ -124,6 +181,13 @@ TEST(vm_socket_given_as_control_socket_is_named)
 	ASSERT_TRUE(strstr(o.err, "not a control socket") != NULL);
 	p = (struct pollfd){ .fd = fd, .events = POLLIN };
 	ASSERT_EQ(poll(&p, 1, 0), 0);
+
+	/* Given as --control, it is connected to and named once it does not answer "stats"
+	 * within 2 s (a VM's socket waits for a vhost-user header). */
+	o = run((char *[]){ "uvsock-ctl", "--control", sa.sun_path, "remove-vm", "3", NULL });
+	ASSERT_EQ(o.rc, 1);
+	ASSERT_TRUE(strstr(o.err, sa.sun_path) != NULL);
+	ASSERT_TRUE(strstr(o.err, "did not answer as a uvsockd control socket within 2 s") != NULL);
 	close(fd);
 	unlink(sa.sun_path);
 	rmdir(dir);
@@ -144,18 +208,10 @@ TEST(server_without_runtime_vms_says_so)
 
 TEST(add_and_remove_requests_and_answers)
 {
-	struct ops_ctl_config cfg = { .ops = &runtime_ops, .any_uid = true };
-	struct fake_daemon f = { .n_vms = 1 };
+	struct fake_daemon f;
 	struct out o;
 
-	for (unsigned i = 0; i < FAKE_MAX_VMS; i++)
-		ops_tap_init(&f.taps[i]);
-	snprintf(f.dir, sizeof(f.dir), "/tmp/uvsock-ctlcli-XXXXXX");
-	ASSERT_TRUE(mkdtemp(f.dir) != NULL);
-	snprintf(f.path, sizeof(f.path), "%s/d.ctl", f.dir);
-	cfg.path = f.path;
-	cfg.opaque = &f;
-	ASSERT_OK(ops_ctl_start(&cfg, &f.ctl));
+	runtime_fake_start(&f, "d.ctl");
 
 	o = run((char *[]){ "uvsock-ctl", "-s", f.path, "add-vm", "guest-cid=7,socket=/s,uds-path=/u",
 			    NULL });
@@ -173,6 +229,32 @@ TEST(add_and_remove_requests_and_answers)
 	unsetenv(OPS_STATCLI_ENV);
 	ASSERT_EQ(o.rc, 1);
 	ASSERT_TRUE(strstr(o.err, "no VM with CID or name 'seven' (ENOENT)") != NULL);
+	fake_stop(&f);
+}
+
+/*
+ * A control socket whose name does not end in .ctl (uvsockd --control PATH): -s takes it for a
+ * VM's socket and finds no control socket listing it; --control uses it as it is, and wins
+ * over $UVSOCK_CONTROL.
+ */
+TEST(control_option_takes_a_control_socket_of_any_name)
+{
+	struct fake_daemon f;
+	struct out o;
+
+	runtime_fake_start(&f, "control");
+
+	o = run((char *[]){ "uvsock-ctl", "-s", f.path, "remove-vm", "seven", NULL });
+	ASSERT_EQ(o.rc, 1);
+	ASSERT_TRUE(strstr(o.err, "not a control socket") != NULL);
+	setenv(OPS_STATCLI_ENV, "/nonexistent/uvsock-ctlcli.ctl", 1);
+	o = run((char *[]){ "uvsock-ctl", "--control", f.path, "add-vm",
+			    "guest-cid=7,socket=/s,uds-path=/u", NULL });
+	unsetenv(OPS_STATCLI_ENV);
+	ASSERT_EQ(o.rc, 0);
+	ASSERT_STREQ(o.out, "added VM 7 (2 VMs now)\n");
+	o = run((char *[]){ "uvsock-ctl", "--control", f.path, "remove-vm", "seven", NULL });
+	ASSERT_EQ(o.rc, 0);
 	fake_stop(&f);
 }
 

@@ -10,6 +10,7 @@
 #include <sys/un.h>
 
 #include "fakectl.h"
+#include "hostside.h"
 #include "manpage.h"
 #include "ctlproto/json.h"
 #include "ctlproto/client.h"
@@ -306,6 +307,27 @@ TEST(usage_errors)
 	ASSERT_TRUE(strstr(r.err, "cannot connect to /nonexistent/ctl: no such socket: is uvsockd "
 				  "running") != NULL);
 	run_free(&r);
+}
+
+/* A control socket file nobody listens on (a daemon that is gone): ECONNREFUSED named. */
+TEST(stale_control_socket_is_named)
+{
+	char dir[] = "/tmp/uvsock-statcli-XXXXXX", stale[200];
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(stale, sizeof(stale), "%s/gone.ctl", dir);
+	close(hs_listen(stale, SOCK_STREAM)); /* the file stays, as a killed daemon leaves it */
+	for (int i = 0; i < 2; i++) {
+		struct run r = stat_run((const char *[]){ i ? "--control" : "-s", stale, NULL });
+
+		ASSERT_EQ(r.rc, 1);
+		ASSERT_TRUE(strstr(r.err, stale) != NULL);
+		ASSERT_TRUE(strstr(r.err, "nobody listens there: a socket file left by a uvsockd "
+					  "that is gone") != NULL);
+		run_free(&r);
+	}
+	unlink(stale);
+	rmdir(dir);
 }
 
 /* --help names every option, and the man page documents each (tests/harness/manpage.h). */
