@@ -30,6 +30,13 @@ struct dev_rx_src;
  * sibling making room; then they are dropped and the target is "congested": what is sent to it
  * is dropped at once until it drains to half. */
 #define DEV_SIB_STALL_NS (1000ull * 1000000ull)
+/*
+ * Senders told apart in one inbox (struct sib_src): the group's siblings, the host (datagrams,
+ * CID 2) and the RSTs a device makes. A sender beyond these shares nothing: it is refused once
+ * the inbox is half full.
+ */
+#define DEV_INBOX_SRCS 64u
+#define DEV_INBOX_SRC_NONE UINT16_MAX
 /* Packets and payload bytes held per sending device, over all its full siblings. */
 #define DEV_SIB_HOLD_PKTS 256u
 #define DEV_SIB_HOLD_BYTES (1u << 20)
@@ -39,6 +46,7 @@ struct sib_pkt {
 	struct vsock_hdr hdr;
 	uint32_t off; /* payload bytes already delivered (RX splitting) */
 	bool made;    /* an RST a device made (sib_queue_rst), not a guest's packet */
+	uint16_t src; /* its sender's slot in the inbox's src[] (DEV_INBOX_SRC_NONE: none) */
 	struct sib_pkt *next; /* in a struct sib_hold */
 	uint8_t data[];
 };
@@ -52,6 +60,18 @@ struct sib_hold {
 	uint64_t deadline; /* mono_ns(): dropped unless the sibling makes room by then */
 };
 
+/*
+ * One sender's part of an inbox (by the source CID of its packets): what it has queued there, and
+ * when it was last refused. A sender refused within DEV_SIB_STALL_NS counts as one that wants a
+ * share even with nothing queued (sibling.c, "Fair shares").
+ */
+struct sib_src {
+	uint32_t cid;        /* 0: a free slot */
+	uint32_t pkts;
+	size_t bytes;
+	uint64_t refused_ns; /* mono_ns() of its last refused packet; 0: never */
+};
+
 /* Bounded multi-producer queue of packets for one device. Protected by lock. */
 struct sib_inbox {
 	pthread_mutex_t lock;
@@ -61,6 +81,8 @@ struct sib_inbox {
 	size_t bytes;
 	bool want_room; /* a sender found it full and waits for room_async */
 	bool congested; /* a sender waited DEV_SIB_STALL_NS in vain: drop while full */
+	struct sib_src src[DEV_INBOX_SRCS]; /* the senders' shares (sibling.c) */
+	unsigned n_src;                     /* src[] slots ever used (the rest are free) */
 };
 
 /*
