@@ -542,19 +542,33 @@ static void sib_wake_senders(struct vsock_dev *d)
 		sib_port_signal(d->sib.sibs[i], true);
 }
 
-/* Takes the oldest packet of our inbox, or NULL. */
+/*
+ * Takes the oldest packet of our inbox, or NULL. The inbox is emptied in batches, up to
+ * DEV_SIB_TAKE packets / DEV_SIB_TAKE_BYTES under one lock into d->sib.taken (one lock and
+ * unlock per batch, not per packet: under a sibling's flood they were a sixth of the victim's
+ * device thread, docs/hostile-scenarios.md), and handed out from there in order.
+ */
 static struct sib_pkt *sib_take(struct vsock_dev *d)
 {
 	struct sib_inbox *in = &d->sib.port->inbox;
-	struct sib_pkt *p = NULL;
+	size_t bytes = 0;
 	bool wake = false;
+	unsigned n = 0;
 
+	if (d->sib.i_taken < d->sib.n_taken)
+		return d->sib.taken[d->sib.i_taken++];
 	if (!inbox_count(in))
 		return NULL;
 	pthread_mutex_lock(&in->lock);
-	if (inbox_count(in)) {
-		p = inbox_get(in);
+	while (n < DEV_SIB_TAKE && inbox_count(in) &&
+	       (!n || bytes + in->ring[in->head]->hdr.len <= DEV_SIB_TAKE_BYTES)) {
+		struct sib_pkt *p = inbox_get(in);
+
 		in->bytes -= p->hdr.len;
+		bytes += p->hdr.len;
+		d->sib.taken[n++] = p;
+	}
+	if (n) {
 		if (inbox_count(in) <= DEV_INBOX_PKTS / 2 && in->bytes <= DEV_INBOX_BYTES / 2) {
 			in->congested = false;
 			wake = in->want_room;
@@ -568,13 +582,16 @@ static struct sib_pkt *sib_take(struct vsock_dev *d)
 	pthread_mutex_unlock(&in->lock);
 	if (wake)
 		sib_wake_senders(d);
-	return p;
+	d->sib.n_taken = n;
+	d->sib.i_taken = n ? 1 : 0;
+	return n ? d->sib.taken[0] : NULL;
 }
 
 /* The sibling inbox as an RX producer (struct dev_rx_src): something waits for our RX ring. */
 static size_t sib_rx_pending(struct vsock_dev *d)
 {
-	return d->sib.rx_cur || inbox_count(&d->sib.port->inbox) ? 1 : 0;
+	return d->sib.rx_cur || d->sib.i_taken < d->sib.n_taken ||
+	       inbox_count(&d->sib.port->inbox) ? 1 : 0;
 }
 
 /* Drops everything queued for our guest (RX not running). */
@@ -1033,13 +1050,15 @@ static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
 void dev_sib_detach(struct vsock_dev *d)
 {
 	struct sib_port *port = d->sib.port;
-	struct sib_pkt *left[DEV_INBOX_PKTS + 1];
+	struct sib_pkt *left[DEV_INBOX_PKTS + DEV_SIB_TAKE + 1];
 	struct sib_inbox *in;
 	unsigned n = 0;
 
 	if (!port)
 		return;
 	in = &port->inbox;
+	while (d->sib.i_taken < d->sib.n_taken)
+		left[n++] = d->sib.taken[d->sib.i_taken++];
 	pthread_mutex_lock(&in->lock);
 	atomic_store_explicit(&port->closed, true, memory_order_relaxed);
 	port->inbox_async = port->room_async = NULL;

@@ -37,6 +37,12 @@ struct dev_rx_src;
  */
 #define DEV_INBOX_SRCS 64u
 #define DEV_INBOX_SRC_NONE UINT16_MAX
+/*
+ * Packets (and payload bytes, but at least one packet) a device takes out of its inbox under one
+ * lock (struct dev_sib taken[]): they wait there for its RX ring, out of the senders' shares.
+ */
+#define DEV_SIB_TAKE 64u
+#define DEV_SIB_TAKE_BYTES (512u * 1024)
 /* Packets and payload bytes held per sending device, over all its full siblings. */
 #define DEV_SIB_HOLD_PKTS 256u
 #define DEV_SIB_HOLD_BYTES (1u << 20)
@@ -125,6 +131,8 @@ struct dev_sib {
 					 * sibling: packets to it are dropped, answered with RST */
 	unsigned n_sibs;
 	struct sib_pkt *rx_cur;         /* taken from the inbox, partly delivered */
+	struct sib_pkt *taken[DEV_SIB_TAKE]; /* taken from the inbox in one batch (sib_take): */
+	unsigned n_taken, i_taken;      /* taken[i_taken..n_taken) wait, oldest first */
 	struct loop_timer *stage_timer; /* the earliest DEV_SIB_STALL_NS deadline of hold[] */
 	struct sib_hold *hold;          /* parallel to sibs: what waits for room in each */
 	unsigned hold_pkts;             /* packets and payload bytes in hold[], bounded by */

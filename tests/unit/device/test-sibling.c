@@ -329,4 +329,50 @@ TEST(a_sibling_datagram_flood_leaves_a_third_sibling_its_share)
 	tg_skip_empty = false;
 }
 
+/*
+ * A device takes its inbox in batches of DEV_SIB_TAKE packets under one lock, not one packet per
+ * lock: after one RX buffer is filled, DEV_SIB_TAKE packets have left the inbox. Nothing is lost
+ * or reordered by it.
+ */
+TEST(the_inbox_is_taken_in_batches_in_order)
+{
+	enum { N = 200 };
+	struct vsock_router *router;
+	struct tdev ta, tb;
+	struct tguest ga, gb;
+	struct vsock_hdr h;
+	unsigned from[8] = { 0 }, reqs = 0, got = 0;
+
+	sib_start(&router, &ta, &tb);
+	tg_connect(&ga, &ta);
+	tg_connect_nrx(&gb, &tb, 0);
+	for (uint32_t i = 0; i < N; i++) {
+		h = mkhdr(&ga, 4, 10000 + i, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+		tg_send(&ga, &h, NULL);
+	}
+	ASSERT_WAIT_FOR(atomic_load(&tb.d->sib.port->inbox.count) == N, WAIT_MS);
+	take_n(&gb, 1, from, &reqs);
+	ASSERT_EQ(atomic_load(&tb.d->sib.port->inbox.count), N - DEV_SIB_TAKE);
+	got = 1;
+	while (got < N) {
+		unsigned n = MIN(16u, N - got);
+
+		for (unsigned i = 0; i < n; i++)
+			tg_post_rx(&gb, (int)i);
+		tg_kick(&gb, 0);
+		for (unsigned i = 0; i < n; i++) {
+			uint32_t len;
+			void *ck;
+
+			ASSERT_TRUE(WAIT_FOR(vring_drv_get_used(gb.rx, &len, &ck) == 0, WAIT_MS));
+			vsock_hdr_decode(gb.rxb[(uintptr_t)ck - 1], &h);
+			ASSERT_EQ(h.op, VSOCK_OP_REQUEST);
+			ASSERT_EQ(h.src_port, 10000 + got);
+			got++;
+		}
+	}
+	ASSERT_EQ(reqs, 1);
+	sib_stop(router, &ta, &tb, &ga, &gb);
+}
+
 TEST_MAIN()
