@@ -99,7 +99,8 @@ struct sib_inbox {
  * under inbox.lock: from then on pushes fail (-EPIPE) and the wakeups are not used (they belong
  * to the freed device's loop), so holding inbox.lock and seeing !closed is what makes touching
  * inbox_async / room_async safe. Senders take that lock once per packet pushed (as before) and
- * once per target per TX batch for the wakeup; nothing else on the data path locks.
+ * once per target per TX batch for the wakeup, the owner once per batch it takes (sib_take,
+ * DEV_SIB_TAKE); nothing else on the data path locks.
  */
 struct sib_port {
 	struct sib_inbox inbox;
