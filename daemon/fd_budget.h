@@ -12,7 +12,9 @@
  *     while it is served, kick/call/err of the rings, up to 8 memory-region fds of one
  *     SET_MEM_TABLE in flight, the epoll fd and eventfds of its loop, the two host listeners, the
  *     uds-path directory, the reserve fd and the short-lived fds of a connect or a refusal, the
- *     datagram socket <uds-path>.dgram and up to 8 O_PATH fds of its destinations;
+ *     datagram socket <uds-path>.dgram, the sockets connected to up to 8 of its destinations
+ *     (DEV_DGRAM_DESTS) and to up to 8 remembered host senders (DEV_DGRAM_PEER_SOCKS), one
+ *     O_PATH fd of a destination being opened;
  *   once (UVSOCKD_FDS_GLOBAL): stdio, the control socket and its clients, capture files, libc.
  *
  * Each VM's host side enforces its budget on its own (src/device/host_uds.c): connections beyond
@@ -24,7 +26,7 @@
 
 #include <stdint.h>
 
-#define UVSOCKD_FDS_PER_VM 48u
+#define UVSOCKD_FDS_PER_VM 56u
 #define UVSOCKD_FDS_GLOBAL 64u
 /* The device's own default: a VM never gets more host-side connections than this. */
 #define UVSOCKD_HOST_CONNS_MAX 1024u

@@ -11,7 +11,9 @@
  *    to the socket bound at <uds_path>_<P>.dgram (opened O_PATH | O_NOFOLLOW in uds_path's
  *    directory and connected to through /proc/self/fd, as uds_connect_at: a symlink there is
  *    never followed; dgram_dest_get), whose replies we read as the per-VM socket's, or, if P
- *    is a port given to a host sender below, from the per-VM socket to that sender's address.
+ *    is a port given to a host sender below, on a socket of ours connected to that sender
+ *    (dgram_peer_sock: one per sender, bounded, so that one that never reads fills only its
+ *    own), or from the per-VM socket to a sender connected to it.
  *  - Host -> guest: the per-VM socket bound at <uds_path>.dgram takes "<guest dst port>\n
  *    <payload>". The host source port is P when the sender is bound at <uds_path>_<P>.dgram
  *    and that file, in uds_path's directory as we see it, is a socket of the sender's uid
@@ -128,6 +130,18 @@ static struct dgram_peer *dgram_peer_by_port(struct vsock_dev *d, uint32_t port)
 	return NULL;
 }
 
+/* Closes p's own sending socket (dgram_peer_sock), if it has one. */
+static void dgram_peer_sock_drop(struct vsock_dev *d, struct dgram_peer *p)
+{
+	if (p->sfd < 0)
+		return;
+	loop_watch_del(p->w);
+	p->w = NULL;
+	close(p->sfd);
+	p->sfd = -1;
+	d->dgram.n_peer_socks--;
+}
+
 /* The remembered entry of a sender bound at sa (any other path, or an abstract name); a new one
  * with a free ephemeral port (the least recently used entry replaced when the table is full). */
 static uint32_t dgram_peer_port(struct vsock_dev *d, const struct sockaddr_un *sa,
@@ -145,10 +159,12 @@ static uint32_t dgram_peer_port(struct vsock_dev *d, const struct sockaddr_un *s
 		if (!p || e->used < p->used)
 			p = e;
 	}
-	if (d->dgram.n_peers < DEV_DGRAM_PEERS)
+	if (d->dgram.n_peers < DEV_DGRAM_PEERS) {
 		p = &d->dgram.peers[d->dgram.n_peers++];
-	else
+	} else {
+		dgram_peer_sock_drop(d, p);
 		p->port = 0; /* replaced: its port is free again */
+	}
 	/* A port no other entry has (the table is far smaller than the range: this ends). */
 	do {
 		if (++d->dgram.next_port < DEV_HOST_PORT_LO ||
@@ -160,6 +176,9 @@ static uint32_t dgram_peer_port(struct vsock_dev *d, const struct sockaddr_un *s
 	p->salen = salen;
 	p->port = d->dgram.next_port;
 	p->used = ++d->dgram.tick;
+	p->sfd = -1;
+	p->w = NULL;
+	p->shared_ms = 0;
 	return p->port;
 }
 
@@ -302,6 +321,66 @@ static void dgram_read_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	dev_up.settle(d);
 }
 
+/*
+ * The socket our guest's replies to the remembered sender p leave through, and whether it is
+ * the per-VM socket (*shared: send with p's address) or p's own, connected to p. Its own is
+ * opened when missing (autobound, so that p can answer to the address it sees; what comes back
+ * on it is read as on the per-VM socket), the least recently used peer's closed first when
+ * DEV_DGRAM_PEER_SOCKS are open: a sender that never reads fills its own socket's send buffer,
+ * not the one every other sender's replies need. A sender connected to <uds_path>.dgram takes
+ * datagrams from that socket only (net/unix/af_unix.c, unix_may_send: the connect is refused
+ * with EPERM): its replies leave from the per-VM socket, asked again DEV_DGRAM_RECHECK_MS later.
+ * Returns the fd or -errno (p's address is gone: -ENOENT, -ECONNREFUSED...).
+ */
+static int dgram_peer_sock(struct vsock_dev *d, struct dgram_peer *p, bool *shared)
+{
+	static const struct sockaddr autobind = { .sa_family = AF_UNIX };
+	uint64_t now = mono_ms();
+	int sfd, r;
+
+	*shared = false;
+	if (p->sfd >= 0)
+		return p->sfd;
+	if (p->shared_ms && now - p->shared_ms < DEV_DGRAM_RECHECK_MS) {
+		*shared = true;
+		return d->dgram.l.fd;
+	}
+	if (d->dgram.n_peer_socks >= DEV_DGRAM_PEER_SOCKS) {
+		struct dgram_peer *lru = NULL;
+
+		for (unsigned i = 0; i < d->dgram.n_peers; i++) {
+			struct dgram_peer *e = &d->dgram.peers[i];
+
+			if (e->sfd >= 0 && (!lru || e->used < lru->used))
+				lru = e;
+		}
+		dgram_peer_sock_drop(d, lru);
+	}
+	sfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (sfd < 0)
+		return -errno;
+	if (bind(sfd, &autobind, sizeof(sa_family_t)) < 0 ||
+	    connect(sfd, (const struct sockaddr *)&p->sa, p->salen) < 0) {
+		r = -errno;
+		close(sfd);
+		if (r != -EPERM)
+			return r;
+		p->shared_ms = now ? now : 1;
+		*shared = true;
+		return d->dgram.l.fd;
+	}
+	r = loop_watch_add(d->loop, sfd, EPOLLIN, dgram_read_cb, d, &p->w);
+	if (r < 0) {
+		p->w = NULL;
+		close(sfd);
+		return r;
+	}
+	p->sfd = sfd;
+	p->shared_ms = 0;
+	d->dgram.n_peer_socks++;
+	return sfd;
+}
+
 static void dgram_dest_drop(struct dgram_dest *e)
 {
 	if (!e->live)
@@ -412,7 +491,8 @@ static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const 
 	char line[DGRAM_LINE_MAX + 1];
 	struct dgram_dest *e = NULL;
 	ssize_t r;
-	int err;
+	int err, fd;
+	bool shared;
 
 	if (d->dgram.l.fd < 0 || h->dst_port == DEV_DGRAM_UNBOUND_PORT)
 		goto no_listener;
@@ -420,9 +500,19 @@ static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const 
 	memcpy(v + 1, piov, (size_t)pn * sizeof(*v));
 	if (peer) {
 		peer->used = ++d->dgram.tick;
-		m.msg_name = &peer->sa;
-		m.msg_namelen = peer->salen;
-		r = sendmsg(d->dgram.l.fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+		for (int tries = 0;; tries++) {
+			fd = dgram_peer_sock(d, peer, &shared);
+			if (fd < 0)
+				goto no_listener;
+			m.msg_name = shared ? &peer->sa : NULL;
+			m.msg_namelen = shared ? peer->salen : 0;
+			r = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+			/* ECONNREFUSED, EPERM: the sender closed its socket, or connected it to another
+			 * one, since ours was connected to it: ours is closed and opened again, once. */
+			if (r >= 0 || shared || (errno != ECONNREFUSED && errno != EPERM) || tries > 0)
+				break;
+			dgram_peer_sock_drop(d, peer);
+		}
 	} else {
 		for (int tries = 0;; tries++) {
 			e = dgram_dest_get(d, h->dst_port, tries > 0, &err);
@@ -447,6 +537,8 @@ static void dgram_to_host(struct vsock_dev *d, const struct vsock_hdr *h, const 
 	/* ECONNREFUSED (nobody bound any more), EACCES, EPERM: nobody to take it. */
 	if (e)
 		dgram_dest_drop(e);
+	else if (peer)
+		dgram_peer_sock_drop(d, peer);
 no_listener:
 	DEV_STAT_ADD(d, dgram_drop_no_listener, 1);
 }
@@ -564,6 +656,8 @@ void dev_dgram_close(struct vsock_dev *d)
 	}
 	for (unsigned i = 0; i < DEV_DGRAM_DESTS; i++)
 		dgram_dest_drop(&d->dgram.dests[i]);
+	for (unsigned i = 0; i < d->dgram.n_peers; i++)
+		dgram_peer_sock_drop(d, &d->dgram.peers[i]);
 	free(d->dgram.peers);
 	d->dgram.peers = NULL;
 	d->dgram.n_peers = 0;

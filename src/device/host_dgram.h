@@ -45,6 +45,13 @@ struct vsock_dev_config;
 #define DEV_DGRAM_RECHECK_MS 50u
 /* What a host program connected back to one may have queued (twice this, kernel accounting). */
 #define DEV_DGRAM_SNDBUF (512 * 1024)
+/*
+ * Remembered senders (struct dgram_peer) with a sending socket of their own open at once (the
+ * least recently used one closed first): the guest's replies to one sender leave through that
+ * socket, so a sender that never reads fills only its own socket's buffer, never the replies to
+ * the others (docs/security.md). Counted in uvsockd's per-VM fd budget (daemon/fd_budget.h).
+ */
+#define DEV_DGRAM_PEER_SOCKS 8u
 
 struct dgram_dest {
 	bool live;          /* sfd is open and watched */
@@ -57,12 +64,19 @@ struct dgram_dest {
 	uint64_t used;      /* d->dgram.tick (LRU) */
 };
 
-/* A host datagram sender not bound at <uds_path>_<port>.dgram, and the host port it got. */
+/*
+ * A host datagram sender not bound at <uds_path>_<port>.dgram, the host port it got, and the
+ * socket the guest's replies to it leave through (dgram_peer_sock).
+ */
 struct dgram_peer {
 	struct sockaddr_un sa;
 	socklen_t salen;
 	uint32_t port;
-	uint64_t used; /* d->dgram.tick when last seen or replied to (LRU) */
+	uint64_t used;      /* d->dgram.tick when last seen or replied to (LRU) */
+	int sfd;            /* connected to sa, autobound, replies read; -1: none open */
+	struct loop_watch *w;
+	uint64_t shared_ms; /* mono_ms() when sa refused our own socket (connected to the per-VM
+			     * socket): replies leave from that one until DEV_DGRAM_RECHECK_MS later */
 };
 
 /* host_dgram.c's state in struct vsock_dev (d->dgram). Device thread only. */
@@ -74,6 +88,7 @@ struct dev_dgram {
 	struct loop_watch *w;
 	struct dgram_peer *peers;      /* DEV_DGRAM_PEERS entries, n_peers used */
 	unsigned n_peers;
+	unsigned n_peer_socks;         /* peers with sfd open, at most DEV_DGRAM_PEER_SOCKS */
 	uint32_t next_port;            /* next ephemeral host port to try */
 	struct dgram_dest dests[DEV_DGRAM_DESTS];
 	uint64_t tick;

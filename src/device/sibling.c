@@ -242,6 +242,138 @@ static unsigned inbox_count(struct sib_inbox *in)
 	return atomic_load_explicit(&in->count, memory_order_relaxed);
 }
 
+/*
+ * Fair shares. Every packet in an inbox is counted to its sender, told by the packet's source
+ * CID (a sibling's guest, the host for datagrams from host programs, the sibling an RST a device
+ * made is from), in in->src[]. While the inbox is less than half full, anyone's packet goes in.
+ * From half full on, a sender gets at most an equal part of it, DEV_INBOX_PKTS / n packets and
+ * DEV_INBOX_BYTES / n bytes, n being the senders with packets queued or refused within
+ * DEV_SIB_STALL_NS: a sender that floods a slow target keeps what it has, and the room the
+ * target makes goes to the others until the flood is down to its share. Without this, a
+ * sibling's datagram flood refilled every slot the target freed before anyone else could: the
+ * target's host datagrams and a third sibling's datagrams were dropped and its connects held
+ * until they timed out with an RST (docs/hostile-scenarios.md). A refused sender that waits
+ * (want_room) is woken as soon as a packet taken leaves it under its share, not only when the
+ * inbox is down to half.
+ */
+
+/*
+ * in->src's slot of the sender cid: its own, or a free one taken for it (never used, or whose
+ * sender has nothing queued and was not refused within DEV_SIB_STALL_NS), or -1 when all
+ * DEV_INBOX_SRCS are in use. *now: mono_ns(), read here if 0 and needed. Under in->lock.
+ */
+static int inbox_src(struct sib_inbox *in, uint32_t cid, uint64_t *now)
+{
+	int idle = -1;
+
+	for (unsigned i = 0; i < in->n_src; i++) {
+		const struct sib_src *s = &in->src[i];
+
+		if (s->cid == cid)
+			return (int)i;
+		if (idle < 0 && !s->cid)
+			idle = (int)i;
+	}
+	if (idle < 0 && in->n_src < DEV_INBOX_SRCS)
+		idle = (int)in->n_src++;
+	for (unsigned i = 0; idle < 0 && i < in->n_src; i++) {
+		const struct sib_src *s = &in->src[i];
+
+		if (!*now)
+			*now = mono_ns();
+		if (!s->pkts && *now - s->refused_ns >= DEV_SIB_STALL_NS)
+			idle = (int)i;
+	}
+	if (idle >= 0)
+		in->src[idle] = (struct sib_src){ .cid = cid };
+	return idle;
+}
+
+/* Senders that want a share of in: packets queued, or refused within DEV_SIB_STALL_NS of now;
+ * slot self counts in any case (-1: a sender without a slot, which counts; -2: none). Under
+ * in->lock. */
+static unsigned inbox_senders(const struct sib_inbox *in, uint64_t now, int self)
+{
+	unsigned n = self == -1 ? 1 : 0;
+
+	for (unsigned i = 0; i < in->n_src; i++) {
+		const struct sib_src *s = &in->src[i];
+
+		if ((int)i == self ||
+		    (s->cid && (s->pkts || (s->refused_ns && now - s->refused_ns < DEV_SIB_STALL_NS))))
+			n++;
+	}
+	return n;
+}
+
+/* Slot s (-1: a sender without one) would be over its share with len more bytes. */
+static bool inbox_over_share(const struct sib_inbox *in, int s, uint32_t len, uint64_t now)
+{
+	unsigned n = inbox_senders(in, now, s);
+
+	if (s < 0)
+		return true;
+	return in->src[s].pkts + 1 > DEV_INBOX_PKTS / n ||
+	       in->src[s].bytes + len > DEV_INBOX_BYTES / n;
+}
+
+/*
+ * Whether p may go into in now (see "Fair shares"): 0 (and p is counted to its sender), -ENOBUFS
+ * (full, or half full and its sender has its share; the refusal is noted), -EBUSY (as -ENOBUFS,
+ * and the inbox is congested: p is not to be held). Under in->lock.
+ */
+static int inbox_admit(struct sib_inbox *in, struct sib_pkt *p)
+{
+	uint32_t len = p->hdr.len;
+	unsigned count = inbox_count(in);
+	bool full = count == DEV_INBOX_PKTS || in->bytes + len > DEV_INBOX_BYTES;
+	bool busy = count >= DEV_INBOX_PKTS / 2 || in->bytes + len > DEV_INBOX_BYTES / 2;
+	uint64_t now = 0;
+	bool over = false;
+	int s = inbox_src(in, (uint32_t)p->hdr.src_cid, &now);
+
+	if (busy) {
+		if (!now)
+			now = mono_ns();
+		over = inbox_over_share(in, s, len, now);
+	}
+	if (full || over) {
+		if (s >= 0)
+			in->src[s].refused_ns = now;
+		return in->congested && (over || s < 0) ? -EBUSY : -ENOBUFS;
+	}
+	p->src = s < 0 ? DEV_INBOX_SRC_NONE : (uint16_t)s;
+	if (s >= 0) {
+		in->src[s].pkts++;
+		in->src[s].bytes += len;
+	}
+	return 0;
+}
+
+/*
+ * A sender refused within DEV_SIB_STALL_NS of now has less than half its share queued (so the
+ * one sender of a stream to a slow target is still woken only at half, as before shares: one
+ * wakeup per half an inbox, not per packet). Under in->lock.
+ */
+static bool inbox_refused_starved(struct sib_inbox *in, uint64_t now)
+{
+	unsigned n = 0;
+
+	if (inbox_count(in) == DEV_INBOX_PKTS)
+		return false;
+	for (unsigned i = 0; i < in->n_src; i++) {
+		const struct sib_src *s = &in->src[i];
+
+		if (!s->cid || !s->refused_ns || now - s->refused_ns >= DEV_SIB_STALL_NS)
+			continue;
+		if (!n)
+			n = inbox_senders(in, now, -2);
+		if (s->pkts * 2 < DEV_INBOX_PKTS / n && s->bytes * 2 < DEV_INBOX_BYTES / n)
+			return true;
+	}
+	return false;
+}
+
 /* Appends p (room checked by the caller). Under in->lock. */
 static void inbox_put(struct sib_inbox *in, struct sib_pkt *p)
 {
@@ -258,6 +390,14 @@ static struct sib_pkt *inbox_get(struct sib_inbox *in)
 
 	in->head = (in->head + 1) % DEV_INBOX_PKTS;
 	atomic_store_explicit(&in->count, inbox_count(in) - 1, memory_order_relaxed);
+	if (p->src != DEV_INBOX_SRC_NONE) {
+		struct sib_src *s = &in->src[p->src];
+
+		s->pkts--;
+		s->bytes -= p->hdr.len;
+		if (!s->pkts && !s->refused_ns)
+			s->cid = 0; /* free */
+	}
 	return p;
 }
 
@@ -328,10 +468,8 @@ static int sib_push(struct sib_port *t, struct sib_pkt *p, bool wait)
 	pthread_mutex_lock(&in->lock);
 	if (sib_port_closed(t)) {
 		r = -EPIPE;
-	} else if (inbox_count(in) == DEV_INBOX_PKTS ||
-		   in->bytes + p->hdr.len > DEV_INBOX_BYTES) {
+	} else if ((r = inbox_admit(in, p)) < 0) {
 		/* A congested target is not waited for: its guest is not taking packets. */
-		r = in->congested ? -EBUSY : -ENOBUFS;
 		if (r == -ENOBUFS && wait)
 			in->want_room = true;
 	} else {
@@ -369,7 +507,7 @@ static int sib_queue_rst(struct vsock_dev *d, struct sib_port *t2, const struct 
 	pthread_mutex_lock(&in->lock);
 	if (sib_port_closed(t2))
 		r = -EPIPE;
-	else if (inbox_count(in) == DEV_INBOX_PKTS)
+	else if (inbox_admit(in, p) < 0)
 		r = -ENOBUFS;
 	else
 		inbox_put(in, p);
@@ -404,37 +542,56 @@ static void sib_wake_senders(struct vsock_dev *d)
 		sib_port_signal(d->sib.sibs[i], true);
 }
 
-/* Takes the oldest packet of our inbox, or NULL. */
+/*
+ * Takes the oldest packet of our inbox, or NULL. The inbox is emptied in batches, up to
+ * DEV_SIB_TAKE packets / DEV_SIB_TAKE_BYTES under one lock into d->sib.taken (one lock and
+ * unlock per batch, not per packet: under a sibling's flood they were a sixth of the victim's
+ * device thread, docs/hostile-scenarios.md), and handed out from there in order.
+ */
 static struct sib_pkt *sib_take(struct vsock_dev *d)
 {
 	struct sib_inbox *in = &d->sib.port->inbox;
-	struct sib_pkt *p = NULL;
+	size_t bytes = 0;
 	bool wake = false;
+	unsigned n = 0;
 
+	if (d->sib.i_taken < d->sib.n_taken)
+		return d->sib.taken[d->sib.i_taken++];
 	if (!inbox_count(in))
 		return NULL;
 	pthread_mutex_lock(&in->lock);
-	if (inbox_count(in)) {
-		p = inbox_get(in);
+	while (n < DEV_SIB_TAKE && inbox_count(in) &&
+	       (!n || bytes + in->ring[in->head]->hdr.len <= DEV_SIB_TAKE_BYTES)) {
+		struct sib_pkt *p = inbox_get(in);
+
 		in->bytes -= p->hdr.len;
+		bytes += p->hdr.len;
+		d->sib.taken[n++] = p;
+	}
+	if (n) {
 		if (inbox_count(in) <= DEV_INBOX_PKTS / 2 && in->bytes <= DEV_INBOX_BYTES / 2) {
 			in->congested = false;
-			if (in->want_room) {
-				in->want_room = false;
-				wake = true;
-			}
+			wake = in->want_room;
+		} else if (in->want_room) {
+			/* A waiting sender under its share need not wait for half (Fair shares). */
+			wake = inbox_refused_starved(in, mono_ns());
 		}
+		if (wake)
+			in->want_room = false;
 	}
 	pthread_mutex_unlock(&in->lock);
 	if (wake)
 		sib_wake_senders(d);
-	return p;
+	d->sib.n_taken = n;
+	d->sib.i_taken = n ? 1 : 0;
+	return n ? d->sib.taken[0] : NULL;
 }
 
 /* The sibling inbox as an RX producer (struct dev_rx_src): something waits for our RX ring. */
 static size_t sib_rx_pending(struct vsock_dev *d)
 {
-	return d->sib.rx_cur || inbox_count(&d->sib.port->inbox) ? 1 : 0;
+	return d->sib.rx_cur || d->sib.i_taken < d->sib.n_taken ||
+	       inbox_count(&d->sib.port->inbox) ? 1 : 0;
 }
 
 /* Drops everything queued for our guest (RX not running). */
@@ -893,13 +1050,15 @@ static int sib_add(struct vsock_dev *d, struct vsock_dev *s)
 void dev_sib_detach(struct vsock_dev *d)
 {
 	struct sib_port *port = d->sib.port;
-	struct sib_pkt *left[DEV_INBOX_PKTS + 1];
+	struct sib_pkt *left[DEV_INBOX_PKTS + DEV_SIB_TAKE + 1];
 	struct sib_inbox *in;
 	unsigned n = 0;
 
 	if (!port)
 		return;
 	in = &port->inbox;
+	while (d->sib.i_taken < d->sib.n_taken)
+		left[n++] = d->sib.taken[d->sib.i_taken++];
 	pthread_mutex_lock(&in->lock);
 	atomic_store_explicit(&port->closed, true, memory_order_relaxed);
 	port->inbox_async = port->room_async = NULL;

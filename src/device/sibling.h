@@ -30,6 +30,19 @@ struct dev_rx_src;
  * sibling making room; then they are dropped and the target is "congested": what is sent to it
  * is dropped at once until it drains to half. */
 #define DEV_SIB_STALL_NS (1000ull * 1000000ull)
+/*
+ * Senders told apart in one inbox (struct sib_src): the group's siblings, the host (datagrams,
+ * CID 2) and the RSTs a device makes. A sender beyond these shares nothing: it is refused once
+ * the inbox is half full.
+ */
+#define DEV_INBOX_SRCS 64u
+#define DEV_INBOX_SRC_NONE UINT16_MAX
+/*
+ * Packets (and payload bytes, but at least one packet) a device takes out of its inbox under one
+ * lock (struct dev_sib taken[]): they wait there for its RX ring, out of the senders' shares.
+ */
+#define DEV_SIB_TAKE 64u
+#define DEV_SIB_TAKE_BYTES (512u * 1024)
 /* Packets and payload bytes held per sending device, over all its full siblings. */
 #define DEV_SIB_HOLD_PKTS 256u
 #define DEV_SIB_HOLD_BYTES (1u << 20)
@@ -39,6 +52,7 @@ struct sib_pkt {
 	struct vsock_hdr hdr;
 	uint32_t off; /* payload bytes already delivered (RX splitting) */
 	bool made;    /* an RST a device made (sib_queue_rst), not a guest's packet */
+	uint16_t src; /* its sender's slot in the inbox's src[] (DEV_INBOX_SRC_NONE: none) */
 	struct sib_pkt *next; /* in a struct sib_hold */
 	uint8_t data[];
 };
@@ -52,6 +66,18 @@ struct sib_hold {
 	uint64_t deadline; /* mono_ns(): dropped unless the sibling makes room by then */
 };
 
+/*
+ * One sender's part of an inbox (by the source CID of its packets): what it has queued there, and
+ * when it was last refused. A sender refused within DEV_SIB_STALL_NS counts as one that wants a
+ * share even with nothing queued (sibling.c, "Fair shares").
+ */
+struct sib_src {
+	uint32_t cid;        /* 0: a free slot */
+	uint32_t pkts;
+	size_t bytes;
+	uint64_t refused_ns; /* mono_ns() of its last refused packet; 0: never */
+};
+
 /* Bounded multi-producer queue of packets for one device. Protected by lock. */
 struct sib_inbox {
 	pthread_mutex_t lock;
@@ -61,6 +87,8 @@ struct sib_inbox {
 	size_t bytes;
 	bool want_room; /* a sender found it full and waits for room_async */
 	bool congested; /* a sender waited DEV_SIB_STALL_NS in vain: drop while full */
+	struct sib_src src[DEV_INBOX_SRCS]; /* the senders' shares (sibling.c) */
+	unsigned n_src;                     /* src[] slots ever used (the rest are free) */
 };
 
 /*
@@ -71,7 +99,8 @@ struct sib_inbox {
  * under inbox.lock: from then on pushes fail (-EPIPE) and the wakeups are not used (they belong
  * to the freed device's loop), so holding inbox.lock and seeing !closed is what makes touching
  * inbox_async / room_async safe. Senders take that lock once per packet pushed (as before) and
- * once per target per TX batch for the wakeup; nothing else on the data path locks.
+ * once per target per TX batch for the wakeup, the owner once per batch it takes (sib_take,
+ * DEV_SIB_TAKE); nothing else on the data path locks.
  */
 struct sib_port {
 	struct sib_inbox inbox;
@@ -103,6 +132,8 @@ struct dev_sib {
 					 * sibling: packets to it are dropped, answered with RST */
 	unsigned n_sibs;
 	struct sib_pkt *rx_cur;         /* taken from the inbox, partly delivered */
+	struct sib_pkt *taken[DEV_SIB_TAKE]; /* taken from the inbox in one batch (sib_take): */
+	unsigned n_taken, i_taken;      /* taken[i_taken..n_taken) wait, oldest first */
 	struct loop_timer *stage_timer; /* the earliest DEV_SIB_STALL_NS deadline of hold[] */
 	struct sib_hold *hold;          /* parallel to sibs: what waits for room in each */
 	unsigned hold_pkts;             /* packets and payload bytes in hold[], bounded by */

@@ -12,9 +12,9 @@
  * scenario itself is about (counted drops, refused sessions, nothing mapped, ...). Nothing timed
  * decides pass or fail: waits are bounds against hangs only.
  *
- * `test-hostile --bench [--runs N] [--mib M]` (a meson benchmark, never run by `meson test`)
- * runs a baseline without attack and every scenario N times each (the victim moving at least
- * M MiB each way, default 512), round-robin, and prints the victim's throughput under attack
+ * `test-hostile --bench [--runs N] [--mib M] [--pick NAME]` (a meson benchmark, never run by
+ * `meson test`) runs a baseline without attack and every scenario (or only NAME) N times each
+ * (the victim moving at least M MiB each way, default 512), round-robin, and prints the victim's throughput under attack
  * against the baseline (medians), the bytes lost and uvsockd's peak RSS.
  * docs/hostile-scenarios.md has the scenarios, the bounds and a measured table.
  */
@@ -1558,6 +1558,8 @@ static int bench_main(int argc, char **argv)
 	static struct bench_row rows[NS + 1]; /* [0]: the baseline */
 	int runs = 3;
 	size_t total = BENCH_MIB * MiB;
+	const char *pick = NULL;
+	bool bad = false;
 	double base;
 
 	for (int i = 2; i < argc; i++) {
@@ -1565,9 +1567,21 @@ static int bench_main(int argc, char **argv)
 			runs = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
 			total = (size_t)atoi(argv[++i]) * MiB;
+		else if (!strcmp(argv[i], "--pick") && i + 1 < argc)
+			pick = argv[++i];
+		else
+			bad = true;
 	}
-	if (runs < 1 || runs > 16 || total == 0) {
-		fprintf(stderr, "usage: %s --bench [--runs 1..16] [--mib M]\n", argv[0]);
+	if (pick) {
+		bool found = false;
+
+		for (int i = 0; i < NS; i++)
+			found = found || !strcmp(scens[i]->name, pick);
+		bad = bad || !found;
+	}
+	if (bad || runs < 1 || runs > 16 || total == 0) {
+		fprintf(stderr, "usage: %s --bench [--runs 1..16] [--mib M] [--pick SCENARIO]\n",
+			argv[0]);
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
@@ -1581,6 +1595,8 @@ static int bench_main(int argc, char **argv)
 			struct bench_row *r = &rows[i];
 			struct result res;
 
+			if (i && pick && strcmp(s->name, pick))
+				continue;
 			if (!bench_one(s, i > 0, total, &res) || !res.ok) {
 				r->failed++;
 				printf("# run %d of %s failed: %s\n", k + 1, s->name,
@@ -1602,6 +1618,8 @@ static int bench_main(int argc, char **argv)
 		struct bench_row *r = &rows[i];
 		double m = median(r);
 
+		if (i && pick && strcmp(scens[i - 1]->name, pick))
+			continue;
 		printf("| %s | %.1f | %.1f | %.0f %% | %" PRIu64 " | %.1f MiB |%s\n",
 		       i ? scens[i - 1]->name : scen_baseline.name, m, base,
 		       base > 0 ? 100.0 * m / base : 0.0, r->lost, (double)r->rss_kib / 1024,

@@ -1041,11 +1041,16 @@ TEST(freeing_a_linked_device_while_its_siblings_run)
 	sib_data(&a, &b, 40000, 77, "a to b");
 	sib_data(&b, &a, 77, 40000, "b to a");
 
-	/* B: three connects to C; A: 64 packets of 64 KiB, C's whole 4 MiB. They all wait. */
-	for (uint32_t i = 0; i < 3; i++)
-		sib_send(&b, 5, 50000 + i, 77, VSOCK_OP_REQUEST, NULL, 0);
+	/*
+	 * A: 64 packets of 64 KiB, C's whole 4 MiB (A is C's only sender then: its fair share is
+	 * the whole inbox, src/device/sibling.c "Fair shares"); then B: three connects to C,
+	 * within B's share. They all wait.
+	 */
 	for (int i = 0; i < 64; i++)
 		sib_send(&a, 5, 40001, 77, VSOCK_OP_RW, big, sizeof(big));
+	ASSERT_WAIT_FOR(inbox_count(c.dev) >= 64, WAIT_MS);
+	for (uint32_t i = 0; i < 3; i++)
+		sib_send(&b, 5, 50000 + i, 77, VSOCK_OP_REQUEST, NULL, 0);
 	ASSERT_WAIT_FOR(inbox_count(c.dev) >= 67, WAIT_MS);
 	/* Three more: the first is staged in A (no room in C), A stops taking its TX ring. */
 	uvsock_dev_get_stats(a.dev, &st);

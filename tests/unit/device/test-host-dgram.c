@@ -5,6 +5,8 @@
  * siblings, symlinks and rebound sockets.
  * Shared set-up: devtest.h.
  */
+#include <dirent.h>
+
 #include "devtest.h"
 
 TEST(dgram_not_negotiated_is_dropped_and_counted_never_answered)
@@ -286,6 +288,120 @@ TEST(dgram_to_host_never_follows_a_symlink_and_follows_a_rebound_socket)
 	ASSERT_EQ_U64(DG_STAT(&t, dgram_tx), 2);
 	close(tfd);
 	unlink(target);
+	solo_stop(&t, &g);
+}
+
+/* Open fds of this process (the device runs in it). */
+static unsigned count_fds(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	unsigned n = 0;
+
+	ASSERT_TRUE(dir != NULL);
+	while (readdir(dir))
+		n++;
+	closedir(dir);
+	return n;
+}
+
+/*
+ * A remembered host sender that never reads fills the send buffer of the socket the guest's
+ * replies to it leave through (60 KB datagrams: a few fill the default 208 KiB SO_SNDBUF before
+ * the receiver's net.unix.max_dgram_qlen is reached). Replies to another sender must all arrive:
+ * each sender has its own sending socket.
+ */
+TEST(dgram_a_host_sender_that_never_reads_starves_only_itself)
+{
+	static char big[60000];
+	struct tdev t;
+	struct tguest g;
+	char stuck_p[160], good_p[160], buf[RXBUF];
+	struct vsock_hdr h, r;
+	uint32_t stuck_port, good_port;
+	uint64_t full;
+	int stuck, good;
+
+	tdev_new(&t, NULL, 3);
+	snprintf(stuck_p, sizeof(stuck_p), "%s/stuck.sock", t.dir);
+	snprintf(good_p, sizeof(good_p), "%s/good.sock", t.dir);
+	stuck = dg_bind(stuck_p);
+	good = dg_bind(good_p);
+	tdev_run(&t);
+	tg_connect_feat(&g, &t, NRX, DG_FEAT);
+	dg_send_host(&t, stuck, "10\ns", 4);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, false));
+	stuck_port = r.src_port;
+	dg_send_host(&t, good, "11\ng", 4);
+	ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, false));
+	good_port = r.src_port;
+	ASSERT_NE(stuck_port, good_port);
+
+	memset(big, 'b', sizeof(big));
+	for (unsigned i = 0; i < 64 && DG_STAT(&t, dgram_drop_full) == 0; i++) {
+		h = mkhdr(&g, 2, 10, stuck_port, VSOCK_TYPE_DGRAM, VSOCK_OP_RW, sizeof(big));
+		h.buf_alloc = 0;
+		tg_send(&g, &h, big);
+		dg_sync(&g, 42000 + i);
+	}
+	full = DG_STAT(&t, dgram_drop_full);
+	ASSERT_GT(full, 0);
+	for (unsigned i = 0; i < 5; i++)
+		dg_send_guest(&g, 2, 11, good_port, "reply");
+	dg_sync(&g, 42100);
+	ASSERT_EQ_U64(DG_STAT(&t, dgram_drop_full), full);
+	for (unsigned i = 0; i < 5; i++) {
+		ASSERT_EQ(dg_recv_host(good, buf, sizeof(buf), NULL, 0), 8);
+		ASSERT_MEMEQ(buf, "11\nreply", 8);
+	}
+	close(good);
+	close(stuck);
+	unlink(good_p);
+	unlink(stuck_p);
+	solo_stop(&t, &g);
+}
+
+/*
+ * The sending sockets of remembered senders are bounded: after replies to more senders than
+ * DEV_DGRAM_PEER_SOCKS, exactly that many more fds are open, and every reply arrived (a sender
+ * whose socket was closed gets a new one).
+ */
+TEST(dgram_sending_sockets_of_host_senders_are_bounded)
+{
+	enum { N = DEV_DGRAM_PEER_SOCKS + 4 };
+	struct tdev t;
+	struct tguest g;
+	char path[N][160], buf[RXBUF];
+	uint32_t port[N];
+	struct vsock_hdr r;
+	unsigned before;
+	int fd[N];
+
+	tdev_new(&t, NULL, 3);
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(path[i], sizeof(path[i]), "%s/peer%u.sock", t.dir, i);
+		fd[i] = dg_bind(path[i]);
+	}
+	tdev_run(&t);
+	tg_connect_feat(&g, &t, NRX, DG_FEAT);
+	for (unsigned i = 0; i < N; i++) {
+		dg_send_host(&t, fd[i], "7\nx", 3);
+		ASSERT_OK(tg_recv(&g, &r, buf, sizeof(buf), WAIT_MS, false));
+		port[i] = r.src_port;
+	}
+	before = count_fds();
+	for (unsigned round = 0; round < 2; round++)
+		for (unsigned i = 0; i < N; i++) {
+			dg_send_guest(&g, 2, 7, port[i], "y");
+			ASSERT_EQ(dg_recv_host(fd[i], buf, sizeof(buf), NULL, 0), 3);
+			ASSERT_MEMEQ(buf, "7\ny", 3);
+		}
+	dg_sync(&g, 42200);
+	ASSERT_EQ(count_fds(), before + DEV_DGRAM_PEER_SOCKS);
+	ASSERT_EQ_U64(DG_STAT(&t, dgram_tx), 2 * N);
+	for (unsigned i = 0; i < N; i++) {
+		close(fd[i]);
+		unlink(path[i]);
+	}
 	solo_stop(&t, &g);
 }
 

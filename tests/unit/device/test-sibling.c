@@ -2,7 +2,8 @@
 /*
  * Device-role tests of src/device/sibling.c, the sibling port: routing with RX splitting, a
  * congested or full sibling (RSTs dropped, packets held in order, then back-pressure), a
- * sibling's VMM disconnecting and reconnecting (the device is kept).
+ * sibling's VMM disconnecting and reconnecting (the device is kept), each sender's fair share
+ * of a slow sibling's inbox.
  * Shared set-up: devtest.h.
  */
 #include "devtest.h"
@@ -227,6 +228,158 @@ TEST(packets_for_a_full_sibling_are_held_in_order_then_back_pressured)
 	ASSERT_EQ(st.sibling_dropped, 0);
 	ASSERT_EQ(st.sibling_replies_dropped, 0);
 	sib_pair_stop(&p);
+}
+
+/* Takes n packets from a guest that keeps no RX buffers posted: posts n (indices 0..n-1), waits
+ * for all n, counts them by source CID into from[] (CIDs below 8) and REQUESTs into *reqs. */
+static void take_n(struct tguest *g, unsigned n, unsigned *from, unsigned *reqs)
+{
+	unsigned got = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		tg_post_rx(g, (int)i);
+	tg_kick(g, 0);
+	while (got < n) {
+		struct vsock_hdr h;
+		uint32_t len;
+		void *ck;
+
+		ASSERT_TRUE(WAIT_FOR(vring_drv_get_used(g->rx, &len, &ck) == 0, WAIT_MS));
+		ASSERT_GE(len, 44);
+		vsock_hdr_decode(g->rxb[(uintptr_t)ck - 1], &h);
+		ASSERT_LT(h.src_cid, 8);
+		from[h.src_cid]++;
+		if (h.type == VSOCK_TYPE_STREAM && h.op == VSOCK_OP_REQUEST)
+			(*reqs)++;
+		got++;
+	}
+}
+
+/*
+ * Three siblings: F (CID 3) floods a slow V (CID 4) with datagrams, T (CID 5) sends V a few
+ * datagrams and one connect. V takes 16 packets a round (15 rounds of 100 ms); after each, F
+ * sends 64 datagrams
+ * before T sends 4, so F always finds the room V made first. Each sender gets a fair share of
+ * V's inbox: once T was refused, F (holding far more than half) is refused while the inbox is
+ * over half full, so T's connect gets in (no RST) and every datagram T sends after its first
+ * refusal is delivered.
+ */
+TEST(a_sibling_datagram_flood_leaves_a_third_sibling_its_share)
+{
+	enum { ROUNDS = 15, T_PER_ROUND = 4 };
+	struct vsock_router *router;
+	struct tdev tf, tv, tt;
+	struct tguest gf, gv, gt;
+	unsigned from[8] = { 0 }, reqs = 0, f_sent = 0;
+	struct vsock_hdr h;
+	uint64_t expect;
+
+	tg_skip_empty = true;
+	ASSERT_OK(vsock_router_new(&router));
+	tdev_new(&tf, router, 3);
+	tdev_new(&tv, router, 4);
+	tdev_new(&tt, router, 5);
+	ASSERT_OK(vsock_dev_link_sibling(tf.d, tv.d));
+	ASSERT_OK(vsock_dev_link_sibling(tt.d, tv.d));
+	ASSERT_OK(vsock_dev_link_sibling(tf.d, tt.d));
+	tdev_run(&tf);
+	tdev_run(&tv);
+	tdev_run(&tt);
+	tg_connect_feat(&gf, &tf, NRX, DG_FEAT);
+	tg_connect_feat(&gv, &tv, 0, DG_FEAT); /* V posts RX buffers only in take_n */
+	tg_connect_feat(&gt, &tt, NRX, DG_FEAT);
+	ASSERT_WAIT_FOR(atomic_load(&tv.d->sib.port->dgram), WAIT_MS);
+
+	/* F fills V's inbox (512) and more. */
+	while (DG_STAT(&tf, dgram_drop_full) == 0) {
+		dg_send_guest(&gf, 4, 1000, 2000, "f");
+		if (++f_sent % 64 == 0)
+			dg_sync(&gf, 41000 + f_sent / 64);
+	}
+	dg_sync(&gf, 40999);
+	ASSERT_EQ_U64(DG_STAT(&tf, dgram_tx), DEV_INBOX_PKTS);
+	/* T: one connect (held: V is full) and one datagram (refused: V is full). */
+	h = mkhdr(&gt, 4, 3000, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&gt, &h, NULL);
+	dg_send_guest(&gt, 4, 3001, 2000, "t");
+	dg_sync(&gt, 40000);
+	ASSERT_EQ_U64(DG_STAT(&tt, dgram_drop_full), 1);
+	/*
+	 * 100 ms a round, so that the rounds outlast the 1 s a held packet waits for room
+	 * (DEV_SIB_STALL_NS): a connect that only got in once the inbox is down to half would be
+	 * dropped with an RST on the way (the flood keeps it over half). No time is measured.
+	 */
+	for (unsigned r = 0; r < ROUNDS; r++) {
+		test_sleep_ms(100);
+		take_n(&gv, 16, from, &reqs);
+		for (unsigned i = 0; i < 64; i++)
+			dg_send_guest(&gf, 4, 1000, 2000, "f");
+		dg_sync(&gf, 40100 + r);
+		for (unsigned i = 0; i < T_PER_ROUND; i++)
+			dg_send_guest(&gt, 4, 3001, 2000, "t");
+		dg_sync(&gt, 40200 + r);
+	}
+	/* V takes everything left. */
+	expect = DG_STAT(&tf, sibling_fwd_pkts) + DG_STAT(&tt, sibling_fwd_pkts);
+	while (from[3] + from[5] < expect)
+		take_n(&gv, (unsigned)MIN(16u, expect - (from[3] + from[5])), from, &reqs);
+	ASSERT_EQ(reqs, 1);                           /* T's connect reached V */
+	ASSERT_EQ_U64(DG_STAT(&tt, sibling_dropped), 0); /* and was never answered with an RST */
+	ASSERT_EQ_U64(DG_STAT(&tt, dgram_tx), ROUNDS * T_PER_ROUND);
+	ASSERT_EQ_U64(DG_STAT(&tt, dgram_drop_full), 1);
+	ASSERT_EQ(from[5], ROUNDS * T_PER_ROUND + 1);  /* T's datagrams and its connect */
+	ASSERT_EQ_U64(from[3], DG_STAT(&tf, dgram_tx));
+
+	tg_disconnect(&gt);
+	tdev_stop(&tt);
+	sib_stop(router, &tf, &tv, &gf, &gv);
+	tg_skip_empty = false;
+}
+
+/*
+ * A device takes its inbox in batches of DEV_SIB_TAKE packets under one lock, not one packet per
+ * lock: after one RX buffer is filled, DEV_SIB_TAKE packets have left the inbox. Nothing is lost
+ * or reordered by it.
+ */
+TEST(the_inbox_is_taken_in_batches_in_order)
+{
+	enum { N = 200 };
+	struct vsock_router *router;
+	struct tdev ta, tb;
+	struct tguest ga, gb;
+	struct vsock_hdr h;
+	unsigned from[8] = { 0 }, reqs = 0, got = 0;
+
+	sib_start(&router, &ta, &tb);
+	tg_connect(&ga, &ta);
+	tg_connect_nrx(&gb, &tb, 0);
+	for (uint32_t i = 0; i < N; i++) {
+		h = mkhdr(&ga, 4, 10000 + i, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+		tg_send(&ga, &h, NULL);
+	}
+	ASSERT_WAIT_FOR(atomic_load(&tb.d->sib.port->inbox.count) == N, WAIT_MS);
+	take_n(&gb, 1, from, &reqs);
+	ASSERT_EQ(atomic_load(&tb.d->sib.port->inbox.count), N - DEV_SIB_TAKE);
+	got = 1;
+	while (got < N) {
+		unsigned n = MIN(16u, N - got);
+
+		for (unsigned i = 0; i < n; i++)
+			tg_post_rx(&gb, (int)i);
+		tg_kick(&gb, 0);
+		for (unsigned i = 0; i < n; i++) {
+			uint32_t len;
+			void *ck;
+
+			ASSERT_TRUE(WAIT_FOR(vring_drv_get_used(gb.rx, &len, &ck) == 0, WAIT_MS));
+			vsock_hdr_decode(gb.rxb[(uintptr_t)ck - 1], &h);
+			ASSERT_EQ(h.op, VSOCK_OP_REQUEST);
+			ASSERT_EQ(h.src_port, 10000 + got);
+			got++;
+		}
+	}
+	ASSERT_EQ(reqs, 1);
+	sib_stop(router, &ta, &tb, &ga, &gb);
 }
 
 TEST_MAIN()
