@@ -1427,6 +1427,9 @@ static int restore_engine(struct vsock_dev *d, struct rec_reader *r, const struc
 	pthread_mutex_lock(&d->eng_lock);
 	d->eng = e;
 	pthread_mutex_unlock(&d->eng_lock);
+	/* The session's TX ring size (its reply ring), until TX starts again: a save before that
+	 * writes it as it came. */
+	d->txq.num = (unsigned)v[3].u;
 	return 0;
 }
 

@@ -1536,6 +1536,42 @@ static void close_all(int *fds, size_t n)
 }
 
 /*
+ * With UVSOCK_TEST_DUMP_DEVREC=DIR, writes the record of a save as a seed of fuzz/fuzz-devrec.c
+ * (DIR/name: a flag byte, the kind of each fd as that target makes them, the record): how the
+ * committed corpus fuzz/corpus/devrec was made.
+ */
+static void dump_record(int memfd, const int *fds, size_t nfds, const char *name)
+{
+	const char *dir = getenv("UVSOCK_TEST_DUMP_DEVREC");
+	uint8_t kinds[9] = { 0 };
+	const uint8_t *map;
+	char path[256];
+	size_t len;
+	FILE *f;
+
+	if (!dir)
+		return;
+	ASSERT_LE(nfds, 8);
+	for (size_t i = 0; i < nfds; i++) {
+		int type = 0, acc = 0;
+
+		ASSERT_OK(getsockopt(fds[i], SOL_SOCKET, SO_TYPE, &type, &(socklen_t){ sizeof(int) }));
+		ASSERT_OK(getsockopt(fds[i], SOL_SOCKET, SO_ACCEPTCONN, &acc,
+				     &(socklen_t){ sizeof(int) }));
+		kinds[1 + i] = acc ? (type == SOCK_STREAM ? 0 : 1)
+			       : type == SOCK_DGRAM ? 2 : type == SOCK_STREAM ? 3 : 4;
+	}
+	ASSERT_OK(rec_map_fd(memfd, &map, &len));
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	ASSERT_TRUE(f != NULL);
+	ASSERT_EQ(fwrite(kinds, 1, sizeof(kinds), f), sizeof(kinds));
+	ASSERT_EQ(fwrite(map, 1, len, f), len);
+	ASSERT_OK(fclose(f));
+	rec_unmap(map, len);
+}
+
+/*
  * A device stopped mid-transfer is restored into a second device over the same guest memory
  * and the same host sockets, and the transfer goes on there: every byte once and in order both
  * ways, no RST, the connection open; the old device, freed, leaves the socket files to the
@@ -1559,6 +1595,7 @@ TEST(save_and_restore_into_a_second_device_keeps_a_transfer)
 	xfer_to_save_point(&x, idx);
 	ASSERT_OK(uvsock_dev_get_stats(e.dev, &st));
 	ASSERT_OK(uvsock_dev_save(e.dev, &memfd, &fds, &nfds));
+	dump_record(memfd, fds, nfds, "mid-transfer");
 	/* Listeners (2), the datagram socket, the connection. */
 	ASSERT_EQ(nfds, 4);
 	ASSERT_EQ(uvsock_dev_set_features(e.dev, e.g.features), -EBUSY);
@@ -1792,6 +1829,7 @@ TEST(save_and_restore_keeps_guest_connections_handshakes_and_datagrams)
 	for (unsigned q = 0; q < 2; q++)
 		ASSERT_OK(uvsock_dev_queue_stop(e.dev, q, &idx[q]));
 	ASSERT_OK(uvsock_dev_save(e.dev, &memfd, &fds, &nfds));
+	dump_record(memfd, fds, nfds, "handshake-guest-conn-dgram");
 	/* Listeners (2), the datagram socket, the guest's connection, the handshake. */
 	ASSERT_EQ(nfds, 5);
 	/* While frozen: the kernel keeps a datagram and the rest of the line. */
