@@ -1655,6 +1655,41 @@ static int restore_conn(struct vsock_dev *d, struct rec_reader *r, const struct 
 	return 0;
 }
 
+static int cmp_restore_id(const void *a, const void *b)
+{
+	uint64_t x = (*(struct hconn *const *)a)->restore_id;
+	uint64_t y = (*(struct hconn *const *)b)->restore_id;
+
+	return x < y ? -1 : x > y;
+}
+
+static void by_id_free(struct vsock_dev *d)
+{
+	free(d->host.by_id);
+	d->host.by_id = NULL;
+	d->host.n_by_id = 0;
+}
+
+/* The restored connections that name an engine socket, sorted by its id; each id once. */
+static int by_id_make(struct vsock_dev *d, struct rec_reader *r)
+{
+	unsigned n = 0;
+
+	d->host.by_id = calloc(d->host.n_conns ? d->host.n_conns : 1, sizeof(*d->host.by_id));
+	if (!d->host.by_id)
+		return -ENOMEM;
+	for (struct hconn *c = d->host.conns; c; c = c->next)
+		if (c->restore_id)
+			d->host.by_id[n++] = c;
+	qsort(d->host.by_id, n, sizeof(*d->host.by_id), cmp_restore_id);
+	d->host.n_by_id = n;
+	for (unsigned i = 1; i < n; i++)
+		if (d->host.by_id[i]->restore_id == d->host.by_id[i - 1]->restore_id)
+			return rec_fail(r->doc, -EBADMSG, "two host connections name socket %llu",
+					(unsigned long long)d->host.by_id[i]->restore_id);
+	return 0;
+}
+
 int dev_host_restore(struct vsock_dev *d, struct rec_reader *r)
 {
 	struct rec_val v[ARRAY_SIZE(host_fields)];
@@ -1677,6 +1712,8 @@ int dev_host_restore(struct vsock_dev *d, struct rec_reader *r)
 		else
 			e = restore_conn(d, r, &it);
 	}
+	if (e == 0)
+		e = by_id_make(d, r);
 	if (e < 0)
 		dev_host_unrestore(d);
 	return e < 0 ? e : 0;
@@ -1684,6 +1721,7 @@ int dev_host_restore(struct vsock_dev *d, struct rec_reader *r)
 
 void dev_host_unrestore(struct vsock_dev *d)
 {
+	by_id_free(d);
 	dev_host_close_all(d);
 	if (d->host.uds_l.fd >= 0)
 		close(d->host.uds_l.fd);
@@ -1695,24 +1733,36 @@ void dev_host_unrestore(struct vsock_dev *d)
 bool dev_host_adopt(struct vsock_dev *d, struct vsock_sock *s)
 {
 	uint64_t id = vsock_sock_id(s);
+	unsigned lo = 0, hi = d->host.n_by_id;
 
-	for (struct hconn *c = d->host.conns; c; c = c->next)
-		if (c->restore_id == id && !c->s &&
-		    (vsock_sock_type(s) == VSOCK_TYPE_SEQPACKET) == c->seqpacket) {
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+		struct hconn *c = d->host.by_id[mid];
+
+		if (c->restore_id < id) {
+			lo = mid + 1;
+		} else if (c->restore_id > id) {
+			hi = mid;
+		} else {
+			if (c->s || (vsock_sock_type(s) == VSOCK_TYPE_SEQPACKET) != c->seqpacket)
+				return false;
 			c->s = s;
-			c->restore_id = 0;
 			vsock_sock_set_user(s, c);
 			return true;
 		}
+	}
 	return false;
 }
 
 int dev_host_check_adopted(struct vsock_dev *d, struct rec_reader *r)
 {
-	for (struct hconn *c = d->host.conns; c; c = c->next)
-		if (c->restore_id)
+	by_id_free(d);
+	for (struct hconn *c = d->host.conns; c; c = c->next) {
+		if (c->restore_id && !c->s)
 			return rec_fail(r->doc, -EBADMSG, "host connection (local port %u): "
 					"socket %llu is not one the engine restored", c->local_port,
 					(unsigned long long)c->restore_id);
+		c->restore_id = 0;
+	}
 	return 0;
 }

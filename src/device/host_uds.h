@@ -92,6 +92,10 @@ struct dev_host {
 	struct loop_timer *pause_timer; /* accepting paused (no fd left): resume then */
 	unsigned n_handshakes;         /* host connections in HC_READ_CONNECT (capped) */
 	int dir_fd;                    /* O_PATH of uds_path's directory: <uds-path>_<port> */
+	/* dev_host_restore until dev_host_check_adopted: the restored connections that wait for
+	 * their engine socket, sorted by its id (dev_host_adopt looks them up) */
+	struct hconn **by_id;
+	unsigned n_by_id;
 };
 
 /* Sets up d->host before anything can fail (no listener, nothing to close). */
