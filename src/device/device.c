@@ -1151,7 +1151,8 @@ enum {
 enum { D_COUNTER = 0x11, DC_NAME = 1, DC_VALUE = 2 };
 #define D_F_EVQ_RESET 1u
 #define D_F_BROKEN 2u
-#define D_F_ALL 3u
+#define D_F_MEM_CHECKED 4u /* this VMM session's shared-memory check is done (dev_mem_check_kick) */
+#define D_F_ALL 7u
 
 int dev_rec_sock_fd(struct rec_reader *r, int fd, int type, bool listening, int *ret)
 {
@@ -1238,7 +1239,8 @@ int vsock_dev_save(struct vsock_dev *d, struct rec_writer *w)
 
 	rec_put_u64(w, D_FEATURES, d->features);
 	rec_put_u32(w, D_FLAGS, (d->evq_reset_pending ? D_F_EVQ_RESET : 0) |
-				       (dev_broken(d) ? D_F_BROKEN : 0));
+				       (dev_broken(d) ? D_F_BROKEN : 0) |
+				       (d->mem_checked ? D_F_MEM_CHECKED : 0));
 	if (d->eng) {
 		rec_put_u32(w, D_TX_NUM, d->txq.num);
 		rec_begin(w, D_ENGINE);
@@ -1482,6 +1484,7 @@ int vsock_dev_restore(struct vsock_dev *d, struct rec_doc *doc)
 	d->eng_past = past;
 	pthread_mutex_unlock(&d->eng_lock);
 	d->evq_reset_pending = v[2].u & D_F_EVQ_RESET;
+	d->mem_checked = v[2].u & D_F_MEM_CHECKED;
 	atomic_store_explicit(&d->broken, !!(v[2].u & D_F_BROKEN), memory_order_relaxed);
 	dev_dgram_features(d);
 	return 0;
