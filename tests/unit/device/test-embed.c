@@ -111,13 +111,21 @@ static int unix_connect(const char *path)
 	return fd;
 }
 
-static int unix_listen(const char *path)
+/* A Unix socket of type bound at path. */
+static int unix_bound(const char *path, int type)
 {
 	struct sockaddr_un sa = hs_addr(path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
 
 	ASSERT_GE(fd, 0);
 	ASSERT_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
+	return fd;
+}
+
+static int unix_listen(const char *path)
+{
+	int fd = unix_bound(path, SOCK_STREAM);
+
 	ASSERT_OK(listen(fd, 4));
 	return fd;
 }
@@ -1739,17 +1747,6 @@ TEST(refused_restores_leave_the_saved_device_to_resume)
 	env_free(&e);
 }
 
-/* A Unix datagram socket bound at path (the host program's own address). */
-static int dgram_bound(const char *path)
-{
-	struct sockaddr_un sa = hs_addr(path);
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-	ASSERT_GE(fd, 0);
-	ASSERT_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
-	return fd;
-}
-
 /* The host program on sfd sends "<port>\n<msg>" to the VM's datagram socket. */
 static void dgram_to_guest(struct env *e, int sfd, uint32_t port, const char *msg)
 {
@@ -1818,7 +1815,7 @@ TEST(save_and_restore_keeps_guest_connections_handshakes_and_datagrams)
 	env_configure(&e);
 	gfd = guest_connects(&e, path, sizeof(path), &lfd);
 	snprintf(peer, sizeof(peer), "%s/peer.dgram", e.dir);
-	sfd = dgram_bound(peer);
+	sfd = unix_bound(peer, SOCK_DGRAM);
 	dgram_to_guest(&e, sfd, 7, "before");
 	hp = guest_gets_dgram(&e, 7, "before");
 	ASSERT_GE(hp, 1u << 30);
