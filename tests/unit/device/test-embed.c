@@ -1883,4 +1883,40 @@ TEST(save_and_restore_keeps_guest_connections_handshakes_and_datagrams)
 	env_free(&e);
 }
 
+/*
+ * A linked device is not saved (its links and inbox are not in the record yet): -EOPNOTSUPP,
+ * and it goes on as before; a queue that runs: -EBUSY.
+ */
+TEST(save_refuses_a_linked_device_and_running_queues)
+{
+	struct vsock_hdr h, o;
+	struct env a, b;
+	uint16_t idx[2];
+	char buf[64];
+	size_t nfds;
+	int memfd, *fds;
+
+	env_new(&a, 3);
+	env_new(&b, 4);
+	ASSERT_OK(uvsock_dev_link(a.dev, b.dev));
+	env_configure(&a);
+	env_configure(&b);
+	ASSERT_OK(uvsock_dev_start(a.dev));
+	ASSERT_OK(uvsock_dev_start(b.dev));
+	ASSERT_EQ(uvsock_dev_save(a.dev, &memfd, &fds, &nfds), -EBUSY);
+	for (unsigned q = 0; q < 2; q++)
+		ASSERT_OK(uvsock_dev_queue_stop(a.dev, q, &idx[q]));
+	ASSERT_EQ(uvsock_dev_save(a.dev, &memfd, &fds, &nfds), -EOPNOTSUPP);
+	ASSERT_EQ(uvsock_dev_resume(a.dev), -EINVAL); /* not saved: nothing to resume */
+	restart_queues(&a, idx, false);
+	o = eg_hdr(&a.g, 40000, 77, VSOCK_OP_REQUEST, 0, 0);
+	o.dst_cid = 4;
+	ASSERT_OK(eg_send(&a.g, &o, NULL, WAIT_MS));
+	recv_pkt(&b.g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_REQUEST);
+	ASSERT_EQ(h.src_cid, 3);
+	env_free(&a);
+	env_free(&b);
+}
+
 TEST_MAIN()
