@@ -72,6 +72,7 @@
 #ifndef UVSOCK_DEVICE_API_H
 #define UVSOCK_DEVICE_API_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -338,6 +339,48 @@ struct uvsock_dev_stats {
  * path (takes a short lock). Returns 0, or -EINVAL (d or ret NULL, bad ret->size).
  */
 int uvsock_dev_get_stats(struct uvsock_dev *d, struct uvsock_dev_stats *ret);
+
+/*
+ * State save and restore (docs/upgrade.md): a device's whole state moves into a new device, in
+ * this process or another (a VMM that restarts or upgrades itself while its guest runs), and
+ * every connection goes on there: no byte lost, duplicated or reordered, no RST, nothing the
+ * guest can see but a pause. The state is a versioned, checksummed record in a sealed memfd
+ * plus file descriptors (the host-side sockets: listeners, each host connection, datagram
+ * sockets) that go with it, e.g. over a Unix socket with SCM_RIGHTS.
+ *
+ * The front-end's part is not in the record: guest memory and the rings are the VMM's, as at
+ * any start. So, on the old device: stop the three queues (uvsock_dev_queue_stop, keeping the
+ * indices it gives), then uvsock_dev_save. On the new one: uvsock_dev_restore, then
+ * uvsock_dev_set_mem_table and uvsock_dev_queue_start with those indices (the features are
+ * restored; a set_features with the same bits is harmless), then uvsock_dev_start. Finally
+ * free the old device: it leaves the socket files to the new one and sends nothing.
+ *
+ * uvsock_dev_save: from then on d is frozen: host programs' bytes and connects wait in the
+ * kernel, no timer runs, and every call but uvsock_dev_resume, uvsock_dev_get_stats and
+ * uvsock_dev_free returns -EBUSY. Returns 0 with a sealed memfd in *ret_memfd and a malloc'd
+ * array of *ret_nfds duplicated fds in *ret_fds (all close-on-exec; the caller owns and closes
+ * them, and frees the array; NULL when there are none), or -EINVAL (NULL arguments), -EBUSY
+ * (a queue runs, or saved already: -EALREADY), -EOPNOTSUPP (linked to other devices:
+ * uvsock_dev_link; not saved yet), -EPERM (external loop, not its thread), -ENOMEM, or the
+ * errno of memfd_create/fcntl. On error d goes on as before.
+ *
+ * uvsock_dev_resume: d goes on after a save (the restore failed, or was never made): nothing
+ * was lost, the save cost a pause. Returns 0, -EINVAL (not saved), -EPERM, -ENOMEM.
+ *
+ * uvsock_dev_restore: creates a device from cfg (guest_cid must be the saved one's; uds_path
+ * the same, whose sockets come from the record: nothing is bound) and the record (memfd, and
+ * the nfds fds that came with it, in order; borrowed: the device keeps duplicates). The record
+ * is checked completely first: its header, version (a version this library does not know is
+ * refused, -EPROTONOSUPPORT), checksum and every field, each fd's kind. On any error nothing
+ * is created, the log says why, and the saved device may resume. Returns 0 and *ret, or
+ * -EINVAL (arguments, cfg as uvsock_dev_new), -EBADMSG (a malformed or inconsistent record),
+ * -EPROTONOSUPPORT, -E2BIG (more connections than cfg's max_conns), -EPERM (memfd not
+ * sealed), -ENOMEM, or the errno of duplicating an fd.
+ */
+int uvsock_dev_save(struct uvsock_dev *d, int *ret_memfd, int **ret_fds, size_t *ret_nfds);
+int uvsock_dev_resume(struct uvsock_dev *d);
+int uvsock_dev_restore(const struct uvsock_dev_config *cfg, int memfd, const int *fds,
+		       size_t nfds, struct uvsock_dev **ret);
 
 #pragma GCC visibility pop
 

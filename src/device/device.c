@@ -36,6 +36,7 @@
 #include "device/vsock_dev.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,7 @@
 #include "util/iov.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/rec.h"
 #include "util/tune.h"
 #include "vring/guest_mem.h"
 
@@ -537,11 +539,10 @@ static const struct vsock_engine_ops eng_ops_copy = {
 	.sock_event = eng_sock_event,
 };
 
-static int engine_create(struct vsock_dev *d, unsigned tx_num)
+/* A new engine for d (no socket yet), its reply ring as large as the TX ring (tx_num). */
+static int engine_new(struct vsock_dev *d, unsigned tx_num, struct vsock_engine **ret)
 {
 	struct vsock_engine_config cfg;
-	struct vsock_engine *e;
-	int r;
 
 	vsock_engine_config_default(&cfg);
 	cfg.local_cid = VMADDR_CID_HOST;
@@ -556,13 +557,22 @@ static int engine_create(struct vsock_dev *d, unsigned tx_num)
 	cfg.seqpacket = !!(d->features & (1ull << VIRTIO_VSOCK_F_SEQPACKET));
 	cfg.ops = d->zerocopy ? &eng_ops : &eng_ops_copy;
 	cfg.opaque = d;
-	r = vsock_engine_new(&cfg, &e);
+	return vsock_engine_new(&cfg, ret);
+}
+
+static int engine_create(struct vsock_dev *d, unsigned tx_num)
+{
+	bool seqpacket = !!(d->features & (1ull << VIRTIO_VSOCK_F_SEQPACKET));
+	struct vsock_engine *e;
+	int r;
+
+	r = engine_new(d, tx_num, &e);
 	if (r < 0)
 		return r;
 	for (int i = 0; i < 2; i++) {
 		enum vsock_type type = i == 0 ? VSOCK_TYPE_STREAM : VSOCK_TYPE_SEQPACKET;
 
-		if (type == VSOCK_TYPE_SEQPACKET && !cfg.seqpacket)
+		if (type == VSOCK_TYPE_SEQPACKET && !seqpacket)
 			break;
 		r = vsock_sock_new(e, type, &d->lst[i]);
 		if (r < 0)
@@ -621,6 +631,8 @@ static void engine_destroy(struct vsock_dev *d)
 
 void dev_settle(struct vsock_dev *d)
 {
+	if (d->frozen)
+		return;
 	for (int round = 0; round < 4; round++) {
 		if (d->accept_pending && d->eng)
 			dev_host_accept_guest_conns(d);
@@ -653,6 +665,8 @@ static void cont_cb(struct loop *l, struct loop_timer *t, void *opaque)
 
 	(void)l;
 	(void)t;
+	if (d->frozen)
+		return;
 	if (d->tx_more)
 		dev_tx_drain(d);
 	dev_settle(d);
@@ -664,6 +678,8 @@ static void eng_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 
 	(void)l;
 	(void)t;
+	if (d->frozen)
+		return;
 	if (d->eng)
 		vsock_engine_run_timers(d->eng);
 	dev_settle(d);
@@ -991,6 +1007,7 @@ int vsock_dev_new(struct vsock_router *router, const struct vsock_dev_config *cf
 	pthread_mutex_init(&d->call_lock, NULL);
 	pthread_cond_init(&d->call_cond, NULL);
 	ops_tap_init(&d->tap);
+	d->frozen = cfg->restore;
 
 	d->tx_iov = calloc(DEV_TX_BATCH, sizeof(*d->tx_iov));
 	d->tx_refs = calloc(DEV_TX_BATCH, sizeof(*d->tx_refs));
@@ -1114,3 +1131,369 @@ struct ops_tap *vsock_dev_tap(struct vsock_dev *d)
 	return &d->tap;
 }
 
+
+/* ---- state save and restore (docs/upgrade.md, "The device's part") ----------------------- */
+
+/* Tags of the device record (kind REC_KIND_DEVICE, version 1), and of a counter. */
+enum {
+	D_CID = 1,        /* u32: the guest's CID (the restoring device's must be the same) */
+	D_FEATURES,       /* u64: acked features */
+	D_FLAGS,          /* u32: D_F_* */
+	D_TX_NUM,         /* u32: TX ring size of the session (the engine's reply ring) */
+	D_ENGINE,         /* list: vsock_engine_save's items (present while a session runs) */
+	D_LST_STREAM,     /* u64: the engine id of the deferred wildcard STREAM listener */
+	D_LST_SEQ,        /* u64: the SEQPACKET one */
+	D_HOST,           /* list: dev_host_save */
+	D_DGRAM,          /* list: dev_dgram_save */
+	D_COUNTERS,       /* list of D_COUNTER: struct dev_counters */
+	D_ENG_PAST,       /* list of D_COUNTER: eng_past (the ended sessions' engine counters) */
+};
+enum { D_COUNTER = 0x11, DC_NAME = 1, DC_VALUE = 2 };
+#define D_F_EVQ_RESET 1u
+#define D_F_BROKEN 2u
+#define D_F_MEM_CHECKED 4u /* this VMM session's shared-memory check is done (dev_mem_check_kick) */
+#define D_F_ALL 7u
+
+int dev_rec_sock_fd(struct rec_reader *r, int fd, int type, bool listening, int *ret)
+{
+	int v, domain, acc = 0, nfd, fl;
+	socklen_t len = sizeof(v);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &len) < 0 || v != type ||
+	    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &(socklen_t){ sizeof(int) }) < 0 ||
+	    domain != AF_UNIX ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &(socklen_t){ sizeof(int) }) < 0 ||
+	    !!acc != listening)
+		return rec_fail(r->doc, -EBADMSG, "fd %d is not a Unix socket of type %d "
+				"(%s)", fd, type, listening ? "listening" : "not listening");
+	nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (nfd < 0)
+		return -errno;
+	fl = fcntl(nfd, F_GETFL);
+	if (fl < 0 || fcntl(nfd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		int e = -errno;
+
+		close(nfd);
+		return e;
+	}
+	*ret = nfd;
+	return 0;
+}
+
+bool vsock_dev_frozen(const struct vsock_dev *d)
+{
+	return d->frozen;
+}
+
+void vsock_dev_hand_over(struct vsock_dev *d, bool given)
+{
+	d->handed_over = given;
+}
+
+void vsock_dev_freeze(struct vsock_dev *d)
+{
+	d->frozen = true;
+	loop_timer_disarm(d->eng_timer);
+	loop_timer_disarm(d->cont_timer);
+	dev_host_freeze(d);
+	dev_dgram_freeze(d);
+}
+
+int vsock_dev_thaw(struct vsock_dev *d)
+{
+	int r;
+
+	d->frozen = false;
+	r = dev_host_thaw(d);
+	if (r == 0)
+		r = dev_dgram_thaw(d);
+	if (r < 0) {
+		log_error("%s: cannot watch its host sockets again: %s", d->name, strerror(-r));
+		return r;
+	}
+	/* What the frozen passes would have done (re-derived: nothing of it is in the record). */
+	d->accept_pending = d->eng != NULL;
+	d->rx_more = d->tx_more = true;
+	dev_settle(d);
+	cont_schedule(d);
+	return 0;
+}
+
+static void save_counter(struct rec_writer *w, const char *name, uint64_t v)
+{
+	rec_begin(w, D_COUNTER);
+	rec_put_bytes(w, DC_NAME, name, strlen(name));
+	rec_put_u64(w, DC_VALUE, v);
+	rec_end(w);
+}
+
+int vsock_dev_save(struct vsock_dev *d, struct rec_writer *w)
+{
+	int r = 0;
+
+	if (!d->frozen || d->rxq.running || d->txq.running || d->evq.running)
+		return -EBUSY;
+	if (d->sib.n_sibs)
+		return -EOPNOTSUPP;
+	rec_put_u32(w, D_CID, d->cid);
+
+	rec_put_u64(w, D_FEATURES, d->features);
+	rec_put_u32(w, D_FLAGS, (d->evq_reset_pending ? D_F_EVQ_RESET : 0) |
+				       (dev_broken(d) ? D_F_BROKEN : 0) |
+				       (d->mem_checked ? D_F_MEM_CHECKED : 0));
+	if (d->eng) {
+		rec_put_u32(w, D_TX_NUM, d->txq.num);
+		rec_begin(w, D_ENGINE);
+		r = vsock_engine_save(d->eng, w);
+		rec_end(w);
+		if (r < 0)
+			return r;
+		if (d->lst[0])
+			rec_put_u64(w, D_LST_STREAM, vsock_sock_id(d->lst[0]));
+		if (d->lst[1])
+			rec_put_u64(w, D_LST_SEQ, vsock_sock_id(d->lst[1]));
+	}
+	rec_begin(w, D_HOST);
+	dev_host_save(d, w);
+	rec_end(w);
+	rec_begin(w, D_DGRAM);
+	dev_dgram_save(d, w);
+	rec_end(w);
+	rec_begin(w, D_COUNTERS);
+#define SAVE_DEV_COUNTER_(f)                                                                       \
+	save_counter(w, #f, atomic_load_explicit(&d->stats.f, memory_order_relaxed));
+	VSOCK_DEV_STATS(SAVE_DEV_COUNTER_)
+#undef SAVE_DEV_COUNTER_
+	rec_end(w);
+	rec_begin(w, D_ENG_PAST);
+	pthread_mutex_lock(&d->eng_lock);
+#define SAVE_ENG_COUNTER_(f) save_counter(w, #f, d->eng_past.f);
+	VSOCK_ENGINE_STATS(SAVE_ENG_COUNTER_)
+#undef SAVE_ENG_COUNTER_
+	pthread_mutex_unlock(&d->eng_lock);
+	rec_end(w);
+	return w->err;
+}
+
+static const struct rec_field dev_fields[] = {
+	{ D_CID, REC_U32, true, "cid" },
+	{ D_FEATURES, REC_U64, true, "features" },
+	{ D_FLAGS, REC_U32, true, "flags" },
+	{ D_TX_NUM, REC_U32, false, "tx ring size" },
+	{ D_ENGINE, REC_LIST, false, "engine" },
+	{ D_LST_STREAM, REC_U64, false, "stream listener id" },
+	{ D_LST_SEQ, REC_U64, false, "seqpacket listener id" },
+	{ D_HOST, REC_LIST, true, "host side" },
+	{ D_DGRAM, REC_LIST, true, "datagrams" },
+	{ D_COUNTERS, REC_LIST, true, "counters" },
+	{ D_ENG_PAST, REC_LIST, true, "past engine counters" },
+};
+static const struct rec_field counter_fields[] = {
+	{ DC_NAME, REC_BYTES, true, "name" },
+	{ DC_VALUE, REC_U64, true, "value" },
+};
+
+/*
+ * Reads a counter list: each known name sets its counter through set(arg, name, value); an
+ * unknown name is skipped (docs/upgrade.md: counters may be added without a new version).
+ */
+static int restore_counters(struct rec_reader *r, const struct rec_item *list, const char *what,
+			    void (*set)(void *arg, const char *name, size_t len, uint64_t v),
+			    void *arg)
+{
+	struct rec_reader sub, cs;
+	struct rec_item it;
+	int e;
+
+	e = rec_enter(r, list, what, &sub);
+	while (e == 0 && (e = rec_next(&sub, &it)) > 0) {
+		struct rec_val v[ARRAY_SIZE(counter_fields)];
+
+		if (it.tag != D_COUNTER)
+			return rec_fail(r->doc, -EBADMSG, "%s: tag %u at %zu", what, it.tag,
+					it.off);
+		e = rec_enter(&sub, &it, what, &cs);
+		if (e == 0)
+			e = rec_scan(&cs, counter_fields, ARRAY_SIZE(counter_fields), v);
+		if (e == 0)
+			set(arg, (const char *)v[0].it.val, v[0].it.len, v[1].u);
+	}
+	return e;
+}
+
+static bool name_is(const char *name, size_t len, const char *want)
+{
+	return strlen(want) == len && !memcmp(name, want, len);
+}
+
+static void set_dev_counter(void *arg, const char *name, size_t len, uint64_t v)
+{
+	struct vsock_dev *d = arg;
+
+#define SET_DEV_COUNTER_(f)                                                                        \
+	if (name_is(name, len, #f))                                                                \
+		atomic_store_explicit(&d->stats.f, v, memory_order_relaxed);
+	VSOCK_DEV_STATS(SET_DEV_COUNTER_)
+#undef SET_DEV_COUNTER_
+}
+
+static void set_nothing(void *arg, const char *name, size_t len, uint64_t v)
+{
+	(void)arg;
+	(void)name;
+	(void)len;
+	(void)v;
+}
+
+static void set_eng_past(void *arg, const char *name, size_t len, uint64_t v)
+{
+	struct vsock_engine_stats *s = arg;
+
+#define SET_ENG_COUNTER_(f)                                                                        \
+	if (name_is(name, len, #f))                                                                \
+		s->f = v;
+	VSOCK_ENGINE_STATS(SET_ENG_COUNTER_)
+#undef SET_ENG_COUNTER_
+}
+
+/* What vsock_engine_restore hands back, matched against the record's ids. */
+struct dev_adopt {
+	struct vsock_dev *d;
+	uint64_t lst_id[2];
+	uint64_t stray; /* id of a socket nobody in the record claims (0: none) */
+};
+
+static void dev_adopt(void *arg, struct vsock_sock *s)
+{
+	struct dev_adopt *a = arg;
+	struct vsock_dev *d = a->d;
+	uint64_t id = vsock_sock_id(s);
+
+	for (int i = 0; i < 2; i++)
+		if (a->lst_id[i] == id && !d->lst[i] && vsock_sock_state(s) == VSOCK_SS_LISTEN &&
+		    vsock_sock_type(s) == (i ? VSOCK_TYPE_SEQPACKET : VSOCK_TYPE_STREAM)) {
+			d->lst[i] = s;
+			vsock_sock_set_user(s, &listener_mark);
+			return;
+		}
+	if (!dev_host_adopt(d, s) && !a->stray)
+		a->stray = id;
+}
+
+static int restore_engine(struct vsock_dev *d, struct rec_reader *r, const struct rec_val *v)
+{
+	struct dev_adopt a = { .d = d };
+	struct vsock_engine *e;
+	struct rec_reader sub;
+	int k;
+
+	if (!v[4].present) {
+		if (v[3].present || v[5].present || v[6].present)
+			return rec_fail(r->doc, -EBADMSG, "session fields without an engine");
+		/* No session: no host connection may name an engine socket. */
+		return dev_host_check_adopted(d, r);
+	}
+	if (!v[3].present || !vring_size_valid((uint32_t)v[3].u) ||
+	    v[3].u > d->queue_size_max || !v[5].present)
+		return rec_fail(r->doc, -EBADMSG, "engine without a valid TX ring size or "
+				"its STREAM listener");
+	a.lst_id[0] = v[5].u;
+	a.lst_id[1] = v[6].present ? v[6].u : 0;
+	k = rec_enter(r, &v[4].it, "engine", &sub);
+	if (k < 0)
+		return k;
+	k = engine_new(d, (unsigned)v[3].u, &e);
+	if (k < 0)
+		return k;
+	/* The engine's callbacks may run (tx_ready, deliver is not called): they touch d's flags. */
+	k = vsock_engine_restore(e, &sub, dev_adopt, &a);
+	if (k == 0 && a.stray)
+		k = rec_fail(r->doc, -EBADMSG, "engine socket %llu belongs to nothing of "
+			     "the device", (unsigned long long)a.stray);
+	if (k == 0 && (!d->lst[0] || (a.lst_id[1] && !d->lst[1])))
+		k = rec_fail(r->doc, -EBADMSG, "the device's listeners are not in the "
+			     "engine");
+	if (k == 0)
+		k = dev_host_check_adopted(d, r);
+	if (k < 0) {
+		/* The connections let go of their sockets first; nothing is sent. */
+		for (struct hconn *c = d->host.conns; c; c = c->next) {
+			if (c->s)
+				vsock_sock_set_user(c->s, NULL);
+			c->s = NULL;
+		}
+		vsock_engine_free(e);
+		d->lst[0] = d->lst[1] = NULL;
+		return k;
+	}
+	pthread_mutex_lock(&d->eng_lock);
+	d->eng = e;
+	pthread_mutex_unlock(&d->eng_lock);
+	/* The session's TX ring size (its reply ring), until TX starts again: a save before that
+	 * writes it as it came. */
+	d->txq.num = (unsigned)v[3].u;
+	return 0;
+}
+
+int vsock_dev_restore(struct vsock_dev *d, struct rec_doc *doc)
+{
+	struct rec_val v[ARRAY_SIZE(dev_fields)];
+	struct vsock_engine_stats past = { 0 };
+	struct rec_reader r, sub;
+	int k;
+
+	if (!d->frozen || d->eng || d->host.conns || d->host.uds_l.fd >= 0)
+		return -EBUSY;
+	rec_root(doc, &r, "device");
+	k = rec_scan(&r, dev_fields, ARRAY_SIZE(dev_fields), v);
+	if (k < 0)
+		return k;
+	if (v[0].u != d->cid)
+		return rec_fail(doc, -EBADMSG, "CID %llu, the device's is %u",
+				(unsigned long long)v[0].u, d->cid);
+	if (v[2].u & ~(uint64_t)D_F_ALL)
+		return rec_fail(doc, -EBADMSG, "device flags %#llx",
+				(unsigned long long)v[2].u);
+	if (v[1].u & ~uvsock_dev_features())
+		return rec_fail(doc, -EBADMSG, "features %#llx not offered",
+				(unsigned long long)v[1].u);
+	k = restore_counters(&r, &v[10].it, "past engine counters", set_eng_past, &past);
+	if (k < 0)
+		return k;
+	/* Checked before anything is kept: the counters land only on success. */
+	k = restore_counters(&r, &v[9].it, "counters", set_nothing, NULL);
+	if (k < 0)
+		return k;
+	d->features = v[1].u;
+	k = rec_enter(&r, &v[7].it, "host side", &sub);
+	if (k == 0)
+		k = dev_host_restore(d, &sub);
+	if (k < 0)
+		goto out;
+	k = rec_enter(&r, &v[8].it, "datagrams", &sub);
+	if (k == 0)
+		k = dev_dgram_restore(d, &sub);
+	if (k < 0)
+		goto out_host;
+	k = restore_engine(d, &r, v);
+	if (k < 0)
+		goto out_dgram;
+
+	(void)restore_counters(&r, &v[9].it, "counters", set_dev_counter, d);
+	pthread_mutex_lock(&d->eng_lock);
+	d->eng_past = past;
+	pthread_mutex_unlock(&d->eng_lock);
+	d->evq_reset_pending = v[2].u & D_F_EVQ_RESET;
+	d->mem_checked = v[2].u & D_F_MEM_CHECKED;
+	atomic_store_explicit(&d->broken, !!(v[2].u & D_F_BROKEN), memory_order_relaxed);
+	dev_dgram_features(d);
+	return 0;
+
+out_dgram:
+	dev_dgram_restore_undo(d);
+out_host:
+	dev_host_unrestore(d);
+out:
+	d->features = 0;
+	return k;
+}

@@ -201,9 +201,21 @@ struct vsock_dev {
 	struct dev_sib sib;            /* sibling.c: links to siblings (device thread; the port
 					* under its own lock) */
 	struct dev_embed embed;        /* embed.c: who runs the device */
+
+	/* state save and restore (vsock_dev_freeze, vsock_dev_hand_over): device thread */
+	bool frozen;                   /* no host fd watched, no timer: nothing changes */
+	bool handed_over;              /* the socket files are another device's: never unlinked */
 };
 
 
+
+/*
+ * A socket fd named by a record (rec_get_fd's), checked to be an AF_UNIX socket of `type`,
+ * listening or not as asked, and duplicated (close-on-exec, non-blocking) into *ret.
+ * Returns 0, or -EBADMSG with the reason in r's document, or -errno of the duplication.
+ */
+struct rec_reader;
+int dev_rec_sock_fd(struct rec_reader *r, int fd, int type, bool listening, int *ret);
 
 /* counters.c */
 /*

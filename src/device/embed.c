@@ -18,17 +18,20 @@
 #include "uvsock/device.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device/device_internal.h"
 #include "ops/stats.h"
 #include "util/abisize.h"
 #include "util/fdcheck.h"
 #include "util/log.h"
+#include "util/rec.h"
 #include "util/tune.h"
 #include "vhost_user/backend.h"
 #include "vring/guest_mem.h"
@@ -95,7 +98,8 @@ static int claim_owner(struct vsock_dev *d)
  * external-loop mode, followed by the settle the device thread does after each call.
  * Returns fn's result, or -EPERM (external loop, not its thread).
  */
-static int api_run(struct uvsock_dev *u, int (*fn)(struct vsock_dev *d, void *arg), void *arg)
+static int api_run_any(struct uvsock_dev *u, int (*fn)(struct vsock_dev *d, void *arg),
+		       void *arg)
 {
 	struct vsock_dev *d = dev_of(u);
 	int r;
@@ -107,6 +111,14 @@ static int api_run(struct uvsock_dev *u, int (*fn)(struct vsock_dev *d, void *ar
 	r = fn(d, arg);
 	dev_settle(d);
 	return r;
+}
+
+/* The same, refused (-EBUSY) while the device's state is saved (uvsock_dev_save). */
+static int api_run(struct uvsock_dev *u, int (*fn)(struct vsock_dev *d, void *arg), void *arg)
+{
+	if (atomic_load_explicit(&dev_of(u)->embed.saved, memory_order_relaxed))
+		return -EBUSY;
+	return api_run_any(u, fn, arg);
 }
 
 /* ---- the process-wide router of API devices ---------------------------------------------- */
@@ -173,7 +185,8 @@ uint64_t uvsock_dev_features(void)
 	return f;
 }
 
-int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret)
+/* uvsock_dev_new, or (restore) a frozen device to restore a record into. */
+static int dev_new(const struct uvsock_dev_config *ucfg, bool restore, struct vsock_dev **ret)
 {
 	struct vsock_router *router = NULL;
 	struct uvsock_dev_config c, *cfg = &c;
@@ -204,6 +217,7 @@ int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret
 		.ok_guest_port = !!(cfg->flags & UVSOCK_DEV_OK_GUEST_PORT),
 		.no_dgram = !!(cfg->flags & UVSOCK_DEV_NO_DGRAM),
 		.dgram_max = cfg->dgram_max,
+		.restore = restore,
 	};
 	r = vsock_dev_new(router, &dc, &d);
 	if (r < 0) {
@@ -211,8 +225,18 @@ int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret
 		return r == -ENAMETOOLONG ? -EINVAL : r;
 	}
 	d->embed.ext_loop = !!(cfg->flags & UVSOCK_DEV_EXTERNAL_LOOP);
-	*ret = (struct uvsock_dev *)(void *)d;
+	*ret = d;
 	return 0;
+}
+
+int uvsock_dev_new(const struct uvsock_dev_config *ucfg, struct uvsock_dev **ret)
+{
+	struct vsock_dev *d;
+	int r = dev_new(ucfg, false, &d);
+
+	if (r == 0)
+		*ret = (struct uvsock_dev *)(void *)d;
+	return r;
 }
 
 int uvsock_dev_link(struct uvsock_dev *a, struct uvsock_dev *b)
@@ -563,4 +587,150 @@ int uvsock_dev_get_stats(struct uvsock_dev *u, struct uvsock_dev_stats *uret)
 struct vsock_dev *vsock_dev_of(struct uvsock_dev *u)
 {
 	return dev_of(u);
+}
+
+/* ---- state save and restore (docs/upgrade.md) -------------------------------------------- */
+
+struct save_arg {
+	int memfd;
+	int *fds;
+	size_t nfds;
+};
+
+static int do_save(struct vsock_dev *d, void *arg)
+{
+	struct save_arg *a = arg;
+	struct rec_writer w;
+	const uint8_t *buf;
+	size_t len;
+	int r;
+
+	if (atomic_load_explicit(&d->embed.saved, memory_order_relaxed))
+		return -EALREADY;
+	vsock_dev_freeze(d);
+	rec_writer_init(&w, REC_KIND_DEVICE, VSOCK_DEV_SAVE_VERSION);
+	r = vsock_dev_save(d, &w);
+	if (r == 0)
+		r = rec_writer_finish(&w, &buf, &len);
+	if (r == 0)
+		r = rec_memfd(buf, len, "uvsock-device-state", &a->memfd);
+	if (r == 0 && w.nfds) {
+		a->fds = calloc(w.nfds, sizeof(int));
+		if (!a->fds)
+			r = -ENOMEM;
+		for (uint32_t i = 0; r == 0 && i < w.nfds; i++) {
+			a->fds[i] = fcntl(w.fds[i], F_DUPFD_CLOEXEC, 3);
+			if (a->fds[i] < 0) {
+				r = -errno;
+				while (i-- > 0)
+					close(a->fds[i]);
+			}
+		}
+		if (r < 0) {
+			free(a->fds);
+			a->fds = NULL;
+			close(a->memfd);
+		}
+	}
+	a->nfds = w.nfds;
+	rec_writer_free(&w);
+	if (r < 0) {
+		(void)vsock_dev_thaw(d);
+		return r;
+	}
+	vsock_dev_hand_over(d, true);
+	atomic_store_explicit(&d->embed.saved, true, memory_order_relaxed);
+	log_info("%s: state saved (%zu fds)", d->name, a->nfds);
+	return 0;
+}
+
+int uvsock_dev_save(struct uvsock_dev *u, int *ret_memfd, int **ret_fds, size_t *ret_nfds)
+{
+	struct save_arg a = { .memfd = -1 };
+	int r;
+
+	if (!u || !ret_memfd || !ret_fds || !ret_nfds)
+		return -EINVAL;
+	r = api_run_any(u, do_save, &a);
+	if (r < 0)
+		return r;
+	*ret_memfd = a.memfd;
+	*ret_fds = a.fds;
+	*ret_nfds = a.nfds;
+	return 0;
+}
+
+static int do_resume(struct vsock_dev *d, void *arg)
+{
+	(void)arg;
+	if (!atomic_load_explicit(&d->embed.saved, memory_order_relaxed))
+		return -EINVAL;
+	atomic_store_explicit(&d->embed.saved, false, memory_order_relaxed);
+	vsock_dev_hand_over(d, false);
+	log_info("%s: resumed after a save", d->name);
+	return vsock_dev_thaw(d);
+}
+
+int uvsock_dev_resume(struct uvsock_dev *u)
+{
+	if (!u)
+		return -EINVAL;
+	return api_run_any(u, do_resume, NULL);
+}
+
+int uvsock_dev_restore(const struct uvsock_dev_config *cfg, int memfd, const int *fds,
+		       size_t nfds, struct uvsock_dev **ret)
+{
+	struct rec_doc doc;
+	const uint8_t *buf;
+	struct vsock_dev *d;
+	size_t len;
+	int r;
+
+	if (!ret || (nfds && !fds) || memfd < 0)
+		return -EINVAL;
+	r = dev_new(cfg, true, &d);
+	if (r < 0)
+		return r;
+	/* Whatever happens, the socket files are the saved device's until this one succeeds. */
+	vsock_dev_hand_over(d, true);
+	r = rec_map_fd(memfd, &buf, &len);
+	if (r < 0) {
+		log_warn("%s: state record refused: cannot map it: %s", d->name, strerror(-r));
+		goto out_free;
+	}
+	r = rec_open(&doc, buf, len, REC_KIND_DEVICE, 1, VSOCK_DEV_SAVE_VERSION, fds, nfds);
+	if (r == 0) {
+		r = vsock_dev_restore(d, &doc);
+		if (r == 0) {
+			r = rec_check_fds_claimed(&doc);
+			if (r < 0) {
+				log_warn("%s: state record refused: %s", d->name, rec_error(&doc));
+				rec_doc_fini(&doc);
+				rec_unmap(buf, len);
+				goto out_free; /* everything restored goes with the device */
+			}
+		}
+		if (r < 0)
+			log_warn("%s: state record refused: %s", d->name, rec_error(&doc));
+		rec_doc_fini(&doc);
+	} else {
+		log_warn("%s: state record refused: %s", d->name, rec_error(&doc));
+	}
+	rec_unmap(buf, len);
+	if (r < 0)
+		goto out_free;
+	vsock_dev_hand_over(d, false);
+	r = vsock_dev_thaw(d);
+	if (r < 0) {
+		vsock_dev_hand_over(d, true);
+		goto out_free;
+	}
+	log_info("%s: state restored", d->name);
+	*ret = (struct uvsock_dev *)(void *)d;
+	return 0;
+
+out_free:
+	uvsock_dev_free((struct uvsock_dev *)(void *)d);
+	return r;
 }

@@ -7,6 +7,7 @@
 #define UVSOCK_DEVICE_EMBED_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 /*
@@ -22,6 +23,9 @@ struct dev_embed {
 	 * uvsock_dev_process */
 	bool ext_loop;
 	const void *_Atomic owner;     /* the loop thread's mark once it ran, or NULL */
+	/* uvsock_dev_save succeeded and no uvsock_dev_resume followed: calls but resume, free
+	 * and get_stats are refused; written by the device thread (relaxed: a flag) */
+	atomic_bool saved;
 };
 
 /* Devices of uvsock_dev_new alive, i.e. references on their shared router (0: the router is

@@ -47,6 +47,7 @@
 #include "util/iov.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/rec.h"
 #include "util/time.h"
 
 /* "<port>\n": at most 10 digits and the newline. */
@@ -628,6 +629,8 @@ int dev_dgram_open(struct vsock_dev *d, const struct vsock_dev_config *cfg)
 	if ((size_t)snprintf(d->dgram.path, sizeof(d->dgram.path), "%s.dgram", d->uds_path) >=
 	    sizeof(d->dgram.path))
 		return -ENAMETOOLONG;
+	if (d->frozen)
+		return 0; /* a device to restore into: the socket comes from the record */
 	r = uds_listen(d->dgram.path, SOCK_DGRAM, 0, 0, &d->dgram.l);
 	if (r < 0) {
 		dev_up.listen_error(d, d->dgram.path, r);
@@ -650,7 +653,8 @@ void dev_dgram_close(struct vsock_dev *d)
 	loop_watch_del(d->dgram.w);
 	d->dgram.w = NULL;
 	if (d->dgram.l.fd >= 0) {
-		uds_unlink_owned(d->dgram.path, &d->dgram.l);
+		if (!d->handed_over)
+			uds_unlink_owned(d->dgram.path, &d->dgram.l);
 		close(d->dgram.l.fd);
 		d->dgram.l.fd = -1;
 	}
@@ -661,4 +665,229 @@ void dev_dgram_close(struct vsock_dev *d)
 	free(d->dgram.peers);
 	d->dgram.peers = NULL;
 	d->dgram.n_peers = 0;
+}
+
+/* ---- state save and restore (docs/upgrade.md, "The device's part") ----------------------- */
+
+enum { G_SOCK = 1, G_DEV, G_INO, G_FLAGS, G_PEERS, G_NEXT_PORT, G_TICK, G_DESTS };
+enum { G_PEER = 0x21, G_DEST = 0x22 };
+enum { GP_ADDR = 1, GP_PORT, GP_USED };
+enum { GD_PORT = 1, GD_FD, GD_DEV, GD_INO, GD_USED };
+
+void dev_dgram_freeze(struct vsock_dev *d)
+{
+	loop_watch_del(d->dgram.w);
+	d->dgram.w = NULL;
+	for (unsigned i = 0; i < DEV_DGRAM_DESTS; i++) {
+		loop_watch_del(d->dgram.dests[i].w);
+		d->dgram.dests[i].w = NULL;
+	}
+}
+
+int dev_dgram_thaw(struct vsock_dev *d)
+{
+	int r;
+
+	if (d->dgram.l.fd >= 0 && !d->dgram.w) {
+		r = loop_watch_add(d->loop, d->dgram.l.fd, EPOLLIN, dgram_read_cb, d, &d->dgram.w);
+		if (r < 0)
+			return r;
+	}
+	for (unsigned i = 0; i < DEV_DGRAM_DESTS; i++) {
+		struct dgram_dest *e = &d->dgram.dests[i];
+
+		if (!e->live || e->w)
+			continue;
+		r = loop_watch_add(d->loop, e->sfd, EPOLLIN, dgram_read_cb, d, &e->w);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+void dev_dgram_save(struct vsock_dev *d, struct rec_writer *w)
+{
+	if (d->dgram.off || d->dgram.l.fd < 0)
+		return;
+	rec_put_fd(w, G_SOCK, d->dgram.l.fd);
+	rec_put_u64(w, G_DEV, (uint64_t)d->dgram.l.dev);
+	rec_put_u64(w, G_INO, (uint64_t)d->dgram.l.ino);
+	rec_put_u32(w, G_FLAGS, d->dgram.l.flags & UDS_INHERITED);
+	rec_put_u32(w, G_NEXT_PORT, d->dgram.next_port);
+	rec_put_u64(w, G_TICK, d->dgram.tick);
+	rec_begin(w, G_PEERS);
+	for (unsigned i = 0; i < d->dgram.n_peers; i++) {
+		const struct dgram_peer *p = &d->dgram.peers[i];
+
+		rec_begin(w, G_PEER);
+		rec_put_bytes(w, GP_ADDR, &p->sa, p->salen);
+		rec_put_u32(w, GP_PORT, p->port);
+		rec_put_u64(w, GP_USED, p->used);
+		rec_end(w);
+	}
+	rec_end(w);
+	rec_begin(w, G_DESTS);
+	for (unsigned i = 0; i < DEV_DGRAM_DESTS; i++) {
+		const struct dgram_dest *e = &d->dgram.dests[i];
+
+		if (!e->live)
+			continue;
+		rec_begin(w, G_DEST);
+		rec_put_u32(w, GD_PORT, e->port);
+		rec_put_fd(w, GD_FD, e->sfd);
+		rec_put_u64(w, GD_DEV, (uint64_t)e->dev);
+		rec_put_u64(w, GD_INO, (uint64_t)e->ino);
+		rec_put_u64(w, GD_USED, e->used);
+		rec_end(w);
+	}
+	rec_end(w);
+}
+
+static const struct rec_field dgram_fields[] = {
+	{ G_SOCK, REC_FD, false, "datagram socket" },
+	{ G_DEV, REC_U64, false, "dev" },
+	{ G_INO, REC_U64, false, "ino" },
+	{ G_FLAGS, REC_U32, false, "flags" },
+	{ G_PEERS, REC_LIST, false, "senders" },
+	{ G_NEXT_PORT, REC_U32, false, "next port" },
+	{ G_TICK, REC_U64, false, "tick" },
+	{ G_DESTS, REC_LIST, false, "destinations" },
+};
+static const struct rec_field peer_fields[] = {
+	{ GP_ADDR, REC_BYTES, true, "address" },
+	{ GP_PORT, REC_U32, true, "port" },
+	{ GP_USED, REC_U64, true, "used" },
+};
+static const struct rec_field dest_fields[] = {
+	{ GD_PORT, REC_U32, true, "port" },
+	{ GD_FD, REC_FD, true, "fd" },
+	{ GD_DEV, REC_U64, true, "dev" },
+	{ GD_INO, REC_U64, true, "ino" },
+	{ GD_USED, REC_U64, true, "used" },
+};
+
+/* Undoes a partial dev_dgram_restore: the datagram side as dev_dgram_open(restore) left it. */
+void dev_dgram_restore_undo(struct vsock_dev *d)
+{
+	if (d->dgram.l.fd >= 0)
+		close(d->dgram.l.fd);
+	d->dgram.l.fd = -1;
+	for (unsigned i = 0; i < DEV_DGRAM_DESTS; i++)
+		dgram_dest_drop(&d->dgram.dests[i]);
+	d->dgram.n_peers = 0;
+	d->dgram.next_port = DEV_HOST_PORT_LO - 1;
+	d->dgram.tick = 0;
+}
+
+static int dgram_restore_lists(struct vsock_dev *d, struct rec_reader *r, const struct rec_val *v)
+{
+	struct rec_reader sub;
+	struct rec_item it;
+	unsigned nd = 0;
+	int e;
+
+	if (v[4].present) {
+		e = rec_enter(r, &v[4].it, "datagram senders", &sub);
+		while (e == 0 && (e = rec_next(&sub, &it)) > 0) {
+			struct rec_val pv[ARRAY_SIZE(peer_fields)];
+			struct rec_reader ps;
+			struct dgram_peer *p;
+
+			if (it.tag != G_PEER || d->dgram.n_peers >= DEV_DGRAM_PEERS)
+				return rec_fail(r->doc, -EBADMSG, "datagram senders: item "
+						"%u at %zu (tag or count)", it.tag, it.off);
+			e = rec_enter(&sub, &it, "datagram sender", &ps);
+			if (e == 0)
+				e = rec_scan(&ps, peer_fields, ARRAY_SIZE(peer_fields), pv);
+			if (e < 0)
+				return e;
+			if (pv[0].it.len < offsetof(struct sockaddr_un, sun_path) ||
+			    pv[0].it.len > sizeof(struct sockaddr_un) ||
+			    pv[1].u < DEV_HOST_PORT_LO || pv[1].u >= DEV_HOST_PORT_HI ||
+			    dgram_peer_by_port(d, (uint32_t)pv[1].u) || pv[2].u > v[6].u)
+				return rec_fail(r->doc, -EBADMSG, "datagram sender at %zu: "
+						"address, port or use out of range", it.off);
+			p = &d->dgram.peers[d->dgram.n_peers++];
+			memset(p, 0, sizeof(*p));
+			memcpy(&p->sa, pv[0].it.val, pv[0].it.len);
+			p->salen = (socklen_t)pv[0].it.len;
+			p->port = (uint32_t)pv[1].u;
+			p->used = pv[2].u;
+		}
+		if (e < 0)
+			return e;
+	}
+	if (!v[7].present)
+		return 0;
+	e = rec_enter(r, &v[7].it, "datagram destinations", &sub);
+	while (e == 0 && (e = rec_next(&sub, &it)) > 0) {
+		struct rec_val dv[ARRAY_SIZE(dest_fields)];
+		struct rec_reader ds;
+		struct dgram_dest *slot;
+		int fd;
+
+		if (it.tag != G_DEST || nd >= DEV_DGRAM_DESTS)
+			return rec_fail(r->doc, -EBADMSG, "datagram destinations: item %u at "
+					"%zu (tag or count)", it.tag, it.off);
+		e = rec_enter(&sub, &it, "datagram destination", &ds);
+		if (e == 0)
+			e = rec_scan(&ds, dest_fields, ARRAY_SIZE(dest_fields), dv);
+		if (e < 0)
+			return e;
+		for (unsigned i = 0; i < nd; i++)
+			if (d->dgram.dests[i].port == dv[0].u)
+				return rec_fail(r->doc, -EBADMSG, "datagram destination "
+						"port %llu twice", (unsigned long long)dv[0].u);
+		if (dv[4].u > v[6].u)
+			return rec_fail(r->doc, -EBADMSG, "datagram destination at %zu: "
+					"used after the tick", it.off);
+		e = dev_rec_sock_fd(r, (int)dv[1].u, SOCK_DGRAM, false, &fd);
+		if (e < 0)
+			return e;
+		slot = &d->dgram.dests[nd++];
+		/* checked_ms 0: the path is looked at again on the first send. */
+		*slot = (struct dgram_dest){ .live = true, .port = (uint32_t)dv[0].u, .sfd = fd,
+					     .dev = (dev_t)dv[2].u, .ino = (ino_t)dv[3].u,
+					     .used = dv[4].u };
+	}
+	return e;
+}
+
+int dev_dgram_restore(struct vsock_dev *d, struct rec_reader *r)
+{
+	struct rec_val v[ARRAY_SIZE(dgram_fields)];
+	int e, fd;
+
+	e = rec_scan(r, dgram_fields, ARRAY_SIZE(dgram_fields), v);
+	if (e < 0)
+		return e;
+	if (!v[0].present) {
+		for (unsigned i = 1; i < ARRAY_SIZE(v); i++)
+			if (v[i].present)
+				return rec_fail(r->doc, -EBADMSG, "datagram %s without the "
+						"datagram socket", dgram_fields[i].name);
+		return 0;
+	}
+	if (d->dgram.off)
+		return rec_fail(r->doc, -EBADMSG, "a datagram socket for %s, configured "
+				"without datagrams", d->name);
+	if (!v[1].present || !v[2].present || !v[3].present || !v[5].present || !v[6].present ||
+	    (v[3].u & ~(uint64_t)UDS_INHERITED) ||
+	    (v[5].u != DEV_HOST_PORT_LO - 1 &&
+	     (v[5].u < DEV_HOST_PORT_LO || v[5].u >= DEV_HOST_PORT_HI)))
+		return rec_fail(r->doc, -EBADMSG, "datagram socket: a field missing or "
+				"out of range");
+	e = dev_rec_sock_fd(r, (int)v[0].u, SOCK_DGRAM, false, &fd);
+	if (e < 0)
+		return e;
+	d->dgram.l = (struct uds_listener){ .fd = fd, .dev = (dev_t)v[1].u, .ino = (ino_t)v[2].u,
+					    .flags = (unsigned)v[3].u };
+	d->dgram.next_port = (uint32_t)v[5].u;
+	d->dgram.tick = v[6].u;
+	e = dgram_restore_lists(d, r, v);
+	if (e < 0) {
+		dev_dgram_restore_undo(d);
+		return e;
+	}
+	return 0;
 }

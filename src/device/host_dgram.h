@@ -118,4 +118,25 @@ enum dev_tx_verdict dev_dgram_tx(struct vsock_dev *d, const struct vsock_hdr *h,
  */
 bool dev_dgram_rx_ok(struct vsock_dev *d, const struct vsock_hdr *h, size_t room);
 
+/* ---- state save and restore (docs/upgrade.md, "The device's part") ----------------------- */
+
+struct rec_writer;
+struct rec_reader;
+
+/* Stops watching the datagram sockets (the kernel keeps what arrives); thaw watches them again.
+ * Device thread. */
+void dev_dgram_freeze(struct vsock_dev *d);
+int dev_dgram_thaw(struct vsock_dev *d);
+/* Writes the datagram side as items of the list w is in: the bound socket, the senders
+ * remembered for replies, the open destinations. Frozen device. */
+void dev_dgram_save(struct vsock_dev *d, struct rec_writer *w);
+/*
+ * Reads it into d (made with vsock_dev_config.restore, datagrams as configured: a record with
+ * datagrams for a device without them is refused). fds are duplicated. Returns 0 or -errno with
+ * the reason in r's document; on error d's datagram side is as before.
+ */
+int dev_dgram_restore(struct vsock_dev *d, struct rec_reader *r);
+/* Undoes a successful dev_dgram_restore (a later part of the record was refused). */
+void dev_dgram_restore_undo(struct vsock_dev *d);
+
 #endif

@@ -51,6 +51,7 @@
 #include "util/log.h"
 #include "util/macros.h"
 #include "util/iov.h"
+#include "util/rec.h"
 #include "util/time.h"
 #include "util/uds.h"
 #include "vsock/credit.h"
@@ -133,6 +134,12 @@ static void hconn_free(struct hconn *c, bool close_sock)
 }
 
 static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque);
+
+static void hconn_arm(struct hconn *c, uint64_t deadline)
+{
+	c->deadline = deadline;
+	loop_timer_arm(c->timer, deadline);
+}
 
 /* The guest's port of c's connection, for log tags (0 if not known yet). */
 static uint32_t peer_port_of(struct hconn *c)
@@ -375,7 +382,7 @@ static void uds_take(struct vsock_dev *d, int fd, bool seqpacket)
 	c->rd = rd;
 	d->host.n_handshakes++;
 	/* The line (if still to come) and the guest's answer, both within the limit. */
-	loop_timer_arm(c->timer, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
+	hconn_arm(c, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
 	if (r == 0)
 		start_guest_connect(c, port);
 	return;
@@ -429,13 +436,15 @@ static int listen_one(struct vsock_dev *d, const char *path, int type, struct ud
 }
 
 /* Stops listening and removes the socket file if it is still the one we bound. */
-static void close_one(const char *path, struct uds_listener *l, struct loop_watch **w)
+static void close_one(const char *path, struct uds_listener *l, struct loop_watch **w,
+		      bool keep_file)
 {
 	if (l->fd < 0)
 		return;
 	loop_watch_del(*w);
 	*w = NULL;
-	(void)uds_unlink_owned(path, l); /* before the close: see uds.h */
+	if (!keep_file)
+		(void)uds_unlink_owned(path, l); /* before the close: see uds.h */
 	close(l->fd);
 	l->fd = -1;
 }
@@ -500,6 +509,8 @@ int dev_host_open(struct vsock_dev *d)
 	r = host_open_aux(d);
 	if (r < 0)
 		return r;
+	if (d->frozen)
+		return 0; /* a device to restore into: the listeners come from the record */
 	r = listen_one(d, d->uds_path, SOCK_STREAM, &h->uds_l, &h->uds_w);
 	if (r < 0)
 		return r;
@@ -508,8 +519,8 @@ int dev_host_open(struct vsock_dev *d)
 
 void dev_host_close(struct vsock_dev *d)
 {
-	close_one(d->uds_path, &d->host.uds_l, &d->host.uds_w);
-	close_one(d->host.uds_seq_path, &d->host.uds_seq_l, &d->host.uds_seq_w);
+	close_one(d->uds_path, &d->host.uds_l, &d->host.uds_w, d->handed_over);
+	close_one(d->host.uds_seq_path, &d->host.uds_seq_l, &d->host.uds_seq_w, d->handed_over);
 	host_close_aux(d);
 	free(d->host.scratch);
 	d->host.scratch = NULL;
@@ -688,7 +699,7 @@ static void guest_conn_start(struct vsock_dev *d, struct vsock_sock *child)
 	c->local_port = port;
 	vsock_sock_set_user(child, c);
 	if (r < 0)
-		loop_timer_arm(c->timer, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
+		hconn_arm(c, loop_now_ns() + DEV_HOST_CONNECT_TIMEOUT_NS);
 	if (r == 0) {
 		if (vsock_sock_accept_pending(child) < 0) {
 			hconn_close(c);
@@ -1381,4 +1392,377 @@ static void hconn_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 					     : "the guest");
 	hconn_close(c);
 	dev_up.settle(d);
+}
+
+/* ---- state save and restore (docs/upgrade.md, "The device's part") ----------------------- */
+
+/* Tags of the host side's list, and of one connection (HC_*). */
+enum {
+	H_LST = 1,       /* the listeners: list of (fd, dev, ino, flags), STREAM then SEQPACKET */
+	H_LST_SEQ = 2,
+	H_CONNS = 3,     /* connections: list of H_CONN */
+	H_CONN = 0x20,
+};
+enum { HL_FD = 1, HL_DEV, HL_INO, HL_FLAGS };
+enum {
+	HC_FD = 1, HC_ID, HC_STATE, HC_SEQPACKET, HC_LOCAL_PORT, HC_LINE, HC_TIMER_LEFT, HC_FLAGS,
+	HC_H2G_SMALL, HC_H2G_SMALL_END, HC_H2G_BIG_END, HC_H2G_BIG,
+};
+/* HC_FLAGS bits */
+#define HCF_RD_EOF 1u
+#define HCF_WR_SHUT 2u
+#define HCF_WR_BLOCKED 4u
+#define HCF_GUEST_BLOCKED 8u
+#define HCF_HUP 16u
+#define HCF_ALL 31u
+
+void dev_host_freeze(struct vsock_dev *d)
+{
+	struct dev_host *h = &d->host;
+
+	loop_watch_del(h->uds_w);
+	loop_watch_del(h->uds_seq_w);
+	h->uds_w = h->uds_seq_w = NULL;
+	if (h->aux)
+		loop_timer_disarm(h->pause_timer);
+	for (struct hconn *c = h->conns; c; c = c->next) {
+		loop_watch_del(c->w);
+		c->w = NULL;
+		/* The read list is re-derived at thaw (level-triggered: unread bytes wake us). */
+		rd_unlink(c);
+		c->rd_parked = false;
+		if (loop_timer_armed(c->timer)) {
+			c->frozen_timer = true;
+			loop_timer_disarm(c->timer);
+		}
+	}
+}
+
+int dev_host_thaw(struct vsock_dev *d)
+{
+	struct dev_host *h = &d->host;
+	int r;
+
+	if (h->uds_l.fd >= 0 && !h->uds_w) {
+		r = loop_watch_add(d->loop, h->uds_l.fd, EPOLLIN, uds_listen_cb, d, &h->uds_w);
+		if (r < 0)
+			return r;
+	}
+	if (h->uds_seq_l.fd >= 0 && !h->uds_seq_w) {
+		r = loop_watch_add(d->loop, h->uds_seq_l.fd, EPOLLIN, uds_listen_cb, d,
+				   &h->uds_seq_w);
+		if (r < 0)
+			return r;
+	}
+	for (struct hconn *c = h->conns; c; c = c->next) {
+		uint32_t ev = c->state == HC_READ_CONNECT   ? EPOLLIN
+			      : c->state == HC_HOST_CONNECT ? EPOLLOUT
+							    : 0;
+
+		if (c->state == HC_OPEN) {
+			hconn_update_events(c);
+		} else if (!c->w) {
+			r = loop_watch_add(d->loop, c->fd, ev, hconn_io_cb, c, &c->w);
+			if (r < 0)
+				return r;
+		}
+		if (c->frozen_timer) {
+			c->frozen_timer = false;
+			hconn_arm(c, c->deadline);
+		}
+		dev_host_mark_dirty(c);
+	}
+	return 0;
+}
+
+static void save_listener(struct rec_writer *w, uint32_t tag, const struct uds_listener *l)
+{
+	if (l->fd < 0)
+		return;
+	rec_begin(w, tag);
+	rec_put_fd(w, HL_FD, l->fd);
+	rec_put_u64(w, HL_DEV, (uint64_t)l->dev);
+	rec_put_u64(w, HL_INO, (uint64_t)l->ino);
+	rec_put_u32(w, HL_FLAGS, l->flags & UDS_INHERITED);
+	rec_end(w);
+}
+
+void dev_host_save(struct vsock_dev *d, struct rec_writer *w)
+{
+	uint64_t now = loop_now_ns();
+
+	save_listener(w, H_LST, &d->host.uds_l);
+	save_listener(w, H_LST_SEQ, &d->host.uds_seq_l);
+	rec_begin(w, H_CONNS);
+	for (struct hconn *c = d->host.conns; c; c = c->next) {
+		uint32_t f = (c->host_rd_eof ? HCF_RD_EOF : 0) | (c->host_wr_shut ? HCF_WR_SHUT : 0) |
+			     (c->host_wr_blocked ? HCF_WR_BLOCKED : 0) |
+			     (c->guest_blocked ? HCF_GUEST_BLOCKED : 0) | (c->host_hup ? HCF_HUP : 0);
+
+		rec_begin(w, H_CONN);
+		rec_put_fd(w, HC_FD, c->fd);
+		if (c->s)
+			rec_put_u64(w, HC_ID, vsock_sock_id(c->s));
+		rec_put_u32(w, HC_STATE, c->state);
+		rec_put_u32(w, HC_SEQPACKET, c->seqpacket);
+		rec_put_u32(w, HC_LOCAL_PORT, c->local_port);
+		if (c->state == HC_READ_CONNECT || c->state == HC_GUEST_CONNECT)
+			rec_put_bytes(w, HC_LINE, c->rd.buf, c->rd.len);
+		if (c->frozen_timer)
+			rec_put_u64(w, HC_TIMER_LEFT, c->deadline > now ? c->deadline - now : 0);
+		rec_put_u32(w, HC_FLAGS, f);
+		rec_put_u32(w, HC_H2G_SMALL, c->h2g_small);
+		rec_put_u32(w, HC_H2G_SMALL_END, c->h2g_small_end);
+		rec_put_u32(w, HC_H2G_BIG_END, c->h2g_big_end);
+		rec_put_u64(w, HC_H2G_BIG, c->h2g_big);
+		rec_end(w);
+	}
+	rec_end(w);
+}
+
+static const struct rec_field host_fields[] = {
+	{ H_LST, REC_LIST, false, "stream listener" },
+	{ H_LST_SEQ, REC_LIST, false, "seqpacket listener" },
+	{ H_CONNS, REC_LIST, true, "connections" },
+};
+static const struct rec_field lst_fields[] = {
+	{ HL_FD, REC_FD, true, "fd" },
+	{ HL_DEV, REC_U64, true, "dev" },
+	{ HL_INO, REC_U64, true, "ino" },
+	{ HL_FLAGS, REC_U32, true, "flags" },
+};
+static const struct rec_field conn_fields[] = {
+	{ HC_FD, REC_FD, true, "fd" },
+	{ HC_ID, REC_U64, false, "socket id" },
+	{ HC_STATE, REC_U32, true, "state" },
+	{ HC_SEQPACKET, REC_U32, true, "seqpacket" },
+	{ HC_LOCAL_PORT, REC_U32, true, "local port" },
+	{ HC_LINE, REC_BYTES, false, "CONNECT line" },
+	{ HC_TIMER_LEFT, REC_U64, false, "timer" },
+	{ HC_FLAGS, REC_U32, true, "flags" },
+	{ HC_H2G_SMALL, REC_U32, true, "h2g_small" },
+	{ HC_H2G_SMALL_END, REC_U32, true, "h2g_small_end" },
+	{ HC_H2G_BIG_END, REC_U32, true, "h2g_big_end" },
+	{ HC_H2G_BIG, REC_U64, true, "h2g_big" },
+};
+
+static int restore_listener(struct vsock_dev *d, struct rec_reader *r, const struct rec_val *v,
+			    int type, struct uds_listener *l)
+{
+	struct rec_val lv[ARRAY_SIZE(lst_fields)];
+	struct rec_reader sub;
+	int fd, e;
+
+	if (!v->present)
+		return 0;
+	e = rec_enter(r, &v->it, type == SOCK_STREAM ? "stream listener" : "seqpacket listener",
+		      &sub);
+	if (e < 0)
+		return e;
+	e = rec_scan(&sub, lst_fields, ARRAY_SIZE(lst_fields), lv);
+	if (e < 0)
+		return e;
+	if (lv[3].u & ~(uint64_t)UDS_INHERITED)
+		return rec_fail(r->doc, -EBADMSG, "%s: listener flags %#llx", d->name,
+				(unsigned long long)lv[3].u);
+	e = dev_rec_sock_fd(r, (int)lv[0].u, type, true, &fd);
+	if (e < 0)
+		return e;
+	*l = (struct uds_listener){ .fd = fd, .dev = (dev_t)lv[1].u, .ino = (ino_t)lv[2].u,
+				    .flags = (unsigned)lv[3].u };
+	return 0;
+}
+
+static int restore_conn(struct vsock_dev *d, struct rec_reader *r, const struct rec_item *it)
+{
+	struct rec_val v[ARRAY_SIZE(conn_fields)];
+	struct rec_reader sub;
+	struct hconn *c;
+	uint32_t f;
+	int e, fd;
+
+	e = rec_enter(r, it, "host connection", &sub);
+	if (e < 0)
+		return e;
+	e = rec_scan(&sub, conn_fields, ARRAY_SIZE(conn_fields), v);
+	if (e < 0)
+		return e;
+	f = (uint32_t)v[7].u;
+	if (v[2].u > HC_OPEN || v[3].u > 1 || (f & ~HCF_ALL))
+		return rec_fail(r->doc, -EBADMSG, "host connection at %zu: state %llu, "
+				"seqpacket %llu or flags %#x out of range", it->off,
+				(unsigned long long)v[2].u, (unsigned long long)v[3].u, f);
+	/* Only a host connection still reading its CONNECT line has no engine socket. */
+	if (v[1].present != (v[2].u != HC_READ_CONNECT) || (v[1].present && v[1].u == 0))
+		return rec_fail(r->doc, -EBADMSG, "host connection at %zu: socket id %s "
+				"in state %llu", it->off, v[1].present ? "present" : "missing",
+				(unsigned long long)v[2].u);
+	if (v[5].present && v[5].it.len >= UDS_CONNECT_LINE_MAX)
+		return rec_fail(r->doc, -EBADMSG, "host connection at %zu: CONNECT line "
+				"of %u bytes", it->off, v[5].it.len);
+	if (v[6].present != (v[2].u == HC_READ_CONNECT || v[2].u == HC_GUEST_CONNECT ||
+			     v[2].u == HC_HOST_CONNECT) ||
+	    (v[6].present && v[6].u > DEV_HOST_CONNECT_TIMEOUT_NS))
+		return rec_fail(r->doc, -EBADMSG, "host connection at %zu: timer does not "
+				"fit state %llu", it->off, (unsigned long long)v[2].u);
+	if (d->host.n_conns >= d->max_conns)
+		return rec_fail(r->doc, -E2BIG, "more host connections than max_conns (%u)",
+				d->max_conns);
+	e = dev_rec_sock_fd(r, (int)v[0].u, v[3].u ? SOCK_SEQPACKET : SOCK_STREAM, false, &fd);
+	if (e < 0)
+		return e;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	c->dev = d;
+	c->fd = fd;
+	e = loop_timer_new(d->loop, hconn_timer_cb, c, &c->timer);
+	if (e < 0) {
+		close(fd);
+		free(c);
+		return e;
+	}
+	c->state = (enum hconn_state)v[2].u;
+	c->seqpacket = v[3].u;
+	c->local_port = (uint32_t)v[4].u;
+	c->restore_id = v[1].present ? v[1].u : 0;
+	if (v[5].present) {
+		memcpy(c->rd.buf, v[5].it.val, v[5].it.len);
+		c->rd.len = v[5].it.len;
+	}
+	if (v[6].present) {
+		c->frozen_timer = true;
+		c->deadline = loop_now_ns() + v[6].u;
+	}
+	c->host_rd_eof = f & HCF_RD_EOF;
+	c->host_wr_shut = f & HCF_WR_SHUT;
+	c->host_wr_blocked = f & HCF_WR_BLOCKED;
+	c->guest_blocked = f & HCF_GUEST_BLOCKED;
+	c->host_hup = f & HCF_HUP;
+	c->h2g_small = (uint32_t)v[8].u;
+	c->h2g_small_end = (uint32_t)v[9].u;
+	c->h2g_big_end = (uint32_t)v[10].u;
+	c->h2g_big = v[11].u;
+	c->next = d->host.conns;
+	if (d->host.conns)
+		d->host.conns->prev = c;
+	d->host.conns = c;
+	d->host.n_conns++;
+	if (c->state == HC_READ_CONNECT)
+		d->host.n_handshakes++;
+	return 0;
+}
+
+static int cmp_restore_id(const void *a, const void *b)
+{
+	uint64_t x = (*(struct hconn *const *)a)->restore_id;
+	uint64_t y = (*(struct hconn *const *)b)->restore_id;
+
+	return x < y ? -1 : x > y;
+}
+
+static void by_id_free(struct vsock_dev *d)
+{
+	free(d->host.by_id);
+	d->host.by_id = NULL;
+	d->host.n_by_id = 0;
+}
+
+/* The restored connections that name an engine socket, sorted by its id; each id once. */
+static int by_id_make(struct vsock_dev *d, struct rec_reader *r)
+{
+	unsigned n = 0;
+
+	d->host.by_id = calloc(d->host.n_conns ? d->host.n_conns : 1, sizeof(*d->host.by_id));
+	if (!d->host.by_id)
+		return -ENOMEM;
+	for (struct hconn *c = d->host.conns; c; c = c->next)
+		if (c->restore_id)
+			d->host.by_id[n++] = c;
+	qsort(d->host.by_id, n, sizeof(*d->host.by_id), cmp_restore_id);
+	d->host.n_by_id = n;
+	for (unsigned i = 1; i < n; i++)
+		if (d->host.by_id[i]->restore_id == d->host.by_id[i - 1]->restore_id)
+			return rec_fail(r->doc, -EBADMSG, "two host connections name socket %llu",
+					(unsigned long long)d->host.by_id[i]->restore_id);
+	return 0;
+}
+
+int dev_host_restore(struct vsock_dev *d, struct rec_reader *r)
+{
+	struct rec_val v[ARRAY_SIZE(host_fields)];
+	struct rec_reader sub;
+	struct rec_item it;
+	int e;
+
+	e = rec_scan(r, host_fields, ARRAY_SIZE(host_fields), v);
+	if (e < 0)
+		return e;
+	e = restore_listener(d, r, &v[0], SOCK_STREAM, &d->host.uds_l);
+	if (e == 0)
+		e = restore_listener(d, r, &v[1], SOCK_SEQPACKET, &d->host.uds_seq_l);
+	if (e == 0)
+		e = rec_enter(r, &v[2].it, "host connections", &sub);
+	while (e == 0 && (e = rec_next(&sub, &it)) > 0) {
+		if (it.tag != H_CONN)
+			e = rec_fail(r->doc, -EBADMSG, "host connections: tag %u at %zu",
+				     it.tag, it.off);
+		else
+			e = restore_conn(d, r, &it);
+	}
+	if (e == 0)
+		e = by_id_make(d, r);
+	if (e < 0)
+		dev_host_unrestore(d);
+	return e < 0 ? e : 0;
+}
+
+void dev_host_unrestore(struct vsock_dev *d)
+{
+	by_id_free(d);
+	dev_host_close_all(d);
+	if (d->host.uds_l.fd >= 0)
+		close(d->host.uds_l.fd);
+	if (d->host.uds_seq_l.fd >= 0)
+		close(d->host.uds_seq_l.fd);
+	d->host.uds_l.fd = d->host.uds_seq_l.fd = -1;
+}
+
+bool dev_host_adopt(struct vsock_dev *d, struct vsock_sock *s)
+{
+	uint64_t id = vsock_sock_id(s);
+	unsigned lo = 0, hi = d->host.n_by_id;
+
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+		struct hconn *c = d->host.by_id[mid];
+
+		if (c->restore_id < id) {
+			lo = mid + 1;
+		} else if (c->restore_id > id) {
+			hi = mid;
+		} else {
+			if (c->s || (vsock_sock_type(s) == VSOCK_TYPE_SEQPACKET) != c->seqpacket)
+				return false;
+			c->s = s;
+			vsock_sock_set_user(s, c);
+			return true;
+		}
+	}
+	return false;
+}
+
+int dev_host_check_adopted(struct vsock_dev *d, struct rec_reader *r)
+{
+	by_id_free(d);
+	for (struct hconn *c = d->host.conns; c; c = c->next) {
+		if (c->restore_id && !c->s)
+			return rec_fail(r->doc, -EBADMSG, "host connection (local port %u): "
+					"socket %llu is not one the engine restored", c->local_port,
+					(unsigned long long)c->restore_id);
+		c->restore_id = 0;
+	}
+	return 0;
 }

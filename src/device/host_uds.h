@@ -47,6 +47,10 @@ struct hconn {
 	struct loop_watch *w;
 	struct vsock_sock *s;         /* NULL until created (host-initiated) */
 	struct loop_timer *timer;     /* HC_READ_CONNECT / HC_GUEST_CONNECT deadline */
+	uint64_t deadline;            /* loop_now_ns() the timer was armed for (while armed) */
+	bool frozen_timer;            /* dev_host_freeze disarmed the timer: rearmed at thaw */
+	uint64_t restore_id;          /* dev_host_restore: the engine socket's id to adopt (0:
+				       * none), until dev_host_adopt finds it */
 	struct uds_connect_reader rd;
 	uint32_t local_port;          /* our port (host side) */
 	bool host_rd_eof;             /* read 0 from the host: SHUTDOWN(SEND) sent to the guest */
@@ -88,6 +92,10 @@ struct dev_host {
 	struct loop_timer *pause_timer; /* accepting paused (no fd left): resume then */
 	unsigned n_handshakes;         /* host connections in HC_READ_CONNECT (capped) */
 	int dir_fd;                    /* O_PATH of uds_path's directory: <uds-path>_<port> */
+	/* dev_host_restore until dev_host_check_adopted: the restored connections that wait for
+	 * their engine socket, sorted by its id (dev_host_adopt looks them up) */
+	struct hconn **by_id;
+	unsigned n_by_id;
 };
 
 /* Sets up d->host before anything can fail (no listener, nothing to close). */
@@ -114,4 +122,40 @@ void dev_host_mark_dirty(struct hconn *c);
  */
 size_t dev_host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
 		    size_t len);
+
+/* ---- state save and restore (docs/upgrade.md, "The device's part") ----------------------- */
+
+struct rec_writer;
+struct rec_reader;
+
+/*
+ * Stops watching every host fd and disarms every host timer (the listeners, each connection,
+ * the accept pause): from then on nothing of the host side runs, and the kernel keeps whatever
+ * host programs send or connect. dev_host_thaw undoes it (watches and timers as the state
+ * asks, every connection serviced once). Device thread.
+ */
+void dev_host_freeze(struct vsock_dev *d);
+int dev_host_thaw(struct vsock_dev *d);
+/*
+ * Writes the host side into w (items of the list w is in): the two listeners and every
+ * connection with its fd, its engine socket's id and its state. Frozen device.
+ */
+void dev_host_save(struct vsock_dev *d, struct rec_writer *w);
+/*
+ * Reads what dev_host_save wrote into d (made with vsock_dev_config.restore: no listener
+ * bound, no connection). Connections get their engine sockets afterwards from
+ * dev_host_adopt, and the device stays frozen until dev_host_thaw. fds are duplicated.
+ * Returns 0 or -errno with the reason in r's document; on error d's host side is as before.
+ */
+int dev_host_restore(struct vsock_dev *d, struct rec_reader *r);
+/*
+ * The restored engine hands back the application's socket s (vsock_engine_restore's adopt):
+ * true if a connection of the record claims it (its user set), false if none does.
+ */
+bool dev_host_adopt(struct vsock_dev *d, struct vsock_sock *s);
+/* Undoes a successful dev_host_restore (a later part of the record was refused): the restored
+ * connections and listener fds closed, nothing sent, no file removed. */
+void dev_host_unrestore(struct vsock_dev *d);
+/* Every restored connection that needs an engine socket got one: 0 or -EBADMSG (message). */
+int dev_host_check_adopted(struct vsock_dev *d, struct rec_reader *r);
 #endif

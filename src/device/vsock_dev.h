@@ -43,6 +43,9 @@ struct vsock_dev_config {
 	const char *name;         /* for logs ("vm3"); copied; NULL: "cid<N>" */
 	bool no_dgram;            /* do not offer VIRTIO_VSOCK_F_DGRAM, no <uds_path>.dgram */
 	uint32_t dgram_max;       /* largest datagram payload (0 or over: DEV_DGRAM_MAX, 65492) */
+	bool restore;             /* made to restore a saved device into (vsock_dev_restore):
+				   * nothing is bound (the listeners come from the record), and
+				   * the device is frozen until vsock_dev_thaw */
 };
 
 /*
@@ -237,5 +240,45 @@ void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev
  * every VMM session, vsock_dev_get_status). Context: any thread (as vsock_dev_get_status).
  */
 void vsock_dev_get_ops_stats(struct vsock_dev *d, struct ops_vm_stats *ret);
+
+/* ---- state save and restore (docs/upgrade.md, "The device's part") ----------------------- */
+
+struct rec_writer;
+struct rec_doc;
+
+/* The device record (REC_KIND_DEVICE): the versions this binary writes and reads. */
+#define VSOCK_DEV_SAVE_VERSION 1u
+
+/*
+ * Freezes d: no host fd is watched and no timer runs (the device's, its connections', the
+ * engine's), so nothing of d changes until vsock_dev_thaw; host programs' bytes and connects
+ * wait in the kernel. The rings must be stopped (the caller's consistent point). Device thread
+ * (or no thread runs d).
+ */
+void vsock_dev_freeze(struct vsock_dev *d);
+/* Watches and timers as the state asks, every connection serviced once. Returns 0 or -errno. */
+int vsock_dev_thaw(struct vsock_dev *d);
+/*
+ * Writes the whole state of frozen d into w (a record of kind REC_KIND_DEVICE, version
+ * VSOCK_DEV_SAVE_VERSION): features, the pending TRANSPORT_RESET, the engine (vsock/save.c),
+ * the host side (host_uds.c), datagrams (host_dgram.c), counters. The rings' own state is the
+ * front-end's (it restarts them at the index uvsock_dev_queue_stop gave). Returns 0,
+ * -EBUSY (not frozen, or a ring runs), -EOPNOTSUPP (linked to siblings: not saved yet),
+ * or the writer's error.
+ */
+int vsock_dev_save(struct vsock_dev *d, struct rec_writer *w);
+/*
+ * Restores the record opened in doc into d, made with vsock_dev_config.restore for the same
+ * CID. Everything is checked before d takes it; on error d is as it was (frozen, empty) and
+ * rec_error(doc) says why. fds are duplicated. d stays frozen: vsock_dev_thaw. Returns 0,
+ * -EBADMSG, -E2BIG, -EMFILE, -ENOMEM.
+ */
+int vsock_dev_restore(struct vsock_dev *d, struct rec_doc *doc);
+/*
+ * The state of d went to another device (a successful restore): its socket files are that
+ * device's, so freeing d leaves them in place (given true), or d goes on after all (false).
+ */
+void vsock_dev_hand_over(struct vsock_dev *d, bool given);
+bool vsock_dev_frozen(const struct vsock_dev *d);
 
 #endif

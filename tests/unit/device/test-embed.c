@@ -17,12 +17,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <uvsock/device.h>
 
+#include "util/macros.h"
+#include "util/rec.h"
 #include "util/tune.h"
 #include "../../../examples/embed-guest.h"
 #include "device/device_internal.h"
@@ -107,13 +111,21 @@ static int unix_connect(const char *path)
 	return fd;
 }
 
-static int unix_listen(const char *path)
+/* A Unix socket of type bound at path. */
+static int unix_bound(const char *path, int type)
 {
 	struct sockaddr_un sa = hs_addr(path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
 
 	ASSERT_GE(fd, 0);
 	ASSERT_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
+	return fd;
+}
+
+static int unix_listen(const char *path)
+{
+	int fd = unix_bound(path, SOCK_STREAM);
+
 	ASSERT_OK(listen(fd, 4));
 	return fd;
 }
@@ -1371,6 +1383,545 @@ TEST(kick_and_call_fds_must_be_eventfds)
 	ASSERT_OK(uvsock_dev_queue_start(e.dev, UVSOCK_DEV_QUEUE_TX, &q));
 	close(p[0]);
 	env_free(&e);
+}
+
+/* ---- state save and restore (uvsock_dev_save / _restore / _resume) ------------------------- */
+
+/* The byte at stream offset i of direction dir: a pattern that a lost, doubled or reordered
+ * byte breaks. */
+static uint8_t xfer_byte(uint64_t i, unsigned dir)
+{
+	uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull + dir;
+
+	return (uint8_t)(x >> 56 ^ x >> 29);
+}
+
+#define XFER_TOTAL (1536u * 1024)
+#define XFER_CHUNK (16u * 1024)
+#define DEV_BUF_ALLOC (256u * 1024)
+
+/* One host-initiated connection with data both ways (guest port 1234, host fd). */
+struct xfer {
+	struct env *e;
+	int fd;
+	uint32_t port;
+	uint64_t h2g_sent, h2g_got;   /* host wrote / guest received, in order */
+	uint64_t g2h_sent, g2h_got;   /* guest sent / host read, in order */
+	uint32_t fwd, fwd_told;       /* the guest's fwd_cnt, and what it last told the device */
+	uint32_t dev_fwd;             /* the device's fwd_cnt as the guest last saw it */
+};
+
+/* Stream bytes with a pattern, checked where they are read. */
+static void xfer_check(const uint8_t *p, size_t n, uint64_t off, unsigned dir)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != xfer_byte(off + i, dir)) {
+			ASSERT_EQ(p[i], xfer_byte(off + i, dir));
+		}
+}
+
+/*
+ * One round of both sides: the host writes what its socket takes and (host_reads) reads what
+ * it got; the guest takes one packet if one comes within 20 ms (guest_reads) and sends one
+ * chunk within the device's credit (guest_sends). Never an RST or a SHUTDOWN.
+ */
+static void xfer_round(struct xfer *x, bool host_reads, bool guest_reads, bool guest_sends)
+{
+	static uint8_t buf[XFER_CHUNK];
+	struct vsock_hdr h, o;
+	ssize_t n;
+
+	if (x->h2g_sent < XFER_TOTAL) {
+		size_t len = MIN((size_t)(XFER_TOTAL - x->h2g_sent), sizeof(buf));
+
+		for (size_t i = 0; i < len; i++)
+			buf[i] = xfer_byte(x->h2g_sent + i, 0);
+		n = send(x->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0)
+			ASSERT_EQ(errno, EAGAIN);
+		else
+			x->h2g_sent += (size_t)n;
+	}
+	if (host_reads) {
+		n = recv(x->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n < 0)
+			ASSERT_EQ(errno, EAGAIN);
+		ASSERT_TRUE(n != 0); /* no EOF: the connection stays open */
+		if (n > 0) {
+			xfer_check(buf, (size_t)n, x->g2h_got, 1);
+			x->g2h_got += (size_t)n;
+		}
+	}
+	if (guest_reads && eg_recv(&x->e->g, &h, buf, sizeof(buf), 20) == 0) {
+		ASSERT_EQ(h.dst_port, 1234);
+		ASSERT_EQ(h.src_port, x->port);
+		ASSERT_TRUE(h.op == VSOCK_OP_RW || h.op == VSOCK_OP_CREDIT_UPDATE ||
+			    h.op == VSOCK_OP_CREDIT_REQUEST);
+		ASSERT_EQ(h.buf_alloc, DEV_BUF_ALLOC);
+		x->dev_fwd = h.fwd_cnt;
+		if (h.op == VSOCK_OP_RW) {
+			xfer_check(buf, h.len, x->h2g_got, 0);
+			x->h2g_got += h.len;
+			x->fwd += h.len;
+		}
+		if (h.op == VSOCK_OP_CREDIT_REQUEST || x->fwd - x->fwd_told >= 16384) {
+			o = eg_hdr(&x->e->g, 1234, x->port, VSOCK_OP_CREDIT_UPDATE, 0, x->fwd);
+			ASSERT_OK(eg_send(&x->e->g, &o, NULL, WAIT_MS));
+			x->fwd_told = x->fwd;
+		}
+	}
+	if (guest_sends && x->g2h_sent < XFER_TOTAL) {
+		uint32_t credit = DEV_BUF_ALLOC - (uint32_t)(x->g2h_sent - x->dev_fwd);
+		size_t len = MIN(MIN((size_t)(XFER_TOTAL - x->g2h_sent), sizeof(buf)),
+				 (size_t)credit);
+
+		if (len) {
+			for (size_t i = 0; i < len; i++)
+				buf[i] = xfer_byte(x->g2h_sent + i, 1);
+			o = eg_hdr(&x->e->g, 1234, x->port, VSOCK_OP_RW, (uint32_t)len, x->fwd);
+			ASSERT_OK(eg_send(&x->e->g, &o, buf, WAIT_MS));
+			x->g2h_sent += len;
+			x->fwd_told = x->fwd;
+		}
+	}
+}
+
+/* Rounds until cond or 60 s (a bound, not a timing check). */
+#define XFER_UNTIL(x, hr, gr, gs, cond)                                                            \
+	do {                                                                                       \
+		uint64_t end_ = eg_now_ms() + 60000;                                               \
+		while (!(cond)) {                                                                  \
+			ASSERT_TRUE(eg_now_ms() < end_);                                           \
+			xfer_round(x, hr, gr, gs);                                                 \
+		}                                                                                  \
+	} while (0)
+
+/*
+ * Mid-transfer both ways, with bytes in every place at once: host -> guest in the guest's RX
+ * ring (delivered, not read) and in the host socket; guest -> host in the host socket and
+ * queued in the device (the host stopped reading until the guest ran out of credit). Stops
+ * the queues; returns their indices in idx.
+ */
+static void xfer_to_save_point(struct xfer *x, uint16_t idx[2])
+{
+	XFER_UNTIL(x, true, true, x->g2h_sent < XFER_TOTAL / 3,
+		   x->h2g_got >= XFER_TOTAL / 3 && x->g2h_got >= XFER_TOTAL / 3);
+	/* The host stops reading: the guest fills its socket, then the device's queue. */
+	XFER_UNTIL(x, false, true, true,
+		   x->g2h_sent - x->dev_fwd >= DEV_BUF_ALLOC || x->g2h_sent == XFER_TOTAL);
+	/* The guest stops reading for a moment: packets wait in its RX ring. */
+	for (int i = 0; i < 10; i++)
+		xfer_round(x, false, false, false);
+	for (unsigned q = 0; q < 2; q++)
+		ASSERT_OK(uvsock_dev_queue_stop(x->e->dev, q, &idx[q]));
+	ASSERT_LT(x->g2h_got, x->g2h_sent);
+	ASSERT_LT(x->h2g_got, x->h2g_sent);
+}
+
+/* Starts the rings of e->dev again where they stopped, and the device thread. */
+static void restart_queues(struct env *e, const uint16_t idx[2], bool start_thread)
+{
+	struct uvsock_dev_mem_region r = eg_region(&e->g);
+
+	ASSERT_OK(uvsock_dev_set_mem_table(e->dev, &r, 1));
+	for (unsigned q = 0; q < 2; q++) {
+		struct uvsock_dev_queue dq = eg_queue(&e->g, q);
+
+		dq.last_avail_idx = idx[q];
+		ASSERT_OK(uvsock_dev_queue_start(e->dev, q, &dq));
+	}
+	if (start_thread)
+		ASSERT_OK(uvsock_dev_start(e->dev));
+}
+
+static void xfer_finish(struct xfer *x)
+{
+	XFER_UNTIL(x, true, true, true, x->h2g_got == XFER_TOTAL && x->g2h_got == XFER_TOTAL);
+	ASSERT_EQ(x->h2g_sent, XFER_TOTAL);
+	ASSERT_EQ(x->g2h_sent, XFER_TOTAL);
+}
+
+static void close_all(int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		close(fds[i]);
+	free(fds);
+}
+
+/*
+ * With UVSOCK_TEST_DUMP_DEVREC=DIR, writes the record of a save as a seed of fuzz/fuzz-devrec.c
+ * (DIR/name: a flag byte, the kind of each fd as that target makes them, the record): how the
+ * committed corpus fuzz/corpus/devrec was made.
+ */
+static void dump_record(int memfd, const int *fds, size_t nfds, const char *name)
+{
+	const char *dir = getenv("UVSOCK_TEST_DUMP_DEVREC");
+	uint8_t kinds[9] = { 0 };
+	const uint8_t *map;
+	char path[256];
+	size_t len;
+	FILE *f;
+
+	if (!dir)
+		return;
+	ASSERT_LE(nfds, 8);
+	for (size_t i = 0; i < nfds; i++) {
+		int type = 0, acc = 0;
+
+		ASSERT_OK(getsockopt(fds[i], SOL_SOCKET, SO_TYPE, &type, &(socklen_t){ sizeof(int) }));
+		ASSERT_OK(getsockopt(fds[i], SOL_SOCKET, SO_ACCEPTCONN, &acc,
+				     &(socklen_t){ sizeof(int) }));
+		kinds[1 + i] = acc ? (type == SOCK_STREAM ? 0 : 1)
+			       : type == SOCK_DGRAM ? 2 : type == SOCK_STREAM ? 3 : 4;
+	}
+	ASSERT_OK(rec_map_fd(memfd, &map, &len));
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	ASSERT_TRUE(f != NULL);
+	ASSERT_EQ(fwrite(kinds, 1, sizeof(kinds), f), sizeof(kinds));
+	ASSERT_EQ(fwrite(map, 1, len, f), len);
+	ASSERT_OK(fclose(f));
+	rec_unmap(map, len);
+}
+
+/*
+ * A device stopped mid-transfer is restored into a second device over the same guest memory
+ * and the same host sockets, and the transfer goes on there: every byte once and in order both
+ * ways, no RST, the connection open; the old device, freed, leaves the socket files to the
+ * new one, whose listener takes a new host connection.
+ */
+TEST(save_and_restore_into_a_second_device_keeps_a_transfer)
+{
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = 3 };
+	struct uvsock_dev_stats st = { .size = sizeof(st) }, st2 = { .size = sizeof(st2) };
+	struct xfer x = { 0 };
+	struct uvsock_dev *dev2;
+	uint16_t idx[2];
+	struct env e;
+	size_t nfds;
+	int memfd, *fds, fd2;
+	uint32_t port2, fwd2 = 0;
+	struct stat sb;
+
+	x.e = &e;
+	x.fd = env_with_host_conn(&e, &x.port);
+	xfer_to_save_point(&x, idx);
+	ASSERT_OK(uvsock_dev_get_stats(e.dev, &st));
+	ASSERT_OK(uvsock_dev_save(e.dev, &memfd, &fds, &nfds));
+	dump_record(memfd, fds, nfds, "mid-transfer");
+	/* Listeners (2), the datagram socket, the connection. */
+	ASSERT_EQ(nfds, 4);
+	ASSERT_EQ(uvsock_dev_set_features(e.dev, e.g.features), -EBUSY);
+	ASSERT_EQ(uvsock_dev_save(e.dev, &memfd, &fds, &nfds), -EALREADY);
+	cfg.uds_path = e.uds;
+	ASSERT_OK(uvsock_dev_restore(&cfg, memfd, fds, nfds, &dev2));
+	close(memfd);
+	close_all(fds, nfds);
+	uvsock_dev_free(e.dev);
+	e.dev = dev2;
+	/* The old device left the socket files to the new one. */
+	ASSERT_OK(stat(e.uds, &sb));
+	ASSERT_TRUE(S_ISSOCK(sb.st_mode));
+	/* Counters go on. */
+	ASSERT_OK(uvsock_dev_get_stats(e.dev, &st2));
+	ASSERT_EQ(st2.rx_bytes, st.rx_bytes);
+	ASSERT_EQ(st2.tx_bytes, st.tx_bytes);
+	ASSERT_EQ(st2.conns_total, st.conns_total);
+	restart_queues(&e, idx, true);
+	xfer_finish(&x);
+	/* The restored listener takes new host connections. */
+	fd2 = host_connects(&e, &port2);
+	exchange(&e, fd2, port2, &fwd2, "new", "conn");
+	ASSERT_OK(uvsock_dev_get_stats(e.dev, &st2));
+	ASSERT_EQ(st2.conns_open, 2);
+	close(fd2);
+	close(x.fd);
+	env_free(&e);
+}
+
+/* A save that is not restored: the device resumes, and the transfer goes on as if nothing. */
+TEST(save_then_resume_keeps_a_transfer)
+{
+	struct xfer x = { 0 };
+	uint16_t idx[2];
+	struct env e;
+	size_t nfds;
+	int memfd, *fds;
+
+	x.e = &e;
+	x.fd = env_with_host_conn(&e, &x.port);
+	xfer_to_save_point(&x, idx);
+	ASSERT_EQ(uvsock_dev_resume(e.dev), -EINVAL);
+	ASSERT_OK(uvsock_dev_save(e.dev, &memfd, &fds, &nfds));
+	close(memfd);
+	close_all(fds, nfds);
+	ASSERT_OK(uvsock_dev_resume(e.dev));
+	restart_queues(&e, idx, false);
+	xfer_finish(&x);
+	close(x.fd);
+	env_free(&e);
+}
+
+/* The record copied into a new sealed memfd, changed by edit (resealed: the CRC holds). */
+static int record_edited(int memfd, void (*edit)(uint8_t *buf, size_t len), bool reseal)
+{
+	const uint8_t *map;
+	uint8_t *copy;
+	size_t len;
+	int fd;
+
+	ASSERT_OK(rec_map_fd(memfd, &map, &len));
+	copy = malloc(len);
+	ASSERT_TRUE(copy != NULL);
+	memcpy(copy, map, len);
+	rec_unmap(map, len);
+	edit(copy, len);
+	if (reseal)
+		rec_reseal(copy, len);
+	ASSERT_OK(rec_memfd(copy, len, "edited", &fd));
+	free(copy);
+	return fd;
+}
+
+static void edit_version(uint8_t *buf, size_t len)
+{
+	(void)len;
+	buf[12] = VSOCK_DEV_SAVE_VERSION + 1; /* u32 version, little-endian */
+}
+
+static void edit_last_byte(uint8_t *buf, size_t len)
+{
+	buf[len - 1] ^= 0x5a; /* inside the last item: a counter's value */
+}
+
+/*
+ * Restores that must be refused, each leaving the saved device able to resume with nothing
+ * lost: another CID, a version this library does not know, an fd missing, a record that is
+ * not sealed, a corrupted checksum. The refusal creates nothing (the socket files stay the
+ * saved device's).
+ */
+TEST(refused_restores_leave_the_saved_device_to_resume)
+{
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = 3 };
+	struct uvsock_dev *dev2 = NULL;
+	struct xfer x = { 0 };
+	uint16_t idx[2];
+	struct env e;
+	size_t nfds;
+	int memfd, *fds, bad;
+	struct stat sb;
+
+	x.e = &e;
+	x.fd = env_with_host_conn(&e, &x.port);
+	xfer_to_save_point(&x, idx);
+	ASSERT_OK(uvsock_dev_save(e.dev, &memfd, &fds, &nfds));
+	cfg.uds_path = e.uds;
+	cfg.guest_cid = 4;
+	ASSERT_EQ(uvsock_dev_restore(&cfg, memfd, fds, nfds, &dev2), -EBADMSG);
+	cfg.guest_cid = 3;
+	bad = record_edited(memfd, edit_version, true);
+	ASSERT_EQ(uvsock_dev_restore(&cfg, bad, fds, nfds, &dev2), -EPROTONOSUPPORT);
+	close(bad);
+	ASSERT_EQ(uvsock_dev_restore(&cfg, memfd, fds, nfds - 1, &dev2), -EBADMSG);
+	/* One byte changed: the checksum no longer holds. */
+	bad = record_edited(memfd, edit_last_byte, false);
+	ASSERT_EQ(uvsock_dev_restore(&cfg, bad, fds, nfds, &dev2), -EBADMSG);
+	close(bad);
+	{
+		/* An unsealed memfd is refused. */
+		int plain = memfd_create("plain", MFD_CLOEXEC);
+		const uint8_t *map;
+		size_t len;
+
+		ASSERT_GE(plain, 0);
+		ASSERT_OK(rec_map_fd(memfd, &map, &len));
+		ASSERT_EQ(write(plain, map, len), (ssize_t)len);
+		rec_unmap(map, len);
+		ASSERT_EQ(uvsock_dev_restore(&cfg, plain, fds, nfds, &dev2), -EPERM);
+		close(plain);
+	}
+	close(memfd);
+	close_all(fds, nfds);
+	ASSERT_TRUE(dev2 == NULL);
+	/* The refused restores removed nothing. */
+	ASSERT_OK(stat(e.uds, &sb));
+	ASSERT_OK(uvsock_dev_resume(e.dev));
+	restart_queues(&e, idx, false);
+	xfer_finish(&x);
+	close(x.fd);
+	env_free(&e);
+}
+
+/* The host program on sfd sends "<port>\n<msg>" to the VM's datagram socket. */
+static void dgram_to_guest(struct env *e, int sfd, uint32_t port, const char *msg)
+{
+	char path[160], buf[128];
+	struct sockaddr_un sa;
+	int n;
+
+	snprintf(path, sizeof(path), "%s.dgram", e->uds);
+	sa = hs_addr(path);
+	n = snprintf(buf, sizeof(buf), "%u\n%s", port, msg);
+	ASSERT_EQ(sendto(sfd, buf, (size_t)n, 0, (struct sockaddr *)&sa, sizeof(sa)), n);
+}
+
+/* The guest gets a datagram for port with msg; returns the host port it came from. */
+static uint32_t guest_gets_dgram(struct env *e, uint32_t port, const char *msg)
+{
+	struct vsock_hdr h;
+	char buf[128];
+
+	recv_pkt(&e->g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.type, VSOCK_TYPE_DGRAM);
+	ASSERT_EQ(h.dst_port, port);
+	ASSERT_EQ(h.len, strlen(msg));
+	ASSERT_MEMEQ(buf, msg, h.len);
+	return h.src_port;
+}
+
+/* The guest's port 7 sends msg to host port hp; the host program on sfd reads "7\n<msg>". */
+static void dgram_reply(struct env *e, int sfd, uint32_t hp, const char *msg)
+{
+	struct vsock_hdr o = eg_hdr(&e->g, 7, hp, VSOCK_OP_RW, (uint32_t)strlen(msg), 0);
+	char want[64], buf[128];
+	ssize_t n;
+
+	o.type = VSOCK_TYPE_DGRAM;
+	o.buf_alloc = o.fwd_cnt = 0;
+	ASSERT_OK(eg_send(&e->g, &o, msg, WAIT_MS));
+	snprintf(want, sizeof(want), "7\n%s", msg);
+	ASSERT_TRUE(poll(&(struct pollfd){ .fd = sfd, .events = POLLIN }, 1, WAIT_MS) == 1);
+	n = recv(sfd, buf, sizeof(buf), 0);
+	ASSERT_EQ(n, (ssize_t)strlen(want));
+	ASSERT_MEMEQ(buf, want, (size_t)n);
+}
+
+/*
+ * Every other kind of host-side state across a restore: a guest-initiated connection, a host
+ * program halfway through its CONNECT line, a datagram sender the device gave a port to (its
+ * replies still reach it), and a datagram sent while the device was frozen (delivered by the
+ * restored device). The old device's socket files stay, the new one removes them at its end.
+ */
+TEST(save_and_restore_keeps_guest_connections_handshakes_and_datagrams)
+{
+	struct uvsock_dev_config cfg = { .size = sizeof(cfg), .guest_cid = 5 };
+	struct vsock_dev_stats ds;
+	struct vsock_hdr h, o;
+	char path[200], peer[200], line[64], buf[64];
+	uint16_t idx[2];
+	struct env e;
+	struct uvsock_dev *dev2;
+	int lfd, gfd, hfd, sfd, memfd, *fds;
+	size_t nfds, n = 0;
+	uint32_t hp, hp2, port = 0;
+
+	env_new(&e, 5);
+	ASSERT_OK(uvsock_dev_start(e.dev));
+	env_configure(&e);
+	gfd = guest_connects(&e, path, sizeof(path), &lfd);
+	snprintf(peer, sizeof(peer), "%s/peer.dgram", e.dir);
+	sfd = unix_bound(peer, SOCK_DGRAM);
+	dgram_to_guest(&e, sfd, 7, "before");
+	hp = guest_gets_dgram(&e, 7, "before");
+	ASSERT_GE(hp, 1u << 30);
+	hfd = unix_connect(e.uds);
+	ASSERT_EQ(write(hfd, "CONNE", 5), 5);
+	WAIT_FOR((vsock_dev_get_stats(vsock_dev_of(e.dev), &ds), ds.host_conns_accepted == 1),
+		 WAIT_MS);
+	for (unsigned q = 0; q < 2; q++)
+		ASSERT_OK(uvsock_dev_queue_stop(e.dev, q, &idx[q]));
+	ASSERT_OK(uvsock_dev_save(e.dev, &memfd, &fds, &nfds));
+	dump_record(memfd, fds, nfds, "handshake-guest-conn-dgram");
+	/* Listeners (2), the datagram socket, the guest's connection, the handshake. */
+	ASSERT_EQ(nfds, 5);
+	/* While frozen: the kernel keeps a datagram and the rest of the line. */
+	dgram_to_guest(&e, sfd, 7, "frozen");
+	ASSERT_EQ(write(hfd, "CT 1234\n", 8), 8);
+	cfg.uds_path = e.uds;
+	ASSERT_OK(uvsock_dev_restore(&cfg, memfd, fds, nfds, &dev2));
+	close(memfd);
+	close_all(fds, nfds);
+	uvsock_dev_free(e.dev);
+	e.dev = dev2;
+	restart_queues(&e, idx, true);
+	/* The handshake completes on the restored device, the datagram comes, in any order. */
+	for (int got = 0; got != 3;) {
+		recv_pkt(&e.g, &h, buf, sizeof(buf));
+		if (h.type == VSOCK_TYPE_DGRAM) {
+			ASSERT_EQ(h.src_port, hp);
+			ASSERT_EQ(h.len, 6);
+			ASSERT_MEMEQ(buf, "frozen", 6);
+			got |= 1;
+			continue;
+		}
+		ASSERT_EQ(h.op, VSOCK_OP_REQUEST);
+		ASSERT_EQ(h.dst_port, 1234);
+		port = h.src_port;
+		o = eg_hdr(&e.g, 1234, port, VSOCK_OP_RESPONSE, 0, 0);
+		ASSERT_OK(eg_send(&e.g, &o, NULL, WAIT_MS));
+		got |= 2;
+	}
+	while (n < sizeof(line) - 1 && read_full(hfd, line + n, 1) == 1 && line[n++] != '\n')
+		;
+	line[n] = '\0';
+	ASSERT_EQ(sscanf(line, "OK %u\n", &hp2), 1);
+	ASSERT_EQ(hp2, port);
+	/* The sender's port is remembered: the guest's reply reaches it. */
+	dgram_reply(&e, sfd, hp, "reply");
+	/* The guest's connection to host port 5000 goes on both ways. */
+	o = eg_hdr(&e.g, 40000, 5000, VSOCK_OP_RW, 5, 4);
+	ASSERT_OK(eg_send(&e.g, &o, "after", WAIT_MS));
+	ASSERT_EQ(read_full(gfd, buf, 5), 5);
+	ASSERT_MEMEQ(buf, "after", 5);
+	ASSERT_EQ(write(gfd, "back", 4), 4);
+	recv_pkt(&e.g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_RW);
+	ASSERT_EQ(h.dst_port, 40000);
+	ASSERT_EQ(h.len, 4);
+	ASSERT_MEMEQ(buf, "back", 4);
+	close(hfd);
+	close(gfd);
+	close(lfd);
+	close(sfd);
+	unlink(path);
+	unlink(peer);
+	env_free(&e);
+}
+
+/*
+ * A linked device is not saved (its links and inbox are not in the record yet): -EOPNOTSUPP,
+ * and it goes on as before; a queue that runs: -EBUSY.
+ */
+TEST(save_refuses_a_linked_device_and_running_queues)
+{
+	struct vsock_hdr h, o;
+	struct env a, b;
+	uint16_t idx[2];
+	char buf[64];
+	size_t nfds;
+	int memfd, *fds;
+
+	env_new(&a, 3);
+	env_new(&b, 4);
+	ASSERT_OK(uvsock_dev_link(a.dev, b.dev));
+	env_configure(&a);
+	env_configure(&b);
+	ASSERT_OK(uvsock_dev_start(a.dev));
+	ASSERT_OK(uvsock_dev_start(b.dev));
+	ASSERT_EQ(uvsock_dev_save(a.dev, &memfd, &fds, &nfds), -EBUSY);
+	for (unsigned q = 0; q < 2; q++)
+		ASSERT_OK(uvsock_dev_queue_stop(a.dev, q, &idx[q]));
+	ASSERT_EQ(uvsock_dev_save(a.dev, &memfd, &fds, &nfds), -EOPNOTSUPP);
+	ASSERT_EQ(uvsock_dev_resume(a.dev), -EINVAL); /* not saved: nothing to resume */
+	restart_queues(&a, idx, false);
+	o = eg_hdr(&a.g, 40000, 77, VSOCK_OP_REQUEST, 0, 0);
+	o.dst_cid = 4;
+	ASSERT_OK(eg_send(&a.g, &o, NULL, WAIT_MS));
+	recv_pkt(&b.g, &h, buf, sizeof(buf));
+	ASSERT_EQ(h.op, VSOCK_OP_REQUEST);
+	ASSERT_EQ(h.src_cid, 3);
+	env_free(&a);
+	env_free(&b);
 }
 
 TEST_MAIN()
