@@ -858,7 +858,10 @@ static void h2g_state(struct hconn *c, uint32_t *cap, uint64_t *in_flight)
 	struct vsock_sock_info in;
 
 	vsock_sock_get_info(c->s, &in);
-	*cap = vsock_credit_peer_cap(in.peer_buf_alloc, in.buf_alloc);
+	/* The guest's buf_alloc alone, as the engine's credit (cfg.tx_window_peer): capped by our
+	 * own (tx-buffer-size), a guest that reads only once it holds more than that would wait
+	 * forever, sending no CREDIT_UPDATE (docs/vsock-protocol.md §3). */
+	*cap = in.peer_buf_alloc;
 	*in_flight = (uint64_t)vsock_credit_in_flight(in.tx_cnt, in.peer_fwd_cnt) + in.tx_queued;
 	if (c->h2g_small && (int32_t)(in.peer_fwd_cnt - c->h2g_small_end) >= 0)
 		c->h2g_small = 0;
