@@ -555,6 +555,9 @@ static int engine_new(struct vsock_dev *d, unsigned tx_num, struct vsock_engine 
 	cfg.port_lo = DEV_HOST_PORT_LO;
 	cfg.port_hi = DEV_HOST_PORT_HI;
 	cfg.seqpacket = !!(d->features & (1ull << VIRTIO_VSOCK_F_SEQPACKET));
+	/* Host bytes in flight are in the guest's RX buffers, not ours: the guest's credit alone
+	 * bounds them (docs/vsock-protocol.md §3, "The device role's window"). */
+	cfg.tx_window_peer = true;
 	cfg.ops = d->zerocopy ? &eng_ops : &eng_ops_copy;
 	cfg.opaque = d;
 	return vsock_engine_new(&cfg, ret);

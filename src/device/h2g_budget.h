@@ -61,9 +61,10 @@ static inline bool h2g_is_small(size_t len)
 
 /*
  * The most bytes the next read may send as packets (0: wait until the guest consumes).
- * @cap: the credit limit (min(peer buf_alloc, our buf_alloc)); @in_flight: bytes sent (or queued
- * to send) that the guest has not reported consumed; @big: bytes of packets of at least
- * H2G_PKT_COST it may still hold; @small: packets it may still hold for which h2g_is_small().
+ * @cap: the credit limit (the guest's buf_alloc: the device's window, docs/vsock-protocol.md
+ * §3); @in_flight: bytes sent (or queued to send) that the guest has not reported consumed;
+ * @big: bytes of packets of at least H2G_PKT_COST it may still hold; @small: packets it may
+ * still hold for which h2g_is_small().
  */
 static inline uint32_t h2g_budget(uint32_t cap, uint64_t in_flight, uint64_t big, uint32_t small)
 {

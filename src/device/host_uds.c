@@ -863,31 +863,62 @@ static void guest_rcv_shut_if_asked(struct hconn *c)
 
 /* ---- host -> guest budget (h2g_budget.h, docs/performance.md §7) ---------------------------- */
 
-/* c's credit limit and bytes in flight now; forgets the packets the guest consumed. */
-static void h2g_state(struct hconn *c, uint32_t *cap, uint64_t *in_flight)
+/*
+ * c's credit limit, bytes in flight and where its next packet starts (tx_cnt + bytes queued)
+ * now; forgets the packets the guest consumed.
+ */
+static void h2g_state(struct hconn *c, uint32_t *cap, uint64_t *in_flight, uint32_t *tx_end)
 {
 	struct vsock_sock_info in;
 
 	vsock_sock_get_info(c->s, &in);
-	*cap = vsock_credit_peer_cap(in.peer_buf_alloc, in.buf_alloc);
+	/* The guest's buf_alloc alone, as the engine's credit (cfg.tx_window_peer): capped by our
+	 * own (tx-buffer-size), a guest that reads only once it holds more than that would wait
+	 * forever, sending no CREDIT_UPDATE (docs/vsock-protocol.md §3). */
+	*cap = in.peer_buf_alloc;
 	*in_flight = (uint64_t)vsock_credit_in_flight(in.tx_cnt, in.peer_fwd_cnt) + in.tx_queued;
+	*tx_end = in.tx_cnt + in.tx_queued;
 	if (c->h2g_small && (int32_t)(in.peer_fwd_cnt - c->h2g_small_end) >= 0)
 		c->h2g_small = 0;
 	if (c->h2g_big && (int32_t)(in.peer_fwd_cnt - c->h2g_big_end) >= 0)
 		c->h2g_big = 0;
 }
 
-/* Bytes the next read of c may send the guest (0: wait until the guest consumes). */
-static uint32_t h2g_room(struct hconn *c)
+/*
+ * Bytes the next read of c may send the guest (0: wait until the guest consumes); *tx_end: where
+ * that read's packets will start (h2g_state).
+ */
+static uint32_t h2g_room_at(struct hconn *c, uint32_t *tx_end)
 {
 	uint64_t in_flight;
 	uint32_t cap;
 
-	h2g_state(c, &cap, &in_flight);
+	h2g_state(c, &cap, &in_flight, tx_end);
 	return h2g_budget(cap, in_flight, c->h2g_big, c->h2g_small);
 }
 
-/* c sent or queued @small small packets and @big bytes in big ones (h2g_budget.h). */
+static uint32_t h2g_room(struct hconn *c)
+{
+	uint32_t tx_end;
+
+	return h2g_room_at(c, &tx_end);
+}
+
+/* c sent or queued @small small packets and @big bytes in big ones, the last ending at @end
+ * (tx_cnt + bytes queued after them; h2g_budget.h). */
+static void h2g_note_at(struct hconn *c, unsigned small, size_t big, uint32_t end)
+{
+	if (small) {
+		c->h2g_small += small;
+		c->h2g_small_end = end;
+	}
+	if (big) {
+		c->h2g_big += big;
+		c->h2g_big_end = end;
+	}
+}
+
+/* h2g_note_at() with the end as the engine has it now. */
 static void h2g_note(struct hconn *c, unsigned small, size_t big)
 {
 	struct vsock_sock_info in;
@@ -895,14 +926,7 @@ static void h2g_note(struct hconn *c, unsigned small, size_t big)
 	if (!small && !big)
 		return;
 	vsock_sock_get_info(c->s, &in);
-	if (small) {
-		c->h2g_small += small;
-		c->h2g_small_end = in.tx_cnt + in.tx_queued;
-	}
-	if (big) {
-		c->h2g_big += big;
-		c->h2g_big_end = in.tx_cnt + in.tx_queued;
-	}
+	h2g_note_at(c, small, big, in.tx_cnt + in.tx_queued);
 }
 
 /* Host -> guest. Returns 0, or -EPIPE if the connection must end. */
@@ -1090,7 +1114,7 @@ static size_t host_rx_pending(struct vsock_dev *d)
 		if (r == -EAGAIN)
 			return 1; /* a buffer for its engine packets first (no fill: rd_cur NULL) */
 		if (r > 0)
-			r = MIN(r, (ssize_t)h2g_room(c));
+			r = MIN(r, (ssize_t)h2g_room_at(c, &d->host.rd_tx_end));
 		if (r <= 0) {
 			rd_cannot_send(c, r);
 			continue;
@@ -1182,7 +1206,9 @@ static unsigned host_rx_fill(struct vsock_dev *d, struct dev_rx_buf *b, unsigned
 		}
 		left -= k;
 	}
-	h2g_note(c, small, big);
+	/* Nothing else sent on c since pending reserved (one thread feeds the engine), and a
+	 * reservation needs nothing queued: the packets end at its tx_cnt + n. */
+	h2g_note_at(c, small, big, d->host.rd_tx_end + (uint32_t)n);
 	/* Round robin; a read that filled every buffer may have left more behind. */
 	rd_unlink(c);
 	if ((size_t)n == want)

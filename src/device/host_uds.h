@@ -86,6 +86,7 @@ struct dev_host {
 	 * for its fill: nothing feeds the engine in between) */
 	struct hconn *rd_cur;
 	size_t rd_credit;
+	uint32_t rd_tx_end;            /* rd_cur's tx_cnt then: where the fill's packets start */
 	/* against hostile host programs (from dev_host_open) */
 	bool aux;                      /* reserve_fd, dir_fd, pause_timer are set */
 	int reserve_fd;                /* /dev/null, given up to shed one connection at EMFILE */

@@ -1293,6 +1293,8 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 			if (n == 0)
 				return -EAGAIN;
 		}
+		uint32_t space = sock_send_space(s);
+
 		len = (uint32_t)n;
 		iov_cur_init(&cur, iov, iov_count(iovcnt));
 		tx_ring_read(s, &cur, len);
@@ -1301,6 +1303,10 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 		s->bytes_out += len;
 		if (s->type == VSOCK_TYPE_SEQPACKET)
 			sock_tx_record(s);
+		/* With cfg.tx_window_peer what we queue, not only the credit, can bound send():
+		 * pulling it makes room (write space). */
+		if (sock_send_space(s) > space)
+			vsock_sk_event(NULL, s);
 	} else if (s->pend & PEND_CREDIT_REQUEST) {
 		h->op = VSOCK_OP_CREDIT_REQUEST;
 		vsock_sk_pend_clear(s, PEND_CREDIT_REQUEST);

@@ -118,6 +118,13 @@ struct vsock_engine_config {
 	bool seqpacket;                /* the peer may use SEQPACKET (feature bit negotiated) */
 	bool dgram;                    /* VIRTIO_VSOCK_F_DGRAM negotiated: datagrams allowed */
 	uint32_t dgram_max;            /* largest datagram payload; 0 = VSOCK_DGRAM_MAX */
+	/*
+	 * STREAM bytes in flight bounded by the peer's buf_alloc alone, what send() queues by
+	 * ours: for a forwarding transport whose bytes in flight sit in the peer's memory, not in
+	 * its own (the device role; docs/vsock-protocol.md §3, "The device role's window").
+	 * Off (Linux since CVE-2026-23086): both bounded by min(peer buf_alloc, own buf_alloc).
+	 */
+	bool tx_window_peer;
 	const struct vsock_engine_ops *ops;
 	void *opaque;                  /* passed to every ops callback */
 };

@@ -316,18 +316,35 @@ static inline void sock_unlock(struct vsock_sock *s)
  * ring, and the receive side accepts up to rx_limit anyway (vsock_credit_rx_fits).
  */
 
-/* Credit for pulling queued bytes: min(peer buf_alloc, rx_limit) - in flight. */
-static inline uint32_t sock_credit(const struct vsock_sock *s)
+/*
+ * The most bytes s may have in flight given our buffer own: min(peer buf_alloc, own), or the
+ * peer's buf_alloc alone for a STREAM socket of an engine with cfg.tx_window_peer.
+ */
+static inline uint32_t sock_tx_window(const struct vsock_sock *s, uint32_t own)
 {
-	return vsock_credit_avail(s->peer_buf_alloc, s->rx_limit, s->tx_cnt, s->peer_fwd_cnt);
+	if (s->e->cfg.tx_window_peer && s->type == VSOCK_TYPE_STREAM)
+		return s->peer_buf_alloc;
+	return vsock_credit_peer_cap(s->peer_buf_alloc, own);
 }
 
-/* Bytes send() may queue now: min(peer buf_alloc, buf_alloc) - in flight - queued. */
+/* Credit for pulling queued bytes: sock_tx_window(rx_limit) - in flight. */
+static inline uint32_t sock_credit(const struct vsock_sock *s)
+{
+	return vsock_credit_avail(sock_tx_window(s, s->rx_limit), UINT32_MAX, s->tx_cnt,
+				  s->peer_fwd_cnt);
+}
+
+/*
+ * Bytes send() (or a zero-copy send) may queue now: sock_tx_window(buf_alloc) - in flight -
+ * queued, and with cfg.tx_window_peer also at most buf_alloc - queued (what we hold).
+ */
 static inline uint32_t sock_send_space(const struct vsock_sock *s)
 {
-	uint32_t c = vsock_credit_avail(s->peer_buf_alloc, s->buf_alloc, s->tx_cnt,
+	uint32_t c = vsock_credit_avail(sock_tx_window(s, s->buf_alloc), UINT32_MAX, s->tx_cnt,
 					s->peer_fwd_cnt);
 
+	if (c > s->buf_alloc)
+		c = s->buf_alloc; /* only with tx_window_peer: the window alone is at most ours */
 	return c > s->tx_len ? c - s->tx_len : 0;
 }
 

@@ -4,6 +4,10 @@
 #
 #   run-conform.sh BUILD_DIR pass     uvsock-conform against this tree's uvsockd: every check
 #                                     must pass (its own TAP is the output)
+#   run-conform.sh BUILD_DIR windows  uvsock-conform --only credit_windows,slow_guest_reader
+#                                     against uvsockd with tx-buffer-size 4096, 4097, 65536 and
+#                                     65537 (one uvsockd each; the pass run has the default):
+#                                     no stall either way, whichever side's buf_alloc is smaller
 #   run-conform.sh BUILD_DIR detect   uvsock-conform against conform-mangler.c in front of that
 #                                     uvsockd: passes through the transparent proxy, and fails,
 #                                     naming the right rule, where the proxy shares one fwd_cnt
@@ -60,6 +64,33 @@ wait_socket() {
 	[ -s "$tmp/uvsockd.log" ] && sed 's/^/# /' "$tmp/uvsockd.log"
 	exit 1
 }
+
+if [ "$what" = windows ]; then
+	sizes=(4096 4097 65536 65537)
+	echo "TAP version 13"
+	echo "1..${#sizes[@]}"
+	n=0
+	for size in "${sizes[@]}"; do
+		n=$((n + 1))
+		sock=$tmp/w$size.sock uds=$tmp/w$size.vsock
+		"${pdeath[@]}" "$uvsockd" --log-level warn \
+			--vm "guest-cid=3,socket=$sock,uds-path=$uds,tx-buffer-size=$size" \
+			2>"$tmp/uvsockd.log" &
+		pids+=($!)
+		wait_socket "$sock.ctl" "${pids[-1]}"
+		"$conform" --socket "$sock" --uds-path "$uds" --cid 3 \
+			--only credit_windows,slow_guest_reader >"$tmp/out" 2>&1
+		rc=$?
+		stop "${pids[-1]}"
+		if [ "$rc" = 0 ]; then
+			echo "ok $n - tx-buffer-size=$size: credit_windows and slow_guest_reader pass"
+		else
+			echo "not ok $n - tx-buffer-size=$size: uvsock-conform exits $rc"
+		fi
+		sed 's/^/# /' "$tmp/out"
+	done
+	exit 0
+fi
 
 sock=$tmp/vm3.sock uds=$tmp/vm3.vsock
 "${pdeath[@]}" "$uvsockd" --vm "guest-cid=3,socket=$sock,uds-path=$uds" --log-level warn \

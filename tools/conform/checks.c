@@ -597,6 +597,69 @@ static void slow_guest_reader(struct ck *c)
 	hio_join(&w);
 }
 
+/*
+ * Credit windows of every size on either side: for each guest buf_alloc (small, one byte above
+ * an RX buffer, one maximum packet and one byte above it, Linux's default), with whatever
+ * buf_alloc the back-end advertises (run-conform.sh runs this against several):
+ *  - host -> guest: the guest reads only once it holds half its buf_alloc (SO_RCVLOWAT), so it
+ *    sends no CREDIT_UPDATE before that; the back-end must send that much on the guest's credit
+ *    alone, and go on after each CREDIT_UPDATE;
+ *  - guest -> host: the guest sends as Linux does, at most min(back-end buf_alloc, guest
+ *    buf_alloc) in flight and no CREDIT_REQUEST; the back-end's CREDIT_UPDATEs must keep it
+ *    going.
+ */
+static void credit_windows(struct ck *c)
+{
+	static const uint32_t sizes[] = { 4096, 4097, 65536, 65537, 262144 };
+	struct hio w, h;
+	int hfd;
+
+	if (!ck_open(c, NULL) || ck_host_listen(c, c->host_port, SOCK_STREAM) < 0)
+		return;
+	for (unsigned i = 0; !c->failed && i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		const uint32_t credit = sizes[i];
+		const uint64_t n = 3ull * credit + 1000;
+		struct conn *k = connected_pair(c, VSOCK_TYPE_STREAM, credit, &hfd);
+		uint32_t window;
+
+		if (!k)
+			return;
+		k->hold = true;
+		host_write(c, k, hfd, n, &w);
+		while (!c->failed && k->rx_total < n) {
+			if (!CK_PUMP_UNTIL(c, k->rx_unread >= credit / 2 || k->rx_total >= n ||
+					   c->failed, c->o->timeout_ms)) {
+				ck_fail(c, REF_HOLD_BACK, "guest buf_alloc %u, back-end buf_alloc %u: "
+					"%llu of %llu bytes came, then nothing for %d ms although "
+					"%llu bytes of the guest's credit were open (the reader "
+					"waits for %u bytes, as with SO_RCVLOWAT)", credit,
+					k->peer_buf_alloc, (unsigned long long)k->rx_total,
+					(unsigned long long)n, c->o->timeout_ms,
+					(unsigned long long)(credit - k->rx_unread), credit / 2);
+				break;
+			}
+			conn_consume(c, k, k->rx_unread);
+		}
+		hio_join(&w);
+		if (c->failed)
+			break;
+		k->linux_tx = true;
+		window = k->peer_buf_alloc < credit ? k->peer_buf_alloc : credit;
+		h = (struct hio){ .fd = hfd, .n = 3ull * window + 1000, .seed = k->seed,
+				  .timeout_ms = c->o->timeout_ms };
+		hio_start(&h);
+		(void)conn_send(c, k, h.n, 65536, false, NULL, 0, false);
+		hio_join(&h);
+		if (!c->failed && (h.mismatch || h.done != h.n))
+			ck_fail(c, REF_DATA, "guest buf_alloc %u, back-end buf_alloc %u: the host "
+				"read %llu of the %llu bytes the guest sent%s", credit,
+				k->peer_buf_alloc, (unsigned long long)h.done,
+				(unsigned long long)h.n, h.mismatch ? ", with a wrong byte" : "");
+		(void)conn_ctl(c, k, VSOCK_OP_RST, 0);
+		k->state = CS_RESET;
+	}
+}
+
 static void one_byte_flood(struct ck *c)
 {
 	const uint64_t n = 20000;
@@ -660,5 +723,7 @@ const struct check checks[] = {
 	{ "slow_guest_reader", "1 MiB to a slow guest reader within a 64 KiB credit",
 	  slow_guest_reader },
 	{ "one_byte_flood", "20000 one-byte packets to a host that reads late", one_byte_flood },
+	{ "credit_windows", "small and large buf_alloc on either side: no stall waiting for "
+	  "credit either way", credit_windows },
 };
 const unsigned nchecks = sizeof(checks) / sizeof(checks[0]);

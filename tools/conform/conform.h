@@ -44,6 +44,12 @@
 	"Linux vhost_transport_do_send_pkt() sends while the guest's credit lasts; a guest "        \
 	"waiting for more (SO_RCVLOWAT) sends no CREDIT_UPDATE before it reads "                     \
 	"(virtio_transport_do_dequeue()), so a back-end that holds back below the credit stalls it"
+#define REF_CREDIT_WINDOW                                                                          \
+	"virtio 1.2 §5.10.6.3 Buffer Space Management (the receiver tells the sender of freed "     \
+	"space); Linux virtio_transport_get_credit() keeps at most min(peer buf_alloc, own "        \
+	"buf_alloc) in flight (virtio_transport_tx_buf_size(), CVE-2026-23086) and never sends "    \
+	"CREDIT_REQUEST: a receiver that sends CREDIT_UPDATE only when its own larger buffer "      \
+	"runs low stalls it"
 #define REF_NOSOCK                                                                                 \
 	"virtio 1.2 §5.10.6.5 Stream Sockets (a REQUEST is answered by RESPONSE or RST); Linux "    \
 	"virtio_transport_reset_no_sock()"
@@ -73,6 +79,8 @@ struct conn {
 	uint32_t fwd_cnt;        /* bytes this guest consumed */
 	uint32_t fwd_adv;        /* fwd_cnt in the last packet sent */
 	bool hold;               /* slow reader: consume only through conn_consume() */
+	bool linux_tx;           /* send as Linux since CVE-2026-23086: in flight at most
+				  * min(peer buf_alloc, own buf_alloc), never a CREDIT_REQUEST */
 	uint64_t rx_total;       /* payload bytes received */
 	uint64_t rx_unread;      /* held, not consumed */
 	uint32_t seed;           /* pattern of the bytes expected and sent */
@@ -163,7 +171,8 @@ bool conn_connect(struct ck *c, struct conn *k);
  * on each; with eom on SEQPACKET the last one carries VSOCK_SEQ_EOM), each cut into descriptors
  * at cuts (relative to the packet) if given. A stall without credit for the timeout fails the
  * check. Returns 0, -1, or -EMSGSIZE (nothing sent) for a SEQPACKET message larger than the
- * back-end's buf_alloc, which Linux refuses too.
+ * back-end's buf_alloc, which Linux refuses too. With k->linux_tx the credit is Linux's
+ * (min(peer buf_alloc, own buf_alloc) - in flight) and no CREDIT_REQUEST is sent while waiting.
  */
 int conn_send(struct ck *c, struct conn *k, uint64_t len, uint32_t pkt, bool eom,
 	      const uint32_t *cuts, unsigned ncuts, bool indirect);

@@ -321,8 +321,11 @@ bool conn_connect(struct ck *c, struct conn *k)
 static uint32_t peer_credit(const struct conn *k)
 {
 	uint32_t used = k->tx_cnt - k->peer_fwd_cnt;
+	uint32_t window = k->peer_buf_alloc;
 
-	return k->peer_known && used < k->peer_buf_alloc ? k->peer_buf_alloc - used : 0;
+	if (k->linux_tx && k->buf_alloc < window)
+		window = k->buf_alloc;
+	return k->peer_known && used < window ? window - used : 0;
 }
 
 int conn_send(struct ck *c, struct conn *k, uint64_t len, uint32_t pkt, bool eom,
@@ -342,10 +345,21 @@ int conn_send(struct ck *c, struct conn *k, uint64_t len, uint32_t pkt, bool eom
 		int r;
 
 		if (credit == 0) {
-			if (conn_ctl(c, k, VSOCK_OP_CREDIT_REQUEST, 0) < 0)
+			if (!k->linux_tx && conn_ctl(c, k, VSOCK_OP_CREDIT_REQUEST, 0) < 0)
 				return -1;
 			if (!CK_PUMP_UNTIL(c, peer_credit(k) > 0 || k->state != CS_OPEN,
-					   c->o->timeout_ms)) {
+					   c->o->timeout_ms) && k->linux_tx) {
+				ck_fail(c, REF_CREDIT_WINDOW,
+					"no CREDIT_UPDATE from the back-end for %d ms on port %u->%u "
+					"after %llu bytes: the guest's window is min(back-end buf_alloc "
+					"%u, guest buf_alloc %u) and the back-end has forwarded all but "
+					"%u bytes of it (fwd_cnt %u, tx_cnt %u)", c->o->timeout_ms,
+					k->lport, k->pport, (unsigned long long)sent,
+					k->peer_buf_alloc, k->buf_alloc, k->tx_cnt - k->peer_fwd_cnt,
+					k->peer_fwd_cnt, k->tx_cnt);
+				return -1;
+			}
+			if (peer_credit(k) == 0 && k->state == CS_OPEN) {
 				ck_fail(c, REF_CREDIT_GIVE,
 					"no credit from the back-end for %d ms on port %u->%u after "
 					"%llu bytes (buf_alloc %u, fwd_cnt %u, tx_cnt %u; a "

@@ -3,7 +3,8 @@
  * Engine zero-copy API (engine.h): deliver in place on receive (ops->deliver takes what it can,
  * the rest queues, later payloads queue behind it, fwd_cnt counts only what was taken, credit is
  * still enforced) and reserve/commit on send (the credit and ordering rules, the header it
- * builds); and the engine's data-path switches of src/util/tune.h (credit-reduce, merge).
+ * builds); the device role's window (cfg.tx_window_peer); and the engine's data-path switches
+ * of src/util/tune.h (credit-reduce, merge).
  */
 #include "util/iov.h"
 #include "util/tune.h"
@@ -286,6 +287,52 @@ TEST(merge_switch)
 	/* Merged: one small chunk; unmerged: a chunk (and its overhead) per payload. */
 	ASSERT_EQ(on.rx_mem, RX_SMALL_CHUNK + RX_CHUNK_OVERHEAD);
 	ASSERT_EQ(off.rx_mem, 8 * (16 + RX_CHUNK_OVERHEAD));
+}
+
+static void window_peer_tweak(struct vsock_engine_config *cfg)
+{
+	cfg->buf_size = 4096;
+	cfg->tx_window_peer = true;
+}
+
+static void window_min_tweak(struct vsock_engine_config *cfg)
+{
+	cfg->buf_size = 4096;
+}
+
+/*
+ * cfg.tx_window_peer (the device role): a STREAM sender with buf_alloc 4096 keeps up to the
+ * peer's buf_alloc (256 KiB) in flight while the peer reads nothing, 4096 queued at most at a
+ * time, and pulling makes room again; without it (Linux, CVE-2026-23086) min(4096, 256 KiB).
+ */
+TEST(tx_window_peer_bounds_in_flight_by_the_peer_alone)
+{
+	static uint8_t msg[4096];
+
+	for (int peer_only = 0; peer_only < 2; peer_only++) {
+		struct world *w = world_new(NULL);
+		struct vsock_sock *l, *c, *a;
+		struct vsock_sock_info info;
+		uint64_t sent = 0;
+		ssize_t r;
+
+		vsock_engine_free(w->h);
+		w->h = w_engine(w, 2, peer_only ? window_peer_tweak : window_min_tweak);
+		connect_pair(w, VSOCK_TYPE_STREAM, 640, &l, &c, &a);
+		/* a (buf_alloc 4096) sends to c (256 KiB), which reads nothing. */
+		while ((r = send_buf(a, msg, sizeof(msg), 0)) > 0) {
+			ASSERT_LE((uint64_t)r, 4096u);
+			vsock_sock_get_info(a, &info);
+			ASSERT_LE(info.tx_queued, 4096u); /* what we hold: at most our buf_alloc */
+			sent += (uint64_t)r;
+			pump(w);
+		}
+		ASSERT_EQ(r, -EAGAIN);
+		vsock_sock_get_info(c, &info);
+		ASSERT_EQ(info.rx_bytes, (uint32_t)sent);
+		ASSERT_EQ(sent, peer_only ? 256u * 1024 : 4096u);
+		pair_free(w, l, c, a);
+	}
 }
 
 TEST_MAIN()
