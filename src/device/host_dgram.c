@@ -809,6 +809,7 @@ static int dgram_restore_lists(struct vsock_dev *d, struct rec_reader *r, const 
 						"address, port or use out of range", it.off);
 			p = &d->dgram.peers[d->dgram.n_peers++];
 			memset(p, 0, sizeof(*p));
+			p->sfd = -1; /* its own sending socket is opened again on its first reply */
 			memcpy(&p->sa, pv[0].it.val, pv[0].it.len);
 			p->salen = (socklen_t)pv[0].it.len;
 			p->port = (uint32_t)pv[1].u;
