@@ -274,7 +274,8 @@ class Run:
         # in the page allocator), and it still did when uvsockd re-marked every page it had
         # written since logging began just before the final RAM pass; with one vCPU none of
         # the runs did (docs/interop.md, "Back-end restart and live migration").
-        smp = "1" if self.args.case != "reconnect" else os.environ.get("UVSOCK_INTEROP_SMP", "2")
+        smp = ("1" if self.args.case not in ("reconnect", "backoff")
+               else os.environ.get("UVSOCK_INTEROP_SMP", "2"))
         out = lib(f'UVSOCK_INTEROP_SMP={smp} UVSOCK_INTEROP_MEM={self.args.mem} '
                   f'qemu_args "{self.kdir}" "{self.initrd}" '
                   f'"{append}" "{self.path(tag + ".serial")}" "{vsock}" "{ctl}" && '
@@ -283,7 +284,7 @@ class Run:
         qargs = out.split("\0")[:-1]
         rec = "reconnect=1" if self.args.qemu_version == "7.2" else "reconnect-ms=200"
         qargs = [a + "," + rec if a.startswith("socket,id=vu0,") else a for a in qargs]
-        if self.args.case != "reconnect":
+        if self.args.case not in ("reconnect", "backoff"):
             # TCG's "-cpu max" does not survive a migration (the destination guest dies in
             # its timer code, with or without vsock traffic); a named model does.
             qargs = ["qemu64" if a == "max" else a for a in qargs]
@@ -424,6 +425,78 @@ def case_reconnect(run):
     ctl.close()
 
 
+BACKOFF_ATTEMPTS = 6        # set-up attempts the refusing back-end takes before uvsockd returns
+BACKOFF_MIN_S = 0.1         # contrib/qemu/patches/0002: 100 ms after the first failure, doubling
+
+
+def refusing_backend(path, n, limit):
+    """Listens on path as a back-end that fails every set-up: each connection is closed as soon
+    as QEMU's first vhost-user message arrives. Returns the times of the first n messages."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    times, end = [], time.monotonic() + limit
+    try:
+        while len(times) < n:
+            left = end - time.monotonic()
+            check(left > 0, f"QEMU tried to set up the device {len(times)} times in {limit} s, "
+                  f"not {n}")
+            srv.settimeout(left)
+            c, _ = srv.accept()
+            # QEMU may wait on an open connection before its set-up (the back-off): wait for
+            # its first message, then fail the set-up by closing.
+            c.settimeout(max(end - time.monotonic(), 0.1))
+            try:
+                if c.recv(64):
+                    times.append(time.monotonic())
+            except socket.timeout:
+                pass
+            c.close()
+    finally:
+        srv.close()
+        os.unlink(path)
+    return times
+
+
+def case_backoff(run):
+    """uvsockd is killed and a back-end that fails every set-up takes its socket: QEMU must wait
+    longer and longer between attempts (100 ms after the first failure, doubling), never spin,
+    and once uvsockd is back it must reconnect as in case_reconnect."""
+    sock, uds = run.path("vm.sock"), run.path("vm.vsock")
+    d = run.uvsockd("a", sock, uds)
+    echo_l = Listener(f"{uds}_{ECHO_PORT}", echo)
+    q, ctl = boot(run, "vm", sock, run.path("ctl"))
+    check(ctl.ok("cid") == str(CID), "guest CID")
+    ctl.ok(f"hold 1 {ECHO_PORT}")
+    ctl.ok("ping 1")
+    d.send_signal(signal.SIGKILL)
+    d.wait(15)
+    os.unlink(sock) if os.path.exists(sock) else None
+    times = refusing_backend(sock, BACKOFF_ATTEMPTS, 120)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    log("gaps between set-up attempts (s): " + " ".join(f"{g:.2f}" for g in gaps))
+    # Lower bounds only: a loaded machine makes the gaps longer, never shorter.
+    for i, g in enumerate(gaps):
+        want = BACKOFF_MIN_S * (1 << i) * 0.9
+        check(g >= want, f"attempt {i + 2} came {g:.3f} s after the one before, not the "
+              f"{want / 0.9:.1f} s of the back-off: QEMU does not back off")
+    check(q.poll() is None, "QEMU exited while the back-end refused")
+    t = time.monotonic()
+    d = run.uvsockd("a", sock, uds)
+    ans = ctl.cmd("wait_reset 1 30000", 40)
+    check(ans in ("OK ECONNRESET", "OK ENOTCONN", "OK EOF"), f"the guest's old socket: {ans}")
+    t_new = retry(lambda: ctl.cmd(f"echo {ECHO_PORT} 4096", 30) == "OK",
+                  "a new guest-to-host connection after the back-end came back", 30)
+    check(ctl.ok("cid") == str(CID), "CID changed")
+    TIMINGS.append(("gaps between failed set-up attempts (s)", [round(g, 2) for g in gaps]))
+    TIMINGS.append(("uvsockd back to a new g2h connection (s)", time.monotonic() - t))
+    log(f"reconnected {t_new:.2f} s after the first try")
+    ctl.cmd("poweroff", 10)
+    q.wait(30)
+    echo_l.close()
+    ctl.close()
+
+
 def wait_status(qmp, want, what, limit=30):
     """Polls QMP query-status until the VM's status is want; the last status in the failure."""
     last = {}
@@ -541,7 +614,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--guest", required=True, help="the static uvsock-lifecycle")
-    ap.add_argument("--case", choices=("reconnect", "migrate", "stopped", "snapshot"),
+    ap.add_argument("--case", choices=("reconnect", "backoff", "migrate", "stopped", "snapshot"),
                     required=True)
     ap.add_argument("--qemu-version", default=os.environ.get("UVSOCK_LIFECYCLE_QEMU", "7.2"))
     ap.add_argument("--kernel", default=os.environ.get("UVSOCK_LIFECYCLE_KERNEL", "6.1"))
@@ -581,6 +654,8 @@ def main():
     try:
         if args.case == "reconnect":
             case_reconnect(run)
+        elif args.case == "backoff":
+            case_backoff(run)
         else:
             case_migrate(run, "live" if args.case == "migrate" else args.case)
         log(f"PASS {args.case} in {time.monotonic() - T0:.1f} s")
