@@ -17,16 +17,19 @@
 #include "vhost_user/backend.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "util/fdcheck.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/rec.h"
 #include "vhost_user/msg.h"
 #include "vring/dirty_log.h"
 
@@ -67,8 +70,17 @@ struct vhu_backend {
 	bool owner;
 
 	struct guest_mem *mem;
+	/* The table mem was built from, with the regions' fds kept open (-1 past mem_n): the
+	 * state record carries them to the process that takes over (docs/upgrade.md). */
+	struct guest_mem_region_desc mem_desc[VHU_MAX_FDS];
+	unsigned mem_n;
 	struct vhu_ring rings[VHU_NUM_QUEUES];
 	struct vring_log log; /* dirty log; every map gets it (guest_mem_set_log) */
+	int log_fd;           /* the SET_LOG_BASE fd of the mapped log, kept open; -1 */
+	uint64_t log_offset;  /* its mmap_offset (the size is log.size) */
+
+	bool frozen;   /* saved (vhu_backend_save) or restored, not resumed: serves nothing */
+	bool restored; /* restored and the device not yet told the features and memory */
 
 	int error; /* sticky -errno once the connection failed */
 	char errbuf[256];
@@ -383,6 +395,7 @@ static int h_reset_owner(struct vhu_backend *b, struct vhu_msg *m, struct vhu_re
 	b->features = 0;
 	b->owner = false;
 	vring_log_reset(&b->log);
+	close_fd(&b->log_fd);
 	return 0;
 }
 
@@ -395,6 +408,13 @@ static int warn_refusal(struct vhu_backend *b, int err)
 	/* Rate-limited: a VMM that reconnects in a loop must not grow the log without bound. */
 	log_guest(LOG_LVL_WARN, "vhost-user %s: %s", b->cfg.name ? b->cfg.name : "-", b->errbuf);
 	return err;
+}
+
+static void mem_fds_close(struct vhu_backend *b)
+{
+	for (unsigned i = 0; i < b->mem_n; i++)
+		close_fd(&b->mem_desc[i].fd);
+	b->mem_n = 0;
 }
 
 static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
@@ -461,6 +481,13 @@ static int h_set_mem_table(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 	old = b->mem;
 	b->mem = nm;
 	guest_mem_free(old);
+	/* The regions' fds are kept (the map needs them no more, the state record does). */
+	mem_fds_close(b);
+	for (unsigned i = 0; i < t->nregions; i++) {
+		b->mem_desc[i] = d[i];
+		b->mem_desc[i].fd = vhu_msg_take_fd(m, i);
+	}
+	b->mem_n = t->nregions;
 	if (b->ops && b->ops->mem_table_changed)
 		b->ops->mem_table_changed(b->opaque, b->mem);
 	return reconcile_all(b);
@@ -681,6 +708,9 @@ static int h_set_log_base(struct vhu_backend *b, struct vhu_msg *m, struct vhu_r
 		return warn_refusal(b, fail(b, ret, "cannot map a log of %llu bytes at offset %llu: %s",
 					    (unsigned long long)l->mmap_size,
 					    (unsigned long long)l->mmap_offset, strerror(-ret)));
+	close_fd(&b->log_fd);
+	b->log_fd = vhu_msg_take_fd(m, 0); /* kept for the state record */
+	b->log_offset = l->mmap_offset;
 	log_debug("vhost-user %s: dirty log of %llu bytes", b->cfg.name ? b->cfg.name : "-",
 		  (unsigned long long)l->mmap_size);
 	return reply_u64(r, 0);
@@ -829,6 +859,8 @@ int vhu_backend_process(struct vhu_backend *b)
 
 	if (b->error)
 		return b->error;
+	if (b->frozen)
+		return -EBUSY;
 	/* Nothing at all to read (a spurious wake-up): not an error, and no waiting. Once the
 	 * first byte is there, the whole message must follow within the deadline. */
 	if (poll(&pfd, 1, 0) == 0)
@@ -892,6 +924,9 @@ int vhu_backend_new(int sock, const struct vhu_backend_config *cfg,
 			   ((cfg->features & VHU_BIT(VHU_F_LOG_ALL)) ? VHU_BIT(VHU_PROTO_F_LOG_SHMFD)
 								     : 0);
 	vring_log_init(&b->log);
+	b->log_fd = -1;
+	for (unsigned i = 0; i < VHU_MAX_FDS; i++)
+		b->mem_desc[i].fd = -1;
 	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
 		b->rings[q].kick_fd = b->rings[q].call_fd = b->rings[q].err_fd = -1;
 		b->rings[q].enabled = true; /* nothing acked yet: see h_set_features */
@@ -907,10 +942,12 @@ void vhu_backend_free(struct vhu_backend *b)
 	if (!b)
 		return;
 	stop_all(b);
-	if (b->mem && b->ops && b->ops->mem_table_changing)
+	if (b->mem && !b->restored && b->ops && b->ops->mem_table_changing)
 		b->ops->mem_table_changing(b->opaque);
 	guest_mem_free(b->mem);
+	mem_fds_close(b);
 	vring_log_reset(&b->log);
+	close_fd(&b->log_fd);
 	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
 		close_fd(&b->rings[q].kick_fd);
 		close_fd(&b->rings[q].call_fd);
@@ -954,4 +991,479 @@ const struct vring_log *vhu_backend_log(const struct vhu_backend *b)
 bool vhu_backend_queue_running(const struct vhu_backend *b, unsigned qidx)
 {
 	return qidx < VHU_NUM_QUEUES && b->rings[qidx].running;
+}
+
+/* ---- state save and restore (docs/upgrade.md, "The vhost-user back-end's part") ---------- */
+
+/* Tags of the back-end's part: top level, a memory region (0x10) and a ring (0x11). */
+enum {
+	T_SCHEMA = 1, T_CID, T_OFFERED, T_OFFERED_PROTO, T_FEATURES, T_PROTO, T_FLAGS, T_SOCK,
+	T_MEM, T_RINGS, T_LOG, T_LOG_CALL,
+};
+enum { T_REGION = 0x10, T_RING = 0x11 };
+enum { R_GPA = 1, R_SIZE, R_UVA, R_OFFSET, R_FD };
+enum {
+	Q_INDEX = 1, Q_NUM, Q_BASE, Q_FLAGS, Q_ADDR_FLAGS, Q_DESC, Q_USED, Q_AVAIL, Q_LOG_GPA,
+	Q_KICK, Q_CALL, Q_ERR,
+};
+enum { L_FD = 1, L_SIZE, L_OFFSET };
+
+#define SAVE_F_OWNER 0x1u
+#define RING_F_ADDR 0x1u
+#define RING_F_STARTED 0x2u
+#define RING_F_ENABLED 0x4u
+
+int vhu_backend_save(struct vhu_backend *b, struct rec_writer *w)
+{
+	if (b->error)
+		return -EIO;
+	/* The device gives back each ring's next avail index, which the record carries. */
+	stop_all(b);
+	b->frozen = true;
+
+	rec_put_u32(w, T_SCHEMA, VHU_BACKEND_SAVE_VERSION);
+	rec_put_u64(w, T_CID, b->cfg.guest_cid);
+	rec_put_u64(w, T_OFFERED, b->offered_features);
+	rec_put_u64(w, T_OFFERED_PROTO, b->offered_proto);
+	rec_put_u64(w, T_FEATURES, b->features);
+	rec_put_u64(w, T_PROTO, b->proto_features);
+	rec_put_u32(w, T_FLAGS, b->owner ? SAVE_F_OWNER : 0);
+	rec_put_fd(w, T_SOCK, b->sock);
+	if (b->mem) {
+		rec_begin(w, T_MEM);
+		for (unsigned i = 0; i < b->mem_n; i++) {
+			const struct guest_mem_region_desc *d = &b->mem_desc[i];
+
+			rec_begin(w, T_REGION);
+			rec_put_u64(w, R_GPA, d->guest_phys_addr);
+			rec_put_u64(w, R_SIZE, d->memory_size);
+			rec_put_u64(w, R_UVA, d->userspace_addr);
+			rec_put_u64(w, R_OFFSET, d->mmap_offset);
+			rec_put_fd(w, R_FD, d->fd);
+			rec_end(w);
+		}
+		rec_end(w);
+	}
+	rec_begin(w, T_RINGS);
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
+		const struct vhu_ring *ring = &b->rings[q];
+
+		rec_begin(w, T_RING);
+		rec_put_u32(w, Q_INDEX, q);
+		rec_put_u32(w, Q_NUM, ring->num);
+		rec_put_u32(w, Q_BASE, ring->last_avail_idx);
+		rec_put_u32(w, Q_FLAGS, (ring->addr_set ? RING_F_ADDR : 0) |
+						(ring->started ? RING_F_STARTED : 0) |
+						(ring->enabled ? RING_F_ENABLED : 0));
+		if (ring->addr_set) {
+			rec_put_u32(w, Q_ADDR_FLAGS, ring->addr.flags);
+			rec_put_u64(w, Q_DESC, ring->addr.desc_user_addr);
+			rec_put_u64(w, Q_USED, ring->addr.used_user_addr);
+			rec_put_u64(w, Q_AVAIL, ring->addr.avail_user_addr);
+			rec_put_u64(w, Q_LOG_GPA, ring->addr.log_guest_addr);
+		}
+		if (ring->kick_fd >= 0)
+			rec_put_fd(w, Q_KICK, ring->kick_fd);
+		if (ring->call_fd >= 0)
+			rec_put_fd(w, Q_CALL, ring->call_fd);
+		if (ring->err_fd >= 0)
+			rec_put_fd(w, Q_ERR, ring->err_fd);
+		rec_end(w);
+	}
+	rec_end(w);
+	if (b->log.bits && b->log_fd >= 0) {
+		rec_begin(w, T_LOG);
+		rec_put_fd(w, L_FD, b->log_fd);
+		rec_put_u64(w, L_SIZE, b->log.size);
+		rec_put_u64(w, L_OFFSET, b->log_offset);
+		rec_end(w);
+	}
+	if (b->log.call_fd >= 0)
+		rec_put_fd(w, T_LOG_CALL, b->log.call_fd);
+	return 0;
+}
+
+/* A close-on-exec duplicate of a record's fd into *ret: the record's fds stay the caller's. */
+static int dup_fd(struct rec_doc *doc, int fd, const char *what, int *ret)
+{
+	int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+
+	if (nfd < 0)
+		return rec_fail(doc, -errno, "vhost-user: cannot duplicate the %s fd: %s", what,
+				strerror(errno));
+	*ret = nfd;
+	return 0;
+}
+
+/* An fd of the record that must be an eventfd (kick, call, error, log call), duplicated. */
+static int restore_eventfd(struct rec_doc *doc, int fd, const char *what, unsigned q, int *ret)
+{
+	if (fd_check_eventfd(fd) < 0)
+		return rec_fail(doc, -EBADMSG, "vhost-user: queue %u: the %s fd is not an eventfd",
+				q, what);
+	return dup_fd(doc, fd, what, ret);
+}
+
+/* The connection: a connected (not listening) Unix stream socket. */
+static int check_conn_sock(struct rec_doc *doc, int fd)
+{
+	int dom = -1, type = -1, acc = 1;
+	socklen_t l1 = sizeof(dom), l2 = sizeof(type), l3 = sizeof(acc);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l1) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l3) < 0 || dom != AF_UNIX ||
+	    type != SOCK_STREAM || acc)
+		return rec_fail(doc, -EBADMSG,
+				"vhost-user: the connection fd is not a connected Unix stream socket");
+	return 0;
+}
+
+static int restore_mem(struct vhu_backend *b, struct rec_reader *r, const struct rec_item *it)
+{
+	static const struct rec_field fields[] = {
+		{ R_GPA, REC_U64, true, "guest_phys_addr" },
+		{ R_SIZE, REC_U64, true, "memory_size" },
+		{ R_UVA, REC_U64, true, "userspace_addr" },
+		{ R_OFFSET, REC_U64, true, "mmap_offset" },
+		{ R_FD, REC_FD, true, "fd" },
+	};
+	struct guest_mem_region_desc d[VHU_MAX_FDS];
+	struct rec_reader list, sub;
+	struct rec_item ri;
+	unsigned n = 0;
+	int ret;
+
+	ret = rec_enter(r, it, "memory table", &list);
+	if (ret < 0)
+		return ret;
+	while ((ret = rec_next(&list, &ri)) > 0) {
+		struct rec_val v[ARRAY_SIZE(fields)] = { 0 };
+
+		if (ri.tag != T_REGION)
+			return rec_fail(r->doc, -EBADMSG, "vhost-user: memory table: tag %u at %zu",
+					ri.tag, ri.off);
+		if (n == VHU_MAX_FDS)
+			return rec_fail(r->doc, -EBADMSG, "vhost-user: more than %u regions",
+					VHU_MAX_FDS);
+		ret = rec_enter(&list, &ri, "region", &sub);
+		if (ret < 0)
+			return ret;
+		ret = rec_scan(&sub, fields, ARRAY_SIZE(fields), v);
+		if (ret < 0)
+			return ret;
+		d[n] = (struct guest_mem_region_desc){ .guest_phys_addr = v[0].u,
+						       .memory_size = v[1].u,
+						       .userspace_addr = v[2].u,
+						       .mmap_offset = v[3].u,
+						       .fd = (int)v[4].u };
+		if (d[n].mmap_offset + d[n].memory_size < d[n].mmap_offset ||
+		    fd_check_guest_memory(d[n].fd, d[n].mmap_offset + d[n].memory_size) < 0)
+			return rec_fail(r->doc, -EBADMSG,
+					"vhost-user: region %u: the fd is not a regular file or memfd "
+					"of mmap_offset + memory_size bytes",
+					n);
+		n++;
+	}
+	if (ret < 0)
+		return ret;
+	if (n == 0)
+		return rec_fail(r->doc, -EBADMSG, "vhost-user: a memory table without regions");
+	ret = guest_mem_new(d, n, &b->mem);
+	if (ret < 0)
+		return rec_fail(r->doc, ret, "vhost-user: cannot map the %u regions: %s", n,
+				strerror(-ret));
+	for (unsigned i = 0; i < n; i++) {
+		b->mem_desc[i] = d[i];
+		b->mem_desc[i].fd = -1;
+	}
+	b->mem_n = n;
+	for (unsigned i = 0; i < n; i++) {
+		ret = dup_fd(r->doc, d[i].fd, "region", &b->mem_desc[i].fd);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
+static int restore_log(struct vhu_backend *b, struct rec_reader *r, const struct rec_item *it)
+{
+	static const struct rec_field fields[] = {
+		{ L_FD, REC_FD, true, "fd" },
+		{ L_SIZE, REC_U64, true, "size" },
+		{ L_OFFSET, REC_U64, true, "offset" },
+	};
+	struct rec_val v[ARRAY_SIZE(fields)] = { 0 };
+	struct rec_reader sub;
+	int ret = rec_enter(r, it, "dirty log", &sub);
+
+	if (ret < 0)
+		return ret;
+	ret = rec_scan(&sub, fields, ARRAY_SIZE(fields), v);
+	if (ret < 0)
+		return ret;
+	if (!(b->proto_features & VHU_BIT(VHU_PROTO_F_LOG_SHMFD)))
+		return rec_fail(r->doc, -EBADMSG, "vhost-user: a dirty log without LOG_SHMFD");
+	if (v[1].u < vring_log_bytes_for(guest_mem_gpa_end(b->mem)))
+		return rec_fail(r->doc, -EBADMSG,
+				"vhost-user: a dirty log of %llu bytes does not cover the memory",
+				(unsigned long long)v[1].u);
+	ret = vring_log_map(&b->log, (int)v[0].u, v[1].u, v[2].u);
+	if (ret < 0)
+		return rec_fail(r->doc, ret == -EINVAL ? -EBADMSG : ret,
+				"vhost-user: cannot map the dirty log (%llu bytes at %llu): %s",
+				(unsigned long long)v[1].u, (unsigned long long)v[2].u,
+				strerror(-ret));
+	b->log_offset = v[2].u;
+	return dup_fd(r->doc, (int)v[0].u, "log", &b->log_fd);
+}
+
+static int restore_ring(struct vhu_backend *b, struct rec_reader *r, const struct rec_item *it,
+			bool *seen)
+{
+	static const struct rec_field fields[] = {
+		{ Q_INDEX, REC_U32, true, "index" },
+		{ Q_NUM, REC_U32, true, "num" },
+		{ Q_BASE, REC_U32, true, "last_avail_idx" },
+		{ Q_FLAGS, REC_U32, true, "flags" },
+		{ Q_ADDR_FLAGS, REC_U32, false, "address flags" },
+		{ Q_DESC, REC_U64, false, "desc" },
+		{ Q_USED, REC_U64, false, "used" },
+		{ Q_AVAIL, REC_U64, false, "avail" },
+		{ Q_LOG_GPA, REC_U64, false, "log_guest_addr" },
+		{ Q_KICK, REC_FD, false, "kick fd" },
+		{ Q_CALL, REC_FD, false, "call fd" },
+		{ Q_ERR, REC_FD, false, "error fd" },
+	};
+	struct rec_val v[ARRAY_SIZE(fields)] = { 0 };
+	struct rec_doc *doc = r->doc;
+	struct rec_reader sub;
+	struct vhu_ring *ring;
+	bool packed = ring_packed(b), addr;
+	uint32_t q, num, flags;
+	int ret = rec_enter(r, it, "ring", &sub);
+
+	if (ret < 0)
+		return ret;
+	ret = rec_scan(&sub, fields, ARRAY_SIZE(fields), v);
+	if (ret < 0)
+		return ret;
+	q = (uint32_t)v[0].u;
+	num = (uint32_t)v[1].u;
+	flags = (uint32_t)v[3].u;
+	if (q >= VHU_NUM_QUEUES || seen[q])
+		return rec_fail(doc, -EBADMSG, "vhost-user: ring index %u out of range or twice", q);
+	seen[q] = true;
+	ring = &b->rings[q];
+	if (num && (num > b->cfg.queue_size_max || (!packed && (num & (num - 1)))))
+		return rec_fail(doc, -EBADMSG, "vhost-user: queue %u size %u is not a %s in [1, %u]",
+				q, num, packed ? "size" : "power of 2", b->cfg.queue_size_max);
+	if (v[2].u > UINT16_MAX)
+		return rec_fail(doc, -EBADMSG, "vhost-user: queue %u base %llu is not 16 bits", q,
+				(unsigned long long)v[2].u);
+	if (flags & ~(RING_F_ADDR | RING_F_STARTED | RING_F_ENABLED))
+		return rec_fail(doc, -EBADMSG, "vhost-user: queue %u: unknown flags 0x%x", q, flags);
+	addr = flags & RING_F_ADDR;
+	for (unsigned i = 4; i <= 8; i++)
+		if (v[i].present != addr)
+			return rec_fail(doc, -EBADMSG, "vhost-user: queue %u: %s %s", q,
+					fields[i].name, addr ? "missing" : "without addresses");
+	if (v[9].present && !(flags & RING_F_STARTED))
+		return rec_fail(doc, -EBADMSG, "vhost-user: queue %u: a kick fd on a stopped ring",
+				q);
+	ring->num = num;
+	ring->last_avail_idx = (uint16_t)v[2].u;
+	ring->started = flags & RING_F_STARTED;
+	ring->enabled = flags & RING_F_ENABLED;
+	if (addr) {
+		struct vhu_vring_addr *a = &ring->addr;
+
+		*a = (struct vhu_vring_addr){ .index = q,
+					      .flags = (uint32_t)v[4].u,
+					      .desc_user_addr = v[5].u,
+					      .used_user_addr = v[6].u,
+					      .avail_user_addr = v[7].u,
+					      .log_guest_addr = v[8].u };
+		if (a->flags & ~VHU_VRING_F_LOG)
+			return rec_fail(doc, -EBADMSG, "vhost-user: queue %u: address flags 0x%x", q,
+					a->flags);
+		if ((a->flags & VHU_VRING_F_LOG) &&
+		    !(b->offered_features & VHU_BIT(VHU_F_LOG_ALL)))
+			return rec_fail(doc, -EBADMSG,
+					"vhost-user: queue %u: VRING_F_LOG without LOG_ALL offered", q);
+		if ((a->desc_user_addr & 15) || (a->avail_user_addr & (packed ? 3 : 1)) ||
+		    (a->used_user_addr & 3))
+			return rec_fail(doc, -EBADMSG, "vhost-user: queue %u: misaligned addresses",
+					q);
+		ring->addr_set = true;
+	}
+	if (v[9].present) {
+		ret = restore_eventfd(doc, (int)v[9].u, "kick", q, &ring->kick_fd);
+		if (ret < 0)
+			return ret;
+	}
+	if (v[10].present) {
+		ret = restore_eventfd(doc, (int)v[10].u, "call", q, &ring->call_fd);
+		if (ret < 0)
+			return ret;
+	}
+	if (v[11].present) {
+		ret = restore_eventfd(doc, (int)v[11].u, "error", q, &ring->err_fd);
+		if (ret < 0)
+			return ret;
+	}
+	/* A ring that will run at the resume: its parts must lie in the memory, as
+	 * ring_reconcile() will find them (and a packed ring's slot inside the ring). */
+	if (ring->started && ring->enabled && ring->num && ring->addr_set && b->mem) {
+		struct vhu_vring_info info;
+
+		b->msg.request = VHU_REQ_SET_VRING_ADDR; /* names the check in the message */
+		if (ring_translate(b, q, &info) < 0)
+			return rec_fail(doc, -EBADMSG, "vhost-user: %s", b->errbuf);
+		if (packed && (ring->last_avail_idx & 0x7fff) >= ring->num)
+			return rec_fail(doc, -EBADMSG,
+					"vhost-user: queue %u: packed base 0x%x outside a ring of %u",
+					q, ring->last_avail_idx, ring->num);
+	}
+	return 0;
+}
+
+/* Everything of the record into b (made by the caller, frozen, without ops yet). */
+static int restore_into(struct vhu_backend *b, struct rec_reader *r, const struct rec_val *v)
+{
+	struct rec_reader list;
+	struct rec_item it;
+	bool seen[VHU_NUM_QUEUES] = { false };
+	int ret;
+
+	/* The VMM negotiated with the old offer; it stays the offer (GET_FEATURES may come
+	 * again), and must be one this back-end could make. */
+	if (v[2].u & ~b->offered_features || v[3].u & ~b->offered_proto)
+		return rec_fail(r->doc, -EBADMSG,
+				"vhost-user: offered features 0x%llx / protocol 0x%llx not all "
+				"offered by this back-end (0x%llx / 0x%llx)",
+				(unsigned long long)v[2].u, (unsigned long long)v[3].u,
+				(unsigned long long)b->offered_features,
+				(unsigned long long)b->offered_proto);
+	if (v[4].u & ~v[2].u || v[5].u & ~v[3].u)
+		return rec_fail(r->doc, -EBADMSG, "vhost-user: acked features not offered");
+	if (v[6].u & ~SAVE_F_OWNER)
+		return rec_fail(r->doc, -EBADMSG, "vhost-user: unknown flags 0x%llx",
+				(unsigned long long)v[6].u);
+	b->offered_features = v[2].u;
+	b->offered_proto = v[3].u;
+	b->features = v[4].u;
+	b->proto_features = v[5].u;
+	b->owner = v[6].u & SAVE_F_OWNER;
+	vring_log_set_enabled(&b->log, b->features & VHU_BIT(VHU_F_LOG_ALL));
+	if (v[8].present) {
+		ret = restore_mem(b, r, &v[8].it);
+		if (ret < 0)
+			return ret;
+	}
+	if (v[10].present) {
+		ret = restore_log(b, r, &v[10].it);
+		if (ret < 0)
+			return ret;
+	}
+	if (b->mem)
+		guest_mem_set_log(b->mem, &b->log);
+	if (v[11].present) {
+		int fd = -1;
+
+		if (!(b->proto_features & VHU_BIT(VHU_PROTO_F_LOG_SHMFD)))
+			return rec_fail(r->doc, -EBADMSG, "vhost-user: a log fd without LOG_SHMFD");
+		ret = restore_eventfd(r->doc, (int)v[11].u, "log", 0, &fd);
+		if (ret < 0)
+			return ret;
+		vring_log_set_fd(&b->log, fd);
+	}
+	ret = rec_enter(r, &v[9].it, "rings", &list);
+	if (ret < 0)
+		return ret;
+	while ((ret = rec_next(&list, &it)) > 0) {
+		if (it.tag != T_RING)
+			return rec_fail(r->doc, -EBADMSG, "vhost-user: rings: tag %u at %zu", it.tag,
+					it.off);
+		ret = restore_ring(b, &list, &it, seen);
+		if (ret < 0)
+			return ret;
+	}
+	return ret;
+}
+
+int vhu_backend_restore(struct rec_reader *r, const struct vhu_backend_config *cfg,
+			const struct vhu_backend_ops *ops, void *opaque, struct vhu_backend **ret)
+{
+	static const struct rec_field fields[] = {
+		{ T_SCHEMA, REC_U32, true, "schema" },
+		{ T_CID, REC_U64, true, "guest CID" },
+		{ T_OFFERED, REC_U64, true, "offered features" },
+		{ T_OFFERED_PROTO, REC_U64, true, "offered protocol features" },
+		{ T_FEATURES, REC_U64, true, "features" },
+		{ T_PROTO, REC_U64, true, "protocol features" },
+		{ T_FLAGS, REC_U32, true, "flags" },
+		{ T_SOCK, REC_FD, true, "connection" },
+		{ T_MEM, REC_LIST, false, "memory table" },
+		{ T_RINGS, REC_LIST, true, "rings" },
+		{ T_LOG, REC_LIST, false, "dirty log" },
+		{ T_LOG_CALL, REC_FD, false, "log fd" },
+	};
+	struct rec_val v[ARRAY_SIZE(fields)] = { 0 };
+	struct vhu_backend *b = NULL;
+	int sock = -1, err;
+
+	err = rec_scan(r, fields, ARRAY_SIZE(fields), v);
+	if (err < 0)
+		return err;
+	if (v[0].u != VHU_BACKEND_SAVE_VERSION)
+		return rec_fail(r->doc, -EPROTONOSUPPORT,
+				"vhost-user: schema %llu (this back-end reads %u)",
+				(unsigned long long)v[0].u, VHU_BACKEND_SAVE_VERSION);
+	if (!cfg || v[1].u != cfg->guest_cid)
+		return rec_fail(r->doc, -EINVAL, "vhost-user: guest CID %llu, configured %llu",
+				(unsigned long long)v[1].u,
+				(unsigned long long)(cfg ? cfg->guest_cid : 0));
+	err = check_conn_sock(r->doc, (int)v[7].u);
+	if (err < 0)
+		return err;
+	err = dup_fd(r->doc, (int)v[7].u, "connection", &sock);
+	if (err < 0)
+		return err;
+	/* No callbacks until the restore succeeded: a refused record tells the device nothing. */
+	err = vhu_backend_new(sock, cfg, NULL, NULL, &b);
+	if (err < 0) {
+		close(sock);
+		return rec_fail(r->doc, err, "vhost-user: bad configuration: %s", strerror(-err));
+	}
+	b->frozen = b->restored = true;
+	err = restore_into(b, r, v);
+	if (err < 0) {
+		vhu_backend_free(b);
+		return err;
+	}
+	b->ops = ops;
+	b->opaque = opaque;
+	*ret = b;
+	return 0;
+}
+
+int vhu_backend_resume(struct vhu_backend *b)
+{
+	if (b->error)
+		return b->error;
+	if (!b->frozen)
+		return 0;
+	b->frozen = false;
+	if (b->restored) {
+		/* What the device of a fresh back-end learnt from SET_FEATURES and SET_MEM_TABLE. */
+		b->restored = false;
+		if (b->features && b->ops && b->ops->features_set)
+			b->ops->features_set(b->opaque, b->features);
+		if (b->mem && b->ops && b->ops->mem_table_changed)
+			b->ops->mem_table_changed(b->opaque, b->mem);
+	}
+	b->msg.request = 0;
+	b->error = reconcile_all(b);
+	return b->error;
 }

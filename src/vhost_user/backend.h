@@ -162,6 +162,55 @@ const struct vring_log *vhu_backend_log(const struct vhu_backend *b);
 /* True while the device has been told to run ring qidx. */
 bool vhu_backend_queue_running(const struct vhu_backend *b, unsigned qidx);
 
+/*
+ * State save and restore, for handing a running back-end to another process without the
+ * front-end noticing (docs/upgrade.md, "The vhost-user back-end's part"). The record part is
+ * schema VHU_BACKEND_SAVE_VERSION: the features offered and acked (virtio and protocol), the
+ * owner flag, the connection socket, the memory table with each region's fd, each ring's size,
+ * next avail index (packed: with the wrap counter in bit 15), addresses, state and kick, call
+ * and error fds, and the dirty log's fd, size and offset and its eventfd. Call between two
+ * vhu_backend_process() calls (no message is ever half handled there).
+ */
+#define VHU_BACKEND_SAVE_VERSION 1u
+struct rec_writer;
+struct rec_reader;
+
+/*
+ * Stops every running ring (ops->queue_stop: the device returns each next avail index) and
+ * writes the back-end's items into the list w is in; its fds are borrowed by w (keep b until
+ * they are sent). b is then frozen: vhu_backend_process() returns -EBUSY without reading,
+ * so the caller stops watching the socket; vhu_backend_resume() serves again (the hand-over
+ * failed) and vhu_backend_free() ends it (the hand-over succeeded: the socket and every fd
+ * stay open in the new owner, which has its own duplicates). Returns 0, -EIO (the connection
+ * already failed: nothing to hand over); writer errors stay in w.
+ */
+int vhu_backend_save(struct vhu_backend *b, struct rec_writer *w);
+
+/*
+ * Builds a new back-end from the items vhu_backend_save() wrote, read from r (the rest of
+ * the record, rec_check_fds_claimed() included, is the caller's). Every field is checked
+ * before use: the schema (-EPROTONOSUPPORT for another), the guest CID against cfg's
+ * (-EINVAL), features acked within those offered, and those within what cfg lets this
+ * back-end offer, ring sizes, indices, flags and addresses as the requests that set them
+ * check them (a ring that will run must lie in the memory), the connection a connected Unix
+ * stream socket, each region and the log a regular file or memfd long enough, each kick,
+ * call, error and log fd an eventfd. The new back-end takes close-on-exec duplicates of the
+ * fds (the record's stay the caller's), maps the memory and the log, and is frozen: no
+ * callback has run yet. vhu_backend_resume() tells the device the features and the memory
+ * and starts the rings that may run at their saved indices; nothing is sent to the
+ * front-end. Returns 0 and *ret, or -errno with rec_error() saying why and nothing created.
+ */
+int vhu_backend_restore(struct rec_reader *r, const struct vhu_backend_config *cfg,
+			const struct vhu_backend_ops *ops, void *opaque, struct vhu_backend **ret);
+
+/*
+ * Serves again after vhu_backend_save() or vhu_backend_restore(): a restored back-end first
+ * calls ops->features_set and ops->mem_table_changed; then every ring that may run gets
+ * ops->queue_start at its recorded next avail index. Returns 0, or the -errno that failed the
+ * connection (a refused queue_start). No-op when not frozen.
+ */
+int vhu_backend_resume(struct vhu_backend *b);
+
 /* "SET_MEM_TABLE" for a known id, "UNKNOWN" otherwise. */
 const char *vhu_request_to_string(uint32_t request);
 
