@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "fuzz-input.h"
+#include "fuzz-rec.h"
 #include "util/log.h"
 #include "util/rec.h"
 #include "vhost_user/backend.h"
@@ -161,18 +162,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1 + FZ_FDS)
 		return 0;
 	before = fz_count_fds();
-	len = size - 1 - FZ_FDS;
-	copy = malloc(len ? len : 1);
-	FZ_CHECK(copy != NULL);
-	memcpy(copy, data + 1 + FZ_FDS, len);
-	nfds = len >= REC_HDR_SIZE ? copy[24] % (FZ_FDS + 1) : 0;
-	if ((data[0] & 1) && len >= REC_HDR_SIZE) {
-		for (int i = 0; i < 8; i++)
-			copy[16 + i] = (uint8_t)((uint64_t)len >> (8 * i));
-		for (int i = 0; i < 4; i++)
-			copy[24 + i] = i == 0 ? (uint8_t)nfds : 0;
-		rec_reseal(copy, len);
-	}
+	copy = fz_record_input(data, size, FZ_FDS, &len, &nfds);
 	for (size_t i = 0; i < nfds; i++)
 		fds[i] = fz_fd(data[1 + i], &peers[i]);
 	r = fz_restore(copy, len, fds, nfds, &b);
