@@ -525,11 +525,21 @@ static size_t eng_deliver(void *opaque, struct vsock_sock *s, void *user, const 
 	return dev_host_deliver(opaque, user, iov, iovcnt, len);
 }
 
+static void eng_tx_sent(void *opaque, struct vsock_sock *s, void *user, uint32_t len,
+			uint32_t end)
+{
+	(void)opaque;
+	(void)s;
+	if (user && user != &listener_mark)
+		dev_host_tx_sent(user, len, end);
+}
+
 static const struct vsock_engine_ops eng_ops = {
 	.now = eng_now,
 	.tx_ready = eng_tx_ready,
 	.sock_event = eng_sock_event,
 	.deliver = eng_deliver,
+	.tx_sent = eng_tx_sent,
 };
 
 /* The zerocopy switch off: every guest payload is queued in the engine (the copying path). */
@@ -537,6 +547,7 @@ static const struct vsock_engine_ops eng_ops_copy = {
 	.now = eng_now,
 	.tx_ready = eng_tx_ready,
 	.sock_event = eng_sock_event,
+	.tx_sent = eng_tx_sent,
 };
 
 /* A new engine for d (no socket yet), its reply ring as large as the TX ring (tx_num). */

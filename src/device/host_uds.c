@@ -929,6 +929,15 @@ static void h2g_note(struct hconn *c, unsigned small, size_t big)
 	h2g_note_at(c, small, big, in.tx_cnt + in.tx_queued);
 }
 
+void dev_host_tx_sent(void *user, uint32_t len, uint32_t end)
+{
+	struct hconn *c = user;
+
+	/* Its bytes were charged as big when read (read_from_host); only a small packet adds. */
+	if (!c->seqpacket && h2g_is_small(len))
+		h2g_note_at(c, 1, 0, end);
+}
+
 /* Host -> guest. Returns 0, or -EPIPE if the connection must end. */
 static int read_from_host(struct hconn *c)
 {
@@ -995,9 +1004,9 @@ static int read_from_host(struct hconn *c)
 			/* send_space promised room: a short send means the socket is no longer usable. */
 			return -EPIPE;
 		} else {
-			/* Where the engine cuts packets is not known here: all may be big, the
-			 * last one small. */
-			h2g_note(c, (size_t)n > H2G_MERGE_LEN, (size_t)n);
+			/* Charged as big now; where the engine cuts them into packets is known
+			 * once they leave (dev_host_tx_sent counts the small ones). */
+			h2g_note(c, 0, (size_t)n);
 		}
 		moved += (size_t)n;
 	}

@@ -123,6 +123,13 @@ void dev_host_mark_dirty(struct hconn *c);
  */
 size_t dev_host_deliver(struct vsock_dev *d, void *user, const struct iovec *iov, int iovcnt,
 		    size_t len);
+/*
+ * The engine's ops->tx_sent (engine.h): a packet of len bytes of what the copying path queued
+ * for connection `user` left for the guest, ending at tx_cnt end; counted for the host -> guest
+ * budget (h2g_budget.h). Called by the engine with that socket's lock held: touches only the
+ * connection.
+ */
+void dev_host_tx_sent(void *user, uint32_t len, uint32_t end);
 
 /* ---- state save and restore (docs/upgrade.md, "The device's part") ----------------------- */
 

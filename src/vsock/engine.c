@@ -1043,7 +1043,7 @@ static int sock_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_h
 		   const struct iovec *iov, int iovcnt, uint32_t len)
 {
 	struct vsock_engine *e = s->e;
-	uint32_t space_before;
+	uint32_t space_before, credit_before;
 
 	if (h->type != s->type) {
 		STAT_INC(e, rx_type_mismatch);
@@ -1064,12 +1064,21 @@ static int sock_rx(struct rx_ctx *cx, struct vsock_sock *s, const struct vsock_h
 
 	/* Step 5: credit from every packet (Linux virtio_transport_space_update()). */
 	space_before = sock_send_space(s);
+	credit_before = sock_credit(s);
 	s->peer_buf_alloc = h->buf_alloc;
 	s->peer_fwd_cnt = h->fwd_cnt;
 	sock_tx_retire(s);
 	if (s->tx_len)
 		vsock_sk_kick_tx(s);
-	if (sock_send_space(s) > space_before && s->state == VSOCK_SS_CONNECTED &&
+	/*
+	 * Write space when send() may queue more, and with cfg.tx_window_peer also when only the
+	 * peer's credit grew: send() may already have had room (bounded by our buf_alloc), while
+	 * the transport paces below the credit (the device's host -> guest budget) and waits for
+	 * the peer to consume.
+	 */
+	if ((sock_send_space(s) > space_before ||
+	     (e->cfg.tx_window_peer && sock_credit(s) > credit_before)) &&
+	    s->state == VSOCK_SS_CONNECTED &&
 	    h->op != VSOCK_OP_RST && h->op != VSOCK_OP_SHUTDOWN)
 		vsock_sk_event(cx, s); /* write space */
 
@@ -1303,6 +1312,10 @@ static ssize_t sock_build(struct vsock_sock *s, struct vsock_hdr *h, const struc
 		s->bytes_out += len;
 		if (s->type == VSOCK_TYPE_SEQPACKET)
 			sock_tx_record(s);
+		else if (e->ops->tx_sent)
+			e->ops->tx_sent(e->opaque, s,
+					atomic_load_explicit(&s->user, memory_order_relaxed), len,
+					s->tx_cnt);
 		/* With cfg.tx_window_peer what we queue, not only the credit, can bound send():
 		 * pulling it makes room (write space). */
 		if (sock_send_space(s) > space)

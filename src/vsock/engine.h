@@ -102,6 +102,16 @@ struct vsock_engine_ops {
 	 */
 	size_t (*deliver)(void *opaque, struct vsock_sock *s, void *user, const struct iovec *iov,
 			  int iovcnt, size_t len);
+	/*
+	 * A STREAM RW packet of len payload bytes from what send() queued left through
+	 * vsock_engine_pull(); end is s's tx_cnt after it. Where the engine cuts the queued bytes
+	 * into packets is known only here: for a transport that paces its sends by the size of the
+	 * packets its peer holds (the device role's host -> guest budget on its copying path,
+	 * src/device/h2g_budget.h). Called with s's lock held, like sock_event: it must not call
+	 * into the engine. Optional.
+	 */
+	void (*tx_sent)(void *opaque, struct vsock_sock *s, void *user, uint32_t len,
+			uint32_t end);
 };
 
 struct vsock_engine_config {

@@ -8,6 +8,9 @@
 #                                     against uvsockd with tx-buffer-size 4096, 4097, 65536 and
 #                                     65537 (one uvsockd each; the pass run has the default):
 #                                     no stall either way, whichever side's buf_alloc is smaller
+#   run-conform.sh BUILD_DIR copy     the same checks against uvsockd on its copying path
+#                                     (UVSOCK_TUNE=no-zerocopy), with the default tx-buffer-size
+#                                     and those four
 #   run-conform.sh BUILD_DIR detect   uvsock-conform against conform-mangler.c in front of that
 #                                     uvsockd: passes through the transparent proxy, and fails,
 #                                     naming the right rule, where the proxy shares one fwd_cnt
@@ -18,7 +21,7 @@
 #
 # Everything runs in a temporary directory; uvsockd and the proxies are stopped by PID.
 set -u
-build=${1:?build directory} what=${2:?pass or detect}
+build=${1:?build directory} what=${2:?pass, windows, copy or detect}
 uvsockd=$build/daemon/uvsockd conform=$build/tools/uvsock-conform
 mangler=$build/tests/conformance/conform-mangler
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/uvsock-conform.XXXXXX")
@@ -65,16 +68,21 @@ wait_socket() {
 	exit 1
 }
 
-if [ "$what" = windows ]; then
+if [ "$what" = windows ] || [ "$what" = copy ]; then
 	sizes=(4096 4097 65536 65537)
+	tune=()
+	if [ "$what" = copy ]; then
+		sizes=(default "${sizes[@]}")
+		tune=(env UVSOCK_TUNE=no-zerocopy)
+	fi
 	echo "TAP version 13"
 	echo "1..${#sizes[@]}"
 	n=0
 	for size in "${sizes[@]}"; do
 		n=$((n + 1))
-		sock=$tmp/w$size.sock uds=$tmp/w$size.vsock
-		"${pdeath[@]}" "$uvsockd" --log-level warn \
-			--vm "guest-cid=3,socket=$sock,uds-path=$uds,tx-buffer-size=$size" \
+		sock=$tmp/w$size.sock uds=$tmp/w$size.vsock vm="guest-cid=3,socket=$sock,uds-path=$uds"
+		[ "$size" = default ] || vm+=",tx-buffer-size=$size"
+		"${pdeath[@]}" "${tune[@]}" "$uvsockd" --log-level warn --vm "$vm" \
 			2>"$tmp/uvsockd.log" &
 		pids+=($!)
 		wait_socket "$sock.ctl" "${pids[-1]}"
@@ -83,9 +91,9 @@ if [ "$what" = windows ]; then
 		rc=$?
 		stop "${pids[-1]}"
 		if [ "$rc" = 0 ]; then
-			echo "ok $n - tx-buffer-size=$size: credit_windows and slow_guest_reader pass"
+			echo "ok $n - ${tune[1]:-}${tune:+ }tx-buffer-size=$size: credit_windows and slow_guest_reader pass"
 		else
-			echo "not ok $n - tx-buffer-size=$size: uvsock-conform exits $rc"
+			echo "not ok $n - ${tune[1]:-}${tune:+ }tx-buffer-size=$size: uvsock-conform exits $rc"
 		fi
 		sed 's/^/# /' "$tmp/out"
 	done

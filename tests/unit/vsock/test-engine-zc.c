@@ -3,7 +3,7 @@
  * Engine zero-copy API (engine.h): deliver in place on receive (ops->deliver takes what it can,
  * the rest queues, later payloads queue behind it, fwd_cnt counts only what was taken, credit is
  * still enforced) and reserve/commit on send (the credit and ordering rules, the header it
- * builds); the device role's window (cfg.tx_window_peer); and the engine's data-path switches
+ * builds); the device role's window (cfg.tx_window_peer, ops->tx_sent); and the engine's data-path switches
  * of src/util/tune.h (credit-reduce, merge).
  */
 #include "util/iov.h"
@@ -333,6 +333,102 @@ TEST(tx_window_peer_bounds_in_flight_by_the_peer_alone)
 		ASSERT_EQ(sent, peer_only ? 256u * 1024 : 4096u);
 		pair_free(w, l, c, a);
 	}
+}
+
+/* The packets ops->tx_sent reported: each one's length and end (tx_cnt after it). */
+static struct {
+	unsigned n;
+	uint32_t len[64], end[64];
+} sent;
+
+static void sent_note(void *opaque, struct vsock_sock *s, void *user, uint32_t len,
+		      uint32_t end)
+{
+	(void)opaque;
+	(void)s;
+	(void)user;
+	ASSERT_LT(sent.n, 64u);
+	sent.len[sent.n] = len;
+	sent.end[sent.n++] = end;
+}
+
+static const struct vsock_engine_ops sent_ops = {
+	.now = w_now,
+	.tx_ready = w_tx_ready,
+	.sock_event = w_event,
+	.tx_sent = sent_note,
+};
+
+static void window_peer_sent_tweak(struct vsock_engine_config *cfg)
+{
+	window_peer_tweak(cfg);
+	cfg->ops = &sent_ops;
+}
+
+/*
+ * With cfg.tx_window_peer, send() may have room (our buf_alloc, 4096) while the peer's credit
+ * is what its transport waits for (the device's host -> guest budget): a CREDIT_UPDATE that
+ * only opens the peer's credit is write space too, and one that opens nothing is not.
+ */
+TEST(tx_window_peer_write_space_when_only_the_credit_grows)
+{
+	static uint8_t msg[4096];
+	struct world *w = world_new(NULL);
+	struct vsock_sock *l, *c, *a;
+	struct vsock_sock_info info;
+	struct vsock_hdr h;
+	unsigned ev;
+
+	vsock_engine_free(w->h);
+	w->h = w_engine(w, 2, window_peer_tweak);
+	connect_pair(w, VSOCK_TYPE_STREAM, 641, &l, &c, &a);
+	ASSERT_EQ(send_buf(a, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
+	pump(w);
+	vsock_sock_get_info(a, &info);
+	ASSERT_EQ(info.tx_cnt, 4096u);
+	ASSERT_EQ(vsock_sock_send_space(a), 4096u); /* our buf_alloc, the credit well above */
+	h = mkhdr(3, info.peer_port, 2, info.local_port, VSOCK_TYPE_STREAM,
+		  VSOCK_OP_CREDIT_UPDATE);
+	h.buf_alloc = info.peer_buf_alloc;
+	h.fwd_cnt = 0; /* nothing consumed: no more credit, no event */
+	ev = w_events(w);
+	ASSERT_OK(feed_hdr(w->h, &h, NULL));
+	ASSERT_EQ(w_events(w), ev);
+	h.fwd_cnt = 1024; /* the peer consumed 1024: send space unchanged, credit +1024 */
+	ASSERT_OK(feed_hdr(w->h, &h, NULL));
+	ASSERT_EQ(vsock_sock_send_space(a), 4096u);
+	ASSERT_EQ(w_events(w), ev + 1);
+	ASSERT_EQ((struct vsock_sock *)atomic_load(&w->last_event_sock), a);
+	ASSERT_TRUE(w->last_mask & VSOCK_POLLOUT);
+	pair_free(w, l, c, a);
+}
+
+/*
+ * ops->tx_sent: each STREAM RW packet cut from what send() queued, with its length and end,
+ * wherever the pull cuts it (here at 1000-byte payloads); not the control packets.
+ */
+TEST(tx_sent_reports_each_stream_packet)
+{
+	static uint8_t msg[2500];
+	struct world *w = world_new(NULL);
+	struct vsock_sock *l, *c, *a;
+
+	vsock_engine_free(w->h);
+	w->h = w_engine(w, 2, window_peer_sent_tweak);
+	connect_pair(w, VSOCK_TYPE_STREAM, 642, &l, &c, &a);
+	memset(&sent, 0, sizeof(sent));
+	w->max_payload = 1000;
+	ASSERT_EQ(send_buf(a, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
+	ASSERT_EQ(send_buf(a, msg, 300, 0), 300);
+	pump(w);
+	ASSERT_EQ(sent.n, 3u);
+	ASSERT_EQ(sent.len[0], 1000u);
+	ASSERT_EQ(sent.end[0], 1000u);
+	ASSERT_EQ(sent.len[1], 1000u);
+	ASSERT_EQ(sent.end[1], 2000u);
+	ASSERT_EQ(sent.len[2], 800u); /* the two sends' bytes meet in one packet */
+	ASSERT_EQ(sent.end[2], 2800u);
+	pair_free(w, l, c, a);
 }
 
 TEST_MAIN()
