@@ -585,10 +585,14 @@ def case_migrate(run, mode):
         wait_status(qd, "running", "the destination runs after cont")
     ctl_b.conn.settimeout(None)
     ctl = ctl_b
-    # The old connections: the stream ended with a reset, every byte received was right.
+    # The old connections: the held one reads ECONNRESET from SO_ERROR (the TRANSPORT_RESET
+    # QEMU posts on the destination); the stream ended, every byte received was right. The
+    # stream's reader is blocked in recv when the reset comes, and Linux may end that recv with
+    # ECONNRESET or with 0 (seen once: QEMU 10.0.2, a 6.12 guest): either is the end asked for.
     ans = ctl.cmd("wait_reset 1 20000", 30)
     check(ans == "OK ECONNRESET", f"the held connection after migration: {ans}")
-    retry(lambda: "end=ECONNRESET" in ctl.ok("streamstat"), "the stream's reset", 30)
+    retry(lambda: any(f"end={e}" in ctl.ok("streamstat") for e in ("ECONNRESET", "EOF")),
+          "the stream's end", 30)
     st = dict(kv.split("=") for kv in ctl.ok("streamstat").split())
     check(st["bad"] == "0", f"stream bytes corrupted: {st}")
     check(int(st["bytes"]) > 0, "nothing streamed")
