@@ -109,6 +109,7 @@ void vsock_dev_counters_from(struct ops_vm_counters *ret, const struct vsock_dev
 		OPS_CTR_ADD(ret, busy_poll_ns, d->busy_poll_ns);
 		OPS_CTR_ADD(ret, busy_poll_found, d->busy_poll_found);
 		dev_dgram_counters(ret, d);
+		OPS_CTR_ADD(ret, sibling_requests_paced, d->sibling_requests_paced);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_SPOOFED_CID], d->tx_bad_src_cid);
 		OPS_CTR_ADD(ret, dropped[OPS_DROP_NO_ROUTE],
 			    d->tx_bad_dst_cid + d->sibling_dropped + d->sibling_replies_dropped);

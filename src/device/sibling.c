@@ -630,6 +630,86 @@ static struct sib_pkt *sib_next_rx(struct vsock_dev *d, size_t room)
 	return p;
 }
 
+/* ---- REQUESTs a sibling does not accept --------------------------------------------------- */
+
+/*
+ * A sibling's guest that floods another with REQUESTs to ports where nobody listens costs the
+ * target's device and guest the work of taking each REQUEST and answering it with an RST, on
+ * CPU the two share with everything else (docs/hostile-scenarios.md, k: the victim kept 28 %
+ * of its throughput). In Linux a refused connect costs the one that connects: its own CPU (for
+ * a guest, the VM's own vCPU and vhost worker). Here the sender is paced instead: each sender
+ * has, per sibling, a budget of REQUESTs that sibling did not accept, DEV_SIB_REQ_BURST at
+ * once and one more every DEV_SIB_REQ_NS. Every REQUEST our guest sends it is charged; a
+ * RESPONSE from it that our guest takes pays one back (the connection was accepted), and time
+ * pays back the rest. A REQUEST beyond the budget is not dropped and not answered here: it
+ * waits (d->sib.paced) and our TX ring waits with it, until the budget has room (pace_timer),
+ * and then goes to the sibling like any other (so its answer, RST or RESPONSE, is the
+ * sibling's own, never a guess from the past: a port that listens now is connected to, and a
+ * closed one answers with its RST, at most DEV_SIB_REQ_NS later than without the budget). A
+ * guest whose connects are accepted, or that is refused fewer than 1000 times a second, never
+ * waits; a flooder's ring stops, so its own guest and device thread stop spending CPU on it.
+ * All of this is the sender's device thread's own state (struct sib_hold), without a lock.
+ */
+
+/* What time paid back of ho's debt by now. */
+static void sib_req_refill(const struct vsock_dev *d, struct sib_hold *ho, uint64_t now)
+{
+	uint64_t k;
+
+	if (!ho->req_debt || !d->sib.req_ns || now <= ho->req_since)
+		return;
+	k = (now - ho->req_since) / d->sib.req_ns;
+	if (k >= ho->req_debt) {
+		ho->req_debt = 0;
+		return;
+	}
+	ho->req_debt -= (uint32_t)k;
+	ho->req_since += k * d->sib.req_ns;
+}
+
+/* Charges one REQUEST to ho's budget. Returns false (nothing charged) if it has no room. */
+static bool sib_req_charge(struct vsock_dev *d, struct sib_hold *ho)
+{
+	uint64_t now = mono_ns();
+
+	sib_req_refill(d, ho, now);
+	if (ho->req_debt >= d->sib.req_burst)
+		return false;
+	if (!ho->req_debt)
+		ho->req_since = now;
+	ho->req_debt++;
+	return true;
+}
+
+/* Arms pace_timer for when the budget the paced REQUEST waits for has room (never, if only a
+ * RESPONSE can make it: req_ns 0). */
+static void sib_pace_arm(struct vsock_dev *d)
+{
+	int i = sib_find(d, d->sib.paced_cid);
+
+	if (i >= 0 && d->sib.req_ns)
+		loop_timer_arm(d->sib.pace_timer, d->sib.hold[i].req_since + d->sib.req_ns);
+}
+
+/* Our guest took a RESPONSE from sibling cid: one REQUEST of the budget towards it is paid
+ * back, and a REQUEST waiting for that budget is retried at once. */
+static void sib_req_accepted(struct vsock_dev *d, uint64_t cid)
+{
+	int i = sib_find(d, cid);
+
+	if (i < 0 || !d->sib.hold[i].req_debt)
+		return;
+	d->sib.hold[i].req_debt--;
+	if (d->sib.paced && d->sib.paced_cid == cid)
+		loop_timer_arm(d->sib.pace_timer, 0);
+}
+
+void dev_sib_set_req_budget(struct vsock_dev *d, uint32_t burst, uint64_t ns)
+{
+	d->sib.req_burst = burst;
+	d->sib.req_ns = ns;
+}
+
 /*
  * The sibling half of rx_fill: puts the next piece of the oldest sibling packet (taken from the
  * inbox, or the one partly delivered) into each buffer (room bytes at most), vhost-style: each
@@ -650,6 +730,8 @@ static unsigned sib_rx_fill(struct vsock_dev *d, struct dev_rx_buf *b, unsigned 
 
 		if (!p)
 			break;
+		if (!p->off && p->hdr.op == VSOCK_OP_RESPONSE && !p->made)
+			sib_req_accepted(d, p->hdr.src_cid);
 		d->sib.rx_cur = p;
 		left = p->hdr.len - p->off;
 		n = MIN(left, b[k].room);
@@ -753,7 +835,8 @@ static void sib_hold_drop(struct vsock_dev *d, struct sib_hold *ho, bool reject)
 
 bool dev_sib_hold_full(const struct vsock_dev *d)
 {
-	return d->sib.hold_pkts >= DEV_SIB_HOLD_PKTS || d->sib.hold_bytes >= DEV_SIB_HOLD_BYTES;
+	return d->sib.hold_pkts >= DEV_SIB_HOLD_PKTS || d->sib.hold_bytes >= DEV_SIB_HOLD_BYTES ||
+	       d->sib.paced;
 }
 
 /*
@@ -812,33 +895,13 @@ static bool sib_hold_flush(struct vsock_dev *d, struct sib_port *t, struct sib_h
 	return !ho->head;
 }
 
-/* Copies a sibling-bound packet and hands it over (or holds it, or drops it: see the top). */
-enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
-				 const struct iovec *iov, unsigned n)
+/* Hands p (captured already) over to t, or holds it, or drops it (see the top). */
+static enum dev_tx_verdict sib_hand_over(struct vsock_dev *d, struct sib_port *t,
+					 struct sib_hold *ho, struct sib_pkt *p)
 {
-	struct sib_hold *ho = &d->sib.hold[sib_find(d, t->cid)];
-	bool reply = h->op == VSOCK_OP_RST;
-	struct sib_pkt *p;
+	bool reply = p->hdr.op == VSOCK_OP_RST;
 	int r;
 
-	/* A hint: a port closed after this check makes sib_push fail with -EPIPE instead. */
-	if (sib_port_closed(t)) {
-		sib_reject(d, h);
-		return DEV_TX_DROP;
-	}
-	/* Something held for t: t is full unless it took all of that now. */
-	if (ho->head && !sib_hold_flush(d, t, ho) && reply) {
-		DEV_STAT_ADD(d, sibling_replies_dropped, 1);
-		return DEV_TX_DROP;
-	}
-	p = sib_pkt_copy(d, h, iov, n);
-	if (!p) {
-		DEV_STAT_ADD(d, sibling_dropped, 1);
-		return DEV_TX_DROP;
-	}
-	/* Before the push: once in the target's inbox, p belongs to the target's thread. A held
-	 * packet is not captured again when it is handed over later. */
-	OPS_TAP(&d->tap, &p->hdr, (&(struct iovec){ p->data, p->hdr.len }), 1);
 	if (ho->head)
 		return sib_hold_put(d, ho, p);
 	r = sib_push(t, p, !reply);
@@ -858,6 +921,69 @@ enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const 
 	sib_reject(d, &p->hdr);
 	sib_pkt_free(d, p);
 	return DEV_TX_DROP;
+}
+
+/* Copies a sibling-bound packet and hands it over (or holds it, or drops it: see the top; or
+ * keeps a REQUEST beyond its budget: "REQUESTs a sibling does not accept"). */
+enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
+				 const struct iovec *iov, unsigned n)
+{
+	struct sib_hold *ho = &d->sib.hold[sib_find(d, t->cid)];
+	bool reply = h->op == VSOCK_OP_RST;
+	struct sib_pkt *p;
+
+	/* A hint: a port closed after this check makes sib_push fail with -EPIPE instead. */
+	if (sib_port_closed(t)) {
+		sib_reject(d, h);
+		return DEV_TX_DROP;
+	}
+	/* Something held for t: t is full unless it took all of that now. */
+	if (ho->head && !sib_hold_flush(d, t, ho) && reply) {
+		DEV_STAT_ADD(d, sibling_replies_dropped, 1);
+		return DEV_TX_DROP;
+	}
+	p = sib_pkt_copy(d, h, iov, n);
+	if (!p) {
+		DEV_STAT_ADD(d, sibling_dropped, 1);
+		return DEV_TX_DROP;
+	}
+	/* Before the push: once in the target's inbox, p belongs to the target's thread. A held
+	 * packet is not captured again when it is handed over later. */
+	OPS_TAP(&d->tap, &p->hdr, (&(struct iovec){ p->data, p->hdr.len }), 1);
+	if (h->op == VSOCK_OP_REQUEST && !sib_req_charge(d, ho)) {
+		d->sib.paced = p;
+		d->sib.paced_cid = t->cid;
+		DEV_STAT_ADD(d, sibling_requests_paced, 1);
+		sib_pace_arm(d);
+		return DEV_TX_SIBLING_FULL;
+	}
+	return sib_hand_over(d, t, ho, p);
+}
+
+/*
+ * The REQUEST that waits for its budget goes on if the budget has room now (to its sibling, or
+ * held for it, or answered with an RST if the sibling is gone). Returns false if it still waits.
+ */
+static bool sib_pace_release(struct vsock_dev *d)
+{
+	int i = sib_find(d, d->sib.paced_cid);
+	struct sib_pkt *p = d->sib.paced;
+
+	if (!p)
+		return true;
+	/* Siblings are only ever added or replaced (link_one): the CID stays. */
+	if (i >= 0 && !sib_req_charge(d, &d->sib.hold[i])) {
+		sib_pace_arm(d);
+		return false;
+	}
+	d->sib.paced = NULL;
+	if (i < 0 || sib_port_closed(d->sib.sibs[i])) {
+		sib_reject(d, &p->hdr);
+		sib_pkt_free(d, p);
+		return true;
+	}
+	(void)sib_hand_over(d, d->sib.sibs[i], &d->sib.hold[i], p);
+	return true;
 }
 
 int dev_sib_send_dgram(struct vsock_dev *d, struct sib_port *t, const struct vsock_hdr *h,
@@ -907,11 +1033,13 @@ int dev_sib_queue_self(struct vsock_dev *d, const struct vsock_hdr *h, const voi
 
 bool dev_sib_retry_staged(struct vsock_dev *d)
 {
+	bool released = sib_pace_release(d);
+
 	for (unsigned i = 0; i < d->sib.n_sibs; i++)
 		if (d->sib.hold[i].head)
 			(void)sib_hold_flush(d, d->sib.sibs[i], &d->sib.hold[i]);
 	sib_hold_arm(d);
-	return !dev_sib_hold_full(d);
+	return released && !dev_sib_hold_full(d);
 }
 
 /* ---- wakeups and the stall timer ------------------------------------------------------- */
@@ -956,16 +1084,27 @@ static void inbox_cb(struct loop *l, void *opaque)
 	dev_up.settle(d);
 }
 
-static void room_cb(struct loop *l, void *opaque)
+/* Room in a sibling's inbox, or in the budget a paced REQUEST waits for: the TX ring goes on. */
+static void room_retry(struct vsock_dev *d)
 {
-	struct vsock_dev *d = opaque;
-
-	(void)l;
 	dev_sib_retry_staged(d);
 	dev_sib_wake_targets(d);
 	if (d->tx_throttled)
 		dev_up.tx_drain(d);
 	dev_up.settle(d);
+}
+
+static void room_cb(struct loop *l, void *opaque)
+{
+	(void)l;
+	room_retry(opaque);
+}
+
+static void pace_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
+{
+	(void)l;
+	(void)t;
+	room_retry(opaque);
 }
 
 /* ---- life and links ----------------------------------------------------------------------- */
@@ -985,7 +1124,12 @@ int dev_sib_init(struct vsock_dev *d)
 	atomic_init(&d->sib.port->pool->refs, 1);
 	d->sib.port->cid = d->cid;
 	memcpy(d->sib.port->name, d->name, sizeof(d->sib.port->name));
+	d->sib.req_burst = DEV_SIB_REQ_BURST;
+	d->sib.req_ns = DEV_SIB_REQ_NS;
 	r = loop_timer_new(d->loop, stage_timer_cb, d, &d->sib.stage_timer);
+	if (r < 0)
+		return r;
+	r = loop_timer_new(d->loop, pace_timer_cb, d, &d->sib.pace_timer);
 	if (r < 0)
 		return r;
 	r = loop_async_new(d->loop, inbox_cb, d, &d->sib.inbox_async);
@@ -1006,6 +1150,10 @@ void dev_sib_drop_staged(struct vsock_dev *d)
 		sib_hold_drop(d, &d->sib.hold[i], false);
 	if (d->sib.stage_timer)
 		loop_timer_disarm(d->sib.stage_timer);
+	sib_pkt_free(d, d->sib.paced);
+	d->sib.paced = NULL;
+	if (d->sib.pace_timer)
+		loop_timer_disarm(d->sib.pace_timer);
 }
 
 /* Adds s's port to d's siblings (a reference). Returns 0 or -ENOMEM. */
@@ -1082,6 +1230,8 @@ void dev_sib_detach(struct vsock_dev *d)
 		}
 		sib_pkt_free(d, left[i]);
 	}
+	sib_pkt_free(d, d->sib.paced);
+	d->sib.paced = NULL;
 	for (unsigned i = 0; i < d->sib.n_sibs; i++) {
 		sib_hold_drop(d, &d->sib.hold[i], false);
 		sib_port_signal(d->sib.sibs[i], true);
@@ -1139,5 +1289,6 @@ void dev_sib_free(struct vsock_dev *d)
 	loop_async_free(d->sib.inbox_async);
 	loop_async_free(d->sib.room_async);
 	loop_timer_free(d->sib.stage_timer);
+	loop_timer_free(d->sib.pace_timer);
 	free(d->sib.wake);
 }

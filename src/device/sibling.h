@@ -46,6 +46,14 @@ struct dev_rx_src;
 /* Packets and payload bytes held per sending device, over all its full siblings. */
 #define DEV_SIB_HOLD_PKTS 256u
 #define DEV_SIB_HOLD_BYTES (1u << 20)
+/*
+ * The REQUEST budget of one sender towards one sibling (sibling.c, "REQUESTs a sibling does
+ * not accept"): REQUESTs our guest sent it that it did not (yet) accept with a RESPONSE, at
+ * most DEV_SIB_REQ_BURST at once, one more every DEV_SIB_REQ_NS; beyond that our TX ring
+ * waits for the next one.
+ */
+#define DEV_SIB_REQ_BURST 1024u
+#define DEV_SIB_REQ_NS (1000ull * 1000ull)
 
 /* A guest packet on its way to a sibling (header in host order, payload copied). */
 struct sib_pkt {
@@ -64,6 +72,10 @@ struct sib_pkt {
 struct sib_hold {
 	struct sib_pkt *head, *tail;
 	uint64_t deadline; /* mono_ns(): dropped unless the sibling makes room by then */
+	/* the REQUEST budget towards that sibling: REQUESTs charged and not yet paid back (by
+	 * time or by its RESPONSEs), and since when the oldest unpaid one counts (mono_ns()) */
+	uint32_t req_debt;
+	uint64_t req_since;
 };
 
 /*
@@ -140,6 +152,11 @@ struct dev_sib {
 	size_t hold_bytes;              /* DEV_SIB_HOLD_PKTS / DEV_SIB_HOLD_BYTES */
 	struct sib_port **wake;         /* targets to wake at the end of a TX batch */
 	unsigned n_wake;
+	struct sib_pkt *paced;          /* a REQUEST of our guest over its budget: the TX ring */
+	uint32_t paced_cid;             /* waits until paced_cid's budget lets it go */
+	struct loop_timer *pace_timer;  /* when paced's budget has room again */
+	uint32_t req_burst;             /* the REQUEST budget: DEV_SIB_REQ_BURST, DEV_SIB_REQ_NS */
+	uint64_t req_ns;                /* (0: never paid back by time; tests only) */
 };
 
 /* Where a guest TX packet went (device.c routes, sibling.c and host_dgram.c hand over). */
@@ -160,7 +177,8 @@ enum dev_tx_verdict dev_sib_send(struct vsock_dev *d, struct sib_port *t, const 
 /* Hands held packets over to the siblings that have room now. Returns false while the hold is
  * at its bound (the TX ring waits for room). */
 bool dev_sib_retry_staged(struct vsock_dev *d);
-/* The packets held for full siblings reached DEV_SIB_HOLD_PKTS or DEV_SIB_HOLD_BYTES. */
+/* The packets held for full siblings reached DEV_SIB_HOLD_PKTS or DEV_SIB_HOLD_BYTES, or a
+ * REQUEST waits for its budget (the TX ring waits in both cases). */
 bool dev_sib_hold_full(const struct vsock_dev *d);
 /* Drops every held packet uncounted (the session ends) and stops their timer. */
 void dev_sib_drop_staged(struct vsock_dev *d);
@@ -179,6 +197,12 @@ int dev_sib_queue_self(struct vsock_dev *d, const struct vsock_hdr *h, const voi
 void dev_sib_drop_all(struct vsock_dev *d);
 /* vsock_dev_free's part: see sibling.c. */
 void dev_sib_detach(struct vsock_dev *d);
+
+/*
+ * Sets d's REQUEST budget towards each sibling (burst, and one more every ns; ns 0: none back
+ * by time, only by RESPONSEs). Before d runs; for tests (the defaults are DEV_SIB_REQ_*).
+ */
+void dev_sib_set_req_budget(struct vsock_dev *d, uint32_t burst, uint64_t ns);
 
 /* Frees what dev_sib_init made (after dev_sib_detach). Safe on a half-made device. */
 void dev_sib_free(struct vsock_dev *d);

@@ -83,7 +83,9 @@ enum ops_drop_reason {
 	X(dgram_drop_not_negotiated, "dgram_drop_not_negotiated",                                  \
 	  "datagrams dropped: the guest (or the sibling VM it was for) did not negotiate DGRAM")   \
 	X(dgram_drop_malformed, "dgram_drop_malformed",                                            \
-	  "datagrams dropped: an op other than RW from the guest, or a bad host port line")
+	  "datagrams dropped: an op other than RW from the guest, or a bad host port line")        \
+	X(sibling_requests_paced, "sibling_requests_paced",                                        \
+	  "guest connects to a sibling VM that waited: over the budget of connects it refused")
 
 struct ops_vm_counters {
 #define OPS_X_FIELD_(f, name, help) _Atomic uint64_t f;

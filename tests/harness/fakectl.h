@@ -78,6 +78,7 @@ static void fake_vm_stats(void *opaque, unsigned idx, struct ops_vm_stats *s)
 	s->c.dgram_drop_oversize = base + 66;
 	s->c.dgram_drop_not_negotiated = base + 67;
 	s->c.dgram_drop_malformed = base + 68;
+	s->c.sibling_requests_paced = base + 69;
 	for (unsigned i = 0; i < _OPS_DROP_MAX; i++)
 		s->c.dropped[i] = base + 20 + i;
 	s->have_engine = idx == 0;

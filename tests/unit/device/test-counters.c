@@ -144,4 +144,15 @@ TEST(dgram_counters_map_one_for_one)
 	ASSERT_EQ_U64(m.tx_pkts + m.rx_pkts + m.dropped[OPS_DROP_MALFORMED], 0);
 }
 
+TEST(sibling_requests_paced_maps_one_for_one)
+{
+	struct vsock_dev_stats ds = { 0 };
+	struct ops_vm_counters m;
+
+	ds.sibling_requests_paced = 7;
+	vsock_dev_counters_from(&m, &ds, NULL, 0);
+	ASSERT_EQ_U64(m.sibling_requests_paced, 7);
+	ASSERT_EQ_U64(m.dropped[OPS_DROP_NO_ROUTE], 0);
+}
+
 TEST_MAIN()

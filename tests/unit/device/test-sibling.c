@@ -3,7 +3,7 @@
  * Device-role tests of src/device/sibling.c, the sibling port: routing with RX splitting, a
  * congested or full sibling (RSTs dropped, packets held in order, then back-pressure), a
  * sibling's VMM disconnecting and reconnecting (the device is kept), each sender's fair share
- * of a slow sibling's inbox.
+ * of a slow sibling's inbox, the budget of REQUESTs a sibling did not accept.
  * Shared set-up: devtest.h.
  */
 #include "devtest.h"
@@ -380,6 +380,145 @@ TEST(the_inbox_is_taken_in_batches_in_order)
 	}
 	ASSERT_EQ(reqs, 1);
 	sib_stop(router, &ta, &tb, &ga, &gb);
+}
+
+/* ---- the REQUEST budget (sibling.c, "REQUESTs a sibling does not accept") ------------------ */
+
+/* As sib_pair_start, with A's REQUEST budget towards B set to burst, one more every ns. */
+static void budget_pair_start(struct sib_pair *p, uint32_t burst, uint64_t ns)
+{
+	ASSERT_OK(vsock_router_new(&p->router));
+	tdev_new(&p->ta, p->router, 3);
+	tdev_new(&p->tb, p->router, 4);
+	dev_sib_set_req_budget(p->ta.d, burst, ns);
+	ASSERT_OK(vsock_dev_link_sibling(p->ta.d, p->tb.d));
+	tdev_run(&p->ta);
+	tdev_run(&p->tb);
+	tg_connect(&p->ga, &p->ta);
+	tg_connect(&p->gb, &p->tb);
+}
+
+/* B's guest receives A's next packet: a REQUEST from A's port sport to port dport. */
+static void b_gets_request(struct sib_pair *p, uint32_t sport, uint32_t dport)
+{
+	struct vsock_hdr r;
+	char buf[64];
+
+	ASSERT_OK(tg_recv(&p->gb, &r, buf, sizeof(buf), WAIT_MS, false));
+	ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+	ASSERT_EQ(r.src_cid, 3);
+	ASSERT_EQ(r.src_port, sport);
+	ASSERT_EQ(r.dst_port, dport);
+}
+
+/* B's guest answers A's REQUEST from A's port sport to dport with op (RST or RESPONSE). */
+static void b_answers(struct sib_pair *p, uint32_t sport, uint32_t dport, uint16_t op)
+{
+	struct vsock_hdr h = mkhdr(&p->gb, 3, dport, sport, VSOCK_TYPE_STREAM, op, 0);
+
+	tg_send(&p->gb, &h, NULL);
+}
+
+/* A's guest receives B's answer op to its REQUEST from sport. */
+static void a_gets(struct sib_pair *p, uint32_t sport, uint16_t op)
+{
+	struct vsock_hdr r;
+	char buf[64];
+
+	ASSERT_OK(tg_recv(&p->ga, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, op);
+	ASSERT_EQ(r.src_cid, 4);
+	ASSERT_EQ(r.dst_port, sport);
+}
+
+/*
+ * A floods B with REQUESTs; B's guest refuses each (RST), but for the first, to the one port
+ * where it listens (RESPONSE). With a budget of 8 and none paid back by time, B gets exactly 8:
+ * the 9th waits in A (counted), and A's TX ring with it; the RSTs A's guest takes pay nothing
+ * back. The RESPONSE A's guest takes pays one back: exactly one more REQUEST reaches B. Nothing
+ * is refused in B's name by the device: every answer A sees is B's guest's.
+ */
+TEST(requests_a_sibling_refuses_are_paced_at_the_sender)
+{
+	struct sib_pair p;
+	struct vsock_dev_stats st;
+
+	budget_pair_start(&p, 8, 0);
+	for (uint32_t i = 0; i < 20; i++) {
+		struct vsock_hdr h = mkhdr(&p.ga, 4, 10000 + i, i ? 30000 + i : 77,
+					   VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+
+		tg_send(&p.ga, &h, NULL);
+	}
+	for (uint32_t i = 0; i < 8; i++)
+		b_gets_request(&p, 10000 + i, i ? 30000 + i : 77);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(p.ta.d, &st), st.sibling_requests_paced == 1),
+			WAIT_MS);
+	/* The refusals, taken by A's guest, pay nothing back. */
+	for (uint32_t i = 1; i < 8; i++)
+		b_answers(&p, 10000 + i, 30000 + i, VSOCK_OP_RST);
+	for (uint32_t i = 1; i < 8; i++)
+		a_gets(&p, 10000 + i, VSOCK_OP_RST);
+	vsock_dev_get_stats(p.ta.d, &st);
+	ASSERT_EQ(st.sibling_fwd_pkts, 8);
+	ASSERT_EQ(st.sibling_requests_paced, 1);
+	ASSERT_EQ(st.sibling_dropped, 0);
+	/* B accepts the first: the RESPONSE pays one back, the 9th goes, the 10th waits. */
+	b_answers(&p, 10000, 77, VSOCK_OP_RESPONSE);
+	a_gets(&p, 10000, VSOCK_OP_RESPONSE);
+	b_gets_request(&p, 10008, 30008);
+	ASSERT_WAIT_FOR((vsock_dev_get_stats(p.ta.d, &st), st.sibling_requests_paced == 2),
+			WAIT_MS);
+	ASSERT_EQ(st.sibling_fwd_pkts, 9);
+	ASSERT_EQ(st.sibling_dropped, 0);
+	/* The operators' counter. */
+	{
+		struct ops_vm_stats os;
+
+		vsock_dev_get_ops_stats(p.ta.d, &os);
+		ASSERT_EQ_U64(OPS_CTR_GET(&os.c, sibling_requests_paced), 2);
+	}
+	sib_pair_stop(&p);
+}
+
+/*
+ * A guest over its budget is only slowed, never answered in the sibling's name: with a budget
+ * of 8 paid back by time (one a millisecond), A's 20 refused REQUESTs all reach B and get B's
+ * own RSTs, and A's connect that follows, to the port B has started listening on meanwhile,
+ * reaches B and is accepted (a RESPONSE, not an RST).
+ */
+TEST(a_connect_after_a_paced_flood_reaches_the_now_listening_sibling)
+{
+	struct sib_pair p;
+	struct vsock_dev_stats st;
+
+	budget_pair_start(&p, 8, 1000 * 1000);
+	for (uint32_t i = 0; i < 20; i++) {
+		struct vsock_hdr h = mkhdr(&p.ga, 4, 10000 + i, 30000 + i, VSOCK_TYPE_STREAM,
+					   VSOCK_OP_REQUEST, 0);
+
+		tg_send(&p.ga, &h, NULL);
+	}
+	{
+		struct vsock_hdr h = mkhdr(&p.ga, 4, 20000, 77, VSOCK_TYPE_STREAM,
+					   VSOCK_OP_REQUEST, 0);
+
+		tg_send(&p.ga, &h, NULL);
+	}
+	for (uint32_t i = 0; i < 20; i++) {
+		b_gets_request(&p, 10000 + i, 30000 + i);
+		b_answers(&p, 10000 + i, 30000 + i, VSOCK_OP_RST);
+	}
+	b_gets_request(&p, 20000, 77);
+	b_answers(&p, 20000, 77, VSOCK_OP_RESPONSE);
+	for (uint32_t i = 0; i < 20; i++)
+		a_gets(&p, 10000 + i, VSOCK_OP_RST);
+	a_gets(&p, 20000, VSOCK_OP_RESPONSE);
+	vsock_dev_get_stats(p.ta.d, &st);
+	ASSERT_EQ(st.sibling_fwd_pkts, 21);
+	ASSERT_GT(st.sibling_requests_paced, 0);
+	ASSERT_EQ(st.sibling_dropped, 0);
+	sib_pair_stop(&p);
 }
 
 TEST_MAIN()
