@@ -5,10 +5,11 @@
  * bounded inbox (device_internal.h), the hand-off of our guest's packets to a sibling's inbox
  * (copied into a buffer of our pool, below; held per sibling while it is full, dropped once it
  * is congested), the delivery of our inbox to our guest's RX ring in pieces (dev_sib_rx, for
- * rx_fill in device.c), the
- * wakeups between the devices' loops, linking (vsock_dev_link_sibling), and the detach of a
- * device that is freed while its siblings run (dev_sib_detach: what was queued for it is
- * dropped and answered with an RST, as sib_reject does for what is sent to it later).
+ * rx_fill in device.c), the budget of REQUESTs a sibling did not accept (a REQUEST beyond it
+ * waits in the sender: "REQUESTs a sibling does not accept" below), the wakeups between the
+ * devices' loops, linking (vsock_dev_link_sibling), and the detach of a device that is freed
+ * while its siblings run (dev_sib_detach: what was queued for it is dropped and answered with
+ * an RST, as sib_reject does for what is sent to it later).
  *
  * A sibling whose inbox is full does not stop our TX ring (only our own excess does, see the
  * end of this comment). A sibling's inbox is the RX queue of
