@@ -482,8 +482,31 @@ TEST(requests_a_sibling_refuses_are_paced_at_the_sender)
 }
 
 /*
+ * Puts n REQUESTs from A's ports sport.. to B's ports dport.. into A's TX ring and kicks once:
+ * A's device takes them in one pass, within microseconds of each other.
+ */
+static void a_queue_requests(struct sib_pair *p, uint32_t sport, uint32_t dport, unsigned n)
+{
+	ASSERT_LE(n, NTX);
+	for (unsigned k = 0; k < n; k++) {
+		struct vsock_hdr h = mkhdr(&p->ga, 4, sport + k, dport + k, VSOCK_TYPE_STREAM,
+					   VSOCK_OP_REQUEST, 0);
+		struct vring_drv_buf b;
+		int i = tg_free_tx(&p->ga);
+
+		ASSERT_GE(i, 0);
+		vsock_hdr_encode(&h, p->ga.txb[i]);
+		b = (struct vring_drv_buf){ .addr = p->ga.txg[i], .len = 44, .write = false };
+		p->ga.txbusy[i] = true;
+		ASSERT_GE(vring_drv_add(p->ga.tx, &b, 1, (void *)(uintptr_t)(i + 1)), 0);
+	}
+	tg_kick(&p->ga, 1);
+}
+
+/*
  * A guest over its budget is only slowed, never answered in the sibling's name: with a budget
- * of 8 paid back by time (one a millisecond), A's 20 refused REQUESTs all reach B and get B's
+ * of 8 paid back by time (one a millisecond), A's 31 refused REQUESTs, taken in one pass (the
+ * 9th is paced unless the pass took over a millisecond per REQUEST), all reach B and get B's
  * own RSTs, and A's connect that follows, to the port B has started listening on meanwhile,
  * reaches B and is accepted (a RESPONSE, not an RST).
  */
@@ -493,29 +516,24 @@ TEST(a_connect_after_a_paced_flood_reaches_the_now_listening_sibling)
 	struct vsock_dev_stats st;
 
 	budget_pair_start(&p, 8, 1000 * 1000);
-	for (uint32_t i = 0; i < 20; i++) {
-		struct vsock_hdr h = mkhdr(&p.ga, 4, 10000 + i, 30000 + i, VSOCK_TYPE_STREAM,
-					   VSOCK_OP_REQUEST, 0);
-
-		tg_send(&p.ga, &h, NULL);
+	a_queue_requests(&p, 10000, 30000, 31);
+	for (uint32_t i = 0; i < 31; i++) {
+		b_gets_request(&p, 10000 + i, 30000 + i);
+		b_answers(&p, 10000 + i, 30000 + i, VSOCK_OP_RST);
 	}
+	for (uint32_t i = 0; i < 31; i++)
+		a_gets(&p, 10000 + i, VSOCK_OP_RST);
 	{
 		struct vsock_hdr h = mkhdr(&p.ga, 4, 20000, 77, VSOCK_TYPE_STREAM,
 					   VSOCK_OP_REQUEST, 0);
 
 		tg_send(&p.ga, &h, NULL);
 	}
-	for (uint32_t i = 0; i < 20; i++) {
-		b_gets_request(&p, 10000 + i, 30000 + i);
-		b_answers(&p, 10000 + i, 30000 + i, VSOCK_OP_RST);
-	}
 	b_gets_request(&p, 20000, 77);
 	b_answers(&p, 20000, 77, VSOCK_OP_RESPONSE);
-	for (uint32_t i = 0; i < 20; i++)
-		a_gets(&p, 10000 + i, VSOCK_OP_RST);
 	a_gets(&p, 20000, VSOCK_OP_RESPONSE);
 	vsock_dev_get_stats(p.ta.d, &st);
-	ASSERT_EQ(st.sibling_fwd_pkts, 21);
+	ASSERT_EQ(st.sibling_fwd_pkts, 32);
 	ASSERT_GT(st.sibling_requests_paced, 0);
 	ASSERT_EQ(st.sibling_dropped, 0);
 	sib_pair_stop(&p);
