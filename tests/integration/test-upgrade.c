@@ -25,6 +25,8 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "ctlcli.h"
 #include "ctlquery.h"
@@ -54,10 +56,14 @@ static struct up ctl_upgrade(const struct uvd *u, const char *binary)
 	char *argv[] = { "uvsock-ctl", "--control", ctl, "--json", "upgrade", "--binary",
 			 (char *)binary, NULL };
 	struct up o = { 0 };
-	FILE *out = fmemopen(o.out, sizeof(o.out) - 1, "w");
-	FILE *err = fmemopen(o.err, sizeof(o.err) - 1, "w");
+	struct stat sb;
+	FILE *out, *err;
 
 	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
+	/* The control socket comes up after the VMs' sockets (uvd_start waits for those). */
+	ASSERT_TRUE(WAIT_FOR(stat(ctl, &sb) == 0, 5000));
+	out = fmemopen(o.out, sizeof(o.out) - 1, "w");
+	err = fmemopen(o.err, sizeof(o.err) - 1, "w");
 	ASSERT_TRUE(out && err);
 	o.rc = uvsock_ctl_main(binary ? 7 : 5, argv, "test", out, err);
 	fclose(out);
@@ -431,4 +437,113 @@ TEST(sigusr2_upgrades_with_the_same_binary)
 	stop_all(&u);
 }
 
-TEST_MAIN()
+TEST(sibling_groups_and_isolate_are_refused_with_the_reason)
+{
+	static const uint32_t cids[] = { 3, 4 };
+	struct uvd u;
+	struct up o;
+	char cmd[128];
+
+	/* Two VMs of one group (linked siblings): refused before anything stops. */
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	uvd_start(&u, 2, cids, "shared", NULL);
+	o = ctl_upgrade(&u, NULL);
+	ASSERT_EQ(o.rc, 1);
+	if (!strstr(o.err, "share a group") || !strstr(o.err, "cannot be upgraded in place"))
+		test_fail(__FILE__, __LINE__, "unexpected error: %s", o.err);
+	ASSERT_TRUE(uvd_alive(&u));
+	ASSERT_EQ(uvd_vm_counter(&u, 4, "ring_errors"), 0); /* it answers: still serving */
+	stop_all(&u);
+
+	/* --isolate: refused by the control socket, and SIGUSR2 is only logged. */
+	uvd_start(&u, 1, cids, NULL, "--isolate");
+	o = ctl_upgrade(&u, NULL);
+	ASSERT_EQ(o.rc, 1);
+	if (!strstr(o.err, "--isolate"))
+		test_fail(__FILE__, __LINE__, "unexpected error: %s", o.err);
+	ASSERT_EQ(kill(u.pid, SIGUSR2), 0);
+	usleep(200 * 1000);
+	ASSERT_TRUE(uvd_alive(&u));
+	ASSERT_EQ(uvd_kill(&u), 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", u.dir);
+	(void)!system(cmd);
+}
+
+/* ---- the benchmark: the pause with 1 and 1000 open connections ---------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* One daemon with `conns` host -> guest connections, upgraded `runs` times: median pause. */
+static void bench_conns(unsigned conns, int runs)
+{
+	struct uvd u;
+	struct uvsock_ctx *g;
+	double pause[32];
+	int *hfd = calloc(conns, sizeof(int)), *gfd = calloc(conns, sizeof(int)), ls;
+	double la[3] = { 0 };
+	char cmd[128];
+
+	ASSERT_TRUE(hfd && gfd);
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	start_one(&u);
+	g = g_guest_new(u.sock[0], NULL);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	for (unsigned i = 0; i < conns; i++)
+		gfd[i] = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &hfd[i]);
+	for (int r = 0; r < runs; r++) {
+		struct up o = ctl_upgrade(&u, NULL);
+		pid_t old = u.pid;
+
+		if (o.rc != 0)
+			test_fail(__FILE__, __LINE__, "upgrade failed: %s", o.err);
+		pause[r] = ops_json_get(ops_json_get(o.v, "vms")->child, "pause_ms")->d;
+		u.pid = (pid_t)ops_json_u64(o.v, "new_pid", 0);
+		ops_json_free(o.v);
+		old_exited(old);
+	}
+	ping(gfd[conns - 1], hfd[conns - 1], 'z');
+	(void)getloadavg(la, 3);
+	qsort(pause, (size_t)runs, sizeof(pause[0]), cmp_double);
+	printf("upgrade pause, %u connection%s, %d runs: median %.3f ms (min %.3f, max %.3f); "
+	       "load average %.2f %.2f %.2f\n", conns, conns == 1 ? "" : "s", runs,
+	       pause[runs / 2], pause[0], pause[runs - 1], la[0], la[1], la[2]);
+	fflush(stdout);
+	for (unsigned i = 0; i < conns; i++) {
+		close(hfd[i]);
+		uvsock_close(gfd[i]);
+	}
+	uvsock_close(ls);
+	uvsock_ctx_free(g);
+	ASSERT_EQ(uvd_kill(&u), 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", u.dir);
+	(void)!system(cmd);
+	free(hfd);
+	free(gfd);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--bench")) {
+		int runs = argc == 4 && !strcmp(argv[2], "--runs") ? atoi(argv[3]) : 7;
+		struct rlimit rl;
+
+		if (runs < 1 || runs > 32) {
+			fprintf(stderr, "usage: %s --bench [--runs 1..32]\n", argv[0]);
+			return 2;
+		}
+		/* 1000 host sockets here */
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+			rl.rlim_cur = rl.rlim_max;
+			(void)setrlimit(RLIMIT_NOFILE, &rl);
+		}
+		bench_conns(1, runs);
+		bench_conns(1000, runs);
+		return 0;
+	}
+	return test_main(argc, argv);
+}
