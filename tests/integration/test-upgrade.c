@@ -15,6 +15,7 @@
  *     reading no version of the VM record): uvsock-ctl exits 1 with "upgrade refused by PATH
  *     (pid N): ...", the same process serves on, and a transfer through it loses nothing;
  *   - SIGUSR2: the same hand-over with the daemon's own binary, a connection kept across it;
+ *     systemd (a NOTIFY_SOCKET of the test's) hears MAINPID=<new pid>, then READY=1;
  *   - a datagram socket of the host program keeps working across an upgrade.
  *
  * The test process is a child subreaper (PR_SET_CHILD_SUBREAPER), so every uvsockd generation
@@ -73,6 +74,23 @@ static struct up ctl_upgrade(const struct uvd *u, const char *binary)
 	return o;
 }
 
+/* Open fds of pid (0 once it is gone). */
+static unsigned count_fds(pid_t pid)
+{
+	char path[64];
+	unsigned n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n > 2 ? n - 2 : 0;
+}
+
 /* An exited generation: reaped (we are its subreaper), exit status 0. */
 static void old_exited(pid_t pid)
 {
@@ -102,8 +120,9 @@ static void upgrade_ok(struct uvd *u, unsigned want_conns_min)
 	ASSERT_EQ(ops_json_u64(vm, "cid", 0), u->cid[0]);
 	ASSERT_TRUE(ops_json_get(vm, "pause_ms") && ops_json_get(vm, "pause_ms")->type == OPS_J_NUM);
 	ASSERT_GE(ops_json_u64(vm, "conns", 0), want_conns_min);
-	test_note("upgrade %d -> %d: pause %.3f ms, %llu connections", (int)old, (int)np,
-		  ops_json_get(vm, "pause_ms")->d, (unsigned long long)ops_json_u64(vm, "conns", 0));
+	test_note("upgrade %d -> %d: pause %.3f ms, %llu connections, %u fds before, %u after",
+		  (int)old, (int)np, ops_json_get(vm, "pause_ms")->d,
+		  (unsigned long long)ops_json_u64(vm, "conns", 0), count_fds(old), count_fds(np));
 	ops_json_free(o.v);
 	old_exited(old);
 	u->pid = np;
@@ -350,6 +369,20 @@ TEST(failed_upgrades_leave_the_old_process_serving)
 	stop_all(&u);
 }
 
+/* One sd_notify datagram (NUL-terminated) within 5 s. */
+static bool notify_recv(int fd, char *buf, size_t len)
+{
+	ssize_t n;
+
+	if (hs_wait_fd(fd, POLLIN, 5000) <= 0)
+		return false;
+	n = recv(fd, buf, len - 1, 0);
+	if (n < 0)
+		return false;
+	buf[n] = '\0';
+	return true;
+}
+
 /* The uvsockd child of ours other than `not` (an upgrade's new process, reparented to us). */
 static pid_t find_child(pid_t not)
 {
@@ -384,11 +417,21 @@ TEST(sigusr2_upgrades_with_the_same_binary)
 	struct uvsock_ctx *g;
 	int ls, g_in, h_in, hl, g_out, h_out, dg;
 	pid_t old, np = 0;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = { .sun_family = AF_UNIX }, na = { .sun_family = AF_UNIX };
+	char ndir[] = "/tmp/uvsock-up-XXXXXX", buf[512];
+	int nfd;
 
 
+	/* systemd's side: a NOTIFY_SOCKET of ours, inherited by every generation */
+	ASSERT_TRUE(mkdtemp(ndir) != NULL);
+	nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_GE(nfd, 0);
+	snprintf(na.sun_path, sizeof(na.sun_path), "%s/notify", ndir);
+	ASSERT_EQ(bind(nfd, (struct sockaddr *)&na, sizeof(na)), 0);
+	ASSERT_EQ(setenv("NOTIFY_SOCKET", na.sun_path, 1), 0);
 	start_one(&u);
 	old = u.pid;
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)) && strstr(buf, "READY=1"));
 	g = g_guest_new(u.sock[0], NULL);
 	ls = g_listen(g, SOCK_STREAM, 6000);
 	g_in = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &h_in);
@@ -402,8 +445,14 @@ TEST(sigusr2_upgrades_with_the_same_binary)
 	ASSERT_EQ(connect(dg, (struct sockaddr *)&sa, sizeof(sa)), 0);
 
 	ASSERT_EQ(kill(old, SIGUSR2), 0);
+	/* The new process says MAINPID=<itself>, then READY=1, before the old one exits. */
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)));
+	ASSERT_EQ(strncmp(buf, "MAINPID=", 8), 0);
+	np = (pid_t)atoi(buf + 8);
+	ASSERT_TRUE(np > 0 && np != old);
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)) && strstr(buf, "READY=1"));
 	old_exited(old);
-	ASSERT_TRUE(WAIT_FOR((np = find_child(old)) > 0, 5000));
+	ASSERT_EQ(find_child(old), np);
 	u.pid = np;
 	test_note("SIGUSR2: %d -> %d", (int)old, (int)np);
 	ping(g_in, h_in, 'a');
@@ -435,6 +484,9 @@ TEST(sigusr2_upgrades_with_the_same_binary)
 		uvsock_close((int[]){ ls, g_in, g_out }[i]);
 	uvsock_ctx_free(g);
 	stop_all(&u);
+	close(nfd);
+	unlink(na.sun_path);
+	rmdir(ndir);
 }
 
 TEST(sibling_groups_and_isolate_are_refused_with_the_reason)
