@@ -25,6 +25,7 @@
  */
 #include <dirent.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -73,6 +74,8 @@ static struct up ctl_upgrade(const struct uvd *u, const char *binary)
 		ASSERT_EQ(ops_json_parse(o.out, strlen(o.out), &o.v), 0);
 	return o;
 }
+
+static void set_live(pid_t pid);
 
 /* Open fds of pid (0 once it is gone). */
 static unsigned count_fds(pid_t pid)
@@ -124,6 +127,7 @@ static void upgrade_ok(struct uvd *u, unsigned want_conns_min)
 		  (int)old, (int)np, ops_json_get(vm, "pause_ms")->d,
 		  (unsigned long long)ops_json_u64(vm, "conns", 0), count_fds(old), count_fds(np));
 	ops_json_free(o.v);
+	set_live(np);
 	old_exited(old);
 	u->pid = np;
 	ASSERT_EQ(kill(np, 0), 0);
@@ -223,6 +227,46 @@ static void *g_send_paced(void *arg)
 	return NULL;
 }
 
+/*
+ * The daemon generation that serves now, in memory shared with a guard process: a failing case
+ * ends with _exit, and only the first generation dies with us (PR_SET_PDEATHSIG in uvd_spawn),
+ * so the guard kills the current one, by its PID, when this process dies.
+ */
+static volatile pid_t *live;
+
+static void guard_start(void)
+{
+	pid_t parent = getpid(), g;
+
+	live = mmap(NULL, sizeof(*live), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+		    0);
+	ASSERT_TRUE(live != MAP_FAILED);
+	*live = 0;
+	g = fork();
+	ASSERT_GE(g, 0);
+	if (g == 0) {
+		sigset_t set;
+		int sig;
+
+		sigemptyset(&set);
+		sigaddset(&set, SIGUSR1);
+		sigprocmask(SIG_BLOCK, &set, NULL);
+		prctl(PR_SET_PDEATHSIG, SIGUSR1);
+		if (getppid() == parent)
+			(void)sigwait(&set, &sig);
+		if (*live > 0)
+			kill(*live, SIGKILL);
+		_exit(0);
+	}
+}
+
+static void set_live(pid_t pid)
+{
+	if (!live)
+		guard_start();
+	*live = pid;
+}
+
 static void start_one(struct uvd *u)
 {
 	static const uint32_t cid = 3;
@@ -231,6 +275,7 @@ static void start_one(struct uvd *u)
 	 * case runs in a process of its own: set here, not once for the program). */
 	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
 	uvd_start(u, 1, &cid, NULL, "--log-level=info");
+	set_live(u->pid);
 }
 
 /* The last generation, by PID; then the test's files. */
@@ -239,6 +284,7 @@ static void stop_all(struct uvd *u)
 	char cmd[128];
 
 	ASSERT_EQ(uvd_kill(u), 0);
+	set_live(0);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", u->dir);
 	(void)!system(cmd);
 }
@@ -450,6 +496,7 @@ TEST(sigusr2_upgrades_with_the_same_binary)
 	ASSERT_EQ(strncmp(buf, "MAINPID=", 8), 0);
 	np = (pid_t)atoi(buf + 8);
 	ASSERT_TRUE(np > 0 && np != old);
+	set_live(np);
 	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)) && strstr(buf, "READY=1"));
 	old_exited(old);
 	ASSERT_EQ(find_child(old), np);
@@ -555,6 +602,7 @@ static void bench_conns(unsigned conns, int runs)
 			test_fail(__FILE__, __LINE__, "upgrade failed: %s", o.err);
 		pause[r] = ops_json_get(ops_json_get(o.v, "vms")->child, "pause_ms")->d;
 		u.pid = (pid_t)ops_json_u64(o.v, "new_pid", 0);
+		set_live(u.pid);
 		ops_json_free(o.v);
 		old_exited(old);
 	}
