@@ -16,7 +16,10 @@
  *     (pid N): ...", the same process serves on, and a transfer through it loses nothing;
  *   - SIGUSR2: the same hand-over with the daemon's own binary, a connection kept across it;
  *     systemd (a NOTIFY_SOCKET of the test's) hears MAINPID=<new pid>, then READY=1;
- *   - a datagram socket of the host program keeps working across an upgrade.
+ *   - a datagram socket of the host program keeps working across an upgrade;
+ *   - two VMs and one added with vm-add: a refusal resumes all three, an upgrade moves all
+ *     three (one commit), the added one keeps its name and socket file;
+ *   - VMs sharing a group, and --isolate: refused with the reason, nothing stopped.
  *
  * The test process is a child subreaper (PR_SET_CHILD_SUBREAPER), so every uvsockd generation
  * is its child: each is waited for or killed by its PID.
@@ -566,6 +569,104 @@ TEST(sibling_groups_and_isolate_are_refused_with_the_reason)
 	ASSERT_EQ(uvd_kill(&u), 0);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", u.dir);
 	(void)!system(cmd);
+}
+
+/* uvsock-ctl --control CTL add-vm SPEC, in-process: its exit status. */
+static int ctl_add_vm(const struct uvd *u, const char *spec)
+{
+	char ctl[160], out[512] = "", err[512] = "";
+	char *argv[] = { "uvsock-ctl", "--control", ctl, "add-vm", (char *)spec, NULL };
+	FILE *fo = fmemopen(out, sizeof(out) - 1, "w"), *fe = fmemopen(err, sizeof(err) - 1, "w");
+	int rc;
+
+	ASSERT_TRUE(fo && fe);
+	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
+	rc = uvsock_ctl_main(5, argv, "test", fo, fe);
+	fclose(fo);
+	fclose(fe);
+	if (rc)
+		test_note("add-vm: %s", err);
+	return rc;
+}
+
+TEST(two_vms_and_a_runtime_vm_move_together)
+{
+	static const uint32_t cids[] = { 3, 4 };
+	struct uvd u;
+	struct uvsock_ctx *g[2];
+	int ls[2], gfd[2], hfd[2];
+	char spec[400], sock5[160];
+	struct ops_jv *v;
+	const struct ops_jv *e;
+	struct up o;
+	unsigned n = 0;
+	struct stat sb;
+	pid_t old;
+
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	uvd_start(&u, 2, cids, NULL, "--log-level=info");
+	set_live(u.pid);
+	for (int i = 0; i < 2; i++) {
+		g[i] = g_guest_new(u.sock[i], NULL);
+		ls[i] = g_listen(g[i], SOCK_STREAM, 6000);
+		gfd[i] = g_accept_host(ls[i], u.uds[i], SOCK_STREAM, 6000, &hfd[i]);
+	}
+	/* a third VM added at run time, with no VMM: it moves too (its config is in its record) */
+	snprintf(sock5, sizeof(sock5), "%s/vm5.sock", u.dir);
+	snprintf(spec, sizeof(spec), "guest-cid=5,socket=%s,uds-path=%s/vm5.vsock,name=late",
+		 sock5, u.dir);
+	ASSERT_EQ(ctl_add_vm(&u, spec), 0);
+
+	/* A refusal with three VMs: every one of them goes on. */
+	upgrade_refused(&u, UVSOCKD_TEST_REFUSE_PATH, "version 1 is not one this program reads");
+	for (int i = 0; i < 2; i++)
+		ping(gfd[i], hfd[i], (char)('a' + i));
+
+	old = u.pid;
+	o = ctl_upgrade(&u, NULL);
+	if (o.rc != 0)
+		test_fail(__FILE__, __LINE__, "upgrade failed: %s", o.err);
+	u.pid = (pid_t)ops_json_u64(o.v, "new_pid", 0);
+	set_live(u.pid);
+	for (e = ops_json_get(o.v, "vms")->child; e; e = e->next, n++) {
+		static const uint64_t want[] = { 3, 4, 5 };
+
+		ASSERT_TRUE(n < 3 && ops_json_u64(e, "cid", 0) == want[n]);
+	}
+	ASSERT_EQ(n, 3);
+	ops_json_free(o.v);
+	old_exited(old);
+	for (int i = 0; i < 2; i++) {
+		ping(gfd[i], hfd[i], (char)('c' + i));
+		g_no_error(gfd[i]);
+	}
+	/* the runtime VM is served by the new process under its name, its socket file kept */
+	v = uvd_ctl_query(&u, "vms");
+	n = 0;
+	for (e = ops_json_get(v, "vms")->child; e; e = e->next)
+		n++;
+	ASSERT_EQ(n, 3);
+	ops_json_free(v);
+	ASSERT_EQ(stat(sock5, &sb), 0);
+	{
+		char ctl[160], out[256] = "", err[256] = "";
+		char *argv[] = { "uvsock-ctl", "--control", ctl, "remove-vm", "late", NULL };
+		FILE *fo = fmemopen(out, sizeof(out) - 1, "w"), *fe = fmemopen(err, 255, "w");
+
+		snprintf(ctl, sizeof(ctl), "%s.ctl", u.sock[0]);
+		ASSERT_EQ(uvsock_ctl_main(5, argv, "test", fo, fe), 0);
+		fclose(fo);
+		fclose(fe);
+	}
+	ASSERT_NE(stat(sock5, &sb), 0); /* removed by the new process: the file is its own */
+
+	for (int i = 0; i < 2; i++) {
+		close(hfd[i]);
+		uvsock_close(gfd[i]);
+		uvsock_close(ls[i]);
+		uvsock_ctx_free(g[i]);
+	}
+	stop_all(&u);
 }
 
 /* ---- the benchmark: the pause with 1 and 1000 open connections ---------------------------- */
