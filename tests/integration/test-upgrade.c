@@ -38,6 +38,7 @@
 #include "ctlproto/json.h"
 #include "guestside.h"
 #include "test.h"
+#include "util/uds.h"
 #include "uvsockd-proc.h"
 
 #ifndef UVSOCKD_TEST_REFUSE_PATH
@@ -61,12 +62,11 @@ static struct up ctl_upgrade(const struct uvd *u, const char *binary)
 	char *argv[] = { "uvsock-ctl", "--control", ctl, "--json", "upgrade", "--binary",
 			 (char *)binary, NULL };
 	struct up o = { 0 };
-	struct stat sb;
 	FILE *out, *err;
 
 	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
 	/* The control socket comes up after the VMs' sockets (uvd_start waits for those). */
-	ASSERT_TRUE(WAIT_FOR(stat(ctl, &sb) == 0, 5000));
+	ASSERT_TRUE(WAIT_FOR(uds_probe(ctl, SOCK_STREAM) == -EADDRINUSE, 5000));
 	out = fmemopen(o.out, sizeof(o.out) - 1, "w");
 	err = fmemopen(o.err, sizeof(o.err) - 1, "w");
 	ASSERT_TRUE(out && err);
