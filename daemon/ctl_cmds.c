@@ -567,6 +567,11 @@ static void cmd_upgrade(struct ops_ctl *c, struct ops_jw *w, int argc, char **ar
 		ctl_error_answer(w, EINVAL, "usage: upgrade [binary PATH]");
 		return;
 	}
+	if (argc == 3 && argv[2][0] != '/') {
+		ctl_error_answer(w, EINVAL, "upgrade: binary %.200s: an absolute path is needed (the "
+				 "daemon's working directory is not the client's)", argv[2]);
+		return;
+	}
 	r = c->ops->upgrade(c->opaque, argc == 3 ? argv[2] : NULL, &u, err, sizeof(err));
 	if (u.exit_after >= 0) {
 		loop_watch_del(c->listen_watch);
