@@ -42,6 +42,11 @@ static const char *errno_name(int e)
 	case EMFILE: return "EMFILE";
 	case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
 	case ENOMEM: return "ENOMEM";
+	/* upgrade: refused by the new binary, not executable, silent, dead */
+	case EPROTO: return "EPROTO";
+	case ENOEXEC: return "ENOEXEC";
+	case ETIMEDOUT: return "ETIMEDOUT";
+	case ECONNRESET: return "ECONNRESET";
 	default: return "EIO";
 	}
 }
