@@ -519,8 +519,8 @@ int dev_vhu_restore(struct vsock_dev *d, struct rec_reader *r, const char *path,
 	if (!!(gv[1].u & VG_F_INHERITED) == gv[0].present)
 		return rec_fail(r->doc, -EBADMSG, "a vhost-user listener %s",
 				gv[0].present ? "beside an inherited connection" : "missing");
-	if ((gv[1].u & VG_F_INHERITED) && !gv[2].present)
-		return rec_fail(r->doc, -EBADMSG, "an inherited connection without its back-end");
+	/* An inherited connection that ended leaves a VM with neither: it stays detached, as
+	 * in the old process. */
 	v = calloc(1, sizeof(*v));
 	if (!v)
 		return -ENOMEM;

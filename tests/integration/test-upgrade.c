@@ -19,7 +19,9 @@
  *   - a datagram socket of the host program keeps working across an upgrade;
  *   - two VMs and one added with vm-add: a refusal resumes all three, an upgrade moves all
  *     three (one commit), the added one keeps its name and socket file;
- *   - VMs sharing a group, and --isolate: refused with the reason, nothing stopped.
+ *   - VMs sharing a group, and --isolate: refused with the reason, nothing stopped;
+ *   - inherited sockets (--fd): a connected VMM connection answers the VMM's next requests from
+ *     the new process; a listening one takes the next VMM there, and its file is kept.
  *
  * The test process is a child subreaper (PR_SET_CHILD_SUBREAPER), so every uvsockd generation
  * is its child: each is waited for or killed by its PID.
@@ -40,6 +42,7 @@
 #include "test.h"
 #include "util/uds.h"
 #include "uvsockd-proc.h"
+#include "vhost_user/frontend.h"
 
 #ifndef UVSOCKD_TEST_REFUSE_PATH
 #define UVSOCKD_TEST_REFUSE_PATH "uvsockd-test-refuse"
@@ -667,6 +670,119 @@ TEST(two_vms_and_a_runtime_vm_move_together)
 		uvsock_ctx_free(g[i]);
 	}
 	stop_all(&u);
+}
+
+/*
+ * uvsockd --fd=3 (fd3 its fd 3) --guest-cid CID --uds-path DIR/u.vsock --control DIR/x.ctl, in
+ * a fresh u (u->sock[0] is DIR/x, so that ctl_upgrade finds DIR/x.ctl).
+ */
+static void spawn_inherited(struct uvd *u, int fd3, uint32_t cid)
+{
+	char cids[16], uds[160], ctl[160];
+	char *argv[] = { (char *)uvd_binary(), "--fd=3", "--guest-cid", cids, "--uds-path", uds,
+			 "--control", ctl, "--log-level=info", NULL };
+	pid_t parent = getpid();
+
+	memset(u, 0, sizeof(*u));
+	snprintf(u->dir, sizeof(u->dir), "/tmp/uvsock-it-XXXXXX");
+	ASSERT_TRUE(mkdtemp(u->dir) != NULL);
+	snprintf(u->log, sizeof(u->log), "%s/uvsockd.log", u->dir);
+	snprintf(u->sock[0], sizeof(u->sock[0]), "%s/x", u->dir);
+	snprintf(u->uds[0], sizeof(u->uds[0]), "%s/u.vsock", u->dir);
+	u->nvms = 1;
+	u->cid[0] = cid;
+	snprintf(cids, sizeof(cids), "%u", cid);
+	snprintf(uds, sizeof(uds), "%s", u->uds[0]);
+	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
+	u->pid = fork();
+	ASSERT_GE(u->pid, 0);
+	if (u->pid == 0) {
+		int lf = open(u->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		dup2(lf, 1);
+		dup2(lf, 2);
+		if (fd3 == 3)
+			fcntl(3, F_SETFD, 0); /* dup2 onto itself would keep close-on-exec */
+		else
+			dup2(fd3, 3);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	set_live(u->pid);
+}
+
+/* A front-end session on sock: negotiated (features, memory), the guest CID read back. */
+static struct vhu_front *front_on(int sock, uint32_t want_cid)
+{
+	struct vhu_front_config cfg;
+	struct vhu_front *f;
+
+	vhu_front_config_init(&cfg);
+	cfg.mem_size = 1 << 20;
+	ASSERT_OK(vhu_front_new(sock, &cfg, &f));
+	ASSERT_OK(vhu_front_init(f));
+	ASSERT_EQ(vhu_front_guest_cid(f), want_cid);
+	return f;
+}
+
+/* The VMM's next request after an upgrade is answered by the new process on the same socket. */
+static void front_still_served(struct vhu_front *f, uint32_t want_cid)
+{
+	uint64_t cid = 0, feat = 0;
+
+	ASSERT_OK(vhu_front_get_config(f, 0, sizeof(cid), &cid));
+	ASSERT_EQ(cid, want_cid);
+	ASSERT_OK(vhu_front_get_features(f, &feat));
+	ASSERT_NE(feat, 0);
+}
+
+TEST(inherited_sockets_travel_too)
+{
+	struct uvd u;
+	struct vhu_front *f;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[96];
+	int sp[2], l, c;
+
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	/* --fd with a connected socket: the VMM's connection itself is inherited */
+	ASSERT_OK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp));
+	spawn_inherited(&u, sp[1], 12);
+	close(sp[1]);
+	f = front_on(sp[0], 12);
+	upgrade_ok(&u, 0);
+	front_still_served(f, 12);
+	upgrade_ok(&u, 0);
+	front_still_served(f, 12);
+	vhu_front_free(f);
+	stop_all(&u);
+
+	/* --fd with a listening socket (bound by us, as a service manager would): it moves, the
+	 * new process accepts the next VMM on it, and leaves the file, which is not its own */
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	snprintf(path, sizeof(path), "/tmp/uvsock-up-l%d.sock", (int)getpid());
+	l = hs_listen(path, SOCK_STREAM);
+	spawn_inherited(&u, l, 13);
+	close(l);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ASSERT_TRUE(WAIT_FOR((c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+			     (connect(c, (struct sockaddr *)&sa, sizeof(sa)) == 0 ||
+			      (close(c), c = -1, false)), 5000));
+	f = front_on(c, 13);
+	upgrade_ok(&u, 0);
+	front_still_served(f, 13);
+	vhu_front_free(f); /* the VMM goes away: the new process serves the listener again */
+	ASSERT_TRUE(WAIT_FOR((c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+			     (connect(c, (struct sockaddr *)&sa, sizeof(sa)) == 0 ||
+			      (close(c), c = -1, false)), 5000));
+	f = front_on(c, 13);
+	vhu_front_free(f);
+	stop_all(&u);
+	ASSERT_EQ(access(path, F_OK), 0);
+	unlink(path);
 }
 
 /* ---- the benchmark: the pause with 1 and 1000 open connections ---------------------------- */
