@@ -254,6 +254,10 @@ static void guard_start(void)
 		sigset_t set;
 		int sig;
 
+		/* Hold none of the test's sockets open (a VMM connection must end when the test
+		 * closes it). */
+		for (int fd = 3; fd < 4096; fd++)
+			close(fd);
 		sigemptyset(&set);
 		sigaddset(&set, SIGUSR1);
 		sigprocmask(SIG_BLOCK, &set, NULL);
@@ -714,6 +718,21 @@ static void spawn_inherited(struct uvd *u, int fd3, uint32_t cid)
 	set_live(u->pid);
 }
 
+/* The log file has `what` (every generation writes to it: they share its fd). */
+static bool log_says(const char *log, const char *what)
+{
+	char buf[65536];
+	FILE *f = fopen(log, "r");
+	size_t n;
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return strstr(buf, what) != NULL;
+}
+
 /* A front-end session on sock: negotiated (features, memory), the guest CID read back. */
 static struct vhu_front *front_on(int sock, uint32_t want_cid)
 {
@@ -758,6 +777,9 @@ TEST(inherited_sockets_travel_too)
 	upgrade_ok(&u, 0);
 	front_still_served(f, 12);
 	vhu_front_free(f);
+	/* the inherited connection ended: the VM is detached, and moves so */
+	ASSERT_TRUE(WAIT_FOR(log_says(u.log, "the inherited vhost-user connection ended"), 5000));
+	upgrade_ok(&u, 0);
 	stop_all(&u);
 
 	/* --fd with a listening socket (bound by us, as a service manager would): it moves, the
