@@ -24,7 +24,6 @@
 #include "util/build.h"
 #include "util/log.h"
 #include "util/tune.h"
-#include "upgrade.h"
 #include "util/uds.h"
 #include "vring/guest_mem.h"
 #include "vms.h"
