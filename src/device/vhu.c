@@ -15,16 +15,21 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "device/evq.h"
+#include "device/vhu_keep.h"
 #include "device/vsock_dev.h"
 #include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/loop.h"
+#include "util/macros.h"
+#include "util/rec.h"
 #include "util/uds.h"
 #include "uvsock/device.h"
 #include "vhost_user/backend.h"
@@ -41,7 +46,14 @@ struct dev_vhu {
 	 * then it may be another uvsockd's liveness probe (util/uds.c, uds_probe_owner: connect
 	 * and close) or a host program on the wrong socket: neither is logged as a VMM. */
 	bool announced;
+	/* Crash survival (vhu_keep.h): the back-end's config_gen last kept, and whether the
+	 * keeper holds a record of this VM. */
+	uint64_t kept_gen;
+	bool kept;
 };
+
+static void keep_update(struct dev_vhu *v);
+static int adopt_offered(struct dev_vhu *v);
 
 static struct uvsock_dev *api(struct dev_vhu *v)
 {
@@ -132,6 +144,7 @@ static void vmm_disconnect(struct dev_vhu *v, int why)
 	v->vhu_w = NULL;
 	vhu_backend_free(v->vhu); /* stops both rings through vq_stop */
 	v->vhu = NULL;
+	keep_update(v); /* the keeper's copy of the connection must close too */
 	(void)uvsock_dev_reset(api(v));
 	/* Serve the socket again: the next VMM (a restarted VM) is accepted by vhu_listen_cb. */
 	if (v->listen_w)
@@ -173,7 +186,23 @@ static void vhu_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 		log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(v->d), "%s: VMM connected",
 			   vsock_dev_name(v->d));
 	}
+	if (vhu_backend_config_gen(v->vhu) != v->kept_gen)
+		keep_update(v);
 	dev_message_done(v->d);
+}
+
+/* The back-end's configuration for v's device. */
+static void backend_config(const struct dev_vhu *v, struct vhu_backend_config *cfg)
+{
+	vhu_backend_config_init(cfg);
+	/* What the device implements (event-idx switch), and dirty logging, which is the vring
+	 * module's (src/vring/dirty_log.h) and needs nothing of the device. */
+	cfg->features &= uvsock_dev_features() | VHU_BIT(VHU_F_LOG_ALL);
+	if (dev_dgram_offered(v->d))
+		cfg->features |= VHU_BIT(VHU_VSOCK_F_DGRAM);
+	cfg->guest_cid = vsock_dev_guest_cid(v->d);
+	cfg->queue_size_max = v->queue_size_max;
+	cfg->name = vsock_dev_name(v->d);
 }
 
 /* Serves the VMM connected on s (owned from here on). Returns 0 or -errno (s closed). */
@@ -182,15 +211,7 @@ static int vmm_attach(struct dev_vhu *v, int s)
 	struct vhu_backend_config cfg;
 	int r;
 
-	vhu_backend_config_init(&cfg);
-	/* What the device implements (event-idx switch), and dirty logging, which is the vring
-	 * module's (src/vring/dirty_log.h) and needs nothing of the device. */
-	cfg.features &= uvsock_dev_features() | VHU_BIT(VHU_F_LOG_ALL);
-	if (dev_dgram_offered(v->d))
-		cfg.features |= VHU_BIT(VHU_VSOCK_F_DGRAM);
-	cfg.guest_cid = vsock_dev_guest_cid(v->d);
-	cfg.queue_size_max = v->queue_size_max;
-	cfg.name = vsock_dev_name(v->d);
+	backend_config(v, &cfg);
 	r = vhu_backend_new(s, &cfg, &vhu_ops, v, &v->vhu);
 	if (r < 0) {
 		log_vm_dev(LOG_LVL_ERROR, cfg.guest_cid, "%s: vhost-user set-up failed: %s", cfg.name,
@@ -210,6 +231,7 @@ static int vmm_attach(struct dev_vhu *v, int s)
 	dev_set_vmm_state(v->d, true);
 	/* "VMM connected" waits for its first message (vhu_cb). */
 	v->announced = false;
+	v->kept_gen = 0;
 	log_vm_dev(LOG_LVL_DEBUG, cfg.guest_cid, "%s: connection on %s", cfg.name, v->path);
 	return 0;
 }
@@ -304,6 +326,7 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 		dev_vhu_free(v);
 		return r;
 	}
+	(void)adopt_offered(v);
 	*ret = v;
 	return 0;
 }
@@ -323,4 +346,260 @@ void dev_vhu_free(struct dev_vhu *v)
 		close(v->listener.fd);
 	}
 	free(v);
+}
+
+/* ---- crash survival (vhu_keep.h; docs/upgrade.md, "Crash survival") ------------------------ */
+
+static struct {
+	dev_vhu_keep_fn fn;
+	void *arg;
+} keeper;
+
+/* Records kept by the previous process, offered to the devices made next (by CID). */
+struct keep_offer {
+	uint32_t cid;
+	int memfd;
+	int *fds;
+	size_t nfds;
+	struct keep_offer *next;
+};
+static pthread_mutex_t offers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct keep_offer *offers;
+
+void dev_vhu_set_keeper(dev_vhu_keep_fn fn, void *arg)
+{
+	keeper.fn = fn;
+	keeper.arg = arg;
+}
+
+/* Hands the keeper v's record: the back-end's configuration, or (no VMM) a drop. */
+static void keep_update(struct dev_vhu *v)
+{
+	uint32_t cid = vsock_dev_guest_cid(v->d);
+	struct rec_writer w;
+	const uint8_t *buf;
+	size_t len;
+	bool have = false;
+
+	if (!keeper.fn || (!v->vhu && !v->kept))
+		return;
+	rec_writer_init(&w, REC_KIND_CRASH, VHU_KEEP_VERSION);
+	rec_put_u32(&w, VHU_KEEP_T_CID, cid);
+	if (v->vhu) {
+		/* The back-end's first fd is its connection (vhu_backend_snapshot). */
+		rec_put_u32(&w, VHU_KEEP_T_CONN, w.nfds);
+		rec_begin(&w, VHU_KEEP_T_BACKEND);
+		have = vhu_backend_snapshot(v->vhu, &w) == 0;
+		rec_end(&w);
+		if (!have) {
+			/* A failed connection is closed right after: keep nothing of it. */
+			rec_writer_free(&w);
+			rec_writer_init(&w, REC_KIND_CRASH, VHU_KEEP_VERSION);
+			rec_put_u32(&w, VHU_KEEP_T_CID, cid);
+		}
+	}
+	if (rec_writer_finish(&w, &buf, &len) < 0) {
+		log_warn("%s: cannot write the crash-survival record: out of memory",
+			 vsock_dev_name(v->d));
+	} else {
+		keeper.fn(keeper.arg, cid, buf, len, w.fds, w.nfds);
+		v->kept = have;
+		if (v->vhu)
+			v->kept_gen = vhu_backend_config_gen(v->vhu);
+	}
+	rec_writer_free(&w);
+}
+
+static const struct rec_field keep_fields[] = {
+	{ VHU_KEEP_T_CID, REC_U32, true, "guest CID" },
+	{ VHU_KEEP_T_BACKEND, REC_LIST, false, "vhost-user back-end" },
+	{ VHU_KEEP_T_CONN, REC_U32, false, "connection" },
+};
+
+/* Opens a record in d and reads its top level into v[ARRAY_SIZE(keep_fields)]. */
+static int keep_open(struct rec_doc *d, struct rec_val *v, const uint8_t *buf, size_t len,
+		     const int *fds, size_t nfds)
+{
+	struct rec_reader r;
+	int e;
+
+	if (nfds > VHU_KEEP_MAX_FDS)
+		return -E2BIG;
+	e = rec_open(d, buf, len, REC_KIND_CRASH, VHU_KEEP_VERSION, VHU_KEEP_VERSION, fds, nfds);
+	if (e < 0)
+		return e;
+	rec_root(d, &r, "crash record");
+	e = rec_scan(&r, keep_fields, ARRAY_SIZE(keep_fields), v);
+	if (e == 0 && v[1].present != v[2].present)
+		e = rec_fail(d, -EBADMSG, "crash record: back-end and connection go together");
+	if (e == 0 && v[2].present && v[2].u >= nfds)
+		e = rec_fail(d, -EBADMSG, "crash record: connection fd %llu of %zu",
+			     (unsigned long long)v[2].u, nfds);
+	if (e < 0)
+		rec_doc_fini(d);
+	return e;
+}
+
+int dev_vhu_keep_peek(const uint8_t *buf, size_t len, const int *fds, size_t nfds,
+		      uint32_t *ret_cid, int *ret_conn)
+{
+	struct rec_val v[ARRAY_SIZE(keep_fields)] = { 0 };
+	struct rec_doc d;
+	int e = keep_open(&d, v, buf, len, fds, nfds);
+
+	if (e < 0)
+		return e;
+	*ret_cid = (uint32_t)v[0].u;
+	*ret_conn = v[2].present ? fds[v[2].u] : -1;
+	rec_doc_fini(&d);
+	return 0;
+}
+
+static void offer_free(struct keep_offer *o)
+{
+	close(o->memfd);
+	for (size_t i = 0; i < o->nfds; i++)
+		close(o->fds[i]);
+	free(o->fds);
+	free(o);
+}
+
+int dev_vhu_adopt_offer(int memfd, int *fds, size_t nfds)
+{
+	struct keep_offer *o = calloc(1, sizeof(*o));
+	const uint8_t *buf = NULL;
+	size_t len = 0;
+	int conn = -1, e = -ENOMEM;
+
+	if (o) {
+		*o = (struct keep_offer){ .memfd = memfd, .fds = fds, .nfds = nfds };
+		e = rec_map_fd(memfd, &buf, &len);
+	}
+	if (e == 0) {
+		e = dev_vhu_keep_peek(buf, len, fds, nfds, &o->cid, &conn);
+		rec_unmap(buf, len);
+	}
+	if (e == 0 && conn < 0)
+		e = -ENOENT; /* a drop: nothing to adopt */
+	if (e < 0) {
+		if (o) {
+			offer_free(o);
+		} else {
+			close(memfd);
+			for (size_t i = 0; i < nfds; i++)
+				close(fds[i]);
+			free(fds);
+		}
+		return e;
+	}
+	pthread_mutex_lock(&offers_lock);
+	o->next = offers;
+	offers = o;
+	pthread_mutex_unlock(&offers_lock);
+	return 0;
+}
+
+void dev_vhu_adopt_clear(void)
+{
+	pthread_mutex_lock(&offers_lock);
+	while (offers) {
+		struct keep_offer *o = offers;
+
+		offers = o->next;
+		offer_free(o);
+	}
+	pthread_mutex_unlock(&offers_lock);
+}
+
+/* Restores o's back-end into v (frozen: nothing ran yet). Returns 0 or -errno, logged. */
+static int adopt_restore(struct dev_vhu *v, const struct keep_offer *o)
+{
+	struct rec_val val[ARRAY_SIZE(keep_fields)] = { 0 };
+	struct vhu_backend_config cfg;
+	struct rec_reader root, sub;
+	const uint8_t *buf;
+	struct rec_doc doc;
+	size_t len;
+	int e;
+
+	e = rec_map_fd(o->memfd, &buf, &len);
+	if (e < 0) {
+		log_error("%s: cannot map the kept record: %s", vsock_dev_name(v->d), strerror(-e));
+		return e;
+	}
+	e = keep_open(&doc, val, buf, len, o->fds, o->nfds);
+	if (e < 0) {
+		log_error("%s: the kept record is refused: %s", vsock_dev_name(v->d), strerror(-e));
+		rec_unmap(buf, len);
+		return e;
+	}
+	backend_config(v, &cfg);
+	rec_root(&doc, &root, "crash record");
+	e = rec_enter(&root, &val[1].it, "vhost-user", &sub);
+	if (e == 0)
+		e = vhu_backend_restore(&sub, &cfg, &vhu_ops, v, &v->vhu);
+	if (e == 0 && (e = rec_check_fds_claimed(&doc)) < 0) {
+		vhu_backend_free(v->vhu);
+		v->vhu = NULL;
+	}
+	if (e < 0)
+		log_vm_dev(LOG_LVL_ERROR, cfg.guest_cid, "%s: cannot adopt the VMM after a crash: %s",
+			   cfg.name, rec_error(&doc));
+	rec_doc_fini(&doc);
+	rec_unmap(buf, len);
+	return e;
+}
+
+/*
+ * The previous process serving this VM died and its keeper kept the VMM's connection: serve it
+ * again. The device is new (no connection survives); the guest learns that its connections are
+ * gone from a TRANSPORT_RESET on the event queue where the back-end has it, and otherwise from
+ * the RST each of its packets on an old connection gets. Runs before the device does.
+ */
+static int adopt_offered(struct dev_vhu *v)
+{
+	uint32_t cid = vsock_dev_guest_cid(v->d);
+	struct keep_offer **pp, *o = NULL;
+	int e;
+
+	pthread_mutex_lock(&offers_lock);
+	for (pp = &offers; *pp; pp = &(*pp)->next)
+		if ((*pp)->cid == cid) {
+			o = *pp;
+			*pp = o->next;
+			break;
+		}
+	pthread_mutex_unlock(&offers_lock);
+	if (!o)
+		return 0;
+	e = adopt_restore(v, o);
+	offer_free(o); /* the back-end has its own duplicates */
+	if (e < 0) {
+		v->kept = true;
+		keep_update(v); /* a drop: the keeper closes its copies, the VMM sees the end */
+		return e;
+	}
+	e = loop_watch_add(dev_loop(v->d), vhu_backend_fd(v->vhu), EPOLLIN, vhu_cb, v, &v->vhu_w);
+	if (e == 0) {
+		/* Pending until TX and the event queue run (evq.h); TX's used index 0 is a guest
+		 * that never sent, with nothing to reset. */
+		dev_evq_reset_needed(v->d);
+		e = vhu_backend_resume_adopted(v->vhu);
+	}
+	if (e < 0) {
+		log_vm_dev(LOG_LVL_ERROR, cid, "%s: cannot adopt the VMM after a crash: %s",
+			   vsock_dev_name(v->d), v->vhu_w ? vhu_backend_error(v->vhu) : strerror(-e));
+		v->kept = true;
+		vmm_disconnect(v, e);
+		return e;
+	}
+	(void)loop_watch_mod(v->listen_w, 0);
+	dev_set_vmm_state(v->d, true);
+	v->announced = true;
+	v->kept = true;
+	keep_update(v);
+	log_vm_dev(LOG_LVL_WARN, cid, "%s: adopted the VMM's vhost-user connection kept across "
+		   "the crash of the previous process: the device starts afresh, the guest's "
+		   "connections end", vsock_dev_name(v->d));
+	return 0;
 }
