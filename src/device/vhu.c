@@ -46,13 +46,12 @@ struct dev_vhu {
 	 * then it may be another uvsockd's liveness probe (util/uds.c, uds_probe_owner: connect
 	 * and close) or a host program on the wrong socket: neither is logged as a VMM. */
 	bool announced;
-	/* Crash survival (vhu_keep.h): the back-end's config_gen last kept, and whether the
-	 * keeper holds a record of this VM. */
-	uint64_t kept_gen;
+	/* Crash survival (vhu_keep.h): the keeper holds a record of this VM. */
 	bool kept;
 };
 
 static void keep_update(struct dev_vhu *v);
+static void keep_changed(void *arg);
 static int adopt_offered(struct dev_vhu *v);
 
 static struct uvsock_dev *api(struct dev_vhu *v)
@@ -186,8 +185,6 @@ static void vhu_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 		log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(v->d), "%s: VMM connected",
 			   vsock_dev_name(v->d));
 	}
-	if (vhu_backend_config_gen(v->vhu) != v->kept_gen)
-		keep_update(v);
 	dev_message_done(v->d);
 }
 
@@ -225,13 +222,13 @@ static int vmm_attach(struct dev_vhu *v, int s)
 		v->vhu = NULL;
 		return r;
 	}
+	vhu_backend_set_change_hook(v->vhu, keep_changed, v);
 	/* One VMM at a time: further connections wait in the backlog. */
 	if (v->listen_w)
 		(void)loop_watch_mod(v->listen_w, 0);
 	dev_set_vmm_state(v->d, true);
 	/* "VMM connected" waits for its first message (vhu_cb). */
 	v->announced = false;
-	v->kept_gen = 0;
 	log_vm_dev(LOG_LVL_DEBUG, cfg.guest_cid, "%s: connection on %s", cfg.name, v->path);
 	return 0;
 }
@@ -404,10 +401,14 @@ static void keep_update(struct dev_vhu *v)
 	} else {
 		keeper.fn(keeper.arg, cid, buf, len, w.fds, w.nfds);
 		v->kept = have;
-		if (v->vhu)
-			v->kept_gen = vhu_backend_config_gen(v->vhu);
 	}
 	rec_writer_free(&w);
+}
+
+/* The back-end's change hook: the keeper learns each change before the VMM has its reply. */
+static void keep_changed(void *arg)
+{
+	keep_update(arg);
 }
 
 static const struct rec_field keep_fields[] = {
@@ -598,6 +599,7 @@ static int adopt_offered(struct dev_vhu *v)
 	v->announced = true;
 	v->kept = true;
 	keep_update(v);
+	vhu_backend_set_change_hook(v->vhu, keep_changed, v);
 	log_vm_dev(LOG_LVL_WARN, cid, "%s: adopted the VMM's vhost-user connection kept across "
 		   "the crash of the previous process: the device starts afresh, the guest's "
 		   "connections end", vsock_dev_name(v->d));

@@ -80,8 +80,9 @@ struct vhu_backend {
 	int log_fd;           /* the SET_LOG_BASE fd of the mapped log, kept open; -1 */
 	uint64_t log_offset;  /* its mmap_offset (the size is log.size) */
 
-	/* Bumped by every message that may change what vhu_backend_snapshot() writes. */
-	uint64_t config_gen;
+	/* Called after every message that may change what vhu_backend_snapshot() writes. */
+	void (*change_hook)(void *arg);
+	void *change_arg;
 
 	bool frozen;   /* saved (vhu_backend_save) or restored, not resumed: serves nothing */
 	bool restored; /* restored and the device not yet told the features and memory */
@@ -812,6 +813,25 @@ static int send_reply(struct vhu_backend *b, uint32_t request, const void *p, ui
 	return 0;
 }
 
+/*
+ * After a handled request, before its reply: everything but the pure questions may have changed
+ * the configuration. The change hook (crash survival, docs/upgrade.md) runs before the reply,
+ * so that the front-end never sees a reply to a change its keeper does not know yet.
+ */
+static void config_changed(struct vhu_backend *b, uint32_t request)
+{
+	switch (request) {
+	case VHU_REQ_GET_FEATURES:
+	case VHU_REQ_GET_PROTOCOL_FEATURES:
+	case VHU_REQ_GET_QUEUE_NUM:
+	case VHU_REQ_GET_CONFIG:
+		return;
+	default:
+		if (b->change_hook)
+			b->change_hook(b->change_arg);
+	}
+}
+
 static int dispatch(struct vhu_backend *b, struct vhu_msg *m)
 {
 	const struct vhu_policy *p;
@@ -837,6 +857,8 @@ static int dispatch(struct vhu_backend *b, struct vhu_msg *m)
 		ret = fail(b, -EPERM, "protocol feature %d not negotiated", p->proto);
 	else
 		ret = p->handler(b, m, &reply);
+	if (ret >= 0)
+		config_changed(b, m->request);
 
 	if (p->flags & P_REPLY) {
 		if (ret < 0)
@@ -885,17 +907,6 @@ int vhu_backend_process(struct vhu_backend *b)
 		  b->msg.request, b->msg.flags, b->msg.size, b->msg.nfds);
 	ret = dispatch(b, &b->msg);
 	vhu_msg_close_fds(&b->msg);
-	/* Everything but the pure questions may change the configuration (crash survival keeps a
-	 * snapshot of it outside the process: docs/upgrade.md). */
-	switch (b->msg.request) {
-	case VHU_REQ_GET_FEATURES:
-	case VHU_REQ_GET_PROTOCOL_FEATURES:
-	case VHU_REQ_GET_QUEUE_NUM:
-	case VHU_REQ_GET_CONFIG:
-		break;
-	default:
-		b->config_gen++;
-	}
 	if (ret < 0)
 		b->error = ret;
 	return ret;
@@ -1111,9 +1122,10 @@ int vhu_backend_snapshot(const struct vhu_backend *b, struct rec_writer *w)
 	return 0;
 }
 
-uint64_t vhu_backend_config_gen(const struct vhu_backend *b)
+void vhu_backend_set_change_hook(struct vhu_backend *b, void (*fn)(void *arg), void *arg)
 {
-	return b->config_gen;
+	b->change_hook = fn;
+	b->change_arg = arg;
 }
 
 /* A close-on-exec duplicate of a record's fd into *ret: the record's fds stay the caller's. */
@@ -1534,10 +1546,12 @@ int vhu_backend_resume_adopted(struct vhu_backend *b)
 		/* A stopped ring keeps the index its GET_VRING_BASE answered (in the snapshot). */
 		if (!should)
 			continue;
-		if (ring_packed(b))
-			return b->error = fail(b, -EOPNOTSUPP, "queue %u: a running packed ring "
-					       "cannot be adopted after a crash (its next avail "
-					       "slot is unknown)", q);
+		if (ring_packed(b)) {
+			snprintf(b->errbuf, sizeof(b->errbuf), "queue %u: a running packed ring "
+				 "cannot be adopted after a crash (its next avail slot is unknown)",
+				 q);
+			return b->error = -EOPNOTSUPP;
+		}
 		r = ring_translate(b, q, &info);
 		if (r < 0)
 			return b->error = r;

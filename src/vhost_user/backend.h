@@ -220,9 +220,13 @@ int vhu_backend_resume(struct vhu_backend *b);
  */
 int vhu_backend_snapshot(const struct vhu_backend *b, struct rec_writer *w);
 
-/* Changes with every handled message that may change what vhu_backend_snapshot() writes
- * (every request but GET_FEATURES, GET_PROTOCOL_FEATURES, GET_QUEUE_NUM and GET_CONFIG). */
-uint64_t vhu_backend_config_gen(const struct vhu_backend *b);
+/*
+ * fn(arg) is called after each handled message that may change what vhu_backend_snapshot()
+ * writes (every request but GET_FEATURES, GET_PROTOCOL_FEATURES, GET_QUEUE_NUM and
+ * GET_CONFIG), before its reply is sent: a snapshot taken there is what the front-end will
+ * believe once it has the reply. NULL: none.
+ */
+void vhu_backend_set_change_hook(struct vhu_backend *b, void (*fn)(void *arg), void *arg);
 
 /*
  * vhu_backend_resume() for a back-end restored from a vhu_backend_snapshot() of a process that
