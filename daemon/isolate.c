@@ -633,12 +633,13 @@ static void kept_store(struct iso *iso, struct worker *w, int memfd, int *fds, s
 	const uint8_t *buf = NULL;
 	size_t len = 0;
 	uint32_t cid = 0;
+	size_t nconns = 0;
 	int conn = -1, r;
 	unsigned k;
 
 	r = rec_map_fd(memfd, &buf, &len);
 	if (r == 0) {
-		r = dev_vhu_keep_peek(buf, len, fds, nfds, &cid, &conn);
+		r = dev_vhu_keep_peek(buf, len, fds, nfds, &cid, &conn, &nconns);
 		rec_unmap(buf, len);
 	}
 	for (k = 0; r == 0 && k < w->n; k++)
@@ -663,6 +664,7 @@ static void kept_store(struct iso *iso, struct worker *w, int memfd, int *fds, s
 		return;
 	}
 	w->kept[k] = (struct kept){ .memfd = memfd, .fds = fds, .nfds = nfds, .conn = conn };
+	log_debug("vm%u: crash-survival record kept: %zu fds, %zu connections", cid, nfds, nconns);
 }
 
 /*

@@ -30,6 +30,8 @@
 #include "util/loop.h"
 #include "util/macros.h"
 #include "util/rec.h"
+#include "util/time.h"
+#include "vsock/engine.h"
 #include "util/uds.h"
 #include "uvsock/device.h"
 #include "vhost_user/backend.h"
@@ -46,13 +48,17 @@ struct dev_vhu {
 	 * then it may be another uvsockd's liveness probe (util/uds.c, uds_probe_owner: connect
 	 * and close) or a host program on the wrong socket: neither is logged as a VMM. */
 	bool announced;
-	/* Crash survival (vhu_keep.h): the keeper holds a record of this VM. */
+	/* Crash survival (vhu_keep.h): the keeper holds a record of this VM; when its list of
+	 * connections was last written (ns), and the timer of a write put off. */
 	bool kept;
+	uint64_t conns_kept_ns;
+	struct loop_timer *keep_timer;
 };
 
 static void keep_update(struct dev_vhu *v);
 static void keep_changed(void *arg);
 static int adopt_offered(struct dev_vhu *v);
+static int keep_init(struct dev_vhu *v);
 
 static struct uvsock_dev *api(struct dev_vhu *v)
 {
@@ -323,6 +329,11 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 		dev_vhu_free(v);
 		return r;
 	}
+	r = keep_init(v);
+	if (r < 0) {
+		dev_vhu_free(v);
+		return r;
+	}
 	(void)adopt_offered(v);
 	*ret = v;
 	return 0;
@@ -332,6 +343,10 @@ void dev_vhu_free(struct dev_vhu *v)
 {
 	if (!v)
 		return;
+	if (v->keep_timer) {
+		dev_set_conns_hook(v->d, NULL, NULL);
+		loop_timer_free(v->keep_timer);
+	}
 	if (v->vhu) {
 		loop_watch_del(v->vhu_w);
 		vhu_backend_free(v->vhu);
@@ -388,6 +403,11 @@ static void keep_update(struct dev_vhu *v)
 		rec_begin(&w, VHU_KEEP_T_BACKEND);
 		have = vhu_backend_snapshot(v->vhu, &w) == 0;
 		rec_end(&w);
+		rec_begin(&w, VHU_KEEP_T_CONNS);
+		(void)dev_save_conns(v->d, &w); /* its errors stay in w */
+		rec_end(&w);
+		v->conns_kept_ns = loop_now_ns();
+		loop_timer_disarm(v->keep_timer);
 		if (!have) {
 			/* A failed connection is closed right after: keep nothing of it. */
 			rec_writer_free(&w);
@@ -411,10 +431,46 @@ static void keep_changed(void *arg)
 	keep_update(arg);
 }
 
+/* The device's connections changed: kept now, or at most VHU_KEEP_CONNS_MS after the last. */
+static void keep_conns_changed(void *arg)
+{
+	struct dev_vhu *v = arg;
+	uint64_t due = v->conns_kept_ns + VHU_KEEP_CONNS_MS * NS_PER_MS;
+
+	if (!v->vhu || loop_timer_armed(v->keep_timer))
+		return;
+	if (loop_now_ns() >= due)
+		keep_update(v);
+	else
+		loop_timer_arm(v->keep_timer, due);
+}
+
+static void keep_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
+{
+	(void)l;
+	(void)t;
+	keep_update(opaque);
+}
+
+/* With a keeper: the timer and the device's hook that keep the list of connections. */
+static int keep_init(struct dev_vhu *v)
+{
+	int r;
+
+	if (!keeper.fn)
+		return 0;
+	r = loop_timer_new(dev_loop(v->d), keep_timer_cb, v, &v->keep_timer);
+	if (r < 0)
+		return r;
+	dev_set_conns_hook(v->d, keep_conns_changed, v);
+	return 0;
+}
+
 static const struct rec_field keep_fields[] = {
 	{ VHU_KEEP_T_CID, REC_U32, true, "guest CID" },
 	{ VHU_KEEP_T_BACKEND, REC_LIST, false, "vhost-user back-end" },
 	{ VHU_KEEP_T_CONN, REC_U32, false, "connection" },
+	{ VHU_KEEP_T_CONNS, REC_LIST, false, "connections" },
 };
 
 /* Opens a record in d and reads its top level into v[ARRAY_SIZE(keep_fields)]. */
@@ -442,16 +498,26 @@ static int keep_open(struct rec_doc *d, struct rec_val *v, const uint8_t *buf, s
 }
 
 int dev_vhu_keep_peek(const uint8_t *buf, size_t len, const int *fds, size_t nfds,
-		      uint32_t *ret_cid, int *ret_conn)
+		      uint32_t *ret_cid, int *ret_conn, size_t *ret_nconns)
 {
 	struct rec_val v[ARRAY_SIZE(keep_fields)] = { 0 };
+	struct rec_reader root, sub;
+	struct rec_item it;
 	struct rec_doc d;
+	size_t n = 0;
 	int e = keep_open(&d, v, buf, len, fds, nfds);
 
 	if (e < 0)
 		return e;
 	*ret_cid = (uint32_t)v[0].u;
 	*ret_conn = v[2].present ? fds[v[2].u] : -1;
+	/* Counted, not read: each one is checked where it is used (adopt_restore). */
+	rec_root(&d, &root, "crash record");
+	if (v[3].present && rec_enter(&root, &v[3].it, "connections", &sub) == 0)
+		while (rec_next(&sub, &it) > 0)
+			n++;
+	if (ret_nconns)
+		*ret_nconns = n;
 	rec_doc_fini(&d);
 	return 0;
 }
@@ -477,7 +543,7 @@ int dev_vhu_adopt_offer(int memfd, int *fds, size_t nfds)
 		e = rec_map_fd(memfd, &buf, &len);
 	}
 	if (e == 0) {
-		e = dev_vhu_keep_peek(buf, len, fds, nfds, &o->cid, &conn);
+		e = dev_vhu_keep_peek(buf, len, fds, nfds, &o->cid, &conn, NULL);
 		rec_unmap(buf, len);
 	}
 	if (e == 0 && conn < 0)
@@ -512,8 +578,12 @@ void dev_vhu_adopt_clear(void)
 	pthread_mutex_unlock(&offers_lock);
 }
 
-/* Restores o's back-end into v (frozen: nothing ran yet). Returns 0 or -errno, logged. */
-static int adopt_restore(struct dev_vhu *v, const struct keep_offer *o)
+/*
+ * Restores o's back-end into v (frozen: nothing ran yet) and reads its list of connections
+ * into *conns / *nconns. Returns 0 or -errno, logged.
+ */
+static int adopt_restore(struct dev_vhu *v, const struct keep_offer *o,
+			 struct vsock_conn_addr **conns, size_t *nconns)
 {
 	struct rec_val val[ARRAY_SIZE(keep_fields)] = { 0 };
 	struct vhu_backend_config cfg;
@@ -536,16 +606,28 @@ static int adopt_restore(struct dev_vhu *v, const struct keep_offer *o)
 	}
 	backend_config(v, &cfg);
 	rec_root(&doc, &root, "crash record");
-	e = rec_enter(&root, &val[1].it, "vhost-user", &sub);
-	if (e == 0)
-		e = vhu_backend_restore(&sub, &cfg, &vhu_ops, v, &v->vhu);
+	if (val[3].present) {
+		e = rec_enter(&root, &val[3].it, "connections", &sub);
+		if (e == 0)
+			e = vsock_engine_read_conns(&sub, VHU_KEEP_MAX_CONNS, conns, nconns);
+		rec_root(&doc, &root, "crash record");
+	}
+	if (e == 0) {
+		e = rec_enter(&root, &val[1].it, "vhost-user", &sub);
+		if (e == 0)
+			e = vhu_backend_restore(&sub, &cfg, &vhu_ops, v, &v->vhu);
+	}
 	if (e == 0 && (e = rec_check_fds_claimed(&doc)) < 0) {
 		vhu_backend_free(v->vhu);
 		v->vhu = NULL;
 	}
-	if (e < 0)
+	if (e < 0) {
 		log_vm_dev(LOG_LVL_ERROR, cfg.guest_cid, "%s: cannot adopt the VMM after a crash: %s",
 			   cfg.name, rec_error(&doc));
+		free(*conns);
+		*conns = NULL;
+		*nconns = 0;
+	}
 	rec_doc_fini(&doc);
 	rec_unmap(buf, len);
 	return e;
@@ -561,6 +643,8 @@ static int adopt_offered(struct dev_vhu *v)
 {
 	uint32_t cid = vsock_dev_guest_cid(v->d);
 	struct keep_offer **pp, *o = NULL;
+	struct vsock_conn_addr *conns = NULL;
+	size_t nconns = 0, rst;
 	int e;
 
 	pthread_mutex_lock(&offers_lock);
@@ -573,7 +657,7 @@ static int adopt_offered(struct dev_vhu *v)
 	pthread_mutex_unlock(&offers_lock);
 	if (!o)
 		return 0;
-	e = adopt_restore(v, o);
+	e = adopt_restore(v, o, &conns, &nconns);
 	offer_free(o); /* the back-end has its own duplicates */
 	if (e < 0) {
 		v->kept = true;
@@ -592,8 +676,12 @@ static int adopt_offered(struct dev_vhu *v)
 			   vsock_dev_name(v->d), v->vhu_w ? vhu_backend_error(v->vhu) : strerror(-e));
 		v->kept = true;
 		vmm_disconnect(v, e);
+		free(conns);
 		return e;
 	}
+	/* TX runs now, with a fresh engine: the RSTs go out with the first RX pass. */
+	rst = dev_reset_conns(v->d, conns, nconns);
+	free(conns);
 	(void)loop_watch_mod(v->listen_w, 0);
 	dev_set_vmm_state(v->d, true);
 	v->announced = true;
@@ -602,6 +690,7 @@ static int adopt_offered(struct dev_vhu *v)
 	vhu_backend_set_change_hook(v->vhu, keep_changed, v);
 	log_vm_dev(LOG_LVL_WARN, cid, "%s: adopted the VMM's vhost-user connection kept across "
 		   "the crash of the previous process: the device starts afresh, the guest's "
-		   "connections end", vsock_dev_name(v->d));
+		   "connections end (%zu RSTs sent of %zu kept; the rest get theirs when the guest "
+		   "sends on them)", vsock_dev_name(v->d), rst, nconns);
 	return 0;
 }

@@ -13,6 +13,7 @@
 #define UVSOCK_DEVICE_VHU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct dev_vhu;
@@ -73,5 +74,18 @@ void dev_set_vmm_state(struct vsock_dev *d, bool connected);
 void dev_message_done(struct vsock_dev *d);
 /* The device offers VIRTIO_VSOCK_F_DGRAM (host_dgram.c: not made with no_dgram). */
 bool dev_dgram_offered(const struct vsock_dev *d);
+
+/*
+ * Crash survival (vhu_keep.h): fn(arg) runs on the device thread after a pass in which the set
+ * of the engine's connections changed (NULL: never). dev_save_conns writes that set
+ * (vsock_engine_save_conns) into w, the list w is in. dev_reset_conns queues an RST to the
+ * guest for each of n connections of a dead process (vsock_engine_reset_conn) and returns how
+ * many fitted in the engine's queue of such RSTs (cfg.reply_limit).
+ */
+struct rec_writer;
+struct vsock_conn_addr;
+void dev_set_conns_hook(struct vsock_dev *d, void (*fn)(void *arg), void *arg);
+int dev_save_conns(struct vsock_dev *d, struct rec_writer *w);
+size_t dev_reset_conns(struct vsock_dev *d, const struct vsock_conn_addr *a, size_t n);
 
 #endif

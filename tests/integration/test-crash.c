@@ -44,6 +44,47 @@ static void ping(int gfd, int hfd, char c)
 	ASSERT_EQ(b, c);
 }
 
+/* `uvsockd --isolate --log-level=debug`, VM i in group g<cid>, as uvd_start does. */
+static void crash_start(struct uvd *u, int nvms, const uint32_t *cids)
+{
+	char vm[2][400];
+	char *argv[8] = { (char *)uvd_binary(), "--isolate", "--log-level=debug" };
+	int argc = 3;
+
+	ASSERT_LE(nvms, 2);
+	memset(u, 0, sizeof(*u));
+	u->nvms = nvms;
+	snprintf(u->dir, sizeof(u->dir), "/tmp/uvsock-crash-XXXXXX");
+	ASSERT_TRUE(mkdtemp(u->dir) != NULL);
+	snprintf(u->log, sizeof(u->log), "%s/uvsockd.log", u->dir);
+	for (int i = 0; i < nvms; i++) {
+		u->cid[i] = cids[i];
+		snprintf(u->sock[i], sizeof(u->sock[i]), "%s/vm%u.sock", u->dir, cids[i]);
+		snprintf(u->uds[i], sizeof(u->uds[i]), "%s/vm%u.vsock", u->dir, cids[i]);
+		snprintf(vm[i], sizeof(vm[i]), "guest-cid=%u,socket=%s,uds-path=%s,groups=g%u",
+			 cids[i], u->sock[i], u->uds[i], cids[i]);
+		argv[argc++] = "--vm";
+		argv[argc++] = vm[i];
+	}
+	argv[argc] = NULL;
+	uvd_spawn(u, argv, false);
+	uvd_wait_ready(u, "start-up");
+}
+
+/* The text after the last line of the file at path holding key contains needle. */
+static bool log_last_has(const char *path, const char *key, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	char line[1024], last[1024] = "";
+
+	ASSERT_TRUE(f != NULL);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, key))
+			snprintf(last, sizeof(last), "%s", line);
+	fclose(f);
+	return strstr(last, needle) != NULL;
+}
+
 /* How many times needle is in the file at path (its first MiB). */
 static int log_count(const char *path, const char *needle)
 {
@@ -100,7 +141,7 @@ static void killed_worker_adopts_its_vmm(bool ev)
 	 * this process read its own switches before: only the daemon inherits this. */
 	(void)tune_get();
 	ASSERT_OK(setenv("UVSOCK_TUNE", "no-packed", 1));
-	uvd_start(&u, 2, cids, NULL, "--isolate");
+	crash_start(&u, 2, cids);
 	ASSERT_OK(unsetenv("UVSOCK_TUNE"));
 	w3 = worker_of(&u, 3);
 	w4 = worker_of(&u, 4);
@@ -121,6 +162,11 @@ static void killed_worker_adopts_its_vmm(bool ev)
 
 	/* The crash: SIGKILL of VM 3's worker; the main starts another after its back-off. */
 	ASSERT_TRUE(file_has(u.log, "crash survival: on (--isolate)"));
+	/* The main has the list of VM 3's connections (written at most VHU_KEEP_CONNS_MS after
+	 * they changed): what the RSTs of the two-queue case come from. */
+	ASSERT_WAIT_FOR(file_has(u.log, "vm3: crash-survival record kept: ") &&
+				log_last_has(u.log, "vm3: crash-survival record kept: ",
+					     "2 connections"), WAIT_MS);
 	t0 = mono_ms();
 	ASSERT_OK(kill(w3, SIGKILL));
 	ASSERT_WAIT_FOR(pid_gone(w3), WAIT_MS);
@@ -128,6 +174,7 @@ static void killed_worker_adopts_its_vmm(bool ev)
 	ASSERT_TRUE(hs_wait_eof(hfd1, WAIT_MS));
 	ASSERT_TRUE(hs_wait_eof(hfd2, WAIT_MS));
 	ASSERT_WAIT_FOR(file_has(u.log, "vm3: adopted the VMM's vhost-user connection"), WAIT_MS);
+	ASSERT_TRUE(file_has(u.log, "(2 RSTs sent of 2 kept;"));
 	w3b = worker_of(&u, 3);
 	ASSERT_NE(w3b, w3);
 	/* The guest's old connections end, both of them, without anything sent on them. */
@@ -169,6 +216,12 @@ static void killed_worker_adopts_its_vmm(bool ev)
 TEST(a_killed_worker_adopts_its_vmm_and_the_guest_gets_a_transport_reset)
 {
 	killed_worker_adopts_its_vmm(true);
+}
+
+/* Two queues, as QEMU: the event queue is the VMM's, so each kept connection gets an RST. */
+TEST(a_killed_worker_adopts_its_vmm_and_sends_an_rst_for_each_connection)
+{
+	killed_worker_adopts_its_vmm(false);
 }
 
 /* ---- a hand-driven front-end -------------------------------------------------------------- */
