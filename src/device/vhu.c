@@ -645,6 +645,7 @@ static int adopt_offered(struct dev_vhu *v)
 	struct keep_offer **pp, *o = NULL;
 	struct vsock_conn_addr *conns = NULL;
 	size_t nconns = 0, rst;
+	bool evq;
 	int e;
 
 	pthread_mutex_lock(&offers_lock);
@@ -679,8 +680,15 @@ static int adopt_offered(struct dev_vhu *v)
 		free(conns);
 		return e;
 	}
-	/* TX runs now, with a fresh engine: the RSTs go out with the first RX pass. */
-	rst = dev_reset_conns(v->d, conns, nconns);
+	/*
+	 * TX runs now, with a fresh engine. Where the event queue is ours, the pending
+	 * TRANSPORT_RESET ends every connection of the guest (Linux: virtio_vsock_event_handle):
+	 * RSTs would race it (the guest takes RX and events apart), and a reset event the guest
+	 * took after an RST would end the guest's first new connection too. Otherwise (QEMU keeps
+	 * the event queue) an RST for each kept connection; they go out with the first RX pass.
+	 */
+	evq = vhu_backend_queue_running(v->vhu, 2);
+	rst = evq ? 0 : dev_reset_conns(v->d, conns, nconns);
 	free(conns);
 	(void)loop_watch_mod(v->listen_w, 0);
 	dev_set_vmm_state(v->d, true);
@@ -688,9 +696,15 @@ static int adopt_offered(struct dev_vhu *v)
 	v->kept = true;
 	keep_update(v);
 	vhu_backend_set_change_hook(v->vhu, keep_changed, v);
-	log_vm_dev(LOG_LVL_WARN, cid, "%s: adopted the VMM's vhost-user connection kept across "
-		   "the crash of the previous process: the device starts afresh, the guest's "
-		   "connections end (%zu RSTs sent of %zu kept; the rest get theirs when the guest "
-		   "sends on them)", vsock_dev_name(v->d), rst, nconns);
+	if (evq)
+		log_vm_dev(LOG_LVL_WARN, cid, "%s: adopted the VMM's vhost-user connection kept "
+			   "across the crash of the previous process: the device starts afresh, the "
+			   "guest's %zu connections end (the event queue's TRANSPORT_RESET ends them)",
+			   vsock_dev_name(v->d), nconns);
+	else
+		log_vm_dev(LOG_LVL_WARN, cid, "%s: adopted the VMM's vhost-user connection kept "
+			   "across the crash of the previous process: the device starts afresh, the "
+			   "guest's connections end (%zu RSTs sent of %zu kept; the rest get theirs "
+			   "when the guest sends on them)", vsock_dev_name(v->d), rst, nconns);
 	return 0;
 }
