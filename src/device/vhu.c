@@ -59,6 +59,7 @@ static void keep_update(struct dev_vhu *v);
 static void keep_changed(void *arg);
 static int adopt_offered(struct dev_vhu *v);
 static int keep_init(struct dev_vhu *v);
+static void keep_fini(struct dev_vhu *v);
 
 static struct uvsock_dev *api(struct dev_vhu *v)
 {
@@ -302,7 +303,10 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 	v->d = d;
 	v->queue_size_max = queue_size_max ? queue_size_max : 1024;
 	strcpy(v->path, path);
-	r = take_inherited(v);
+	v->listener.fd = -1;
+	r = keep_init(v);
+	if (r == 0)
+		r = take_inherited(v);
 	if (r == 1) {
 		log_info("%s: serving the inherited vhost-user connection (%s)", vsock_dev_name(d),
 			 v->path);
@@ -318,6 +322,7 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 		else
 			log_error("%s: cannot listen on %s: %s", vsock_dev_name(d), v->path,
 				  strerror(-r));
+		keep_fini(v);
 		free(v);
 		return r;
 	}
@@ -325,11 +330,6 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 		log_info("%s: replaced the stale socket file %s", vsock_dev_name(d), v->path);
 	r = loop_watch_add(dev_loop(d), v->listener.fd, EPOLLIN, vhu_listen_cb, v,
 			   &v->listen_w);
-	if (r < 0) {
-		dev_vhu_free(v);
-		return r;
-	}
-	r = keep_init(v);
 	if (r < 0) {
 		dev_vhu_free(v);
 		return r;
@@ -343,10 +343,7 @@ void dev_vhu_free(struct dev_vhu *v)
 {
 	if (!v)
 		return;
-	if (v->keep_timer) {
-		dev_set_conns_hook(v->d, NULL, NULL);
-		loop_timer_free(v->keep_timer);
-	}
+	keep_fini(v);
 	if (v->vhu) {
 		loop_watch_del(v->vhu_w);
 		vhu_backend_free(v->vhu);
@@ -423,6 +420,16 @@ static void keep_update(struct dev_vhu *v)
 		v->kept = have;
 	}
 	rec_writer_free(&w);
+}
+
+/* Undoes keep_init. */
+static void keep_fini(struct dev_vhu *v)
+{
+	if (!v->keep_timer)
+		return;
+	dev_set_conns_hook(v->d, NULL, NULL);
+	loop_timer_free(v->keep_timer);
+	v->keep_timer = NULL;
 }
 
 /* The back-end's change hook: the keeper learns each change before the VMM has its reply. */
