@@ -8,10 +8,11 @@
  * worker logs the adoption), the old connections end on both sides (the guest's with
  * ECONNRESET from the TRANSPORT_RESET on the event queue, or with the RST sent for each
  * connection of the kept list when the event queue is the VMM's), the guest's listener keeps
- * working, new connections work both ways, and the VM of the other worker is untouched. Then a
- * worker killed while a ring is stopped (a hand-driven front-end: the adopted back-end answers
+ * working, new connections work both ways, and the VM of the other worker is untouched. Then two
+ * sibling VMs of one worker, both adopted after one kill; a worker killed while a ring is stopped (a hand-driven front-end: the adopted back-end answers
  * at once and restarts the ring where the front-end says), and a VMM that disconnects while the
- * worker is down (the new worker listens again; a new VMM is served). Each daemon is a child of
+ * worker is down (the new worker listens again; a new VMM is served), and a running packed ring,
+ * whose adoption is refused with a clear log. Each daemon is a child of
  * this process, stopped by PID; each worker is found by its name among the daemon's children.
  */
 #include <pthread.h>
@@ -225,6 +226,39 @@ TEST(a_killed_worker_adopts_its_vmm_and_the_guest_gets_a_transport_reset)
 TEST(a_killed_worker_adopts_its_vmm_and_sends_an_rst_for_each_connection)
 {
 	killed_worker_adopts_its_vmm(false);
+}
+
+/* Siblings share a worker: one kill, both VMs adopted, both keep working. */
+TEST(siblings_sharing_a_killed_worker_are_both_adopted)
+{
+	static const uint32_t cids[] = { 5, 6 };
+	struct uvsock_guest_opts o = { .size = sizeof(o), .flags = UVSOCK_GUEST_EVENT_QUEUE };
+	struct uvsock_ctx *g[2];
+	int lfd[2], hfd[2], gfd[2];
+	pid_t w;
+	struct uvd u;
+
+	(void)tune_get();
+	ASSERT_OK(setenv("UVSOCK_TUNE", "no-packed", 1));
+	uvd_start(&u, 2, cids, "shared", "--isolate");
+	ASSERT_OK(unsetenv("UVSOCK_TUNE"));
+	w = worker_of(&u, 5);
+	for (int i = 0; i < 2; i++)
+		g[i] = g_guest_new(u.sock[i], &o);
+	ASSERT_WAIT_FOR(log_count(u.log, "VMM connected") == 2, WAIT_MS);
+	ASSERT_OK(kill(w, SIGKILL));
+	ASSERT_WAIT_FOR(file_has(u.log, "vm5: adopted the VMM's") &&
+				file_has(u.log, "vm6: adopted the VMM's"), WAIT_MS);
+	for (int i = 0; i < 2; i++) {
+		gfd[i] = g_connect_host(g[i], u.uds[i], SOCK_STREAM, 5000, WAIT_MS, &lfd[i], &hfd[i]);
+		ping(gfd[i], hfd[i], 'g');
+		ASSERT_EQ(guest_stats(g[i]).backend_lost, 0);
+		uvsock_close(gfd[i]);
+		close(hfd[i]);
+		close(lfd[i]);
+		uvsock_ctx_free(g[i]);
+	}
+	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
 /* ---- a hand-driven front-end -------------------------------------------------------------- */
