@@ -8,16 +8,14 @@
  * worker logs the adoption), the old connections end on both sides (the guest's with
  * ECONNRESET from the TRANSPORT_RESET on the event queue, or with the RST sent for each
  * connection of the kept list when the event queue is the VMM's), the guest's listener keeps
- * working, new connections work both ways, and the VM of the other worker is untouched. Then two
- * sibling VMs of one worker, both adopted after one kill; a worker killed while a ring is stopped (a hand-driven front-end: the adopted back-end answers
- * at once and restarts the ring where the front-end says), and a VMM that disconnects while the
- * worker is down (the new worker listens again; a new VMM is served), and a running packed ring,
- * whose adoption is refused with a clear log. Each daemon is a child of
- * this process, stopped by PID; each worker is found by its name among the daemon's children.
+ * working, new connections work both ways, and the VM of the other worker is untouched. Then:
+ * two sibling VMs of one worker, both adopted after one kill; a worker killed while a ring is
+ * stopped (a hand-driven front-end: the adopted back-end answers at once and restarts the ring
+ * where the front-end says); a VMM that disconnects while the worker is down (the new worker
+ * listens again; a new VMM is served); a running packed ring, whose adoption is refused with a
+ * clear log. Each daemon is a child of this process, stopped by PID; each worker is found by
+ * its name among the daemon's children.
  */
-#include <pthread.h>
-#include <sys/eventfd.h>
-
 #include "guestside.h"
 #include "test.h"
 #include "uvsockd-proc.h"
