@@ -275,6 +275,8 @@ static int worker_ready(struct vm_set *s, void *arg)
 	rs->set = s;
 	/* The devices took their inherited sockets; the other workers' are not ours. */
 	uds_drop_adopted();
+	/* Every device took its kept record: one left over must not hold its VMM's connection. */
+	dev_vhu_adopt_clear();
 	r = pthread_create(&rs->th, NULL, responder_main, rs);
 	if (r) {
 		log_error("cannot start a thread: %s", strerror(r));
