@@ -312,19 +312,20 @@ static void worker_keep(void *arg, uint32_t cid, const uint8_t *buf, size_t len,
 {
 	struct keep_link *k = arg;
 	int memfd = -1, r;
+	bool warn;
 
 	r = rec_memfd(buf, len, "uvsockd-keep", &memfd);
+	pthread_mutex_lock(&k->lock);
 	if (r == 0) {
-		pthread_mutex_lock(&k->lock);
 		r = rec_send(k->fd, memfd, fds, nfds);
-		pthread_mutex_unlock(&k->lock);
 		close(memfd);
 	}
-	if (r < 0 && !k->warned) {
-		k->warned = true;
+	warn = r < 0 && !k->warned;
+	k->warned |= warn;
+	pthread_mutex_unlock(&k->lock);
+	if (warn)
 		log_warn("vm%u: cannot hand the crash-survival record to the main process: %s; a "
 			 "crash of this worker may now cost its VMs their vsock", cid, strerror(-r));
-	}
 }
 
 /*
