@@ -765,12 +765,13 @@ static void *keeper_main(void *arg)
 				keep_read(iso, w);
 				continue;
 			}
-			log_warn("vm%u: the VMM closed its vhost-user connection%s",
-				 iso->cfg->vms[w->idx[who[j].k]].guest_cid,
-				 atomic_load_explicit(&w->alive, memory_order_relaxed)
-					 ? ""
-					 : " while its worker was down; the new worker waits for "
-					   "the next VMM");
+			if (atomic_load_explicit(&w->alive, memory_order_relaxed))
+				log_debug("vm%u: the VMM closed its vhost-user connection: its "
+					  "record dropped", iso->cfg->vms[w->idx[who[j].k]].guest_cid);
+			else
+				log_warn("vm%u: the VMM closed its vhost-user connection while its "
+					 "worker was down; the new worker waits for the next VMM",
+					 iso->cfg->vms[w->idx[who[j].k]].guest_cid);
 			kept_clear(&w->kept[who[j].k]);
 			iso->keep_gen++;
 		}

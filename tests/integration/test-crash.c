@@ -315,21 +315,24 @@ TEST(a_vmm_that_disconnects_while_its_worker_is_down_is_dropped_and_the_next_one
 	struct uvd u;
 	pid_t w3;
 
-	uvd_start(&u, 1, cids, NULL, "--isolate");
+	crash_start(&u, 1, cids);
 	w3 = worker_of(&u, 3);
 	f = front_up(u.sock[0]);
 	ASSERT_WAIT_FOR(file_has(u.log, "vm3: VMM connected"), WAIT_MS);
-	/* Killed, and the VMM gone before the new worker starts (its back-off is 200 ms): the
-	 * main's copy of the connection is its last one; it must close it. */
+	/*
+	 * Killed, and the VMM gone at once, normally before the new worker starts (its back-off
+	 * is 200 ms): the main's copy of the connection is then its last one, and the main must
+	 * close it (logged at warn, "while its worker was down"; at debug if the main had not
+	 * reaped the worker yet). Should the new worker adopt it first, it finds it closed.
+	 */
 	ASSERT_OK(kill(w3, SIGKILL));
 	vhu_front_free(f);
 	ASSERT_WAIT_FOR(file_has(u.log, "vm3: the VMM closed its vhost-user connection"), WAIT_MS);
 	ASSERT_WAIT_FOR(file_has(u.log, "started again for vm3"), WAIT_MS);
-	/* The new worker adopted nothing and listens: a new VMM (a guest) is served. */
+	/* The new worker listens: a new VMM (a guest) is served. */
 	g = g_guest_new(u.sock[0], NULL);
 	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
 	ping(gfd, hfd, 'x');
-	ASSERT_FALSE(file_has(u.log, "adopted the VMM's"));
 	uvsock_close(gfd);
 	close(hfd);
 	close(lfd);
