@@ -9,7 +9,9 @@
  * for this (the loop, the borrowed memory map, the VMM state, the end of a message) comes from
  * the device core through vhu.h. The socket may be inherited (uds_adopt: systemd socket
  * activation, uvsockd --fd), listening or already connected to the VMM. Everything runs on the
- * device's thread.
+ * device's thread. Crash survival (vhu_keep.h, its section at the end): with a keeper, each VM's
+ * configuration and connections are handed to it as they change, and a record kept by a
+ * process that died is adopted in place of waiting for a VMM.
  */
 #include "device/vhu.h"
 

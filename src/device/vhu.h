@@ -33,7 +33,8 @@ struct vsock_dev;
  * detached). The program attaches it right after creating the device (uvsockd, daemon/vms.c:
  * uvsock_dev_new, then this on vsock_dev_of(); the device-role tests: vsock_dev_new), before
  * the device runs, and frees it (dev_vhu_free) after the device stopped and before the device
- * is freed. A listening error is logged.
+ * is freed. A listening error is logged. A record kept across a crash for the device's CID
+ * (vhu_keep.h, dev_vhu_adopt_offer) is adopted: its VMM's connection is served at once.
  * Returns 0, -ENOMEM, or the errno of listening (-EEXIST, -EADDRINUSE, ...).
  */
 int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
