@@ -12,6 +12,18 @@
  *   worker -> main, CONNS:    struct iso_conns_msg batches, the final one with last = 1
  * The main drops answers whose seq is not the current request's (late answers of a request
  * that timed out).
+ *
+ * Crash survival (docs/upgrade.md, "Crash survival") uses a second SOCK_SEQPACKET socketpair
+ * per worker, the keeper's:
+ *   main -> worker, once at its start: struct iso_keep_hdr {ISO_KEEP_OFFERS, n}, then n records
+ *     (rec_send) the main kept for the worker's VMs from the worker before it, offered to the
+ *     new devices (src/device/vhu_keep.h), which re-adopt their VMMs
+ *   worker -> main, whenever a VM's vhost-user configuration changed (after the message that
+ *     changed it, never per packet) or its VMM went: the VM's record (rec_send)
+ * The main's keeper thread stores the latest record of each VM (a sealed memfd and the fds:
+ * the VMM's connection, the memory regions', the rings' eventfds); it never maps guest memory.
+ * It drops a VM's record when its VMM hangs up (the main's copy of the connection is polled),
+ * when the worker says so, and when the worker stops without failing.
  */
 #include "isolate.h"
 
@@ -23,15 +35,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "ctl.h"
+#include "device/vhu_keep.h"
 #include "ops/stats.h"
 #include "sd.h"
 #include "util/log.h"
+#include "util/rec.h"
 #include "util/time.h"
 #include "util/uds.h"
 #include "vms.h"
@@ -55,6 +70,23 @@ enum iso_op {
 	ISO_READY = 1,
 	ISO_STATS,
 	ISO_CONNS,
+	ISO_KEEP_OFFERS,
+};
+
+/* A record and its fds take this long at most to arrive once their first message is there. */
+#define ISO_KEEP_RECV_MS 2000
+
+struct iso_keep_hdr {
+	uint32_t op; /* ISO_KEEP_OFFERS */
+	uint32_t n;  /* records that follow */
+};
+
+/* What the main keeps of one VM for its next worker (memfd -1: nothing). */
+struct kept {
+	int memfd;
+	int *fds;
+	size_t nfds;
+	int conn; /* among fds: the VMM's connection, polled for its hang-up */
 };
 
 struct iso_req {
@@ -112,6 +144,10 @@ struct worker {
 	/* Control thread only (under lock). */
 	uint32_t seq;
 	uint64_t quiet_until_ms;
+	/* Under iso->keep_lock: the keeper's socketpair (main's end, -1) and, per VM of the
+	 * worker (kept[k] for cfg->vms[idx[k]]), the latest record. */
+	int keep_fd;
+	struct kept *kept;
 };
 
 struct iso {
@@ -120,6 +156,13 @@ struct iso {
 	unsigned nw;
 	unsigned *worker_of; /* per cfg VM: its worker */
 	unsigned *local;     /* per cfg VM: its index among the worker's VMs */
+	/* The keeper thread (crash survival): keep_lock guards every worker's keep_fd and kept;
+	 * keep_gen changes whenever an fd it polls may have been closed; keep_wake wakes it. */
+	pthread_mutex_t keep_lock;
+	pthread_t keeper;
+	bool keeper_started, keep_stop;
+	uint64_t keep_gen;
+	int keep_wake;
 };
 
 /* ---- the worker process ------------------------------------------------------------------ */
@@ -232,6 +275,8 @@ static int worker_ready(struct vm_set *s, void *arg)
 	rs->set = s;
 	/* The devices took their inherited sockets; the other workers' are not ours. */
 	uds_drop_adopted();
+	/* Every device took its kept record: one left over must not hold its VMM's connection. */
+	dev_vhu_adopt_clear();
 	r = pthread_create(&rs->th, NULL, responder_main, rs);
 	if (r) {
 		log_error("cannot start a thread: %s", strerror(r));
@@ -252,6 +297,79 @@ static void worker_stopping(struct vm_set *s, void *arg)
 	shutdown(rs->fd, SHUT_RDWR);
 	pthread_join(rs->th, NULL);
 	rs->started = false;
+}
+
+/* The worker's end of the keeper's socketpair; the device threads send on it one at a time. */
+struct keep_link {
+	int fd;
+	pthread_mutex_t lock;
+	bool warned;
+};
+
+/* dev_vhu_keep_fn of a worker: the record to the main (vhu_keep.h). */
+static void worker_keep(void *arg, uint32_t cid, const uint8_t *buf, size_t len, const int *fds,
+			size_t nfds)
+{
+	struct keep_link *k = arg;
+	int memfd = -1, r;
+	bool warn;
+
+	r = rec_memfd(buf, len, "uvsockd-keep", &memfd);
+	pthread_mutex_lock(&k->lock);
+	if (r == 0) {
+		r = rec_send(k->fd, memfd, fds, nfds);
+		close(memfd);
+	}
+	warn = r < 0 && !k->warned;
+	k->warned |= warn;
+	pthread_mutex_unlock(&k->lock);
+	if (warn)
+		log_warn("vm%u: cannot hand the crash-survival record to the main process: %s; a "
+			 "crash of this worker may now cost its VMs their vsock", cid, strerror(-r));
+}
+
+/*
+ * Takes the records the main kept for this worker's VMs (ISO_KEEP_OFFERS) and offers them to
+ * the devices about to be made. Returns how many, or -1 (the main is gone: exit).
+ */
+static int worker_take_offers(int fd)
+{
+	struct iso_keep_hdr h;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	unsigned took = 0;
+	ssize_t n;
+
+	if (poll(&p, 1, ISO_START_TIMEOUT_MS) != 1)
+		return -1;
+	n = recv(fd, &h, sizeof(h), 0);
+	if (n != sizeof(h) || h.op != ISO_KEEP_OFFERS)
+		return -1;
+	for (uint32_t i = 0; i < h.n; i++) {
+		int memfd, *fds, r;
+		size_t nfds;
+
+		r = rec_recv(fd, ISO_KEEP_RECV_MS, &memfd, &fds, &nfds);
+		if (r < 0) {
+			log_error("cannot receive the kept records: %s", strerror(-r));
+			return -1;
+		}
+		r = dev_vhu_adopt_offer(memfd, fds, nfds);
+		if (r < 0)
+			log_error("a kept record is refused: %s", strerror(-r));
+		else
+			took++;
+	}
+	return (int)took;
+}
+
+/* Closes every fd from 3 up but a and b (a < b). */
+static int close_all_but(int a, int b)
+{
+	if ((a > 3 && close_range(3, (unsigned)a - 1, 0) < 0) ||
+	    (b > a + 1 && close_range((unsigned)a + 1, (unsigned)b - 1, 0) < 0) ||
+	    close_range((unsigned)b + 1, ~0u, 0) < 0)
+		return -1;
+	return 0;
 }
 
 /* Moves this (single-threaded) process into the cgroup directory dir. */
@@ -276,13 +394,15 @@ static int join_cgroup(const char *dir)
  * from a main process that runs the control thread.
  */
 static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, int fd,
-						  const sigset_t *sigs, pid_t parent, bool restart)
+						  int keep_fd, const sigset_t *sigs, pid_t parent,
+						  bool restart)
 {
 	struct worker *w = &iso->w[wi];
 	const struct uvsockd_vm_config *first = &iso->cfg->vms[w->idx[0]];
 	struct responder rs = { .fd = fd };
+	struct keep_link keep = { .fd = keep_fd, .lock = PTHREAD_MUTEX_INITIALIZER };
 	char name[16];
-	int r;
+	int r, took;
 
 	/* SIGTERM is in *sigs: the worker stops as on a forwarded SIGTERM, sockets removed. */
 	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
@@ -290,18 +410,27 @@ static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, 
 	if (restart) {
 		/*
 		 * Nothing of the main's is ours: the other workers' socketpairs, the control
-		 * socket and its clients (a client must see its connection end with the main).
-		 * The sockets inherited at start were dropped once every worker had its own.
+		 * socket and its clients (a client must see its connection end with the main),
+		 * the records the main keeps (a VMM must see its connection end with the
+		 * worker that serves it). The sockets inherited at start were dropped once every
+		 * worker had its own.
 		 */
-		if ((fd > 3 && close_range(3, (unsigned)fd - 1, 0) < 0) ||
-		    close_range((unsigned)fd + 1, ~0u, 0) < 0)
+		if (close_all_but(fd < keep_fd ? fd : keep_fd, fd < keep_fd ? keep_fd : fd) < 0)
 			_exit(1);
 	} else {
-		/* The main's ends of the other workers' socketpairs are not ours. */
-		for (unsigned j = 0; j < iso->nw; j++)
+		/* The main's ends of the other workers' socketpairs are not ours. (Nothing is
+		 * kept yet: the keeper thread starts after the first workers are forked.) */
+		for (unsigned j = 0; j < iso->nw; j++) {
 			if (j != wi && iso->w[j].fd >= 0)
 				close(iso->w[j].fd);
+			if (j != wi && iso->w[j].keep_fd >= 0)
+				close(iso->w[j].keep_fd);
+		}
 	}
+	took = worker_take_offers(keep_fd);
+	if (took < 0)
+		_exit(1);
+	dev_vhu_set_keeper(worker_keep, &keep);
 	snprintf(name, sizeof(name), "uvsockd vm%u", first->guest_cid);
 	(void)prctl(PR_SET_NAME, name);
 	/* Before any device exists, before any guest memory is mapped. */
@@ -313,8 +442,14 @@ static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, 
 			exit(1);
 		}
 	}
+	if (took)
+		log_info("worker of %s: %d VMM connection%s kept across the crash of the worker "
+			 "before", w->vms, took, took == 1 ? "" : "s");
 	r = vm_set_run(iso->cfg, w->idx, w->n, sigs,
 		       &(struct vm_set_hooks){ worker_ready, worker_stopping, &rs });
+	dev_vhu_set_keeper(NULL, NULL);
+	dev_vhu_adopt_clear();
+	close(keep_fd);
 	close(fd);
 	/*
 	 * A restarted worker holds copies of what the main's other threads allocated (the control
@@ -475,6 +610,214 @@ static const struct ops_ctl_ops iso_ctl_ops = {
 	.vm_conns = iso_vm_conns,
 };
 
+/* ---- the main process: the keeper of crash survival ---------------------------------------- */
+
+static void kept_clear(struct kept *k)
+{
+	if (k->memfd >= 0)
+		close(k->memfd);
+	for (size_t i = 0; i < k->nfds; i++)
+		close(k->fds[i]);
+	free(k->fds);
+	*k = (struct kept){ .memfd = -1, .conn = -1 };
+}
+
+/* Drops every record of w (keep_lock held): the VMMs see their connections end with it. */
+static void kept_drop_all(struct iso *iso, struct worker *w)
+{
+	for (unsigned k = 0; k < w->n; k++)
+		kept_clear(&w->kept[k]);
+	iso->keep_gen++;
+}
+
+/* Stores a record the worker w sent (keep_lock held), in place of its VM's last. */
+static void kept_store(struct iso *iso, struct worker *w, int memfd, int *fds, size_t nfds)
+{
+	const uint8_t *buf = NULL;
+	size_t len = 0;
+	uint32_t cid = 0;
+	size_t nconns = 0;
+	int conn = -1, r;
+	unsigned k;
+
+	r = rec_map_fd(memfd, &buf, &len);
+	if (r == 0) {
+		r = dev_vhu_keep_peek(buf, len, fds, nfds, &cid, &conn, &nconns);
+		rec_unmap(buf, len);
+	}
+	for (k = 0; r == 0 && k < w->n; k++)
+		if (iso->cfg->vms[w->idx[k]].guest_cid == cid)
+			break;
+	if (r == 0 && k == w->n)
+		r = -ENOENT;
+	if (r < 0) {
+		log_error("worker pid %d (%s) sent a crash-survival record that is refused: %s",
+			  (int)w->pid, w->vms, strerror(-r));
+		close(memfd);
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		free(fds);
+		return;
+	}
+	kept_clear(&w->kept[k]);
+	iso->keep_gen++;
+	if (conn < 0) { /* the VM has no VMM any more */
+		close(memfd);
+		free(fds);
+		return;
+	}
+	w->kept[k] = (struct kept){ .memfd = memfd, .fds = fds, .nfds = nfds, .conn = conn };
+	log_debug("vm%u: crash-survival record kept: %zu fds, %zu connections", cid, nfds, nconns);
+}
+
+/*
+ * Reads every record waiting on w's keeper socket (keep_lock held) until it would wait; at
+ * the end of the stream (the worker is gone) the socket is closed. A record whose sender died
+ * halfway is lost: the one before it stays.
+ */
+static void keep_read(struct iso *iso, struct worker *w)
+{
+	for (;;) {
+		struct pollfd p = { .fd = w->keep_fd, .events = POLLIN };
+		int memfd, *fds, r;
+		size_t nfds;
+
+		if (poll(&p, 1, 0) != 1)
+			return;
+		r = rec_recv(w->keep_fd, ISO_KEEP_RECV_MS, &memfd, &fds, &nfds);
+		if (r == 0) {
+			kept_store(iso, w, memfd, fds, nfds);
+			continue;
+		}
+		if (r != -ECONNRESET)
+			log_error("worker pid %d (%s): crash-survival record: %s; no more are taken "
+				  "from it", (int)w->pid, w->vms, strerror(-r));
+		close(w->keep_fd);
+		w->keep_fd = -1;
+		iso->keep_gen++;
+		return;
+	}
+}
+
+/*
+ * The keeper thread: takes the workers' records, and drops a VM's record when its VMM hangs
+ * up (the main's copy of the connection reports POLLRDHUP): a VMM that goes while its worker is
+ * down finds its connection closed, and the new worker listens for the next one.
+ */
+static void *keeper_main(void *arg)
+{
+	struct iso *iso = arg;
+	unsigned max = 1;
+	struct pollfd *p;
+	struct { unsigned w, k; } *who;
+
+	pthread_setname_np(pthread_self(), "uvsockd-keep");
+	for (unsigned i = 0; i < iso->nw; i++)
+		max += 1 + iso->w[i].n;
+	p = calloc(max, sizeof(*p));
+	who = calloc(max, sizeof(*who));
+	if (!p || !who) {
+		log_error("crash survival: out of memory: nothing is kept");
+		free(p);
+		free(who);
+		return NULL;
+	}
+	for (;;) {
+		unsigned n = 1;
+		uint64_t gen, v;
+
+		pthread_mutex_lock(&iso->keep_lock);
+		if (iso->keep_stop) {
+			pthread_mutex_unlock(&iso->keep_lock);
+			break;
+		}
+		p[0] = (struct pollfd){ .fd = iso->keep_wake, .events = POLLIN };
+		for (unsigned i = 0; i < iso->nw; i++) {
+			struct worker *w = &iso->w[i];
+
+			if (w->keep_fd >= 0) {
+				who[n].w = i;
+				who[n].k = UINT32_MAX;
+				p[n++] = (struct pollfd){ .fd = w->keep_fd, .events = POLLIN };
+			}
+			for (unsigned k = 0; k < w->n; k++) {
+				if (w->kept[k].memfd < 0)
+					continue;
+				who[n].w = i;
+				who[n].k = k;
+				p[n++] = (struct pollfd){ .fd = w->kept[k].conn, .events = POLLRDHUP };
+			}
+		}
+		gen = iso->keep_gen;
+		pthread_mutex_unlock(&iso->keep_lock);
+		if (poll(p, n, -1) < 0)
+			continue;
+		if (p[0].revents)
+			(void)!read(iso->keep_wake, &v, sizeof(v));
+		pthread_mutex_lock(&iso->keep_lock);
+		/* An fd polled may have been closed (and its number reused) meanwhile: poll anew. */
+		for (unsigned j = 1; j < n && iso->keep_gen == gen; j++) {
+			struct worker *w = &iso->w[who[j].w];
+
+			if (!p[j].revents)
+				continue;
+			if (who[j].k == UINT32_MAX) {
+				keep_read(iso, w);
+				continue;
+			}
+			if (atomic_load_explicit(&w->alive, memory_order_relaxed))
+				log_debug("vm%u: the VMM closed its vhost-user connection: its "
+					  "record dropped", iso->cfg->vms[w->idx[who[j].k]].guest_cid);
+			else
+				log_warn("vm%u: the VMM closed its vhost-user connection while its "
+					 "worker was down; the new worker waits for the next VMM",
+					 iso->cfg->vms[w->idx[who[j].k]].guest_cid);
+			kept_clear(&w->kept[who[j].k]);
+			iso->keep_gen++;
+		}
+		pthread_mutex_unlock(&iso->keep_lock);
+	}
+	free(p);
+	free(who);
+	return NULL;
+}
+
+/* Makes the keeper thread poll anew (its fds changed). */
+static void keep_wake(struct iso *iso)
+{
+	uint64_t one = 1;
+
+	if (iso->keep_wake >= 0)
+		(void)!write(iso->keep_wake, &one, sizeof(one));
+}
+
+/*
+ * Gives the new worker w (its keeper socket: fd) the records kept for its VMs (keep_lock held),
+ * after taking what its predecessor sent last. Returns how many were sent, or -errno.
+ */
+static int keep_hand_over(struct iso *iso, struct worker *w, int fd)
+{
+	struct iso_keep_hdr h = { .op = ISO_KEEP_OFFERS };
+	int r = 0;
+
+	if (w->keep_fd >= 0) {
+		keep_read(iso, w);
+		if (w->keep_fd >= 0) { /* still open: it will end; nothing more comes from it */
+			close(w->keep_fd);
+			w->keep_fd = -1;
+			iso->keep_gen++;
+		}
+	}
+	for (unsigned k = 0; k < w->n; k++)
+		h.n += w->kept[k].memfd >= 0;
+	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))
+		return -errno;
+	for (unsigned k = 0; k < w->n && r == 0; k++)
+		if (w->kept[k].memfd >= 0)
+			r = rec_send(fd, w->kept[k].memfd, w->kept[k].fds, w->kept[k].nfds);
+	return r < 0 ? r : (int)h.n;
+}
+
 /* ---- the main process: workers and supervision ------------------------------------------- */
 
 static unsigned alive_count(const struct iso *iso)
@@ -530,6 +873,13 @@ static unsigned reap(struct iso *iso, bool stopping)
 		    waitpid(w->pid, &st, WNOHANG) != w->pid)
 			continue;
 		worker_gone(w);
+		/* Kept for the next worker only if there is one. */
+		if (stopping || (WIFEXITED(st) && WEXITSTATUS(st) == 0) || w->inherited) {
+			pthread_mutex_lock(&iso->keep_lock);
+			kept_drop_all(iso, w);
+			pthread_mutex_unlock(&iso->keep_lock);
+			keep_wake(iso);
+		}
 		if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
 			if (stopping)
 				log_info("worker pid %d (%s) stopped", (int)w->pid, w->vms);
@@ -627,7 +977,7 @@ static int plan(struct iso *iso, const struct uvsockd_config *cfg)
 	if (!iso->w)
 		return -ENOMEM;
 	for (unsigned i = 0; i < iso->nw; i++) {
-		iso->w[i].fd = -1;
+		iso->w[i].fd = iso->w[i].keep_fd = -1;
 		pthread_mutex_init(&iso->w[i].lock, NULL);
 	}
 	for (unsigned i = 0; i < cfg->n_vms; i++) {
@@ -636,6 +986,9 @@ static int plan(struct iso *iso, const struct uvsockd_config *cfg)
 
 		if (!w->idx && !(w->idx = calloc(cfg->n_vms, sizeof(unsigned))))
 			return -ENOMEM;
+		if (!w->kept && !(w->kept = calloc(cfg->n_vms, sizeof(*w->kept))))
+			return -ENOMEM;
+		w->kept[w->n] = (struct kept){ .memfd = -1, .conn = -1 };
 		iso->local[i] = w->n;
 		w->idx[w->n++] = i;
 		if (cfg->vms[i].fd > 0 || uds_is_adopted(cfg->vms[i].socket_path))
@@ -658,25 +1011,47 @@ static int plan(struct iso *iso, const struct uvsockd_config *cfg)
 static int spawn(struct iso *iso, unsigned i, const sigset_t *sigs, bool restart)
 {
 	struct worker *w = &iso->w[i];
+	struct timeval tv = { .tv_sec = ISO_SEND_TIMEOUT_MS / 1000 };
 	pid_t parent = getpid(), pid;
-	int sv[2], e = 0;
+	int sv[2], kv[2], e = 0, r;
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		return -errno;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, kv) < 0) {
+		e = errno;
+		close(sv[0]);
+		close(sv[1]);
+		return -e;
+	}
 	pthread_mutex_lock(&w->lock);
 	pid = fork();
 	if (pid == 0) {
-		struct timeval tv = { .tv_sec = ISO_SEND_TIMEOUT_MS / 1000 };
-
 		close(sv[0]);
+		close(kv[0]);
 		(void)setsockopt(sv[1], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		worker_main(iso, i, sv[1], sigs, parent, restart);
+		(void)setsockopt(kv[1], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		worker_main(iso, i, sv[1], kv[1], sigs, parent, restart);
 	}
 	e = errno;
 	close(sv[1]);
+	close(kv[1]);
 	if (pid < 0) {
 		close(sv[0]);
+		close(kv[0]);
 	} else {
+		(void)setsockopt(kv[0], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		pthread_mutex_lock(&iso->keep_lock);
+		r = keep_hand_over(iso, w, kv[0]);
+		w->keep_fd = kv[0];
+		iso->keep_gen++;
+		pthread_mutex_unlock(&iso->keep_lock);
+		keep_wake(iso);
+		if (r > 0)
+			log_info("worker pid %d (%s) gets %d VMM connection%s kept across the "
+				 "crash", (int)pid, w->vms, r, r == 1 ? "" : "s");
+		else if (r < 0)
+			log_error("worker pid %d (%s): cannot hand it the kept connections: %s",
+				  (int)pid, w->vms, strerror(-r));
 		w->pid = pid;
 		w->fd = sv[0];
 		w->started_ms = mono_ms();
@@ -732,20 +1107,35 @@ static bool restart_pending(const struct iso *iso)
 
 static void iso_free(struct iso *iso)
 {
+	if (iso->keeper_started) {
+		pthread_mutex_lock(&iso->keep_lock);
+		iso->keep_stop = true;
+		pthread_mutex_unlock(&iso->keep_lock);
+		keep_wake(iso);
+		pthread_join(iso->keeper, NULL);
+	}
+	if (iso->keep_wake >= 0)
+		close(iso->keep_wake);
 	for (unsigned i = 0; iso->w && i < iso->nw; i++) {
 		if (iso->w[i].fd >= 0)
 			close(iso->w[i].fd);
+		if (iso->w[i].keep_fd >= 0)
+			close(iso->w[i].keep_fd);
+		for (unsigned k = 0; iso->w[i].kept && k < iso->w[i].n; k++)
+			kept_clear(&iso->w[i].kept[k]);
+		free(iso->w[i].kept);
 		free(iso->w[i].idx);
 		pthread_mutex_destroy(&iso->w[i].lock);
 	}
 	free(iso->w);
 	free(iso->worker_of);
 	free(iso->local);
+	pthread_mutex_destroy(&iso->keep_lock);
 }
 
 int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 {
-	struct iso iso = { 0 };
+	struct iso iso = { .keep_wake = -1, .keep_lock = PTHREAD_MUTEX_INITIALIZER };
 	struct ops_ctl *ctl = NULL;
 	sigset_t all = *sigs, chld;
 	int r, sig = 0, rc = 1;
@@ -767,6 +1157,19 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 	}
 	/* Every worker has its inherited sockets: a VMM must see its connection end with it. */
 	uds_drop_adopted();
+	/* Only now: a worker forked while records are kept would hold copies of them. */
+	iso.keep_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	r = iso.keep_wake < 0 ? -errno : pthread_create(&iso.keeper, NULL, keeper_main, &iso);
+	if (r > 0)
+		r = -r;
+	if (r < 0)
+		log_error("crash survival: off (cannot start the keeper: %s): a worker that dies "
+			  "costs its VMs their vsock until each restarts", strerror(-r));
+	else
+		log_info("crash survival: on (--isolate): the main process keeps each VM's vhost-user "
+			 "connection and configuration; a worker that dies is started again and "
+			 "adopts its VMs (their open vsock connections end)");
+	iso.keeper_started = r == 0;
 	if (wait_ready(&iso) < 0 || daemon_ctl_start(cfg, &iso_ctl_ops, &iso, &ctl) < 0)
 		goto stop;
 	log_info("%u worker processes for %u VMs", iso.nw, cfg->n_vms);

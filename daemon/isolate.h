@@ -14,7 +14,9 @@
  * forked again after a back-off (isolate.c ISO_RESTART_*), the others keep running; one that
  * stops with status 0 is not; the main exits when no worker is left, or on
  * SIGTERM/SIGINT once the workers are reaped. Each worker has PR_SET_PDEATHSIG SIGTERM, so none
- * outlives the main.
+ * outlives the main. Crash survival (docs/upgrade.md): the main keeps each VM's vhost-user
+ * connection and configuration, sent by the worker whenever they change, and hands them to the
+ * worker it forks again, which adopts the VMMs (src/device/vhu_keep.h).
  *
  * The control socket answers for every VM through a SOCK_SEQPACKET socketpair per worker: the
  * main sends "stats of VM i" / "conns of VM i", a responder thread in the worker answers with

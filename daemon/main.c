@@ -180,11 +180,15 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	vm_set_reload_args(argc, argv); /* for SIGHUP */
-	if (cfg.isolate)
+	if (cfg.isolate) {
 		rc = isolate_run(&cfg, &sigs);
-	else
+	} else {
+		/* docs/upgrade.md, "Crash survival": nothing of this process outlives it. */
+		log_info("crash survival: off (not --isolate): a crash ends vsock for every VM until "
+			 "each VM restarts");
 		rc = vm_set_run(&cfg, NULL, 0, &sigs,
 				&(struct vm_set_hooks){ ctl_ready, ctl_stopping, &ip });
+	}
 out:
 	uvsockd_config_clear(&cfg);
 	return rc;

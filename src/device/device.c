@@ -671,6 +671,11 @@ void dev_settle(struct vsock_dev *d)
 		else
 			loop_timer_arm(d->eng_timer, dl);
 	}
+	/* Crash survival: the list of connections kept outside (one relaxed load per pass). */
+	if (d->conns_hook && d->eng && vsock_engine_conn_changes(d->eng) != d->conns_seen) {
+		d->conns_seen = vsock_engine_conn_changes(d->eng);
+		d->conns_hook(d->conns_hook_arg);
+	}
 }
 
 static void cont_cb(struct loop *l, struct loop_timer *t, void *opaque)
@@ -855,6 +860,31 @@ int dev_transport_reset(struct vsock_dev *d)
 }
 
 /* ---- services for the vhost-user glue (vhu.h) --------------------------------------------- */
+
+void dev_set_conns_hook(struct vsock_dev *d, void (*fn)(void *arg), void *arg)
+{
+	d->conns_hook = fn;
+	d->conns_hook_arg = arg;
+}
+
+int dev_save_conns(struct vsock_dev *d, struct rec_writer *w)
+{
+	return d->eng ? vsock_engine_save_conns(d->eng, w) : 0;
+}
+
+size_t dev_reset_conns(struct vsock_dev *d, const struct vsock_conn_addr *a, size_t n)
+{
+	size_t sent = 0;
+
+	for (size_t i = 0; d->eng && i < n; i++)
+		sent += vsock_engine_reset_conn(d->eng, a[i].type, a[i].local_port, a[i].peer_cid,
+						a[i].peer_port) == 0;
+	if (sent) {
+		d->rx_more = true;
+		cont_schedule(d);
+	}
+	return sent;
+}
 
 struct uvsock_dev *dev_api(struct vsock_dev *d)
 {

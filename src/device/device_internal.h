@@ -205,6 +205,11 @@ struct vsock_dev {
 	/* state save and restore (vsock_dev_freeze, vsock_dev_hand_over): device thread */
 	bool frozen;                   /* no host fd watched, no timer: nothing changes */
 	bool handed_over;              /* the socket files are another device's: never unlinked */
+
+	/* crash survival (vhu.h dev_set_conns_hook): device thread */
+	void (*conns_hook)(void *arg); /* the set of connections changed since conns_seen */
+	void *conns_hook_arg;
+	uint64_t conns_seen;
 };
 
 

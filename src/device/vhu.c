@@ -11,12 +11,16 @@
  * activation, uvsockd --fd), listening or already connected to the VMM. For uvsockd's live
  * upgrade it also saves a VM whole (its listener, the back-end, the device) at a consistent point
  * of the device's thread and restores it in the new process (docs/upgrade.md, "A VM of
- * uvsockd"). Everything runs on the device's thread.
+ * uvsockd"). Crash survival (vhu_keep.h, its section at the end): with a keeper, each VM's
+ * configuration and connections are handed to it as they change, and a record kept by a
+ * process that died is adopted in place of waiting for a VMM. Everything runs on the device's
+ * thread.
  */
 #include "device/vhu.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -24,15 +28,19 @@
 #include <unistd.h>
 
 #include "device/device_internal.h"
+#include "device/evq.h"
+#include "device/vhu_keep.h"
 #include "device/vsock_dev.h"
 #include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/loop.h"
 #include "util/macros.h"
 #include "util/rec.h"
+#include "util/time.h"
 #include "util/uds.h"
 #include "uvsock/device.h"
 #include "vhost_user/backend.h"
+#include "vsock/engine.h"
 
 struct dev_vhu {
 	struct vsock_dev *d;
@@ -49,7 +57,18 @@ struct dev_vhu {
 	/* The VM went to another process (upgrade.c): its socket file is that one's, never
 	 * removed here. */
 	bool given;
+	/* Crash survival (vhu_keep.h): the keeper holds a record of this VM; when its list of
+	 * connections was last written (ns), and the timer of a write put off. */
+	bool kept;
+	uint64_t conns_kept_ns;
+	struct loop_timer *keep_timer;
 };
+
+static void keep_update(struct dev_vhu *v);
+static void keep_changed(void *arg);
+static int adopt_offered(struct dev_vhu *v);
+static int keep_init(struct dev_vhu *v);
+static void keep_fini(struct dev_vhu *v);
 
 static struct uvsock_dev *api(struct dev_vhu *v)
 {
@@ -140,6 +159,7 @@ static void vmm_disconnect(struct dev_vhu *v, int why)
 	v->vhu_w = NULL;
 	vhu_backend_free(v->vhu); /* stops both rings through vq_stop */
 	v->vhu = NULL;
+	keep_update(v); /* the keeper's copy of the connection must close too */
 	(void)uvsock_dev_reset(api(v));
 	/* Serve the socket again: the next VMM (a restarted VM) is accepted by vhu_listen_cb. */
 	if (v->listen_w)
@@ -184,7 +204,7 @@ static void vhu_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	dev_message_done(v->d);
 }
 
-/* What this device's back-end offers and accepts (a new VMM's, or a restored one's). */
+/* What this device's back-end offers and accepts (a new VMM's, a restored or an adopted one's). */
 static void backend_config(const struct dev_vhu *v, struct vhu_backend_config *cfg)
 {
 	vhu_backend_config_init(cfg);
@@ -218,6 +238,7 @@ static int vmm_attach(struct dev_vhu *v, int s)
 		v->vhu = NULL;
 		return r;
 	}
+	vhu_backend_set_change_hook(v->vhu, keep_changed, v);
 	/* One VMM at a time: further connections wait in the backlog. */
 	if (v->listen_w)
 		(void)loop_watch_mod(v->listen_w, 0);
@@ -291,7 +312,10 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 	v->d = d;
 	v->queue_size_max = queue_size_max ? queue_size_max : 1024;
 	strcpy(v->path, path);
-	r = take_inherited(v);
+	v->listener.fd = -1;
+	r = keep_init(v);
+	if (r == 0)
+		r = take_inherited(v);
 	if (r == 1) {
 		log_info("%s: serving the inherited vhost-user connection (%s)", vsock_dev_name(d),
 			 v->path);
@@ -307,6 +331,7 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 		else
 			log_error("%s: cannot listen on %s: %s", vsock_dev_name(d), v->path,
 				  strerror(-r));
+		keep_fini(v);
 		free(v);
 		return r;
 	}
@@ -318,6 +343,7 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 		dev_vhu_free(v);
 		return r;
 	}
+	(void)adopt_offered(v);
 	*ret = v;
 	return 0;
 }
@@ -326,6 +352,7 @@ void dev_vhu_free(struct dev_vhu *v)
 {
 	if (!v)
 		return;
+	keep_fini(v);
 	if (v->vhu) {
 		loop_watch_del(v->vhu_w);
 		vhu_backend_free(v->vhu);
@@ -567,4 +594,362 @@ int dev_vhu_restore(struct vsock_dev *d, struct rec_reader *r, const char *path,
 fail:
 	dev_vhu_free(v);
 	return e;
+}
+/* ---- crash survival (vhu_keep.h; docs/upgrade.md, "Crash survival") ------------------------ */
+
+static struct {
+	dev_vhu_keep_fn fn;
+	void *arg;
+} keeper;
+
+/* Records kept by the previous process, offered to the devices made next (by CID). */
+struct keep_offer {
+	uint32_t cid;
+	int memfd;
+	int *fds;
+	size_t nfds;
+	struct keep_offer *next;
+};
+static pthread_mutex_t offers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct keep_offer *offers;
+
+void dev_vhu_set_keeper(dev_vhu_keep_fn fn, void *arg)
+{
+	keeper.fn = fn;
+	keeper.arg = arg;
+}
+
+/* Hands the keeper v's record: the back-end's configuration, or (no VMM) a drop. */
+static void keep_update(struct dev_vhu *v)
+{
+	uint32_t cid = vsock_dev_guest_cid(v->d);
+	struct rec_writer w;
+	const uint8_t *buf;
+	size_t len;
+	bool have = false;
+
+	if (!keeper.fn || (!v->vhu && !v->kept))
+		return;
+	rec_writer_init(&w, REC_KIND_CRASH, VHU_KEEP_VERSION);
+	rec_put_u32(&w, VHU_KEEP_T_CID, cid);
+	if (v->vhu) {
+		/* The back-end's first fd is its connection (vhu_backend_snapshot). */
+		rec_put_u32(&w, VHU_KEEP_T_CONN, w.nfds);
+		rec_begin(&w, VHU_KEEP_T_BACKEND);
+		have = vhu_backend_snapshot(v->vhu, &w) == 0;
+		rec_end(&w);
+		rec_begin(&w, VHU_KEEP_T_CONNS);
+		(void)dev_save_conns(v->d, &w); /* its errors stay in w */
+		rec_end(&w);
+		v->conns_kept_ns = loop_now_ns();
+		loop_timer_disarm(v->keep_timer);
+		if (!have) {
+			/* A failed connection is closed right after: keep nothing of it. */
+			rec_writer_free(&w);
+			rec_writer_init(&w, REC_KIND_CRASH, VHU_KEEP_VERSION);
+			rec_put_u32(&w, VHU_KEEP_T_CID, cid);
+		}
+	}
+	if (rec_writer_finish(&w, &buf, &len) < 0) {
+		log_warn("%s: cannot write the crash-survival record: out of memory",
+			 vsock_dev_name(v->d));
+	} else {
+		keeper.fn(keeper.arg, cid, buf, len, w.fds, w.nfds);
+		v->kept = have;
+	}
+	rec_writer_free(&w);
+}
+
+/* Undoes keep_init. */
+static void keep_fini(struct dev_vhu *v)
+{
+	if (!v->keep_timer)
+		return;
+	dev_set_conns_hook(v->d, NULL, NULL);
+	loop_timer_free(v->keep_timer);
+	v->keep_timer = NULL;
+}
+
+/* The back-end's change hook: the keeper learns each change before the VMM has its reply. */
+static void keep_changed(void *arg)
+{
+	keep_update(arg);
+}
+
+/* The device's connections changed: kept now, or at most VHU_KEEP_CONNS_MS after the last. */
+static void keep_conns_changed(void *arg)
+{
+	struct dev_vhu *v = arg;
+	uint64_t due = v->conns_kept_ns + VHU_KEEP_CONNS_MS * NS_PER_MS;
+
+	if (!v->vhu || loop_timer_armed(v->keep_timer))
+		return;
+	if (loop_now_ns() >= due)
+		keep_update(v);
+	else
+		loop_timer_arm(v->keep_timer, due);
+}
+
+static void keep_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
+{
+	(void)l;
+	(void)t;
+	keep_update(opaque);
+}
+
+/* With a keeper: the timer and the device's hook that keep the list of connections. */
+static int keep_init(struct dev_vhu *v)
+{
+	int r;
+
+	if (!keeper.fn)
+		return 0;
+	r = loop_timer_new(dev_loop(v->d), keep_timer_cb, v, &v->keep_timer);
+	if (r < 0)
+		return r;
+	dev_set_conns_hook(v->d, keep_conns_changed, v);
+	return 0;
+}
+
+static const struct rec_field keep_fields[] = {
+	{ VHU_KEEP_T_CID, REC_U32, true, "guest CID" },
+	{ VHU_KEEP_T_BACKEND, REC_LIST, false, "vhost-user back-end" },
+	{ VHU_KEEP_T_CONN, REC_U32, false, "connection" },
+	{ VHU_KEEP_T_CONNS, REC_LIST, false, "connections" },
+};
+
+/* Opens a record in d and reads its top level into v[ARRAY_SIZE(keep_fields)]. */
+static int keep_open(struct rec_doc *d, struct rec_val *v, const uint8_t *buf, size_t len,
+		     const int *fds, size_t nfds)
+{
+	struct rec_reader r;
+	int e;
+
+	if (nfds > VHU_KEEP_MAX_FDS)
+		return -E2BIG;
+	e = rec_open(d, buf, len, REC_KIND_CRASH, VHU_KEEP_VERSION, VHU_KEEP_VERSION, fds, nfds);
+	if (e < 0)
+		return e;
+	rec_root(d, &r, "crash record");
+	e = rec_scan(&r, keep_fields, ARRAY_SIZE(keep_fields), v);
+	if (e == 0 && v[1].present != v[2].present)
+		e = rec_fail(d, -EBADMSG, "crash record: back-end and connection go together");
+	if (e == 0 && v[2].present && v[2].u >= nfds)
+		e = rec_fail(d, -EBADMSG, "crash record: connection fd %llu of %zu",
+			     (unsigned long long)v[2].u, nfds);
+	if (e < 0)
+		rec_doc_fini(d);
+	return e;
+}
+
+int dev_vhu_keep_peek(const uint8_t *buf, size_t len, const int *fds, size_t nfds,
+		      uint32_t *ret_cid, int *ret_conn, size_t *ret_nconns)
+{
+	struct rec_val v[ARRAY_SIZE(keep_fields)] = { 0 };
+	struct rec_reader root, sub;
+	struct rec_item it;
+	struct rec_doc d;
+	size_t n = 0;
+	int e = keep_open(&d, v, buf, len, fds, nfds);
+
+	if (e < 0)
+		return e;
+	*ret_cid = (uint32_t)v[0].u;
+	*ret_conn = v[2].present ? fds[v[2].u] : -1;
+	/* Counted, not read: each one is checked where it is used (adopt_restore). */
+	rec_root(&d, &root, "crash record");
+	if (v[3].present && rec_enter(&root, &v[3].it, "connections", &sub) == 0)
+		while (rec_next(&sub, &it) > 0)
+			n++;
+	if (ret_nconns)
+		*ret_nconns = n;
+	rec_doc_fini(&d);
+	return 0;
+}
+
+static void offer_free(struct keep_offer *o)
+{
+	close(o->memfd);
+	for (size_t i = 0; i < o->nfds; i++)
+		close(o->fds[i]);
+	free(o->fds);
+	free(o);
+}
+
+int dev_vhu_adopt_offer(int memfd, int *fds, size_t nfds)
+{
+	struct keep_offer *o = calloc(1, sizeof(*o));
+	const uint8_t *buf = NULL;
+	size_t len = 0;
+	int conn = -1, e = -ENOMEM;
+
+	if (o) {
+		*o = (struct keep_offer){ .memfd = memfd, .fds = fds, .nfds = nfds };
+		e = rec_map_fd(memfd, &buf, &len);
+	}
+	if (e == 0) {
+		e = dev_vhu_keep_peek(buf, len, fds, nfds, &o->cid, &conn, NULL);
+		rec_unmap(buf, len);
+	}
+	if (e == 0 && conn < 0)
+		e = -ENOENT; /* a drop: nothing to adopt */
+	if (e < 0) {
+		if (o) {
+			offer_free(o);
+		} else {
+			close(memfd);
+			for (size_t i = 0; i < nfds; i++)
+				close(fds[i]);
+			free(fds);
+		}
+		return e;
+	}
+	pthread_mutex_lock(&offers_lock);
+	o->next = offers;
+	offers = o;
+	pthread_mutex_unlock(&offers_lock);
+	return 0;
+}
+
+void dev_vhu_adopt_clear(void)
+{
+	pthread_mutex_lock(&offers_lock);
+	while (offers) {
+		struct keep_offer *o = offers;
+
+		offers = o->next;
+		offer_free(o);
+	}
+	pthread_mutex_unlock(&offers_lock);
+}
+
+/*
+ * Restores o's back-end into v (frozen: nothing ran yet) and reads its list of connections
+ * into *conns / *nconns. Returns 0 or -errno, logged.
+ */
+static int adopt_restore(struct dev_vhu *v, const struct keep_offer *o,
+			 struct vsock_conn_addr **conns, size_t *nconns)
+{
+	struct rec_val val[ARRAY_SIZE(keep_fields)] = { 0 };
+	struct vhu_backend_config cfg;
+	struct rec_reader root, sub;
+	const uint8_t *buf;
+	struct rec_doc doc;
+	size_t len;
+	int e;
+
+	e = rec_map_fd(o->memfd, &buf, &len);
+	if (e < 0) {
+		log_error("%s: cannot map the kept record: %s", vsock_dev_name(v->d), strerror(-e));
+		return e;
+	}
+	e = keep_open(&doc, val, buf, len, o->fds, o->nfds);
+	if (e < 0) {
+		log_error("%s: the kept record is refused: %s", vsock_dev_name(v->d), strerror(-e));
+		rec_unmap(buf, len);
+		return e;
+	}
+	backend_config(v, &cfg);
+	rec_root(&doc, &root, "crash record");
+	if (val[3].present) {
+		e = rec_enter(&root, &val[3].it, "connections", &sub);
+		if (e == 0)
+			e = vsock_engine_read_conns(&sub, VHU_KEEP_MAX_CONNS, conns, nconns);
+		rec_root(&doc, &root, "crash record");
+	}
+	if (e == 0) {
+		e = rec_enter(&root, &val[1].it, "vhost-user", &sub);
+		if (e == 0)
+			e = vhu_backend_restore(&sub, &cfg, &vhu_ops, v, &v->vhu);
+	}
+	if (e == 0 && (e = rec_check_fds_claimed(&doc)) < 0) {
+		vhu_backend_free(v->vhu);
+		v->vhu = NULL;
+	}
+	if (e < 0) {
+		log_vm_dev(LOG_LVL_ERROR, cfg.guest_cid, "%s: cannot adopt the VMM after a crash: %s",
+			   cfg.name, rec_error(&doc));
+		free(*conns);
+		*conns = NULL;
+		*nconns = 0;
+	}
+	rec_doc_fini(&doc);
+	rec_unmap(buf, len);
+	return e;
+}
+
+/*
+ * The previous process serving this VM died and its keeper kept the VMM's connection: serve it
+ * again. The device is new (no connection survives); the guest learns that its connections are
+ * gone from a TRANSPORT_RESET on the event queue where the back-end has it, and otherwise from
+ * the RST each of its packets on an old connection gets. Runs before the device does.
+ */
+static int adopt_offered(struct dev_vhu *v)
+{
+	uint32_t cid = vsock_dev_guest_cid(v->d);
+	struct keep_offer **pp, *o = NULL;
+	struct vsock_conn_addr *conns = NULL;
+	size_t nconns = 0, rst;
+	bool evq;
+	int e;
+
+	pthread_mutex_lock(&offers_lock);
+	for (pp = &offers; *pp; pp = &(*pp)->next)
+		if ((*pp)->cid == cid) {
+			o = *pp;
+			*pp = o->next;
+			break;
+		}
+	pthread_mutex_unlock(&offers_lock);
+	if (!o)
+		return 0;
+	e = adopt_restore(v, o, &conns, &nconns);
+	offer_free(o); /* the back-end has its own duplicates */
+	if (e < 0) {
+		v->kept = true;
+		keep_update(v); /* a drop: the keeper closes its copies, the VMM sees the end */
+		return e;
+	}
+	e = loop_watch_add(dev_loop(v->d), vhu_backend_fd(v->vhu), EPOLLIN, vhu_cb, v, &v->vhu_w);
+	if (e == 0) {
+		/* Pending until TX and the event queue run (evq.h); TX's used index 0 is a guest
+		 * that never sent, with nothing to reset. */
+		dev_evq_reset_needed(v->d);
+		e = vhu_backend_resume_adopted(v->vhu);
+	}
+	if (e < 0) {
+		log_vm_dev(LOG_LVL_ERROR, cid, "%s: cannot adopt the VMM after a crash: %s",
+			   vsock_dev_name(v->d), v->vhu_w ? vhu_backend_error(v->vhu) : strerror(-e));
+		v->kept = true;
+		vmm_disconnect(v, e);
+		free(conns);
+		return e;
+	}
+	/*
+	 * TX runs now, with a fresh engine. Where the event queue is ours, the pending
+	 * TRANSPORT_RESET ends every connection of the guest (Linux: virtio_vsock_event_handle):
+	 * RSTs would race it (the guest takes RX and events apart), and a reset event the guest
+	 * took after an RST would end the guest's first new connection too. Otherwise (QEMU keeps
+	 * the event queue) an RST for each kept connection; they go out with the first RX pass.
+	 */
+	evq = vhu_backend_queue_running(v->vhu, 2);
+	rst = evq ? 0 : dev_reset_conns(v->d, conns, nconns);
+	free(conns);
+	(void)loop_watch_mod(v->listen_w, 0);
+	dev_set_vmm_state(v->d, true);
+	v->announced = true;
+	v->kept = true;
+	keep_update(v);
+	vhu_backend_set_change_hook(v->vhu, keep_changed, v);
+	if (evq)
+		log_vm_dev(LOG_LVL_WARN, cid, "%s: adopted the VMM's vhost-user connection kept "
+			   "across the crash of the previous process: the device starts afresh, the "
+			   "guest's %zu connections end (the event queue's TRANSPORT_RESET ends them)",
+			   vsock_dev_name(v->d), nconns);
+	else
+		log_vm_dev(LOG_LVL_WARN, cid, "%s: adopted the VMM's vhost-user connection kept "
+			   "across the crash of the previous process: the device starts afresh, the "
+			   "guest's connections end (%zu RSTs sent of %zu kept; the rest get theirs "
+			   "when the guest sends on them)", vsock_dev_name(v->d), rst, nconns);
+	return 0;
 }

@@ -13,6 +13,7 @@
 #define UVSOCK_DEVICE_VHU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct dev_vhu;
@@ -32,7 +33,8 @@ struct vsock_dev;
  * detached). The program attaches it right after creating the device (uvsockd, daemon/vms.c:
  * uvsock_dev_new, then this on vsock_dev_of(); the device-role tests: vsock_dev_new), before
  * the device runs, and frees it (dev_vhu_free) after the device stopped and before the device
- * is freed. A listening error is logged.
+ * is freed. A listening error is logged. A record kept across a crash for the device's CID
+ * (vhu_keep.h, dev_vhu_adopt_offer) is adopted: its VMM's connection is served at once.
  * Returns 0, -ENOMEM, or the errno of listening (-EEXIST, -EADDRINUSE, ...).
  */
 int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
@@ -113,5 +115,18 @@ void dev_set_vmm_state(struct vsock_dev *d, bool connected);
 void dev_message_done(struct vsock_dev *d);
 /* The device offers VIRTIO_VSOCK_F_DGRAM (host_dgram.c: not made with no_dgram). */
 bool dev_dgram_offered(const struct vsock_dev *d);
+
+/*
+ * Crash survival (vhu_keep.h): fn(arg) runs on the device thread after a pass in which the set
+ * of the engine's connections changed (NULL: never). dev_save_conns writes that set
+ * (vsock_engine_save_conns) into w, the list w is in. dev_reset_conns queues an RST to the
+ * guest for each of n connections of a dead process (vsock_engine_reset_conn) and returns how
+ * many fitted in the engine's queue of such RSTs (cfg.reply_limit).
+ */
+struct rec_writer;
+struct vsock_conn_addr;
+void dev_set_conns_hook(struct vsock_dev *d, void (*fn)(void *arg), void *arg);
+int dev_save_conns(struct vsock_dev *d, struct rec_writer *w);
+size_t dev_reset_conns(struct vsock_dev *d, const struct vsock_conn_addr *a, size_t n);
 
 #endif

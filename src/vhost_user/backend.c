@@ -16,6 +16,7 @@
  */
 #include "vhost_user/backend.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -78,6 +79,10 @@ struct vhu_backend {
 	struct vring_log log; /* dirty log; every map gets it (guest_mem_set_log) */
 	int log_fd;           /* the SET_LOG_BASE fd of the mapped log, kept open; -1 */
 	uint64_t log_offset;  /* its mmap_offset (the size is log.size) */
+
+	/* Called after every message that may change what vhu_backend_snapshot() writes. */
+	void (*change_hook)(void *arg);
+	void *change_arg;
 
 	bool frozen;   /* saved (vhu_backend_save) or restored, not resumed: serves nothing */
 	bool restored; /* restored and the device not yet told the features and memory */
@@ -808,6 +813,25 @@ static int send_reply(struct vhu_backend *b, uint32_t request, const void *p, ui
 	return 0;
 }
 
+/*
+ * After a handled request, before its reply: everything but the pure questions may have changed
+ * the configuration. The change hook (crash survival, docs/upgrade.md) runs before the reply,
+ * so that the front-end never sees a reply to a change its keeper does not know yet.
+ */
+static void config_changed(struct vhu_backend *b, uint32_t request)
+{
+	switch (request) {
+	case VHU_REQ_GET_FEATURES:
+	case VHU_REQ_GET_PROTOCOL_FEATURES:
+	case VHU_REQ_GET_QUEUE_NUM:
+	case VHU_REQ_GET_CONFIG:
+		return;
+	default:
+		if (b->change_hook)
+			b->change_hook(b->change_arg);
+	}
+}
+
 static int dispatch(struct vhu_backend *b, struct vhu_msg *m)
 {
 	const struct vhu_policy *p;
@@ -833,6 +857,8 @@ static int dispatch(struct vhu_backend *b, struct vhu_msg *m)
 		ret = fail(b, -EPERM, "protocol feature %d not negotiated", p->proto);
 	else
 		ret = p->handler(b, m, &reply);
+	if (ret >= 0)
+		config_changed(b, m->request);
 
 	if (p->flags & P_REPLY) {
 		if (ret < 0)
@@ -1013,14 +1039,9 @@ enum { L_FD = 1, L_SIZE, L_OFFSET };
 #define RING_F_STARTED 0x2u
 #define RING_F_ENABLED 0x4u
 
-int vhu_backend_save(struct vhu_backend *b, struct rec_writer *w)
+/* The items of the back-end's part; the connection is the first fd put. */
+static void write_items(const struct vhu_backend *b, struct rec_writer *w)
 {
-	if (b->error)
-		return -EIO;
-	/* The device gives back each ring's next avail index, which the record carries. */
-	stop_all(b);
-	b->frozen = true;
-
 	rec_put_u32(w, T_SCHEMA, VHU_BACKEND_SAVE_VERSION);
 	rec_put_u64(w, T_CID, b->cfg.guest_cid);
 	rec_put_u64(w, T_OFFERED, b->offered_features);
@@ -1080,7 +1101,31 @@ int vhu_backend_save(struct vhu_backend *b, struct rec_writer *w)
 	}
 	if (b->log.call_fd >= 0)
 		rec_put_fd(w, T_LOG_CALL, b->log.call_fd);
+}
+
+int vhu_backend_save(struct vhu_backend *b, struct rec_writer *w)
+{
+	if (b->error)
+		return -EIO;
+	/* The device gives back each ring's next avail index, which the record carries. */
+	stop_all(b);
+	b->frozen = true;
+	write_items(b, w);
 	return 0;
+}
+
+int vhu_backend_snapshot(const struct vhu_backend *b, struct rec_writer *w)
+{
+	if (b->error)
+		return -EIO;
+	write_items(b, w);
+	return 0;
+}
+
+void vhu_backend_set_change_hook(struct vhu_backend *b, void (*fn)(void *arg), void *arg)
+{
+	b->change_hook = fn;
+	b->change_arg = arg;
 }
 
 /* A close-on-exec duplicate of a record's fd into *ret: the record's fds stay the caller's. */
@@ -1466,4 +1511,64 @@ int vhu_backend_resume(struct vhu_backend *b)
 	b->msg.request = 0;
 	b->error = reconcile_all(b);
 	return b->error;
+}
+
+/*
+ * Crash survival (docs/upgrade.md): the back-end was restored from a snapshot taken while its
+ * rings ran, so the next avail index of a running ring is unknown; what the dead process had
+ * completed is in guest memory. A split ring restarts at its used index: every chain the guest
+ * made available after it is processed (again). Chains the dead process popped but had not
+ * completed yet are among them. That is correct here because nothing of the old session
+ * survives: a TX packet read again belongs to a connection the fresh engine does not have (it
+ * is answered with an RST, and the guest's socket ends anyway with the TRANSPORT_RESET or the
+ * RST sent for it), and an RX buffer read again was empty for the guest (the driver only
+ * looks at buffers the used ring returned), so it is simply filled now. With VIRTIO_F_IN_ORDER
+ * the same holds: the used index still counts every chain completed, in order.
+ *
+ * A packed ring has no used index: where the device stopped can only be derived from the
+ * descriptors' AVAIL/USED flags, and a popped but uncompleted slot looks exactly like one not
+ * yet popped, so the boundary between "used" and "in flight" cannot be told from "available"
+ * once the device wrote used entries out of order or batched them. Adoption refuses it.
+ */
+int vhu_backend_resume_adopted(struct vhu_backend *b)
+{
+	int r;
+
+	if (b->error)
+		return b->error;
+	if (!b->frozen || !b->restored)
+		return -EINVAL;
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
+		struct vhu_ring *ring = &b->rings[q];
+		struct vhu_vring_info info = { 0 };
+		bool should = ring->started && ring->enabled && ring->num && ring->addr_set && b->mem;
+
+		/* A stopped ring keeps the index its GET_VRING_BASE answered (in the snapshot). */
+		if (!should)
+			continue;
+		if (ring_packed(b)) {
+			snprintf(b->errbuf, sizeof(b->errbuf), "queue %u: a running packed ring "
+				 "cannot be adopted after a crash (its next avail slot is unknown)",
+				 q);
+			return b->error = -EOPNOTSUPP;
+		}
+		r = ring_translate(b, q, &info);
+		if (r < 0)
+			return b->error = r;
+		/* struct vring_used: le16 flags, le16 idx (virtio 1.2 §2.7.8). */
+		ring->last_avail_idx = le16toh(
+			__atomic_load_n((const uint16_t *)info.used + 1, __ATOMIC_ACQUIRE));
+	}
+	r = vhu_backend_resume(b);
+	if (r < 0)
+		return r;
+	/* One interrupt per running ring: the dead process may have completed chains and died
+	 * before signalling them; a spurious interrupt is harmless, a lost one is not. */
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++) {
+		uint64_t one = 1;
+
+		if (b->rings[q].running && b->rings[q].call_fd >= 0)
+			(void)!write(b->rings[q].call_fd, &one, sizeof(one));
+	}
+	return 0;
 }

@@ -211,6 +211,32 @@ int vhu_backend_restore(struct rec_reader *r, const struct vhu_backend_config *c
  */
 int vhu_backend_resume(struct vhu_backend *b);
 
+/*
+ * Crash survival (docs/upgrade.md, "Crash survival"): the same items as vhu_backend_save()
+ * without stopping the rings or freezing b, so the next avail index of a running ring is
+ * whatever was last known (a record to restore with vhu_backend_resume_adopted(), which does
+ * not use it). The connection is the first fd put into w. Fds are borrowed by w. Returns 0 or
+ * -EIO (the connection failed).
+ */
+int vhu_backend_snapshot(const struct vhu_backend *b, struct rec_writer *w);
+
+/*
+ * fn(arg) is called after each handled message that may change what vhu_backend_snapshot()
+ * writes (every request but GET_FEATURES, GET_PROTOCOL_FEATURES, GET_QUEUE_NUM and
+ * GET_CONFIG), before its reply is sent: a snapshot taken there is what the front-end will
+ * believe once it has the reply. NULL: none.
+ */
+void vhu_backend_set_change_hook(struct vhu_backend *b, void (*fn)(void *arg), void *arg);
+
+/*
+ * vhu_backend_resume() for a back-end restored from a vhu_backend_snapshot() of a process that
+ * died: each running split ring starts at the used index found in guest memory (why that is
+ * correct: backend.c), then each running ring's call eventfd is signalled once. A running
+ * packed ring is refused (-EOPNOTSUPP, vhu_backend_error() says why). Returns 0, -EINVAL (b
+ * is not a restored, frozen back-end) or the -errno that failed the connection.
+ */
+int vhu_backend_resume_adopted(struct vhu_backend *b);
+
 /* "SET_MEM_TABLE" for a known id, "UNKNOWN" otherwise. */
 const char *vhu_request_to_string(uint32_t request);
 

@@ -6,6 +6,7 @@
 #include "vsock/conn_table.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/random.h>
@@ -25,6 +26,7 @@ struct vsock_conn_table {
 	struct ct_bucket *bound;
 	pthread_mutex_t port_lock;
 	uint32_t port_cursor; /* Protected by port_lock; 0 = not seeded yet */
+	_Atomic uint64_t conn_changes; /* connected inserts and removes (vsock_ct_conn_changes) */
 };
 
 static uint32_t mix32(uint32_t x)
@@ -161,6 +163,7 @@ int vsock_ct_insert_connected(struct vsock_conn_table *t, struct vsock_ct_node *
 		}
 	}
 	link_node(b, n, peer_cid, peer_port, local_port);
+	atomic_fetch_add_explicit(&t->conn_changes, 1, memory_order_relaxed);
 out:
 	pthread_mutex_unlock(&b->lock);
 	return r;
@@ -169,7 +172,16 @@ out:
 bool vsock_ct_remove_connected(struct vsock_conn_table *t, struct vsock_ct_node *n)
 {
 	/* The owner serialises insert/remove of its node, so the key read here is stable. */
-	return bucket_remove(conn_bucket(t, n->cid, n->port, n->lport), n);
+	bool removed = bucket_remove(conn_bucket(t, n->cid, n->port, n->lport), n);
+
+	if (removed)
+		atomic_fetch_add_explicit(&t->conn_changes, 1, memory_order_relaxed);
+	return removed;
+}
+
+uint64_t vsock_ct_conn_changes(struct vsock_conn_table *t)
+{
+	return atomic_load_explicit(&t->conn_changes, memory_order_relaxed);
 }
 
 struct vsock_ct_node *vsock_ct_lookup_connected(struct vsock_conn_table *t, uint32_t peer_cid,

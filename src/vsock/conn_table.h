@@ -51,6 +51,8 @@ int vsock_ct_insert_connected(struct vsock_conn_table *t, struct vsock_ct_node *
 			      uint32_t peer_cid, uint32_t peer_port, uint32_t local_port);
 /* Unlinks n from the connected table. Returns true if it was linked. */
 bool vsock_ct_remove_connected(struct vsock_conn_table *t, struct vsock_ct_node *n);
+/* Changes with every insert and remove of the connected table (any thread; relaxed). */
+uint64_t vsock_ct_conn_changes(struct vsock_conn_table *t);
 /* Finds the connected node for the tuple and refs it, or returns NULL. */
 struct vsock_ct_node *vsock_ct_lookup_connected(struct vsock_conn_table *t, uint32_t peer_cid,
 						uint32_t peer_port, uint32_t local_port);

@@ -515,6 +515,9 @@ struct vsock_conn_addr {
  * packet). Returns 0 or the writer's error (-ENOMEM...).
  */
 int vsock_engine_save_conns(struct vsock_engine *e, struct rec_writer *w);
+/* Changes whenever a connection enters or leaves the connected table, so the owner knows when
+ * to write the list again (any thread, a relaxed load). */
+uint64_t vsock_engine_conn_changes(struct vsock_engine *e);
 /*
  * Reads what vsock_engine_save_conns wrote: a malloc'd array of *ret_n addresses in *ret (NULL
  * when none), each checked (type STREAM or SEQPACKET, no port or CID "any"), at most max of

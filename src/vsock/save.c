@@ -1332,6 +1332,11 @@ int vsock_engine_save_conns(struct vsock_engine *e, struct rec_writer *w)
 	return w->err;
 }
 
+uint64_t vsock_engine_conn_changes(struct vsock_engine *e)
+{
+	return vsock_ct_conn_changes(e->ct);
+}
+
 int vsock_engine_read_conns(struct rec_reader *r, size_t max, struct vsock_conn_addr **ret,
 			    size_t *ret_n)
 {

@@ -8,8 +8,12 @@
  * next requests (GET_VRING_BASE, SET_VRING_ENABLE, a new SET_MEM_TABLE) are answered by it, at
  * the ring indices the first one stopped at, and nothing was sent to the front-end in between.
  * Refused records (another schema, another CID, an fd of the wrong kind) create nothing, leak
- * no fd, and leave the saved back-end to resume.
+ * no fd, and leave the saved back-end to resume. Crash survival (vhu_backend_snapshot,
+ * vhu_backend_resume_adopted): a snapshot stops nothing, the change hook runs before each
+ * reply, and an adopting back-end starts each split ring at the used index in guest memory,
+ * signals each call eventfd once, and refuses a running packed ring.
  */
+#include <endian.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -385,6 +389,100 @@ TEST(refused_records_leave_the_saved_backend_to_resume)
 	ASSERT_ERR(s1.result, ECONNRESET);
 	vhu_backend_free(s1.b);
 	ASSERT_EQ(fd_count(), before);
+}
+
+/* A snapshot of b (vhu_backend_snapshot: nothing stopped) as save() makes a record. */
+static void snap(struct vhu_backend *b, struct saved *sv)
+{
+	struct rec_writer w;
+	const uint8_t *buf;
+	size_t len;
+
+	rec_writer_init(&w, REC_KIND_VHOST_USER, 1);
+	ASSERT_OK(vhu_backend_snapshot(b, &w));
+	ASSERT_OK(rec_writer_finish(&w, &buf, &len));
+	ASSERT_OK(rec_memfd(buf, len, "vhu-test", &sv->memfd));
+	ASSERT_TRUE(w.nfds <= ARRAY_SIZE(sv->fds));
+	memcpy(sv->fds, w.fds, w.nfds * sizeof(int));
+	sv->nfds = w.nfds;
+	rec_writer_free(&w);
+}
+
+static void count_change(void *arg)
+{
+	(*(int *)arg)++;
+}
+
+/* A process that died: its snapshot adopted by a second back-end over the same connection. */
+static void adopt(uint64_t features)
+{
+	struct vhu_backend_config bcfg;
+	struct fakedev dev1, dev2;
+	struct srv s1;
+	struct vhu_front *f;
+	struct vhu_backend *b2 = NULL;
+	struct saved sv;
+	bool packed = features & VHU_BIT(VHU_F_RING_PACKED);
+	const uint16_t used[2] = { 40, 65535 };
+	char evlog[512];
+	int changes = 0, before = fd_count();
+	uint64_t v;
+
+	backend_cfg(&bcfg);
+	fakedev_init(&dev2);
+	f = pair_up(&s1, &dev1, &bcfg, features);
+	ASSERT_OK(srv_pause(&s1));
+	/* The change hook runs for a message that changes the configuration, not for a question. */
+	vhu_backend_set_change_hook(s1.b, count_change, &changes);
+	srv_run(&s1);
+	ASSERT_OK(vhu_front_enable_ring(f, 0, true));
+	ASSERT_OK(vhu_front_get_config(f, 0, 8, &v));
+	ASSERT_OK(srv_pause(&s1));
+	ASSERT_EQ(changes, 1);
+	fakedev_take_log(&dev1, evlog, sizeof(evlog));
+	/* What the dead device completed, in guest memory (split: struct vring_used's idx). */
+	for (unsigned q = 0; q < 2 && !packed; q++)
+		((volatile uint16_t *)vhu_front_ring(f, q)->used)[1] = htole16(used[q]);
+	snap(s1.b, &sv);
+	fakedev_take_log(&dev1, evlog, sizeof(evlog));
+	ASSERT_STREQ(evlog, ""); /* nothing stopped */
+	ASSERT_TRUE(vhu_backend_queue_running(s1.b, 0) && vhu_backend_queue_running(s1.b, 1));
+
+	ASSERT_OK(restore(&sv, sv.fds, &bcfg, &dev2, &b2));
+	close(sv.memfd);
+	vhu_backend_free(s1.b); /* (the dead process's copies) */
+	for (unsigned q = 0; q < 2; q++)
+		(void)!read(vhu_front_ring(f, q)->call_fd, &v, 8);
+	if (packed) {
+		ASSERT_ERR(vhu_backend_resume_adopted(b2), EOPNOTSUPP);
+		ASSERT_TRUE(strstr(vhu_backend_error(b2), "packed ring cannot be adopted") != NULL);
+		fakedev_take_log(&dev2, evlog, sizeof(evlog));
+		ASSERT_STREQ(evlog, ""); /* the device was told nothing */
+	} else {
+		ASSERT_OK(vhu_backend_resume_adopted(b2));
+		fakedev_take_log(&dev2, evlog, sizeof(evlog));
+		ASSERT_STREQ(evlog, "feat memnew start0 start1");
+		for (unsigned q = 0; q < 2; q++) {
+			ASSERT_EQ(dev2.info[q].last_avail_idx, used[q]);
+			/* One interrupt per running ring. */
+			ASSERT_EQ(read(vhu_front_ring(f, q)->call_fd, &v, 8), 8);
+			ASSERT_EQ_U64(v, 1);
+		}
+	}
+	ASSERT_TRUE(nothing_to_read(vhu_front_fd(f)));
+	vhu_front_free(f);
+	vhu_backend_free(b2);
+	ASSERT_EQ(fd_count(), before);
+}
+
+TEST(an_adopted_snapshot_starts_split_rings_at_the_used_index)
+{
+	adopt(VHU_BIT(VHU_F_EVENT_IDX) | VHU_BIT(VHU_F_INDIRECT_DESC));
+}
+
+TEST(an_adopted_snapshot_refuses_a_running_packed_ring)
+{
+	adopt(VHU_BIT(VHU_F_RING_PACKED) | VHU_BIT(VHU_F_EVENT_IDX));
 }
 
 TEST_MAIN()
