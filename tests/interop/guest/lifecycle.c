@@ -198,7 +198,7 @@ static void listener(unsigned port)
 				 .svm_port = port };
 	int fd = socket(AF_VSOCK, SOCK_STREAM, 0);
 
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0)
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 128) < 0)
 		_exit(2);
 	signal(SIGCHLD, SIG_IGN);
 	for (;;) {
