@@ -34,6 +34,12 @@ interop cache, scripts/fetch-qemu.sh), its vhost-user socket without reconnect (
   upgrade-refused  the same with 32 MiB each way and 20 idle connections; uvsock-ctl upgrade
                    --binary /nonexistent mid-transfer must fail, and the old uvsockd carries on:
                    the same checks.
+  crash-isolate    uvsockd --isolate; the worker serving the VM is killed (SIGKILL) while the
+                   guest holds a connection, streams to the host, and the host holds one to the
+                   guest's listener. The main process starts a new worker that adopts the VMM's
+                   connection: the open connections end (hang guards, no timing bound), the
+                   listener keeps working, new connections work both ways, QEMU is the same
+                   process (docs/upgrade.md, "Crash survival").
 
 Host side only AF_UNIX (uvsockd's hybrid sockets); AF_VSOCK exists only inside the guest.
 Exit: 0 pass, 1 fail, 77 skip (no patched or stock QEMU, kernel, cpio, or an uvsock-ctl that
@@ -639,7 +645,7 @@ def case_migrate(run, mode):
 
 # ---- live upgrade (stock QEMU; docs/upgrade.md, docs/interop.md "Live upgrade") ----
 
-STOCK_CASES = ("upgrade", "upgrade-refused")
+STOCK_CASES = ("upgrade", "upgrade-refused", "crash-isolate")
 UPGRADES = 3          # uvsock-ctl upgrade, three times in a row (the upgrade case)
 STALL_S = 90          # hang guard: a stream that moves no byte for this long has stopped
 GATE_AHEAD = 8 << 20  # each upgrade starts at a quarter of the streams, which stop 8 MiB further
@@ -929,6 +935,91 @@ def case_upgrade(run, refused):
         x.close()
 
 
+def children(pid):
+    """The PIDs of pid's children (/proc/PID/task/*/children)."""
+    out = []
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def worker_of(main_pid):
+    """The --isolate worker serving our VM (named "uvsockd vm<CID>", docs/uvsockd.md
+    "Isolation"), or None."""
+    for c in children(main_pid):
+        try:
+            with open(f"/proc/{c}/comm") as f:
+                if f.read().strip() == f"uvsockd vm{CID}" and pid_alive(c):
+                    return c
+        except OSError:
+            pass
+    return None
+
+
+def case_crash_isolate(run):
+    """uvsockd --isolate; the worker serving the VM is killed with SIGKILL while the guest holds a
+    connection to the host, streams to it, and the host holds one to the guest's listener. The
+    main process restarts the worker, which adopts the VMM's connection it kept (docs/upgrade.md,
+    "Crash survival"): the open connections end, the guest's listener keeps working, new
+    connections work both ways, QEMU (stock, no reconnect) is the same process."""
+    sock, uds = run.path("vm.sock"), run.path("vm.vsock")
+    d = run.uvsockd("a", sock, uds, ("--isolate", "--control", run.path("vm.ctl")))
+    echo_l = Listener(f"{uds}_{ECHO_PORT}", echo)
+    streams = Streams(1 << 40)   # more than it can send before the kill
+    sink_l = Listener(f"{uds}_{SINK_PORT}", streams.sink_fn)
+    q, ctl = boot(run, "vm", sock, run.path("ctl"))
+    qmp = Qmp(run.path("vm.qmp"))
+    check(ctl.ok("cid") == str(CID), "guest CID")
+    ctl.ok(f"listen {LISTEN_PORT}")
+    ctl.ok(f"hold 1 {ECHO_PORT}")
+    ctl.ok("ping 1")
+    ctl.ok(f"hold 2 {SINK_PORT}")
+    ctl.ok(f"send 2 {1 << 40}")
+    h = host_connect(uds, LISTEN_PORT)
+    check(host_roundtrip(h), "host to guest echo")
+    retry(lambda: streams.sink["bytes"] >= 4 << 20, "the guest's stream flows", 60)
+    w = worker_of(d.pid)
+    check(w, f"no worker 'uvsockd vm{CID}' under uvsockd {d.pid}")
+    t = time.monotonic()
+    os.kill(w, signal.SIGKILL)
+    log(f"killed worker {w} at {streams.sink['bytes'] >> 20} MiB streamed")
+    # Hang guards, not timing assertions: each end must come, however slowly.
+    ans = ctl.cmd("wait_reset 1 30000", 40)
+    check(ans in ("OK ECONNRESET", "OK ENOTCONN", "OK EOF"), f"the guest's held socket: {ans}")
+    t_reset = time.monotonic() - t
+    retry(lambda: guest_stat(ctl, "sendstat")["end"] != "-", "the guest's stream ends", 30)
+    check(host_conn_ended(h, 30), "the host's connection to the guest stays open")
+    h.close()
+    retry(lambda: streams.sink["end"] != "-", "the host's end of the guest's stream ends", 30)
+    check(streams.sink["bad"] == 0, f"the guest's stream, up to the kill: {streams.sink}")
+    nw = worker_of(d.pid)
+    check(nw and nw != w, f"no new worker under uvsockd {d.pid} (old {w}, now {nw})")
+    # The guest's listener kept working; new connections both ways.
+    t_g2h = retry(lambda: ctl.cmd(f"echo {ECHO_PORT} 65536", 30) == "OK",
+                  "a new guest-to-host connection", 30)
+    h = host_connect(uds, LISTEN_PORT)
+    check(host_roundtrip(h), "a new host-to-guest connection")
+    check(ctl.ok("accepted") == "2", "the guest's listener")
+    check(ctl.ok("cid") == str(CID), "CID")
+    check(q.poll() is None, "QEMU exited")
+    check(qmp.cmd("query-status").get("status") == "running", "QEMU's VM is not running")
+    check(d.poll() is None, "uvsockd's main process exited")
+    TIMINGS.append(("kill -9 to the guest's reset / to a new g2h connection (s)",
+                    (t_reset, t_g2h + (time.monotonic() - t - t_g2h))))
+    TIMINGS.append(("guest stream checked up to the kill (bytes)", streams.sink["bytes"]))
+    h.close()
+    ctl.cmd("poweroff", 10)
+    q.wait(30)
+    d.send_signal(signal.SIGTERM)
+    check(d.wait(30) == 0, f"uvsockd --isolate exited with {d.returncode} on SIGTERM")
+    for x in (echo_l, sink_l, qmp, ctl):
+        x.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
@@ -943,33 +1034,36 @@ def main():
     ap.add_argument("--migrate-limit", type=int, default=240)
     args = ap.parse_args()
 
-    run = Run(args)
     if args.case in STOCK_CASES:
         # Stock QEMU: 7.2 is the system's (Debian bookworm's qemu-system-x86), a newer one the
         # bookworm-backports QEMU scripts/fetch-qemu.sh unpacks into the interop cache.
         if args.qemu_version == "7.2":
-            run.qemu_bin = shutil.which("qemu-system-x86_64")
-            if not run.qemu_bin:
+            qemu_bin = shutil.which("qemu-system-x86_64")
+            if not qemu_bin:
                 skip("no qemu-system-x86_64 (apt-get install qemu-system-x86)")
         else:
             qdir = lib('qemu_cached && echo "$QDIR"')
             if not qdir:
                 skip("no bookworm-backports QEMU in the interop cache (scripts/fetch-qemu.sh)")
-            run.qemu_bin = qdir.strip() + "/qemu-system-x86_64"
+            qemu_bin = qdir.strip() + "/qemu-system-x86_64"
+    else:
+        pdir = lib(f'qemu_patched_cached {args.qemu_version} && echo "$PDIR"')
+        if not pdir:
+            skip(f"no QEMU {args.qemu_version} with contrib/qemu's patches in the interop cache")
+        qemu_bin = pdir.strip() + "/qemu-system-x86_64"
+    if args.case in ("upgrade", "upgrade-refused"):
         helptext = subprocess.run([args.ctl or "uvsock-ctl", "--help"], stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT).stdout.decode(errors="replace")
         if not any(ln.split()[:1] == ["upgrade"] or " upgrade" in ln
                    for ln in helptext.splitlines()):
             skip(f"{args.ctl} does not know the command 'upgrade' (the live upgrade is not "
                  "built into this tree): nothing to test", "docs/upgrade.md")
-    else:
-        pdir = lib(f'qemu_patched_cached {args.qemu_version} && echo "$PDIR"')
-        if not pdir:
-            skip(f"no QEMU {args.qemu_version} with contrib/qemu's patches in the interop cache")
-        run.qemu_bin = pdir.strip() + "/qemu-system-x86_64"
     kdir = lib(f'kernel_cached {args.kernel} && echo "$KDIR"')
     if not kdir:
         skip(f"guest kernel {args.kernel} not cached")
+    # Its temporary directory only once nothing is left to skip for.
+    run = Run(args)
+    run.qemu_bin = qemu_bin
     run.kdir = kdir.strip()
     if not shutil.which("cpio"):
         skip("cpio missing")
@@ -995,6 +1089,8 @@ def main():
             case_reconnect(run)
         elif args.case == "backoff":
             case_backoff(run)
+        elif args.case == "crash-isolate":
+            case_crash_isolate(run)
         elif args.case in STOCK_CASES:
             case_upgrade(run, args.case == "upgrade-refused")
         else:
