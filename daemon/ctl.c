@@ -328,6 +328,11 @@ static void client_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	}
 	if (keep)
 		keep = loop_watch_mod(cl->watch, cl->out ? EPOLLOUT : EPOLLIN) == 0;
+	/* An upgrade gave the VMs away: once its answer is out (or its client gone), the old
+	 * process ends, without its teardown: every socket is the new process's now, and
+	 * nothing may be shut down or removed (docs/upgrade.md). */
+	if (c->exit_after >= 0 && (!keep || !cl->out))
+		_exit(c->exit_after);
 	if (!keep)
 		client_close(c, cl);
 	ctl_schedule(c);
@@ -418,6 +423,7 @@ int ops_ctl_start(const struct ops_ctl_config *cfg, struct ops_ctl **ret)
 	if (!c)
 		return -ENOMEM;
 	c->listener.fd = -1;
+	c->exit_after = -1;
 	memcpy(c->path, cfg->path, strlen(cfg->path) + 1);
 	snprintf(c->server, sizeof(c->server), "%s", cfg->server ? cfg->server : "uvsock");
 	c->ops = cfg->ops;
@@ -437,7 +443,12 @@ int ops_ctl_start(const struct ops_ctl_config *cfg, struct ops_ctl **ret)
 	r = loop_new(&c->loop);
 	if (r < 0)
 		goto fail;
-	r = uds_listen(c->path, SOCK_STREAM, CTL_BACKLOG, 0600, &c->listener);
+	if (cfg->listener) {
+		c->listener = *cfg->listener;
+		r = 0;
+	} else {
+		r = uds_listen(c->path, SOCK_STREAM, CTL_BACKLOG, 0600, &c->listener);
+	}
 	if (r < 0)
 		goto fail;
 	r = loop_watch_add(c->loop, c->listener.fd, EPOLLIN, listen_cb, c, &c->listen_watch);
@@ -456,6 +467,11 @@ int ops_ctl_start(const struct ops_ctl_config *cfg, struct ops_ctl **ret)
 fail:
 	ctl_free(c);
 	return r;
+}
+
+const struct uds_listener *ops_ctl_listener(const struct ops_ctl *c)
+{
+	return c && c->listener.fd >= 0 ? &c->listener : NULL;
 }
 
 void ops_ctl_stop(struct ops_ctl *c)

@@ -12,6 +12,7 @@
  *   vm-add SPEC                         -> a new VM (SPEC as uvsockd's --vm, no spaces)
  *   vm-remove CID|NAME                  -> that VM stopped and removed
  *   vms                                 -> each VM's cid and uds_path (libuvsock-preload.so)
+ *   upgrade [binary PATH]               -> every VM handed to a new uvsockd (docs/upgrade.md)
  *   quit
  *
  * A request may start with "v1 " to require protocol version 1; every answer is one line of JSON
@@ -39,8 +40,22 @@
 #include "ctlproto/proto.h"
 #include "ops/pcap.h"
 #include "ops/stats.h"
+#include "util/uds.h"
 
 struct ops_ctl;
+
+/* What an upgrade did (the `upgrade` answer). */
+struct ops_ctl_upgrade_vm {
+	uint32_t cid;
+	uint64_t pause_us; /* from when it stopped serving here to when the new process served */
+	unsigned conns;    /* its connections */
+};
+struct ops_ctl_upgrade {
+	int old_pid, new_pid;
+	unsigned n;
+	struct ops_ctl_upgrade_vm *vms;
+	int exit_after; /* -1: the VMs are still ours; else exit with it once answered */
+};
 
 struct ops_ctl_ops {
 	/*
@@ -78,6 +93,16 @@ struct ops_ctl_ops {
 	int (*vm_add)(void *opaque, const char *spec, uint32_t *ret_cid, char *err, size_t errlen);
 	int (*vm_remove)(void *opaque, const char *which, uint32_t *ret_cid, char *err,
 			 size_t errlen);
+	/*
+	 * Optional (`upgrade` answers ENOTSUP without it): hands every VM to a new process
+	 * running binary (NULL: the daemon's own path) (docs/upgrade.md). Called with the lock
+	 * held. Fills *ret (its vms array malloc'd, freed by the caller) on success. When
+	 * ret->exit_after is 0 or more the VMs are gone from this process: the control thread
+	 * answers, stops accepting and the process exits with that status. Returns 0 or a
+	 * negative errno with a one-line reason in err.
+	 */
+	int (*upgrade)(void *opaque, const char *binary, struct ops_ctl_upgrade *ret, char *err,
+		       size_t errlen);
 };
 
 struct ops_ctl_config {
@@ -89,7 +114,13 @@ struct ops_ctl_config {
 	size_t max_response;            /* 0: 16 MiB */
 	unsigned idle_timeout_ms;       /* 0: 30000 */
 	bool any_uid;                   /* serve every uid that can connect (tests) */
+	/* a listening socket taken over from the process this one upgraded (its socket file is
+	 * removed at the end like one bound here), or NULL: bind path */
+	const struct uds_listener *listener;
 };
+
+/* The listening socket (for an upgrade to hand over), or NULL. */
+const struct uds_listener *ops_ctl_listener(const struct ops_ctl *c);
 
 /*
  * Binds and listens on cfg->path with uds_listen() (a stale socket file is replaced; a live one

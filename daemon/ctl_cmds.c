@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The control socket's commands and their JSON answers (the protocol of ctl.h): version, stats,
- * conns, capture start|stop|status, vm-add, vm-remove, quit, the "v1 " prefix and every error
+ * conns, capture start|stop|status, vm-add, vm-remove, upgrade, quit, the "v1 " prefix and every error
  * answer. The capture a
  * `capture start` begins lives here too (struct ctl_capture); the server (ctl.c) only ends it
  * when its owner disconnects, its duration is up or the daemon stops. Runs on the control
@@ -15,6 +15,7 @@
 
 #include "ctl_internal.h"
 #include "util/log.h"
+#include "util/loop.h"
 #include "util/macros.h"
 #include "util/time.h"
 
@@ -548,6 +549,52 @@ static void cmd_vm(struct ops_ctl *c, struct ops_jw *w, int argc, char **argv)
 }
 
 /*
+ * upgrade [binary PATH]: every VM to a new uvsockd (docs/upgrade.md, "The protocol"). On
+ * success this process stops accepting at once and exits once the answer is out (ctl.c).
+ */
+static void cmd_upgrade(struct ops_ctl *c, struct ops_jw *w, int argc, char **argv)
+{
+	struct ops_ctl_upgrade u = { .exit_after = -1 };
+	char err[640] = "";
+	int r;
+
+	if (!c->ops->upgrade) {
+		ctl_error_answer(w, ENOTSUP, "this server cannot be upgraded in place (uvsockd "
+				 "--isolate cannot: restart it; docs/upgrade.md)");
+		return;
+	}
+	if (!(argc == 1 || (argc == 3 && strcmp(argv[1], "binary") == 0))) {
+		ctl_error_answer(w, EINVAL, "usage: upgrade [binary PATH]");
+		return;
+	}
+	r = c->ops->upgrade(c->opaque, argc == 3 ? argv[2] : NULL, &u, err, sizeof(err));
+	if (u.exit_after >= 0) {
+		loop_watch_del(c->listen_watch);
+		c->listen_watch = NULL;
+		c->exit_after = u.exit_after;
+	}
+	if (r < 0) {
+		ctl_error_answer(w, -r, "%s", err[0] ? err : strerror(-r));
+		free(u.vms);
+		return;
+	}
+	begin(w, true);
+	ops_jw_i64(w, "old_pid", u.old_pid);
+	ops_jw_i64(w, "new_pid", u.new_pid);
+	ops_jw_arr_begin(w, "vms");
+	for (unsigned i = 0; i < u.n; i++) {
+		ops_jw_obj_begin(w, NULL);
+		ops_jw_u64(w, "cid", u.vms[i].cid);
+		ops_jw_milli(w, "pause_ms", u.vms[i].pause_us);
+		ops_jw_u64(w, "conns", u.vms[i].conns);
+		ops_jw_obj_end(w);
+	}
+	ops_jw_arr_end(w);
+	ops_jw_obj_end(w);
+	free(u.vms);
+}
+
+/*
  * vms: each VM's CID and host-side socket path, for libuvsock-preload.so (docs/shim.md),
  * which connects to <uds_path> and listens at <uds_path>_<port> in place of AF_VSOCK.
  */
@@ -574,7 +621,7 @@ static void cmd_vms(struct ops_ctl *c, struct ops_jw *w)
 static void cmd_version(struct ops_ctl *c, struct ops_jw *w)
 {
 	static const char *const cmds[] = { "version", "stats", "conns", "capture", "vm-add",
-					    "vm-remove", "vms", "quit" };
+					    "vm-remove", "vms", "upgrade", "quit" };
 
 	begin(w, true);
 	ops_jw_str(w, "server", c->server);
@@ -624,6 +671,8 @@ void ctl_cmd_run(struct ops_ctl *c, struct ctl_client *cl, char *line, struct op
 		cmd_vm(c, w, argc, argv);
 	else if (strcmp(argv[0], "vms") == 0 && argc == 1)
 		cmd_vms(c, w);
+	else if (strcmp(argv[0], "upgrade") == 0)
+		cmd_upgrade(c, w, argc, argv);
 	else if (strcmp(argv[0], "quit") == 0 && argc == 1) {
 		begin(w, true);
 		ops_jw_obj_end(w);

@@ -76,6 +76,7 @@ struct ops_ctl {
 	struct ctl_client **clients;
 	unsigned n_clients;
 	struct ctl_capture cap;
+	int exit_after; /* -1, or: an upgrade gave the VMs away; exit with it once answered */
 };
 
 /*

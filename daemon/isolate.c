@@ -786,6 +786,11 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 			log_error("every worker process is gone: exiting");
 			goto stop;
 		}
+		if (sig == SIGUSR2) {
+			log_error("SIGUSR2: uvsockd --isolate cannot be upgraded in place yet "
+				  "(docs/upgrade.md): restart it");
+			continue;
+		}
 		forward(&iso, sig);
 		if (sig == SIGHUP)
 			continue;

@@ -9,7 +9,10 @@
  * and probe every path before any is bound (a path a live process serves is an error naming it),
  * then bind everything, then tell systemd READY=1.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,7 @@
 #include "util/build.h"
 #include "util/log.h"
 #include "util/tune.h"
+#include "upgrade.h"
 #include "util/uds.h"
 #include "vring/guest_mem.h"
 #include "vms.h"
@@ -89,8 +93,24 @@ int main(int argc, char **argv)
 	struct in_process ip = { .cfg = &cfg };
 	char err[512];
 	sigset_t sigs;
-	int r, rc = 1;
+	int r, rc = 1, takeover = -1;
 
+	/* --takeover FD, first when present: an upgrade's new process (docs/upgrade.md), given
+	 * the old process's command line after it. The rest is parsed as that one was, and is
+	 * what SIGHUP and the next upgrade use. */
+	if (argc >= 3 && strcmp(argv[1], "--takeover") == 0) {
+		char *end;
+		long fd = strtol(argv[2], &end, 10);
+
+		if (*end || fd < 3 || fd > INT32_MAX) {
+			fprintf(stderr, "uvsockd: --takeover: bad fd '%s'\n", argv[2]);
+			return UVSOCKD_EXIT_USAGE;
+		}
+		takeover = (int)fd;
+		argv[2] = argv[0];
+		argv += 2;
+		argc -= 2;
+	}
 	r = uvsockd_parse_args(argc, argv, &cfg, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "uvsockd: %s\n", err);
@@ -132,9 +152,20 @@ int main(int argc, char **argv)
 	}
 	/* Before any VM exists; workers of --isolate inherit the caps (each has its own total). */
 	guest_mem_set_limits(cfg.guest_memory_max, cfg.guest_memory_total_max);
-	r = daemon_sd_adopt(&cfg, err, sizeof(err));
-	if (r == 0)
-		r = uvsockd_check_paths(&cfg, err, sizeof(err));
+	if (takeover >= 0) {
+		/* Every socket is the old process's until go, and comes with the VMs. */
+		(void)fcntl(takeover, F_SETFD, FD_CLOEXEC);
+		vm_set_takeover_fd(takeover);
+		r = 0;
+		if (cfg.isolate) {
+			snprintf(err, sizeof(err), "--takeover: --isolate cannot be upgraded");
+			r = -ENOTSUP;
+		}
+	} else {
+		r = daemon_sd_adopt(&cfg, err, sizeof(err));
+		if (r == 0)
+			r = uvsockd_check_paths(&cfg, err, sizeof(err));
+	}
 	if (r < 0) {
 		log_error("%s", err);
 		goto out;
@@ -145,6 +176,7 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGUSR2); /* upgrade (docs/upgrade.md) */
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 

@@ -140,6 +140,11 @@ void daemon_sd_ready(unsigned n_vms, unsigned n_workers)
 				 n_vms == 1 ? "" : "s");
 }
 
+void daemon_sd_mainpid(void)
+{
+	(void)sd_notifyf(0, "MAINPID=%d", (int)getpid());
+}
+
 void daemon_sd_stopping(void)
 {
 	(void)sd_notify(0, "STOPPING=1\nSTATUS=stopping");

@@ -28,6 +28,11 @@ int daemon_sd_adopt(const struct uvsockd_config *cfg, char *err, size_t errlen);
 /* READY=1 with STATUS= naming the VM count (and the worker count, 0 = in-process). */
 void daemon_sd_ready(unsigned n_vms, unsigned n_workers);
 
+/*
+ * MAINPID=<this pid>: an upgrade's new process is the service's main process now (before its
+ * READY=1; the unit needs NotifyAccess=all, as the old process is still the main PID then).
+ */
+void daemon_sd_mainpid(void);
 /* STOPPING=1 with a STATUS=. */
 void daemon_sd_stopping(void);
 

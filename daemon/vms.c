@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "device/vhu.h"
@@ -29,8 +30,11 @@
 #include "ops/pcap.h"
 #include "ops/stats.h"
 #include "paths.h"
+#include "upgrade.h"
+#include "sd.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/rec.h"
 #include "util/uds.h"
 #include "uvsock/device.h"
 
@@ -69,9 +73,17 @@ struct vm_set {
 	char control[UVSOCKD_SUN_PATH_MAX + 16]; /* the control socket's path, "" if none */
 };
 
-/* argv of uvsockd, for SIGHUP (vm_set_reload_args). */
+/* argv of uvsockd, for SIGHUP (vm_set_reload_args) and the upgrade's new process. */
 static int reload_argc;
 static char *const *reload_argv;
+/* --takeover FD (vm_set_takeover_fd), and the control socket taken over with it. */
+static int takeover_fd = -1;
+static struct uds_listener takeover_ctl = { .fd = -1 };
+
+void vm_set_takeover_fd(int fd)
+{
+	takeover_fd = fd;
+}
 
 void vm_set_reload_args(int argc, char *const *argv)
 {
@@ -172,6 +184,8 @@ static int ctl_vm_add(void *opaque, const char *spec, uint32_t *ret_cid, char *e
 		      size_t errlen);
 static int ctl_vm_remove(void *opaque, const char *which, uint32_t *ret_cid, char *err,
 			 size_t errlen);
+static int ctl_upgrade(void *opaque, const char *binary, struct ops_ctl_upgrade *ret,
+		       char *err, size_t errlen);
 
 const struct ops_ctl_ops vm_set_ctl_ops = {
 	.vm_count = ctl_vm_count,
@@ -184,6 +198,7 @@ const struct ops_ctl_ops vm_set_ctl_ops = {
 	.unlock = ctl_unlock,
 	.vm_add = ctl_vm_add,
 	.vm_remove = ctl_vm_remove,
+	.upgrade = ctl_upgrade,
 };
 
 int daemon_ctl_start(const struct uvsockd_config *cfg, const struct ops_ctl_ops *ops,
@@ -194,6 +209,7 @@ int daemon_ctl_start(const struct uvsockd_config *cfg, const struct ops_ctl_ops 
 		.opaque = opaque,
 		.server = "uvsockd " UVSOCK_VERSION,
 		.path = cfg->control_path,
+		.listener = takeover_ctl.fd >= 0 ? &takeover_ctl : NULL,
 	};
 	char def[UVSOCKD_SUN_PATH_MAX + 1];
 	int r;
@@ -655,6 +671,195 @@ out:
 	uvsockd_config_clear(&nc);
 }
 
+/* ---- live upgrade (upgrade.c; docs/upgrade.md) -------------------------------------------- */
+
+/*
+ * Hands every VM to a new process. Context: s->lock held (the control thread, or the main
+ * thread on SIGUSR2). Returns 0 (the VMs are gone: ret->exit_after is 0) or -errno with err;
+ * ret->exit_after is 1 if the VMs went and the new process did not confirm.
+ */
+static int vm_set_upgrade(struct vm_set *s, const char *binary, struct ops_ctl_upgrade *ret,
+			  char *err, size_t errlen)
+{
+	struct upgrade_result res = { 0 };
+	struct upgrade_vm *uv;
+	int r;
+
+	ret->exit_after = -1;
+	if (!s->runtime) {
+		snprintf(err, errlen, "uvsockd --isolate cannot be upgraded in place yet "
+			 "(docs/upgrade.md): restart it");
+		return -ENOTSUP;
+	}
+	if (!reload_argv) {
+		snprintf(err, errlen, "upgrade: the command line is not known");
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < s->n; i++)
+		for (unsigned j = i + 1; j < s->n; j++)
+			if (uvsockd_vms_share_group(&s->vms[i]->cfg, &s->vms[j]->cfg)) {
+				snprintf(err, errlen,
+					 "upgrade: %s and %s share a group: VMs linked to siblings "
+					 "cannot be upgraded in place yet (docs/upgrade.md)",
+					 s->vms[i]->cfg.name, s->vms[j]->cfg.name);
+				return -EOPNOTSUPP;
+			}
+	uv = calloc(s->n ? s->n : 1, sizeof(*uv));
+	ret->vms = calloc(s->n ? s->n : 1, sizeof(*ret->vms));
+	if (!uv || !ret->vms) {
+		free(uv);
+		snprintf(err, errlen, "upgrade: out of memory");
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < s->n; i++)
+		uv[i] = (struct upgrade_vm){ .cfg = &s->vms[i]->cfg, .max_conns = s->vms[i]->max_conns,
+					     .core = s->vms[i]->core, .vhu = s->vms[i]->vhu };
+	r = upgrade_run(binary, reload_argc, reload_argv, uv, s->n, ops_ctl_listener(s->ctl), &res,
+			err, errlen);
+	if (res.committed)
+		ret->exit_after = r == 0 ? 0 : 1;
+	ret->old_pid = (int)res.old_pid;
+	ret->new_pid = (int)res.new_pid;
+	ret->n = s->n;
+	for (unsigned i = 0; i < s->n; i++)
+		ret->vms[i] = (struct ops_ctl_upgrade_vm){ .cid = s->vms[i]->cfg.guest_cid,
+							   .pause_us = uv[i].pause_ns / 1000,
+							   .conns = uv[i].conns };
+	free(uv);
+	return r;
+}
+
+static int ctl_upgrade(void *opaque, const char *binary, struct ops_ctl_upgrade *ret,
+		       char *err, size_t errlen)
+{
+	return vm_set_upgrade(opaque, binary, ret, err, errlen);
+}
+
+/* SIGUSR2: the same with this binary's path; the log says how it went. */
+static void vm_set_upgrade_signal(struct vm_set *s)
+{
+	struct ops_ctl_upgrade u = { .exit_after = -1 };
+	char err[640] = "";
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	r = vm_set_upgrade(s, NULL, &u, err, sizeof(err));
+	if (r < 0)
+		log_error("SIGUSR2: %s", err);
+	free(u.vms);
+	if (u.exit_after >= 0) {
+		log_info("SIGUSR2: upgraded: pid %d serves every VM; exiting", u.new_pid);
+		_exit(u.exit_after); /* nothing of ours may be shut down or removed */
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* The new process: one VM from its record (upgrade_restore_fn). */
+static int vm_restore(void *arg, const struct uvsockd_vm_config *v, uint32_t max_conns,
+		      struct rec_reader *rr, char *err, size_t errlen)
+{
+	struct vm_set *s = arg;
+	struct uvsock_dev_config dc = { .size = sizeof(dc) };
+	struct vm_thread *t, **vv;
+	int r;
+
+	for (unsigned i = 0; i < s->n; i++)
+		if (s->vms[i]->cfg.guest_cid == v->guest_cid) {
+			snprintf(err, errlen, "guest-cid %u twice", v->guest_cid);
+			return -EEXIST;
+		}
+	t = calloc(1, sizeof(*t));
+	vv = realloc(s->vms, (s->n + 1) * sizeof(*vv));
+	if (vv)
+		s->vms = vv;
+	if (!t || !vv) {
+		free(t);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	t->cfg = *v;
+	t->max_conns = max_conns;
+	dc.guest_cid = v->guest_cid;
+	dc.uds_path = v->uds_path;
+	dc.buf_alloc = v->tx_buffer_size;
+	dc.queue_size_max = v->queue_size;
+	dc.max_conns = max_conns;
+	dc.name = t->cfg.name;
+	dc.flags = (s->no_dgram ? UVSOCK_DEV_NO_DGRAM : 0) |
+		   (v->ok_guest_port ? UVSOCK_DEV_OK_GUEST_PORT : 0);
+	dc.dgram_max = s->dgram_max;
+	r = dev_vhu_new_device_frozen(&dc, &t->dev);
+	if (r < 0) {
+		snprintf(err, errlen, "%s: cannot make its device: %s", t->cfg.name, strerror(-r));
+		free(t);
+		return r;
+	}
+	t->core = vsock_dev_of(t->dev);
+	r = dev_vhu_restore(t->core, rr, v->socket_path, dc.queue_size_max, &t->vhu);
+	if (r < 0) {
+		/* Not freed: this process exits without touching what the old one serves. */
+		snprintf(err, errlen, "%s: %s", t->cfg.name, rec_error(rr->doc));
+		return r;
+	}
+	if (s->capture)
+		(void)ops_tap_attach(vsock_dev_tap(t->core), s->capture);
+	s->vms[s->n++] = t;
+	return 0;
+}
+
+static uint64_t mono_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* --takeover: the VMs come from the old process; until go nothing is ours. */
+static int vm_set_take_over(struct vm_set *s, const struct uvsockd_config *cfg)
+{
+	int r;
+
+	s->default_conns = uvsockd_fd_budget_per_vm(cfg->n_vms);
+	s->nofile = nofile_now();
+	if (cfg->capture_path[0])
+		log_warn("takeover: --capture is not started again by an upgrade");
+	r = upgrade_takeover(takeover_fd, vm_restore, s, &takeover_ctl);
+	if (r < 0)
+		_exit(1); /* nothing here may shut down or remove what the old process serves */
+	log_info("takeover: %u VM%s taken over", s->n, s->n == 1 ? "" : "s");
+	daemon_sd_mainpid();
+	return 0;
+}
+
+/* After go: every VM serves here (its rings at their indices), then the old one is told. */
+static int vm_set_take_over_start(struct vm_set *s)
+{
+	uint64_t *when = calloc(s->n ? s->n : 1, sizeof(*when));
+	char err[128];
+
+	for (unsigned i = 0; i < s->n; i++) {
+		struct vm_thread *t = s->vms[i];
+		int r = dev_vhu_go(t->vhu);
+
+		if (r < 0)
+			log_error("%s: after the takeover: %s", t->cfg.name, strerror(-r));
+		if (vm_thread_start(t, err, sizeof(err)) < 0) {
+			log_error("%s", err);
+			free(when);
+			return -EAGAIN;
+		}
+		if (when)
+			when[i] = mono_now_ns();
+	}
+	s->threads = true;
+	if (when)
+		upgrade_takeover_done(takeover_fd, when, s->n);
+	free(when);
+	takeover_fd = -1;
+	return 0;
+}
+
 /* ---- start and stop ------------------------------------------------------------------------ */
 
 /* Devices of every VM of the set, the sibling links and the start-up capture. */
@@ -747,17 +952,25 @@ int vm_set_run(const struct uvsockd_config *cfg, const unsigned *idx, unsigned n
 		hooks = &none;
 	pthread_mutex_init(&s.lock, NULL);
 	(void)uvsockd_control_path(cfg, s.control, sizeof(s.control));
-	if (vm_set_create(&s, cfg, idx, idx ? n : cfg->n_vms) < 0)
+	if (takeover_fd >= 0 && !idx) {
+		if (vm_set_take_over(&s, cfg) < 0)
+			goto out;
+	} else if (vm_set_create(&s, cfg, idx, idx ? n : cfg->n_vms) < 0) {
 		goto out;
+	}
 	hooked = true;
 	if (hooks->ready && hooks->ready(&s, hooks->arg) < 0)
 		goto out;
-	if (vm_set_start(&s) < 0)
+	if (takeover_fd >= 0 && !idx ? vm_set_take_over_start(&s) < 0 : vm_set_start(&s) < 0)
 		goto out;
 	for (;;) {
 		r = sigwait(sigs, &sig);
 		if (r != 0)
 			continue;
+		if (sig == SIGUSR2) {
+			vm_set_upgrade_signal(&s);
+			continue;
+		}
 		if (sig != SIGHUP)
 			break;
 		vm_set_reload(&s, cfg);

@@ -60,6 +60,12 @@ extern const struct ops_ctl_ops vm_set_ctl_ops;
  */
 void vm_set_reload_args(int argc, char *const *argv);
 
+/*
+ * --takeover FD (docs/upgrade.md): vm_set_run takes its VMs from the old process on FD
+ * (upgrade.c) instead of creating them, the control socket's listener too. Context: main
+ * thread, before vm_set_run.
+ */
+void vm_set_takeover_fd(int fd);
 /* Number of VMs of the set; the config of its VM i (its name filled in). */
 unsigned vm_set_count(const struct vm_set *s);
 const struct uvsockd_vm_config *vm_set_vm(const struct vm_set *s, unsigned i);

@@ -23,14 +23,19 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: uvsock-ctl [-s PATH | --control PATH] [--json] add-vm SPEC\n"
 		"       uvsock-ctl [-s PATH | --control PATH] [--json] remove-vm CID|NAME\n"
+		"       uvsock-ctl [-s PATH | --control PATH] [--json] upgrade [--binary PATH]\n"
 		"\n"
 		"Adds or removes a VM of a running uvsockd through its control socket; the\n"
-		"other VMs and their connections are not touched.\n"
+		"other VMs and their connections are not touched. upgrade hands every VM,\n"
+		"with its connections, to a new uvsockd process (docs/upgrade.md).\n"
 		"\n"
 		"Commands:\n"
 		"  add-vm SPEC         SPEC as uvsockd --vm: guest-cid=N,socket=PATH,\n"
 		"                      uds-path=PATH[,KEY=VALUE...] (no spaces)\n"
 		"  remove-vm CID|NAME  stop the VM with that guest CID or name\n"
+		"  upgrade [--binary PATH]  start PATH (default: uvsockd's own binary, read\n"
+		"                      again from disk) and hand it every VM; prints each VM's\n"
+		"                      pause; on failure the old uvsockd goes on serving\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH   uvsockd's control socket, or a VM's vhost-user socket\n"
@@ -49,6 +54,16 @@ static int build_request(int argc, char **argv, char *buf, size_t len)
 	const char *verb;
 	int n;
 
+	if (argc >= 1 && strcmp(argv[0], "upgrade") == 0) {
+		if (argc == 1)
+			n = snprintf(buf, len, "v1 upgrade");
+		else if (argc == 3 && strcmp(argv[1], "--binary") == 0 && argv[2][0] &&
+			 !strpbrk(argv[2], " \t\r\n"))
+			n = snprintf(buf, len, "v1 upgrade binary %s", argv[2]);
+		else
+			return -EINVAL;
+		return n < 0 || (size_t)n >= len ? -E2BIG : 0;
+	}
 	if (argc != 2)
 		return -EINVAL;
 	if (strcmp(argv[0], "add-vm") == 0)
@@ -114,7 +129,8 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 		fprintf(err, "uvsock-ctl: %s (see --help)\n",
 			r == -E2BIG	 ? "the request is too long"
 			: argc == optind ? "no command given"
-					 : "expected add-vm SPEC or remove-vm CID|NAME");
+					 : "expected add-vm SPEC, remove-vm CID|NAME or "
+					   "upgrade [--binary PATH]");
 		return 2;
 	}
 	if (control)
@@ -157,7 +173,21 @@ int uvsock_ctl_main(int argc, char **argv, const char *version, FILE *out, FILE 
 			ops_json_str(v, "errno", "?"));
 		goto out;
 	}
-	if (!json && ops_json_get(v, "added"))
+	if (!json && ops_json_get(v, "new_pid")) {
+		const struct ops_jv *vms = ops_json_get(v, "vms");
+
+		fprintf(out, "upgraded: pid %llu -> %llu\n",
+			(unsigned long long)ops_json_u64(v, "old_pid", 0),
+			(unsigned long long)ops_json_u64(v, "new_pid", 0));
+		for (const struct ops_jv *e = vms ? vms->child : NULL; e; e = e->next) {
+			const struct ops_jv *pm = ops_json_get(e, "pause_ms");
+
+			fprintf(out, "  VM %llu: paused %.3f ms, %llu connections\n",
+				(unsigned long long)ops_json_u64(e, "cid", 0),
+				pm && pm->type == OPS_J_NUM ? pm->d : 0.0,
+				(unsigned long long)ops_json_u64(e, "conns", 0));
+		}
+	} else if (!json && ops_json_get(v, "added"))
 		fprintf(out, "added VM %llu (%llu VMs now)\n",
 			(unsigned long long)ops_json_u64(v, "added", 0),
 			(unsigned long long)ops_json_u64(v, "vms", 0));

@@ -152,6 +152,15 @@ void ops_jw_u64(struct ops_jw *w, const char *key, uint64_t v)
 	put(w, b, (size_t)snprintf(b, sizeof(b), "%" PRIu64, v));
 }
 
+void ops_jw_milli(struct ops_jw *w, const char *key, uint64_t thousandths)
+{
+	char b[32];
+
+	member(w, key);
+	put(w, b, (size_t)snprintf(b, sizeof(b), "%" PRIu64 ".%03u", thousandths / 1000,
+				   (unsigned)(thousandths % 1000)));
+}
+
 void ops_jw_i64(struct ops_jw *w, const char *key, int64_t v)
 {
 	char b[24];

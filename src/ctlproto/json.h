@@ -37,6 +37,8 @@ void ops_jw_arr_begin(struct ops_jw *w, const char *key);
 void ops_jw_arr_end(struct ops_jw *w);
 void ops_jw_u64(struct ops_jw *w, const char *key, uint64_t v);
 void ops_jw_i64(struct ops_jw *w, const char *key, int64_t v);
+/* A number with three decimals from an integer count of thousandths (µs as "pause_ms"). */
+void ops_jw_milli(struct ops_jw *w, const char *key, uint64_t thousandths);
 void ops_jw_str(struct ops_jw *w, const char *key, const char *s);
 void ops_jw_bool(struct ops_jw *w, const char *key, bool v);
 void ops_jw_null(struct ops_jw *w, const char *key);

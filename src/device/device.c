@@ -887,6 +887,23 @@ void dev_set_vmm_state(struct vsock_dev *d, bool connected)
 	}
 }
 
+void dev_vmm_restored(struct vsock_dev *d)
+{
+	atomic_store_explicit(&d->vmm_connected, true, memory_order_relaxed);
+}
+
+void dev_signal_calls(struct vsock_dev *d)
+{
+	const uint64_t one = 1;
+
+	/* An interrupt the old process decided not to send (event index) is one the guest did not
+	 * ask for; one it sent is seen twice at worst. A lost one would hang the guest. */
+	if (d->rxq.running && d->rxq.call_fd >= 0)
+		(void)!write(d->rxq.call_fd, &one, sizeof(one));
+	if (d->txq.running && d->txq.call_fd >= 0)
+		(void)!write(d->txq.call_fd, &one, sizeof(one));
+}
+
 void dev_message_done(struct vsock_dev *d)
 {
 	/* Rings stopped and not restarted within the message: the guest reset the device. */
@@ -1251,7 +1268,9 @@ int vsock_dev_save(struct vsock_dev *d, struct rec_writer *w)
 		return -EOPNOTSUPP;
 	rec_put_u32(w, D_CID, d->cid);
 
-	rec_put_u64(w, D_FEATURES, d->features);
+	/* The device's bits only: a vhost-user device holds the transport bits its back-end acked
+	 * too (dev_borrow_mem), which the back-end's part carries and gives back at its resume. */
+	rec_put_u64(w, D_FEATURES, d->features & uvsock_dev_features());
 	rec_put_u32(w, D_FLAGS, (d->evq_reset_pending ? D_F_EVQ_RESET : 0) |
 				       (dev_broken(d) ? D_F_BROKEN : 0) |
 				       (d->mem_checked ? D_F_MEM_CHECKED : 0));
@@ -1451,14 +1470,22 @@ static int restore_engine(struct vsock_dev *d, struct rec_reader *r, const struc
 
 int vsock_dev_restore(struct vsock_dev *d, struct rec_doc *doc)
 {
+	struct rec_reader r;
+
+	rec_root(doc, &r, "device");
+	return vsock_dev_restore_at(d, &r);
+}
+
+int vsock_dev_restore_at(struct vsock_dev *d, struct rec_reader *rr)
+{
 	struct rec_val v[ARRAY_SIZE(dev_fields)];
 	struct vsock_engine_stats past = { 0 };
-	struct rec_reader r, sub;
+	struct rec_doc *doc = rr->doc;
+	struct rec_reader r = *rr, sub;
 	int k;
 
 	if (!d->frozen || d->eng || d->host.conns || d->host.uds_l.fd >= 0)
 		return -EBUSY;
-	rec_root(doc, &r, "device");
 	k = rec_scan(&r, dev_fields, ARRAY_SIZE(dev_fields), v);
 	if (k < 0)
 		return k;

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "device/device_internal.h"
+#include "device/vhu.h"
 #include "ops/stats.h"
 #include "util/abisize.h"
 #include "util/fdcheck.h"
@@ -226,6 +227,19 @@ static int dev_new(const struct uvsock_dev_config *ucfg, bool restore, struct vs
 	}
 	d->embed.ext_loop = !!(cfg->flags & UVSOCK_DEV_EXTERNAL_LOOP);
 	*ret = d;
+	return 0;
+}
+
+int dev_vhu_new_device_frozen(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret)
+{
+	struct vsock_dev *d;
+	int r = dev_new(cfg, true, &d);
+
+	if (r < 0)
+		return r;
+	/* The socket files stay the old process's until the restored device runs. */
+	vsock_dev_hand_over(d, true);
+	*ret = (struct uvsock_dev *)(void *)d;
 	return 0;
 }
 

@@ -21,10 +21,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "device/device_internal.h"
 #include "device/vsock_dev.h"
 #include "ops/vmlog.h"
 #include "util/log.h"
 #include "util/loop.h"
+#include "util/macros.h"
+#include "util/rec.h"
 #include "util/uds.h"
 #include "uvsock/device.h"
 #include "vhost_user/backend.h"
@@ -41,6 +44,9 @@ struct dev_vhu {
 	 * then it may be another uvsockd's liveness probe (util/uds.c, uds_probe_owner: connect
 	 * and close) or a host program on the wrong socket: neither is logged as a VMM. */
 	bool announced;
+	/* The VM went to another process (upgrade.c): its socket file is that one's, never
+	 * removed here. */
+	bool given;
 };
 
 static struct uvsock_dev *api(struct dev_vhu *v)
@@ -176,21 +182,27 @@ static void vhu_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 	dev_message_done(v->d);
 }
 
+/* What this device's back-end offers and accepts (a new VMM's, or a restored one's). */
+static void backend_config(const struct dev_vhu *v, struct vhu_backend_config *cfg)
+{
+	vhu_backend_config_init(cfg);
+	/* What the device implements (event-idx switch), and dirty logging, which is the vring
+	 * module's (src/vring/dirty_log.h) and needs nothing of the device. */
+	cfg->features &= uvsock_dev_features() | VHU_BIT(VHU_F_LOG_ALL);
+	if (dev_dgram_offered(v->d))
+		cfg->features |= VHU_BIT(VHU_VSOCK_F_DGRAM);
+	cfg->guest_cid = vsock_dev_guest_cid(v->d);
+	cfg->queue_size_max = v->queue_size_max;
+	cfg->name = vsock_dev_name(v->d);
+}
+
 /* Serves the VMM connected on s (owned from here on). Returns 0 or -errno (s closed). */
 static int vmm_attach(struct dev_vhu *v, int s)
 {
 	struct vhu_backend_config cfg;
 	int r;
 
-	vhu_backend_config_init(&cfg);
-	/* What the device implements (event-idx switch), and dirty logging, which is the vring
-	 * module's (src/vring/dirty_log.h) and needs nothing of the device. */
-	cfg.features &= uvsock_dev_features() | VHU_BIT(VHU_F_LOG_ALL);
-	if (dev_dgram_offered(v->d))
-		cfg.features |= VHU_BIT(VHU_VSOCK_F_DGRAM);
-	cfg.guest_cid = vsock_dev_guest_cid(v->d);
-	cfg.queue_size_max = v->queue_size_max;
-	cfg.name = vsock_dev_name(v->d);
+	backend_config(v, &cfg);
 	r = vhu_backend_new(s, &cfg, &vhu_ops, v, &v->vhu);
 	if (r < 0) {
 		log_vm_dev(LOG_LVL_ERROR, cfg.guest_cid, "%s: vhost-user set-up failed: %s", cfg.name,
@@ -319,8 +331,238 @@ void dev_vhu_free(struct dev_vhu *v)
 	}
 	if (v->listener.fd >= 0) {
 		loop_watch_del(v->listen_w);
-		(void)uds_unlink_owned(v->path, &v->listener); /* before the close: see uds.h */
+		if (!v->given)
+			(void)uds_unlink_owned(v->path, &v->listener); /* before the close: uds.h */
 		close(v->listener.fd);
 	}
 	free(v);
+}
+
+/* ---- upgrade: the glue's part of uvsockd's VM record (docs/upgrade.md, "A VM of uvsockd") --- */
+
+enum {
+	VG_LISTENER = 1, /* the vhost-user listening socket: fd (1), device (2), inode (3), flags (4) */
+	VG_FLAGS = 2,    /* VG_F_* */
+	VG_BACKEND = 3,  /* the back-end's part (vhost_user/backend.c), while a VMM is connected */
+	VG_DEVICE = 4,   /* the device's part (device.c) */
+};
+enum {
+	VGL_FD = 1,
+	VGL_DEV = 2,
+	VGL_INO = 3,
+	VGL_FLAGS = 4,
+};
+#define VG_F_ANNOUNCED 1u  /* the VMM's first message came (no second "VMM connected") */
+#define VG_F_INHERITED 2u  /* an inherited VMM connection, no listener (--fd) */
+#define VG_F_ALL (VG_F_ANNOUNCED | VG_F_INHERITED)
+
+static const struct rec_field glue_fields[] = {
+	{ VG_LISTENER, REC_LIST, false, "vhost-user listener" },
+	{ VG_FLAGS, REC_U32, true, "glue flags" },
+	{ VG_BACKEND, REC_LIST, false, "vhost-user back-end" },
+	{ VG_DEVICE, REC_LIST, true, "device" },
+};
+static const struct rec_field glue_lst_fields[] = {
+	{ VGL_FD, REC_FD, true, "fd" },
+	{ VGL_DEV, REC_U64, true, "device" },
+	{ VGL_INO, REC_U64, true, "inode" },
+	{ VGL_FLAGS, REC_U32, true, "flags" },
+};
+
+/* The glue's watches as its state asks: the VMM's connection, the listener while none is. */
+static int watch_again(struct dev_vhu *v)
+{
+	int r = 0;
+
+	if (v->vhu && !v->vhu_w)
+		r = loop_watch_add(dev_loop(v->d), vhu_backend_fd(v->vhu), EPOLLIN, vhu_cb, v,
+				   &v->vhu_w);
+	if (r == 0 && v->listener.fd >= 0 && !v->listen_w)
+		r = loop_watch_add(dev_loop(v->d), v->listener.fd, v->vhu ? 0 : EPOLLIN,
+				   vhu_listen_cb, v, &v->listen_w);
+	return r;
+}
+
+/* Serves again after a save (the hand-over failed) or a restore (go): device thread. */
+static int serve_again(struct dev_vhu *v)
+{
+	int r = 0;
+
+	if (v->vhu) {
+		/* The rings start before the thaw: a thawed device whose RX ring is stopped would
+		 * drop what waits in its sibling inbox (rx_park). */
+		r = vhu_backend_resume(v->vhu);
+		if (r == 0)
+			dev_vmm_restored(v->d);
+	}
+	vsock_dev_hand_over(v->d, false);
+	v->given = false;
+	if (vsock_dev_frozen(v->d)) {
+		int t = vsock_dev_thaw(v->d);
+
+		if (t < 0 && r == 0)
+			r = t;
+	}
+	if (r == 0)
+		r = watch_again(v);
+	if (r < 0 && v->vhu) {
+		vmm_disconnect(v, r);
+		r = watch_again(v);
+	}
+	dev_signal_calls(v->d);
+	return r;
+}
+
+struct glue_save {
+	struct dev_vhu *v;
+	struct rec_writer *w;
+	struct dev_vhu_saved *out;
+};
+
+static int do_glue_save(struct vsock_dev *d, void *arg)
+{
+	struct glue_save *a = arg;
+	struct dev_vhu *v = a->v;
+	struct rec_writer *w = a->w;
+	struct vsock_dev_status st;
+	int r = 0;
+
+	a->out->stop_ns = loop_now_ns();
+	/* The consistent point: a call runs between two loop callbacks, so no message is half
+	 * handled and no chain half processed; from here the VMM's next message and new VMM
+	 * connections wait in their sockets. */
+	loop_watch_del(v->vhu_w);
+	v->vhu_w = NULL;
+	loop_watch_del(v->listen_w);
+	v->listen_w = NULL;
+	if (v->listener.fd >= 0) {
+		rec_begin(w, VG_LISTENER);
+		rec_put_fd(w, VGL_FD, v->listener.fd);
+		rec_put_u64(w, VGL_DEV, (uint64_t)v->listener.dev);
+		rec_put_u64(w, VGL_INO, (uint64_t)v->listener.ino);
+		rec_put_u32(w, VGL_FLAGS, v->listener.flags & UDS_INHERITED);
+		rec_end(w);
+	}
+	rec_put_u32(w, VG_FLAGS, (v->announced ? VG_F_ANNOUNCED : 0) |
+				       (v->listener.fd < 0 ? VG_F_INHERITED : 0));
+	if (v->vhu) {
+		rec_begin(w, VG_BACKEND);
+		r = vhu_backend_save(v->vhu, w); /* stops the rings: the device's queue_stop */
+		rec_end(w);
+	}
+	vsock_dev_freeze(d);
+	if (r == 0) {
+		rec_begin(w, VG_DEVICE);
+		r = vsock_dev_save(d, w);
+		rec_end(w);
+	}
+	if (r == 0 && w->err)
+		r = w->err;
+	vsock_dev_get_status(d, &st);
+	a->out->conns = st.have_engine && st.eng.socks_open > st.listeners ?
+		(unsigned)(st.eng.socks_open - st.listeners) : 0;
+	if (r < 0)
+		(void)serve_again(v); /* nothing was sent: the VM goes on */
+	return r;
+}
+
+int dev_vhu_save(struct dev_vhu *v, struct rec_writer *w, struct dev_vhu_saved *ret)
+{
+	struct glue_save a = { .v = v, .w = w, .out = ret };
+
+	return dev_call(v->d, do_glue_save, &a);
+}
+
+static int do_glue_resume(struct vsock_dev *d, void *arg)
+{
+	(void)d;
+	return serve_again(arg);
+}
+
+int dev_vhu_resume(struct dev_vhu *v)
+{
+	int r = dev_call(v->d, do_glue_resume, v);
+
+	log_info("%s: serving again (the upgrade did not take it)", vsock_dev_name(v->d));
+	return r;
+}
+
+void dev_vhu_given(struct dev_vhu *v)
+{
+	v->given = true;
+	vsock_dev_hand_over(v->d, true);
+}
+
+int dev_vhu_go(struct dev_vhu *v)
+{
+	return dev_call(v->d, do_glue_resume, v);
+}
+
+int dev_vhu_restore(struct vsock_dev *d, struct rec_reader *r, const char *path,
+		    uint32_t queue_size_max, struct dev_vhu **ret)
+{
+	struct rec_val gv[ARRAY_SIZE(glue_fields)];
+	struct vhu_backend_config cfg;
+	struct rec_reader sub;
+	struct dev_vhu *v;
+	int e;
+
+	if (strlen(path) >= sizeof(v->path))
+		return rec_fail(r->doc, -EBADMSG, "vhost-user socket path too long");
+	e = rec_scan(r, glue_fields, ARRAY_SIZE(glue_fields), gv);
+	if (e < 0)
+		return e;
+	if (gv[1].u & ~(uint64_t)VG_F_ALL)
+		return rec_fail(r->doc, -EBADMSG, "glue flags %#llx", (unsigned long long)gv[1].u);
+	if (!!(gv[1].u & VG_F_INHERITED) == gv[0].present)
+		return rec_fail(r->doc, -EBADMSG, "a vhost-user listener %s",
+				gv[0].present ? "beside an inherited connection" : "missing");
+	if ((gv[1].u & VG_F_INHERITED) && !gv[2].present)
+		return rec_fail(r->doc, -EBADMSG, "an inherited connection without its back-end");
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	v->d = d;
+	v->queue_size_max = queue_size_max ? queue_size_max : 1024;
+	strcpy(v->path, path);
+	v->listener.fd = -1;
+	v->listener.flags = (gv[1].u & VG_F_INHERITED) ? UDS_INHERITED : 0;
+	v->announced = gv[1].u & VG_F_ANNOUNCED;
+	v->given = true; /* until go: the socket file is the old process's */
+	if (gv[0].present) {
+		struct rec_val lv[ARRAY_SIZE(glue_lst_fields)];
+
+		e = rec_enter(r, &gv[0].it, "vhost-user listener", &sub);
+		if (e == 0)
+			e = rec_scan(&sub, glue_lst_fields, ARRAY_SIZE(glue_lst_fields), lv);
+		if (e == 0 && (lv[3].u & ~(uint64_t)UDS_INHERITED))
+			e = rec_fail(r->doc, -EBADMSG, "listener flags %#llx",
+				     (unsigned long long)lv[3].u);
+		if (e == 0)
+			e = dev_rec_sock_fd(&sub, (int)lv[0].u, SOCK_STREAM, true, &v->listener.fd);
+		if (e < 0)
+			goto fail;
+		v->listener.dev = (dev_t)lv[1].u;
+		v->listener.ino = (ino_t)lv[2].u;
+		v->listener.flags = (unsigned)lv[3].u;
+	}
+	if (gv[2].present) {
+		backend_config(v, &cfg);
+		e = rec_enter(r, &gv[2].it, "vhost-user back-end", &sub);
+		if (e == 0)
+			e = vhu_backend_restore(&sub, &cfg, &vhu_ops, v, &v->vhu);
+		if (e < 0)
+			goto fail;
+	}
+	e = rec_enter(r, &gv[3].it, "device", &sub);
+	if (e == 0)
+		e = vsock_dev_restore_at(d, &sub);
+	if (e < 0)
+		goto fail;
+	*ret = v;
+	return 0;
+
+fail:
+	dev_vhu_free(v);
+	return e;
 }

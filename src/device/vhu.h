@@ -44,6 +44,42 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
  */
 void dev_vhu_free(struct dev_vhu *v);
 
+/* ---- upgrade: the glue's part of uvsockd's VM record (docs/upgrade.md, "A VM of uvsockd") ---- */
+
+struct rec_reader;
+struct rec_writer;
+struct uvsock_dev_config;
+
+struct dev_vhu_saved {
+	uint64_t stop_ns;  /* CLOCK_MONOTONIC (loop_now_ns) when the VM stopped serving */
+	unsigned conns;    /* the engine's connections (its own listeners not counted) */
+};
+
+/*
+ * On the device's thread (waits for it; the thread must run, or none does), at the consistent
+ * point between two loop callbacks: stops watching the VMM connection and the listener, saves
+ * the back-end (its rings stopped: their next avail indices), freezes the device and writes
+ * the glue's items into the list w is in (its listener, flags, the back-end's part and the
+ * device's part). fds are borrowed by w. On failure the VM serves again at once. Returns 0, or
+ * -EOPNOTSUPP (linked to siblings), -EIO (the VMM connection failed) or the writer's error.
+ */
+int dev_vhu_save(struct dev_vhu *v, struct rec_writer *w, struct dev_vhu_saved *ret);
+/* The hand-over failed: the saved VM serves again (rings restarted, watches back, one call). */
+int dev_vhu_resume(struct dev_vhu *v);
+/* The hand-over succeeded: v's socket files are the new process's (never removed here). */
+void dev_vhu_given(struct dev_vhu *v);
+/*
+ * Builds the glue of d (a device made by dev_vhu_new_device_frozen) from the items r reads,
+ * checking every one (the back-end's and the device's decoders included); nothing runs and
+ * nothing is watched until dev_vhu_go. Returns 0 or -errno with rec_error() saying why.
+ */
+int dev_vhu_restore(struct vsock_dev *d, struct rec_reader *r, const char *path,
+		    uint32_t queue_size_max, struct dev_vhu **ret);
+/* Go: the restored back-end resumes (rings at their indices), the device thaws, watches. */
+int dev_vhu_go(struct dev_vhu *v);
+/* uvsock_dev_new's device, frozen and binding nothing, to restore a record into. */
+int dev_vhu_new_device_frozen(const struct uvsock_dev_config *cfg, struct uvsock_dev **ret);
+
 /* ---- services of the core (device.c), for the glue ------------------------------------------- */
 
 /* The public handle of d (a struct vsock_dev is a struct uvsock_dev). */
@@ -61,6 +97,10 @@ void dev_borrow_mem(struct vsock_dev *d, const struct guest_mem *mem, uint64_t f
 /* A new memory table arrives; the back-end stopped every ring: no guest pointer is in use. */
 void dev_drop_mem(struct vsock_dev *d);
 
+/* A restored VMM connection: vmm_connected again, nothing counted (upgrade). */
+void dev_vmm_restored(struct vsock_dev *d);
+/* One write to each running ring's call eventfd (after an upgrade: no interrupt lost). */
+void dev_signal_calls(struct vsock_dev *d);
 /* A VMM connected (counted in vmm_connects) or disconnected: the operators' vmm_connected. */
 void dev_set_vmm_state(struct vsock_dev *d, bool connected);
 

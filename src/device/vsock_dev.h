@@ -274,6 +274,9 @@ int vsock_dev_save(struct vsock_dev *d, struct rec_writer *w);
  * -EBADMSG, -E2BIG, -EMFILE, -ENOMEM.
  */
 int vsock_dev_restore(struct vsock_dev *d, struct rec_doc *doc);
+struct rec_reader;
+/* The same from the list r reads (the device's part nested in a larger record: uvsockd's VM). */
+int vsock_dev_restore_at(struct vsock_dev *d, struct rec_reader *r);
 /*
  * The state of d went to another device (a successful restore): its socket files are that
  * device's, so freeing d leaves them in place (given true), or d goes on after all (false).

@@ -49,6 +49,7 @@ enum {
 	REC_KIND_ENGINE = 1, /* one vsock engine (src/vsock/save.c) */
 	REC_KIND_DEVICE = 2, /* one device: core, engine, host side (src/device/device.c) */
 	REC_KIND_VHOST_USER = 3, /* one vhost-user back-end (src/vhost_user/backend.c) */
+	REC_KIND_VM = 4, /* a VM of uvsockd: its config, glue, back-end, device (daemon/upgrade.c) */
 };
 
 /* CRC32C of n bytes, continuing from crc (start with 0): SSE4.2's crc32 where the CPU has it. */
