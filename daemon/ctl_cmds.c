@@ -42,6 +42,11 @@ static const char *errno_name(int e)
 	case EMFILE: return "EMFILE";
 	case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
 	case ENOMEM: return "ENOMEM";
+	/* upgrade: refused by the new binary, not executable, silent, dead */
+	case EPROTO: return "EPROTO";
+	case ENOEXEC: return "ENOEXEC";
+	case ETIMEDOUT: return "ETIMEDOUT";
+	case ECONNRESET: return "ECONNRESET";
 	default: return "EIO";
 	}
 }
@@ -565,6 +570,11 @@ static void cmd_upgrade(struct ops_ctl *c, struct ops_jw *w, int argc, char **ar
 	}
 	if (!(argc == 1 || (argc == 3 && strcmp(argv[1], "binary") == 0))) {
 		ctl_error_answer(w, EINVAL, "usage: upgrade [binary PATH]");
+		return;
+	}
+	if (argc == 3 && argv[2][0] != '/') {
+		ctl_error_answer(w, EINVAL, "upgrade: binary %.200s: an absolute path is needed (the "
+				 "daemon's working directory is not the client's)", argv[2]);
 		return;
 	}
 	r = c->ops->upgrade(c->opaque, argc == 3 ? argv[2] : NULL, &u, err, sizeof(err));

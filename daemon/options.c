@@ -1118,6 +1118,8 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"  --check-config          check the command line and the --config file, say\n"
 		"                          so and exit (0, or 2 with the error); binds nothing\n"
 		"                          and exit, ignoring every other option\n"
+		"  --takeover FD           internal, first on the command line: the new process\n"
+		"                          of a live upgrade (uvsock-ctl upgrade, SIGUSR2)\n"
 		"  -h, --help              print this help\n"
 		"  -V, --version           print the version\n"
 		"\n"

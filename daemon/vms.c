@@ -798,7 +798,13 @@ static int vm_restore(void *arg, const struct uvsockd_vm_config *v, uint32_t max
 	r = dev_vhu_restore(t->core, rr, v->socket_path, dc.queue_size_max, &t->vhu);
 	if (r < 0) {
 		/* Not freed: this process exits without touching what the old one serves. */
-		snprintf(err, errlen, "%s: %s", t->cfg.name, rec_error(rr->doc));
+		const char *why = rec_error(rr->doc);
+
+		/* The device's own messages already start with its name. */
+		if (!strncmp(why, t->cfg.name, strlen(t->cfg.name)))
+			snprintf(err, errlen, "%s", why);
+		else
+			snprintf(err, errlen, "%s: %s", t->cfg.name, why[0] ? why : strerror(-r));
 		return r;
 	}
 	if (s->capture)

@@ -58,8 +58,13 @@ static int build_request(int argc, char **argv, char *buf, size_t len)
 		if (argc == 1)
 			n = snprintf(buf, len, "v1 upgrade");
 		else if (argc == 3 && strcmp(argv[1], "--binary") == 0 && argv[2][0] &&
-			 !strpbrk(argv[2], " \t\r\n"))
-			n = snprintf(buf, len, "v1 upgrade binary %s", argv[2]);
+			 !strpbrk(argv[2], " \t\r\n")) {
+			/* The daemon runs it from its own working directory: give it our path. */
+			char abs[PATH_MAX];
+			const char *b = argv[2][0] != '/' && realpath(argv[2], abs) ? abs : argv[2];
+
+			n = snprintf(buf, len, "v1 upgrade binary %s", b);
+		}
 		else
 			return -EINVAL;
 		return n < 0 || (size_t)n >= len ? -E2BIG : 0;

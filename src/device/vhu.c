@@ -8,8 +8,10 @@
  * uvsock_dev_set_features, and a VMM disconnect -> uvsock_dev_reset. What the public API lacks
  * for this (the loop, the borrowed memory map, the VMM state, the end of a message) comes from
  * the device core through vhu.h. The socket may be inherited (uds_adopt: systemd socket
- * activation, uvsockd --fd), listening or already connected to the VMM. Everything runs on the
- * device's thread.
+ * activation, uvsockd --fd), listening or already connected to the VMM. For uvsockd's live
+ * upgrade it also saves a VM whole (its listener, the back-end, the device) at a consistent point
+ * of the device's thread and restores it in the new process (docs/upgrade.md, "A VM of
+ * uvsockd"). Everything runs on the device's thread.
  */
 #include "device/vhu.h"
 

@@ -1,0 +1,750 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uvsockd's live upgrade (docs/upgrade.md, "The protocol"): a uvsockd child process serving one
+ * guest-role VM of this process (the project's own vhost-user front-end and guest driver) is
+ * upgraded while connections carry data:
+ *
+ *   - a patterned transfer each way in progress (host -> guest and guest -> host, checked byte
+ *     by byte), an idle connection each way, and a connection whose guest reader stopped with
+ *     128 KiB the host wrote waiting (in the host socket, the engine and the guest's ring); then
+ *     `uvsock-ctl upgrade` three times in a row: every byte arrives once and in order, no
+ *     connection sees an RST, the idle ones carry bytes both ways afterwards, the guest's
+ *     vhost-user connection is never redone (the front-end notices nothing), and each answer
+ *     names the old PID (which exits 0) and the new one (which serves: the next upgrade is its);
+ *   - failed upgrades: a binary that does not exist, and uvsockd-test-refuse (this uvsockd,
+ *     reading no version of the VM record): uvsock-ctl exits 1 with "upgrade refused by PATH
+ *     (pid N): ...", the same process serves on, and a transfer through it loses nothing;
+ *   - SIGUSR2: the same hand-over with the daemon's own binary, a connection kept across it;
+ *     systemd (a NOTIFY_SOCKET of the test's) hears MAINPID=<new pid>, then READY=1;
+ *   - a datagram socket of the host program keeps working across an upgrade;
+ *   - two VMs and one added with vm-add: a refusal resumes all three, an upgrade moves all
+ *     three (one commit), the added one keeps its name and socket file;
+ *   - VMs sharing a group, and --isolate: refused with the reason, nothing stopped.
+ *
+ * The test process is a child subreaper (PR_SET_CHILD_SUBREAPER), so every uvsockd generation
+ * is its child: each is waited for or killed by its PID.
+ * With --bench: the pause of one upgrade with 1 and with 1000 open connections, several runs,
+ * medians printed (docs/upgrade.md, "The pause").
+ */
+#include <dirent.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "ctlcli.h"
+#include "ctlquery.h"
+#include "ctlproto/json.h"
+#include "guestside.h"
+#include "test.h"
+#include "util/uds.h"
+#include "uvsockd-proc.h"
+
+#ifndef UVSOCKD_TEST_REFUSE_PATH
+#define UVSOCKD_TEST_REFUSE_PATH "uvsockd-test-refuse"
+#endif
+
+#define MiB (1024u * 1024u)
+#define XFER (48u * MiB)
+#define HELD (128u * 1024)
+
+struct up {
+	int rc;
+	char out[4096], err[1024];
+	struct ops_jv *v;
+};
+
+/* uvsock-ctl --control CTL --json upgrade [--binary PATH], in-process; the answer parsed. */
+static struct up ctl_upgrade(const struct uvd *u, const char *binary)
+{
+	char ctl[160];
+	char *argv[] = { "uvsock-ctl", "--control", ctl, "--json", "upgrade", "--binary",
+			 (char *)binary, NULL };
+	struct up o = { 0 };
+	FILE *out, *err;
+
+	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
+	/* The control socket comes up after the VMs' sockets (uvd_start waits for those). */
+	ASSERT_TRUE(WAIT_FOR(uds_probe(ctl, SOCK_STREAM) == -EADDRINUSE, 5000));
+	out = fmemopen(o.out, sizeof(o.out) - 1, "w");
+	err = fmemopen(o.err, sizeof(o.err) - 1, "w");
+	ASSERT_TRUE(out && err);
+	o.rc = uvsock_ctl_main(binary ? 7 : 5, argv, "test", out, err);
+	fclose(out);
+	fclose(err);
+	if (o.rc == 0)
+		ASSERT_EQ(ops_json_parse(o.out, strlen(o.out), &o.v), 0);
+	return o;
+}
+
+static void set_live(pid_t pid);
+
+/* Open fds of pid (0 once it is gone). */
+static unsigned count_fds(pid_t pid)
+{
+	char path[64];
+	unsigned n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n > 2 ? n - 2 : 0;
+}
+
+/* An exited generation: reaped (we are its subreaper), exit status 0. */
+static void old_exited(pid_t pid)
+{
+	int st = 0;
+	pid_t r = -1;
+
+	ASSERT_TRUE(WAIT_FOR((r = waitpid(pid, &st, WNOHANG)) == pid, 10000));
+	ASSERT_TRUE(WIFEXITED(st));
+	ASSERT_EQ(WEXITSTATUS(st), 0);
+}
+
+/* Upgrades u (binary NULL: its own) and checks the answer; u->pid becomes the new process. */
+static void upgrade_ok(struct uvd *u, unsigned want_conns_min)
+{
+	struct up o = ctl_upgrade(u, NULL);
+	const struct ops_jv *vms, *vm;
+	pid_t old = u->pid, np;
+
+	if (o.rc != 0)
+		test_fail(__FILE__, __LINE__, "upgrade failed: %s (log %s)", o.err, u->log);
+	ASSERT_EQ((pid_t)ops_json_u64(o.v, "old_pid", 0), old);
+	np = (pid_t)ops_json_u64(o.v, "new_pid", 0);
+	ASSERT_TRUE(np > 0 && np != old);
+	vms = ops_json_get(o.v, "vms");
+	ASSERT_TRUE(vms && vms->type == OPS_J_ARR && vms->child && !vms->child->next);
+	vm = vms->child;
+	ASSERT_EQ(ops_json_u64(vm, "cid", 0), u->cid[0]);
+	ASSERT_TRUE(ops_json_get(vm, "pause_ms") && ops_json_get(vm, "pause_ms")->type == OPS_J_NUM);
+	ASSERT_GE(ops_json_u64(vm, "conns", 0), want_conns_min);
+	test_note("upgrade %d -> %d: pause %.3f ms, %llu connections, %u fds before, %u after",
+		  (int)old, (int)np, ops_json_get(vm, "pause_ms")->d,
+		  (unsigned long long)ops_json_u64(vm, "conns", 0), count_fds(old), count_fds(np));
+	ops_json_free(o.v);
+	set_live(np);
+	old_exited(old);
+	u->pid = np;
+	ASSERT_EQ(kill(np, 0), 0);
+}
+
+/* A refused upgrade: uvsock-ctl fails with the reason, the same process serves on. */
+static void upgrade_refused(struct uvd *u, const char *binary, const char *why)
+{
+	struct up o = ctl_upgrade(u, binary);
+	char want[512];
+
+	ASSERT_EQ(o.rc, 1);
+	snprintf(want, sizeof(want), "upgrade refused by %s (pid ", binary);
+	if (!strstr(o.err, want) || !strstr(o.err, why))
+		test_fail(__FILE__, __LINE__, "unexpected error: %s", o.err);
+	test_note("refused as expected: %s", o.err);
+	ASSERT_TRUE(uvd_alive(u));
+}
+
+/* No RST, no error: the guest socket is open and fine. */
+static void g_no_error(int fd)
+{
+	int err = -1;
+	socklen_t el = sizeof(err);
+
+	ASSERT_EQ(uvsock_getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el), 0);
+	ASSERT_EQ(err, 0);
+	ASSERT_EQ(uvsock_poll_events(fd) & (POLLERR | POLLHUP), 0);
+}
+
+/* One byte each way on an idle pair (guest fd g, host fd h). */
+static void ping(int g, int h, char c)
+{
+	char b = 0;
+
+	g_set_timeouts(g, WAIT_MS);
+	ASSERT_EQ(uvsock_send(g, &c, 1, 0), 1);
+	ASSERT_EQ(hs_read_full(h, &b, 1, WAIT_MS), 1);
+	ASSERT_EQ(b, c);
+	hs_write_all(h, &c, 1);
+	ASSERT_EQ(uvsock_recv(g, &b, 1, 0), 1);
+	ASSERT_EQ(b, c);
+}
+
+struct g_recv_io {
+	int fd;
+	size_t total;
+	uint64_t seed;
+};
+
+static void *g_recv_main(void *arg)
+{
+	struct g_recv_io *io = arg;
+
+	g_recv_pattern(io->fd, io->total, io->seed);
+	return NULL;
+}
+
+/* A host sender that paces itself (so that the transfer is still running at the upgrades). */
+static void *host_send_paced(void *arg)
+{
+	struct host_io *h = arg;
+	uint8_t *buf = malloc(65536);
+
+	for (size_t off = 0; buf && off < h->total;) {
+		size_t n = h->total - off < 65536 ? h->total - off : 65536;
+
+		hs_fill(buf, n, h->seed, off);
+		hs_write_all(h->fd, buf, n);
+		off += n;
+		usleep(500);
+	}
+	h->ok = buf != NULL;
+	free(buf);
+	return NULL;
+}
+
+static void *g_send_paced(void *arg)
+{
+	struct g_io *io = arg;
+	uint8_t *buf = malloc(io->chunk);
+
+	ASSERT_TRUE(buf != NULL);
+	for (size_t off = 0; off < io->total;) {
+		size_t n = io->total - off < io->chunk ? io->total - off : io->chunk;
+		ssize_t r;
+
+		hs_fill(buf, n, io->seed, off);
+		r = uvsock_send(io->fd, buf, n, 0);
+		if (r <= 0)
+			test_fail(__FILE__, __LINE__, "uvsock_send at %zu: %zd %s", off, r,
+				  strerror(errno));
+		off += (size_t)r;
+		usleep(500);
+	}
+	free(buf);
+	return NULL;
+}
+
+/*
+ * The daemon generation that serves now, in memory shared with a guard process: a failing case
+ * ends with _exit, and only the first generation dies with us (PR_SET_PDEATHSIG in uvd_spawn),
+ * so the guard kills the current one, by its PID, when this process dies.
+ */
+static volatile pid_t *live;
+
+static void guard_start(void)
+{
+	pid_t parent = getpid(), g;
+
+	live = mmap(NULL, sizeof(*live), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+		    0);
+	ASSERT_TRUE(live != MAP_FAILED);
+	*live = 0;
+	g = fork();
+	ASSERT_GE(g, 0);
+	if (g == 0) {
+		sigset_t set;
+		int sig;
+
+		sigemptyset(&set);
+		sigaddset(&set, SIGUSR1);
+		sigprocmask(SIG_BLOCK, &set, NULL);
+		prctl(PR_SET_PDEATHSIG, SIGUSR1);
+		if (getppid() == parent)
+			(void)sigwait(&set, &sig);
+		if (*live > 0)
+			kill(*live, SIGKILL);
+		_exit(0);
+	}
+}
+
+static void set_live(pid_t pid)
+{
+	if (!live)
+		guard_start();
+	*live = pid;
+}
+
+static void start_one(struct uvd *u)
+{
+	static const uint32_t cid = 3;
+
+	/* Every uvsockd generation becomes this process's child when the one before exits (each
+	 * case runs in a process of its own: set here, not once for the program). */
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	uvd_start(u, 1, &cid, NULL, "--log-level=info");
+	set_live(u->pid);
+}
+
+/* The last generation, by PID; then the test's files. */
+static void stop_all(struct uvd *u)
+{
+	char cmd[128];
+
+	ASSERT_EQ(uvd_kill(u), 0);
+	set_live(0);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", u->dir);
+	(void)!system(cmd);
+}
+
+TEST(three_upgrades_mid_transfer_lose_nothing)
+{
+	struct uvd u;
+	struct uvsock_ctx *g;
+	struct host_io hs, hr;
+	struct g_io gs;
+	struct g_recv_io gr;
+	pthread_t th[4];
+	int ls, hl1, hl2, hl3, g_in, h_in, g_out, h_out, g_idle_in, h_idle_in, g_idle_out,
+	    h_idle_out, g_held, h_held, g_x, h_x;
+
+	start_one(&u);
+	g = g_guest_new(u.sock[0], NULL);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	/* host -> guest transfer, guest -> host transfer */
+	g_in = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &h_in);
+	g_set_timeouts(g_in, 4 * WAIT_MS);
+	g_out = g_connect_host(g, u.uds[0], SOCK_STREAM, 5001, 4 * WAIT_MS, &hl1, &h_out);
+	/* idle connections, each way */
+	g_idle_in = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &h_idle_in);
+	g_idle_out = g_connect_host(g, u.uds[0], SOCK_STREAM, 5002, WAIT_MS, &hl2, &h_idle_out);
+	/* a held one: the host writes 128 KiB the guest does not read until the end (within the
+	 * guest's credit: in its RX ring and the engine, the rest in the host socket) */
+	g_held = g_connect_host(g, u.uds[0], SOCK_STREAM, 5003, WAIT_MS, &hl3, &h_held);
+	{
+		struct host_io hh = { .fd = h_held, .total = HELD, .seed = 91 };
+
+		host_send_main(&hh);
+	}
+
+	hs = (struct host_io){ .fd = h_in, .total = XFER, .seed = 11 };
+	gr = (struct g_recv_io){ .fd = g_in, .total = XFER, .seed = 11 };
+	gs = (struct g_io){ .fd = g_out, .total = XFER, .chunk = 65536, .seed = 12 };
+	hr = (struct host_io){ .fd = h_out, .total = XFER, .seed = 12 };
+	ASSERT_EQ(pthread_create(&th[0], NULL, host_send_paced, &hs), 0);
+	ASSERT_EQ(pthread_create(&th[1], NULL, g_recv_main, &gr), 0);
+	ASSERT_EQ(pthread_create(&th[2], NULL, g_send_paced, &gs), 0);
+	ASSERT_EQ(pthread_create(&th[3], NULL, host_recv_main, &hr), 0);
+
+	usleep(100 * 1000);
+	for (int i = 0; i < 3; i++)
+		upgrade_ok(&u, 5);
+
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	ASSERT_TRUE(hs.ok);
+	ASSERT_TRUE(hr.ok); /* guest -> host: every byte, once, in order */
+	/* the held bytes: all there, in order */
+	g_set_timeouts(g_held, WAIT_MS);
+	g_recv_pattern(g_held, HELD, 91);
+	g_no_error(g_in);
+	g_no_error(g_out);
+	g_no_error(g_idle_in);
+	g_no_error(g_idle_out);
+	g_no_error(g_held);
+	ping(g_idle_in, h_idle_in, 'i');
+	ping(g_idle_out, h_idle_out, 'o');
+	ping(g_in, h_in, 'x');
+	/* a new connection each way through the last process */
+	g_x = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &h_x);
+	ping(g_x, h_x, 'n');
+	/* No RST either way in any generation (the counters go on across upgrades), and the
+	 * VMM's connection is the one it made at the start (our front-end never redoes it: had
+	 * it been dropped, every connection above would have been reset). */
+	ASSERT_EQ(uvd_vm_counter(&u, 3, "rst_sent"), 0);
+	ASSERT_EQ(uvd_vm_counter(&u, 3, "rst_received"), 0);
+	ASSERT_GE(uvd_vm_counter(&u, 3, "rx_bytes"), XFER + HELD);
+	/* orderly ends: a FIN each way, no RST */
+	ASSERT_EQ(uvsock_shutdown(g_out, SHUT_WR), 0);
+	ASSERT_TRUE(hs_wait_eof(h_out, WAIT_MS));
+
+	for (int i = 0; i < 8; i++)
+		close((int[]){ hl1, hl2, hl3, h_in, h_out, h_idle_in, h_idle_out, h_held }[i]);
+	close(h_x);
+	uvsock_close(g_x);
+	for (int i = 0; i < 6; i++)
+		uvsock_close((int[]){ ls, g_in, g_out, g_idle_in, g_idle_out, g_held }[i]);
+	uvsock_ctx_free(g);
+	stop_all(&u);
+}
+
+TEST(failed_upgrades_leave_the_old_process_serving)
+{
+	struct uvd u;
+	struct uvsock_ctx *g;
+	struct host_io hr;
+	struct g_io gs;
+	pthread_t th[2];
+	int hl, g_out, h_out, ls, g_in, h_in;
+	pid_t pid;
+
+	start_one(&u);
+	pid = u.pid;
+	g = g_guest_new(u.sock[0], NULL);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	g_in = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &h_in);
+	g_out = g_connect_host(g, u.uds[0], SOCK_STREAM, 5001, 4 * WAIT_MS, &hl, &h_out);
+	gs = (struct g_io){ .fd = g_out, .total = 16 * MiB, .chunk = 65536, .seed = 21 };
+	hr = (struct host_io){ .fd = h_out, .total = 16 * MiB, .seed = 21 };
+	ASSERT_EQ(pthread_create(&th[0], NULL, g_send_paced, &gs), 0);
+	ASSERT_EQ(pthread_create(&th[1], NULL, host_recv_main, &hr), 0);
+	usleep(50 * 1000);
+
+	upgrade_refused(&u, "/nonexistent/uvsockd", "cannot execute it: No such file");
+	upgrade_refused(&u, UVSOCKD_TEST_REFUSE_PATH, "version 1 is not one this program reads");
+	ASSERT_EQ(u.pid, pid);
+	pthread_join(th[0], NULL);
+	pthread_join(th[1], NULL);
+	ASSERT_TRUE(hr.ok); /* every byte, in order, through the refusals */
+	g_no_error(g_in);
+	g_no_error(g_out);
+	ping(g_in, h_in, 'r');
+	ASSERT_EQ(uvd_vm_counter(&u, 3, "rst_sent"), 0);
+	/* and it can still be upgraded */
+	upgrade_ok(&u, 2);
+	ping(g_in, h_in, 's');
+	ping(g_out, h_out, 't');
+
+	for (int i = 0; i < 3; i++)
+		close((int[]){ hl, h_out, h_in }[i]);
+	for (int i = 0; i < 3; i++)
+		uvsock_close((int[]){ ls, g_in, g_out }[i]);
+	uvsock_ctx_free(g);
+	stop_all(&u);
+}
+
+/* One sd_notify datagram (NUL-terminated) within 5 s. */
+static bool notify_recv(int fd, char *buf, size_t len)
+{
+	ssize_t n;
+
+	if (hs_wait_fd(fd, POLLIN, 5000) <= 0)
+		return false;
+	n = recv(fd, buf, len - 1, 0);
+	if (n < 0)
+		return false;
+	buf[n] = '\0';
+	return true;
+}
+
+/* The uvsockd child of ours other than `not` (an upgrade's new process, reparented to us). */
+static pid_t find_child(pid_t not)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	ASSERT_TRUE(d != NULL);
+	while (!found && (e = readdir(d))) {
+		char path[300], buf[512], *p;
+		pid_t pid = (pid_t)atoi(e->d_name);
+		FILE *f;
+
+		if (pid <= 0 || pid == not)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
+		    strstr(buf, "(uvsockd)") && atoi(p + 4) == (int)getpid() && p[2] != 'Z')
+			found = pid;
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+TEST(sigusr2_upgrades_with_the_same_binary)
+{
+	struct uvd u;
+	struct uvsock_ctx *g;
+	int ls, g_in, h_in, hl, g_out, h_out, dg;
+	pid_t old, np = 0;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX }, na = { .sun_family = AF_UNIX };
+	char ndir[] = "/tmp/uvsock-up-XXXXXX", buf[512];
+	int nfd;
+
+
+	/* systemd's side: a NOTIFY_SOCKET of ours, inherited by every generation */
+	ASSERT_TRUE(mkdtemp(ndir) != NULL);
+	nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_GE(nfd, 0);
+	snprintf(na.sun_path, sizeof(na.sun_path), "%s/notify", ndir);
+	ASSERT_EQ(bind(nfd, (struct sockaddr *)&na, sizeof(na)), 0);
+	ASSERT_EQ(setenv("NOTIFY_SOCKET", na.sun_path, 1), 0);
+	start_one(&u);
+	old = u.pid;
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)) && strstr(buf, "READY=1"));
+	g = g_guest_new(u.sock[0], NULL);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	g_in = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &h_in);
+	g_out = g_connect_host(g, u.uds[0], SOCK_STREAM, 5001, WAIT_MS, &hl, &h_out);
+	/* a host datagram socket connected to <uds-path>.dgram before the upgrade */
+	dg = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_GE(dg, 0);
+	ASSERT_LT(strlen(u.uds[0]) + 6, sizeof(sa.sun_path));
+	memcpy(sa.sun_path, u.uds[0], strlen(u.uds[0]));
+	memcpy(sa.sun_path + strlen(u.uds[0]), ".dgram", 6);
+	ASSERT_EQ(connect(dg, (struct sockaddr *)&sa, sizeof(sa)), 0);
+
+	ASSERT_EQ(kill(old, SIGUSR2), 0);
+	/* The new process says MAINPID=<itself>, then READY=1, before the old one exits. */
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)));
+	ASSERT_EQ(strncmp(buf, "MAINPID=", 8), 0);
+	np = (pid_t)atoi(buf + 8);
+	ASSERT_TRUE(np > 0 && np != old);
+	set_live(np);
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)) && strstr(buf, "READY=1"));
+	old_exited(old);
+	ASSERT_EQ(find_child(old), np);
+	u.pid = np;
+	test_note("SIGUSR2: %d -> %d", (int)old, (int)np);
+	ping(g_in, h_in, 'a');
+	ping(g_out, h_out, 'b');
+	g_no_error(g_in);
+	g_no_error(g_out);
+	/* the datagram socket connected before the upgrade reaches the guest through the new
+	 * process: the bound <uds-path>.dgram socket went across with its fd */
+	{
+		struct sockaddr_vm vm = { .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY,
+					  .svm_port = 7000 };
+		static const char msg[] = "7000\nafter the upgrade";
+		char b[64] = { 0 };
+		int gd = uvsock_socket(g, SOCK_DGRAM, 0);
+
+		ASSERT_GE(gd, 0);
+		ASSERT_EQ(uvsock_bind(gd, (struct sockaddr *)&vm, sizeof(vm)), 0);
+		g_set_timeouts(gd, WAIT_MS);
+		ASSERT_EQ(send(dg, msg, sizeof(msg) - 1, 0), (ssize_t)(sizeof(msg) - 1));
+		ASSERT_EQ(uvsock_recv(gd, b, sizeof(b), 0), (ssize_t)strlen("after the upgrade"));
+		ASSERT_EQ(memcmp(b, "after the upgrade", 17), 0);
+		uvsock_close(gd);
+	}
+	close(dg);
+
+	for (int i = 0; i < 3; i++)
+		close((int[]){ hl, h_out, h_in }[i]);
+	for (int i = 0; i < 3; i++)
+		uvsock_close((int[]){ ls, g_in, g_out }[i]);
+	uvsock_ctx_free(g);
+	stop_all(&u);
+	close(nfd);
+	unlink(na.sun_path);
+	rmdir(ndir);
+}
+
+TEST(sibling_groups_and_isolate_are_refused_with_the_reason)
+{
+	static const uint32_t cids[] = { 3, 4 };
+	struct uvd u;
+	struct up o;
+	char cmd[128];
+
+	/* Two VMs of one group (linked siblings): refused before anything stops. */
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	uvd_start(&u, 2, cids, "shared", NULL);
+	o = ctl_upgrade(&u, NULL);
+	ASSERT_EQ(o.rc, 1);
+	if (!strstr(o.err, "share a group") || !strstr(o.err, "cannot be upgraded in place"))
+		test_fail(__FILE__, __LINE__, "unexpected error: %s", o.err);
+	ASSERT_TRUE(uvd_alive(&u));
+	ASSERT_EQ(uvd_vm_counter(&u, 4, "ring_errors"), 0); /* it answers: still serving */
+	stop_all(&u);
+
+	/* --isolate: refused by the control socket, and SIGUSR2 is only logged. */
+	uvd_start(&u, 1, cids, NULL, "--isolate");
+	o = ctl_upgrade(&u, NULL);
+	ASSERT_EQ(o.rc, 1);
+	if (!strstr(o.err, "--isolate"))
+		test_fail(__FILE__, __LINE__, "unexpected error: %s", o.err);
+	ASSERT_EQ(kill(u.pid, SIGUSR2), 0);
+	usleep(200 * 1000);
+	ASSERT_TRUE(uvd_alive(&u));
+	ASSERT_EQ(uvd_kill(&u), 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", u.dir);
+	(void)!system(cmd);
+}
+
+/* uvsock-ctl --control CTL add-vm SPEC, in-process: its exit status. */
+static int ctl_add_vm(const struct uvd *u, const char *spec)
+{
+	char ctl[160], out[512] = "", err[512] = "";
+	char *argv[] = { "uvsock-ctl", "--control", ctl, "add-vm", (char *)spec, NULL };
+	FILE *fo = fmemopen(out, sizeof(out) - 1, "w"), *fe = fmemopen(err, sizeof(err) - 1, "w");
+	int rc;
+
+	ASSERT_TRUE(fo && fe);
+	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
+	rc = uvsock_ctl_main(5, argv, "test", fo, fe);
+	fclose(fo);
+	fclose(fe);
+	if (rc)
+		test_note("add-vm: %s", err);
+	return rc;
+}
+
+TEST(two_vms_and_a_runtime_vm_move_together)
+{
+	static const uint32_t cids[] = { 3, 4 };
+	struct uvd u;
+	struct uvsock_ctx *g[2];
+	int ls[2], gfd[2], hfd[2];
+	char spec[400], sock5[160];
+	struct ops_jv *v;
+	const struct ops_jv *e;
+	struct up o;
+	unsigned n = 0;
+	struct stat sb;
+	pid_t old;
+
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	uvd_start(&u, 2, cids, NULL, "--log-level=info");
+	set_live(u.pid);
+	for (int i = 0; i < 2; i++) {
+		g[i] = g_guest_new(u.sock[i], NULL);
+		ls[i] = g_listen(g[i], SOCK_STREAM, 6000);
+		gfd[i] = g_accept_host(ls[i], u.uds[i], SOCK_STREAM, 6000, &hfd[i]);
+	}
+	/* a third VM added at run time, with no VMM: it moves too (its config is in its record) */
+	snprintf(sock5, sizeof(sock5), "%s/vm5.sock", u.dir);
+	snprintf(spec, sizeof(spec), "guest-cid=5,socket=%s,uds-path=%s/vm5.vsock,name=late",
+		 sock5, u.dir);
+	ASSERT_EQ(ctl_add_vm(&u, spec), 0);
+
+	/* A refusal with three VMs: every one of them goes on. */
+	upgrade_refused(&u, UVSOCKD_TEST_REFUSE_PATH, "version 1 is not one this program reads");
+	for (int i = 0; i < 2; i++)
+		ping(gfd[i], hfd[i], (char)('a' + i));
+
+	old = u.pid;
+	o = ctl_upgrade(&u, NULL);
+	if (o.rc != 0)
+		test_fail(__FILE__, __LINE__, "upgrade failed: %s", o.err);
+	u.pid = (pid_t)ops_json_u64(o.v, "new_pid", 0);
+	set_live(u.pid);
+	for (e = ops_json_get(o.v, "vms")->child; e; e = e->next, n++) {
+		static const uint64_t want[] = { 3, 4, 5 };
+
+		ASSERT_TRUE(n < 3 && ops_json_u64(e, "cid", 0) == want[n]);
+	}
+	ASSERT_EQ(n, 3);
+	ops_json_free(o.v);
+	old_exited(old);
+	for (int i = 0; i < 2; i++) {
+		ping(gfd[i], hfd[i], (char)('c' + i));
+		g_no_error(gfd[i]);
+	}
+	/* the runtime VM is served by the new process under its name, its socket file kept */
+	v = uvd_ctl_query(&u, "vms");
+	n = 0;
+	for (e = ops_json_get(v, "vms")->child; e; e = e->next)
+		n++;
+	ASSERT_EQ(n, 3);
+	ops_json_free(v);
+	ASSERT_EQ(stat(sock5, &sb), 0);
+	{
+		char ctl[160], out[256] = "", err[256] = "";
+		char *argv[] = { "uvsock-ctl", "--control", ctl, "remove-vm", "late", NULL };
+		FILE *fo = fmemopen(out, sizeof(out) - 1, "w"), *fe = fmemopen(err, 255, "w");
+
+		snprintf(ctl, sizeof(ctl), "%s.ctl", u.sock[0]);
+		ASSERT_EQ(uvsock_ctl_main(5, argv, "test", fo, fe), 0);
+		fclose(fo);
+		fclose(fe);
+	}
+	ASSERT_NE(stat(sock5, &sb), 0); /* removed by the new process: the file is its own */
+
+	for (int i = 0; i < 2; i++) {
+		close(hfd[i]);
+		uvsock_close(gfd[i]);
+		uvsock_close(ls[i]);
+		uvsock_ctx_free(g[i]);
+	}
+	stop_all(&u);
+}
+
+/* ---- the benchmark: the pause with 1 and 1000 open connections ---------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* One daemon with `conns` host -> guest connections, upgraded `runs` times: median pause. */
+static void bench_conns(unsigned conns, int runs)
+{
+	struct uvd u;
+	struct uvsock_ctx *g;
+	double pause[32];
+	int *hfd = calloc(conns, sizeof(int)), *gfd = calloc(conns, sizeof(int)), ls;
+	double la[3] = { 0 };
+	char cmd[128];
+
+	ASSERT_TRUE(hfd && gfd);
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	start_one(&u);
+	g = g_guest_new(u.sock[0], NULL);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	for (unsigned i = 0; i < conns; i++)
+		gfd[i] = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &hfd[i]);
+	for (int r = 0; r < runs; r++) {
+		struct up o = ctl_upgrade(&u, NULL);
+		pid_t old = u.pid;
+
+		if (o.rc != 0)
+			test_fail(__FILE__, __LINE__, "upgrade failed: %s", o.err);
+		pause[r] = ops_json_get(ops_json_get(o.v, "vms")->child, "pause_ms")->d;
+		u.pid = (pid_t)ops_json_u64(o.v, "new_pid", 0);
+		set_live(u.pid);
+		ops_json_free(o.v);
+		old_exited(old);
+	}
+	ping(gfd[conns - 1], hfd[conns - 1], 'z');
+	(void)getloadavg(la, 3);
+	qsort(pause, (size_t)runs, sizeof(pause[0]), cmp_double);
+	printf("upgrade pause, %u connection%s, %d runs: median %.3f ms (min %.3f, max %.3f); "
+	       "load average %.2f %.2f %.2f\n", conns, conns == 1 ? "" : "s", runs,
+	       pause[runs / 2], pause[0], pause[runs - 1], la[0], la[1], la[2]);
+	fflush(stdout);
+	for (unsigned i = 0; i < conns; i++) {
+		close(hfd[i]);
+		uvsock_close(gfd[i]);
+	}
+	uvsock_close(ls);
+	uvsock_ctx_free(g);
+	ASSERT_EQ(uvd_kill(&u), 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", u.dir);
+	(void)!system(cmd);
+	free(hfd);
+	free(gfd);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--bench")) {
+		int runs = argc == 4 && !strcmp(argv[2], "--runs") ? atoi(argv[3]) : 7;
+		struct rlimit rl;
+
+		if (runs < 1 || runs > 32) {
+			fprintf(stderr, "usage: %s --bench [--runs 1..32]\n", argv[0]);
+			return 2;
+		}
+		/* 1000 host sockets here */
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+			rl.rlim_cur = rl.rlim_max;
+			(void)setrlimit(RLIMIT_NOFILE, &rl);
+		}
+		bench_conns(1, runs);
+		bench_conns(1000, runs);
+		return 0;
+	}
+	return test_main(argc, argv);
+}
