@@ -20,10 +20,33 @@ serial port.
   snapshot   the same, stopped, but saved to a file (exec:cat > FILE); a new QEMU loads that
              file (-incoming exec:cat FILE) on the second uvsockd and continues after cont.
 
+The live upgrade cases need no patch: stock QEMU (the system's 7.2, or the newer one of the
+interop cache, scripts/fetch-qemu.sh), its vhost-user socket without reconnect (docs/upgrade.md):
+
+  upgrade          64 MiB each way at once (guest to host and host to guest, each byte checked
+                   against the pattern, counted to the end of each stream) and 100 idle
+                   connections (50 opened by the guest, 50 by the host); uvsock-ctl upgrade
+                   three times in a row mid-transfer. Every byte arrives once and in order, every
+                   idle connection still carries a byte each way, the guest's listener accepted
+                   nothing new, its kernel logged nothing about vsock or virtio, new connections
+                   work both ways, QEMU is the same process; each upgrade's pause_ms and conns
+                   from uvsock-ctl's answer are printed (# timing).
+  upgrade-refused  the same with 32 MiB each way and 20 idle connections; uvsock-ctl upgrade
+                   --binary /nonexistent mid-transfer must fail, and the old uvsockd carries on:
+                   the same checks.
+  crash-isolate    uvsockd --isolate; the worker serving the VM is killed (SIGKILL) while the
+                   guest holds a connection, streams to the host, and the host holds one to the
+                   guest's listener. The main process starts a new worker that adopts the VMM's
+                   connection: the open connections end (hang guards, no timing bound), the
+                   listener keeps working, new connections work both ways, QEMU is the same
+                   process (docs/upgrade.md, "Crash survival").
+
 Host side only AF_UNIX (uvsockd's hybrid sockets); AF_VSOCK exists only inside the guest.
-Exit: 0 pass, 1 fail, 77 skip (no patched QEMU, kernel or cpio: named loudly).
+Exit: 0 pass, 1 fail, 77 skip (no patched or stock QEMU, kernel, cpio, or an uvsock-ctl that
+does not know "upgrade": named loudly).
 """
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -40,6 +63,7 @@ CID = 5
 LISTEN_PORT = 5000   # the guest listens here
 ECHO_PORT = 7000     # the host echoes here
 STREAM_PORT = 7001   # the host streams the pattern here
+SINK_PORT = 7002     # the host checks what the guest sends here (the upgrade cases)
 CYCLES = (signal.SIGTERM, signal.SIGKILL, signal.SIGTERM)
 
 T0 = time.monotonic()
@@ -59,10 +83,10 @@ def check(cond, what):
         raise Fail(what)
 
 
-def skip(why):
+def skip(why, hint="make interop-deps, or scripts/build-qemu.sh and scripts/fetch-kernels.sh"):
     print("#" * 72)
     print(f"# SKIP: {why}")
-    print("# (make interop-deps, or scripts/build-qemu.sh and scripts/fetch-kernels.sh)")
+    print(f"# ({hint})")
     print("#" * 72, flush=True)
     sys.exit(77)
 
@@ -91,7 +115,8 @@ class Listener:
         self.conns = []
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
-        self.sock.listen(16)
+        # uvsockd connects without waiting (a full queue refuses the guest: EAGAIN, an RST).
+        self.sock.listen(128)
         threading.Thread(target=self.loop, daemon=True).start()
 
     def loop(self):
@@ -245,14 +270,15 @@ class Run:
         self.args = args
         self.dir = tempfile.mkdtemp(prefix="uvsock-lifecycle-")
         self.procs = []
+        self.pids = []   # processes we did not start ourselves (the upgraded uvsockd), by PID
 
     def path(self, name):
         return os.path.join(self.dir, name)
 
-    def uvsockd(self, tag, sock, uds):
+    def uvsockd(self, tag, sock, uds, extra=()):
         log_path = self.path(f"uvsockd-{tag}.log")
         f = open(log_path, "a")
-        p = subprocess.Popen([self.args.daemon, "--log-level", "debug", "--vm",
+        p = subprocess.Popen([self.args.daemon, "--log-level", "debug", *extra, "--vm",
                               f"guest-cid={CID},socket={sock},uds-path={uds}"],
                              stdout=f, stderr=subprocess.STDOUT)
         f.close()
@@ -274,7 +300,7 @@ class Run:
         # in the page allocator), and it still did when uvsockd re-marked every page it had
         # written since logging began just before the final RAM pass; with one vCPU none of
         # the runs did (docs/interop.md, "Back-end restart and live migration").
-        smp = ("1" if self.args.case not in ("reconnect", "backoff")
+        smp = ("1" if self.args.case not in ("reconnect", "backoff") + STOCK_CASES
                else os.environ.get("UVSOCK_INTEROP_SMP", "2"))
         out = lib(f'UVSOCK_INTEROP_SMP={smp} UVSOCK_INTEROP_MEM={self.args.mem} '
                   f'qemu_args "{self.kdir}" "{self.initrd}" '
@@ -283,8 +309,10 @@ class Run:
         check(out is not None, "qemu_args failed")
         qargs = out.split("\0")[:-1]
         rec = "reconnect=1" if self.args.qemu_version == "7.2" else "reconnect-ms=200"
-        qargs = [a + "," + rec if a.startswith("socket,id=vu0,") else a for a in qargs]
-        if self.args.case not in ("reconnect", "backoff"):
+        if self.args.case not in STOCK_CASES:
+            # The upgrade cases do without: the vhost-user connection must never end.
+            qargs = [a + "," + rec if a.startswith("socket,id=vu0,") else a for a in qargs]
+        if self.args.case not in ("reconnect", "backoff") + STOCK_CASES:
             # TCG's "-cpu max" does not survive a migration (the destination guest dies in
             # its timer code, with or without vsock traffic); a named model does.
             qargs = ["qemu64" if a == "max" else a for a in qargs]
@@ -303,6 +331,8 @@ class Run:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        for pid in self.pids:
+            end_pid(pid, signal.SIGKILL)
         if keep:
             log(f"logs kept in {self.dir}")
         else:
@@ -614,12 +644,400 @@ def case_migrate(run, mode):
         x.close()
 
 
+# ---- live upgrade (stock QEMU; docs/upgrade.md, docs/interop.md "Live upgrade") ----
+
+STOCK_CASES = ("upgrade", "upgrade-refused", "crash-isolate")
+UPGRADES = 3          # uvsock-ctl upgrade, three times in a row (the upgrade case)
+STALL_S = 60          # hang guard: a stream that moves no byte for this long has stopped
+GATE_AHEAD = 8 << 20  # each upgrade starts at a quarter of the streams, which stop 8 MiB further
+
+
+def set_subreaper():
+    """Makes this process the subreaper of its descendants (prctl PR_SET_CHILD_SUBREAPER): the
+    uvsockd an upgrade starts is the old one's child, and once the old one exits it becomes ours,
+    so its exit status can be read with waitpid and it can be ended by PID."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    check(libc.prctl(36, 1, 0, 0, 0) == 0, "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_pid_exit(pid, limit):
+    """Waits (a hang guard of limit s) for PID to exit; its exit status (os.waitstatus_to_exitcode)
+    when it is our child (or, through the subreaper, grandchild), else None."""
+    end = time.monotonic() + limit
+    while True:
+        try:
+            got, st = os.waitpid(pid, os.WNOHANG)
+            if got == pid:
+                return os.waitstatus_to_exitcode(st)
+        except ChildProcessError:
+            if not pid_alive(pid):
+                return None
+        check(time.monotonic() < end, f"process {pid} still runs after {limit} s")
+        time.sleep(0.05)
+
+
+def end_pid(pid, sig):
+    """Ends PID (a uvsockd we track by PID) with sig and reaps it; its exit status or None."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+    return wait_pid_exit(pid, 30)
+
+
+class Streams:
+    """The host's ends of the two checked transfers: SOURCE sends exactly n bytes of the pattern
+    to the guest and shuts its sending side; SINK reads what the guest sends until end of file
+    and checks every byte against the pattern at its offset. Neither goes past the gate (a byte
+    offset) until the test moves it: a transfer faster than the upgrades (under 1 s for 64 MiB
+    on an idle machine) then cannot end before the last one, and when an upgrade is slow the
+    rings and buffers stay full until it is through (uvsockd hands over data in flight)."""
+
+    def __init__(self, n):
+        self.n = n
+        self.gate = n
+        self.cv = threading.Condition()
+        self.period = b"".join(pattern_chunks())   # 1 MiB: pattern(i) repeats every 1 MiB
+        self.twice = self.period * 2
+        self.sent = 0
+        self.source_err = None
+        self.sink = {"bytes": 0, "bad": 0, "first_bad": None, "end": "-", "conns": 0}
+
+    def source(self, conn):
+        view, off = memoryview(self.twice), 0
+        try:
+            while off < self.n:
+                self.wait_gate(off)
+                k = min(65536, self.n - off, self.gate - off)
+                o = off % len(self.period)
+                conn.sendall(view[o:o + k])
+                off += k
+                self.sent = off
+            conn.shutdown(socket.SHUT_WR)
+        except OSError as e:
+            self.source_err = f"{e} after {off} bytes"
+            log(f"host source: {self.source_err}")
+
+    def set_gate(self, gate):
+        with self.cv:
+            self.gate = min(gate, self.n)
+            self.cv.notify_all()
+
+    def wait_gate(self, off):
+        with self.cv:
+            self.cv.wait_for(lambda: off < self.gate or off >= self.n)
+
+    def sink_fn(self, conn):
+        st = self.sink
+        st["conns"] += 1
+        off = 0
+        try:
+            while True:
+                self.wait_gate(off)
+                b = conn.recv(min(262144, max(self.gate - off, 1)))
+                if not b:
+                    st["end"] = "EOF"
+                    return
+                o = off % len(self.period)
+                if self.twice[o:o + len(b)] != b:
+                    st["bad"] += sum(1 for i, x in enumerate(b)
+                                     if x != self.twice[(off + i) % len(self.period)])
+                    if st["first_bad"] is None:
+                        st["first_bad"] = off
+                off += len(b)
+                st["bytes"] = off
+        except OSError as e:
+            st["end"] = f"error {e}"
+
+
+def guest_stat(ctl, what):
+    return dict(kv.split("=", 1) for kv in ctl.ok(what).split())
+
+
+def upgrade_cmd(run, extra):
+    """Runs uvsock-ctl upgrade; (exit code, stdout, stderr, seconds)."""
+    t = time.monotonic()
+    r = subprocess.run([run.args.ctl, "--control", run.path("vm.ctl"), "--json", "upgrade",
+                        *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    return (r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace"),
+            time.monotonic() - t)
+
+
+def answer_json(out):
+    """The JSON object in uvsock-ctl's output (its --json answer: one line)."""
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                pass
+    raise Fail(f"no JSON answer in uvsock-ctl's output: {out!r}")
+
+
+def case_upgrade(run, refused):
+    """refused: one upgrade to /nonexistent, which must fail and leave the old uvsockd serving;
+    else UPGRADES upgrades, each mid-transfer, each to a new process."""
+    n = (32 if refused else 64) << 20
+    idle_each = 10 if refused else 50
+    set_subreaper()
+    sock, uds = run.path("vm.sock"), run.path("vm.vsock")
+    d = run.uvsockd("a", sock, uds, ("--control", run.path("vm.ctl")))
+    pid = d.pid
+    streams = Streams(n)
+    echo_l = Listener(f"{uds}_{ECHO_PORT}", echo)
+    src_l = Listener(f"{uds}_{STREAM_PORT}", streams.source)
+    sink_l = Listener(f"{uds}_{SINK_PORT}", streams.sink_fn)
+    q, ctl = boot(run, "vm", sock, run.path("ctl"))
+    qmp = Qmp(run.path("vm.qmp"))
+    check(ctl.ok("cid") == str(CID), "guest CID")
+    ctl.ok(f"listen {LISTEN_PORT}")
+    # The idle connections: half opened by the guest (to the host's echo), half by the host (to
+    # the guest's listener, which echoes).
+    t = time.monotonic()
+    # Both in batches of 10, each accepted before the next: a full accept queue refuses the
+    # connection (uvsockd's connect to a Unix listener does not wait; Linux's vsock answers an
+    # RST), and the accepting ends are slow here (a thread per connection on the host, a fork
+    # per connection under TCG in the guest).
+    for k in range(10, idle_each + 1, 10):   # idle_each: a multiple of 10
+        check(ctl.ok(f"idle 10 {ECHO_PORT}", 60) == str(k), "guest idle count")
+        retry(lambda: len(echo_l.conns) == k, "the host accepts the guest's", 30)
+    hosts = []
+    while len(hosts) < idle_each:
+        hosts += [host_connect(uds, LISTEN_PORT, 30) for _ in range(10)]
+        retry(lambda: ctl.ok("accepted") == str(len(hosts)), "the guest accepts the host's", 30)
+    check(len(echo_l.conns) == idle_each, f"the host accepted {len(echo_l.conns)} of the "
+          f"guest's {idle_each}")
+    TIMINGS.append((f"{2 * idle_each} idle connections opened (s)", time.monotonic() - t))
+    kmsg0 = ctl.ok("kmsg")
+    ctl.ok(f"hold 1 {STREAM_PORT}")
+    ctl.ok(f"hold 2 {SINK_PORT}")
+    t_xfer = time.monotonic()
+    ctl.ok("stream 1")
+    ctl.ok(f"send 2 {n}")
+
+    def progress():
+        return min(streams.sent, streams.sink["bytes"])
+
+    def wait_progress(want, what):
+        last, t_last = -1, time.monotonic()
+        while progress() < want:
+            p = progress()
+            if p != last:
+                last, t_last = p, time.monotonic()
+            check(time.monotonic() - t_last < STALL_S,
+                  f"{what}: no byte moved for {STALL_S} s (host sent {streams.sent}, "
+                  f"host received {streams.sink['bytes']} of {n})")
+            check(q.poll() is None, f"{what}: QEMU exited")
+            # A stream that ended early fails at once (an end the hang guard would wait for).
+            check(streams.source_err is None, f"{what}: the host's stream to the guest failed: "
+                  f"{streams.source_err}")
+            check(streams.sink["end"] == "-" or streams.sink["bytes"] >= n,
+                  f"{what}: the guest's stream to the host ended early: {streams.sink}")
+            time.sleep(0.05)
+
+    rounds = 1 if refused else UPGRADES
+    for i in range(1, rounds + 1):
+        streams.set_gate(n * i // (rounds + 1) + GATE_AHEAD)
+        wait_progress(n * i // (rounds + 1), f"upgrade {i}")
+        at = (streams.sent, streams.sink["bytes"])
+        # Mid-transfer: neither stream is through (the host has not sent all of its stream, nor
+        # received all of the guest's).
+        check(at[0] < n and at[1] < n, f"upgrade {i}: a transfer already ended {at}")
+        if refused:
+            rc, out, err, secs = upgrade_cmd(run, ["--binary", "/nonexistent"])
+            log(f"upgrade --binary /nonexistent: exit {rc}, {secs:.2f} s: "
+                f"{(out + err).strip()}")
+            check(rc != 0, "uvsock-ctl upgrade --binary /nonexistent succeeded")
+            # The reason names what failed: the binary (its path, or the errno of its exec).
+            check(any(w in out + err for w in ("/nonexistent", "No such file", "ENOENT")),
+                  "uvsock-ctl failed without naming the missing binary")
+            check(d.poll() is None, f"the old uvsockd exited ({d.returncode}) after a refused "
+                  "upgrade")
+            # and the process it started for the new binary is gone (reaped, no zombie).
+            retry(lambda: not children(d.pid), "the refused process ends", 30)
+            TIMINGS.append(("refused upgrade: uvsock-ctl (s)", secs))
+            continue
+        rc, out, err, secs = upgrade_cmd(run, [])
+        check(rc == 0, f"upgrade {i}: uvsock-ctl exit {rc}: {(out + err).strip()}")
+        ans = answer_json(out)
+        log(f"upgrade {i} at {at[0] >> 20}/{at[1] >> 20} MiB (h2g/g2h), uvsock-ctl "
+            f"{secs:.2f} s: {json.dumps(ans)}")
+        check(ans.get("old_pid") == pid, f"upgrade {i}: old_pid {ans.get('old_pid')}, not {pid}")
+        new = ans.get("new_pid")
+        check(isinstance(new, int) and new > 0 and new != pid, f"upgrade {i}: new_pid {new}")
+        run.pids.append(new)
+        vms = [v for v in ans.get("vms", []) if v.get("cid") == CID]
+        check(len(vms) == 1, f"upgrade {i}: vms {ans.get('vms')}: not one with cid {CID}")
+        vm = vms[0]
+        check(isinstance(vm.get("pause_ms"), (int, float)), f"upgrade {i}: pause_ms {vm}")
+        # 2 * idle_each idle connections and the two streams, at least.
+        check(isinstance(vm.get("conns"), int) and vm["conns"] >= 2 * idle_each + 2,
+              f"upgrade {i}: conns {vm.get('conns')}, not the {2 * idle_each + 2} open")
+        # Each uvsockd is this process's descendant (the subreaper), so its status is known.
+        st = d.wait(30) if i == 1 else wait_pid_exit(pid, 30)
+        check(st == 0, f"upgrade {i}: the old uvsockd {pid} exited with {st}, not 0")
+        log(f"upgrade {i}: the old uvsockd {pid} exited with status 0")
+        if pid in run.pids:
+            run.pids.remove(pid)
+        check(pid_alive(new), f"upgrade {i}: the new uvsockd {new} is not running")
+        check(q.poll() is None, f"upgrade {i}: QEMU exited")
+        TIMINGS.append((f"upgrade {i}", f"pause_ms={vm['pause_ms']} conns={vm['conns']} "
+                        f"(uvsock-ctl {secs:.2f} s; at {at[0] >> 20} MiB host to guest, "
+                        f"{at[1] >> 20} MiB guest to host)"))
+        pid = new
+    streams.set_gate(n)
+    # Both streams to their ends: every byte once, in order, then end of file.
+    wait_progress(n, "the transfers")
+    retry(lambda: guest_stat(ctl, "streamstat")["end"] != "-", "the guest's stream ends", STALL_S)
+    retry(lambda: guest_stat(ctl, "sendstat")["end"] != "-", "the guest's send ends", STALL_S)
+    retry(lambda: streams.sink["end"] != "-", "the host's sink ends", STALL_S)
+    xfer_s = time.monotonic() - t_xfer
+    gs, gd, hs = guest_stat(ctl, "streamstat"), guest_stat(ctl, "sendstat"), streams.sink
+    check(gs == {"bytes": str(n), "bad": "0", "end": "EOF"},
+          f"host to guest: the guest saw {gs}, not {n} good bytes and end of file")
+    check(gd == {"bytes": str(n), "end": "DONE"}, f"guest to host: the guest's sender {gd}")
+    check(hs["bytes"] == n and hs["bad"] == 0 and hs["end"] == "EOF" and hs["conns"] == 1,
+          f"guest to host: the host saw {hs}, not {n} good bytes and end of file")
+    # The idle connections: each carries a byte each way, and nobody reconnected.
+    t = time.monotonic()
+    check(ctl.ok("idleping", 120) == str(idle_each), "the guest's idle connections")
+    for k, h in enumerate(hosts):
+        check(host_roundtrip(h, 1), f"the host's idle connection {k}: wrong echo")
+    TIMINGS.append((f"a byte each way on {2 * idle_each} idle connections (s)",
+                    time.monotonic() - t))
+    check(ctl.ok("accepted") == str(idle_each), "the guest's listener accepted new connections")
+    check(len(echo_l.conns) == idle_each, "the guest reconnected to the host's echo")
+    kmsg1 = ctl.ok("kmsg")
+    check(kmsg1 == kmsg0, f"the guest's kernel logged about vsock/virtio: {kmsg1} "
+          f"(before: {kmsg0})")
+    # New connections both ways, to whichever uvsockd now serves.
+    check(ctl.cmd(f"echo {ECHO_PORT} 65536", 30) == "OK", "a new guest-to-host connection")
+    h = host_connect(uds, LISTEN_PORT)
+    check(host_roundtrip(h), "a new host-to-guest connection")
+    check(ctl.ok("cid") == str(CID), "CID")
+    check(q.poll() is None, "QEMU exited")
+    check(qmp.cmd("query-status").get("status") == "running", "QEMU's VM is not running")
+    TIMINGS.append((f"{n >> 20} MiB each way, both ends checked (s)", xfer_s))
+    log(f"{n >> 20} MiB each way in {xfer_s:.1f} s; kmsg {kmsg1}")
+    h.close()
+    for h in hosts:
+        h.close()
+    ctl.cmd("poweroff", 10)
+    q.wait(30)
+    if refused:
+        check(d.poll() is None, "the old uvsockd exited")
+    else:
+        st = end_pid(pid, signal.SIGTERM)
+        check(st == 0, f"the last uvsockd {pid} exited with {st} on SIGTERM")
+        run.pids.remove(pid)
+    for x in (echo_l, src_l, sink_l, qmp, ctl):
+        x.close()
+
+
+def children(pid):
+    """The PIDs of pid's children (/proc/PID/task/*/children)."""
+    out = []
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def worker_of(main_pid):
+    """The --isolate worker serving our VM (named "uvsockd vm<CID>", docs/uvsockd.md
+    "Isolation"), or None."""
+    for c in children(main_pid):
+        try:
+            with open(f"/proc/{c}/comm") as f:
+                if f.read().strip() == f"uvsockd vm{CID}" and pid_alive(c):
+                    return c
+        except OSError:
+            pass
+    return None
+
+
+def case_crash_isolate(run):
+    """uvsockd --isolate; the worker serving the VM is killed with SIGKILL while the guest holds a
+    connection to the host, streams to it, and the host holds one to the guest's listener. The
+    main process restarts the worker, which adopts the VMM's connection it kept (docs/upgrade.md,
+    "Crash survival"): the open connections end, the guest's listener keeps working, new
+    connections work both ways, QEMU (stock, no reconnect) is the same process."""
+    sock, uds = run.path("vm.sock"), run.path("vm.vsock")
+    d = run.uvsockd("a", sock, uds, ("--isolate", "--control", run.path("vm.ctl")))
+    echo_l = Listener(f"{uds}_{ECHO_PORT}", echo)
+    streams = Streams(1 << 40)   # more than it can send before the kill
+    sink_l = Listener(f"{uds}_{SINK_PORT}", streams.sink_fn)
+    q, ctl = boot(run, "vm", sock, run.path("ctl"))
+    qmp = Qmp(run.path("vm.qmp"))
+    check(ctl.ok("cid") == str(CID), "guest CID")
+    ctl.ok(f"listen {LISTEN_PORT}")
+    ctl.ok(f"hold 1 {ECHO_PORT}")
+    ctl.ok("ping 1")
+    ctl.ok(f"hold 2 {SINK_PORT}")
+    ctl.ok(f"send 2 {1 << 40}")
+    h = host_connect(uds, LISTEN_PORT)
+    check(host_roundtrip(h), "host to guest echo")
+    retry(lambda: streams.sink["bytes"] >= 4 << 20, "the guest's stream flows", 60)
+    w = worker_of(d.pid)
+    check(w, f"no worker 'uvsockd vm{CID}' under uvsockd {d.pid}")
+    t = time.monotonic()
+    os.kill(w, signal.SIGKILL)
+    log(f"killed worker {w} at {streams.sink['bytes'] >> 20} MiB streamed")
+    # Hang guards, not timing assertions: each end must come, however slowly.
+    ans = ctl.cmd("wait_reset 1 30000", 40)
+    check(ans in ("OK ECONNRESET", "OK ENOTCONN", "OK EOF"), f"the guest's held socket: {ans}")
+    t_reset = time.monotonic() - t
+    retry(lambda: guest_stat(ctl, "sendstat")["end"] != "-", "the guest's stream ends", 30)
+    check(host_conn_ended(h, 30), "the host's connection to the guest stays open")
+    h.close()
+    retry(lambda: streams.sink["end"] != "-", "the host's end of the guest's stream ends", 30)
+    check(streams.sink["bad"] == 0, f"the guest's stream, up to the kill: {streams.sink}")
+    nw = worker_of(d.pid)
+    check(nw and nw != w, f"no new worker under uvsockd {d.pid} (old {w}, now {nw})")
+    # The guest's listener kept working; new connections both ways.
+    retry(lambda: ctl.cmd(f"echo {ECHO_PORT} 65536", 30) == "OK",
+          "a new guest-to-host connection", 30)
+    t_g2h = time.monotonic() - t
+    h = host_connect(uds, LISTEN_PORT)
+    check(host_roundtrip(h), "a new host-to-guest connection")
+    t_h2g = time.monotonic() - t
+    check(ctl.ok("accepted") == "2", "the guest's listener")
+    check(ctl.ok("cid") == str(CID), "CID")
+    check(q.poll() is None, "QEMU exited")
+    check(qmp.cmd("query-status").get("status") == "running", "QEMU's VM is not running")
+    check(d.poll() is None, "uvsockd's main process exited")
+    TIMINGS.append(("kill -9 to: the guest's held socket ended / a new g2h connection / a new "
+                    "h2g connection (s)", (round(t_reset, 2), round(t_g2h, 2),
+                                           round(t_h2g, 2))))
+    TIMINGS.append(("guest stream checked up to the kill (bytes)", streams.sink["bytes"]))
+    h.close()
+    ctl.cmd("poweroff", 10)
+    q.wait(30)
+    d.send_signal(signal.SIGTERM)
+    check(d.wait(30) == 0, f"uvsockd --isolate exited with {d.returncode} on SIGTERM")
+    for x in (echo_l, sink_l, qmp, ctl):
+        x.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--guest", required=True, help="the static uvsock-lifecycle")
-    ap.add_argument("--case", choices=("reconnect", "backoff", "migrate", "stopped", "snapshot"),
-                    required=True)
+    ap.add_argument("--ctl", help="uvsock-ctl (the upgrade cases)")
+    ap.add_argument("--case", choices=("reconnect", "backoff", "migrate", "stopped", "snapshot")
+                    + STOCK_CASES, required=True)
     ap.add_argument("--qemu-version", default=os.environ.get("UVSOCK_LIFECYCLE_QEMU", "7.2"))
     ap.add_argument("--kernel", default=os.environ.get("UVSOCK_LIFECYCLE_KERNEL", "6.1"))
     ap.add_argument("--mem", default="256")
@@ -627,14 +1045,36 @@ def main():
     ap.add_argument("--migrate-limit", type=int, default=240)
     args = ap.parse_args()
 
-    run = Run(args)
-    pdir = lib(f'qemu_patched_cached {args.qemu_version} && echo "$PDIR"')
-    if not pdir:
-        skip(f"no QEMU {args.qemu_version} with contrib/qemu's patches in the interop cache")
-    run.qemu_bin = pdir.strip() + "/qemu-system-x86_64"
+    if args.case in STOCK_CASES:
+        # Stock QEMU: 7.2 is the system's (Debian bookworm's qemu-system-x86), a newer one the
+        # bookworm-backports QEMU scripts/fetch-qemu.sh unpacks into the interop cache.
+        if args.qemu_version == "7.2":
+            qemu_bin = shutil.which("qemu-system-x86_64")
+            if not qemu_bin:
+                skip("no qemu-system-x86_64 (apt-get install qemu-system-x86)")
+        else:
+            qdir = lib('qemu_cached && echo "$QDIR"')
+            if not qdir:
+                skip("no bookworm-backports QEMU in the interop cache (scripts/fetch-qemu.sh)")
+            qemu_bin = qdir.strip() + "/qemu-system-x86_64"
+    else:
+        pdir = lib(f'qemu_patched_cached {args.qemu_version} && echo "$PDIR"')
+        if not pdir:
+            skip(f"no QEMU {args.qemu_version} with contrib/qemu's patches in the interop cache")
+        qemu_bin = pdir.strip() + "/qemu-system-x86_64"
+    if args.case in ("upgrade", "upgrade-refused"):
+        helptext = subprocess.run([args.ctl or "uvsock-ctl", "--help"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT).stdout.decode(errors="replace")
+        if not any(ln.split()[:1] == ["upgrade"] or " upgrade" in ln
+                   for ln in helptext.splitlines()):
+            skip(f"{args.ctl} does not know the command 'upgrade' (the live upgrade is not "
+                 "built into this tree): nothing to test", "docs/upgrade.md")
     kdir = lib(f'kernel_cached {args.kernel} && echo "$KDIR"')
     if not kdir:
         skip(f"guest kernel {args.kernel} not cached")
+    # Its temporary directory only once nothing is left to skip for.
+    run = Run(args)
+    run.qemu_bin = qemu_bin
     run.kdir = kdir.strip()
     if not shutil.which("cpio"):
         skip("cpio missing")
@@ -660,10 +1100,14 @@ def main():
             case_reconnect(run)
         elif args.case == "backoff":
             case_backoff(run)
+        elif args.case == "crash-isolate":
+            case_crash_isolate(run)
+        elif args.case in STOCK_CASES:
+            case_upgrade(run, args.case == "upgrade-refused")
         else:
             case_migrate(run, "live" if args.case == "migrate" else args.case)
         log(f"PASS {args.case} in {time.monotonic() - T0:.1f} s")
-    except (Fail, OSError, subprocess.TimeoutExpired) as e:
+    except (Fail, OSError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
         log(f"FAIL {args.case}: {e}")
         for name in sorted(os.listdir(run.dir)):
             if name.endswith((".serial", ".log")):

@@ -18,7 +18,16 @@
  *   stream S            a child reads slot S until it fails, checking every byte against the
  *                       host's pattern (byte i of the stream is pattern(i))
  *   streamstat          "OK bytes=B bad=M end=E": what the stream child saw (E: errno name
- *                       once it ended, "-" while it runs)
+ *                       once it ended, "EOF" at its end, "-" while it runs)
+ *   send S N            a child sends N bytes of the pattern through slot S (byte i is
+ *                       pattern(i)), then shuts its sending side (the host checks them)
+ *   sendstat            "OK bytes=B end=E": what the send child has sent (E: "-" while it runs,
+ *                       "DONE" once all N went, else the errno name of its failure)
+ *   idle N PORT         N more connections to the host's PORT, held idle (at most IDLE_MAX)
+ *   idleping            one byte there and back through every idle connection (the host end
+ *                       echoes): "OK N", or "ERR I <errno name>" for the first that fails
+ *   kmsg                the kernel's log lines that name vsock or virtio at warning or worse
+ *                       (/dev/kmsg, from boot): "OK N [the first]"
  *   memload MB          a child rewrites MB MiB over and over (a memory load)
  *   memcheck            stop the load after its current pass and check that every word holds
  *                       what the last complete pass wrote: "OK passes=P" or "ERR ..."
@@ -45,15 +54,24 @@
 
 #define SLOTS 8
 #define IO_MS 5000
+#define IDLE_MAX 256
+/* pattern(i) repeats every PERIOD bytes: i * 131 every 256, (i >> 12) * 7 every 256 * 4096. */
+#define PERIOD (1u << 20)
 
 static int ctl = -1;
 static int slot[SLOTS] = { -1, -1, -1, -1, -1, -1, -1, -1 };
+static int idle[IDLE_MAX];
+static int idle_n;
+/* pattern(0 .. 2 * PERIOD): any PERIOD bytes of the stream from offset % PERIOD, in one piece. */
+static uint8_t *period;
 
 /* Shared with the children (MAP_SHARED | MAP_ANONYMOUS survives fork). */
 struct shared {
 	volatile uint64_t accepted;
 	volatile uint64_t stream_bytes, stream_bad;
 	volatile int stream_end; /* 0 while running, else the errno (or -1: EOF) */
+	volatile uint64_t send_bytes;
+	volatile int send_end; /* 0 while running, -2 once all went, else the errno */
 	volatile uint64_t passes;
 	volatile int mem_stop, mem_done, mem_bad;
 };
@@ -91,6 +109,7 @@ static const char *ename(int e)
 	case EPIPE: return "EPIPE";
 	case ENOTCONN: return "ENOTCONN";
 	case -1: return "EOF";
+	case -2: return "DONE";
 	case 0: return "-";
 	default: return strerror(e);
 	}
@@ -179,7 +198,7 @@ static void listener(unsigned port)
 				 .svm_port = port };
 	int fd = socket(AF_VSOCK, SOCK_STREAM, 0);
 
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0)
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 128) < 0)
 		_exit(2);
 	signal(SIGCHLD, SIG_IGN);
 	for (;;) {
@@ -211,12 +230,75 @@ static void streamer(int fd)
 			       ename(sh->stream_end));
 			_exit(0);
 		}
-		for (ssize_t i = 0; i < n; i++)
-			if (buf[i] != pattern(off + (uint64_t)i))
-				sh->stream_bad++;
+		/* n <= sizeof(buf) < PERIOD: period[] holds the whole expected run. */
+		if (memcmp(buf, period + off % PERIOD, (size_t)n))
+			for (ssize_t i = 0; i < n; i++)
+				if (buf[i] != pattern(off + (uint64_t)i))
+					sh->stream_bad++;
 		off += (uint64_t)n;
 		sh->stream_bytes = off;
 	}
+}
+
+/* Sends n bytes of the pattern through fd, then shuts the sending side (the host sees EOF). */
+static void sender(int fd, uint64_t n)
+{
+	uint64_t off = 0;
+
+	while (off < n) {
+		size_t len = n - off < 65536 ? (size_t)(n - off) : 65536;
+		ssize_t r = send(fd, period + off % PERIOD, len, MSG_NOSIGNAL);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			sh->send_end = r < 0 ? errno : EPIPE;
+			printf("lifecycle: send failed after %llu bytes: %s\n",
+			       (unsigned long long)off, ename(sh->send_end));
+			_exit(0);
+		}
+		off += (uint64_t)r;
+		sh->send_bytes = off;
+	}
+	shutdown(fd, SHUT_WR);
+	sh->send_end = -2;
+	printf("lifecycle: sent %llu bytes\n", (unsigned long long)off);
+	_exit(0);
+}
+
+/*
+ * Counts the kernel's log records about vsock or virtio at warning or worse (a record is
+ * "PRIO,SEQ,TIME,FLAGS;TEXT", Documentation/ABI/testing/dev-kmsg); the first goes into first.
+ */
+static int kmsg_count(char *first, size_t len)
+{
+	char rec[2048];
+	int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC), n = 0;
+
+	first[0] = '\0';
+	if (fd < 0)
+		return -errno;
+	for (;;) {
+		ssize_t r = read(fd, rec, sizeof(rec) - 1);
+		char *text;
+
+		if (r < 0 && errno == EPIPE)
+			continue; /* records overwritten while we read: go on with the next */
+		if (r <= 0)
+			break;
+		rec[r] = '\0';
+		text = strchr(rec, ';');
+		if (!text || (atoi(rec) & 7) > 4)
+			continue;
+		text++;
+		text[strcspn(text, "\n")] = '\0';
+		if (strstr(text, "vsock") || strstr(text, "virtio")) {
+			if (!n++)
+				snprintf(first, len, "%s", text);
+		}
+	}
+	close(fd);
+	return n;
 }
 
 /* Rewrites every word with its pass number; a checked pass must find the previous one. */
@@ -334,6 +416,46 @@ static void command(char *line)
 	} else if (!strcmp(argv[0], "streamstat")) {
 		reply("OK bytes=%llu bad=%llu end=%s", (unsigned long long)sh->stream_bytes,
 		      (unsigned long long)sh->stream_bad, ename(sh->stream_end));
+	} else if (!strcmp(argv[0], "send") && argc == 3 && (s = parse_slot(argv[1])) >= 0 &&
+		   slot[s] >= 0) {
+		if (fork() == 0)
+			sender(slot[s], strtoull(argv[2], NULL, 10));
+		reply("OK");
+	} else if (!strcmp(argv[0], "sendstat")) {
+		reply("OK bytes=%llu end=%s", (unsigned long long)sh->send_bytes,
+		      ename(sh->send_end));
+	} else if (!strcmp(argv[0], "idle") && argc == 3) {
+		int n = atoi(argv[1]);
+
+		for (r = 0; r < n; r++) {
+			int fd;
+
+			if (idle_n == IDLE_MAX) {
+				reply("ERR more than %d idle connections", IDLE_MAX);
+				return;
+			}
+			fd = vconnect((unsigned)atoi(argv[2]));
+			if (fd < 0) {
+				reply("ERR connect %d: %s", idle_n, ename(-fd));
+				return;
+			}
+			idle[idle_n++] = fd;
+		}
+		reply("OK %d", idle_n);
+	} else if (!strcmp(argv[0], "idleping")) {
+		for (s = 0; s < idle_n; s++) {
+			r = roundtrip(idle[s], 1);
+			if (r) {
+				reply("ERR %d %s", s, ename(sock_error(idle[s], r)));
+				return;
+			}
+		}
+		reply("OK %d", idle_n);
+	} else if (!strcmp(argv[0], "kmsg")) {
+		char first[200];
+
+		r = kmsg_count(first, sizeof(first));
+		r < 0 ? reply("ERR /dev/kmsg: %s", strerror(-r)) : reply("OK %d %s", r, first);
 	} else if (!strcmp(argv[0], "memload") && argc == 2) {
 		mem_pid = fork();
 		if (mem_pid == 0)
@@ -364,8 +486,11 @@ int main(void)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	period = malloc(2 * PERIOD);
+	for (uint64_t i = 0; period && i < 2 * PERIOD; i++)
+		period[i] = pattern(i);
 	ctl = open("/dev/ttyS1", O_RDWR | O_NOCTTY | O_CLOEXEC);
-	if (sh == MAP_FAILED || ctl < 0 || tcgetattr(ctl, &t) < 0) {
+	if (sh == MAP_FAILED || !period || ctl < 0 || tcgetattr(ctl, &t) < 0) {
 		printf("lifecycle: no control channel: %s\n", strerror(errno));
 		return 2;
 	}
