@@ -166,7 +166,7 @@ void vsock_dev_free(struct vsock_dev *d);
 	X(dgram_drop_oversize)   /* datagrams dropped: over the maximum or the RX buffer */        \
 	X(dgram_drop_not_negotiated) /* datagrams dropped: DGRAM not negotiated by this guest, or  \
 				      * by the sibling it was for */                               \
-	X(dgram_drop_malformed)  /* datagrams dropped: an op other than RW, a bad host line */ \
+	X(dgram_drop_malformed)  /* datagrams dropped: an op other than RW, a bad host line */   \
 	X(sibling_requests_paced) /* REQUESTs to a sibling beyond our guest's budget of REQUESTs   \
 				   * that sibling did not accept: the TX ring waited (sibling.c) */
 
