@@ -16,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <systemd/sd-daemon.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "device/vhu_keep.h"
@@ -55,16 +58,74 @@ static struct {
 	struct svm *vm;
 	size_t nvm;
 	bool kcmp_ok;
-} ks = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	int sock; /* ours, to NOTIFY_SOCKET (sa) */
+	struct sockaddr_un sa;
+	socklen_t salen;
+} ks = { .lock = PTHREAD_MUTEX_INITIALIZER, .sock = -1 };
+
+/* How long a device thread may wait for the service manager to take a message. */
+#define NOTIFY_SEND_TIMEOUT_MS 1000
+
+/*
+ * sd_pid_notify_with_fds(3) with a bounded wait: its send blocks as long as the service
+ * manager's queue is full, and the sender here is a device thread with a VMM waiting for its
+ * reply. Returns 0 or -errno (-EAGAIN: not taken within NOTIFY_SEND_TIMEOUT_MS).
+ */
+static int notify(const char *text, const int *fds, size_t nfds)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} c;
+	struct iovec iov = { (void *)text, strlen(text) };
+	struct msghdr m = { .msg_name = &ks.sa, .msg_namelen = ks.salen, .msg_iov = &iov,
+			    .msg_iovlen = 1 };
+
+	if (ks.sock < 0)
+		return -ENOTCONN;
+	if (nfds == 1) {
+		memset(&c, 0, sizeof(c));
+		m.msg_control = c.b;
+		m.msg_controllen = sizeof(c.b);
+		c.h.cmsg_level = SOL_SOCKET;
+		c.h.cmsg_type = SCM_RIGHTS;
+		c.h.cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(&c.h), fds, sizeof(int));
+	}
+	if (sendmsg(ks.sock, &m, MSG_NOSIGNAL) < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	return 0;
+}
+
+/* Our socket to NOTIFY_SOCKET (a path, or @ for the abstract namespace). */
+static int notify_open(const char *ns)
+{
+	struct timeval tv = { .tv_sec = NOTIFY_SEND_TIMEOUT_MS / 1000,
+			      .tv_usec = NOTIFY_SEND_TIMEOUT_MS % 1000 * 1000 };
+	size_t l = strlen(ns);
+
+	if ((ns[0] != '/' && ns[0] != '@') || l >= sizeof(ks.sa.sun_path))
+		return -EAFNOSUPPORT;
+	ks.sa.sun_family = AF_UNIX;
+	memcpy(ks.sa.sun_path, ns, l);
+	if (ns[0] == '@')
+		ks.sa.sun_path[0] = 0;
+	ks.salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + l + (ns[0] == '/'));
+	ks.sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (ks.sock < 0)
+		return -errno;
+	(void)setsockopt(ks.sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	return 0;
+}
 
 /* An fd inherited from the store at start-up, until daemon_fdstore_start. */
 struct taken {
 	uint32_t cid;
-	char kind; /* 'r' record, 'f' fd */
+	char kind; /* 'r' record, 'f' fd, 'x' a name this module does not write */
 	bool used;
 	uint64_t num;
 	int fd;
-	char name[64];
+	char name[256];
 };
 static struct taken *tk;
 static size_t ntk;
@@ -72,12 +133,10 @@ static size_t ntk;
 static int store_fd(int fd, const char *what, uint32_t cid, uint64_t num)
 {
 	char msg[96];
-	int r;
 
 	snprintf(msg, sizeof(msg), "FDSTORE=1\nFDNAME=" FDSTORE_PREFIX "%u-%s%llu", cid, what,
 		 (unsigned long long)num);
-	r = sd_pid_notify_with_fds(0, 0, msg, &fd, 1);
-	return r > 0 ? 0 : r == 0 ? -ENOTCONN : r;
+	return notify(msg, &fd, 1);
 }
 
 static void remove_name(const char *name)
@@ -85,7 +144,9 @@ static void remove_name(const char *name)
 	char msg[320];
 
 	snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", name);
-	(void)sd_pid_notify(0, 0, msg);
+	if (notify(msg, NULL, 0) < 0)
+		log_warn("fd store: %s could not be removed (the service manager did not take the "
+			 "message)", name);
 }
 
 static void remove_one(uint32_t cid, const char *what, uint64_t num)
@@ -260,7 +321,7 @@ static bool parse_name(const char *name, uint32_t *cid, char *kind, uint64_t *nu
 	unsigned long long v;
 	char *end;
 
-	if (strlen(name) >= sizeof(((struct taken *)0)->name) || !isdigit((unsigned char)*p))
+	if (strlen(name) >= 64 || !isdigit((unsigned char)*p))
 		return false;
 	errno = 0;
 	v = strtoull(p, &end, 10);
@@ -283,13 +344,8 @@ void daemon_fdstore_take(int fd, const char *name)
 	struct taken t = { .fd = fd }, *n;
 
 	(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-	if (!parse_name(name, &t.cid, &t.kind, &t.num)) {
-		log_warn("fd store: fd %d named '%.64s' is not one uvsockd stores: closed and removed",
-			 fd, name);
-		close(fd);
-		remove_name(name);
-		return;
-	}
+	if (!parse_name(name, &t.cid, &t.kind, &t.num))
+		t.kind = 'x'; /* closed and removed by daemon_fdstore_start, with a log line */
 	snprintf(t.name, sizeof(t.name), "%s", name);
 	n = realloc(tk, (ntk + 1) * sizeof(*n));
 	if (!n) {
@@ -305,7 +361,8 @@ bool daemon_fdstore_available(const struct uvsockd_config *cfg, char *why, size_
 {
 	const char *ns = getenv("NOTIFY_SOCKET"), *max = getenv("FDSTORE");
 	unsigned long long m = 0;
-	char *end;
+	char *end = NULL;
+	int r;
 
 	if (!ns || !*ns) {
 		snprintf(why, whylen, "not --isolate, no service manager (NOTIFY_SOCKET unset)");
@@ -316,15 +373,20 @@ bool daemon_fdstore_available(const struct uvsockd_config *cfg, char *why, size_
 		m = strtoull(max, &end, 10);
 		if (errno || *end || end == max)
 			m = 0;
-		if (m == 0) {
-			snprintf(why, whylen, "not --isolate, the unit has no fd store "
-				 "(FileDescriptorStoreMax=0)");
-			return false;
-		}
-		if (m < (unsigned long long)FDSTORE_PER_VM * (cfg->n_vms + 1))
-			log_warn("crash survival: FileDescriptorStoreMax=%llu is under %u for %u VMs "
-				 "(docs/upgrade.md): records the store refuses are lost", m,
-				 FDSTORE_PER_VM * (cfg->n_vms + 1), cfg->n_vms);
+	}
+	if (m == 0) {
+		snprintf(why, whylen, "not --isolate, no fd store (FDSTORE= unset or 0: the unit sets "
+			 "FileDescriptorStoreMax= and, before systemd 254, Environment=FDSTORE=)");
+		return false;
+	}
+	if (m < (unsigned long long)FDSTORE_PER_VM * (cfg->n_vms + 1))
+		log_warn("crash survival: FileDescriptorStoreMax=%llu is under %u for %u VMs "
+			 "(docs/upgrade.md): records the store refuses are lost", m,
+			 FDSTORE_PER_VM * (cfg->n_vms + 1), cfg->n_vms);
+	r = notify_open(ns);
+	if (r < 0) {
+		snprintf(why, whylen, "not --isolate, NOTIFY_SOCKET=%.64s: %s", ns, strerror(-r));
+		return false;
 	}
 	ks.kcmp_ok = true;
 	{
@@ -343,8 +405,7 @@ bool daemon_fdstore_available(const struct uvsockd_config *cfg, char *why, size_
 			if ((int[]){ a, p[0], p[1] }[i] >= 0)
 				close((int[]){ a, p[0], p[1] }[i]);
 	}
-	snprintf(why, whylen, "systemd fd store; the unit needs FileDescriptorStoreMax= of at "
-		 "least %u", FDSTORE_PER_VM * (cfg->n_vms + 1));
+	snprintf(why, whylen, "systemd fd store, FDSTORE=%llu", m);
 	return true;
 }
 
@@ -513,6 +574,12 @@ static void start_vm(uint32_t cid)
 void daemon_fdstore_start(const struct uvsockd_config *cfg)
 {
 	pthread_mutex_lock(&ks.lock);
+	for (size_t i = 0; i < ntk; i++)
+		if (tk[i].kind == 'x') {
+			log_warn("fd store: fd %d named '%.64s' is not one uvsockd stores: closed and "
+				 "removed", tk[i].fd, tk[i].name);
+			taken_discard(&tk[i]);
+		}
 	for (size_t i = 0; i < ntk; i++) {
 		bool configured = false;
 
@@ -561,8 +628,11 @@ void daemon_fdstore_stop(void)
 	ks.vm = NULL;
 	ks.nvm = 0;
 	for (size_t i = 0; i < ntk; i++)
-		if (tk[i].fd >= 0)
+		if (tk[i].fd >= 0) {
+			log_warn("fd store: %s inherited but not used (crash survival off): closed",
+				 tk[i].name);
 			close(tk[i].fd);
+		}
 	free(tk);
 	tk = NULL;
 	ntk = 0;

@@ -7,7 +7,8 @@
  * file stored already is not stored twice, compared with kcmp(KCMP_FILE)), removes them on
  * FDSTOREREMOVE=1, and closes the fds of any other message. A new process is started with the
  * store as LISTEN_FDS (fds from 3 in store order), LISTEN_FDNAMES and LISTEN_PID, as
- * sd_listen_fds_with_names(3) reads them. systemd.service(5), sd_pid_notify_with_fds(3).
+ * sd_listen_fds_with_names(3) reads them, and FDSTORE= its maximum (as systemd 254 and later
+ * export FileDescriptorStoreMax=; 0: not exported). systemd.service(5), sd_pid_notify_with_fds(3).
  * Not modelled: systemd's removal of a stored fd that reports EPOLLHUP/EPOLLERR.
  *
  * Used by tests/integration/test-fdstore.c and tests/harness/fake-fdstore.c; no test.h here
@@ -27,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -49,6 +52,7 @@ struct fakesd {
 	struct fakesd_fd e[FAKESD_MAX];
 	size_t n;
 	unsigned stored, dups, removed, msgs, ready; /* counters, under lock */
+	unsigned max; /* exported as FDSTORE= (systemd 254 and later: FileDescriptorStoreMax=) */
 };
 
 static inline bool fakesd_same(int a, int b)
@@ -123,9 +127,13 @@ static inline void *fakesd_main(void *arg)
 
 		if (poll(&p, 1, 50) != 1)
 			continue;
+		/* Received and handled under the lock: fakesd_drain's empty queue is a handled one. */
+		pthread_mutex_lock(&s->lock);
 		n = recvmsg(s->sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-		if (n < 0)
+		if (n < 0) {
+			pthread_mutex_unlock(&s->lock);
 			continue;
+		}
 		text[n] = 0;
 		for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
 			if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
@@ -135,7 +143,6 @@ static inline void *fakesd_main(void *arg)
 					memcpy(&fds[nfds++], CMSG_DATA(h) + i * sizeof(int),
 					       sizeof(int));
 			}
-		pthread_mutex_lock(&s->lock);
 		fakesd_handle(s, text, fds, nfds);
 		pthread_mutex_unlock(&s->lock);
 	}
@@ -149,6 +156,7 @@ static inline int fakesd_init(struct fakesd *s, const char *dir)
 	int r;
 
 	memset(s, 0, sizeof(*s));
+	s->max = FAKESD_MAX;
 	pthread_mutex_init(&s->lock, NULL);
 	if ((size_t)snprintf(s->path, sizeof(s->path), "%s/notify", dir) >= sizeof(s->path))
 		return -ENAMETOOLONG;
@@ -180,6 +188,26 @@ static inline void fakesd_fini(struct fakesd *s)
 	s->n = 0;
 	close(s->sock);
 	unlink(s->path);
+}
+
+/*
+ * Waits until every message sent so far is handled (as systemd, which reads the notification
+ * socket before it acts on a SIGCHLD). Returns 0, or -ETIMEDOUT after about timeout_ms.
+ */
+static inline int fakesd_drain(struct fakesd *s, int timeout_ms)
+{
+	for (int t = 0; t <= timeout_ms; t++) {
+		int q = 0;
+
+		pthread_mutex_lock(&s->lock);
+		if (ioctl(s->sock, SIOCINQ, &q) < 0)
+			q = 0;
+		pthread_mutex_unlock(&s->lock);
+		if (q == 0)
+			return 0;
+		usleep(1000);
+	}
+	return -ETIMEDOUT;
 }
 
 /* How many READY=1 came so far. */
@@ -214,7 +242,7 @@ static inline pid_t fakesd_spawn(struct fakesd *s, char *const *argv, int log_fd
 {
 	/* Everything the child needs is made before fork: it only dup2s and execs (this process
 	 * has threads; the child must not allocate). */
-	static char names[FAKESD_MAX * 64 + 32], nfds[32], pidv[32], notify[160];
+	static char names[FAKESD_MAX * 64 + 32], nfds[32], pidv[32], notify[160], max[32];
 	extern char **environ;
 	pid_t parent = getpid(), pid;
 	char **env;
@@ -226,10 +254,15 @@ static inline pid_t fakesd_spawn(struct fakesd *s, char *const *argv, int log_fd
 	if (!env)
 		return -ENOMEM;
 	for (char **e = environ; *e; e++)
-		if (strncmp(*e, "NOTIFY_SOCKET=", 14) && strncmp(*e, "LISTEN_", 7))
+		if (strncmp(*e, "NOTIFY_SOCKET=", 14) && strncmp(*e, "LISTEN_", 7) &&
+		    strncmp(*e, "FDSTORE=", 8))
 			env[k++] = *e;
 	snprintf(notify, sizeof(notify), "NOTIFY_SOCKET=%s", s->path);
 	env[k++] = notify;
+	snprintf(max, sizeof(max), "FDSTORE=%u", s->max);
+	if (s->max)
+		env[k++] = max;
+	(void)fakesd_drain(s, 5000);
 	pthread_mutex_lock(&s->lock);
 	n = with_store ? s->n : 0;
 	snprintf(names, sizeof(names), "LISTEN_FDNAMES=");

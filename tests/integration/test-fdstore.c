@@ -168,8 +168,10 @@ static void killed_twice_adopted_from_the_store(bool ev)
 		 * VHU_KEEP_CONNS_MS after they changed): what the RSTs come from. */
 		ASSERT_WAIT_FOR(log_last_has(u.log, "vm3: crash-survival record stored in the fd "
 					     "store", "fds, 2 connections"), WAIT_MS);
+		/* Connection, memory, eventfds; the previous generation's record removed. */
+		ASSERT_OK(fakesd_drain(s, WAIT_MS));
 		ASSERT_EQ(fakesd_count(s, PREFIX "3-r"), 1u);
-		ASSERT_GE(fakesd_count(s, PREFIX "3-f"), 4u); /* connection, memory, eventfds */
+		ASSERT_GE(fakesd_count(s, PREFIX "3-f"), 4u);
 		fs_kill9(&u);
 		/* The host ends of the old connections end with the dead process. */
 		ASSERT_TRUE(hs_wait_eof(hfd[0], WAIT_MS));
@@ -285,6 +287,7 @@ TEST(a_garbled_stored_record_is_refused_and_the_vm_waits_for_a_vmm)
 	ASSERT_WAIT_FOR(file_has(u.log, "vm3: crash-survival record stored in the fd store"),
 			WAIT_MS);
 	fs_kill9(&u);
+	ASSERT_OK(fakesd_drain(s, WAIT_MS));
 	garble_record(s, 3);
 	fs_start(&u, s, true);
 	ASSERT_TRUE(file_has(u.log, "the fd store's crash-survival record " PREFIX "3-r"));
@@ -310,11 +313,12 @@ TEST(a_garbled_stored_record_is_refused_and_the_vm_waits_for_a_vmm)
 	(void)uvd_stop(&u);
 }
 
-/* A stored fd whose name is not one uvsockd writes is closed with a log line; no service
- * manager at all: crash survival is off and says why. */
+/* A stored fd whose name is not one uvsockd writes is closed with a log line; a service
+ * manager without a store, and none at all: crash survival is off and says why. */
 TEST(an_unknown_stored_fd_is_closed_and_no_notify_socket_means_off)
 {
 	struct fakesd *s = calloc(1, sizeof(*s));
+	struct uvsock_ctx *g;
 	struct uvd u;
 	int p[2];
 
@@ -331,6 +335,16 @@ TEST(an_unknown_stored_fd_is_closed_and_no_notify_socket_means_off)
 	ASSERT_TRUE(file_has(u.log, "named '" PREFIX "3-x1' is not one uvsockd stores: closed "
 				    "and removed"));
 	ASSERT_WAIT_FOR(fakesd_count(s, PREFIX) == 0, WAIT_MS);
+	ASSERT_EQ(uvd_kill(&u), 0);
+	/* A service manager without a store (FDSTORE= not exported): off, and nothing sent. */
+	s->max = 0;
+	fs_start(&u, s, false);
+	ASSERT_TRUE(file_has(u.log, "crash survival: off (not --isolate, no fd store (FDSTORE="));
+	g = g_guest_new(u.sock[0], NULL);
+	ASSERT_WAIT_FOR(file_has(u.log, "vm3: VMM connected"), WAIT_MS);
+	ASSERT_OK(fakesd_drain(s, WAIT_MS));
+	ASSERT_EQ(fakesd_count(s, PREFIX), 0u);
+	uvsock_ctx_free(g);
 	ASSERT_EQ(uvd_kill(&u), 0);
 	fakesd_fini(s);
 	free(s);
