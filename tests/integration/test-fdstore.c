@@ -24,6 +24,7 @@
 #undef VMADDR_CID_ANY
 #undef VMADDR_PORT_ANY
 #include "util/rec.h"
+#include "util/time.h"
 #include "util/tune.h"
 
 #define PREFIX "uvsock-crash-"
@@ -132,16 +133,36 @@ static void fs_kill9(struct uvd *u)
 	u->pid = 0;
 }
 
+/* A listening socket bound to path in s under name, as a .socket unit passes it. */
+static void add_activated(struct fakesd *s, const char *path, const char *name)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ASSERT_GE(fd, 0);
+	ASSERT_LT(strlen(path), sizeof(a.sun_path));
+	memcpy(a.sun_path, path, strlen(path));
+	ASSERT_OK(bind(fd, (struct sockaddr *)&a, sizeof(a)));
+	ASSERT_OK(listen(fd, 16));
+	pthread_mutex_lock(&s->lock);
+	s->e[s->n].fd = fd;
+	snprintf(s->e[s->n].name, sizeof(s->e[s->n].name), "%s", name);
+	s->n++;
+	pthread_mutex_unlock(&s->lock);
+}
+
 /*
  * The guest role (event queue ev) on VM 3 with a connection each way; uvsockd killed twice and
- * started again from the store each time; then a clean stop.
+ * started again from the store each time; then a clean stop. activated: VM 3's vhost-user
+ * socket is socket-activated (named by its basename), passed in LISTEN_FDS beside the store's.
  */
-static void killed_twice_adopted_from_the_store(bool ev)
+static void killed_twice_adopted_from_the_store(bool ev, bool activated)
 {
 	struct uvsock_guest_opts o = { .size = sizeof(o), .flags = ev ? UVSOCK_GUEST_EVENT_QUEUE : 0 };
 	int ls, lfd[2], hfd[2], gfd[2];
 	struct uvsock_ctx *g;
 	struct fakesd *s = calloc(1, sizeof(*s));
+	uint64_t t0;
 	struct uvd u;
 
 	ASSERT_TRUE(s != NULL);
@@ -150,8 +171,11 @@ static void killed_twice_adopted_from_the_store(bool ev)
 	(void)tune_get();
 	ASSERT_OK(setenv("UVSOCK_TUNE", "no-packed", 1));
 	fs_setup(&u, s, 3);
-	fs_start(&u, s, false);
+	if (activated)
+		add_activated(s, u.sock[0], "vm3.sock");
+	fs_start(&u, s, activated);
 	ASSERT_TRUE(file_has(u.log, "crash survival: on (systemd fd store"));
+	ASSERT_EQ(log_count(u.log, "socket-activated vhost-user socket"), activated ? 1 : 0);
 	g = g_guest_new(u.sock[0], &o);
 	ls = g_listen(g, SOCK_STREAM, 6000);
 	gfd[0] = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd[0], &hfd[0]);
@@ -172,6 +196,7 @@ static void killed_twice_adopted_from_the_store(bool ev)
 		ASSERT_OK(fakesd_drain(s, WAIT_MS));
 		ASSERT_EQ(fakesd_count(s, PREFIX "3-r"), 1u);
 		ASSERT_GE(fakesd_count(s, PREFIX "3-f"), 4u);
+		t0 = mono_ms();
 		fs_kill9(&u);
 		/* The host ends of the old connections end with the dead process. */
 		ASSERT_TRUE(hs_wait_eof(hfd[0], WAIT_MS));
@@ -198,6 +223,11 @@ static void killed_twice_adopted_from_the_store(bool ev)
 		g_set_timeouts(gfd[1], WAIT_MS);
 		ping(gfd[0], hfd[0], 'c');
 		ping(gfd[1], hfd[1], 'd');
+		printf("# kill -9 %d to both new connections working: %llu ms (restart at once; "
+		       "load: see /proc/loadavg)\n", round + 1, (unsigned long long)(mono_ms() - t0));
+		/* Socket activation and the store side by side: the socket each time. */
+		ASSERT_EQ(log_count(u.log, "socket-activated vhost-user socket"),
+			  activated ? round + 2 : 0);
 		/* One vhost-user connection all along. */
 		st = guest_stats(g);
 		ASSERT_EQ(st.backend_lost, 0);
@@ -225,13 +255,19 @@ static void killed_twice_adopted_from_the_store(bool ev)
 
 TEST(killed_twice_adopted_from_the_fd_store_with_a_transport_reset)
 {
-	killed_twice_adopted_from_the_store(true);
+	killed_twice_adopted_from_the_store(true, false);
 }
 
 /* Two queues, as QEMU: the event queue is the VMM's, so each kept connection gets an RST. */
 TEST(killed_twice_adopted_from_the_fd_store_with_an_rst_per_connection)
 {
-	killed_twice_adopted_from_the_store(false);
+	killed_twice_adopted_from_the_store(false, false);
+}
+
+/* The vhost-user socket socket-activated: its name and the store's coexist in LISTEN_FDNAMES. */
+TEST(killed_twice_adopted_from_the_fd_store_beside_a_socket_activated_socket)
+{
+	killed_twice_adopted_from_the_store(true, true);
 }
 
 /* Replaces the stored record of cid by a copy whose index claims one fd more. */
