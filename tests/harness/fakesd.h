@@ -285,9 +285,13 @@ static inline pid_t fakesd_spawn(struct fakesd *s, char *const *argv, int log_fd
 		size_t d = 0, p = 11;
 		pid_t me = getpid();
 
+		sigset_t none;
+
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(127);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL); /* the mask survives execve */
 		do {
 			rev[d++] = (char)('0' + me % 10);
 			me /= 10;

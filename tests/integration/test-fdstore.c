@@ -391,4 +391,82 @@ TEST(an_unknown_stored_fd_is_closed_and_no_notify_socket_means_off)
 	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
+/* The last pid of a "fake-fdstore: started pid P" line in the file at path (0: none). */
+static pid_t ff_pid(const char *path, int *count)
+{
+	FILE *f = fopen(path, "r");
+	char line[256];
+	int p = 0;
+
+	*count = 0;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "fake-fdstore: started pid %d", &p) == 1)
+			(*count)++;
+	fclose(f);
+	return p;
+}
+
+/* tests/harness/fake-fdstore, as other tests run it: restarts on SIGKILL, empties on SIGTERM. */
+TEST(fake_fdstore_restarts_a_killed_uvsockd_that_adopts_its_vmm)
+{
+	char vm[400], out[200];
+	char *argv[] = { FAKE_FDSTORE_PATH, "--restart-on-kill", "--", (char *)uvd_binary(),
+			 "--log-level=debug", "--vm", vm, NULL };
+	struct uvsock_ctx *g;
+	int lfd, hfd, gfd, n = 0, st;
+	pid_t ff, p1, p2;
+	struct uvd u;
+
+	memset(&u, 0, sizeof(u));
+	u.nvms = 1;
+	u.cid[0] = 3;
+	snprintf(u.dir, sizeof(u.dir), "/tmp/uvsock-fdstore-XXXXXX");
+	ASSERT_TRUE(mkdtemp(u.dir) != NULL);
+	snprintf(u.log, sizeof(u.log), "%s/uvsockd.log", u.dir);
+	snprintf(out, sizeof(out), "%s/fake-fdstore.out", u.dir);
+	snprintf(u.sock[0], sizeof(u.sock[0]), "%s/vm3.sock", u.dir);
+	snprintf(u.uds[0], sizeof(u.uds[0]), "%s/vm3.vsock", u.dir);
+	snprintf(vm, sizeof(vm), "guest-cid=3,socket=%s,uds-path=%s", u.sock[0], u.uds[0]);
+	(void)tune_get();
+	ASSERT_OK(setenv("UVSOCK_TUNE", "no-packed", 1));
+	ff = fork();
+	ASSERT_GE(ff, 0);
+	if (ff == 0) {
+		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int l = open(u.log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (o < 0 || l < 0 || dup2(o, 1) < 0 || dup2(l, 2) < 0)
+			_exit(127);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	u.pid = ff; /* uvd_stop's SIGTERM goes to fake-fdstore, which passes it on */
+	ASSERT_WAIT_FOR((p1 = ff_pid(out, &n)) > 0, WAIT_MS);
+	ASSERT_OK(unsetenv("UVSOCK_TUNE"));
+	uvd_wait_ready(&u, "start-up");
+	g = g_guest_new(u.sock[0], NULL);
+	ASSERT_WAIT_FOR(file_has(u.log, "vm3: crash-survival record stored in the fd store"),
+			WAIT_MS);
+	ASSERT_OK(kill(p1, SIGKILL));
+	ASSERT_WAIT_FOR((p2 = ff_pid(out, &n)) != p1 && n == 2, WAIT_MS);
+	ASSERT_WAIT_FOR(file_has(u.log, "vm3: adopted the VMM's vhost-user connection"), WAIT_MS);
+	gfd = g_connect_host(g, u.uds[0], SOCK_STREAM, 5000, WAIT_MS, &lfd, &hfd);
+	ping(gfd, hfd, 'f');
+	ASSERT_EQ(guest_stats(g).backend_lost, 0);
+	uvsock_close(gfd);
+	close(hfd);
+	close(lfd);
+	/* SIGTERM to fake-fdstore: uvsockd stops cleanly, its store empty, status 0. */
+	ASSERT_OK(kill(ff, SIGTERM));
+	ASSERT_EQ(waitpid(ff, &st, 0), ff);
+	u.pid = 0;
+	ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ASSERT_TRUE(file_has(out, "ended (status 0), 0 fds stored"));
+	uvsock_ctx_free(g);
+	(void)uvd_stop(&u);
+}
+
 TEST_MAIN()
