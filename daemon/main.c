@@ -185,6 +185,7 @@ int main(int argc, char **argv)
 
 	vm_set_reload_args(argc, argv); /* for SIGHUP */
 	if (cfg.isolate) {
+		daemon_fdstore_stop(); /* --isolate keeps its own: stored fds, if any, closed now */
 		rc = isolate_run(&cfg, &sigs);
 	} else {
 		char why[160];
@@ -200,9 +201,10 @@ int main(int argc, char **argv)
 			log_info("crash survival: on (%s)", why);
 			daemon_fdstore_start(&cfg);
 		} else {
-			/* Nothing of this process outlives it. */
+			/* Nothing of this process outlives it; stored fds, if any, closed now. */
 			log_info("crash survival: off (%s): a crash ends vsock for every VM until "
 				 "each VM restarts", why);
+			daemon_fdstore_stop();
 		}
 		rc = vm_set_run(&cfg, NULL, 0, &sigs,
 				&(struct vm_set_hooks){ ctl_ready, ctl_stopping, &ip });

@@ -372,10 +372,28 @@ TEST(an_unknown_stored_fd_is_closed_and_no_notify_socket_means_off)
 				    "and removed"));
 	ASSERT_WAIT_FOR(fakesd_count(s, PREFIX) == 0, WAIT_MS);
 	ASSERT_EQ(uvd_kill(&u), 0);
-	/* A service manager without a store (FDSTORE= not exported): off, and nothing sent. */
+	/* A service manager without a store (FDSTORE= not exported): off, nothing sent, and an
+	 * fd of a store (a unit changed since) closed at once, with a log line. */
 	s->max = 0;
-	fs_start(&u, s, false);
+	ASSERT_OK(pipe2(p, O_CLOEXEC));
+	pthread_mutex_lock(&s->lock);
+	s->e[0].fd = p[0];
+	snprintf(s->e[0].name, sizeof(s->e[0].name), PREFIX "3-r1");
+	s->n = 1;
+	pthread_mutex_unlock(&s->lock);
+	fs_start(&u, s, true);
 	ASSERT_TRUE(file_has(u.log, "crash survival: off (not --isolate, no fd store (FDSTORE="));
+	ASSERT_TRUE(file_has(u.log, PREFIX "3-r1 inherited but not used (crash survival off): "
+				    "closed"));
+	/* With the store's copy gone, the write end sees the last read end closed (POLLERR):
+	 * uvsockd holds none while it runs. */
+	pthread_mutex_lock(&s->lock);
+	close(s->e[0].fd);
+	s->n = 0;
+	pthread_mutex_unlock(&s->lock);
+	ASSERT_WAIT_FOR(poll(&(struct pollfd){ .fd = p[1] }, 1, 0) == 1, WAIT_MS);
+	ASSERT_TRUE(uvd_alive(&u));
+	close(p[1]);
 	g = g_guest_new(u.sock[0], NULL);
 	ASSERT_WAIT_FOR(file_has(u.log, "vm3: VMM connected"), WAIT_MS);
 	ASSERT_OK(fakesd_drain(s, WAIT_MS));
