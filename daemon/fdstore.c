@@ -24,6 +24,7 @@
 
 #include "device/vhu_keep.h"
 #include "util/log.h"
+#include "util/macros.h"
 #include "util/rec.h"
 
 /*
@@ -49,7 +50,8 @@ struct svm {
 	bool has_rec;	 /* r<gen> is stored */
 	bool refreshed; /* the device wrote a record since start-up */
 	uint64_t gen, next_id;
-	struct sfd f[VHU_KEEP_MAX_FDS];
+	/* The fds of the stored record, and while a new one is stored, its new fds too. */
+	struct sfd f[2 * VHU_KEEP_MAX_FDS];
 	size_t n;
 };
 
@@ -202,8 +204,8 @@ static int vm_fd_id(struct svm *vm, int fd, uint64_t *ret_id)
 			*ret_id = vm->f[i].id;
 			return 0;
 		}
-	if (vm->n >= VHU_KEEP_MAX_FDS)
-		return -E2BIG; /* cannot be: the stale ones go before a record is stored */
+	if (vm->n >= ARRAY_SIZE(vm->f))
+		return -E2BIG; /* cannot be: a record names at most VHU_KEEP_MAX_FDS */
 	dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	if (dup < 0)
 		return -errno;
