@@ -898,6 +898,38 @@ void dev_message_done(struct vsock_dev *d)
 	dev_settle(d);
 }
 
+/* ---- services for the state transfer (vhu.h, vhu_state.c) --------------------------------- */
+
+int dev_save_guest_conns(struct vsock_dev *d, struct rec_writer *w)
+{
+	int r;
+
+	if (!d->eng)
+		return 0;
+	r = vsock_engine_save_conns(d->eng, w);
+	return r < 0 ? r : 1;
+}
+
+void dev_end_moved_conns(struct vsock_dev *d, const struct vsock_conn_addr *c, size_t n)
+{
+	size_t i = 0;
+
+	if (!d->eng)
+		return;
+	for (; i < n; i++)
+		if (vsock_engine_reset_conn(d->eng, (enum vsock_type)c[i].type, c[i].local_port,
+					    c[i].peer_cid, c[i].peer_port) < 0)
+			break;
+	if (i < n)
+		log_vm_dev(LOG_LVL_WARN, d->cid, "%s: %zu of %zu moved connections get no RST (the "
+			   "reply ring is full); the transport reset or their next packet ends them",
+			   d->name, n - i, n);
+	/* Where the event queue is ours, the guest ends them all at once (evq.h). The RSTs go out
+	 * when the message that started TX is done (dev_message_done). */
+	dev_evq_reset_needed(d);
+	d->rx_more = true;
+}
+
 /* ---- calls from other threads (device API) ------------------------------------------------ */
 
 static void call_cb(struct loop *l, void *opaque)

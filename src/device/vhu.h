@@ -13,6 +13,7 @@
 #define UVSOCK_DEVICE_VHU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct dev_vhu;
@@ -73,5 +74,24 @@ void dev_set_vmm_state(struct vsock_dev *d, bool connected);
 void dev_message_done(struct vsock_dev *d);
 /* The device offers VIRTIO_VSOCK_F_DGRAM (host_dgram.c: not made with no_dgram). */
 bool dev_dgram_offered(const struct vsock_dev *d);
+
+/* ---- services of the core for the state transfer (vhu_state.c) ----------------------------- */
+
+struct rec_writer;
+struct vsock_conn_addr;
+
+/*
+ * The addresses of the guest's open connections (vsock_engine_save_conns items) into the list w
+ * is in. Returns 1 when a session runs (the engine exists), 0 when none does (nothing written),
+ * or the writer's -errno.
+ */
+int dev_save_guest_conns(struct vsock_dev *d, struct rec_writer *w);
+/*
+ * A state loaded from another back-end (VHOST_USER_PROTOCOL_F_DEVICE_STATE) named n connections
+ * of this guest that this device does not have: each gets an RST as far as the session's reply
+ * ring has room, and a TRANSPORT_RESET becomes pending on the event queue (evq.h). Call once the
+ * session runs (TX started).
+ */
+void dev_end_moved_conns(struct vsock_dev *d, const struct vsock_conn_addr *c, size_t n);
 
 #endif

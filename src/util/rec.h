@@ -49,6 +49,7 @@ enum {
 	REC_KIND_ENGINE = 1, /* one vsock engine (src/vsock/save.c) */
 	REC_KIND_DEVICE = 2, /* one device: core, engine, host side (src/device/device.c) */
 	REC_KIND_VHOST_USER = 3, /* one vhost-user back-end (src/vhost_user/backend.c) */
+	REC_KIND_DEVICE_STATE = 4, /* VHOST_USER_PROTOCOL_F_DEVICE_STATE (src/device/vhu_state.c) */
 };
 
 /* CRC32C of n bytes, continuing from crc (start with 0): SSE4.2's crc32 where the CPU has it. */

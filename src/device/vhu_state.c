@@ -1,0 +1,465 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The device state transfer of the vhost-user glue (see vhu_state.h). The front-end's pipe is
+ * read and written without blocking, from the device's loop (a watch on the pipe), so a
+ * front-end that reads slowly or never never holds the device thread; only CHECK_DEVICE_STATE
+ * waits, at most VHU_STATE_CHECK_WAIT_MS, for the rest of a state whose writer has already
+ * closed its end (vhost-user.rst: the front-end checks after the transfer).
+ *
+ * Why the state is this small: the device drops the guest's connections when the front-end
+ * stops its TX ring (device.c, dev_message_done), and its host connections are host Unix
+ * sockets, which a byte stream cannot carry. What survives a move is the guest's CID, the
+ * features and the knowledge of which guest connections must end; the guest's listeners and
+ * everything it does next work at once on the new back-end.
+ */
+#include "device/vhu_state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "device/vhu.h"
+#include "device/vsock_dev.h"
+#include "ops/vmlog.h"
+#include "util/log.h"
+#include "util/loop.h"
+#include "util/macros.h"
+#include "util/rec.h"
+#include "util/time.h"
+#include "uvsock/device.h"
+#include "vsock/engine.h"
+
+/* Tags of the state record (REC_KIND_DEVICE_STATE, version 1). */
+enum {
+	S_CID = 1,   /* u32: the guest's CID (the loading device's must be the same) */
+	S_FEATURES,  /* u64: the acked device features (uvsock_dev_features() bits) */
+	S_FLAGS,     /* u32: S_F_* */
+	S_CONNS,     /* list: vsock_engine_save_conns items, with S_F_SESSION only */
+};
+#define S_F_SESSION 1u /* a session ran: the guest may hold connections, which end */
+#define S_F_ALL 1u
+/* More connections than a 1 MiB record can name are refused anyway; this bounds the array. */
+#define S_CONNS_MAX 65536u
+
+enum xfer { X_NONE, X_SAVE, X_LOAD };
+
+struct vhu_state {
+	struct vsock_dev *d;
+
+	/* The state taken when TX last stopped (a finished record), or NULL. */
+	uint8_t *snap;
+	size_t snap_len;
+
+	/* The transfer: its direction, the front-end's fd and its watch, the bytes. */
+	enum xfer dir;
+	int fd;
+	struct loop_watch *w;
+	uint8_t *buf;
+	size_t len, off;
+	int result; /* -EINPROGRESS while it runs, then 0 or -errno */
+	char why[192];
+
+	/* A loaded and checked state, applied when TX starts. */
+	bool loaded, session;
+	uint64_t features;
+	struct vsock_conn_addr *conns;
+	size_t nconns;
+};
+
+struct vhu_state *vhu_state_new(struct vsock_dev *d)
+{
+	struct vhu_state *s = calloc(1, sizeof(*s));
+
+	if (s) {
+		s->d = d;
+		s->fd = -1;
+	}
+	return s;
+}
+
+static void xfer_end(struct vhu_state *s)
+{
+	if (s->w)
+		loop_watch_del(s->w);
+	s->w = NULL;
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
+	free(s->buf);
+	s->buf = NULL;
+	s->len = s->off = 0;
+}
+
+static void loaded_drop(struct vhu_state *s)
+{
+	free(s->conns);
+	s->conns = NULL;
+	s->nconns = 0;
+	s->loaded = s->session = false;
+}
+
+void vhu_state_reset(struct vhu_state *s)
+{
+	if (!s)
+		return;
+	xfer_end(s);
+	s->dir = X_NONE;
+	loaded_drop(s);
+	free(s->snap);
+	s->snap = NULL;
+	s->snap_len = 0;
+}
+
+void vhu_state_free(struct vhu_state *s)
+{
+	vhu_state_reset(s);
+	free(s);
+}
+
+/* Records why the transfer failed (logged at CHECK_DEVICE_STATE) and ends it. */
+__attribute__((format(printf, 3, 4))) static void xfer_fail(struct vhu_state *s, int err,
+							    const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->why, sizeof(s->why), fmt, ap);
+	va_end(ap);
+	s->result = err;
+	xfer_end(s);
+}
+
+/* ---- the state -------------------------------------------------------------------------- */
+
+/* The state record of d now, with features, into a malloc'd buffer. Returns 0 or -errno. */
+static int state_build(struct vhu_state *s, uint64_t features, uint8_t **ret, size_t *ret_len)
+{
+	struct rec_writer w;
+	const uint8_t *buf;
+	size_t len = 0;
+	int r, session;
+
+	rec_writer_init(&w, REC_KIND_DEVICE_STATE, VHU_STATE_VERSION);
+	rec_put_u32(&w, S_CID, vsock_dev_guest_cid(s->d));
+	rec_put_u64(&w, S_FEATURES, features & uvsock_dev_features());
+	/* The flags go before the list, whose presence they announce; written once we know. */
+	rec_begin(&w, S_CONNS);
+	session = dev_save_guest_conns(s->d, &w);
+	rec_end(&w);
+	rec_put_u32(&w, S_FLAGS, session > 0 ? S_F_SESSION : 0);
+	r = session < 0 ? session : rec_writer_finish(&w, &buf, &len);
+	if (r == 0) {
+		*ret = malloc(len);
+		if (*ret)
+			memcpy(*ret, buf, len);
+		else
+			r = -ENOMEM;
+		*ret_len = len;
+	}
+	rec_writer_free(&w);
+	return r;
+}
+
+static const struct rec_field state_fields[] = {
+	{ S_CID, REC_U32, true, "cid" },
+	{ S_FEATURES, REC_U64, true, "features" },
+	{ S_FLAGS, REC_U32, true, "flags" },
+	{ S_CONNS, REC_LIST, true, "connections" },
+};
+
+/* The device features this device could have acked: the loaded state may hold no others. */
+static uint64_t features_offerable(struct vhu_state *s)
+{
+	uint64_t f = uvsock_dev_features();
+
+	if (!dev_dgram_offered(s->d))
+		f &= ~(1ull << 3); /* VIRTIO_VSOCK_F_DGRAM */
+	return f;
+}
+
+/* Checks the loaded bytes (s->buf) and keeps what they say. Returns 0 or -errno (s->why). */
+static int state_parse(struct vhu_state *s)
+{
+	struct rec_val v[ARRAY_SIZE(state_fields)];
+	struct vsock_conn_addr *conns = NULL;
+	struct rec_reader r, sub;
+	struct rec_doc doc;
+	size_t n = 0;
+	int k;
+
+	k = rec_open(&doc, s->buf, s->len, REC_KIND_DEVICE_STATE, 1, VHU_STATE_VERSION, NULL, 0);
+	if (k < 0) {
+		snprintf(s->why, sizeof(s->why), "%s", rec_error(&doc));
+		return k;
+	}
+	rec_root(&doc, &r, "device state");
+	k = rec_scan(&r, state_fields, ARRAY_SIZE(state_fields), v);
+	if (k == 0 && v[0].u != vsock_dev_guest_cid(s->d))
+		k = rec_fail(&doc, -EINVAL, "the state is guest CID %llu's, this device serves %u",
+			     (unsigned long long)v[0].u, vsock_dev_guest_cid(s->d));
+	if (k == 0 && (v[1].u & ~features_offerable(s)))
+		k = rec_fail(&doc, -EINVAL, "features %#llx that this device does not offer",
+			     (unsigned long long)(v[1].u & ~features_offerable(s)));
+	if (k == 0 && (v[2].u & ~(uint64_t)S_F_ALL))
+		k = rec_fail(&doc, -EBADMSG, "flags %#llx", (unsigned long long)v[2].u);
+	if (k == 0)
+		k = rec_enter(&r, &v[3].it, "connections", &sub);
+	if (k == 0)
+		k = vsock_engine_read_conns(&sub, S_CONNS_MAX, &conns, &n);
+	if (k == 0 && n && !(v[2].u & S_F_SESSION))
+		k = rec_fail(&doc, -EBADMSG, "%zu connections without a session", n);
+	if (k < 0) {
+		snprintf(s->why, sizeof(s->why), "%s", rec_error(&doc));
+		rec_doc_fini(&doc);
+		free(conns);
+		return k;
+	}
+	rec_doc_fini(&doc);
+	loaded_drop(s);
+	s->loaded = true;
+	s->session = v[2].u & S_F_SESSION;
+	s->features = v[1].u;
+	s->conns = conns;
+	s->nconns = n;
+	return 0;
+}
+
+/* ---- the transfer ----------------------------------------------------------------------- */
+
+/*
+ * write() without SIGPIPE: a front-end that closed its end of the pipe makes the write fail with
+ * EPIPE; the signal it also raises is blocked for this thread and taken back (uvsockd ignores it,
+ * a VMM that embeds the device may not).
+ */
+static ssize_t write_nosig(int fd, const void *p, size_t n)
+{
+	sigset_t pipe_set, old, pending;
+	bool was_pending;
+	ssize_t k;
+	int e;
+
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	sigpending(&pending);
+	was_pending = sigismember(&pending, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	k = write(fd, p, n);
+	e = errno;
+	if (k < 0 && e == EPIPE && !was_pending) {
+		struct timespec zero = { 0, 0 };
+
+		(void)sigtimedwait(&pipe_set, NULL, &zero);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = e;
+	return k;
+}
+
+static void xfer_cb(struct loop *l, int fd, uint32_t events, void *opaque);
+
+/* Writes what the pipe takes; at the end closes it (the front-end reads end of file). */
+static void save_pump(struct vhu_state *s)
+{
+	while (s->off < s->len) {
+		ssize_t k = write_nosig(s->fd, s->buf + s->off, s->len - s->off);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN) {
+			if (!s->w && loop_watch_add(dev_loop(s->d), s->fd, EPOLLOUT, xfer_cb, s,
+						    &s->w) < 0)
+				xfer_fail(s, -ENOMEM, "cannot watch the state pipe");
+			return;
+		}
+		if (k <= 0) {
+			xfer_fail(s, k < 0 ? -errno : -EIO, "writing the state: %s",
+				  k < 0 ? strerror(errno) : "nothing written");
+			return;
+		}
+		s->off += (size_t)k;
+	}
+	log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(s->d), "%s: device state saved (%zu bytes)",
+		   vsock_dev_name(s->d), s->len);
+	s->result = 0;
+	xfer_end(s);
+}
+
+/* Reads what the pipe has; at end of file checks the state. */
+static void load_pump(struct vhu_state *s)
+{
+	for (;;) {
+		size_t room = VHU_STATE_MAX_BYTES + 1 - s->len;
+		ssize_t k = read(s->fd, s->buf + s->len, room);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN)
+			return;
+		if (k < 0) {
+			xfer_fail(s, -errno, "reading the state: %s", strerror(errno));
+			return;
+		}
+		if (k == 0)
+			break;
+		s->len += (size_t)k;
+		if (s->len > VHU_STATE_MAX_BYTES) {
+			xfer_fail(s, -EFBIG, "the state is over %u bytes", VHU_STATE_MAX_BYTES);
+			return;
+		}
+	}
+	s->result = state_parse(s);
+	if (s->result == 0)
+		log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(s->d),
+			   "%s: device state loaded (%zu bytes, %zu guest connections to end)",
+			   vsock_dev_name(s->d), s->len, s->nconns);
+	xfer_end(s);
+}
+
+static void xfer_cb(struct loop *l, int fd, uint32_t events, void *opaque)
+{
+	struct vhu_state *s = opaque;
+
+	(void)l;
+	(void)fd;
+	if (s->dir == X_SAVE) {
+		if (events & (EPOLLERR | EPOLLHUP) && !(events & EPOLLOUT))
+			xfer_fail(s, -EPIPE, "the front-end closed the state pipe before reading it all");
+		else
+			save_pump(s);
+	} else {
+		load_pump(s);
+	}
+}
+
+/* Takes fd for a new transfer in direction dir (one still running ends). */
+static int xfer_begin(struct vhu_state *s, int fd, enum xfer dir)
+{
+	int fl;
+
+	xfer_end(s);
+	s->dir = dir;
+	s->fd = fd;
+	s->result = -EINPROGRESS;
+	s->why[0] = '\0';
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+	    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+		xfer_fail(s, -errno, "state fd: %s", strerror(errno));
+		return s->result;
+	}
+	return 0;
+}
+
+int vhu_state_save(struct vhu_state *s, int fd, uint64_t features)
+{
+	int r = xfer_begin(s, fd, X_SAVE);
+
+	if (r < 0)
+		return r;
+	if (s->snap) {
+		/* A copy: a front-end may save again (a retried migration). */
+		s->buf = malloc(s->snap_len);
+		if (!s->buf) {
+			xfer_fail(s, -ENOMEM, "out of memory");
+			return -ENOMEM;
+		}
+		memcpy(s->buf, s->snap, s->snap_len);
+		s->len = s->snap_len;
+	} else {
+		r = state_build(s, features, &s->buf, &s->len);
+		if (r < 0) {
+			xfer_fail(s, r, "cannot build the state: %s", strerror(-r));
+			return r;
+		}
+	}
+	save_pump(s);
+	return s->result == -EINPROGRESS || s->result == 0 ? 0 : s->result;
+}
+
+int vhu_state_load(struct vhu_state *s, int fd)
+{
+	int r = xfer_begin(s, fd, X_LOAD);
+
+	if (r < 0)
+		return r;
+	s->buf = malloc(VHU_STATE_MAX_BYTES + 1);
+	if (!s->buf) {
+		xfer_fail(s, -ENOMEM, "out of memory");
+		return -ENOMEM;
+	}
+	r = loop_watch_add(dev_loop(s->d), fd, EPOLLIN, xfer_cb, s, &s->w);
+	if (r < 0) {
+		xfer_fail(s, r, "cannot watch the state pipe: %s", strerror(-r));
+		return r;
+	}
+	load_pump(s);
+	return 0;
+}
+
+int vhu_state_check(struct vhu_state *s, uint64_t acked)
+{
+	uint64_t deadline = mono_ms() + VHU_STATE_CHECK_WAIT_MS;
+
+	/* The front-end closed its end before asking: what is left is in the pipe already. */
+	while (s->dir == X_LOAD && s->result == -EINPROGRESS) {
+		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+		int64_t left = (int64_t)(deadline - mono_ms());
+
+		if (left <= 0) {
+			xfer_fail(s, -ETIMEDOUT, "no end of the state after %d ms (the front-end "
+				  "still holds the pipe open)", VHU_STATE_CHECK_WAIT_MS);
+			break;
+		}
+		if (poll(&p, 1, (int)left) > 0)
+			load_pump(s);
+	}
+	if (s->dir == X_NONE)
+		snprintf(s->why, sizeof(s->why), "no state was transferred"), s->result = -ENOENT;
+	else if (s->result == -EINPROGRESS)
+		snprintf(s->why, sizeof(s->why), "the front-end has not read the whole state yet");
+	else if (s->dir == X_LOAD && s->result == 0 && acked &&
+		 (acked & uvsock_dev_features()) != s->features) {
+		snprintf(s->why, sizeof(s->why), "the state's features %#llx are not the acked %#llx",
+			 (unsigned long long)s->features,
+			 (unsigned long long)(acked & uvsock_dev_features()));
+		loaded_drop(s);
+		s->result = -EINVAL;
+	}
+	if (s->result < 0) {
+		log_vm_dev(LOG_LVL_WARN, vsock_dev_guest_cid(s->d), "%s: device state %s refused: %s",
+			   vsock_dev_name(s->d), s->dir == X_SAVE ? "save" : "load", s->why);
+		return s->result == -EINPROGRESS ? -EBUSY : s->result;
+	}
+	return 0;
+}
+
+void vhu_state_tx_stopping(struct vhu_state *s, uint64_t features)
+{
+	free(s->snap);
+	s->snap = NULL;
+	if (state_build(s, features, &s->snap, &s->snap_len) < 0)
+		s->snap = NULL; /* taken again, without the connections, at the save */
+}
+
+void vhu_state_tx_started(struct vhu_state *s)
+{
+	free(s->snap);
+	s->snap = NULL;
+	if (!s->loaded)
+		return;
+	if (s->session) {
+		log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(s->d),
+			   "%s: the loaded state's %zu guest connections end (host connections do "
+			   "not move between back-ends)", vsock_dev_name(s->d), s->nconns);
+		dev_end_moved_conns(s->d, s->conns, s->nconns);
+	}
+	loaded_drop(s);
+}

@@ -1,0 +1,479 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * VHOST_USER_PROTOCOL_F_DEVICE_STATE in the vhost-user glue (src/device/vhu_state.c, the
+ * requests in src/vhost_user/backend.c): the project's front-end stops a device's rings, saves
+ * its state through a pipe, moves to a second device of the same CID over the same guest memory
+ * and rings, loads the state there and starts the rings at the saved indices. The guest's
+ * connection of the first device ends on the second (an RST and a TRANSPORT_RESET on the event
+ * queue), its listener and new connections work, and every hostile request or state gets an error
+ * reply without losing the connection. docs/upgrade.md, "VHOST_USER_PROTOCOL_F_DEVICE_STATE".
+ */
+#include <endian.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+
+#include "devtest.h"
+#include "device/vhu_state.h"
+#include "util/rec.h"
+
+#define NEV 4
+
+/* The test's guest with the event queue too (three rings handed over, as Cloud Hypervisor). */
+struct mguest {
+	struct tguest g;
+	struct vring_drv *ev;
+	uint8_t *evb;
+	uint64_t evb_gpa;
+};
+
+static int evmark[NEV];
+
+static void mg_connect(struct mguest *m, const char *sock)
+{
+	struct vhu_front_config cfg;
+	struct tguest *g = &m->g;
+	const struct vhu_front_ring *rr, *tr, *er;
+	uint64_t feats;
+
+	memset(m, 0, sizeof(*m));
+	vhu_front_config_init(&cfg);
+	cfg.mem_size = 8u << 20;
+	cfg.num_queues = 3;
+	ASSERT_OK(vhu_front_connect(sock, &cfg, &g->f));
+	ASSERT_OK(vhu_front_init(g->f));
+	ASSERT_TRUE(vhu_front_protocol_features(g->f) & VHU_BIT(VHU_PROTO_F_DEVICE_STATE));
+	g->cid = (uint32_t)vhu_front_guest_cid(g->f);
+	for (int i = 0; i < NRX; i++)
+		ASSERT_OK(vhu_front_alloc(g->f, RXBUF, 64, (void **)&g->rxb[i], &g->rxg[i]));
+	for (int i = 0; i < NTX; i++)
+		ASSERT_OK(vhu_front_alloc(g->f, TXBUF, 64, (void **)&g->txb[i], &g->txg[i]));
+	ASSERT_OK(vhu_front_alloc(g->f, 4u * NEV, 8, (void **)&m->evb, &m->evb_gpa));
+	ASSERT_OK(vhu_front_start(g->f));
+	rr = vhu_front_ring(g->f, 0);
+	tr = vhu_front_ring(g->f, 1);
+	er = vhu_front_ring(g->f, 2);
+	feats = vhu_front_features(g->f);
+	ASSERT_OK(vring_drv_new(rr->num, rr->desc, rr->avail, rr->used, feats, &g->rx));
+	ASSERT_OK(vring_drv_new(tr->num, tr->desc, tr->avail, tr->used, feats, &g->tx));
+	ASSERT_OK(vring_drv_new(er->num, er->desc, er->avail, er->used, feats, &m->ev));
+	for (int i = 0; i < NRX; i++)
+		tg_post_rx(g, i);
+	tg_kick(g, 0);
+	for (int i = 0; i < NEV; i++) {
+		struct vring_drv_buf b = { m->evb_gpa + 4u * i, 4, true };
+
+		ASSERT_GE(vring_drv_add(m->ev, &b, 1, &evmark[i]), 0);
+	}
+	vring_drv_publish(m->ev);
+	ASSERT_EQ(eventfd_write(er->kick_fd, 1), 0);
+}
+
+static void mg_disconnect(struct mguest *m)
+{
+	vring_drv_free(m->ev);
+	tg_disconnect(&m->g);
+}
+
+/* The next used event buffer's id, or -1 if none came. */
+static int64_t mg_event(struct mguest *m)
+{
+	uint32_t len, id;
+	void *ck;
+
+	if (vring_drv_get_used(m->ev, &len, &ck) != 0)
+		return -1;
+	ASSERT_EQ(len, 4);
+	memcpy(&id, m->evb + 4u * (unsigned)((int *)ck - evmark), 4);
+	return le32toh(id);
+}
+
+/* Reads fd until end of file (bounded) into a malloc'd buffer. */
+static uint8_t *read_all(int fd, size_t *ret_len)
+{
+	size_t cap = 4096, len = 0;
+	uint8_t *b = malloc(cap);
+
+	ASSERT_TRUE(b != NULL);
+	for (;;) {
+		ssize_t k = read_wait(fd, b + len, cap - len, WAIT_MS);
+
+		ASSERT_GE(k, 0);
+		if (k == 0)
+			break;
+		len += (size_t)k;
+		if (len == cap) {
+			cap *= 2;
+			b = realloc(b, cap);
+			ASSERT_TRUE(b != NULL);
+		}
+	}
+	*ret_len = len;
+	return b;
+}
+
+/* SET_DEVICE_STATE_FD save through a pipe, then CHECK_DEVICE_STATE; the state's bytes. */
+static uint8_t *save_state(struct vhu_front *f, size_t *ret_len)
+{
+	uint64_t rep = 1, chk = 1;
+	uint8_t *st;
+	int p[2];
+
+	ASSERT_OK(pipe2(p, O_CLOEXEC));
+	ASSERT_OK(vhu_front_set_device_state_fd(f, VHU_STATE_DIR_SAVE, VHU_STATE_PHASE_STOPPED, p[1],
+						&rep));
+	ASSERT_EQ(rep, VHU_STATE_REPLY_NOFD);
+	close(p[1]);
+	st = read_all(p[0], ret_len);
+	close(p[0]);
+	ASSERT_OK(vhu_front_check_device_state(f, &chk));
+	ASSERT_EQ(chk, 0);
+	return st;
+}
+
+/*
+ * SET_DEVICE_STATE_FD load of len bytes through a pipe (written after the request, as a
+ * front-end streams it), then CHECK_DEVICE_STATE; returns its answer.
+ */
+static uint64_t load_state(struct vhu_front *f, const void *st, size_t len)
+{
+	uint64_t rep = 1, chk = 1;
+	int p[2];
+
+	ASSERT_OK(pipe2(p, O_CLOEXEC));
+	ASSERT_OK(vhu_front_set_device_state_fd(f, VHU_STATE_DIR_LOAD, VHU_STATE_PHASE_STOPPED, p[0],
+						&rep));
+	ASSERT_EQ(rep, VHU_STATE_REPLY_NOFD);
+	close(p[0]);
+	ASSERT_EQ(write(p[1], st, len), (ssize_t)len);
+	close(p[1]);
+	ASSERT_OK(vhu_front_check_device_state(f, &chk));
+	return chk;
+}
+
+/* The front-end leaves its back-end for the one at sock, with the same memory and rings. */
+static void move_to(struct vhu_front *f, const char *sock)
+{
+	vhu_front_move(f, unix_connect(sock, SOCK_STREAM));
+	ASSERT_OK(vhu_front_init(f));
+}
+
+/* A guest connection from port sport to the host listener at <uds>_1234 (made here). */
+static int guest_conn(struct tguest *g, const char *uds, uint32_t sport, int *lfd)
+{
+	char path[160];
+	struct vsock_hdr h, r;
+	uint8_t buf[64];
+	int hfd;
+
+	snprintf(path, sizeof(path), "%s_1234", uds);
+	*lfd = unix_listen(path, SOCK_STREAM);
+	h = mkhdr(g, 2, sport, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(g, &h, NULL);
+	hfd = accept_wait(*lfd, WAIT_MS);
+	ASSERT_GE(hfd, 0);
+	ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
+	ASSERT_EQ(r.dst_port, sport);
+	return hfd;
+}
+
+/* "hello" guest -> host, then "world" host -> guest, on the guest's port sport. */
+static void hello_port(struct tguest *g, int hfd, uint32_t sport)
+{
+	struct vsock_hdr h = mkhdr(g, 2, sport, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 5), r;
+	char buf[256];
+
+	tg_send(g, &h, "hello");
+	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 5);
+	ASSERT_MEMEQ(buf, "hello", 5);
+	ASSERT_EQ(write(hfd, "world", 5), 5);
+	ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RW);
+	ASSERT_EQ(r.dst_port, sport);
+	ASSERT_MEMEQ(buf, "world", 5);
+}
+
+static void rm_listener(const char *uds, int lfd)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "%s_1234", uds);
+	close(lfd);
+	unlink(path);
+}
+
+TEST(stopped_state_moves_to_a_second_device_and_the_guest_connections_end_there)
+{
+	struct tdev ta, tb;
+	struct mguest m;
+	struct vsock_hdr h, r;
+	uint16_t bases[3];
+	uint8_t buf[256], *st;
+	size_t len;
+	int lfa, lfb, hfd, hfd2;
+	int64_t ev;
+
+	tdev_new(&ta, NULL, 3);
+	tdev_new(&tb, NULL, 3);
+	tdev_run(&ta);
+	tdev_run(&tb);
+	mg_connect(&m, ta.sock);
+	hfd = guest_conn(&m.g, ta.uds, 40001, &lfa);
+	hello_world(&m.g, hfd);
+
+	/* Stopped (the phase the spec calls so), the state saved through a pipe. */
+	ASSERT_OK(vhu_front_stop(m.g.f, bases));
+	ASSERT_GT(bases[1], 0);
+	st = save_state(m.g.f, &len);
+	ASSERT_GT(len, (size_t)REC_HDR_SIZE);
+	/* Host connections do not move: the first device ended this one with its rings. */
+	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 0);
+	close(hfd);
+
+	/* The second device, same CID, same guest memory, the rings at the saved indices. */
+	move_to(m.g.f, tb.sock);
+	ASSERT_EQ(load_state(m.g.f, st, len), 0);
+	ASSERT_OK(vhu_front_start(m.g.f));
+	ASSERT_EQ(eventfd_write(vhu_front_ring(m.g.f, 2)->kick_fd, 1), 0);
+
+	/* The guest's connection ends: an RST for it, and a TRANSPORT_RESET on the event queue. */
+	ASSERT_OK(tg_recv(&m.g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RST);
+	ASSERT_EQ(r.dst_port, 40001);
+	ASSERT_EQ(r.src_port, 1234);
+	ASSERT_EQ(r.dst_cid, 3);
+	ASSERT_WAIT_FOR((ev = mg_event(&m)) >= 0, WAIT_MS);
+	ASSERT_EQ(ev, 0); /* VIRTIO_VSOCK_EVENT_TRANSPORT_RESET */
+
+	/* New connections work on the second device (its own host side). */
+	hfd2 = guest_conn(&m.g, tb.uds, 40002, &lfb);
+	hello_port(&m.g, hfd2, 40002);
+	close(hfd2);
+	h = mkhdr(&m.g, 2, 40002, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RST, 0);
+	tg_send(&m.g, &h, NULL);
+
+	free(st);
+	mg_disconnect(&m);
+	rm_listener(ta.uds, lfa);
+	rm_listener(tb.uds, lfb);
+	tdev_stop(&ta);
+	tdev_stop(&tb);
+}
+
+TEST(a_failed_migration_resumes_the_first_device)
+{
+	struct tdev t;
+	struct mguest m;
+	uint16_t bases[3];
+	uint8_t *st, buf[64];
+	size_t len;
+	int lfd, hfd;
+
+	tdev_new(&t, NULL, 3);
+	tdev_run(&t);
+	mg_connect(&m, t.sock);
+	hfd = guest_conn(&m.g, t.uds, 40001, &lfd);
+	ASSERT_OK(vhu_front_stop(m.g.f, bases));
+	st = save_state(m.g.f, &len);
+	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 0);
+	close(hfd);
+	/* The front-end gives up and starts the rings again: the device goes on, its guest told
+	 * that the connections it had are gone. */
+	ASSERT_OK(vhu_front_start(m.g.f));
+	ASSERT_EQ(eventfd_write(vhu_front_ring(m.g.f, 2)->kick_fd, 1), 0);
+	ASSERT_WAIT_FOR(mg_event(&m) == 0, WAIT_MS);
+	rm_listener(t.uds, lfd);
+	hfd = guest_conn(&m.g, t.uds, 40002, &lfd);
+	hello_port(&m.g, hfd, 40002);
+	close(hfd);
+	free(st);
+	mg_disconnect(&m);
+	rm_listener(t.uds, lfd);
+	tdev_stop(&t);
+}
+
+/* A state record by hand: CID, features, flags, connections (n of them, from port 40000). */
+static uint8_t *make_state(uint32_t cid, uint64_t features, uint32_t flags, unsigned n,
+			   size_t *ret_len)
+{
+	struct rec_writer w;
+	const uint8_t *b;
+	uint8_t *out;
+
+	rec_writer_init(&w, REC_KIND_DEVICE_STATE, VHU_STATE_VERSION);
+	rec_put_u32(&w, 1, cid);
+	rec_put_u64(&w, 2, features);
+	rec_put_u32(&w, 3, flags);
+	rec_begin(&w, 4);
+	for (unsigned i = 0; i < n; i++) {
+		rec_begin(&w, 0x13);
+		rec_put_u32(&w, 1, VSOCK_TYPE_STREAM);
+		rec_put_u32(&w, 2, 1234);
+		rec_put_u32(&w, 3, cid);
+		rec_put_u32(&w, 4, 40000 + i);
+		rec_end(&w);
+	}
+	rec_end(&w);
+	ASSERT_OK(rec_writer_finish(&w, &b, ret_len));
+	out = malloc(*ret_len);
+	ASSERT_TRUE(out != NULL);
+	memcpy(out, b, *ret_len);
+	rec_writer_free(&w);
+	return out;
+}
+
+/* SET_DEVICE_STATE_FD with a raw payload and fds; the reply. */
+static uint64_t raw_set(struct vhu_front *f, const void *p, uint32_t size, const int *fds,
+			unsigned nfds)
+{
+	uint64_t rep = 0;
+
+	ASSERT_OK(vhu_front_request(f, VHU_REQ_SET_DEVICE_STATE_FD, false, p, size, fds, nfds, &rep,
+				    sizeof(rep)));
+	return rep;
+}
+
+struct big_writer {
+	int fd;
+	size_t wrote;
+};
+
+/* Writes zeros until the reader closes (EPIPE) or 2 MiB went. */
+static void *big_writer_main(void *arg)
+{
+	struct big_writer *bw = arg;
+	static uint8_t zeros[65536];
+
+	while (bw->wrote < (2u << 20)) {
+		ssize_t k = write(bw->fd, zeros, sizeof(zeros));
+
+		if (k <= 0)
+			break;
+		bw->wrote += (size_t)k;
+	}
+	close(bw->fd);
+	return NULL;
+}
+
+TEST(hostile_requests_and_states_get_an_error_reply_and_the_connection_stays)
+{
+	struct vhu_device_state save = { VHU_STATE_DIR_SAVE, 0 }, load = { VHU_STATE_DIR_LOAD, 0 };
+	struct tdev t;
+	struct mguest m;
+	uint16_t bases[3];
+	uint64_t chk, feats, dev_feats;
+	uint8_t *st, *good;
+	size_t len, good_len;
+	int p[2], mfd;
+
+	signal(SIGPIPE, SIG_IGN);
+	tdev_new(&t, NULL, 3);
+	tdev_run(&t);
+	mg_connect(&m, t.sock);
+	feats = vhu_front_features(m.g.f);
+	dev_feats = feats & uvsock_dev_features();
+	ASSERT_OK(pipe2(p, O_CLOEXEC));
+
+	/* Rings running: not the phase "stopped". */
+	ASSERT_EQ(raw_set(m.g.f, &save, 8, &p[1], 1), (uint64_t)EBUSY | VHU_STATE_REPLY_NOFD);
+	ASSERT_OK(vhu_front_stop(m.g.f, bases));
+	/* Another phase, direction, payload size, fd count; the wrong end of the pipe; a memfd. */
+	ASSERT_EQ(raw_set(m.g.f, &(struct vhu_device_state){ 0, 1 }, 8, &p[1], 1) & 0xff, EINVAL);
+	ASSERT_EQ(raw_set(m.g.f, &(struct vhu_device_state){ 2, 0 }, 8, &p[1], 1) & 0xff, EINVAL);
+	ASSERT_EQ(raw_set(m.g.f, &save, 4, &p[1], 1) & 0xff, EINVAL);
+	ASSERT_EQ(raw_set(m.g.f, &save, 8, NULL, 0) & 0xff, EINVAL);
+	ASSERT_EQ(raw_set(m.g.f, &save, 8, p, 2) & 0xff, EINVAL);
+	ASSERT_EQ(raw_set(m.g.f, &save, 8, &p[0], 1) & 0xff, EINVAL);
+	ASSERT_EQ(raw_set(m.g.f, &load, 8, &p[1], 1) & 0xff, EINVAL);
+	mfd = memfd_create("not-a-pipe", MFD_CLOEXEC);
+	ASSERT_GE(mfd, 0);
+	ASSERT_EQ(raw_set(m.g.f, &load, 8, &mfd, 1) & 0xff, EINVAL);
+	close(mfd);
+	close(p[0]);
+	close(p[1]);
+	/* CHECK after a refused request: no transfer. */
+	ASSERT_OK(vhu_front_check_device_state(m.g.f, &chk));
+	ASSERT_NE(chk, 0);
+
+	/* Loads: garbage, truncated, another CID, features not offered, not the acked ones (the
+	 * front-end acked its features before), flags unknown, connections without a session. */
+	good = make_state(3, dev_feats, 1, 2, &good_len);
+	ASSERT_NE(load_state(m.g.f, "garbage garbage garbage garbage garbage garbage", 47), 0);
+	ASSERT_NE(load_state(m.g.f, good, good_len - 1), 0);
+	ASSERT_NE(load_state(m.g.f, good, 0), 0);
+	st = make_state(4, dev_feats, 1, 2, &len);
+	ASSERT_EQ(load_state(m.g.f, st, len), EINVAL);
+	free(st);
+	st = make_state(3, dev_feats | (1ull << 60), 1, 2, &len);
+	ASSERT_EQ(load_state(m.g.f, st, len), EINVAL);
+	free(st);
+	st = make_state(3, dev_feats & ~VHU_BIT(VHU_VSOCK_F_SEQPACKET), 1, 2, &len);
+	ASSERT_EQ(load_state(m.g.f, st, len), EINVAL);
+	free(st);
+	st = make_state(3, dev_feats, 3, 2, &len);
+	ASSERT_NE(load_state(m.g.f, st, len), 0);
+	free(st);
+	st = make_state(3, dev_feats, 0, 2, &len);
+	ASSERT_NE(load_state(m.g.f, st, len), 0);
+	free(st);
+
+	/* More than the bound: refused, and the writer sees the pipe closed (no hang). */
+	{
+		struct big_writer bw;
+		pthread_t th;
+		uint64_t rep = 0;
+
+		ASSERT_OK(pipe2(p, O_CLOEXEC));
+		ASSERT_OK(vhu_front_set_device_state_fd(m.g.f, VHU_STATE_DIR_LOAD, 0, p[0], &rep));
+		ASSERT_EQ(rep, VHU_STATE_REPLY_NOFD);
+		close(p[0]);
+		bw = (struct big_writer){ .fd = p[1] };
+		ASSERT_EQ(pthread_create(&th, NULL, big_writer_main, &bw), 0);
+		pthread_join(th, NULL);
+		ASSERT_OK(vhu_front_check_device_state(m.g.f, &chk));
+		ASSERT_EQ(chk, EFBIG);
+		ASSERT_LT(bw.wrote, 2u << 20);
+	}
+	/* A front-end that keeps the pipe open: CHECK answers after a bounded wait. */
+	{
+		uint64_t rep = 0;
+
+		ASSERT_OK(pipe2(p, O_CLOEXEC));
+		ASSERT_OK(vhu_front_set_device_state_fd(m.g.f, VHU_STATE_DIR_LOAD, 0, p[0], &rep));
+		ASSERT_EQ(write(p[1], good, 10), 10);
+		ASSERT_OK(vhu_front_check_device_state(m.g.f, &chk));
+		ASSERT_EQ(chk, ETIMEDOUT);
+		close(p[0]);
+		close(p[1]);
+	}
+	/* A save whose reader went away before reading. */
+	{
+		uint64_t rep = 0;
+
+		ASSERT_OK(pipe2(p, O_CLOEXEC));
+		close(p[0]);
+		ASSERT_OK(vhu_front_set_device_state_fd(m.g.f, VHU_STATE_DIR_SAVE, 0, p[1], &rep));
+		ASSERT_NE(rep & 0xff, 0);
+		close(p[1]);
+	}
+
+	/* Still the same connection, and a good state is taken; the device then runs. */
+	ASSERT_EQ(load_state(m.g.f, good, good_len), 0);
+	ASSERT_OK(vhu_front_start(m.g.f));
+	{
+		struct vsock_hdr r;
+		uint8_t buf[64];
+
+		ASSERT_OK(tg_recv(&m.g, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RST);
+		ASSERT_EQ(r.dst_port, 40000);
+		ASSERT_OK(tg_recv(&m.g, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RST);
+		ASSERT_EQ(r.dst_port, 40001);
+	}
+	free(good);
+	mg_disconnect(&m);
+	tdev_stop(&t);
+}
+
+TEST_MAIN()
