@@ -286,7 +286,9 @@ static void save_pump(struct vhu_state *s)
 		}
 		s->off += (size_t)k;
 	}
-	log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(s->d), "%s: device state saved (%zu bytes)",
+	log_vm_dev(LOG_LVL_INFO, vsock_dev_guest_cid(s->d),
+		   "%s: device state saved (%zu bytes); the guest's connections end where it is "
+		   "loaded (host connections and connections to sibling VMs do not move)",
 		   vsock_dev_name(s->d), s->len);
 	s->result = 0;
 	xfer_end(s);

@@ -292,6 +292,51 @@ TEST(a_failed_migration_resumes_the_first_device)
 	tdev_stop(&t);
 }
 
+TEST(a_device_linked_to_siblings_saves_its_state_too)
+{
+	struct vsock_router *router;
+	struct tdev ta, tb, tc;
+	struct tguest gb;
+	struct mguest m;
+	struct vsock_hdr h, r;
+	uint16_t bases[3];
+	uint8_t buf[64], *st;
+	size_t len;
+	int64_t ev;
+
+	sib_start(&router, &ta, &tb);
+	tdev_new(&tc, NULL, 3);
+	tdev_run(&tc);
+	mg_connect(&m, ta.sock);
+	tg_connect(&gb, &tb);
+	/* Guest 3 connects to guest 4 through the sibling link. */
+	h = mkhdr(&m.g, 4, 50001, 77, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&m.g, &h, NULL);
+	ASSERT_OK(tg_recv(&gb, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_REQUEST);
+	h = mkhdr(&gb, 3, 77, 50001, VSOCK_TYPE_STREAM, VSOCK_OP_RESPONSE, 0);
+	tg_send(&gb, &h, NULL);
+	ASSERT_OK(tg_recv(&m.g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
+
+	/* The linked device's state (vsock_dev_save refuses a linked device) is saved and loaded
+	 * into an unlinked one; the guest is told its connections are gone. */
+	ASSERT_OK(vhu_front_stop(m.g.f, bases));
+	st = save_state(m.g.f, &len);
+	move_to(m.g.f, tc.sock);
+	ASSERT_EQ(load_state(m.g.f, st, len), 0);
+	ASSERT_OK(vhu_front_start(m.g.f));
+	ASSERT_EQ(eventfd_write(vhu_front_ring(m.g.f, 2)->kick_fd, 1), 0);
+	ASSERT_WAIT_FOR((ev = mg_event(&m)) >= 0, WAIT_MS);
+	ASSERT_EQ(ev, 0);
+	/* Connections to siblings are not the device's (sibling.c routes their packets and keeps
+	 * no connection), so the state names none: only the event ends them. */
+	free(st);
+	mg_disconnect(&m);
+	tdev_stop(&tc);
+	sib_stop(router, &ta, &tb, &(struct tguest){ 0 }, &gb);
+}
+
 /* A state record by hand: CID, features, flags, connections (n of them, from port 40000). */
 static uint8_t *make_state(uint32_t cid, uint64_t features, uint32_t flags, unsigned n,
 			   size_t *ret_len)
