@@ -274,9 +274,11 @@ static void save_pump(struct vhu_state *s)
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0 && errno == EAGAIN) {
-			if (!s->w && loop_watch_add(dev_loop(s->d), s->fd, EPOLLOUT, xfer_cb, s,
-						    &s->w) < 0)
-				xfer_fail(s, -ENOMEM, "cannot watch the state pipe");
+			int r = s->w ? 0 : loop_watch_add(dev_loop(s->d), s->fd, EPOLLOUT, xfer_cb,
+							  s, &s->w);
+
+			if (r < 0)
+				xfer_fail(s, r, "cannot watch the state pipe: %s", strerror(-r));
 			return;
 		}
 		if (k <= 0) {
@@ -388,7 +390,11 @@ int vhu_state_save(struct vhu_state *s, int fd, uint64_t features)
 
 int vhu_state_load(struct vhu_state *s, int fd)
 {
-	int r = xfer_begin(s, fd, X_LOAD);
+	int r;
+
+	/* Whatever this load gives, a state loaded before is not the one to apply any more. */
+	loaded_drop(s);
+	r = xfer_begin(s, fd, X_LOAD);
 
 	if (r < 0)
 		return r;

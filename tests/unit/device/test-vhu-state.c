@@ -521,4 +521,33 @@ TEST(hostile_requests_and_states_get_an_error_reply_and_the_connection_stays)
 	tdev_stop(&t);
 }
 
+TEST(a_refused_load_drops_the_state_loaded_before)
+{
+	struct tdev t;
+	struct mguest m;
+	struct vsock_hdr h, r;
+	uint16_t bases[3];
+	uint8_t buf[64], *st;
+	size_t len;
+
+	tdev_new(&t, NULL, 3);
+	tdev_run(&t);
+	mg_connect(&m, t.sock);
+	ASSERT_OK(vhu_front_stop(m.g.f, bases));
+	st = make_state(3, vhu_front_features(m.g.f) & uvsock_dev_features(), 1, 1, &len);
+	ASSERT_EQ(load_state(m.g.f, st, len), 0);
+	ASSERT_NE(load_state(m.g.f, st, len - 1), 0);
+	ASSERT_OK(vhu_front_start(m.g.f));
+	/* The first packet the guest gets answers its own REQUEST (no host listener: an RST), not
+	 * an RST for port 40000 of the state that was replaced. */
+	h = mkhdr(&m.g, 2, 41000, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
+	tg_send(&m.g, &h, NULL);
+	ASSERT_OK(tg_recv(&m.g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_EQ(r.op, VSOCK_OP_RST);
+	ASSERT_EQ(r.dst_port, 41000);
+	free(st);
+	mg_disconnect(&m);
+	tdev_stop(&t);
+}
+
 TEST_MAIN()
