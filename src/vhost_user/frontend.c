@@ -324,7 +324,8 @@ int vhu_front_init(struct vhu_front *f)
 	f->features = VHU_BIT(VHU_F_VERSION_1) | VHU_BIT(VHU_F_PROTOCOL_FEATURES) |
 		      (f->cfg.features & offered);
 	/* Packed rings start at slot 0 with the wrap counters at 1 (virtio 1.2 §2.8.1): the
-	 * vhost-user base says so in bit 15. The ring memory layout of the split ring holds one. */
+	 * vhost-user base says so in bit 15. The ring memory layout of the split ring holds one.
+	 * Rings placed already keep the indices of their last stop (vhu_front_move). */
 	if ((f->features & VHU_BIT(VHU_F_RING_PACKED)) && !f->rings_allocated)
 		for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++)
 			f->next_base[q] = 1u << 15;

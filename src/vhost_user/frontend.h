@@ -72,7 +72,8 @@ void vhu_front_free(struct vhu_front *f);
 
 /*
  * Device initialisation as QEMU 7.2 realizes vhost-user-vsock: GET_FEATURES,
- * GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES (CONFIG, REPLY_ACK, MQ and LOG_SHMFD as offered),
+ * GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES (CONFIG, REPLY_ACK, MQ, LOG_SHMFD and DEVICE_STATE
+ * as offered),
  * [GET_QUEUE_NUM], SET_OWNER, SET_VRING_CALL for each ring, GET_CONFIG (guest CID).
  * Returns 0; -EPROTONOSUPPORT if the back-end lacks VERSION_1, PROTOCOL_FEATURES or protocol
  * feature CONFIG, or offers fewer queues than cfg.num_queues; -EPROTO for a malformed reply (flags not 0x5,
