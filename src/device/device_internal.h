@@ -205,6 +205,10 @@ struct vsock_dev {
 	/* state save and restore (vsock_dev_freeze, vsock_dev_hand_over): device thread */
 	bool frozen;                   /* no host fd watched, no timer: nothing changes */
 	bool handed_over;              /* the socket files are another device's: never unlinked */
+	/* The session is held across a TX stop (dev_session_hold, vhu_state.c): the device is frozen
+	 * with its connections instead of dropping them, until TX starts again, the state goes to
+	 * another device, or the VMM leaves. */
+	bool held;
 };
 
 

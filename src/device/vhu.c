@@ -79,6 +79,8 @@ static int vq_start(void *opaque, unsigned qidx, const struct vhu_vring_info *in
 	r = uvsock_dev_queue_start(api(v), qidx, &q);
 	if (r == 0 && qidx == 1)
 		vhu_state_tx_started(v->st);
+	if (r == 0 && qidx == 2)
+		vhu_state_evq_started(v->st);
 	return r;
 }
 

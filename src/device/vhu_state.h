@@ -17,12 +17,18 @@
 struct vhu_state;
 struct vsock_dev;
 
-/* Version of the state record (REC_KIND_DEVICE_STATE) written and read. */
-#define VHU_STATE_VERSION 1u
+/* Version of the state record (REC_KIND_DEVICE_STATE) written and read: 2 adds the rendezvous
+ * (a state without one is written as version 1). */
+#define VHU_STATE_VERSION 2u
 /* A loaded state larger than this is refused (-EFBIG): 1 MiB holds some 18,000 connections. */
 #define VHU_STATE_MAX_BYTES (1u << 20)
 /* CHECK_DEVICE_STATE waits at most this long for the rest of a state being loaded. */
 #define VHU_STATE_CHECK_WAIT_MS 1000
+/* The saving side's rendezvous stays open this long, then the held connections stay here. */
+#define VHU_STATE_RV_SECONDS 60
+/* The loading side waits this long for the record and its fds, the saving side to send them. */
+#define VHU_STATE_RV_RECV_MS 2000
+#define VHU_STATE_RV_SEND_MS 2000
 
 /* Returns NULL on -ENOMEM. */
 struct vhu_state *vhu_state_new(struct vsock_dev *d);
@@ -36,6 +42,8 @@ void vhu_state_reset(struct vhu_state *s);
  * connections at its end): the state is taken now, with features the acked ones.
  */
 void vhu_state_tx_stopping(struct vhu_state *s, uint64_t features);
+/* The event queue was handed over in this VMM session. */
+void vhu_state_evq_started(struct vhu_state *s);
 /* The TX ring runs again: a state taken before is stale; a loaded one is applied now. */
 void vhu_state_tx_started(struct vhu_state *s);
 

@@ -171,7 +171,9 @@ static int guest_conn(struct tguest *g, const char *uds, uint32_t sport, int *lf
 	tg_send(g, &h, NULL);
 	hfd = accept_wait(*lfd, WAIT_MS);
 	ASSERT_GE(hfd, 0);
-	ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
+	do /* RSTs for an older connection's packets may come first */
+		ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
+	while (r.op == VSOCK_OP_RST && r.dst_port != sport);
 	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
 	ASSERT_EQ(r.dst_port, sport);
 	return hfd;
@@ -202,15 +204,188 @@ static void rm_listener(const char *uds, int lfd)
 	unlink(path);
 }
 
-TEST(stopped_state_moves_to_a_second_device_and_the_guest_connections_end_there)
+/* Pattern bytes of a stream from offset off (check_pattern's, devtest.h). */
+static void fill_pattern(uint8_t *buf, size_t len, size_t off)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)((off + i) % 251);
+}
+
+/* A guest RW packet on port sport published but not kicked: the device has not seen it. */
+static void tg_queue_unkicked(struct tguest *g, const struct vsock_hdr *h, const void *payload)
+{
+	struct vring_drv_buf b;
+	int i = tg_free_tx(g);
+
+	ASSERT_GE(i, 0);
+	vsock_hdr_encode(h, g->txb[i]);
+	memcpy(g->txb[i] + 44, payload, h->len);
+	b = (struct vring_drv_buf){ .addr = g->txg[i], .len = 44 + h->len, .write = false };
+	g->txbusy[i] = true;
+	ASSERT_GE(vring_drv_add(g->tx, &b, 1, (void *)(uintptr_t)(i + 1)), 0);
+	vring_drv_publish(g->tx);
+}
+
+/* The guest reads host -> guest bytes of port sport until *got reaches want, each checked. */
+static void guest_read_to(struct tguest *g, uint32_t sport, size_t *got, size_t want)
+{
+	struct vsock_hdr r;
+	uint8_t buf[RXBUF];
+
+	while (*got < want) {
+		ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
+		ASSERT_EQ(r.op, VSOCK_OP_RW);
+		ASSERT_EQ(r.dst_port, sport);
+		check_pattern(buf, r.len, *got);
+		*got += r.len;
+	}
+}
+
+#define H2G_TOTAL (96u * 1024)
+#define G2H_PKT 1000u
+
+/*
+ * A move in the middle of a transfer each way: host -> guest bytes in the host socket and the
+ * engine, guest -> host packets in the TX ring the first device never saw. Returns the host fd.
+ */
+static int transfer_started(struct mguest *m, struct tdev *t, int *lfd, size_t *h2g_got)
+{
+	static uint8_t h2g[H2G_TOTAL];
+	uint8_t p[G2H_PKT];
+	struct vsock_hdr h;
+	int hfd = guest_conn(&m->g, t->uds, 40001, lfd);
+
+	fill_pattern(h2g, sizeof(h2g), 0);
+	ASSERT_EQ(write(hfd, h2g, sizeof(h2g)), (ssize_t)sizeof(h2g));
+	*h2g_got = 0;
+	guest_read_to(&m->g, 40001, h2g_got, 8192); /* some of it, the rest waits */
+	for (unsigned i = 0; i < 4; i++) {
+		h = mkhdr(&m->g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, G2H_PKT);
+		fill_pattern(p, sizeof(p), i * G2H_PKT);
+		if (i < 2)
+			tg_send(&m->g, &h, p);
+		else
+			tg_queue_unkicked(&m->g, &h, p);
+	}
+	return hfd;
+}
+
+/* The rest of transfer_started's bytes arrive, each once and in order, through hfd. */
+static void transfer_finished(struct mguest *m, int hfd, size_t h2g_got)
+{
+	uint8_t buf[4 * G2H_PKT];
+	size_t got = 0;
+
+	tg_kick(&m->g, 1);
+	while (got < sizeof(buf)) {
+		ssize_t k = read_wait(hfd, buf + got, sizeof(buf) - got, WAIT_MS);
+
+		ASSERT_GT(k, 0);
+		got += (size_t)k;
+	}
+	check_pattern(buf, sizeof(buf), 0);
+	guest_read_to(&m->g, 40001, &h2g_got, H2G_TOTAL);
+	ASSERT_EQ(h2g_got, H2G_TOTAL);
+	hello_port(&m->g, hfd, 40001);
+}
+
+TEST(stopped_state_moves_to_a_second_device_with_a_transfer_each_way)
 {
 	struct tdev ta, tb;
 	struct mguest m;
-	struct vsock_hdr h, r;
 	uint16_t bases[3];
-	uint8_t buf[256], *st;
-	size_t len;
-	int lfa, lfb, hfd, hfd2;
+	uint8_t *st;
+	size_t len, h2g_got;
+	int lfa, hfd, src;
+
+	tdev_new(&ta, NULL, 3);
+	tdev_new(&tb, NULL, 3);
+	tdev_run(&ta);
+	tdev_run(&tb);
+	mg_connect(&m, ta.sock);
+	hfd = transfer_started(&m, &ta, &lfa, &h2g_got);
+
+	/* Stopped (the phase the spec calls so), the state saved through a pipe. */
+	ASSERT_OK(vhu_front_stop(m.g.f, bases));
+	st = save_state(m.g.f, &len);
+	ASSERT_GT(len, (size_t)REC_HDR_SIZE);
+
+	/* The second device, same CID, same guest memory, the rings at the saved indices; the
+	 * first one stays connected until the move is done, as a migrating VMM's source does. */
+	src = dup(vhu_front_fd(m.g.f));
+	move_to(m.g.f, tb.sock);
+	ASSERT_EQ(load_state(m.g.f, st, len), 0);
+	ASSERT_OK(vhu_front_start(m.g.f));
+	close(src);
+
+	/* Every byte once and in order, on the same host connection, and no RST or event. */
+	transfer_finished(&m, hfd, h2g_got);
+	ASSERT_EQ(mg_event(&m), -1);
+	close(hfd);
+	free(st);
+	mg_disconnect(&m);
+	rm_listener(ta.uds, lfa);
+	tdev_stop(&ta);
+	tdev_stop(&tb);
+}
+
+TEST(a_failed_migration_resumes_the_first_device_with_its_connections)
+{
+	struct tdev t;
+	struct mguest m;
+	uint16_t bases[3];
+	uint8_t *st;
+	size_t len, h2g_got;
+	int lfd, hfd;
+
+	tdev_new(&t, NULL, 3);
+	tdev_run(&t);
+	mg_connect(&m, t.sock);
+	hfd = transfer_started(&m, &t, &lfd, &h2g_got);
+	ASSERT_OK(vhu_front_stop(m.g.f, bases));
+	st = save_state(m.g.f, &len);
+	/* The front-end gives up and starts the rings again: the device goes on where it was. */
+	ASSERT_OK(vhu_front_start(m.g.f));
+	transfer_finished(&m, hfd, h2g_got);
+	ASSERT_EQ(mg_event(&m), -1);
+	close(hfd);
+	free(st);
+	mg_disconnect(&m);
+	rm_listener(t.uds, lfd);
+	tdev_stop(&t);
+}
+
+/* The state's rendezvous token made unreachable (one hex digit changed, CRC set again). */
+static void break_token(uint8_t *st, size_t len)
+{
+	struct rec_doc doc;
+	struct rec_reader r;
+	struct rec_item it;
+	bool found = false;
+
+	ASSERT_OK(rec_open(&doc, st, len, REC_KIND_DEVICE_STATE, 1, VHU_STATE_VERSION, NULL, 0));
+	rec_root(&doc, &r, "state");
+	while (rec_next(&r, &it) > 0)
+		if (it.tag == 5) {
+			uint8_t *p = st + (it.val - st);
+
+			p[0] = p[0] == 'a' ? 'b' : 'a';
+			found = true;
+		}
+	rec_doc_fini(&doc);
+	ASSERT_TRUE(found);
+	rec_reseal(st, len);
+}
+
+TEST(without_the_rendezvous_the_guest_connections_end_and_new_ones_work)
+{
+	struct tdev ta, tb;
+	struct mguest m;
+	struct vsock_hdr r;
+	uint16_t bases[3];
+	uint8_t buf[RXBUF], *st;
+	size_t len, h2g_got;
+	int lfa, lfb, hfd, hfd2, src;
 	int64_t ev;
 
 	tdev_new(&ta, NULL, 3);
@@ -218,78 +393,42 @@ TEST(stopped_state_moves_to_a_second_device_and_the_guest_connections_end_there)
 	tdev_run(&ta);
 	tdev_run(&tb);
 	mg_connect(&m, ta.sock);
-	hfd = guest_conn(&m.g, ta.uds, 40001, &lfa);
-	hello_world(&m.g, hfd);
-
-	/* Stopped (the phase the spec calls so), the state saved through a pipe. */
+	hfd = transfer_started(&m, &ta, &lfa, &h2g_got);
 	ASSERT_OK(vhu_front_stop(m.g.f, bases));
-	ASSERT_GT(bases[1], 0);
 	st = save_state(m.g.f, &len);
-	ASSERT_GT(len, (size_t)REC_HDR_SIZE);
-	/* Host connections do not move: the first device ended this one with its rings. */
-	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 0);
-	close(hfd);
-
-	/* The second device, same CID, same guest memory, the rings at the saved indices. */
+	break_token(st, len);
+	src = dup(vhu_front_fd(m.g.f));
 	move_to(m.g.f, tb.sock);
 	ASSERT_EQ(load_state(m.g.f, st, len), 0);
 	ASSERT_OK(vhu_front_start(m.g.f));
 	ASSERT_EQ(eventfd_write(vhu_front_ring(m.g.f, 2)->kick_fd, 1), 0);
 
 	/* The guest's connection ends: an RST for it, and a TRANSPORT_RESET on the event queue. */
-	ASSERT_OK(tg_recv(&m.g, &r, buf, sizeof(buf), WAIT_MS, true));
+	ASSERT_WAIT_FOR((ev = mg_event(&m)) >= 0, WAIT_MS);
+	ASSERT_EQ(ev, 0); /* VIRTIO_VSOCK_EVENT_TRANSPORT_RESET */
+	do /* what the first device had put in the RX ring before the stop comes first */
+		ASSERT_OK(tg_recv(&m.g, &r, buf, sizeof(buf), WAIT_MS, true));
+	while (r.op == VSOCK_OP_RW);
 	ASSERT_EQ(r.op, VSOCK_OP_RST);
 	ASSERT_EQ(r.dst_port, 40001);
 	ASSERT_EQ(r.src_port, 1234);
-	ASSERT_EQ(r.dst_cid, 3);
-	ASSERT_WAIT_FOR((ev = mg_event(&m)) >= 0, WAIT_MS);
-	ASSERT_EQ(ev, 0); /* VIRTIO_VSOCK_EVENT_TRANSPORT_RESET */
+	/* The first device, which kept them, ends them when its VMM leaves. */
+	close(src);
+	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf) - 1, WAIT_MS) >= 0, true);
+	while (read_wait(hfd, buf, sizeof(buf), WAIT_MS) > 0)
+		;
+	close(hfd);
 
 	/* New connections work on the second device (its own host side). */
 	hfd2 = guest_conn(&m.g, tb.uds, 40002, &lfb);
 	hello_port(&m.g, hfd2, 40002);
 	close(hfd2);
-	h = mkhdr(&m.g, 2, 40002, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RST, 0);
-	tg_send(&m.g, &h, NULL);
-
 	free(st);
 	mg_disconnect(&m);
 	rm_listener(ta.uds, lfa);
 	rm_listener(tb.uds, lfb);
 	tdev_stop(&ta);
 	tdev_stop(&tb);
-}
-
-TEST(a_failed_migration_resumes_the_first_device)
-{
-	struct tdev t;
-	struct mguest m;
-	uint16_t bases[3];
-	uint8_t *st, buf[64];
-	size_t len;
-	int lfd, hfd;
-
-	tdev_new(&t, NULL, 3);
-	tdev_run(&t);
-	mg_connect(&m, t.sock);
-	hfd = guest_conn(&m.g, t.uds, 40001, &lfd);
-	ASSERT_OK(vhu_front_stop(m.g.f, bases));
-	st = save_state(m.g.f, &len);
-	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 0);
-	close(hfd);
-	/* The front-end gives up and starts the rings again: the device goes on, its guest told
-	 * that the connections it had are gone. */
-	ASSERT_OK(vhu_front_start(m.g.f));
-	ASSERT_EQ(eventfd_write(vhu_front_ring(m.g.f, 2)->kick_fd, 1), 0);
-	ASSERT_WAIT_FOR(mg_event(&m) == 0, WAIT_MS);
-	rm_listener(t.uds, lfd);
-	hfd = guest_conn(&m.g, t.uds, 40002, &lfd);
-	hello_port(&m.g, hfd, 40002);
-	close(hfd);
-	free(st);
-	mg_disconnect(&m);
-	rm_listener(t.uds, lfd);
-	tdev_stop(&t);
 }
 
 TEST(a_device_linked_to_siblings_saves_its_state_too)
