@@ -2,15 +2,16 @@
 /*
  * The device state transfer of the vhost-user glue (see vhu_state.h). The front-end's pipe is
  * read and written without blocking, from the device's loop (a watch on the pipe), so a
- * front-end that reads slowly or never never holds the device thread; only CHECK_DEVICE_STATE
- * waits, at most VHU_STATE_CHECK_WAIT_MS, for the rest of a state whose writer has already
- * closed its end (vhost-user.rst: the front-end checks after the transfer).
+ * front-end that reads slowly or never never holds the device thread. Two bounded waits remain:
+ * CHECK_DEVICE_STATE, at most VHU_STATE_CHECK_WAIT_MS, for the rest of a state whose writer has
+ * already closed its end (vhost-user.rst: the front-end checks after the transfer), and the
+ * loading side's rendezvous, at most VHU_STATE_RV_RECV_MS, for the record and its fds.
  *
- * Why the state is this small: the device drops the guest's connections when the front-end
- * stops its TX ring (device.c, dev_message_done), and its host connections are host Unix
- * sockets, which a byte stream cannot carry. What survives a move is the guest's CID, the
- * features and the knowledge of which guest connections must end; the guest's listeners and
- * everything it does next work at once on the new back-end.
+ * The connections outlive the stop only where the front-end handed the event queue over (the
+ * front-ends that save a vsock device's state do; QEMU does not, and for it a stop still ends
+ * them: docs/upgrade.md, "The stop"): the session is then held, frozen, for the save. The host
+ * sockets go to the loading back-end at a rendezvous on an abstract Unix socket whose name
+ * only the state carries, for a peer of our own user (SO_PEERCRED), with rec_send/rec_recv.
  */
 #include "device/vhu_state.h"
 

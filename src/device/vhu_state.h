@@ -3,11 +3,12 @@
  * The device state a vhost-user front-end moves between two back-ends with
  * VHOST_USER_PROTOCOL_F_DEVICE_STATE (vhu_state.c; docs/upgrade.md, "VHOST_USER_PROTOCOL_F_DEVICE_STATE"):
  * the glue's (vhu.c) transfer through the front-end's pipe, on the device's loop, and the state
- * it carries. The state is a record of kind REC_KIND_DEVICE_STATE: the guest's CID, the acked
- * device features, whether a session ran, and the addresses of the guest's connections, which
- * the loading device ends (RST each, TRANSPORT_RESET) when its session starts. Host connections
- * do not move: they are host Unix sockets of the saving process. Everything runs on the device
- * thread.
+ * it carries: a record of kind REC_KIND_DEVICE_STATE with the guest's CID, the acked device
+ * features, whether a session ran, the addresses of the guest's connections and, on the same
+ * host, the token of a rendezvous where the loading back-end takes the device record with its
+ * host sockets (the pipe carries bytes only). Where the rendezvous fails the loading device ends
+ * the named connections (RST each, TRANSPORT_RESET) when its session starts. Everything runs on
+ * the device thread.
  */
 #ifndef UVSOCK_DEVICE_VHU_STATE_H
 #define UVSOCK_DEVICE_VHU_STATE_H

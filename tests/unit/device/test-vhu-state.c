@@ -600,6 +600,31 @@ TEST(hostile_requests_and_states_get_an_error_reply_and_the_connection_stays)
 	st = make_state(3, dev_feats, 0, 2, &len);
 	ASSERT_NE(load_state(m.g.f, st, len), 0);
 	free(st);
+	/* A rendezvous in a version 1 state, a malformed one, one without a session. */
+	{
+		static const struct { uint32_t version, flags; const char *token; } bad[] = {
+			{ 1, 1, "0123456789abcdef0123456789abcdef" },
+			{ 2, 1, "0123456789abcdef0123456789abcdeF" },
+			{ 2, 1, "0123456789abcdef" },
+			{ 2, 0, "0123456789abcdef0123456789abcdef" },
+		};
+
+		for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+			struct rec_writer w;
+			const uint8_t *b;
+
+			rec_writer_init(&w, REC_KIND_DEVICE_STATE, bad[i].version);
+			rec_put_u32(&w, 1, 3);
+			rec_put_u64(&w, 2, dev_feats);
+			rec_put_u32(&w, 3, bad[i].flags);
+			rec_begin(&w, 4);
+			rec_end(&w);
+			rec_put_bytes(&w, 5, bad[i].token, strlen(bad[i].token));
+			ASSERT_OK(rec_writer_finish(&w, &b, &len));
+			ASSERT_EQ(load_state(m.g.f, b, len), EBADMSG);
+			rec_writer_free(&w);
+		}
+	}
 
 	/* More than the bound: refused, and the writer sees the pipe closed (no hang). */
 	{
