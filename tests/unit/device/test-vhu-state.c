@@ -13,281 +13,8 @@
 #include <sys/eventfd.h>
 
 #include "devtest.h"
+#include "statetest.h"
 #include "device/vhu_state.h"
-#include "util/rec.h"
-
-#define NEV 4
-
-/* The test's guest with the event queue too (three rings handed over, as Cloud Hypervisor). */
-struct mguest {
-	struct tguest g;
-	struct vring_drv *ev;
-	uint8_t *evb;
-	uint64_t evb_gpa;
-};
-
-static int evmark[NEV];
-
-static void mg_connect(struct mguest *m, const char *sock)
-{
-	struct vhu_front_config cfg;
-	struct tguest *g = &m->g;
-	const struct vhu_front_ring *rr, *tr, *er;
-	uint64_t feats;
-
-	memset(m, 0, sizeof(*m));
-	vhu_front_config_init(&cfg);
-	cfg.mem_size = 8u << 20;
-	cfg.num_queues = 3;
-	ASSERT_OK(vhu_front_connect(sock, &cfg, &g->f));
-	ASSERT_OK(vhu_front_init(g->f));
-	ASSERT_TRUE(vhu_front_protocol_features(g->f) & VHU_BIT(VHU_PROTO_F_DEVICE_STATE));
-	g->cid = (uint32_t)vhu_front_guest_cid(g->f);
-	for (int i = 0; i < NRX; i++)
-		ASSERT_OK(vhu_front_alloc(g->f, RXBUF, 64, (void **)&g->rxb[i], &g->rxg[i]));
-	for (int i = 0; i < NTX; i++)
-		ASSERT_OK(vhu_front_alloc(g->f, TXBUF, 64, (void **)&g->txb[i], &g->txg[i]));
-	ASSERT_OK(vhu_front_alloc(g->f, 4u * NEV, 8, (void **)&m->evb, &m->evb_gpa));
-	ASSERT_OK(vhu_front_start(g->f));
-	rr = vhu_front_ring(g->f, 0);
-	tr = vhu_front_ring(g->f, 1);
-	er = vhu_front_ring(g->f, 2);
-	feats = vhu_front_features(g->f);
-	ASSERT_OK(vring_drv_new(rr->num, rr->desc, rr->avail, rr->used, feats, &g->rx));
-	ASSERT_OK(vring_drv_new(tr->num, tr->desc, tr->avail, tr->used, feats, &g->tx));
-	ASSERT_OK(vring_drv_new(er->num, er->desc, er->avail, er->used, feats, &m->ev));
-	for (int i = 0; i < NRX; i++)
-		tg_post_rx(g, i);
-	tg_kick(g, 0);
-	for (int i = 0; i < NEV; i++) {
-		struct vring_drv_buf b = { m->evb_gpa + 4u * i, 4, true };
-
-		ASSERT_GE(vring_drv_add(m->ev, &b, 1, &evmark[i]), 0);
-	}
-	vring_drv_publish(m->ev);
-	ASSERT_EQ(eventfd_write(er->kick_fd, 1), 0);
-}
-
-static void mg_disconnect(struct mguest *m)
-{
-	vring_drv_free(m->ev);
-	tg_disconnect(&m->g);
-}
-
-/* The next used event buffer's id, or -1 if none came. */
-static int64_t mg_event(struct mguest *m)
-{
-	uint32_t len, id;
-	void *ck;
-
-	if (vring_drv_get_used(m->ev, &len, &ck) != 0)
-		return -1;
-	ASSERT_EQ(len, 4);
-	memcpy(&id, m->evb + 4u * (unsigned)((int *)ck - evmark), 4);
-	return le32toh(id);
-}
-
-/* Reads fd until end of file (bounded) into a malloc'd buffer. */
-static uint8_t *read_all(int fd, size_t *ret_len)
-{
-	size_t cap = 4096, len = 0;
-	uint8_t *b = malloc(cap);
-
-	ASSERT_TRUE(b != NULL);
-	for (;;) {
-		ssize_t k = read_wait(fd, b + len, cap - len, WAIT_MS);
-
-		ASSERT_GE(k, 0);
-		if (k == 0)
-			break;
-		len += (size_t)k;
-		if (len == cap) {
-			cap *= 2;
-			b = realloc(b, cap);
-			ASSERT_TRUE(b != NULL);
-		}
-	}
-	*ret_len = len;
-	return b;
-}
-
-/* SET_DEVICE_STATE_FD save through a pipe, then CHECK_DEVICE_STATE; the state's bytes. */
-static uint8_t *save_state(struct vhu_front *f, size_t *ret_len)
-{
-	uint64_t rep = 1, chk = 1;
-	uint8_t *st;
-	int p[2];
-
-	ASSERT_OK(pipe2(p, O_CLOEXEC));
-	ASSERT_OK(vhu_front_set_device_state_fd(f, VHU_STATE_DIR_SAVE, VHU_STATE_PHASE_STOPPED, p[1],
-						&rep));
-	ASSERT_EQ(rep, VHU_STATE_REPLY_NOFD);
-	close(p[1]);
-	st = read_all(p[0], ret_len);
-	close(p[0]);
-	ASSERT_OK(vhu_front_check_device_state(f, &chk));
-	ASSERT_EQ(chk, 0);
-	return st;
-}
-
-/*
- * SET_DEVICE_STATE_FD load of len bytes through a pipe (written after the request, as a
- * front-end streams it), then CHECK_DEVICE_STATE; returns its answer.
- */
-static uint64_t load_state(struct vhu_front *f, const void *st, size_t len)
-{
-	uint64_t rep = 1, chk = 1;
-	int p[2];
-
-	ASSERT_OK(pipe2(p, O_CLOEXEC));
-	ASSERT_OK(vhu_front_set_device_state_fd(f, VHU_STATE_DIR_LOAD, VHU_STATE_PHASE_STOPPED, p[0],
-						&rep));
-	ASSERT_EQ(rep, VHU_STATE_REPLY_NOFD);
-	close(p[0]);
-	ASSERT_EQ(write(p[1], st, len), (ssize_t)len);
-	close(p[1]);
-	ASSERT_OK(vhu_front_check_device_state(f, &chk));
-	return chk;
-}
-
-/* The front-end leaves its back-end for the one at sock, with the same memory and rings. */
-static void move_to(struct vhu_front *f, const char *sock)
-{
-	vhu_front_move(f, unix_connect(sock, SOCK_STREAM));
-	ASSERT_OK(vhu_front_init(f));
-}
-
-/* A guest connection from port sport to the host listener at <uds>_1234 (made here). */
-static int guest_conn(struct tguest *g, const char *uds, uint32_t sport, int *lfd)
-{
-	char path[160];
-	struct vsock_hdr h, r;
-	uint8_t buf[64];
-	int hfd;
-
-	snprintf(path, sizeof(path), "%s_1234", uds);
-	*lfd = unix_listen(path, SOCK_STREAM);
-	h = mkhdr(g, 2, sport, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_REQUEST, 0);
-	tg_send(g, &h, NULL);
-	hfd = accept_wait(*lfd, WAIT_MS);
-	ASSERT_GE(hfd, 0);
-	do /* RSTs for an older connection's packets may come first */
-		ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
-	while (r.op == VSOCK_OP_RST && r.dst_port != sport);
-	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
-	ASSERT_EQ(r.dst_port, sport);
-	return hfd;
-}
-
-/* "hello" guest -> host, then "world" host -> guest, on the guest's port sport. */
-static void hello_port(struct tguest *g, int hfd, uint32_t sport)
-{
-	struct vsock_hdr h = mkhdr(g, 2, sport, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, 5), r;
-	char buf[256];
-
-	tg_send(g, &h, "hello");
-	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf), WAIT_MS), 5);
-	ASSERT_MEMEQ(buf, "hello", 5);
-	ASSERT_EQ(write(hfd, "world", 5), 5);
-	ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
-	ASSERT_EQ(r.op, VSOCK_OP_RW);
-	ASSERT_EQ(r.dst_port, sport);
-	ASSERT_MEMEQ(buf, "world", 5);
-}
-
-static void rm_listener(const char *uds, int lfd)
-{
-	char path[160];
-
-	snprintf(path, sizeof(path), "%s_1234", uds);
-	close(lfd);
-	unlink(path);
-}
-
-/* Pattern bytes of a stream from offset off (check_pattern's, devtest.h). */
-static void fill_pattern(uint8_t *buf, size_t len, size_t off)
-{
-	for (size_t i = 0; i < len; i++)
-		buf[i] = (uint8_t)((off + i) % 251);
-}
-
-/* A guest RW packet on port sport published but not kicked: the device has not seen it. */
-static void tg_queue_unkicked(struct tguest *g, const struct vsock_hdr *h, const void *payload)
-{
-	struct vring_drv_buf b;
-	int i = tg_free_tx(g);
-
-	ASSERT_GE(i, 0);
-	vsock_hdr_encode(h, g->txb[i]);
-	memcpy(g->txb[i] + 44, payload, h->len);
-	b = (struct vring_drv_buf){ .addr = g->txg[i], .len = 44 + h->len, .write = false };
-	g->txbusy[i] = true;
-	ASSERT_GE(vring_drv_add(g->tx, &b, 1, (void *)(uintptr_t)(i + 1)), 0);
-	vring_drv_publish(g->tx);
-}
-
-/* The guest reads host -> guest bytes of port sport until *got reaches want, each checked. */
-static void guest_read_to(struct tguest *g, uint32_t sport, size_t *got, size_t want)
-{
-	struct vsock_hdr r;
-	uint8_t buf[RXBUF];
-
-	while (*got < want) {
-		ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
-		ASSERT_EQ(r.op, VSOCK_OP_RW);
-		ASSERT_EQ(r.dst_port, sport);
-		check_pattern(buf, r.len, *got);
-		*got += r.len;
-	}
-}
-
-#define H2G_TOTAL (96u * 1024)
-#define G2H_PKT 1000u
-
-/*
- * A move in the middle of a transfer each way: host -> guest bytes in the host socket and the
- * engine, guest -> host packets in the TX ring the first device never saw. Returns the host fd.
- */
-static int transfer_started(struct mguest *m, struct tdev *t, int *lfd, size_t *h2g_got)
-{
-	static uint8_t h2g[H2G_TOTAL];
-	uint8_t p[G2H_PKT];
-	struct vsock_hdr h;
-	int hfd = guest_conn(&m->g, t->uds, 40001, lfd);
-
-	fill_pattern(h2g, sizeof(h2g), 0);
-	ASSERT_EQ(write(hfd, h2g, sizeof(h2g)), (ssize_t)sizeof(h2g));
-	*h2g_got = 0;
-	guest_read_to(&m->g, 40001, h2g_got, 8192); /* some of it, the rest waits */
-	for (unsigned i = 0; i < 4; i++) {
-		h = mkhdr(&m->g, 2, 40001, 1234, VSOCK_TYPE_STREAM, VSOCK_OP_RW, G2H_PKT);
-		fill_pattern(p, sizeof(p), i * G2H_PKT);
-		if (i < 2)
-			tg_send(&m->g, &h, p);
-		else
-			tg_queue_unkicked(&m->g, &h, p);
-	}
-	return hfd;
-}
-
-/* The rest of transfer_started's bytes arrive, each once and in order, through hfd. */
-static void transfer_finished(struct mguest *m, int hfd, size_t h2g_got)
-{
-	uint8_t buf[4 * G2H_PKT];
-	size_t got = 0;
-
-	tg_kick(&m->g, 1);
-	while (got < sizeof(buf)) {
-		ssize_t k = read_wait(hfd, buf + got, sizeof(buf) - got, WAIT_MS);
-
-		ASSERT_GT(k, 0);
-		got += (size_t)k;
-	}
-	check_pattern(buf, sizeof(buf), 0);
-	guest_read_to(&m->g, 40001, &h2g_got, H2G_TOTAL);
-	ASSERT_EQ(h2g_got, H2G_TOTAL);
-	hello_port(&m->g, hfd, 40001);
-}
 
 TEST(stopped_state_moves_to_a_second_device_with_a_transfer_each_way)
 {
@@ -302,8 +29,8 @@ TEST(stopped_state_moves_to_a_second_device_with_a_transfer_each_way)
 	tdev_new(&tb, NULL, 3);
 	tdev_run(&ta);
 	tdev_run(&tb);
-	mg_connect(&m, ta.sock);
-	hfd = transfer_started(&m, &ta, &lfa, &h2g_got);
+	mg_connect_nrx(&m, ta.sock, MG_NRX_SMALL);
+	hfd = transfer_started(&m, ta.uds, &lfa, &h2g_got);
 
 	/* Stopped (the phase the spec calls so), the state saved through a pipe. */
 	ASSERT_OK(vhu_front_stop(m.g.f, bases));
@@ -340,8 +67,8 @@ TEST(a_failed_migration_resumes_the_first_device_with_its_connections)
 
 	tdev_new(&t, NULL, 3);
 	tdev_run(&t);
-	mg_connect(&m, t.sock);
-	hfd = transfer_started(&m, &t, &lfd, &h2g_got);
+	mg_connect_nrx(&m, t.sock, MG_NRX_SMALL);
+	hfd = transfer_started(&m, t.uds, &lfd, &h2g_got);
 	ASSERT_OK(vhu_front_stop(m.g.f, bases));
 	st = save_state(m.g.f, &len);
 	/* The front-end gives up and starts the rings again: the device goes on where it was. */
@@ -392,8 +119,8 @@ TEST(without_the_rendezvous_the_guest_connections_end_and_new_ones_work)
 	tdev_new(&tb, NULL, 3);
 	tdev_run(&ta);
 	tdev_run(&tb);
-	mg_connect(&m, ta.sock);
-	hfd = transfer_started(&m, &ta, &lfa, &h2g_got);
+	mg_connect_nrx(&m, ta.sock, MG_NRX_SMALL);
+	hfd = transfer_started(&m, ta.uds, &lfa, &h2g_got);
 	ASSERT_OK(vhu_front_stop(m.g.f, bases));
 	st = save_state(m.g.f, &len);
 	break_token(st, len);
