@@ -766,10 +766,13 @@ static void hold_release(struct vsock_dev *d, uint16_t tx_base)
 	uint16_t fresh = d->features & (1ull << VRING_FEAT_RING_PACKED) ? 0x8000u : 0;
 
 	d->held = false;
+	if (!d->frozen)
+		return; /* stopped and started within one message (a memory table): nothing held */
+	/* A surviving guest whose TX index wrapped to exactly this value is taken for a new
+	 * driver (evq.h has the same limit). */
 	if (tx_base == fresh)
 		engine_destroy(d);
-	if (d->frozen)
-		(void)vsock_dev_thaw(d);
+	(void)vsock_dev_thaw(d);
 }
 
 int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_config *cfg,

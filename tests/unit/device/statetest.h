@@ -251,6 +251,20 @@ static inline void guest_read_to(struct tguest *g, uint32_t sport, size_t *got, 
 	}
 }
 
+/*
+ * Reads hfd until its end: end of file, or ECONNRESET where the device's end closed with bytes
+ * of ours unread. What was in flight is skipped; fails on a timeout.
+ */
+static inline void host_read_to_eof(int hfd)
+{
+	uint8_t buf[4096];
+	ssize_t k;
+
+	while ((k = read_wait(hfd, buf, sizeof(buf), WAIT_MS)) > 0)
+		;
+	ASSERT_TRUE(k == 0 || (k == -1 && errno == ECONNRESET));
+}
+
 #define H2G_TOTAL (96u * 1024)
 #define G2H_PKT 1000u
 

@@ -141,9 +141,7 @@ TEST(without_the_rendezvous_the_guest_connections_end_and_new_ones_work)
 	ASSERT_EQ(r.src_port, 1234);
 	/* The first device, which kept them, ends them when its VMM leaves. */
 	close(src);
-	ASSERT_EQ(read_wait(hfd, buf, sizeof(buf) - 1, WAIT_MS) >= 0, true);
-	while (read_wait(hfd, buf, sizeof(buf), WAIT_MS) > 0)
-		;
+	host_read_to_eof(hfd);
 	close(hfd);
 
 	/* New connections work on the second device (its own host side). */
@@ -156,6 +154,60 @@ TEST(without_the_rendezvous_the_guest_connections_end_and_new_ones_work)
 	rm_listener(tb.uds, lfb);
 	tdev_stop(&ta);
 	tdev_stop(&tb);
+}
+
+TEST(a_guest_reset_while_held_ends_the_connections)
+{
+	struct tdev t;
+	struct mguest m;
+	struct tguest *g = &m.g;
+	const struct vhu_front_ring *rr, *tr, *er;
+	uint16_t bases[3];
+	uint64_t feats;
+	int lfd, hfd, lfd2, hfd2;
+
+	tdev_new(&t, NULL, 3);
+	tdev_run(&t);
+	mg_connect(&m, t.sock);
+	hfd = guest_conn(g, t.uds, 40001, &lfd);
+	hello_port(g, hfd, 40001);
+	ASSERT_OK(vhu_front_stop(g->f, bases));
+	/* A new driver (the guest reset the device while it was stopped): rings zeroed, every
+	 * index from 0. The held connection ends then, not before. */
+	rr = vhu_front_ring(g->f, 0);
+	tr = vhu_front_ring(g->f, 1);
+	er = vhu_front_ring(g->f, 2);
+	for (unsigned q = 0; q < 3; q++) {
+		const struct vhu_front_ring *x = vhu_front_ring(g->f, q);
+
+		memset(x->desc, 0, 16u * x->num);
+		memset(x->avail, 0, 6u + 2u * x->num);
+		memset(x->used, 0, 6u + 8u * x->num);
+	}
+	vring_drv_free(g->rx);
+	vring_drv_free(g->tx);
+	vring_drv_free(m.ev);
+	feats = vhu_front_features(g->f);
+	ASSERT_OK(vring_drv_new(rr->num, rr->desc, rr->avail, rr->used, feats, &g->rx));
+	ASSERT_OK(vring_drv_new(tr->num, tr->desc, tr->avail, tr->used, feats, &g->tx));
+	ASSERT_OK(vring_drv_new(er->num, er->desc, er->avail, er->used, feats, &m.ev));
+	memset(g->txbusy, 0, sizeof(g->txbusy));
+	for (unsigned q = 0; q < 3; q++)
+		ASSERT_OK(vhu_front_setup_ring(g->f, q, 0));
+	for (unsigned q = 0; q < 3; q++)
+		ASSERT_OK(vhu_front_enable_ring(g->f, q, true));
+	host_read_to_eof(hfd);
+	close(hfd);
+	for (int i = 0; i < NRX; i++)
+		tg_post_rx(g, i);
+	tg_kick(g, 0);
+	rm_listener(t.uds, lfd);
+	hfd2 = guest_conn(g, t.uds, 40002, &lfd2);
+	hello_port(g, hfd2, 40002);
+	close(hfd2);
+	mg_disconnect(&m);
+	rm_listener(t.uds, lfd2);
+	tdev_stop(&t);
 }
 
 TEST(a_device_linked_to_siblings_saves_its_state_too)
