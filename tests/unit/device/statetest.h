@@ -172,7 +172,7 @@ static inline int guest_conn(struct tguest *g, const char *uds, uint32_t sport, 
 {
 	char path[160];
 	struct vsock_hdr h, r;
-	uint8_t buf[64];
+	uint8_t buf[RXBUF];
 	int hfd;
 
 	snprintf(path, sizeof(path), "%s_1234", uds);
@@ -181,9 +181,9 @@ static inline int guest_conn(struct tguest *g, const char *uds, uint32_t sport, 
 	tg_send(g, &h, NULL);
 	hfd = accept_wait(*lfd, WAIT_MS);
 	ASSERT_GE(hfd, 0);
-	do /* RSTs for an older connection's packets may come first */
+	do /* an older connection's packets (its bytes, RSTs for it) may come first */
 		ASSERT_OK(tg_recv(g, &r, buf, sizeof(buf), WAIT_MS, true));
-	while (r.op == VSOCK_OP_RST && r.dst_port != sport);
+	while ((r.op == VSOCK_OP_RST || r.op == VSOCK_OP_RW) && r.dst_port != sport);
 	ASSERT_EQ(r.op, VSOCK_OP_RESPONSE);
 	ASSERT_EQ(r.dst_port, sport);
 	return hfd;

@@ -156,6 +156,56 @@ TEST(without_the_rendezvous_the_guest_connections_end_and_new_ones_work)
 	tdev_stop(&tb);
 }
 
+TEST(after_the_hand_over_a_resumed_first_device_has_no_connections)
+{
+	struct tdev ta, tb;
+	struct mguest m;
+	struct vhu_front_config cfg;
+	struct vhu_front *other;
+	uint16_t bases[3];
+	uint8_t *st;
+	size_t len, h2g_got;
+	int lfa, hfd, hfd2, lfa2;
+	int64_t ev;
+
+	tdev_new(&ta, NULL, 3);
+	tdev_new(&tb, NULL, 3);
+	tdev_run(&ta);
+	tdev_run(&tb);
+	mg_connect_nrx(&m, ta.sock, MG_NRX_SMALL);
+	hfd = transfer_started(&m, ta.uds, &lfa, &h2g_got);
+	ASSERT_OK(vhu_front_stop(m.g.f, bases));
+	st = save_state(m.g.f, &len);
+	/* Another front-end (the destination VMM) loads the state into the second device: the
+	 * host sockets go there. */
+	vhu_front_config_init(&cfg);
+	cfg.mem_size = 1u << 20;
+	cfg.num_queues = 3;
+	ASSERT_OK(vhu_front_connect(tb.sock, &cfg, &other));
+	ASSERT_OK(vhu_front_init(other));
+	ASSERT_EQ(load_state(other, st, len), 0);
+	/* The migration fails after all and the first device's rings start again: its guest is
+	 * told that its connections are gone (they are the second device's now), and new ones
+	 * work. */
+	ASSERT_OK(vhu_front_start(m.g.f));
+	ASSERT_EQ(eventfd_write(vhu_front_ring(m.g.f, 2)->kick_fd, 1), 0);
+	ASSERT_WAIT_FOR((ev = mg_event(&m)) >= 0, WAIT_MS);
+	ASSERT_EQ(ev, 0);
+	rm_listener(ta.uds, lfa);
+	hfd2 = guest_conn(&m.g, ta.uds, 40002, &lfa2);
+	hello_port(&m.g, hfd2, 40002);
+	close(hfd2);
+	/* The second device never ran them: they end when its VMM leaves. */
+	vhu_front_free(other);
+	host_read_to_eof(hfd);
+	close(hfd);
+	free(st);
+	mg_disconnect(&m);
+	rm_listener(ta.uds, lfa2);
+	tdev_stop(&ta);
+	tdev_stop(&tb);
+}
+
 TEST(a_guest_reset_while_held_ends_the_connections)
 {
 	struct tdev t;
