@@ -1579,6 +1579,10 @@ int vhu_backend_restore(struct rec_reader *r, const struct vhu_backend_config *c
 		close(sock);
 		return rec_fail(r->doc, err, "vhost-user: bad configuration: %s", strerror(-err));
 	}
+	/* What the new back-end offers depends on ops too (the state transfer's callbacks); the
+	 * record's offer is checked against that. */
+	if (device_state_offered(ops))
+		b->offered_proto |= VHU_BIT(VHU_PROTO_F_DEVICE_STATE);
 	b->frozen = b->restored = true;
 	err = restore_into(b, r, v);
 	if (err < 0) {
