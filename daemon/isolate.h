@@ -53,4 +53,13 @@
  */
 int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs);
 
+/*
+ * uvsockd --iso-worker W,H,R,K ARGS: a worker process that the main process started from a
+ * (new) binary, for worker W of the configuration ARGS, with its request socket R and keeper
+ * socket K; H, if not -1, is the hand-over socket from the worker it replaces (an upgrade: its
+ * VMs come from there, upgrade.c), else it makes its VMs as a restarted worker does. Never
+ * returns but on a bad spec (1). Context: main thread, *sigs blocked.
+ */
+int isolate_worker_exec(const struct uvsockd_config *cfg, const char *spec, const sigset_t *sigs);
+
 #endif

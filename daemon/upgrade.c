@@ -243,10 +243,11 @@ struct child {
 	const char *path;
 	pid_t pid;
 	int sock;
+	bool theirs; /* started by someone else (an --isolate main): not ours to kill or reap */
 };
 
 /* This binary's path on disk now (an upgrade replaced the file: "PATH (deleted)" is PATH). */
-static int self_path(char *buf, size_t len)
+int upgrade_self_path(char *buf, size_t len)
 {
 	ssize_t n = readlink("/proc/self/exe", buf, len - 1);
 	static const char del[] = " (deleted)";
@@ -335,7 +336,7 @@ static void child_end(struct child *ch)
 	if (ch->sock >= 0)
 		close(ch->sock);
 	ch->sock = -1;
-	if (ch->pid > 0) {
+	if (ch->pid > 0 && !ch->theirs) {
 		/* It had its chance to answer; whatever it does now, it does not serve. */
 		kill(ch->pid, SIGKILL);
 		while (waitpid(ch->pid, &st, 0) < 0 && errno == EINTR)
@@ -408,22 +409,21 @@ static int send_vm(struct child *ch, struct upgrade_vm *v, uint64_t *stop_ns, ch
 	return 0;
 }
 
+static int hand_over(struct child *ch, struct upgrade_vm *vms, unsigned n,
+		     const struct uds_listener *ctl, uint64_t *stop, struct upgrade_result *res,
+		     char *err, size_t errlen);
+
 int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_vm *vms,
 		unsigned n, const struct uds_listener *ctl, struct upgrade_result *res, char *err,
 		size_t errlen)
 {
-	char self[PATH_MAX], msg[MSG_MAX];
+	char self[PATH_MAX];
 	struct child ch = { .pid = -1, .sock = -1 };
 	uint64_t *stop = NULL;
-	size_t started_len = 64 + (size_t)n * 24;
-	char *started = NULL;
-	unsigned vmin = 0, vmax = 0, sent = 0;
-	long hello_pid = 0;
-	char *p;
 	int r;
 
 	if (!binary) {
-		r = self_path(self, sizeof(self));
+		r = upgrade_self_path(self, sizeof(self));
 		if (r < 0) {
 			snprintf(err, errlen, "upgrade: cannot read /proc/self/exe: %s",
 				 strerror(-r));
@@ -439,54 +439,75 @@ int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_
 	}
 	log_info("upgrade: starting %s for %u VM%s", binary, n, n == 1 ? "" : "s");
 	r = spawn(&ch, argc, argv, err, errlen);
-	if (r < 0)
-		goto out;
-	r = recv_text(ch.sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
+	if (r == 0)
+		r = hand_over(&ch, vms, n, ctl, stop, res, err, errlen);
+	free(stop);
+	return r;
+}
+
+/*
+ * The hand-over to the new process ch, started already: its hello, every VM's record, go.
+ * stop: n entries. Returns as upgrade_run.
+ */
+static int hand_over(struct child *ch, struct upgrade_vm *vms, unsigned n,
+		     const struct uds_listener *ctl, uint64_t *stop, struct upgrade_result *res,
+		     char *err, size_t errlen)
+{
+	char msg[MSG_MAX];
+	size_t started_len = 64 + (size_t)n * 24;
+	char *started = NULL;
+	unsigned vmin = 0, vmax = 0, sent = 0;
+	long hello_pid = 0;
+	const char *binary = ch->path;
+	char *p;
+	int r;
+
+	r = recv_text(ch->sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
 	if (r == 0 && strncmp(msg, "exec-failed ", 12) == 0) {
-		r = refuse(&ch, -ENOEXEC, err, errlen, "cannot execute it: %s",
+		r = refuse(ch, -ENOEXEC, err, errlen, "cannot execute it: %s",
 			   strerror(atoi(msg + 12)));
 		goto fail;
 	}
 	if (r == 0 && sscanf(msg, "hello %ld %u %u", &hello_pid, &vmin, &vmax) != 3)
 		r = -EBADMSG;
 	if (r < 0) {
-		r = refuse(&ch, r, err, errlen, "before its hello: %s", lost(r));
+		r = refuse(ch, r, err, errlen, "before its hello: %s", lost(r));
 		goto fail;
 	}
 	if (UPGRADE_VM_REC_VERSION < vmin || UPGRADE_VM_REC_VERSION > vmax)
 		log_warn("upgrade: %s reads VM records %u..%u, this one writes %u: it will refuse",
 			 binary, vmin, vmax, UPGRADE_VM_REC_VERSION);
 	snprintf(msg, sizeof(msg), "vms %u", n);
-	r = send_text(ch.sock, msg, -1);
+	r = send_text(ch->sock, msg, -1);
 	if (r < 0) {
-		r = refuse(&ch, r, err, errlen, "%s", lost(-ECONNRESET));
+		r = refuse(ch, r, err, errlen, "%s", lost(-ECONNRESET));
 		goto fail;
 	}
 	/* Every VM stopped and sent, each answered, before any is given: a refusal leaves all of
 	 * them here. */
 	for (sent = 0; sent < n; sent++) {
-		r = send_vm(&ch, &vms[sent], &stop[sent], err, errlen);
+		r = send_vm(ch, &vms[sent], &stop[sent], err, errlen);
 		if (r < 0)
 			goto fail; /* that one resumed already */
-		r = recv_text(ch.sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
+		r = recv_text(ch->sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
 		if (r < 0) {
 			sent++;
-			r = refuse(&ch, r, err, errlen, "%s: %s", vms[sent - 1].cfg->name, lost(r));
+			r = refuse(ch, r, err, errlen, "%s: %s", vms[sent - 1].cfg->name, lost(r));
 			goto fail;
 		}
 		if (strcmp(msg, "ready") != 0) {
 			sent++;
-			r = refuse(&ch, -EPROTO, err, errlen, "%s: %s", vms[sent - 1].cfg->name,
+			r = refuse(ch, -EPROTO, err, errlen, "%s: %s", vms[sent - 1].cfg->name,
 				   strncmp(msg, "refused ", 8) == 0 ? msg + 8 : msg);
 			goto fail;
 		}
 	}
 	snprintf(msg, sizeof(msg), "go %llu %llu", ctl && ctl->fd >= 0 ? (unsigned long long)ctl->dev : 0ull,
 		 ctl && ctl->fd >= 0 ? (unsigned long long)ctl->ino : 0ull);
-	r = send_text(ch.sock, msg, ctl ? ctl->fd : -1);
+	r = send_text(ch->sock, msg, ctl ? ctl->fd : -1);
 	if (r < 0) {
 		/* go was not sent: the new process never serves. */
-		r = refuse(&ch, r, err, errlen, "sending go: %s", lost(-ECONNRESET));
+		r = refuse(ch, r, err, errlen, "sending go: %s", lost(-ECONNRESET));
 		goto fail;
 	}
 	/* Committed: from here the VMs are the new process's whatever it answers (it may have
@@ -495,15 +516,15 @@ int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_
 	for (unsigned i = 0; i < n; i++)
 		dev_vhu_given(vms[i].vhu);
 	started = malloc(started_len);
-	r = started ? recv_text(ch.sock, started, started_len, UPGRADE_STEP_TIMEOUT_MS, NULL)
+	r = started ? recv_text(ch->sock, started, started_len, UPGRADE_STEP_TIMEOUT_MS, NULL)
 		    : -ENOMEM;
 	if (r == 0 && strncmp(started, "started ", 8) != 0)
 		r = -EPROTO;
 	if (r < 0) {
-		r = refuse(&ch, r, err, errlen, "after go, no confirmation (%s): its VMs are its "
+		r = refuse(ch, r, err, errlen, "after go, no confirmation (%s): its VMs are its "
 			   "own now (docs/upgrade.md: a crash of the new process)", lost(r));
 		log_error("%s", err);
-		close(ch.sock);
+		close(ch->sock);
 		goto out;
 	}
 	p = started + 8;
@@ -517,19 +538,37 @@ int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_
 			 vms[i].cfg->name, (int)res->new_pid, (double)vms[i].pause_ns / 1e6,
 			 vms[i].conns);
 	}
-	close(ch.sock); /* the new process is not waited for: it is the service now */
+	close(ch->sock); /* the new process is not waited for: it is the service now */
 	r = 0;
 	goto out;
 
 fail:
-	if (ch.sock >= 0)
-		(void)send_text(ch.sock, "abort", -1);
-	child_end(&ch);
+	if (ch->sock >= 0)
+		(void)send_text(ch->sock, "abort", -1);
+	child_end(ch);
 	for (unsigned i = 0; i < sent; i++)
 		(void)dev_vhu_resume(vms[i].vhu);
 	log_error("%s; every VM goes on here", err);
 out:
 	free(started);
+	return r;
+}
+
+int upgrade_hand_over(int sock, pid_t pid, const char *path, struct upgrade_vm *vms,
+		      unsigned n, struct upgrade_result *res, char *err, size_t errlen)
+{
+	struct child ch = { .path = path, .pid = pid, .sock = sock, .theirs = true };
+	uint64_t *stop = calloc(n ? n : 1, sizeof(*stop));
+	int r;
+
+	if (!stop) {
+		close(sock);
+		snprintf(err, errlen, "upgrade: out of memory");
+		return -ENOMEM;
+	}
+	log_info("upgrade: handing %u VM%s to %s (pid %d)", n, n == 1 ? "" : "s", path,
+		 (int)pid);
+	r = hand_over(&ch, vms, n, NULL, stop, res, err, errlen);
 	free(stop);
 	return r;
 }
