@@ -24,7 +24,8 @@
  *     group's VM and idle connections in the other's, three upgrades mid-transfer, each worker
  *     replaced in turn (new worker PIDs, the main's PID unchanged, the VMM connections never
  *     redone, every byte once and in order, no RST); uvsockd-test-refuse leaves every worker
- *     serving; a worker killed after an upgrade is re-adopted from the new worker's records;
+ *     serving; a worker killed after an upgrade is re-adopted from the new worker's records,
+ *     then SIGUSR2 upgrades both workers again;
  *   - inherited sockets (--fd): a connected VMM connection answers the VMM's next requests from
  *     the new process; a listening one takes the next VMM there, and its file is kept.
  *
@@ -800,7 +801,7 @@ static int log_count(const char *path, const char *needle)
 	return n;
 }
 
-TEST(isolate_a_worker_killed_after_an_upgrade_is_readopted)
+TEST(isolate_a_worker_killed_after_an_upgrade_is_readopted_then_sigusr2)
 {
 	struct uvd u;
 	struct uvsock_ctx *g, *g4;
@@ -848,6 +849,17 @@ TEST(isolate_a_worker_killed_after_an_upgrade_is_readopted)
 	ASSERT_EQ(worker_of(&u, 4), w[1]);
 	ping(g4_out, h4_out, 'e');
 	ASSERT_EQ(guest_stats(g4).backend_lost, 0);
+	/* SIGUSR2 to the main: both workers again, the connections carry on. */
+	ASSERT_EQ(kill(u.pid, SIGUSR2), 0);
+	ASSERT_WAIT_FOR(file_has(u.log, "SIGUSR2: every worker upgraded"), 4 * WAIT_MS);
+	ASSERT_NE(worker_of(&u, 4), w[1]);
+	ASSERT_NE(worker_of(&u, 3), w3);
+	ping(g2, h2, 'f');
+	ping(g3, h3, 'g');
+	ping(g4_out, h4_out, 'h');
+	ASSERT_EQ(guest_stats(g).backend_lost, 0);
+	ASSERT_EQ(guest_stats(g4).backend_lost, 0);
+	ASSERT_TRUE(uvd_alive(&u));
 
 	for (int i = 0; i < 6; i++)
 		close((int[]){ hl, hl4, h1, h2, h3, h4_out }[i]);
