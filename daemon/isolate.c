@@ -10,6 +10,10 @@
  *   main -> worker:           struct iso_req {op, seq, vm} (vm: index among the worker's VMs)
  *   worker -> main, STATS:    one struct iso_stats_msg with the same seq
  *   worker -> main, CONNS:    struct iso_conns_msg batches, the final one with last = 1
+ *   main -> worker, UPGRADE: struct iso_up_req with the hand-over socket (SCM_RIGHTS) to a new
+ *     worker the main started from the new binary (--iso-worker); the worker hands its VMs
+ *     over (upgrade.c) and answers one struct iso_up_ans; once its VMs went, it exits when the
+ *     main closes this socket (docs/upgrade.md, "Under --isolate")
  * The main drops answers whose seq is not the current request's (late answers of a request
  * that timed out).
  *

@@ -150,7 +150,7 @@ int main(int argc, char **argv)
 		rc = 0;
 		goto out;
 	}
-	{
+	if (!iso_worker) { /* a worker the main started says who it is in its own lines */
 		char ctl[UVSOCKD_SUN_PATH_MAX + 8], tune[512];
 
 		tune_describe(tune, sizeof(tune));
