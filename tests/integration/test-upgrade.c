@@ -600,6 +600,24 @@ static void iso_start(struct uvd *u, const char *level)
 	uvd_wait_ready(u, "start-up");
 }
 
+/* How many times needle is in the file at path (its first MiB). */
+static int log_count(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	char *text;
+	int n = 0;
+
+	ASSERT_TRUE(f != NULL);
+	text = calloc(1, 1 << 20);
+	ASSERT_TRUE(text != NULL);
+	(void)!fread(text, 1, (1 << 20) - 1, f);
+	fclose(f);
+	for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+		n++;
+	free(text);
+	return n;
+}
+
 static struct uvsock_guest_stats guest_stats(struct uvsock_ctx *g)
 {
 	struct uvsock_guest_stats st = { .size = sizeof(st) };
@@ -709,6 +727,8 @@ TEST(isolate_three_upgrades_one_worker_at_a_time_lose_nothing)
 	ASSERT_EQ(guest_stats(g4).backend_lost, 0);
 	ASSERT_EQ(guest_stats(g).resets, 0);
 	ASSERT_EQ(guest_stats(g4).resets, 0);
+	ASSERT_EQ(log_count(u.log, "vm3: VMM connected"), 1);
+	ASSERT_EQ(log_count(u.log, "vm4: VMM connected"), 1);
 	ASSERT_EQ(uvsock_shutdown(g_out, SHUT_WR), 0);
 	ASSERT_TRUE(hs_wait_eof(h_out, WAIT_MS));
 
@@ -781,24 +801,6 @@ TEST(isolate_refused_upgrade_leaves_every_worker_serving)
 	uvsock_ctx_free(g);
 	uvsock_ctx_free(g4);
 	ASSERT_EQ(uvd_stop(&u), 0);
-}
-
-/* How many times needle is in the file at path (its first MiB). */
-static int log_count(const char *path, const char *needle)
-{
-	FILE *f = fopen(path, "r");
-	char *text;
-	int n = 0;
-
-	ASSERT_TRUE(f != NULL);
-	text = calloc(1, 1 << 20);
-	ASSERT_TRUE(text != NULL);
-	(void)!fread(text, 1, (1 << 20) - 1, f);
-	fclose(f);
-	for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
-		n++;
-	free(text);
-	return n;
 }
 
 TEST(isolate_a_worker_killed_after_an_upgrade_is_readopted_then_sigusr2)
