@@ -449,65 +449,66 @@ int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_
  * The hand-over to the new process ch, started already: its hello, every VM's record, go.
  * stop: n entries. Returns as upgrade_run.
  */
-static int hand_over(struct child *ch, struct upgrade_vm *vms, unsigned n,
+static int hand_over(struct child *chp, struct upgrade_vm *vms, unsigned n,
 		     const struct uds_listener *ctl, uint64_t *stop, struct upgrade_result *res,
 		     char *err, size_t errlen)
 {
+	struct child ch = *chp;
 	char msg[MSG_MAX];
 	size_t started_len = 64 + (size_t)n * 24;
 	char *started = NULL;
 	unsigned vmin = 0, vmax = 0, sent = 0;
 	long hello_pid = 0;
-	const char *binary = ch->path;
+	const char *binary = ch.path;
 	char *p;
 	int r;
 
-	r = recv_text(ch->sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
+	r = recv_text(ch.sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
 	if (r == 0 && strncmp(msg, "exec-failed ", 12) == 0) {
-		r = refuse(ch, -ENOEXEC, err, errlen, "cannot execute it: %s",
+		r = refuse(&ch, -ENOEXEC, err, errlen, "cannot execute it: %s",
 			   strerror(atoi(msg + 12)));
 		goto fail;
 	}
 	if (r == 0 && sscanf(msg, "hello %ld %u %u", &hello_pid, &vmin, &vmax) != 3)
 		r = -EBADMSG;
 	if (r < 0) {
-		r = refuse(ch, r, err, errlen, "before its hello: %s", lost(r));
+		r = refuse(&ch, r, err, errlen, "before its hello: %s", lost(r));
 		goto fail;
 	}
 	if (UPGRADE_VM_REC_VERSION < vmin || UPGRADE_VM_REC_VERSION > vmax)
 		log_warn("upgrade: %s reads VM records %u..%u, this one writes %u: it will refuse",
 			 binary, vmin, vmax, UPGRADE_VM_REC_VERSION);
 	snprintf(msg, sizeof(msg), "vms %u", n);
-	r = send_text(ch->sock, msg, -1);
+	r = send_text(ch.sock, msg, -1);
 	if (r < 0) {
-		r = refuse(ch, r, err, errlen, "%s", lost(-ECONNRESET));
+		r = refuse(&ch, r, err, errlen, "%s", lost(-ECONNRESET));
 		goto fail;
 	}
 	/* Every VM stopped and sent, each answered, before any is given: a refusal leaves all of
 	 * them here. */
 	for (sent = 0; sent < n; sent++) {
-		r = send_vm(ch, &vms[sent], &stop[sent], err, errlen);
+		r = send_vm(&ch, &vms[sent], &stop[sent], err, errlen);
 		if (r < 0)
 			goto fail; /* that one resumed already */
-		r = recv_text(ch->sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
+		r = recv_text(ch.sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
 		if (r < 0) {
 			sent++;
-			r = refuse(ch, r, err, errlen, "%s: %s", vms[sent - 1].cfg->name, lost(r));
+			r = refuse(&ch, r, err, errlen, "%s: %s", vms[sent - 1].cfg->name, lost(r));
 			goto fail;
 		}
 		if (strcmp(msg, "ready") != 0) {
 			sent++;
-			r = refuse(ch, -EPROTO, err, errlen, "%s: %s", vms[sent - 1].cfg->name,
+			r = refuse(&ch, -EPROTO, err, errlen, "%s: %s", vms[sent - 1].cfg->name,
 				   strncmp(msg, "refused ", 8) == 0 ? msg + 8 : msg);
 			goto fail;
 		}
 	}
 	snprintf(msg, sizeof(msg), "go %llu %llu", ctl && ctl->fd >= 0 ? (unsigned long long)ctl->dev : 0ull,
 		 ctl && ctl->fd >= 0 ? (unsigned long long)ctl->ino : 0ull);
-	r = send_text(ch->sock, msg, ctl ? ctl->fd : -1);
+	r = send_text(ch.sock, msg, ctl ? ctl->fd : -1);
 	if (r < 0) {
 		/* go was not sent: the new process never serves. */
-		r = refuse(ch, r, err, errlen, "sending go: %s", lost(-ECONNRESET));
+		r = refuse(&ch, r, err, errlen, "sending go: %s", lost(-ECONNRESET));
 		goto fail;
 	}
 	/* Committed: from here the VMs are the new process's whatever it answers (it may have
@@ -516,15 +517,15 @@ static int hand_over(struct child *ch, struct upgrade_vm *vms, unsigned n,
 	for (unsigned i = 0; i < n; i++)
 		dev_vhu_given(vms[i].vhu);
 	started = malloc(started_len);
-	r = started ? recv_text(ch->sock, started, started_len, UPGRADE_STEP_TIMEOUT_MS, NULL)
+	r = started ? recv_text(ch.sock, started, started_len, UPGRADE_STEP_TIMEOUT_MS, NULL)
 		    : -ENOMEM;
 	if (r == 0 && strncmp(started, "started ", 8) != 0)
 		r = -EPROTO;
 	if (r < 0) {
-		r = refuse(ch, r, err, errlen, "after go, no confirmation (%s): its VMs are its "
+		r = refuse(&ch, r, err, errlen, "after go, no confirmation (%s): its VMs are its "
 			   "own now (docs/upgrade.md: a crash of the new process)", lost(r));
 		log_error("%s", err);
-		close(ch->sock);
+		close(ch.sock);
 		goto out;
 	}
 	p = started + 8;
@@ -538,14 +539,14 @@ static int hand_over(struct child *ch, struct upgrade_vm *vms, unsigned n,
 			 vms[i].cfg->name, (int)res->new_pid, (double)vms[i].pause_ns / 1e6,
 			 vms[i].conns);
 	}
-	close(ch->sock); /* the new process is not waited for: it is the service now */
+	close(ch.sock); /* the new process is not waited for: it is the service now */
 	r = 0;
 	goto out;
 
 fail:
-	if (ch->sock >= 0)
-		(void)send_text(ch->sock, "abort", -1);
-	child_end(ch);
+	if (ch.sock >= 0)
+		(void)send_text(ch.sock, "abort", -1);
+	child_end(&ch);
 	for (unsigned i = 0; i < sent; i++)
 		(void)dev_vhu_resume(vms[i].vhu);
 	log_error("%s; every VM goes on here", err);
