@@ -569,9 +569,22 @@ void dev_vhu_given(struct dev_vhu *v)
 	vsock_dev_hand_over(v->d, true);
 }
 
+/* go: serving here; with a keeper (an upgraded --isolate worker), its first record of the VM
+ * replaces what the worker before it kept. */
+static int do_glue_go(struct vsock_dev *d, void *arg)
+{
+	struct dev_vhu *v = arg;
+	int r;
+
+	(void)d;
+	r = serve_again(v);
+	keep_update(v);
+	return r;
+}
+
 int dev_vhu_go(struct dev_vhu *v)
 {
-	return dev_call(v->d, do_glue_resume, v);
+	return dev_call(v->d, do_glue_go, v);
 }
 
 int dev_vhu_restore(struct vsock_dev *d, struct rec_reader *r, const char *path,
@@ -638,8 +651,13 @@ int dev_vhu_restore(struct vsock_dev *d, struct rec_reader *r, const char *path,
 	e = rec_enter(r, &gv[3].it, "device", &sub);
 	if (e == 0)
 		e = vsock_dev_restore_at(d, &sub);
+	/* With a keeper (an upgraded --isolate worker), as vmm_attach does for a new VMM. */
+	if (e == 0)
+		e = keep_init(v);
 	if (e < 0)
 		goto fail;
+	if (v->vhu)
+		vhu_backend_set_change_hook(v->vhu, keep_changed, v);
 	*ret = v;
 	return 0;
 
