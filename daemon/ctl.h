@@ -49,6 +49,7 @@ struct ops_ctl_upgrade_vm {
 	uint32_t cid;
 	uint64_t pause_us; /* from when it stopped serving here to when the new process served */
 	unsigned conns;    /* its connections */
+	int worker_pid;    /* --isolate: the worker that serves it now (0: not said) */
 };
 struct ops_ctl_upgrade {
 	int old_pid, new_pid;

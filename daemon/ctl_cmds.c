@@ -564,8 +564,8 @@ static void cmd_upgrade(struct ops_ctl *c, struct ops_jw *w, int argc, char **ar
 	int r;
 
 	if (!c->ops->upgrade) {
-		ctl_error_answer(w, ENOTSUP, "this server cannot be upgraded in place (uvsockd "
-				 "--isolate cannot: restart it; docs/upgrade.md)");
+		ctl_error_answer(w, ENOTSUP, "this server cannot be upgraded in place "
+				 "(docs/upgrade.md)");
 		return;
 	}
 	if (!(argc == 1 || (argc == 3 && strcmp(argv[1], "binary") == 0))) {
@@ -597,6 +597,8 @@ static void cmd_upgrade(struct ops_ctl *c, struct ops_jw *w, int argc, char **ar
 		ops_jw_u64(w, "cid", u.vms[i].cid);
 		ops_jw_milli(w, "pause_ms", u.vms[i].pause_us);
 		ops_jw_u64(w, "conns", u.vms[i].conns);
+		if (u.vms[i].worker_pid)
+			ops_jw_i64(w, "worker_pid", u.vms[i].worker_pid);
 		ops_jw_obj_end(w);
 	}
 	ops_jw_arr_end(w);

@@ -10,6 +10,10 @@
  *   main -> worker:           struct iso_req {op, seq, vm} (vm: index among the worker's VMs)
  *   worker -> main, STATS:    one struct iso_stats_msg with the same seq
  *   worker -> main, CONNS:    struct iso_conns_msg batches, the final one with last = 1
+ *   main -> worker, UPGRADE: struct iso_up_req with the hand-over socket (SCM_RIGHTS) to a new
+ *     worker the main started from the new binary (--iso-worker); the worker hands its VMs
+ *     over (upgrade.c) and answers one struct iso_up_ans; once its VMs went, it exits when the
+ *     main closes this socket (docs/upgrade.md, "Under --isolate")
  * The main drops answers whose seq is not the current request's (late answers of a request
  * that timed out).
  *
@@ -35,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -49,6 +54,7 @@
 #include "util/rec.h"
 #include "util/time.h"
 #include "util/uds.h"
+#include "upgrade.h"
 #include "vms.h"
 
 #define ISO_CONNS_BATCH 32
@@ -71,6 +77,7 @@ enum iso_op {
 	ISO_STATS,
 	ISO_CONNS,
 	ISO_KEEP_OFFERS,
+	ISO_UPGRADE,
 };
 
 /* A record and its fds take this long at most to arrive once their first message is there. */
@@ -113,6 +120,26 @@ struct iso_conns_msg {
 	struct ops_conn_info ci[ISO_CONNS_BATCH];
 };
 
+/*
+ * main -> old worker: hand your VMs to the new worker pid (running path) over the passed fd
+ * (docs/upgrade.md, "Under --isolate").
+ */
+struct iso_up_req {
+	struct iso_req q; /* op ISO_UPGRADE */
+	int32_t pid;
+	char path[PATH_MAX];
+};
+
+/* old worker -> main: how it went (vms[n] follow). exit_after >= 0: the VMs went. */
+struct iso_up_ans {
+	struct iso_ans_hdr h; /* op ISO_UPGRADE, err */
+	int32_t exit_after;
+	int32_t new_pid;
+	uint32_t n;
+	char why[640];
+	struct ops_ctl_upgrade_vm vms[];
+};
+
 union iso_ans {
 	struct iso_ans_hdr h;
 	struct iso_stats_msg stats;
@@ -148,6 +175,9 @@ struct worker {
 	 * worker (kept[k] for cfg->vms[idx[k]]), the latest record. */
 	int keep_fd;
 	struct kept *kept;
+	/* Under iso->keep_lock: the binary an upgrade put this worker on (malloc'd; NULL: this
+	 * process's own code, forked), which a restart after a crash runs again. */
+	char *exec_path;
 };
 
 struct iso {
@@ -163,6 +193,8 @@ struct iso {
 	bool keeper_started, keep_stop;
 	uint64_t keep_gen;
 	int keep_wake;
+	/* One upgrade at a time (the control thread's, or the main thread's on SIGUSR2). */
+	pthread_mutex_t up_lock;
 };
 
 /* ---- the worker process ------------------------------------------------------------------ */
@@ -234,22 +266,106 @@ static void answer_conns(struct responder *rs, const struct iso_req *q, bool hav
 	free(m);
 }
 
+/* One message of at most len bytes, with at most one passed fd (*fd, -1 if none). */
+static ssize_t recv_with_fd(int sock, void *buf, size_t len, int *fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			    .msg_controllen = sizeof(u.buf) };
+	ssize_t n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+
+	*fd = -1;
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+			int f;
+
+			memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (*fd < 0)
+				*fd = f;
+			else
+				close(f);
+		}
+	}
+	return n;
+}
+
+/*
+ * ISO_UPGRADE in the old worker: its VMs to the new worker over sock (vm_set_hand_over), the
+ * answer to the main. Once the VMs went, waits for the main to close the request socket (it
+ * has put the new worker in this one's place) and ends with _exit: nothing of what the new
+ * worker serves may be shut down or removed here.
+ */
+static void hand_over_and_exit(struct responder *rs, const struct iso_up_req *u, int sock)
+{
+	struct ops_ctl_upgrade res = { .exit_after = -1 };
+	struct iso_up_ans *a;
+	char path[PATH_MAX], err[640] = "";
+	size_t len;
+	int r;
+
+	memcpy(path, u->path, sizeof(path));
+	path[sizeof(path) - 1] = '\0';
+	r = vm_set_hand_over(rs->set, sock, (pid_t)u->pid, path, &res, err, sizeof(err));
+	len = sizeof(*a) + (size_t)res.n * sizeof(a->vms[0]);
+	a = calloc(1, len);
+	if (a) {
+		a->h = (struct iso_ans_hdr){ .op = ISO_UPGRADE, .seq = u->q.seq, .err = r };
+		a->exit_after = res.exit_after;
+		a->new_pid = res.new_pid;
+		a->n = res.n;
+		snprintf(a->why, sizeof(a->why), "%s", err);
+		for (unsigned i = 0; i < res.n; i++)
+			a->vms[i] = res.vms[i];
+		(void)send_msg(rs->fd, a, len);
+		free(a);
+	}
+	free(res.vms);
+	if (res.exit_after < 0)
+		return;
+	/* The main swaps the workers, then closes its end (a bounded wait: it may be gone). */
+	{
+		struct pollfd p = { .fd = rs->fd, .events = POLLIN };
+		char b[64];
+
+		while (poll(&p, 1, ISO_STOP_TIMEOUT_MS) == 1 && recv(rs->fd, b, sizeof(b), 0) > 0)
+			;
+	}
+	_exit(res.exit_after);
+}
+
 static void *responder_main(void *arg)
 {
 	struct responder *rs = arg;
 
 	pthread_setname_np(pthread_self(), "uvsockd-ctl");
 	for (;;) {
+		struct iso_up_req u;
 		struct iso_req q;
-		ssize_t n = recv(rs->fd, &q, sizeof(q), 0);
+		int passed = -1;
+		ssize_t n = recv_with_fd(rs->fd, &u, sizeof(u), &passed);
 		bool have_vm;
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			break; /* the main is gone, or we are stopping (shutdown) */
+		if (n == sizeof(u) && u.q.op == ISO_UPGRADE && passed >= 0) {
+			hand_over_and_exit(rs, &u, passed); /* returns if the VMs stay */
+			continue;
+		}
+		if (passed >= 0)
+			close(passed);
 		if (n != sizeof(q))
 			continue;
+		q = u.q;
 		have_vm = q.vm < vm_set_count(rs->set);
 		if (q.op == ISO_STATS) {
 			struct iso_stats_msg m = { .h = { .op = ISO_STATS, .seq = q.seq } };
@@ -601,6 +717,9 @@ static void iso_vm_conns(void *opaque, unsigned idx,
 	pthread_mutex_unlock(&w->lock);
 }
 
+static int iso_upgrade(void *opaque, const char *binary, struct ops_ctl_upgrade *ret,
+		       char *err, size_t errlen);
+
 /* No vm_tap: capture needs the VM's tap in this process (`capture start` answers ENOTSUP). */
 static const struct ops_ctl_ops iso_ctl_ops = {
 	.vm_count = iso_vm_count,
@@ -608,6 +727,7 @@ static const struct ops_ctl_ops iso_ctl_ops = {
 	.vm_uds_path = iso_vm_uds_path,
 	.vm_stats = iso_vm_stats,
 	.vm_conns = iso_vm_conns,
+	.upgrade = iso_upgrade,
 };
 
 /* ---- the main process: the keeper of crash survival ---------------------------------------- */
@@ -869,9 +989,14 @@ static unsigned reap(struct iso *iso, bool stopping)
 		char again[96] = "";
 		int st;
 
+		/* Under its lock: an upgrade may be putting a new worker in this one's place. */
+		pthread_mutex_lock(&w->lock);
 		if (!atomic_load_explicit(&w->alive, memory_order_relaxed) ||
-		    waitpid(w->pid, &st, WNOHANG) != w->pid)
+		    waitpid(w->pid, &st, WNOHANG) != w->pid) {
+			pthread_mutex_unlock(&w->lock);
 			continue;
+		}
+		pthread_mutex_unlock(&w->lock);
 		worker_gone(w);
 		/* Kept for the next worker only if there is one. */
 		if (stopping || (WIFEXITED(st) && WEXITSTATUS(st) == 0) || w->inherited) {
@@ -1008,12 +1133,76 @@ static int plan(struct iso *iso, const struct uvsockd_config *cfg)
  * stdio's (the log writes through stderr), which glibc's fork() leaves usable in the child of a
  * threaded process; the control thread takes no other lock the worker needs.
  */
-static int spawn(struct iso *iso, unsigned i, const sigset_t *sigs, bool restart)
+/* Async-signal-safe decimal (the child between fork and execve). */
+static char *put_uint(char *out, unsigned v)
 {
-	struct worker *w = &iso->w[i];
+	char t[12];
+	int n = 0;
+
+	do {
+		t[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		*out++ = t[--n];
+	*out = '\0';
+	return out;
+}
+
+/*
+ * The child of fork_worker when it runs another binary: only fds a, b and c (c may be -1)
+ * stay, then exec path as "--iso-worker spec" with uvsockd's own arguments. If execve fails,
+ * the hand-over socket c hears "exec-failed <errno>" (upgrade.h).
+ */
+static __attribute__((noreturn)) void exec_worker(const char *path, char **av, int a, int b,
+						  int c, pid_t parent)
+{
+	int keep[3] = { a, b, c }, n = c >= 0 ? 3 : 2, lo = 3;
+	char msg[40] = "exec-failed ";
+	sigset_t none;
+
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+		_exit(1);
+	for (int i = 0; i < n; i++) /* sort the few fds kept */
+		for (int j = i + 1; j < n; j++)
+			if (keep[j] < keep[i]) {
+				int t = keep[i];
+
+				keep[i] = keep[j];
+				keep[j] = t;
+			}
+	for (int i = 0; i < n; i++) {
+		if (keep[i] > lo && close_range((unsigned)lo, (unsigned)keep[i] - 1, 0) < 0)
+			_exit(1);
+		lo = keep[i] + 1;
+		(void)fcntl(keep[i], F_SETFD, 0);
+	}
+	(void)close_range((unsigned)lo, ~0u, 0);
+	/* The new program takes signals as uvsockd's main() sets them up. */
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execv(path, av);
+	if (c >= 0) {
+		put_uint(msg + strlen(msg), (unsigned)errno);
+		(void)!write(c, msg, strlen(msg));
+	}
+	_exit(127);
+}
+
+/*
+ * Forks a worker for group i: its socketpairs (the main's ends in *ret_fd and *ret_keep), then
+ * in the child either worker_main (path NULL: this process's code) or path executed in worker
+ * mode, given the hand-over socket hfd too (-1: none, a worker that makes its VMs).
+ */
+static int fork_worker(struct iso *iso, unsigned i, const sigset_t *sigs, bool restart,
+		       const char *path, int hfd, pid_t *ret_pid, int *ret_fd, int *ret_keep)
+{
 	struct timeval tv = { .tv_sec = ISO_SEND_TIMEOUT_MS / 1000 };
 	pid_t parent = getpid(), pid;
-	int sv[2], kv[2], e = 0, r;
+	char *const *argv;
+	int argc = vm_set_args(&argv);
+	char spec[64], **av = NULL;
+	int sv[2], kv[2], e = 0;
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		return -errno;
@@ -1023,26 +1212,67 @@ static int spawn(struct iso *iso, unsigned i, const sigset_t *sigs, bool restart
 		close(sv[1]);
 		return -e;
 	}
-	pthread_mutex_lock(&w->lock);
+	(void)setsockopt(sv[1], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	(void)setsockopt(kv[1], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (path) {
+		av = calloc((size_t)argc + 4, sizeof(*av));
+		if (!av || !argv) {
+			free(av);
+			close(sv[0]);
+			close(sv[1]);
+			close(kv[0]);
+			close(kv[1]);
+			return av ? -EINVAL : -ENOMEM;
+		}
+		snprintf(spec, sizeof(spec), "%u,%d,%d,%d", i, hfd, sv[1], kv[1]);
+		av[0] = (char *)path;
+		av[1] = "--iso-worker";
+		av[2] = spec;
+		for (int k = 1; k < argc; k++)
+			av[k + 2] = argv[k];
+	}
 	pid = fork();
 	if (pid == 0) {
+		if (path)
+			exec_worker(path, av, sv[1], kv[1], hfd, parent);
 		close(sv[0]);
 		close(kv[0]);
-		(void)setsockopt(sv[1], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		(void)setsockopt(kv[1], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 		worker_main(iso, i, sv[1], kv[1], sigs, parent, restart);
 	}
 	e = errno;
+	free(av);
 	close(sv[1]);
 	close(kv[1]);
 	if (pid < 0) {
 		close(sv[0]);
 		close(kv[0]);
-	} else {
-		(void)setsockopt(kv[0], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		return -e;
+	}
+	(void)setsockopt(kv[0], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	*ret_pid = pid;
+	*ret_fd = sv[0];
+	*ret_keep = kv[0];
+	return 0;
+}
+
+static int spawn(struct iso *iso, unsigned i, const sigset_t *sigs, bool restart)
+{
+	struct worker *w = &iso->w[i];
+	char *path = NULL;
+	pid_t pid = -1;
+	int sfd = -1, kfd = -1, e, r;
+
+	pthread_mutex_lock(&iso->keep_lock);
+	if (restart && w->exec_path)
+		path = strdup(w->exec_path);
+	pthread_mutex_unlock(&iso->keep_lock);
+	pthread_mutex_lock(&w->lock);
+	e = fork_worker(iso, i, sigs, restart, path, -1, &pid, &sfd, &kfd);
+	free(path);
+	if (e == 0) {
 		pthread_mutex_lock(&iso->keep_lock);
-		r = keep_hand_over(iso, w, kv[0]);
-		w->keep_fd = kv[0];
+		r = keep_hand_over(iso, w, kfd);
+		w->keep_fd = kfd;
 		iso->keep_gen++;
 		pthread_mutex_unlock(&iso->keep_lock);
 		keep_wake(iso);
@@ -1053,13 +1283,13 @@ static int spawn(struct iso *iso, unsigned i, const sigset_t *sigs, bool restart
 			log_error("worker pid %d (%s): cannot hand it the kept connections: %s",
 				  (int)pid, w->vms, strerror(-r));
 		w->pid = pid;
-		w->fd = sv[0];
+		w->fd = sfd;
 		w->started_ms = mono_ms();
 		w->restart_at_ms = 0;
 		atomic_store_explicit(&w->alive, true, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&w->lock);
-	return pid < 0 ? -e : 0;
+	return e;
 }
 
 /*
@@ -1105,6 +1335,228 @@ static bool restart_pending(const struct iso *iso)
 	return false;
 }
 
+/* ---- the main process: live upgrade, one worker at a time (docs/upgrade.md) --------------- */
+
+static int send_with_fd(int sock, const void *buf, size_t len, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			    .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *c;
+
+	memset(&u, 0, sizeof(u));
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(sock, &m, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -errno;
+}
+
+/* The old worker old, replaced, ends on its own (it waits for its request socket to close). */
+static void reap_replaced(pid_t old, const char *vms)
+{
+	uint64_t end = mono_ms() + ISO_STOP_TIMEOUT_MS;
+	int st = 0;
+
+	for (;;) {
+		pid_t r = waitpid(old, &st, WNOHANG);
+
+		if (r == old || (r < 0 && errno != EINTR))
+			break;
+		if (mono_ms() >= end) {
+			log_error("the replaced worker pid %d (%s) did not exit: killing it",
+				  (int)old, vms);
+			kill(old, SIGKILL);
+			(void)waitpid(old, &st, 0);
+			return;
+		}
+		(void)poll(NULL, 0, 5);
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		log_warn("the replaced worker pid %d (%s) ended with status %#x", (int)old, vms, st);
+}
+
+/*
+ * Upgrades worker wi to path: a new worker from path for the same group, handed the old one's
+ * VMs (upgrade_hand_over in the old worker), then put in the old one's place (pid, request
+ * socket, keeper link; the records kept stay until the new worker's replace them). Appends the
+ * group's VMs to ret->vms. Returns 0, or -errno with why in err: the old worker serves on then,
+ * unless its hand-over was committed without a confirmation (the new worker owns the VMs).
+ */
+static int upgrade_worker(struct iso *iso, unsigned wi, const char *path,
+			  struct ops_ctl_upgrade *ret, char *err, size_t errlen)
+{
+	struct worker *w = &iso->w[wi];
+	struct iso_keep_hdr none = { .op = ISO_KEEP_OFFERS };
+	struct iso_up_req u;
+	struct iso_up_ans *a = NULL;
+	size_t alen = sizeof(*a) + (size_t)w->n * sizeof(a->vms[0]);
+	uint64_t end;
+	pid_t pid = -1, old;
+	int hv[2] = { -1, -1 }, sfd = -1, kfd = -1, r;
+	ssize_t n;
+
+	pthread_mutex_lock(&w->lock);
+	old = w->pid;
+	if (!atomic_load_explicit(&w->alive, memory_order_relaxed) || w->fd < 0) {
+		pthread_mutex_unlock(&w->lock);
+		snprintf(err, errlen, "the worker of %s is not running (it waits for its restart)",
+			 w->vms);
+		return -ESRCH;
+	}
+	a = calloc(1, alen);
+	r = a ? 0 : -ENOMEM;
+	if (r == 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, hv) < 0)
+		r = -errno;
+	if (r == 0)
+		r = fork_worker(iso, wi, NULL, false, path, hv[1], &pid, &sfd, &kfd);
+	if (hv[1] >= 0)
+		close(hv[1]);
+	if (r < 0) {
+		if (hv[0] >= 0)
+			close(hv[0]);
+		pthread_mutex_unlock(&w->lock);
+		free(a);
+		snprintf(err, errlen, "cannot start a new worker for %s: %s", w->vms, strerror(-r));
+		return r;
+	}
+	log_info("upgrade: new worker pid %d (%s) for %s, worker pid %d hands its VMs over",
+		 (int)pid, path, w->vms, (int)old);
+	/* Its VMs come from the old worker, not from kept records. */
+	(void)!send(kfd, &none, sizeof(none), MSG_NOSIGNAL);
+	memset(&u, 0, sizeof(u));
+	u.q = (struct iso_req){ .op = ISO_UPGRADE, .seq = ++w->seq };
+	u.pid = (int32_t)pid;
+	snprintf(u.path, sizeof(u.path), "%s", path);
+	r = send_with_fd(w->fd, &u, sizeof(u), hv[0]);
+	close(hv[0]);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot ask worker pid %d (%s): %s", (int)old, w->vms,
+			 strerror(-r));
+		goto abort;
+	}
+	/* A hang guard over the hand-over's own deadlines (upgrade.h: per step). */
+	end = mono_ms() + (uint64_t)(w->n + 4) * UPGRADE_STEP_TIMEOUT_MS;
+	do {
+		n = recv_until(w->fd, a, alen, end);
+	} while (n >= (ssize_t)sizeof(a->h) && (a->h.seq != w->seq || a->h.op != ISO_UPGRADE));
+	if (n < (ssize_t)sizeof(*a) || a->n > w->n) {
+		r = n < 0 ? (int)n : -ECONNRESET;
+		snprintf(err, errlen, "worker pid %d (%s) %s during the hand-over", (int)old, w->vms,
+			 n == -ETIMEDOUT ? "did not answer" : "went away");
+		goto abort;
+	}
+	if (a->exit_after < 0) {
+		r = a->h.err < 0 ? a->h.err : -EPROTO;
+		snprintf(err, errlen, "%s", a->why[0] ? a->why : strerror(-r));
+		goto abort;
+	}
+	/* The VMs are the new worker's: it takes the old one's place. */
+	{
+		struct iso_ans_hdr up;
+
+		n = recv_until(sfd, &up, sizeof(up), mono_ms() + ISO_START_TIMEOUT_MS);
+		if (n != sizeof(up) || up.op != ISO_READY)
+			log_error("upgrade: the new worker pid %d (%s) did not report ready", (int)pid,
+				  w->vms);
+	}
+	pthread_mutex_lock(&iso->keep_lock);
+	if (w->keep_fd >= 0) {
+		keep_read(iso, w); /* the old worker's last records; the new one's replace them */
+		if (w->keep_fd >= 0)
+			close(w->keep_fd);
+	}
+	w->keep_fd = kfd;
+	iso->keep_gen++;
+	free(w->exec_path);
+	w->exec_path = strdup(path);
+	pthread_mutex_unlock(&iso->keep_lock);
+	keep_wake(iso);
+	close(w->fd); /* the old worker's cue to exit */
+	w->fd = sfd;
+	w->pid = pid;
+	w->started_ms = mono_ms();
+	w->backoff_ms = 0;
+	w->seq = 0;
+	w->quiet_until_ms = 0;
+	pthread_mutex_unlock(&w->lock);
+	reap_replaced(old, w->vms);
+	for (uint32_t k = 0; k < a->n; k++) {
+		ret->vms[ret->n] = a->vms[k];
+		ret->vms[ret->n++].worker_pid = (int)pid;
+		log_info("upgrade: vm%u now served by worker pid %d (was %d), paused %.3f ms, %u "
+			 "connections", a->vms[k].cid, (int)pid, (int)old,
+			 (double)a->vms[k].pause_us / 1e3, a->vms[k].conns);
+	}
+	r = 0;
+	if (a->exit_after != 0) {
+		r = a->h.err < 0 ? a->h.err : -EPROTO;
+		snprintf(err, errlen, "%s", a->why);
+	}
+	free(a);
+	return r;
+
+abort:
+	/* It serves nothing; the old worker resumed its VMs (upgrade.c). */
+	kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	close(sfd);
+	close(kfd);
+	pthread_mutex_unlock(&w->lock);
+	free(a);
+	return r;
+}
+
+/*
+ * upgrade with --isolate (docs/upgrade.md, "Under --isolate"): every worker in turn, stopping at
+ * the first that fails. The main process itself is not replaced: ret->new_pid is its pid.
+ */
+static int iso_upgrade(void *opaque, const char *binary, struct ops_ctl_upgrade *ret,
+		       char *err, size_t errlen)
+{
+	struct iso *iso = opaque;
+	char self[PATH_MAX], why[640];
+	unsigned done = 0;
+	int r = 0;
+
+	ret->exit_after = -1; /* the main process stays */
+	ret->old_pid = ret->new_pid = (int)getpid();
+	if (!binary) {
+		r = upgrade_self_path(self, sizeof(self));
+		if (r < 0) {
+			snprintf(err, errlen, "upgrade: cannot read /proc/self/exe: %s",
+				 strerror(-r));
+			return r;
+		}
+		binary = self;
+	}
+	ret->vms = calloc(iso->cfg->n_vms ? iso->cfg->n_vms : 1, sizeof(*ret->vms));
+	if (!ret->vms) {
+		snprintf(err, errlen, "upgrade: out of memory");
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&iso->up_lock);
+	for (done = 0; done < iso->nw; done++) {
+		why[0] = '\0';
+		r = upgrade_worker(iso, done, binary, ret, why, sizeof(why));
+		if (r < 0)
+			break;
+	}
+	pthread_mutex_unlock(&iso->up_lock);
+	if (r < 0) {
+		snprintf(err, errlen, "worker of %s (%u of %u upgraded before it; it and the rest "
+			 "serve on): %s", iso->w[done].vms, done, iso->nw, why);
+		log_error("%s", err);
+	}
+	return r;
+}
+
 static void iso_free(struct iso *iso)
 {
 	if (iso->keeper_started) {
@@ -1125,17 +1577,20 @@ static void iso_free(struct iso *iso)
 			kept_clear(&iso->w[i].kept[k]);
 		free(iso->w[i].kept);
 		free(iso->w[i].idx);
+		free(iso->w[i].exec_path);
 		pthread_mutex_destroy(&iso->w[i].lock);
 	}
 	free(iso->w);
 	free(iso->worker_of);
 	free(iso->local);
 	pthread_mutex_destroy(&iso->keep_lock);
+	pthread_mutex_destroy(&iso->up_lock);
 }
 
 int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 {
-	struct iso iso = { .keep_wake = -1, .keep_lock = PTHREAD_MUTEX_INITIALIZER };
+	struct iso iso = { .keep_wake = -1, .keep_lock = PTHREAD_MUTEX_INITIALIZER,
+			   .up_lock = PTHREAD_MUTEX_INITIALIZER };
 	struct ops_ctl *ctl = NULL;
 	sigset_t all = *sigs, chld;
 	int r, sig = 0, rc = 1;
@@ -1190,8 +1645,12 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 			goto stop;
 		}
 		if (sig == SIGUSR2) {
-			log_error("SIGUSR2: uvsockd --isolate cannot be upgraded in place yet "
-				  "(docs/upgrade.md): restart it");
+			struct ops_ctl_upgrade u = { .exit_after = -1 };
+			char err[768];
+
+			if (iso_upgrade(&iso, NULL, &u, err, sizeof(err)) == 0)
+				log_info("SIGUSR2: every worker upgraded");
+			free(u.vms);
 			continue;
 		}
 		forward(&iso, sig);
@@ -1212,4 +1671,28 @@ stop:
 out:
 	iso_free(&iso);
 	return rc;
+}
+
+int isolate_worker_exec(const struct uvsockd_config *cfg, const char *spec, const sigset_t *sigs)
+{
+	struct iso iso = { .keep_wake = -1, .keep_lock = PTHREAD_MUTEX_INITIALIZER,
+			   .up_lock = PTHREAD_MUTEX_INITIALIZER };
+	unsigned wi;
+	int hfd, rfd, kfd;
+
+	if (sscanf(spec, "%u,%d,%d,%d", &wi, &hfd, &rfd, &kfd) != 4 || rfd < 3 || kfd < 3) {
+		log_error("--iso-worker %s: not what the main process gives", spec);
+		return 1;
+	}
+	if (plan(&iso, cfg) < 0 || wi >= iso.nw) {
+		log_error("--iso-worker %s: no such worker in this configuration", spec);
+		return 1;
+	}
+	(void)fcntl(rfd, F_SETFD, FD_CLOEXEC);
+	(void)fcntl(kfd, F_SETFD, FD_CLOEXEC);
+	if (hfd >= 0) {
+		(void)fcntl(hfd, F_SETFD, FD_CLOEXEC);
+		vm_set_takeover_fd(hfd);
+	}
+	worker_main(&iso, wi, rfd, kfd, sigs, getppid(), false);
 }

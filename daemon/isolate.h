@@ -16,7 +16,9 @@
  * SIGTERM/SIGINT once the workers are reaped. Each worker has PR_SET_PDEATHSIG SIGTERM, so none
  * outlives the main. Crash survival (docs/upgrade.md): the main keeps each VM's vhost-user
  * connection and configuration, sent by the worker whenever they change, and hands them to the
- * worker it forks again, which adopts the VMMs (src/device/vhu_keep.h).
+ * worker it forks again, which adopts the VMMs (src/device/vhu_keep.h). Live upgrade
+ * (docs/upgrade.md, "Under --isolate"): one worker at a time, the main starts the new binary as
+ * that group's worker and the old worker hands its VMs to it; the main process itself stays.
  *
  * The control socket answers for every VM through a SOCK_SEQPACKET socketpair per worker: the
  * main sends "stats of VM i" / "conns of VM i", a responder thread in the worker answers with
@@ -52,5 +54,14 @@
  * when a worker failed while stopping.
  */
 int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs);
+
+/*
+ * uvsockd --iso-worker W,H,R,K ARGS: a worker process that the main process started from a
+ * (new) binary, for worker W of the configuration ARGS, with its request socket R and keeper
+ * socket K; H, if not -1, is the hand-over socket from the worker it replaces (an upgrade: its
+ * VMs come from there, upgrade.c), else it makes its VMs as a restarted worker does. Never
+ * returns but on a bad spec (1). Context: main thread, *sigs blocked.
+ */
+int isolate_worker_exec(const struct uvsockd_config *cfg, const char *spec, const sigset_t *sigs);
 
 #endif

@@ -97,6 +97,7 @@ int main(int argc, char **argv)
 	char err[512];
 	sigset_t sigs;
 	int r, rc = 1, takeover = -1;
+	const char *iso_worker = NULL;
 
 	/* --takeover FD, first when present: an upgrade's new process (docs/upgrade.md), given
 	 * the old process's command line after it. The rest is parsed as that one was, and is
@@ -110,6 +111,14 @@ int main(int argc, char **argv)
 			return UVSOCKD_EXIT_USAGE;
 		}
 		takeover = (int)fd;
+		argv[2] = argv[0];
+		argv += 2;
+		argc -= 2;
+	}
+	/* --iso-worker SPEC, first when present: a worker of --isolate that its main process
+	 * started from this binary (an upgrade, or a restart after one: isolate.h). */
+	if (argc >= 3 && strcmp(argv[1], "--iso-worker") == 0) {
+		iso_worker = argv[2];
 		argv[2] = argv[0];
 		argv += 2;
 		argc -= 2;
@@ -145,7 +154,7 @@ int main(int argc, char **argv)
 		rc = 0;
 		goto out;
 	}
-	{
+	if (!iso_worker) { /* a worker the main started says who it is in its own lines */
 		char ctl[UVSOCKD_SUN_PATH_MAX + 8], tune[512];
 
 		tune_describe(tune, sizeof(tune));
@@ -155,7 +164,14 @@ int main(int argc, char **argv)
 	}
 	/* Before any VM exists; workers of --isolate inherit the caps (each has its own total). */
 	guest_mem_set_limits(cfg.guest_memory_max, cfg.guest_memory_total_max);
-	if (takeover >= 0) {
+	if (iso_worker) {
+		/* The main process checked and bound what it had to; the VMs are this one's. */
+		r = 0;
+		if (!cfg.isolate) {
+			snprintf(err, sizeof(err), "--iso-worker: the command line has no --isolate");
+			r = -EINVAL;
+		}
+	} else if (takeover >= 0) {
 		/* Every socket is the old process's until go, and comes with the VMs. */
 		(void)fcntl(takeover, F_SETFD, FD_CLOEXEC);
 		vm_set_takeover_fd(takeover);
@@ -184,7 +200,9 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	vm_set_reload_args(argc, argv); /* for SIGHUP */
-	if (cfg.isolate) {
+	if (iso_worker) {
+		rc = isolate_worker_exec(&cfg, iso_worker, &sigs);
+	} else if (cfg.isolate) {
 		daemon_fdstore_stop(); /* --isolate keeps its own: stored fds, if any, closed now */
 		rc = isolate_run(&cfg, &sigs);
 	} else {

@@ -1120,6 +1120,8 @@ void uvsockd_print_usage(FILE *f, const char *prog)
 		"                          and exit, ignoring every other option\n"
 		"  --takeover FD           internal, first on the command line: the new process\n"
 		"                          of a live upgrade (uvsock-ctl upgrade, SIGUSR2)\n"
+		"  --iso-worker SPEC       internal, first on the command line: a worker of\n"
+		"                          --isolate started by its main process (upgrade)\n"
 		"  -h, --help              print this help\n"
 		"  -V, --version           print the version\n"
 		"\n"

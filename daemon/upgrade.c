@@ -243,10 +243,11 @@ struct child {
 	const char *path;
 	pid_t pid;
 	int sock;
+	bool theirs; /* started by someone else (an --isolate main): not ours to kill or reap */
 };
 
 /* This binary's path on disk now (an upgrade replaced the file: "PATH (deleted)" is PATH). */
-static int self_path(char *buf, size_t len)
+int upgrade_self_path(char *buf, size_t len)
 {
 	ssize_t n = readlink("/proc/self/exe", buf, len - 1);
 	static const char del[] = " (deleted)";
@@ -335,7 +336,7 @@ static void child_end(struct child *ch)
 	if (ch->sock >= 0)
 		close(ch->sock);
 	ch->sock = -1;
-	if (ch->pid > 0) {
+	if (ch->pid > 0 && !ch->theirs) {
 		/* It had its chance to answer; whatever it does now, it does not serve. */
 		kill(ch->pid, SIGKILL);
 		while (waitpid(ch->pid, &st, 0) < 0 && errno == EINTR)
@@ -408,22 +409,21 @@ static int send_vm(struct child *ch, struct upgrade_vm *v, uint64_t *stop_ns, ch
 	return 0;
 }
 
+static int hand_over(struct child *ch, struct upgrade_vm *vms, unsigned n,
+		     const struct uds_listener *ctl, uint64_t *stop, struct upgrade_result *res,
+		     char *err, size_t errlen);
+
 int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_vm *vms,
 		unsigned n, const struct uds_listener *ctl, struct upgrade_result *res, char *err,
 		size_t errlen)
 {
-	char self[PATH_MAX], msg[MSG_MAX];
+	char self[PATH_MAX];
 	struct child ch = { .pid = -1, .sock = -1 };
 	uint64_t *stop = NULL;
-	size_t started_len = 64 + (size_t)n * 24;
-	char *started = NULL;
-	unsigned vmin = 0, vmax = 0, sent = 0;
-	long hello_pid = 0;
-	char *p;
 	int r;
 
 	if (!binary) {
-		r = self_path(self, sizeof(self));
+		r = upgrade_self_path(self, sizeof(self));
 		if (r < 0) {
 			snprintf(err, errlen, "upgrade: cannot read /proc/self/exe: %s",
 				 strerror(-r));
@@ -439,8 +439,30 @@ int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_
 	}
 	log_info("upgrade: starting %s for %u VM%s", binary, n, n == 1 ? "" : "s");
 	r = spawn(&ch, argc, argv, err, errlen);
-	if (r < 0)
-		goto out;
+	if (r == 0)
+		r = hand_over(&ch, vms, n, ctl, stop, res, err, errlen);
+	free(stop);
+	return r;
+}
+
+/*
+ * The hand-over to the new process ch, started already: its hello, every VM's record, go.
+ * stop: n entries. Returns as upgrade_run.
+ */
+static int hand_over(struct child *chp, struct upgrade_vm *vms, unsigned n,
+		     const struct uds_listener *ctl, uint64_t *stop, struct upgrade_result *res,
+		     char *err, size_t errlen)
+{
+	struct child ch = *chp;
+	char msg[MSG_MAX];
+	size_t started_len = 64 + (size_t)n * 24;
+	char *started = NULL;
+	unsigned vmin = 0, vmax = 0, sent = 0;
+	long hello_pid = 0;
+	const char *binary = ch.path;
+	char *p;
+	int r;
+
 	r = recv_text(ch.sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
 	if (r == 0 && strncmp(msg, "exec-failed ", 12) == 0) {
 		r = refuse(&ch, -ENOEXEC, err, errlen, "cannot execute it: %s",
@@ -530,6 +552,24 @@ fail:
 	log_error("%s; every VM goes on here", err);
 out:
 	free(started);
+	return r;
+}
+
+int upgrade_hand_over(int sock, pid_t pid, const char *path, struct upgrade_vm *vms,
+		      unsigned n, struct upgrade_result *res, char *err, size_t errlen)
+{
+	struct child ch = { .path = path, .pid = pid, .sock = sock, .theirs = true };
+	uint64_t *stop = calloc(n ? n : 1, sizeof(*stop));
+	int r;
+
+	if (!stop) {
+		close(sock);
+		snprintf(err, errlen, "upgrade: out of memory");
+		return -ENOMEM;
+	}
+	log_info("upgrade: handing %u VM%s to %s (pid %d)", n, n == 1 ? "" : "s", path,
+		 (int)pid);
+	r = hand_over(&ch, vms, n, NULL, stop, res, err, errlen);
 	free(stop);
 	return r;
 }

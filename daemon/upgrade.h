@@ -78,6 +78,18 @@ int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_
 		unsigned n, const struct uds_listener *ctl, struct upgrade_result *res, char *err,
 		size_t errlen);
 
+/*
+ * The same hand-over to a new process that someone else started (the main process of
+ * --isolate starts a new worker and gives its old worker the socket: docs/upgrade.md, "Under
+ * --isolate"): sock is this side's end (closed here), pid and path only name it in messages;
+ * it is never killed or reaped here. No control socket travels. Returns as upgrade_run.
+ */
+int upgrade_hand_over(int sock, pid_t pid, const char *path, struct upgrade_vm *vms,
+		      unsigned n, struct upgrade_result *res, char *err, size_t errlen);
+
+/* This binary's path on disk now (a replaced file's " (deleted)" dropped). Returns 0 or -errno. */
+int upgrade_self_path(char *buf, size_t len);
+
 /* ---- the new process ---------------------------------------------------------------------- */
 
 /*

@@ -91,6 +91,12 @@ void vm_set_reload_args(int argc, char *const *argv)
 	reload_argv = argv;
 }
 
+int vm_set_args(char *const **argv)
+{
+	*argv = reload_argv;
+	return reload_argc;
+}
+
 unsigned vm_set_count(const struct vm_set *s)
 {
 	return s->n;
@@ -735,6 +741,49 @@ static int ctl_upgrade(void *opaque, const char *binary, struct ops_ctl_upgrade 
 	return vm_set_upgrade(opaque, binary, ret, err, errlen);
 }
 
+/*
+ * An --isolate worker's VMs to the new worker pid (binary path) that the main process started,
+ * over sock (docs/upgrade.md, "Under --isolate"). Context: the worker's responder thread.
+ * Returns as vm_set_upgrade; ret->exit_after is 0 or 1 once the VMs are gone.
+ */
+int vm_set_hand_over(struct vm_set *s, int sock, pid_t pid, const char *path,
+		     struct ops_ctl_upgrade *ret, char *err, size_t errlen)
+{
+	struct upgrade_result res = { 0 };
+	struct upgrade_vm *uv;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	ret->exit_after = -1;
+	uv = calloc(s->n ? s->n : 1, sizeof(*uv));
+	ret->vms = calloc(s->n ? s->n : 1, sizeof(*ret->vms));
+	if (!uv || !ret->vms) {
+		free(uv);
+		close(sock);
+		pthread_mutex_unlock(&s->lock);
+		snprintf(err, errlen, "upgrade: out of memory");
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < s->n; i++)
+		uv[i] = (struct upgrade_vm){ .cfg = &s->vms[i]->cfg, .max_conns = s->vms[i]->max_conns,
+					     .core = s->vms[i]->core, .vhu = s->vms[i]->vhu };
+	r = upgrade_hand_over(sock, pid, path, uv, s->n, &res, err, errlen);
+	if (res.committed)
+		ret->exit_after = r == 0 ? 0 : 1;
+	ret->old_pid = (int)res.old_pid;
+	ret->new_pid = (int)res.new_pid;
+	ret->n = s->n;
+	for (unsigned i = 0; i < s->n; i++)
+		ret->vms[i] = (struct ops_ctl_upgrade_vm){ .cid = s->vms[i]->cfg.guest_cid,
+							   .pause_us = uv[i].pause_ns / 1000,
+							   .conns = uv[i].conns };
+	free(uv);
+	/* Committed: the set stays locked, nothing here touches the VMs again. */
+	if (ret->exit_after < 0)
+		pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
 /* SIGUSR2: the same with this binary's path; the log says how it went. */
 static void vm_set_upgrade_signal(struct vm_set *s)
 {
@@ -834,7 +883,8 @@ static int vm_set_take_over(struct vm_set *s, const struct uvsockd_config *cfg)
 	if (r < 0)
 		_exit(1); /* nothing here may shut down or remove what the old process serves */
 	log_info("takeover: %u VM%s taken over", s->n, s->n == 1 ? "" : "s");
-	daemon_sd_mainpid();
+	if (s->runtime) /* an --isolate worker is not the service's main process */
+		daemon_sd_mainpid();
 	return 0;
 }
 
@@ -958,7 +1008,7 @@ int vm_set_run(const struct uvsockd_config *cfg, const unsigned *idx, unsigned n
 		hooks = &none;
 	pthread_mutex_init(&s.lock, NULL);
 	(void)uvsockd_control_path(cfg, s.control, sizeof(s.control));
-	if (takeover_fd >= 0 && !idx) {
+	if (takeover_fd >= 0) {
 		if (vm_set_take_over(&s, cfg) < 0)
 			goto out;
 	} else if (vm_set_create(&s, cfg, idx, idx ? n : cfg->n_vms) < 0) {
@@ -967,7 +1017,7 @@ int vm_set_run(const struct uvsockd_config *cfg, const unsigned *idx, unsigned n
 	hooked = true;
 	if (hooks->ready && hooks->ready(&s, hooks->arg) < 0)
 		goto out;
-	if (takeover_fd >= 0 && !idx ? vm_set_take_over_start(&s) < 0 : vm_set_start(&s) < 0)
+	if (takeover_fd >= 0 ? vm_set_take_over_start(&s) < 0 : vm_set_start(&s) < 0)
 		goto out;
 	for (;;) {
 		r = sigwait(sigs, &sig);

@@ -59,6 +59,8 @@ extern const struct ops_ctl_ops vm_set_ctl_ops;
  * for the process's life. Context: main thread, before vm_set_run.
  */
 void vm_set_reload_args(int argc, char *const *argv);
+/* That command line (argc; 0 and *argv NULL if none was given). */
+int vm_set_args(char *const **argv);
 
 /*
  * --takeover FD (docs/upgrade.md): vm_set_run takes its VMs from the old process on FD
@@ -66,6 +68,17 @@ void vm_set_reload_args(int argc, char *const *argv);
  * thread, before vm_set_run.
  */
 void vm_set_takeover_fd(int fd);
+
+struct ops_ctl_upgrade;
+/*
+ * An --isolate worker's VMs handed to the new worker pid (running path) that the main process
+ * started, over sock (closed here): upgrade_hand_over (upgrade.h). Takes the set's lock; when
+ * the VMs went (ret->exit_after >= 0) it stays held and the caller ends the process with
+ * _exit(ret->exit_after) without touching them. ret->vms is malloc'd. Returns 0 or -errno with
+ * err.
+ */
+int vm_set_hand_over(struct vm_set *s, int sock, pid_t pid, const char *path,
+		     struct ops_ctl_upgrade *ret, char *err, size_t errlen);
 /* Number of VMs of the set; the config of its VM i (its name filled in). */
 unsigned vm_set_count(const struct vm_set *s);
 const struct uvsockd_vm_config *vm_set_vm(const struct vm_set *s, unsigned i);

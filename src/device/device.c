@@ -761,6 +761,25 @@ static void kick_cb(struct loop *l, int fd, uint32_t events, void *opaque)
 
 /* ---- rings: the entry points of the device API (embed.c) ------------------------------------ */
 
+/*
+ * TX starts on a held session (dev_session_hold): at the index of a new driver (the guest reset
+ * the device while it was stopped) the connections end as at any reset; at any other index the
+ * guest resumes where it stopped (a failed migration, a pause) and so do they.
+ */
+static void hold_release(struct vsock_dev *d, uint16_t tx_base)
+{
+	uint16_t fresh = d->features & (1ull << VRING_FEAT_RING_PACKED) ? 0x8000u : 0;
+
+	d->held = false;
+	if (!d->frozen)
+		return; /* stopped and started within one message (a memory table): nothing held */
+	/* A surviving guest whose TX index wrapped to exactly this value is taken for a new
+	 * driver (evq.h has the same limit). */
+	if (tx_base == fresh)
+		engine_destroy(d);
+	(void)vsock_dev_thaw(d);
+}
+
 int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_config *cfg,
 		    int kick_fd, int call_fd)
 {
@@ -788,6 +807,8 @@ int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_c
 	d->features = cfg->features;
 	dev_dgram_features(d);
 	atomic_store_explicit(&d->broken, false, memory_order_relaxed);
+	if (qidx == 1 && d->held)
+		hold_release(d, cfg->last_avail_idx);
 	if (qidx == 1 && !d->eng) {
 		r = engine_create(d, cfg->num);
 		if (r < 0) {
@@ -936,13 +957,127 @@ void dev_signal_calls(struct vsock_dev *d)
 
 void dev_message_done(struct vsock_dev *d)
 {
+	/* A session held for a state save (dev_session_hold) keeps its connections, frozen. */
+	if (d->held && d->eng && !d->txq.running && !d->frozen) {
+		log_info("%s: rings stopped: the connections are held for a state save", d->name);
+		vsock_dev_freeze(d);
+	}
 	/* Rings stopped and not restarted within the message: the guest reset the device. */
-	if (d->eng && !d->txq.running) {
+	if (d->eng && !d->txq.running && !d->held) {
 		log_info("%s: rings stopped: resetting every connection", d->name);
 		/* Only the connections: the RX ring is the back-end's to stop (vq_stop). */
 		engine_destroy(d);
 	}
 	dev_settle(d);
+}
+
+/* ---- services for the state transfer (vhu.h, vhu_state.c) --------------------------------- */
+
+int dev_save_guest_conns(struct vsock_dev *d, struct rec_writer *w)
+{
+	int r;
+
+	if (!d->eng)
+		return 0;
+	r = vsock_engine_save_conns(d->eng, w);
+	return r < 0 ? r : 1;
+}
+
+void dev_end_moved_conns(struct vsock_dev *d, const struct vsock_conn_addr *c, size_t n)
+{
+	size_t i = 0;
+
+	if (!d->eng)
+		return;
+	for (; i < n; i++)
+		if (vsock_engine_reset_conn(d->eng, (enum vsock_type)c[i].type, c[i].local_port,
+					    c[i].peer_cid, c[i].peer_port) < 0)
+			break;
+	if (i < n)
+		log_vm_dev(LOG_LVL_WARN, d->cid, "%s: %zu of %zu moved connections get no RST (the "
+			   "reply ring is full); the transport reset or their next packet ends them",
+			   d->name, n - i, n);
+	/* Where the event queue is ours, the guest ends them all at once (evq.h). The RSTs go out
+	 * when the message that started TX is done (dev_message_done). */
+	dev_evq_reset_needed(d);
+	d->rx_more = true;
+}
+
+void dev_session_hold(struct vsock_dev *d, bool on)
+{
+	if (on) {
+		d->held = true;
+		return;
+	}
+	/* Let go (the VMM left): unfrozen, so that the reset that follows finds a live device. */
+	d->held = false;
+	if (d->frozen)
+		(void)vsock_dev_thaw(d);
+}
+
+bool dev_session_held(const struct vsock_dev *d)
+{
+	return d->held && d->frozen && d->eng;
+}
+
+void dev_session_handed_over(struct vsock_dev *d)
+{
+	/* The host sockets are the other device's now: closed here, never read or written (the
+	 * engine is freed without a packet: the rings are stopped). The guest is told at the next
+	 * TX start, as after any reset, if the front-end comes back to this device. */
+	d->held = false;
+	engine_destroy(d);
+	(void)vsock_dev_thaw(d);
+}
+
+int dev_save_moved(struct vsock_dev *d, struct rec_writer *w)
+{
+	uint64_t acked = d->features;
+	int r;
+
+	/* The vhost-user glue's rings run with the transport bits as acked (dev_borrow_mem); the
+	 * record holds the device's own, which is what its reader accepts. */
+	d->features &= uvsock_dev_features();
+	r = vsock_dev_save(d, w);
+	d->features = acked;
+	return r;
+}
+
+int dev_restore_moved(struct vsock_dev *d, struct rec_doc *doc)
+{
+	struct uds_listener own_l = d->host.uds_l, own_seq = d->host.uds_seq_l, own_dg = d->dgram.l;
+	int r;
+
+	if (d->eng || d->host.conns || d->txq.running || d->rxq.running)
+		return rec_fail(doc, -EBUSY, "the device already has a session");
+	vsock_dev_freeze(d);
+	/* The record's listeners and datagram socket are the saving device's (its socket files);
+	 * this device keeps its own: set aside while the record is read, the record's duplicates
+	 * closed after. */
+	d->host.uds_l.fd = d->host.uds_seq_l.fd = d->dgram.l.fd = -1;
+	r = vsock_dev_restore(d, doc);
+	if (r == 0)
+		r = rec_check_fds_claimed(doc);
+	if (r < 0 && d->eng) {
+		/* Refused after the restore took it (an fd nobody claims): drop it unsent. */
+		engine_destroy(d);
+	}
+	if (d->host.uds_l.fd >= 0)
+		close(d->host.uds_l.fd);
+	if (d->host.uds_seq_l.fd >= 0)
+		close(d->host.uds_seq_l.fd);
+	if (d->dgram.l.fd >= 0)
+		close(d->dgram.l.fd);
+	d->host.uds_l = own_l;
+	d->host.uds_seq_l = own_seq;
+	d->dgram.l = own_dg;
+	if (r < 0) {
+		(void)vsock_dev_thaw(d);
+		return r;
+	}
+	/* Frozen until TX starts at the saved index (hold_release thaws it). */
+	d->held = true;
+	return 0;
 }
 
 /* ---- calls from other threads (device API) ------------------------------------------------ */

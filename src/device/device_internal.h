@@ -210,6 +210,10 @@ struct vsock_dev {
 	void (*conns_hook)(void *arg); /* the set of connections changed since conns_seen */
 	void *conns_hook_arg;
 	uint64_t conns_seen;
+	/* The session is held across a TX stop (dev_session_hold, vhu_state.c): the device is frozen
+	 * with its connections instead of dropping them, until TX starts again, the state goes to
+	 * another device, or the VMM leaves. */
+	bool held;
 };
 
 

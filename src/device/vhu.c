@@ -13,8 +13,8 @@
  * of the device's thread and restores it in the new process (docs/upgrade.md, "A VM of
  * uvsockd"). Crash survival (vhu_keep.h, its section at the end): with a keeper, each VM's
  * configuration and connections are handed to it as they change, and a record kept by a
- * process that died is adopted in place of waiting for a VMM. Everything runs on the device's
- * thread.
+ * process that died is adopted in place of waiting for a VMM. The state transfer of
+ * VHOST_USER_PROTOCOL_F_DEVICE_STATE is vhu_state.c's. Everything runs on the device's thread.
  */
 #include "device/vhu.h"
 
@@ -30,6 +30,7 @@
 #include "device/device_internal.h"
 #include "device/evq.h"
 #include "device/vhu_keep.h"
+#include "device/vhu_state.h"
 #include "device/vsock_dev.h"
 #include "ops/vmlog.h"
 #include "util/log.h"
@@ -62,6 +63,8 @@ struct dev_vhu {
 	bool kept;
 	uint64_t conns_kept_ns;
 	struct loop_timer *keep_timer;
+	/* VHOST_USER_PROTOCOL_F_DEVICE_STATE: the state transfer (vhu_state.h). */
+	struct vhu_state *st;
 };
 
 static void keep_update(struct dev_vhu *v);
@@ -91,6 +94,7 @@ static int vq_start(void *opaque, unsigned qidx, const struct vhu_vring_info *in
 		.call_fd = info->call_fd,
 		.flags = UVSOCK_DEV_QUEUE_HOST_ADDRS,
 	};
+	int r;
 
 	if (info->kick_fd < 0) {
 		log_error("%s: ring %u without a kick eventfd (polling mode) is not supported",
@@ -99,13 +103,24 @@ static int vq_start(void *opaque, unsigned qidx, const struct vhu_vring_info *in
 	}
 	/* The back-end's map (borrowed until mem_table_changing); features as acked. */
 	dev_borrow_mem(v->d, info->mem, info->features);
-	return uvsock_dev_queue_start(api(v), qidx, &q);
+	r = uvsock_dev_queue_start(api(v), qidx, &q);
+	if (r == 0 && qidx == 1)
+		vhu_state_tx_started(v->st);
+	if (r == 0 && qidx == 2)
+		vhu_state_evq_started(v->st);
+	return r;
 }
 
 static uint16_t vq_stop(void *opaque, unsigned qidx)
 {
+	struct dev_vhu *v = opaque;
 	uint16_t idx = 0;
 
+	/* The connections end with this message (dev_message_done): a state saved after it must
+	 * still name them. Only when the front-end may ask for the state. */
+	if (qidx == 1 && v->vhu &&
+	    (vhu_backend_protocol_features(v->vhu) & VHU_BIT(VHU_PROTO_F_DEVICE_STATE)))
+		vhu_state_tx_stopping(v->st, vhu_backend_features(v->vhu));
 	(void)uvsock_dev_queue_stop(api(opaque), qidx, &idx);
 	return idx;
 }
@@ -129,12 +144,36 @@ static void vq_mem_changing(void *opaque)
 	dev_drop_mem(v->d);
 }
 
+/* ---- the device state (VHOST_USER_PROTOCOL_F_DEVICE_STATE, vhu_state.c) ----------------------- */
+
+static int vq_state_save(void *opaque, int fd)
+{
+	struct dev_vhu *v = opaque;
+
+	return vhu_state_save(v->st, fd, vhu_backend_features(v->vhu));
+}
+
+static int vq_state_load(void *opaque, int fd)
+{
+	return vhu_state_load(((struct dev_vhu *)opaque)->st, fd);
+}
+
+static int vq_state_check(void *opaque)
+{
+	struct dev_vhu *v = opaque;
+
+	return vhu_state_check(v->st, vhu_backend_features(v->vhu));
+}
+
 static const struct vhu_backend_ops vhu_ops = {
 	.queue_start = vq_start,
 	.queue_stop = vq_stop,
 	.call_fd_changed = vq_call_changed,
 	.features_set = vq_features_set,
 	.mem_table_changing = vq_mem_changing,
+	.state_save = vq_state_save,
+	.state_load = vq_state_load,
+	.state_check = vq_state_check,
 };
 
 /* ---- the VMM connection ---------------------------------------------------------------------- */
@@ -160,6 +199,7 @@ static void vmm_disconnect(struct dev_vhu *v, int why)
 	vhu_backend_free(v->vhu); /* stops both rings through vq_stop */
 	v->vhu = NULL;
 	keep_update(v); /* the keeper's copy of the connection must close too */
+	vhu_state_reset(v->st);
 	(void)uvsock_dev_reset(api(v));
 	/* Serve the socket again: the next VMM (a restarted VM) is accepted by vhu_listen_cb. */
 	if (v->listen_w)
@@ -313,6 +353,11 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 	v->queue_size_max = queue_size_max ? queue_size_max : 1024;
 	strcpy(v->path, path);
 	v->listener.fd = -1;
+	v->st = vhu_state_new(d);
+	if (!v->st) {
+		free(v);
+		return -ENOMEM;
+	}
 	r = keep_init(v);
 	if (r == 0)
 		r = take_inherited(v);
@@ -332,6 +377,7 @@ int dev_vhu_new(struct vsock_dev *d, const char *path, uint32_t queue_size_max,
 			log_error("%s: cannot listen on %s: %s", vsock_dev_name(d), v->path,
 				  strerror(-r));
 		keep_fini(v);
+		vhu_state_free(v->st);
 		free(v);
 		return r;
 	}
@@ -364,6 +410,7 @@ void dev_vhu_free(struct dev_vhu *v)
 			(void)uds_unlink_owned(v->path, &v->listener); /* before the close: uds.h */
 		close(v->listener.fd);
 	}
+	vhu_state_free(v->st);
 	free(v);
 }
 
@@ -522,9 +569,22 @@ void dev_vhu_given(struct dev_vhu *v)
 	vsock_dev_hand_over(v->d, true);
 }
 
+/* go: serving here; with a keeper (an upgraded --isolate worker), its first record of the VM
+ * replaces what the worker before it kept. */
+static int do_glue_go(struct vsock_dev *d, void *arg)
+{
+	struct dev_vhu *v = arg;
+	int r;
+
+	(void)d;
+	r = serve_again(v);
+	keep_update(v);
+	return r;
+}
+
 int dev_vhu_go(struct dev_vhu *v)
 {
-	return dev_call(v->d, do_glue_resume, v);
+	return dev_call(v->d, do_glue_go, v);
 }
 
 int dev_vhu_restore(struct vsock_dev *d, struct rec_reader *r, const char *path,
@@ -552,6 +612,11 @@ int dev_vhu_restore(struct vsock_dev *d, struct rec_reader *r, const char *path,
 	if (!v)
 		return -ENOMEM;
 	v->d = d;
+	v->st = vhu_state_new(d); /* no state transfer runs across an upgrade: a new one */
+	if (!v->st) {
+		free(v);
+		return -ENOMEM;
+	}
 	v->queue_size_max = queue_size_max ? queue_size_max : 1024;
 	strcpy(v->path, path);
 	v->listener.fd = -1;
@@ -586,8 +651,13 @@ int dev_vhu_restore(struct vsock_dev *d, struct rec_reader *r, const char *path,
 	e = rec_enter(r, &gv[3].it, "device", &sub);
 	if (e == 0)
 		e = vsock_dev_restore_at(d, &sub);
+	/* With a keeper (an upgraded --isolate worker), as vmm_attach does for a new VMM. */
+	if (e == 0)
+		e = keep_init(v);
 	if (e < 0)
 		goto fail;
+	if (v->vhu)
+		vhu_backend_set_change_hook(v->vhu, keep_changed, v);
 	*ret = v;
 	return 0;
 

@@ -128,5 +128,44 @@ struct vsock_conn_addr;
 void dev_set_conns_hook(struct vsock_dev *d, void (*fn)(void *arg), void *arg);
 int dev_save_conns(struct vsock_dev *d, struct rec_writer *w);
 size_t dev_reset_conns(struct vsock_dev *d, const struct vsock_conn_addr *a, size_t n);
+/* ---- services of the core for the state transfer (vhu_state.c) ----------------------------- */
+
+struct rec_writer;
+struct vsock_conn_addr;
+
+/*
+ * The addresses of the guest's open connections (vsock_engine_save_conns items) into the list w
+ * is in. Returns 1 when a session runs (the engine exists), 0 when none does (nothing written),
+ * or the writer's -errno.
+ */
+int dev_save_guest_conns(struct vsock_dev *d, struct rec_writer *w);
+/*
+ * A state loaded from another back-end (VHOST_USER_PROTOCOL_F_DEVICE_STATE) named n connections
+ * of this guest that this device does not have: each gets an RST as far as the session's reply
+ * ring has room, and a TRANSPORT_RESET becomes pending on the event queue (evq.h). Call once the
+ * session runs (TX started).
+ */
+void dev_end_moved_conns(struct vsock_dev *d, const struct vsock_conn_addr *c, size_t n);
+/*
+ * Holding the session for a state save: with on, a TX stop keeps the connections (the device
+ * freezes, dev_message_done) until TX starts again (at a new driver's index they end, at any
+ * other they go on), dev_session_handed_over, or this with on false (the VMM left: the device
+ * thaws for its reset).
+ */
+void dev_session_hold(struct vsock_dev *d, bool on);
+/* A session is held: frozen, with its engine, rings stopped (what vsock_dev_save takes). */
+bool dev_session_held(const struct vsock_dev *d);
+/* The held session went to another device: its host sockets are closed here, unread. */
+void dev_session_handed_over(struct vsock_dev *d);
+/*
+ * Restores the device record in doc (the saving device's, with its fds: vsock_dev_save) into d,
+ * which has no session and keeps its own listeners and datagram socket (the record's are
+ * closed). d is then held: frozen until TX starts. Returns 0, or -errno with rec_error(doc)
+ * saying why and d as it was.
+ */
+struct rec_doc;
+int dev_restore_moved(struct vsock_dev *d, struct rec_doc *doc);
+/* vsock_dev_save of a held session, with the device's own feature bits (what the reader takes). */
+int dev_save_moved(struct vsock_dev *d, struct rec_writer *w);
 
 #endif

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/fdcheck.h"
@@ -129,7 +130,12 @@ typedef int (*vhu_handler)(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 	X(GET_CONFIG, h_get_config, 0, 0, VHU_CONFIG_HDR_SIZE,                                     \
 	  VHU_CONFIG_HDR_SIZE + VHU_CONFIG_MAX, P_REPLY, VHU_PROTO_F_CONFIG)                       \
 	X(SET_CONFIG, h_set_config, 0, 0, VHU_CONFIG_HDR_SIZE,                                     \
-	  VHU_CONFIG_HDR_SIZE + VHU_CONFIG_MAX, 0, VHU_PROTO_F_CONFIG)
+	  VHU_CONFIG_HDR_SIZE + VHU_CONFIG_MAX, 0, VHU_PROTO_F_CONFIG)                             \
+	X(SET_DEVICE_STATE_FD, h_set_device_state_fd, 0, VHU_MAX_FDS, 0, VHU_PAYLOAD_MAX,           \
+	  P_OWNER | P_REPLY,                                                                       \
+	  VHU_PROTO_F_DEVICE_STATE)                                                                \
+	X(CHECK_DEVICE_STATE, h_check_device_state, 0, 0, 0, 0, P_OWNER | P_REPLY,                 \
+	  VHU_PROTO_F_DEVICE_STATE)
 
 /* Every request id we can name (for logs), handled or not. */
 #define VHU_ALL_REQUESTS(N)                                                                        \
@@ -141,7 +147,8 @@ typedef int (*vhu_handler)(struct vhu_backend *b, struct vhu_msg *m, struct vhu_
 	N(GET_CONFIG) N(SET_CONFIG) N(CREATE_CRYPTO_SESSION) N(CLOSE_CRYPTO_SESSION)               \
 	N(POSTCOPY_ADVISE) N(POSTCOPY_LISTEN) N(POSTCOPY_END) N(GET_INFLIGHT_FD)                   \
 	N(SET_INFLIGHT_FD) N(GPU_SET_SOCKET) N(RESET_DEVICE) N(VRING_KICK) N(GET_MAX_MEM_SLOTS)    \
-	N(ADD_MEM_REG) N(REM_MEM_REG) N(SET_STATUS) N(GET_STATUS)
+	N(ADD_MEM_REG) N(REM_MEM_REG) N(SET_STATUS) N(GET_STATUS) N(GET_SHARED_OBJECT)             \
+	N(SET_DEVICE_STATE_FD) N(CHECK_DEVICE_STATE)
 
 #define X_DECL(name, handler, ...)                                                                 \
 	static int handler(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r);
@@ -801,6 +808,96 @@ static int h_set_config(struct vhu_backend *b, struct vhu_msg *m, struct vhu_rep
 	return VHU_REFUSED;
 }
 
+/* ---- back-end state transfer (VHOST_USER_PROTOCOL_F_DEVICE_STATE) ------------------------ */
+
+static bool device_state_offered(const struct vhu_backend_ops *ops)
+{
+	return ops && ops->state_save && ops->state_load && ops->state_check;
+}
+
+/*
+ * The u64 reply of SET_DEVICE_STATE_FD and CHECK_DEVICE_STATE for err (0 or -errno): the errno
+ * in bits 0-7 (never 0 on failure), bit 8 for SET_DEVICE_STATE_FD (the device uses the
+ * front-end's fd). A refusal is logged and keeps the connection: the front-end fails its
+ * migration and the VM goes on.
+ */
+static int state_reply(struct vhu_backend *b, struct vhu_reply *r, int err, uint64_t nofd)
+{
+	uint64_t code = 0;
+
+	if (err < 0) {
+		code = (uint64_t)-err & VHU_STATE_REPLY_ERR_MASK;
+		if (!code)
+			code = 1;
+		log_guest(LOG_LVL_WARN, "vhost-user %s: %s", b->cfg.name ? b->cfg.name : "-",
+			  b->errbuf);
+	}
+	return reply_u64(r, code | nofd);
+}
+
+/*
+ * SET_DEVICE_STATE_FD: only in the phase "stopped" with every ring stopped (vhost-user.rst: the
+ * device's state is then complete and nothing changes it), with one pipe (or socket) end open
+ * for writing (save) or reading (load). Everything wrong is an error reply, not a disconnect:
+ * a migration that fails must leave the VM running.
+ */
+static int h_set_device_state_fd(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	const struct vhu_device_state *st = &m->payload.state_xfer;
+	int fd, fl, err;
+	struct stat sb;
+
+	if (m->size != sizeof(*st) || m->nfds != 1) {
+		err = fail(b, -EINVAL, "payload of %u bytes with %u fds (8 and 1 expected)", m->size,
+			   m->nfds);
+		goto out;
+	}
+	if (st->direction != VHU_STATE_DIR_SAVE && st->direction != VHU_STATE_DIR_LOAD) {
+		err = fail(b, -EINVAL, "direction %u (0 save, 1 load)", st->direction);
+		goto out;
+	}
+	if (st->phase != VHU_STATE_PHASE_STOPPED) {
+		err = fail(b, -EINVAL, "phase %u (only 0, stopped, exists)", st->phase);
+		goto out;
+	}
+	for (unsigned q = 0; q < VHU_NUM_QUEUES; q++)
+		if (b->rings[q].started) {
+			err = fail(b, -EBUSY, "queue %u is started (the state moves only while every "
+				   "ring is stopped)", q);
+			goto out;
+		}
+	fd = m->fds[0];
+	fl = fcntl(fd, F_GETFL);
+	if (fstat(fd, &sb) < 0 || fl < 0 || !(S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode))) {
+		err = fail(b, -EINVAL, "the state fd is not a pipe or a socket");
+		goto out;
+	}
+	if ((fl & O_ACCMODE) != O_RDWR &&
+	    (fl & O_ACCMODE) != (st->direction == VHU_STATE_DIR_SAVE ? O_WRONLY : O_RDONLY)) {
+		err = fail(b, -EINVAL, "the state fd is not open for %s",
+			   st->direction == VHU_STATE_DIR_SAVE ? "writing" : "reading");
+		goto out;
+	}
+	fd = vhu_msg_take_fd(m, 0);
+	err = st->direction == VHU_STATE_DIR_SAVE ? b->ops->state_save(b->opaque, fd)
+						  : b->ops->state_load(b->opaque, fd);
+	if (err < 0)
+		err = fail(b, err, "the device refused to %s its state: %s",
+			   st->direction == VHU_STATE_DIR_SAVE ? "save" : "load", strerror(-err));
+out:
+	return state_reply(b, r, err, VHU_STATE_REPLY_NOFD);
+}
+
+/* CHECK_DEVICE_STATE: the device says whether the last transfer succeeded (and logs why not). */
+static int h_check_device_state(struct vhu_backend *b, struct vhu_msg *m, struct vhu_reply *r)
+{
+	int err = b->ops->state_check(b->opaque);
+
+	if (err < 0)
+		err = fail(b, err, "the state transfer failed: %s", strerror(-err));
+	return state_reply(b, r, err, 0);
+}
+
 /* ---- dispatcher ------------------------------------------------------------------------- */
 
 static int send_reply(struct vhu_backend *b, uint32_t request, const void *p, uint32_t size)
@@ -948,7 +1045,8 @@ int vhu_backend_new(int sock, const struct vhu_backend_config *cfg,
 	b->offered_proto = VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK) |
 			   (cfg->offer_mq ? VHU_BIT(VHU_PROTO_F_MQ) : 0) |
 			   ((cfg->features & VHU_BIT(VHU_F_LOG_ALL)) ? VHU_BIT(VHU_PROTO_F_LOG_SHMFD)
-								     : 0);
+								     : 0) |
+			   (device_state_offered(ops) ? VHU_BIT(VHU_PROTO_F_DEVICE_STATE) : 0);
 	vring_log_init(&b->log);
 	b->log_fd = -1;
 	for (unsigned i = 0; i < VHU_MAX_FDS; i++)
@@ -1481,6 +1579,10 @@ int vhu_backend_restore(struct rec_reader *r, const struct vhu_backend_config *c
 		close(sock);
 		return rec_fail(r->doc, err, "vhost-user: bad configuration: %s", strerror(-err));
 	}
+	/* What the new back-end offers depends on ops too (the state transfer's callbacks); the
+	 * record's offer is checked against that. */
+	if (device_state_offered(ops))
+		b->offered_proto |= VHU_BIT(VHU_PROTO_F_DEVICE_STATE);
 	b->frozen = b->restored = true;
 	err = restore_into(b, r, v);
 	if (err < 0) {

@@ -100,6 +100,20 @@ struct vhu_backend_ops {
 	void (*mem_table_changed)(void *opaque, const struct guest_mem *mem);
 	/* SET_FEATURES was accepted (acked virtio features). */
 	void (*features_set)(void *opaque, uint64_t features);
+	/*
+	 * VHOST_USER_PROTOCOL_F_DEVICE_STATE (vhost-user.rst "Migrating back-end state") is offered
+	 * when all three are set. The back-end has checked SET_DEVICE_STATE_FD (phase "stopped",
+	 * every ring stopped, a pipe or socket open the right way); fd is the device's from here on,
+	 * on every path (it closes it when the transfer ends). state_save writes the device's state
+	 * into fd and state_load reads one from it, both without blocking the caller (the transfer
+	 * runs on the caller's loop). A new transfer ends one still running. Returns 0, or a
+	 * -errno that the reply carries (the connection stays).
+	 */
+	int (*state_save)(void *opaque, int fd);
+	int (*state_load)(void *opaque, int fd);
+	/* CHECK_DEVICE_STATE: 0 when the last transfer succeeded (a load: read whole, checked and
+	 * kept to apply), or a -errno (the reply carries it; the device logs why). */
+	int (*state_check)(void *opaque);
 };
 
 struct vhu_backend;

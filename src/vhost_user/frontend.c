@@ -296,7 +296,8 @@ int vhu_front_init(struct vhu_front *f)
 	if (!(proto & VHU_BIT(VHU_PROTO_F_CONFIG)))
 		return -EPROTONOSUPPORT;
 	proto &= VHU_BIT(VHU_PROTO_F_CONFIG) | VHU_BIT(VHU_PROTO_F_REPLY_ACK) |
-		 VHU_BIT(VHU_PROTO_F_MQ) | VHU_BIT(VHU_PROTO_F_LOG_SHMFD);
+		 VHU_BIT(VHU_PROTO_F_MQ) | VHU_BIT(VHU_PROTO_F_LOG_SHMFD) |
+		 VHU_BIT(VHU_PROTO_F_DEVICE_STATE);
 	/* Sent before REPLY_ACK is in force, as QEMU does. */
 	r = vhu_front_request(f, VHU_REQ_SET_PROTOCOL_FEATURES, false, &proto, sizeof(proto), NULL,
 			      0, NULL, 0);
@@ -323,8 +324,9 @@ int vhu_front_init(struct vhu_front *f)
 	f->features = VHU_BIT(VHU_F_VERSION_1) | VHU_BIT(VHU_F_PROTOCOL_FEATURES) |
 		      (f->cfg.features & offered);
 	/* Packed rings start at slot 0 with the wrap counters at 1 (virtio 1.2 §2.8.1): the
-	 * vhost-user base says so in bit 15. The ring memory layout of the split ring holds one. */
-	if (f->features & VHU_BIT(VHU_F_RING_PACKED))
+	 * vhost-user base says so in bit 15. The ring memory layout of the split ring holds one.
+	 * Rings placed already keep the indices of their last stop (vhu_front_move). */
+	if ((f->features & VHU_BIT(VHU_F_RING_PACKED)) && !f->rings_allocated)
 		for (unsigned q = 0; q < FRONT_NUM_QUEUES; q++)
 			f->next_base[q] = 1u << 15;
 	for (unsigned q = 0; q < f->nq; q++) {
@@ -529,6 +531,28 @@ int vhu_front_stop(struct vhu_front *f, uint16_t *ret_bases)
 			ret_bases[q] = bases[q];
 	}
 	return 0;
+}
+
+/* ---- device state ----------------------------------------------------------------------- */
+
+int vhu_front_set_device_state_fd(struct vhu_front *f, uint32_t direction, uint32_t phase, int fd,
+				  uint64_t *ret_reply)
+{
+	struct vhu_device_state st = { .direction = direction, .phase = phase };
+
+	return vhu_front_request(f, VHU_REQ_SET_DEVICE_STATE_FD, false, &st, sizeof(st), &fd, 1,
+				 ret_reply, sizeof(*ret_reply));
+}
+
+int vhu_front_check_device_state(struct vhu_front *f, uint64_t *ret_result)
+{
+	return get_u64(f, VHU_REQ_CHECK_DEVICE_STATE, ret_result);
+}
+
+void vhu_front_move(struct vhu_front *f, int sock)
+{
+	close_fd(&f->sock);
+	f->sock = sock;
 }
 
 /* ---- accessors -------------------------------------------------------------------------- */

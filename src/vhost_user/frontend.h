@@ -72,7 +72,8 @@ void vhu_front_free(struct vhu_front *f);
 
 /*
  * Device initialisation as QEMU 7.2 realizes vhost-user-vsock: GET_FEATURES,
- * GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES (CONFIG, REPLY_ACK, MQ and LOG_SHMFD as offered),
+ * GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES (CONFIG, REPLY_ACK, MQ, LOG_SHMFD and DEVICE_STATE
+ * as offered),
  * [GET_QUEUE_NUM], SET_OWNER, SET_VRING_CALL for each ring, GET_CONFIG (guest CID).
  * Returns 0; -EPROTONOSUPPORT if the back-end lacks VERSION_1, PROTOCOL_FEATURES or protocol
  * feature CONFIG, or offers fewer queues than cfg.num_queues; -EPROTO for a malformed reply (flags not 0x5,
@@ -116,6 +117,27 @@ int vhu_front_get_config(struct vhu_front *f, uint32_t offset, uint32_t size, vo
  */
 int vhu_front_request(struct vhu_front *f, uint32_t request, bool need_reply, const void *payload,
 		      uint32_t size, const int *fds, unsigned nfds, void *reply, uint32_t reply_size);
+
+/* ---- device state (VHOST_USER_PROTOCOL_F_DEVICE_STATE, vhost-user.rst "Migrating back-end
+ * state"; acked by vhu_front_init when offered) ---- */
+
+/*
+ * SET_DEVICE_STATE_FD with direction (VHU_STATE_DIR_SAVE/_LOAD), phase and fd (borrowed; the
+ * back-end gets a copy: close yours after this returns for the transfer to end), the u64 reply
+ * in *ret_reply (bits 0-7: the back-end's error, 0 on success; bit 8: it uses our fd). A reply
+ * with an fd of the back-end's own is not used (closed). Returns 0 or as vhu_front_init().
+ */
+int vhu_front_set_device_state_fd(struct vhu_front *f, uint32_t direction, uint32_t phase, int fd,
+				  uint64_t *ret_reply);
+/* CHECK_DEVICE_STATE: the back-end's u64 answer (0: the transfer succeeded) in *ret_result. */
+int vhu_front_check_device_state(struct vhu_front *f, uint64_t *ret_result);
+/*
+ * The front-end moves to another back-end, connected on sock (taken over): the old socket is
+ * closed; guest memory, the rings and their eventfds stay, and the next vhu_front_init() and
+ * vhu_front_start() hand them to the new back-end, the rings at the indices of the last
+ * vhu_front_stop(). What a VMM does when it migrates a VM to a back-end on the same host.
+ */
+void vhu_front_move(struct vhu_front *f, int sock);
 
 /* ---- dirty logging (live migration; docs/vhost-user.md "Dirty logging and migration") ---- */
 

@@ -31,6 +31,7 @@ struct vhu_msg {
 		struct vhu_mem_table mem;
 		struct vhu_log log;
 		struct vhu_config config;
+		struct vhu_device_state state_xfer;
 		uint8_t raw[VHU_PAYLOAD_MAX];
 	} payload;
 	/* Received fds; slots [0, nfds) are valid fds or -1 once claimed. */

@@ -47,6 +47,7 @@
 #define VHU_PROTO_F_INFLIGHT_SHMFD 12
 #define VHU_PROTO_F_CONFIGURE_MEM_SLOTS 15
 #define VHU_PROTO_F_STATUS 16
+#define VHU_PROTO_F_DEVICE_STATE 19
 
 #define VHU_BIT(n) (1ull << (n))
 
@@ -93,6 +94,9 @@ enum vhu_request {
 	VHU_REQ_REM_MEM_REG = 38,
 	VHU_REQ_SET_STATUS = 39,
 	VHU_REQ_GET_STATUS = 40,
+	VHU_REQ_GET_SHARED_OBJECT = 41,
+	VHU_REQ_SET_DEVICE_STATE_FD = 42,
+	VHU_REQ_CHECK_DEVICE_STATE = 43,
 	_VHU_REQ_MAX
 };
 
@@ -106,6 +110,22 @@ enum vhu_request {
 
 /* Largest split ring size (VIRTIO 1.x 2.7: Queue Size is a power of 2, at most 32768). */
 #define VHU_QUEUE_SIZE_MAX 32768u
+
+/*
+ * SET_DEVICE_STATE_FD (vhost-user.rst "Migrating back-end state"): payload u32 direction, u32
+ * phase, one fd (a pipe end) in the ancillary data. The u64 reply: bits 0-7 an error code (0:
+ * success), bit 8 set when the back-end returns no fd of its own (it uses the front-end's).
+ */
+#define VHU_STATE_DIR_SAVE 0u
+#define VHU_STATE_DIR_LOAD 1u
+#define VHU_STATE_PHASE_STOPPED 0u
+#define VHU_STATE_REPLY_ERR_MASK 0xffull
+#define VHU_STATE_REPLY_NOFD 0x100ull
+
+struct vhu_device_state {
+	uint32_t direction;
+	uint32_t phase;
+};
 
 /* GET/SET_CONFIG payload limit. */
 #define VHU_CONFIG_MAX 256u
@@ -158,6 +178,7 @@ _Static_assert(sizeof(struct vhu_vring_addr) == 40, "vring addr layout");
 _Static_assert(sizeof(struct vhu_mem_region) == 32, "mem region layout");
 _Static_assert(sizeof(struct vhu_log) == 16, "log layout");
 _Static_assert(sizeof(struct vhu_mem_table) == 8 + 32 * VHU_MAX_FDS, "mem table layout");
+_Static_assert(sizeof(struct vhu_device_state) == 8, "device state layout");
 _Static_assert(sizeof(struct vhu_config) == VHU_CONFIG_HDR_SIZE + VHU_CONFIG_MAX, "config layout");
 
 /* Size of the vsock device config space: le64 guest_cid. */

@@ -19,7 +19,13 @@
  *   - a datagram socket of the host program keeps working across an upgrade;
  *   - two VMs and one added with vm-add: a refusal resumes all three, an upgrade moves all
  *     three (one commit), the added one keeps its name and socket file;
- *   - VMs sharing a group, and --isolate: refused with the reason, nothing stopped;
+ *   - VMs sharing a group: refused with the reason, nothing stopped;
+ *   - --isolate (docs/upgrade.md, "Under --isolate"): two workers, a transfer each way in one
+ *     group's VM and idle connections in the other's, three upgrades mid-transfer, each worker
+ *     replaced in turn (new worker PIDs, the main's PID unchanged, the VMM connections never
+ *     redone, every byte once and in order, no RST); uvsockd-test-refuse leaves every worker
+ *     serving; a worker killed after an upgrade is re-adopted from the new worker's records,
+ *     then SIGUSR2 upgrades both workers again;
  *   - inherited sockets (--fd): a connected VMM connection answers the VMM's next requests from
  *     the new process; a listening one takes the next VMM there, and its file is kept.
  *
@@ -43,6 +49,7 @@
 #include "util/uds.h"
 #include "uvsockd-proc.h"
 #include "vhost_user/frontend.h"
+#include "workers.h"
 
 #ifndef UVSOCKD_TEST_REFUSE_PATH
 #define UVSOCKD_TEST_REFUSE_PATH "uvsockd-test-refuse"
@@ -546,12 +553,11 @@ TEST(sigusr2_upgrades_with_the_same_binary)
 	rmdir(ndir);
 }
 
-TEST(sibling_groups_and_isolate_are_refused_with_the_reason)
+TEST(sibling_groups_are_refused_with_the_reason)
 {
 	static const uint32_t cids[] = { 3, 4 };
 	struct uvd u;
 	struct up o;
-	char cmd[128];
 
 	/* Two VMs of one group (linked siblings): refused before anything stops. */
 	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
@@ -563,19 +569,307 @@ TEST(sibling_groups_and_isolate_are_refused_with_the_reason)
 	ASSERT_TRUE(uvd_alive(&u));
 	ASSERT_EQ(uvd_vm_counter(&u, 4, "ring_errors"), 0); /* it answers: still serving */
 	stop_all(&u);
+}
 
-	/* --isolate: refused by the control socket, and SIGUSR2 is only logged. */
-	uvd_start(&u, 1, cids, NULL, "--isolate");
-	o = ctl_upgrade(&u, NULL);
+/* ---- --isolate: one worker at a time --------------------------------------------------------- */
+
+/* `uvsockd --isolate --log-level=LEVEL`, VMs 3 and 4 in groups of their own (two workers). */
+static void iso_start(struct uvd *u, const char *level)
+{
+	static const uint32_t cids[] = { 3, 4 };
+	char vm[2][400];
+	char *argv[8] = { (char *)uvd_binary(), "--isolate", (char *)level };
+	int argc = 3;
+
+	memset(u, 0, sizeof(*u));
+	u->nvms = 2;
+	snprintf(u->dir, sizeof(u->dir), "/tmp/uvsock-isoup-XXXXXX");
+	ASSERT_TRUE(mkdtemp(u->dir) != NULL);
+	snprintf(u->log, sizeof(u->log), "%s/uvsockd.log", u->dir);
+	for (int i = 0; i < 2; i++) {
+		u->cid[i] = cids[i];
+		snprintf(u->sock[i], sizeof(u->sock[i]), "%s/vm%u.sock", u->dir, cids[i]);
+		snprintf(u->uds[i], sizeof(u->uds[i]), "%s/vm%u.vsock", u->dir, cids[i]);
+		snprintf(vm[i], sizeof(vm[i]), "guest-cid=%u,socket=%s,uds-path=%s,groups=g%u",
+			 cids[i], u->sock[i], u->uds[i], cids[i]);
+		argv[argc++] = "--vm";
+		argv[argc++] = vm[i];
+	}
+	argv[argc] = NULL;
+	uvd_spawn(u, argv, false);
+	uvd_wait_ready(u, "start-up");
+}
+
+/* How many times needle is in the file at path (its first MiB). */
+static int log_count(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	char *text;
+	int n = 0;
+
+	ASSERT_TRUE(f != NULL);
+	text = calloc(1, 1 << 20);
+	ASSERT_TRUE(text != NULL);
+	(void)!fread(text, 1, (1 << 20) - 1, f);
+	fclose(f);
+	for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+		n++;
+	free(text);
+	return n;
+}
+
+static struct uvsock_guest_stats guest_stats(struct uvsock_ctx *g)
+{
+	struct uvsock_guest_stats st = { .size = sizeof(st) };
+
+	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
+	return st;
+}
+
+/*
+ * An upgrade of u --isolate: the main's PID stays, each VM names a new worker (w[0] for VM 3,
+ * w[1] for VM 4, updated), which runs and is the VM's worker; the old ones are gone. The
+ * pauses go to pause[0..1] (ms).
+ */
+static void iso_upgrade_ok(struct uvd *u, pid_t w[2], double pause[2])
+{
+	struct up o = ctl_upgrade(u, NULL);
+	const struct ops_jv *vms, *vm;
+	pid_t nw[2] = { 0, 0 };
+	int i = 0;
+
+	if (o.rc != 0)
+		test_fail(__FILE__, __LINE__, "upgrade failed: %s (log %s)", o.err, u->log);
+	ASSERT_EQ((pid_t)ops_json_u64(o.v, "old_pid", 0), u->pid);
+	ASSERT_EQ((pid_t)ops_json_u64(o.v, "new_pid", 0), u->pid);
+	vms = ops_json_get(o.v, "vms");
+	ASSERT_TRUE(vms && vms->type == OPS_J_ARR);
+	for (vm = vms->child; vm; vm = vm->next, i++) {
+		ASSERT_LT(i, 2);
+		ASSERT_EQ(ops_json_u64(vm, "cid", 0), u->cid[i]);
+		ASSERT_TRUE(ops_json_get(vm, "pause_ms") &&
+			    ops_json_get(vm, "pause_ms")->type == OPS_J_NUM);
+		pause[i] = ops_json_get(vm, "pause_ms")->d;
+		nw[i] = (pid_t)ops_json_u64(vm, "worker_pid", 0);
+		ASSERT_TRUE(nw[i] > 0 && nw[i] != w[i]);
+	}
+	ASSERT_EQ(i, 2);
+	ops_json_free(o.v);
+	for (i = 0; i < 2; i++) {
+		ASSERT_TRUE(pid_gone(w[i]));
+		ASSERT_EQ(worker_of(u, u->cid[i]), nw[i]);
+		test_note("vm%u: worker %d -> %d, pause %.3f ms", u->cid[i], (int)w[i], (int)nw[i],
+			  pause[i]);
+		w[i] = nw[i];
+	}
+	ASSERT_TRUE(uvd_alive(u));
+}
+
+TEST(isolate_three_upgrades_one_worker_at_a_time_lose_nothing)
+{
+	struct uvd u;
+	struct uvsock_ctx *g, *g4;
+	struct host_io hs, hr;
+	struct g_io gs;
+	struct g_recv_io gr;
+	pthread_t th[4];
+	pid_t w[2];
+	double pause[2];
+	int ls, ls4, hl1, hl2, g_in, h_in, g_out, h_out, g_idle_in, h_idle_in, g_idle_out,
+	    h_idle_out;
+
+	iso_start(&u, "--log-level=info");
+	w[0] = worker_of(&u, 3);
+	w[1] = worker_of(&u, 4);
+	g = g_guest_new(u.sock[0], NULL);
+	g4 = g_guest_new(u.sock[1], NULL);
+	/* VM 3: a transfer each way; VM 4: an idle connection each way */
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	g_in = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &h_in);
+	g_set_timeouts(g_in, 4 * WAIT_MS);
+	g_out = g_connect_host(g, u.uds[0], SOCK_STREAM, 5001, 4 * WAIT_MS, &hl1, &h_out);
+	ls4 = g_listen(g4, SOCK_STREAM, 6000);
+	g_idle_in = g_accept_host(ls4, u.uds[1], SOCK_STREAM, 6000, &h_idle_in);
+	g_idle_out = g_connect_host(g4, u.uds[1], SOCK_STREAM, 5002, WAIT_MS, &hl2, &h_idle_out);
+
+	hs = (struct host_io){ .fd = h_in, .total = XFER, .seed = 31 };
+	gr = (struct g_recv_io){ .fd = g_in, .total = XFER, .seed = 31 };
+	gs = (struct g_io){ .fd = g_out, .total = XFER, .chunk = 65536, .seed = 32 };
+	hr = (struct host_io){ .fd = h_out, .total = XFER, .seed = 32 };
+	ASSERT_EQ(pthread_create(&th[0], NULL, host_send_paced, &hs), 0);
+	ASSERT_EQ(pthread_create(&th[1], NULL, g_recv_main, &gr), 0);
+	ASSERT_EQ(pthread_create(&th[2], NULL, g_send_paced, &gs), 0);
+	ASSERT_EQ(pthread_create(&th[3], NULL, host_recv_main, &hr), 0);
+
+	usleep(100 * 1000);
+	for (int i = 0; i < 3; i++)
+		iso_upgrade_ok(&u, w, pause);
+
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	ASSERT_TRUE(hs.ok);
+	ASSERT_TRUE(hr.ok); /* guest -> host: every byte, once, in order */
+	g_no_error(g_in);
+	g_no_error(g_out);
+	g_no_error(g_idle_in);
+	g_no_error(g_idle_out);
+	ping(g_idle_in, h_idle_in, 'i');
+	ping(g_idle_out, h_idle_out, 'o');
+	ping(g_in, h_in, 'x');
+	/* No RST in any worker generation; each VMM connection is the one made at the start (the
+	 * front-end's driver never lost its back-end, and the glue announced it once). */
+	for (int i = 0; i < 2; i++) {
+		ASSERT_EQ(uvd_vm_counter(&u, u.cid[i], "rst_sent"), 0);
+		ASSERT_EQ(uvd_vm_counter(&u, u.cid[i], "rst_received"), 0);
+	}
+	ASSERT_GE(uvd_vm_counter(&u, 3, "rx_bytes"), XFER);
+	ASSERT_EQ(guest_stats(g).backend_lost, 0);
+	ASSERT_EQ(guest_stats(g4).backend_lost, 0);
+	ASSERT_EQ(guest_stats(g).resets, 0);
+	ASSERT_EQ(guest_stats(g4).resets, 0);
+	ASSERT_EQ(log_count(u.log, "vm3: VMM connected"), 1);
+	ASSERT_EQ(log_count(u.log, "vm4: VMM connected"), 1);
+	ASSERT_EQ(uvsock_shutdown(g_out, SHUT_WR), 0);
+	ASSERT_TRUE(hs_wait_eof(h_out, WAIT_MS));
+
+	for (int i = 0; i < 6; i++)
+		close((int[]){ hl1, hl2, h_in, h_out, h_idle_in, h_idle_out }[i]);
+	for (int i = 0; i < 6; i++)
+		uvsock_close((int[]){ ls, ls4, g_in, g_out, g_idle_in, g_idle_out }[i]);
+	uvsock_ctx_free(g);
+	uvsock_ctx_free(g4);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+TEST(isolate_refused_upgrade_leaves_every_worker_serving)
+{
+	struct uvd u;
+	struct uvsock_ctx *g, *g4;
+	struct host_io hr;
+	struct g_io gs;
+	struct up o;
+	pthread_t th[2];
+	pid_t w[2];
+	double pause[2];
+	char want[400];
+	int hl, hl4, g_out, h_out, g4_out, h4_out;
+
+	iso_start(&u, "--log-level=info");
+	w[0] = worker_of(&u, 3);
+	w[1] = worker_of(&u, 4);
+	g = g_guest_new(u.sock[0], NULL);
+	g4 = g_guest_new(u.sock[1], NULL);
+	g_out = g_connect_host(g, u.uds[0], SOCK_STREAM, 5001, 4 * WAIT_MS, &hl, &h_out);
+	g4_out = g_connect_host(g4, u.uds[1], SOCK_STREAM, 5002, WAIT_MS, &hl4, &h4_out);
+	gs = (struct g_io){ .fd = g_out, .total = 16 * MiB, .chunk = 65536, .seed = 41 };
+	hr = (struct host_io){ .fd = h_out, .total = 16 * MiB, .seed = 41 };
+	ASSERT_EQ(pthread_create(&th[0], NULL, g_send_paced, &gs), 0);
+	ASSERT_EQ(pthread_create(&th[1], NULL, host_recv_main, &hr), 0);
+	usleep(50 * 1000);
+
+	/* The first worker's new binary refuses its record: the upgrade stops there, the old
+	 * worker serves on, the second worker is not touched. */
+	o = ctl_upgrade(&u, UVSOCKD_TEST_REFUSE_PATH);
 	ASSERT_EQ(o.rc, 1);
-	if (!strstr(o.err, "--isolate"))
+	snprintf(want, sizeof(want), "upgrade refused by %s (pid ", UVSOCKD_TEST_REFUSE_PATH);
+	if (!strstr(o.err, want) || !strstr(o.err, "worker of vm3 (0 of 2 upgraded"))
 		test_fail(__FILE__, __LINE__, "unexpected error: %s", o.err);
-	ASSERT_EQ(kill(u.pid, SIGUSR2), 0);
-	usleep(200 * 1000);
+	test_note("refused as expected: %s", o.err);
+	ASSERT_EQ(worker_of(&u, 3), w[0]);
+	ASSERT_EQ(worker_of(&u, 4), w[1]);
 	ASSERT_TRUE(uvd_alive(&u));
-	ASSERT_EQ(uvd_kill(&u), 0);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", u.dir);
-	(void)!system(cmd);
+	ping(g4_out, h4_out, 'r');
+
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	ASSERT_TRUE(hr.ok);
+	g_no_error(g_out);
+	g_no_error(g4_out);
+	ASSERT_EQ(uvd_vm_counter(&u, 3, "rst_sent"), 0);
+	ASSERT_EQ(uvd_vm_counter(&u, 3, "rst_received"), 0);
+	/* and a real upgrade after it */
+	iso_upgrade_ok(&u, w, pause);
+	ping(g_out, h_out, 'a');
+	ping(g4_out, h4_out, 'b');
+	ASSERT_EQ(guest_stats(g).backend_lost, 0);
+	ASSERT_EQ(guest_stats(g4).backend_lost, 0);
+
+	for (int i = 0; i < 4; i++)
+		close((int[]){ hl, hl4, h_out, h4_out }[i]);
+	uvsock_close(g_out);
+	uvsock_close(g4_out);
+	uvsock_ctx_free(g);
+	uvsock_ctx_free(g4);
+	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+TEST(isolate_a_worker_killed_after_an_upgrade_is_readopted_then_sigusr2)
+{
+	struct uvd u;
+	struct uvsock_ctx *g, *g4;
+	pid_t w[2], w3;
+	double pause[2];
+	int kept, ls, hl, hl4, g1, h1, g4_out, h4_out, g2, h2, g3, h3;
+	char b;
+
+	/* Split rings: a running packed ring is not adopted after a crash (docs/upgrade.md). */
+	ASSERT_EQ(setenv("UVSOCK_TUNE", "no-packed", 1), 0);
+	iso_start(&u, "--log-level=debug");
+	ASSERT_EQ(unsetenv("UVSOCK_TUNE"), 0);
+	w[0] = worker_of(&u, 3);
+	w[1] = worker_of(&u, 4);
+	g = g_guest_new(u.sock[0], NULL);
+	g4 = g_guest_new(u.sock[1], NULL);
+	ls = g_listen(g, SOCK_STREAM, 6000);
+	g1 = g_connect_host(g, u.uds[0], SOCK_STREAM, 5001, WAIT_MS, &hl, &h1);
+	g4_out = g_connect_host(g4, u.uds[1], SOCK_STREAM, 5002, WAIT_MS, &hl4, &h4_out);
+	ping(g1, h1, 'a');
+	ASSERT_WAIT_FOR(log_count(u.log, "vm3: crash-survival record kept: ") > 0, WAIT_MS);
+	kept = log_count(u.log, "vm3: crash-survival record kept: ");
+	iso_upgrade_ok(&u, w, pause);
+	/* The new worker's first record replaces the old one's. */
+	ASSERT_WAIT_FOR(log_count(u.log, "vm3: crash-survival record kept: ") > kept, WAIT_MS);
+	ping(g1, h1, 'b');
+
+	/* The crash of the new worker: re-adopted, its connections end, the VM keeps vsock. */
+	ASSERT_EQ(kill(w[0], SIGKILL), 0);
+	ASSERT_WAIT_FOR(pid_gone(w[0]), WAIT_MS);
+	ASSERT_TRUE(hs_wait_eof(h1, WAIT_MS));
+	ASSERT_WAIT_FOR(file_has(u.log, "vm3: adopted the VMM's vhost-user connection"), WAIT_MS);
+	w3 = worker_of(&u, 3);
+	ASSERT_NE(w3, w[0]);
+	g_set_timeouts(g1, WAIT_MS);
+	ASSERT_TRUE(uvsock_recv(g1, &b, 1, 0) <= 0);
+	/* New connections both ways through the adopted VMM connection. */
+	g2 = g_connect_host(g, u.uds[0], SOCK_STREAM, 5003, WAIT_MS, &hl, &h2);
+	g3 = g_accept_host(ls, u.uds[0], SOCK_STREAM, 6000, &h3);
+	g_set_timeouts(g3, WAIT_MS);
+	ping(g2, h2, 'c');
+	ping(g3, h3, 'd');
+	ASSERT_EQ(guest_stats(g).backend_lost, 0);
+	/* VM 4's worker (upgraded too) untouched. */
+	ASSERT_EQ(worker_of(&u, 4), w[1]);
+	ping(g4_out, h4_out, 'e');
+	ASSERT_EQ(guest_stats(g4).backend_lost, 0);
+	/* SIGUSR2 to the main: both workers again, the connections carry on. */
+	ASSERT_EQ(kill(u.pid, SIGUSR2), 0);
+	ASSERT_WAIT_FOR(file_has(u.log, "SIGUSR2: every worker upgraded"), 4 * WAIT_MS);
+	ASSERT_NE(worker_of(&u, 4), w[1]);
+	ASSERT_NE(worker_of(&u, 3), w3);
+	ping(g2, h2, 'f');
+	ping(g3, h3, 'g');
+	ping(g4_out, h4_out, 'h');
+	ASSERT_EQ(guest_stats(g).backend_lost, 0);
+	ASSERT_EQ(guest_stats(g4).backend_lost, 0);
+	ASSERT_TRUE(uvd_alive(&u));
+
+	for (int i = 0; i < 6; i++)
+		close((int[]){ hl, hl4, h1, h2, h3, h4_out }[i]);
+	for (int i = 0; i < 5; i++)
+		uvsock_close((int[]){ ls, g1, g2, g3, g4_out }[i]);
+	uvsock_ctx_free(g);
+	uvsock_ctx_free(g4);
+	ASSERT_EQ(uvd_stop(&u), 0);
 }
 
 /* uvsock-ctl --control CTL add-vm SPEC, in-process: its exit status. */
