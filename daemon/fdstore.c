@@ -145,6 +145,11 @@ static void remove_name(const char *name)
 {
 	char msg[320];
 
+	/* A name read from LISTEN_FDNAMES goes back in a message of lines: nothing but printable
+	 * characters (systemd's own rule for FDNAME=), or it could add a line of its own. */
+	for (const char *c = name; *c; c++)
+		if (*c < 0x20 || *c > 0x7e || *c == ':')
+			return;
 	snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", name);
 	if (notify(msg, NULL, 0) < 0)
 		log_warn("fd store: %s could not be removed (the service manager did not take the "
@@ -359,6 +364,23 @@ void daemon_fdstore_take(int fd, const char *name)
 	tk[ntk++] = t;
 }
 
+/* Whether same_file tells one open file from another here. */
+static bool kcmp_works(void)
+{
+	int p[2], a;
+	bool ok;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return false;
+	a = fcntl(p[0], F_DUPFD_CLOEXEC, 3);
+	ok = a >= 0 && same_file(p[0], a) && !same_file(p[0], p[1]);
+	if (a >= 0)
+		close(a);
+	close(p[0]);
+	close(p[1]);
+	return ok;
+}
+
 bool daemon_fdstore_available(const struct uvsockd_config *cfg, char *why, size_t whylen)
 {
 	const char *ns = getenv("NOTIFY_SOCKET"), *max = getenv("FDSTORE");
@@ -390,23 +412,12 @@ bool daemon_fdstore_available(const struct uvsockd_config *cfg, char *why, size_
 		snprintf(why, whylen, "not --isolate, NOTIFY_SOCKET=%.64s: %s", ns, strerror(-r));
 		return false;
 	}
-	ks.kcmp_ok = true;
-	{
-		/* kcmp may be compiled out (CONFIG_KCMP): then each record replaces the last by
-		 * removing it first. */
-		int p[2] = { -1, -1 }, a = -1;
-
-		if (pipe2(p, O_CLOEXEC) == 0)
-			a = fcntl(p[0], F_DUPFD_CLOEXEC, 3);
-		if (a < 0 || !same_file(p[0], a) || same_file(p[0], p[1])) {
-			ks.kcmp_ok = false;
-			log_warn("crash survival: kcmp(KCMP_FILE) unavailable: a record is removed "
-				 "before the next is stored (a crash in between loses the VM)");
-		}
-		for (int i = 0; i < 3; i++)
-			if ((int[]){ a, p[0], p[1] }[i] >= 0)
-				close((int[]){ a, p[0], p[1] }[i]);
-	}
+	/* kcmp may be compiled out (CONFIG_KCMP): then each record replaces the last by removing
+	 * it first. */
+	ks.kcmp_ok = kcmp_works();
+	if (!ks.kcmp_ok)
+		log_warn("crash survival: kcmp(KCMP_FILE) unavailable: a record is removed before "
+			 "the next is stored (a crash in between loses the VM)");
 	snprintf(why, whylen, "systemd fd store, FDSTORE=%llu", m);
 	return true;
 }
