@@ -39,8 +39,9 @@
 void daemon_fdstore_take(int fd, const char *name);
 
 /*
- * Whether the store is used: NOTIFY_SOCKET is set and $FDSTORE (systemd 254 and later set it to
- * FileDescriptorStoreMax=) is unset or not 0. why gets the start-up log line's reason.
+ * Whether the store is used: NOTIFY_SOCKET is set and $FDSTORE is above 0 (systemd 254 and
+ * later set it to FileDescriptorStoreMax=; the packaged units set it for older ones). Opens the
+ * socket the keeper sends on. why gets the start-up log line's reason.
  */
 bool daemon_fdstore_available(const struct uvsockd_config *cfg, char *why, size_t whylen);
 
