@@ -47,7 +47,7 @@ struct sfd {
 /* What the store holds of one VM. */
 struct svm {
 	uint32_t cid;
-	bool has_rec;	 /* r<gen> is stored */
+	bool has_rec;   /* r<gen> is stored */
 	bool refreshed; /* the device wrote a record since start-up */
 	uint64_t gen, next_id;
 	/* The fds of the stored record, and while a new one is stored, its new fds too. */

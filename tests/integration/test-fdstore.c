@@ -11,7 +11,9 @@
  * sides (TRANSPORT_RESET, or one RST per kept connection when the event queue is the VMM's),
  * new connections work both ways, a second SIGKILL is survived the same way, and a clean
  * SIGTERM empties the store. Then: a garbled stored record is refused with a log line, its fds
- * are removed from the store, and the VM waits for a VMM as usual.
+ * are removed from the store, and the VM waits for a VMM as usual; an fd nobody stores and a
+ * store that is not there; an eventfd the VMM replaces replaces its stored copy; and
+ * tests/harness/fake-fdstore, the same service manager as a program.
  */
 #include "fakesd.h"
 #include "guestside.h"
@@ -25,6 +27,9 @@
 #undef VMADDR_PORT_ANY
 #include "util/rec.h"
 #include "util/time.h"
+#include "vhost_user/frontend.h"
+#include "vhost_user/protocol.h"
+#include <sys/eventfd.h>
 #include "util/tune.h"
 
 #define PREFIX "uvsock-crash-"
@@ -407,6 +412,79 @@ TEST(an_unknown_stored_fd_is_closed_and_no_notify_socket_means_off)
 	uvd_start(&u, 1, (const uint32_t[]){ 3 }, NULL, "--log-level=info");
 	ASSERT_TRUE(file_has(u.log, "crash survival: off (not --isolate, no service manager"));
 	ASSERT_EQ(uvd_stop(&u), 0);
+}
+
+/* Whether the store holds fd's open file. */
+static bool store_has_file(struct fakesd *s, int fd)
+{
+	bool has = false;
+
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->n && !has; i++)
+		has = fakesd_same(s->e[i].fd, fd);
+	pthread_mutex_unlock(&s->lock);
+	return has;
+}
+
+/*
+ * A hand-driven front-end replaces RX's call eventfd (SET_VRING_CALL): the store holds the new
+ * one and no longer the old one (the same number of fds), and the uvsockd started again after
+ * a SIGKILL signals the new one (an adopted back-end signals every running ring's call once).
+ */
+TEST(a_replaced_eventfd_replaces_its_stored_copy_and_is_the_one_adopted)
+{
+	struct fakesd *s = calloc(1, sizeof(*s));
+	struct vhu_front_config fc;
+	struct vhu_front *f;
+	uint64_t v = 0, qidx = 0;
+	uint8_t cid[8];
+	size_t n0;
+	int call, stored;
+	struct uvd u;
+
+	ASSERT_TRUE(s != NULL);
+	fs_setup(&u, s, 3);
+	fs_start(&u, s, false);
+	vhu_front_config_init(&fc);
+	fc.mem_size = 4u << 20;
+	ASSERT_WAIT_FOR(vhu_front_connect(u.sock[0], &fc, &f) == 0, WAIT_MS);
+	ASSERT_OK(vhu_front_init(f));
+	ASSERT_OK(vhu_front_start(f));
+	ASSERT_OK(vhu_front_get_config(f, 0, 8, cid)); /* every message before it is handled */
+	ASSERT_OK(fakesd_drain(s, WAIT_MS));
+	n0 = fakesd_count(s, PREFIX "3-f");
+	ASSERT_GE(n0, 4u);
+	stored = log_count(u.log, "vm3: crash-survival record stored in the fd store");
+	call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ASSERT_GE(call, 0);
+	ASSERT_FALSE(store_has_file(s, call));
+	ASSERT_OK(vhu_front_request(f, VHU_REQ_SET_VRING_CALL, false, &qidx, sizeof(qidx), &call, 1,
+				    NULL, 0));
+	ASSERT_OK(vhu_front_get_config(f, 0, 8, cid));
+	ASSERT_WAIT_FOR(log_count(u.log, "vm3: crash-survival record stored in the fd store") >
+				stored, WAIT_MS);
+	ASSERT_OK(fakesd_drain(s, WAIT_MS));
+	ASSERT_TRUE(store_has_file(s, call));
+	ASSERT_EQ(fakesd_count(s, PREFIX "3-f"), n0); /* the old call eventfd went */
+	ASSERT_EQ(fakesd_count(s, PREFIX "3-r"), 1u);
+	pthread_mutex_lock(&s->lock);
+	ASSERT_EQ(s->dups, 0u); /* uvsockd never relied on a duplicate being dropped */
+	pthread_mutex_unlock(&s->lock);
+
+	fs_kill9(&u);
+	fs_start(&u, s, true);
+	ASSERT_WAIT_FOR(file_has(u.log, "vm3: adopted the VMM's vhost-user connection"), WAIT_MS);
+	ASSERT_WAIT_FOR(read(call, &v, sizeof(v)) == sizeof(v), WAIT_MS);
+	ASSERT_GE(v, 1u);
+	ASSERT_OK(vhu_front_get_config(f, 0, 8, cid));
+	ASSERT_EQ(cid[0], 3);
+	vhu_front_free(f);
+	close(call);
+	ASSERT_EQ(uvd_kill(&u), 0);
+	ASSERT_WAIT_FOR(fakesd_count(s, PREFIX) == 0, WAIT_MS);
+	fakesd_fini(s);
+	free(s);
+	(void)uvd_stop(&u);
 }
 
 /* The last pid of a "fake-fdstore: started pid P" line in the file at path (0: none). */
