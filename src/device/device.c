@@ -1059,6 +1059,7 @@ void dev_end_moved_conns(struct vsock_dev *d, const struct vsock_conn_addr *c, s
 		/* Decided now: with no event queue yet, RSTs, which at worst race a reset that
 		 * only a front-end starting the event queue after the guest resumed would bring. */
 		d->nmoved = 0;
+		d->moved_wait = false;
 		if (d->evq.running)
 			dev_evq_reset_needed(d);
 		else
