@@ -34,6 +34,8 @@ interop cache, scripts/fetch-qemu.sh), its vhost-user socket without reconnect (
   upgrade-refused  the same with 32 MiB each way and 20 idle connections; uvsock-ctl upgrade
                    --binary /nonexistent mid-transfer must fail, and the old uvsockd carries on:
                    the same checks.
+  upgrade-isolate  upgrade with uvsockd --isolate: each upgrade replaces the worker serving the VM
+                   (a new worker_pid in the answer, the old worker gone), the same checks.
   crash-isolate    uvsockd --isolate; the worker serving the VM is killed (SIGKILL) while the
                    guest holds a connection, streams to the host, and the host holds one to the
                    guest's listener. The main process starts a new worker that adopts the VMM's
@@ -646,7 +648,7 @@ def case_migrate(run, mode):
 
 # ---- live upgrade (stock QEMU; docs/upgrade.md, docs/interop.md "Live upgrade") ----
 
-STOCK_CASES = ("upgrade", "upgrade-refused", "crash-isolate")
+STOCK_CASES = ("upgrade", "upgrade-refused", "upgrade-isolate", "crash-isolate")
 UPGRADES = 3          # uvsock-ctl upgrade, three times in a row (the upgrade case)
 STALL_S = 60          # hang guard: a stream that moves no byte for this long has stopped
 GATE_AHEAD = 8 << 20  # each upgrade starts at a quarter of the streams, which stop 8 MiB further
@@ -783,14 +785,17 @@ def answer_json(out):
     raise Fail(f"no JSON answer in uvsock-ctl's output: {out!r}")
 
 
-def case_upgrade(run, refused):
+def case_upgrade(run, refused, isolate=False):
     """refused: one upgrade to /nonexistent, which must fail and leave the old uvsockd serving;
-    else UPGRADES upgrades, each mid-transfer, each to a new process."""
+    else UPGRADES upgrades, each mid-transfer, each to a new process. isolate: uvsockd
+    --isolate, where each upgrade replaces the VM's worker (and the main process, where the
+    answer names a new one)."""
     n = (32 if refused else 64) << 20
     idle_each = 10 if refused else 50
     set_subreaper()
     sock, uds = run.path("vm.sock"), run.path("vm.vsock")
-    d = run.uvsockd("a", sock, uds, ("--control", run.path("vm.ctl")))
+    d = run.uvsockd("a", sock, uds, ("--control", run.path("vm.ctl")) +
+                    (("--isolate",) if isolate else ()))
     pid = d.pid
     streams = Streams(n)
     echo_l = Listener(f"{uds}_{ECHO_PORT}", echo)
@@ -818,6 +823,10 @@ def case_upgrade(run, refused):
           f"guest's {idle_each}")
     TIMINGS.append((f"{2 * idle_each} idle connections opened (s)", time.monotonic() - t))
     kmsg0 = ctl.ok("kmsg")
+    worker = None
+    if isolate:
+        retry(lambda: worker_of(pid) is not None, "the worker of the VM runs", 30)
+        worker = worker_of(pid)
     ctl.ok(f"hold 1 {STREAM_PORT}")
     ctl.ok(f"hold 2 {SINK_PORT}")
     t_xfer = time.monotonic()
@@ -873,8 +882,11 @@ def case_upgrade(run, refused):
             f"{secs:.2f} s: {json.dumps(ans)}")
         check(ans.get("old_pid") == pid, f"upgrade {i}: old_pid {ans.get('old_pid')}, not {pid}")
         new = ans.get("new_pid")
-        check(isinstance(new, int) and new > 0 and new != pid, f"upgrade {i}: new_pid {new}")
-        run.pids.append(new)
+        # Under --isolate the main process may stay (only the workers are replaced).
+        check(isinstance(new, int) and new > 0 and (new != pid or isolate),
+              f"upgrade {i}: new_pid {new}")
+        if new != pid:
+            run.pids.append(new)
         vms = [v for v in ans.get("vms", []) if v.get("cid") == CID]
         check(len(vms) == 1, f"upgrade {i}: vms {ans.get('vms')}: not one with cid {CID}")
         vm = vms[0]
@@ -882,12 +894,22 @@ def case_upgrade(run, refused):
         # 2 * idle_each idle connections and the two streams, at least.
         check(isinstance(vm.get("conns"), int) and vm["conns"] >= 2 * idle_each + 2,
               f"upgrade {i}: conns {vm.get('conns')}, not the {2 * idle_each + 2} open")
-        # Each uvsockd is this process's descendant (the subreaper), so its status is known.
-        st = d.wait(30) if i == 1 else wait_pid_exit(pid, 30)
-        check(st == 0, f"upgrade {i}: the old uvsockd {pid} exited with {st}, not 0")
-        log(f"upgrade {i}: the old uvsockd {pid} exited with status 0")
-        if pid in run.pids:
-            run.pids.remove(pid)
+        if isolate:
+            # The VM's worker is a new process; the old one ends (reaped by its main process).
+            nw = vm.get("worker_pid")
+            check(isinstance(nw, int) and nw > 0 and nw != worker,
+                  f"upgrade {i}: worker_pid {nw} (the old worker was {worker})")
+            retry(lambda: not pid_alive(worker), f"upgrade {i}: the old worker {worker} ends",
+                  30)
+            check(pid_alive(nw), f"upgrade {i}: the new worker {nw} is not running")
+            worker = nw
+        if new != pid:
+            # Each uvsockd is this process's descendant (the subreaper): its status is known.
+            st = d.wait(30) if pid == d.pid else wait_pid_exit(pid, 30)
+            check(st == 0, f"upgrade {i}: the old uvsockd {pid} exited with {st}, not 0")
+            log(f"upgrade {i}: the old uvsockd {pid} exited with status 0")
+            if pid in run.pids:
+                run.pids.remove(pid)
         check(pid_alive(new), f"upgrade {i}: the new uvsockd {new} is not running")
         check(q.poll() is None, f"upgrade {i}: QEMU exited")
         TIMINGS.append((f"upgrade {i}", f"pause_ms={vm['pause_ms']} conns={vm['conns']} "
@@ -938,7 +960,8 @@ def case_upgrade(run, refused):
     else:
         st = end_pid(pid, signal.SIGTERM)
         check(st == 0, f"the last uvsockd {pid} exited with {st} on SIGTERM")
-        run.pids.remove(pid)
+        if pid in run.pids:
+            run.pids.remove(pid)
     for x in (echo_l, src_l, sink_l, qmp, ctl):
         x.close()
 
@@ -1103,7 +1126,7 @@ def main():
         elif args.case == "crash-isolate":
             case_crash_isolate(run)
         elif args.case in STOCK_CASES:
-            case_upgrade(run, args.case == "upgrade-refused")
+            case_upgrade(run, args.case == "upgrade-refused", args.case == "upgrade-isolate")
         else:
             case_migrate(run, "live" if args.case == "migrate" else args.case)
         log(f"PASS {args.case} in {time.monotonic() - T0:.1f} s")
