@@ -70,7 +70,8 @@ check-asan: build-asan
 check-tsan: deps
 	@TSAN_BUILD=$(TSAN_BUILD) scripts/tsan.sh
 
-# A short libFuzzer run of every target on top of the corpus replay of the suite 'fuzz'
+# A short libFuzzer run of every target on top of the corpus replay of the suite 'fuzz', as many
+# targets at once as there are CPUs (fuzz/run-fuzzers.sh)
 # (`make fuzz` is the long run). Results in $(FUZZ_BUILD)/fuzz-work/results.json for .ci/run.
 CHECK_FUZZ_TIME ?= 15
 check-fuzz: deps $(FUZZ_BUILD)/build.ninja

@@ -1,7 +1,7 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: MIT
-# Runs libFuzzer targets of a -Dfuzzing=true build (`make fuzz` calls this), one after the other,
-# each for SECONDS on its committed corpus fuzz/corpus/<target> (read only: new inputs go to
+# Runs libFuzzer targets of a -Dfuzzing=true build (`make fuzz` calls this), as many at once as
+# the machine has CPUs (FUZZ_JOBS overrides; each target is one process), each for SECONDS on its committed corpus fuzz/corpus/<target> (read only: new inputs go to
 # BUILD/fuzz-work/<target>), and prints for each its executions per second, its final coverage
 # (libFuzzer's "cov:" and "ft:") and its crashes. Fails if any target crashed, leaked, timed out
 # or ran out of memory (an artifact in BUILD/fuzz-work/artifacts/<target>/), or did not run; a
@@ -26,16 +26,19 @@ summary=""
 mkdir -p "$work"
 results=$work/results.json
 : >"$results"
-for t in "$@"; do
+# One target: its summary line in $work/$t.line, its results.json line in $work/$t.result, and
+# exit status 1 when it failed.
+run_one() {
+	local t=$1 bin art log status final eps crashes slow line result
 	bin=$build/fuzz/fuzz-$t-libfuzzer
 	art=$work/artifacts/$t
 	log=$work/$t.log
 	if [ ! -x "$bin" ]; then
 		echo "fuzz: $bin is missing (configure with CC=clang -Dfuzzing=true)" >&2
 		printf '{"name": "libfuzzer-%s", "result": "FAIL", "stdout": "missing"}\n' "$t" \
-			>>"$results"
-		rc=1
-		continue
+			>"$work/$t.result"
+		printf '%-10s missing\n' "$t" >"$work/$t.line"
+		return 1
 	fi
 	rm -rf "$art"
 	mkdir -p "$work/$t" "$art"
@@ -53,18 +56,42 @@ for t in "$@"; do
 	line=$(printf '%-10s %6s exec/s  %-24s crashes: %s  slow units: %s' "$t" "${eps:-?}" \
 		"${final:-no coverage line}" "$crashes" "$slow")
 	echo "fuzz: $line"
-	summary="$summary$line
-"
+	printf '%s\n' "$line" >"$work/$t.line"
 	result=OK
 	[ "$crashes" -ne 0 ] || [ "$status" -ne 0 ] && result=FAIL
 	printf '{"name": "libfuzzer-%s", "result": "%s", "stdout": "%s"}\n' "$t" "$result" \
-		"$(printf '%s' "$line" | tr -s ' ' | tr -d '"\\')" >>"$results"
+		"$(printf '%s' "$line" | tr -s ' ' | tr -d '"\\')" >"$work/$t.result"
 	if [ "$result" = FAIL ]; then
 		echo "fuzz: $t FAILED (exit $status); artifacts:" >&2
 		find "$art" -type f >&2
 		grep -E -A30 '^==[0-9]+==ERROR|runtime error|invariant failed' "$log" | head -n 60 >&2
-		rc=1
+		return 1
 	fi
+	return 0
+}
+
+jobs_max=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+running=0
+for t in "$@"; do
+	rm -f "$work/$t.result" "$work/$t.line"
+	if [ "$running" -ge "$jobs_max" ]; then
+		wait -n || rc=1
+		running=$((running - 1))
+	fi
+	run_one "$t" &
+	running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+	wait -n || rc=1
+	running=$((running - 1))
+done
+# Results and summary in the targets' order, whatever order they ended in.
+for t in "$@"; do
+	cat "$work/$t.result" >>"$results" 2>/dev/null ||
+		{ printf '{"name": "libfuzzer-%s", "result": "FAIL", "stdout": "no result"}\n' "$t" \
+			>>"$results"; rc=1; }
+	summary="$summary$(cat "$work/$t.line" 2>/dev/null)
+"
 done
 printf '\nfuzz summary (%ss each):\n%s' "$secs" "$summary"
 echo "New inputs are in $work/<target>; keep what adds coverage with"
