@@ -365,46 +365,55 @@ static const char *lost(int r)
 	       r == -ECONNRESET ? "it exited (or closed the hand-over socket)" : strerror(-r);
 }
 
-/* Saves VM v into a sealed memfd (on its thread) and sends it. */
-static int send_vm(struct child *ch, struct upgrade_vm *v, uint64_t *stop_ns, char *err,
+/* Stops VM v (on its thread) and writes its record but the device's part into w. */
+static int stop_vm(struct upgrade_vm *v, struct rec_writer *w, uint64_t *stop_ns, char *err,
 		   size_t errlen)
 {
-	struct rec_writer w;
+	struct dev_vhu_saved sv = { 0 };
+	int r;
+
+	rec_writer_init(w, REC_KIND_VM, UPGRADE_VM_REC_VERSION);
+	write_config(w, v);
+	rec_begin(w, VM_GLUE);
+	r = dev_vhu_stop(v->vhu, w, &sv);
+	if (r < 0) {
+		snprintf(err, errlen, "upgrade: %s cannot be saved: %s", v->cfg->name,
+			 strerror(-r));
+		return r;
+	}
+	*stop_ns = sv.stop_ns;
+	return 0;
+}
+
+/* Every VM is stopped: writes VM v's device part into w, seals the record and sends it. */
+static int send_vm(struct child *ch, struct upgrade_vm *v, struct rec_writer *w, char *err,
+		   size_t errlen)
+{
 	struct dev_vhu_saved sv = { 0 };
 	const uint8_t *buf;
 	size_t len;
 	int r, memfd = -1;
 
-	rec_writer_init(&w, REC_KIND_VM, UPGRADE_VM_REC_VERSION);
-	write_config(&w, v);
-	rec_begin(&w, VM_GLUE);
-	r = dev_vhu_save(v->vhu, &w, &sv);
-	rec_end(&w);
+	r = dev_vhu_save_device(v->vhu, w, &sv);
+	rec_end(w);
 	if (r < 0) {
-		rec_writer_free(&w);
 		snprintf(err, errlen, "upgrade: %s cannot be saved: %s", v->cfg->name,
-			 r == -EOPNOTSUPP ? "it is linked to sibling VMs (a shared group), which "
-					    "an upgrade does not carry yet" : strerror(-r));
-		return r == -EOPNOTSUPP ? -EOPNOTSUPP : r;
+			 strerror(-r));
+		return r;
 	}
-	*stop_ns = sv.stop_ns;
 	v->conns = sv.conns;
-	r = rec_writer_finish(&w, &buf, &len);
+	r = rec_writer_finish(w, &buf, &len);
 	if (r == 0)
 		r = rec_memfd(buf, len, "uvsockd-vm", &memfd);
 	if (r == 0)
-		r = rec_send(ch->sock, memfd, w.fds, w.nfds);
+		r = rec_send(ch->sock, memfd, w->fds, w->nfds);
 	if (memfd >= 0)
 		close(memfd);
-	if (r < 0) {
-		rec_writer_free(&w);
-		(void)dev_vhu_resume(v->vhu);
+	if (r < 0)
 		return refuse(ch, r, err, errlen, "sending %s's record: %s", v->cfg->name,
 			      r == -EPIPE || r == -ECONNRESET ? lost(-ECONNRESET) : strerror(-r));
-	}
 	log_info("upgrade: %s sent (%zu bytes, %u fds, %u connections)", v->cfg->name, len,
-		 w.nfds, v->conns);
-	rec_writer_free(&w);
+		 w->nfds, v->conns);
 	return 0;
 }
 
@@ -417,7 +426,8 @@ int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_
 	uint64_t *stop = NULL;
 	size_t started_len = 64 + (size_t)n * 24;
 	char *started = NULL;
-	unsigned vmin = 0, vmax = 0, sent = 0;
+	unsigned vmin = 0, vmax = 0, sent = 0, stopped = 0;
+	struct rec_writer *w = NULL;
 	long hello_pid = 0;
 	char *p;
 	int r;
@@ -433,7 +443,9 @@ int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_
 	}
 	ch.path = binary;
 	stop = calloc(n ? n : 1, sizeof(*stop));
-	if (!stop) {
+	w = calloc(n ? n : 1, sizeof(*w));
+	if (!stop || !w) {
+		free(w);
 		snprintf(err, errlen, "upgrade: out of memory");
 		return -ENOMEM;
 	}
@@ -462,12 +474,20 @@ int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_
 		r = refuse(&ch, r, err, errlen, "%s", lost(-ECONNRESET));
 		goto fail;
 	}
-	/* Every VM stopped and sent, each answered, before any is given: a refusal leaves all of
-	 * them here. */
-	for (sent = 0; sent < n; sent++) {
-		r = send_vm(&ch, &vms[sent], &stop[sent], err, errlen);
-		if (r < 0)
+	/* Every VM stopped before any device is written: VMs linked to siblings put packets in
+	 * each other's inboxes until both are stopped (docs/upgrade.md, "The sibling part"). */
+	for (stopped = 0; stopped < n; stopped++) {
+		r = stop_vm(&vms[stopped], &w[stopped], &stop[stopped], err, errlen);
+		if (r < 0) {
+			rec_writer_free(&w[stopped]);
 			goto fail; /* that one resumed already */
+		}
+	}
+	/* Every VM sent, each answered, before any is given: a refusal leaves all of them here. */
+	for (sent = 0; sent < n; sent++) {
+		r = send_vm(&ch, &vms[sent], &w[sent], err, errlen);
+		if (r < 0)
+			goto fail;
 		r = recv_text(ch.sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
 		if (r < 0) {
 			sent++;
@@ -525,10 +545,13 @@ fail:
 	if (ch.sock >= 0)
 		(void)send_text(ch.sock, "abort", -1);
 	child_end(&ch);
-	for (unsigned i = 0; i < sent; i++)
+	for (unsigned i = 0; i < stopped; i++)
 		(void)dev_vhu_resume(vms[i].vhu);
 	log_error("%s; every VM goes on here", err);
 out:
+	for (unsigned i = 0; w && i < stopped; i++)
+		rec_writer_free(&w[i]);
+	free(w);
 	free(started);
 	free(stop);
 	return r;
