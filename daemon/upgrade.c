@@ -237,6 +237,13 @@ static int read_config(struct rec_reader *r, const struct rec_item *it,
 	return e < 0 ? e : 0;
 }
 
+void upgrade_vm_rec_begin(struct rec_writer *w, const struct upgrade_vm *v)
+{
+	rec_writer_init(w, REC_KIND_VM, UPGRADE_VM_REC_VERSION);
+	write_config(w, v);
+	rec_begin(w, VM_GLUE);
+}
+
 /* ---- the old process ---------------------------------------------------------------------- */
 
 struct child {
@@ -372,9 +379,7 @@ static int stop_vm(struct upgrade_vm *v, struct rec_writer *w, uint64_t *stop_ns
 	struct dev_vhu_saved sv = { 0 };
 	int r;
 
-	rec_writer_init(w, REC_KIND_VM, UPGRADE_VM_REC_VERSION);
-	write_config(w, v);
-	rec_begin(w, VM_GLUE);
+	upgrade_vm_rec_begin(w, v);
 	r = dev_vhu_stop(v->vhu, w, &sv);
 	if (r < 0) {
 		snprintf(err, errlen, "upgrade: %s cannot be saved: %s", v->cfg->name,
@@ -559,15 +564,45 @@ out:
 
 /* ---- the new process ---------------------------------------------------------------------- */
 
-/* One VM: the record received, checked whole and restored, or refused with why. */
-static int take_vm(int fd, upgrade_restore_fn restore, void *arg, char *why, size_t whylen)
+int upgrade_vm_rec_read(const uint8_t *buf, size_t len, const int *fds, size_t nfds,
+			upgrade_restore_fn restore, void *arg, char *why, size_t whylen)
 {
 	struct rec_val v[ARRAY_SIZE(vm_fields)];
 	struct uvsockd_vm_config cfg;
 	struct rec_reader r, glue;
 	struct rec_doc doc;
-	const uint8_t *buf = NULL;
 	uint32_t granted = 0;
+	int e;
+
+	why[0] = '\0';
+	e = rec_open(&doc, buf, len, REC_KIND_VM, 1, upgrade_vm_rec_read_max, fds, nfds);
+	if (e < 0) {
+		snprintf(why, whylen, "%s (this binary reads VM records 1..%u)", rec_error(&doc),
+			 upgrade_vm_rec_read_max);
+		return e;
+	}
+	rec_root(&doc, &r, "VM");
+	e = rec_scan(&r, vm_fields, ARRAY_SIZE(vm_fields), v);
+	if (e == 0)
+		e = read_config(&r, &v[0].it, &cfg, &granted);
+	if (e == 0)
+		e = rec_enter(&r, &v[1].it, "glue", &glue);
+	if (e == 0)
+		e = restore(arg, &cfg, granted, &glue, why, whylen);
+	if (e == 0)
+		e = rec_check_fds_claimed(&doc);
+	if (e < 0 && !why[0])
+		snprintf(why, whylen, "%s", rec_error(&doc)[0] ? rec_error(&doc) : strerror(-e));
+	else if (e < 0 && rec_error(&doc)[0] && !strstr(why, rec_error(&doc)))
+		snprintf(why + strlen(why), whylen - strlen(why), ": %s", rec_error(&doc));
+	rec_doc_fini(&doc);
+	return e;
+}
+
+/* One VM: the record received, checked whole and restored, or refused with why. */
+static int take_vm(int fd, upgrade_restore_fn restore, void *arg, char *why, size_t whylen)
+{
+	const uint8_t *buf = NULL;
 	size_t len = 0, nfds = 0;
 	int *fds = NULL, memfd = -1, e;
 
@@ -577,34 +612,10 @@ static int take_vm(int fd, upgrade_restore_fn restore, void *arg, char *why, siz
 		return e;
 	}
 	e = rec_map_fd(memfd, &buf, &len);
-	if (e < 0) {
+	if (e < 0)
 		snprintf(why, whylen, "cannot map the record: %s", strerror(-e));
-		goto out;
-	}
-	e = rec_open(&doc, buf, len, REC_KIND_VM, 1, upgrade_vm_rec_read_max, fds, nfds);
-	if (e < 0) {
-		snprintf(why, whylen, "%s (this binary reads VM records 1..%u)", rec_error(&doc),
-			 upgrade_vm_rec_read_max);
-		goto out;
-	}
-	rec_root(&doc, &r, "VM");
-	e = rec_scan(&r, vm_fields, ARRAY_SIZE(vm_fields), v);
-	if (e == 0)
-		e = read_config(&r, &v[0].it, &cfg, &granted);
-	if (e == 0)
-		e = rec_enter(&r, &v[1].it, "glue", &glue);
-	if (e == 0) {
-		why[0] = '\0';
-		e = restore(arg, &cfg, granted, &glue, why, whylen);
-	}
-	if (e == 0)
-		e = rec_check_fds_claimed(&doc);
-	if (e < 0 && !why[0])
-		snprintf(why, whylen, "%s", rec_error(&doc)[0] ? rec_error(&doc) : strerror(-e));
-	else if (e < 0 && rec_error(&doc)[0] && !strstr(why, rec_error(&doc)))
-		snprintf(why + strlen(why), whylen - strlen(why), ": %s", rec_error(&doc));
-	rec_doc_fini(&doc);
-out:
+	else
+		e = upgrade_vm_rec_read(buf, len, fds, nfds, restore, arg, why, whylen);
 	if (buf)
 		rec_unmap(buf, len);
 	/* The restored parts hold duplicates of what they kept. */

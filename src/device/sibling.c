@@ -1200,7 +1200,8 @@ void dev_sib_freeze(struct vsock_dev *d)
 		loop_timer_disarm(d->sib.stage_timer);
 }
 
-static void sib_save_pkt(struct rec_writer *w, const struct sib_pkt *p, uint32_t flags)
+static void sib_save_pkt(struct rec_writer *w, const struct sib_pkt *p, uint32_t flags,
+			 bool in_ring)
 {
 	uint8_t wire[VSOCK_HDR_SIZE];
 
@@ -1212,7 +1213,8 @@ static void sib_save_pkt(struct rec_writer *w, const struct sib_pkt *p, uint32_t
 	if (p->off)
 		rec_put_u32(w, SP_OFF, p->off);
 	rec_put_u32(w, SP_FLAGS, flags | (p->made ? SP_F_MADE : 0));
-	if (!(flags & SP_F_TAKEN) && p->src != DEV_INBOX_SRC_NONE)
+	/* Only an inbox packet is counted to a sender (a held one's src is not set yet). */
+	if (in_ring && p->src != DEV_INBOX_SRC_NONE)
 		rec_put_u32(w, SP_SRC, p->src);
 	rec_end(w);
 }
@@ -1232,12 +1234,12 @@ void dev_sib_save(struct vsock_dev *d, struct rec_writer *w)
 				      (in->congested ? S_F_CONGESTED : 0));
 	rec_begin(w, S_PKTS);
 	if (d->sib.rx_cur)
-		sib_save_pkt(w, d->sib.rx_cur, SP_F_TAKEN);
+		sib_save_pkt(w, d->sib.rx_cur, SP_F_TAKEN, false);
 	for (unsigned i = d->sib.i_taken; i < d->sib.n_taken; i++)
-		sib_save_pkt(w, d->sib.taken[i], SP_F_TAKEN);
+		sib_save_pkt(w, d->sib.taken[i], SP_F_TAKEN, false);
 	n = inbox_count(in);
 	for (unsigned i = 0; i < n; i++)
-		sib_save_pkt(w, in->ring[(in->head + i) % DEV_INBOX_PKTS], 0);
+		sib_save_pkt(w, in->ring[(in->head + i) % DEV_INBOX_PKTS], 0, true);
 	rec_end(w);
 	waiting = n + (d->sib.rx_cur ? 1 : 0) + d->sib.n_taken - d->sib.i_taken;
 	rec_begin(w, S_SRCS);
@@ -1260,7 +1262,17 @@ void dev_sib_save(struct vsock_dev *d, struct rec_writer *w)
 		rec_put_u32(w, SH_CID, d->sib.sibs[i]->cid);
 		rec_begin(w, SH_PKTS);
 		for (const struct sib_pkt *p = d->sib.hold[i].head; p; p = p->next, held++)
-			sib_save_pkt(w, p, 0);
+			sib_save_pkt(w, p, 0, false);
+		rec_end(w);
+		rec_end(w);
+	}
+	/* Restored and not handed to hold[] yet (saved again before its thaw). */
+	for (unsigned i = 0; i < d->sib.n_pend; i++) {
+		rec_begin(w, S_HOLD);
+		rec_put_u32(w, SH_CID, d->sib.pend[i].cid);
+		rec_begin(w, SH_PKTS);
+		for (const struct sib_pkt *p = d->sib.pend[i].head; p; p = p->next, held++)
+			sib_save_pkt(w, p, 0, false);
 		rec_end(w);
 		rec_end(w);
 	}
@@ -1308,7 +1320,7 @@ static void sib_restoring_free(struct vsock_dev *d, struct sib_restoring *s)
 	free(s);
 }
 
-/* One S_PKT item: a packet of our pool, checked as a guest's header is (vsock_hdr_check). */
+/* One S_PKT item: a packet of our pool, its header checked as a guest's is (vsock_hdr_check). */
 static int sib_restore_pkt(struct vsock_dev *d, struct rec_reader *r, const struct rec_item *it,
 			   uint32_t *flags, uint32_t *src, struct sib_pkt **ret)
 {
@@ -1317,6 +1329,7 @@ static int sib_restore_pkt(struct vsock_dev *d, struct rec_reader *r, const stru
 	struct vsock_hdr h;
 	struct sib_pkt *p;
 	uint32_t dlen;
+	bool bad_hdr;
 	int e;
 
 	if (it->tag != S_PKT)
@@ -1332,7 +1345,14 @@ static int sib_restore_pkt(struct vsock_dev *d, struct rec_reader *r, const stru
 		return rec_fail(r->doc, -EBADMSG, "sibling packet at %zu: a header of %u bytes",
 				it->off, v[0].it.len);
 	vsock_hdr_decode(v[0].it.val, &h);
-	if (h.len != dlen || vsock_hdr_check(&h, dlen) != VSOCK_HDR_OK ||
+	/* A datagram (the device's own type 3, docs/vsock-protocol.md) is an RW packet; the rest
+	 * as a guest's packet is checked. */
+	if (h.type == VSOCK_TYPE_DGRAM)
+		bad_hdr = h.op != VSOCK_OP_RW || (h.src_cid >> 32) || (h.dst_cid >> 32) ||
+			  h.len > VSOCK_MAX_PKT_PAYLOAD;
+	else
+		bad_hdr = vsock_hdr_check(&h, dlen) != VSOCK_HDR_OK;
+	if (h.len != dlen || bad_hdr ||
 	    (v[1].present && !dlen) || (v[3].u & ~(uint64_t)(SP_F_MADE | SP_F_TAKEN)) ||
 	    (v[2].present && (!v[2].u || v[2].u >= h.len || h.type == VSOCK_TYPE_DGRAM ||
 			      !(v[3].u & SP_F_TAKEN))) ||
