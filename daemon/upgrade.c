@@ -217,6 +217,18 @@ static int read_config(struct rec_reader *r, const struct rec_item *it,
 		return e;
 	if (!c->name[0] || !c->socket_path[0] || !c->uds_path[0])
 		return rec_fail(r->doc, -EBADMSG, "an empty name or path");
+	/* Within what the command line and the configuration file take (options.c): the record
+	 * makes the device, as a --vm does (a buffer size of 4 GiB would be allocated). */
+	if (strlen(c->socket_path) > UVSOCKD_SUN_PATH_MAX ||
+	    strlen(c->uds_path) > UVSOCKD_SUN_PATH_MAX - UVSOCKD_UDS_SUFFIX_MAX)
+		return rec_fail(r->doc, -EBADMSG, "socket or uds-path too long");
+	if (v[4].u < UVSOCKD_MIN_TX_BUFFER_SIZE || v[4].u > UVSOCKD_MAX_TX_BUFFER_SIZE ||
+	    v[5].u < 1 || v[5].u > UVSOCKD_MAX_QUEUE_SIZE || (v[5].u & (v[5].u - 1)) ||
+	    v[6].u > UVSOCKD_MAX_CONNS_MAX || v[7].u > UVSOCKD_MAX_CONNS_MAX)
+		return rec_fail(r->doc, -EBADMSG, "tx-buffer-size %llu, queue-size %llu, "
+				"max-conns %llu or granted connections %llu out of range",
+				(unsigned long long)v[4].u, (unsigned long long)v[5].u,
+				(unsigned long long)v[6].u, (unsigned long long)v[7].u);
 	c->tx_buffer_size = (uint32_t)v[4].u;
 	c->queue_size = (uint32_t)v[5].u;
 	c->max_conns = (uint32_t)v[6].u;
