@@ -52,6 +52,8 @@ static void cfg_init(struct uvsockd_vm_config *c, const char *dir, uint32_t cid)
 	snprintf(c->name, sizeof(c->name), "vm%u", cid);
 	snprintf(c->socket_path, sizeof(c->socket_path), "%s/vm%u.sock", dir, cid);
 	snprintf(c->uds_path, sizeof(c->uds_path), "%s/vm%u.vsock", dir, cid);
+	c->tx_buffer_size = UVSOCKD_DEFAULT_TX_BUFFER_SIZE;
+	c->queue_size = UVSOCKD_DEFAULT_QUEUE_SIZE;
 	c->n_groups = 1;
 	strcpy(c->groups[0], "g");
 }
