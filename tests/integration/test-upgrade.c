@@ -20,10 +20,10 @@
  *   - two VMs and one added with vm-add: a refusal resumes all three, an upgrade moves all
  *     three (one commit), the added one keeps its name and socket file;
  *   - two VMs of one group (linked siblings), the project's own guests in both: a checksummed
- *     stream each way between them, a datagram flow between them and a host connection, three
- *     upgrades mid-transfer: every byte once and in order, the datagrams intact, in order and
- *     never twice, no RST (what waits in a sibling inbox or is held for a full one moves in
- *     the record);
+ *     stream each way between them, numbered SEQPACKET messages and datagrams from one to the
+ *     other, and a host connection, three upgrades mid-transfer: every byte and message once
+ *     and in order, the datagrams intact, in order and never twice, no RST (what waits in a
+ *     sibling inbox or is held for a full one moves in the record);
  *   - --isolate: refused with the reason, nothing stopped;
  *   - inherited sockets (--fd): a connected VMM connection answers the VMM's next requests from
  *     the new process; a listening one takes the next VMM there, and its file is kept.
@@ -644,6 +644,44 @@ static void *dg_recv_main(void *arg)
 	return NULL;
 }
 
+/* Guest 4 -> guest 3: 4-byte SEQPACKET messages numbered 0, 1, ... until stop, then ~0u. Many
+ * small packets in flight, so that saves find some waiting in guest 3's inbox. */
+struct msg_flow {
+	int fd;
+	atomic_bool stop;
+	uint32_t n;
+};
+
+static void *msg_send_main(void *arg)
+{
+	struct msg_flow *f = arg;
+	uint32_t end = ~0u;
+
+	while (!atomic_load(&f->stop)) {
+		ASSERT_EQ(uvsock_send(f->fd, &f->n, sizeof(f->n), MSG_EOR), (ssize_t)sizeof(f->n));
+		f->n++;
+	}
+	ASSERT_EQ(uvsock_send(f->fd, &end, sizeof(end), MSG_EOR), (ssize_t)sizeof(end));
+	return NULL;
+}
+
+/* Every message once, in order, boundaries kept. */
+static void *msg_recv_main(void *arg)
+{
+	struct msg_flow *f = arg;
+	uint32_t m;
+
+	for (;;) {
+		ASSERT_EQ(uvsock_recv(f->fd, &m, sizeof(m), 0), (ssize_t)sizeof(m));
+		if (m == ~0u)
+			break;
+		if (m != f->n)
+			test_fail(__FILE__, __LINE__, "message %u, expected %u", m, f->n);
+		f->n++;
+	}
+	return NULL;
+}
+
 TEST(sibling_vms_keep_streams_and_datagrams_across_three_upgrades)
 {
 	static const uint32_t cids[] = { 3, 4 };
@@ -656,8 +694,9 @@ TEST(sibling_vms_keep_streams_and_datagrams_across_three_upgrades)
 	struct sockaddr_vm a = vm_addr(VMADDR_CID_ANY, DG_PORT);
 	struct uvsock_guest_opts sib_opts = { .size = sizeof(sib_opts), .queue_size = 16,
 					      .rx_buf_min = 4096, .rx_buf_max = 4096 };
-	pthread_t th[8];
-	int ls4, ls3, lsh, c34, a34, c43, a43, g_in, h_in;
+	struct msg_flow ms = { 0 }, mr = { 0 };
+	pthread_t th[10];
+	int ls4, ls3, lsh, c34, a34, c43, a43, g_in, h_in, lq3;
 	unsigned saves;
 
 	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
@@ -680,6 +719,14 @@ TEST(sibling_vms_keep_streams_and_datagrams_across_three_upgrades)
 	ASSERT_GE(a43, 0);
 	for (int i = 0; i < 4; i++)
 		g_set_timeouts((int[]){ c34, a34, c43, a43 }[i], 4 * WAIT_MS);
+	/* SEQPACKET messages 4 -> 3 */
+	lq3 = g_listen(g3, SOCK_SEQPACKET, 9002);
+	ms.fd = g_connect(g4, SOCK_SEQPACKET, 3, 9002);
+	ASSERT_GE(ms.fd, 0);
+	mr.fd = uvsock_accept(lq3, NULL, NULL);
+	ASSERT_GE(mr.fd, 0);
+	g_set_timeouts(ms.fd, 4 * WAIT_MS);
+	g_set_timeouts(mr.fd, 4 * WAIT_MS);
 	/* a host connection into guest 3 */
 	lsh = g_listen(g3, SOCK_STREAM, 6000);
 	g_in = g_accept_host(lsh, u.uds[0], SOCK_STREAM, 6000, &h_in);
@@ -705,6 +752,8 @@ TEST(sibling_vms_keep_streams_and_datagrams_across_three_upgrades)
 	ASSERT_EQ(pthread_create(&th[5], NULL, g_recv_main, &rh), 0);
 	ASSERT_EQ(pthread_create(&th[6], NULL, dg_recv_main, &dr), 0);
 	ASSERT_EQ(pthread_create(&th[7], NULL, dg_send_main, &ds), 0);
+	ASSERT_EQ(pthread_create(&th[8], NULL, msg_recv_main, &mr), 0);
+	ASSERT_EQ(pthread_create(&th[9], NULL, msg_send_main, &ms), 0);
 
 	usleep(100 * 1000);
 	/* (sibling connections are not the engine's: only guest 3's host connection counts) */
@@ -717,6 +766,11 @@ TEST(sibling_vms_keep_streams_and_datagrams_across_three_upgrades)
 		upgrade_ok(&u, 0);
 	saves = log_lines(&u, "go into the record");
 	atomic_store(&ds.stop, true);
+	atomic_store(&ms.stop, true);
+	pthread_join(th[9], NULL);
+	pthread_join(th[8], NULL);
+	ASSERT_EQ(mr.n, ms.n); /* every message, once, in order */
+	test_note("SEQPACKET messages 4 -> 3: %u", mr.n);
 
 	pthread_join(th[7], NULL);
 	atomic_store(&dr.last, atomic_load(&ds.last));
@@ -728,8 +782,8 @@ TEST(sibling_vms_keep_streams_and_datagrams_across_three_upgrades)
 		  dr.max_seq);
 	/* some sent after the last upgrade arrived: the flow goes on in the new process */
 	ASSERT_TRUE(dr.got > 0 && dr.max_seq == atomic_load(&ds.last));
-	for (int i = 0; i < 5; i++)
-		g_no_error((int[]){ c34, a34, c43, a43, g_in }[i]);
+	for (int i = 0; i < 7; i++)
+		g_no_error((int[]){ c34, a34, c43, a43, g_in, ms.fd, mr.fd }[i]);
 	/* the siblings still talk, and a new connection between them works */
 	{
 		char b = 0;
@@ -756,6 +810,8 @@ TEST(sibling_vms_keep_streams_and_datagrams_across_three_upgrades)
 	for (int i = 0; i < 9; i++)
 		uvsock_close((int[]){ ls4, ls3, lsh, c34, a34, c43, a43, g_in, ds.fd }[i]);
 	uvsock_close(dr.fd);
+	for (int i = 0; i < 3; i++)
+		uvsock_close((int[]){ ms.fd, mr.fd, lq3 }[i]);
 	uvsock_ctx_free(g3);
 	uvsock_ctx_free(g4);
 	stop_all(&u);
