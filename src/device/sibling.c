@@ -1311,10 +1311,12 @@ enum {
 	S_SRCS = 3,         /* list of S_SRC: the senders' slots of our inbox (their shares) */
 	S_HOLDS = 4,        /* list of S_HOLD: what our guest holds for a full sibling */
 	S_PEER_DROPPED = 5, /* u64: our guest's packets a freed sibling dropped (peer_dropped) */
+	S_PACED = 6,        /* list of one S_PKT: our guest's REQUEST waiting for its budget */
 };
 enum { S_PKT = 0x30, SP_HDR = 1, SP_DATA = 2, SP_OFF = 3, SP_FLAGS = 4, SP_SRC = 5 };
 enum { S_SRC = 0x31, SS_SLOT = 1, SS_CID = 2, SS_REFUSED = 3 };
-enum { S_HOLD = 0x32, SH_CID = 1, SH_PKTS = 2 };
+/* SH_REQ_DEBT, SH_REQ_SINCE: the REQUEST budget towards that sibling (struct sib_hold). */
+enum { S_HOLD = 0x32, SH_CID = 1, SH_PKTS = 2, SH_REQ_DEBT = 3, SH_REQ_SINCE = 4 };
 #define S_F_WANT_ROOM 1u
 #define S_F_CONGESTED 2u
 #define SP_F_MADE 1u  /* an RST or a host datagram a device made (sib_pkt.made) */
@@ -1326,6 +1328,7 @@ static const struct rec_field sib_fields[] = {
 	{ S_SRCS, REC_LIST, true, "inbox senders" },
 	{ S_HOLDS, REC_LIST, true, "held packets" },
 	{ S_PEER_DROPPED, REC_U64, true, "dropped by freed siblings" },
+	{ S_PACED, REC_LIST, false, "paced REQUEST" },
 };
 static const struct rec_field sib_pkt_fields[] = {
 	{ SP_HDR, REC_BYTES, true, "header" },
@@ -1341,7 +1344,9 @@ static const struct rec_field sib_src_fields[] = {
 };
 static const struct rec_field sib_hold_fields[] = {
 	{ SH_CID, REC_U32, true, "cid" },
-	{ SH_PKTS, REC_LIST, true, "packets" },
+	{ SH_PKTS, REC_LIST, false, "packets" },
+	{ SH_REQ_DEBT, REC_U32, false, "REQUEST debt" },
+	{ SH_REQ_SINCE, REC_U64, false, "REQUEST debt since" },
 };
 
 void dev_sib_freeze(struct vsock_dev *d)
@@ -1350,6 +1355,9 @@ void dev_sib_freeze(struct vsock_dev *d)
 	 * at d->frozen (an async may still fire). dev_sib_thaw arms it again. */
 	if (d->sib.stage_timer)
 		loop_timer_disarm(d->sib.stage_timer);
+	/* The same for a paced REQUEST's timer (room_retry looks at d->frozen too). */
+	if (d->sib.pace_timer)
+		loop_timer_disarm(d->sib.pace_timer);
 }
 
 static void sib_save_pkt(struct rec_writer *w, const struct sib_pkt *p, uint32_t flags,
@@ -1369,6 +1377,28 @@ static void sib_save_pkt(struct rec_writer *w, const struct sib_pkt *p, uint32_t
 	if (in_ring && p->src != DEV_INBOX_SRC_NONE)
 		rec_put_u32(w, SP_SRC, p->src);
 	rec_end(w);
+}
+
+/* One S_HOLD: the packets head.., and the REQUEST budget towards cid if it owes any. */
+static unsigned sib_save_hold(struct rec_writer *w, uint32_t cid, const struct sib_pkt *head,
+			      uint32_t req_debt, uint64_t req_since)
+{
+	unsigned held = 0;
+
+	rec_begin(w, S_HOLD);
+	rec_put_u32(w, SH_CID, cid);
+	if (head) {
+		rec_begin(w, SH_PKTS);
+		for (const struct sib_pkt *p = head; p; p = p->next, held++)
+			sib_save_pkt(w, p, 0, false);
+		rec_end(w);
+	}
+	if (req_debt) {
+		rec_put_u32(w, SH_REQ_DEBT, req_debt);
+		rec_put_u64(w, SH_REQ_SINCE, req_since);
+	}
+	rec_end(w);
+	return held;
 }
 
 /*
@@ -1406,34 +1436,37 @@ void dev_sib_save(struct vsock_dev *d, struct rec_writer *w)
 	}
 	rec_end(w);
 	pthread_mutex_unlock(&in->lock);
+	/* Per sibling: what is held for it, and what our guest owes of its REQUEST budget towards
+	 * it (a flooding guest gets no fresh burst from an upgrade). req_since is mono_ns(),
+	 * CLOCK_MONOTONIC: the same clock in the new process on this host. */
 	rec_begin(w, S_HOLDS);
 	for (unsigned i = 0; i < d->sib.n_sibs; i++) {
-		if (!d->sib.hold[i].head)
-			continue;
-		rec_begin(w, S_HOLD);
-		rec_put_u32(w, SH_CID, d->sib.sibs[i]->cid);
-		rec_begin(w, SH_PKTS);
-		for (const struct sib_pkt *p = d->sib.hold[i].head; p; p = p->next, held++)
-			sib_save_pkt(w, p, 0, false);
-		rec_end(w);
-		rec_end(w);
+		const struct sib_hold *ho = &d->sib.hold[i];
+
+		if (ho->head || ho->req_debt)
+			held += sib_save_hold(w, d->sib.sibs[i]->cid, ho->head, ho->req_debt,
+					      ho->req_since);
 	}
 	/* Restored and not handed to hold[] yet (saved again before its thaw). */
 	for (unsigned i = 0; i < d->sib.n_pend; i++) {
-		rec_begin(w, S_HOLD);
-		rec_put_u32(w, SH_CID, d->sib.pend[i].cid);
-		rec_begin(w, SH_PKTS);
-		for (const struct sib_pkt *p = d->sib.pend[i].head; p; p = p->next, held++)
-			sib_save_pkt(w, p, 0, false);
-		rec_end(w);
-		rec_end(w);
+		const struct sib_pend *pd = &d->sib.pend[i];
+
+		held += sib_save_hold(w, pd->cid, pd->head, pd->req_debt, pd->req_since);
 	}
 	rec_end(w);
 	rec_put_u64(w, S_PEER_DROPPED,
 		    atomic_load_explicit(&d->sib.port->peer_dropped, memory_order_relaxed));
-	if (waiting || held)
-		log_info("%s: %u packets waiting for its RX ring and %u held for full siblings "
-			 "go into the record", d->name, waiting, held);
+	/* The REQUEST waiting for its budget: our TX ring waits behind it, so it is the next
+	 * packet our guest sends; lost, its connect would hang until the guest gives up. */
+	if (d->sib.paced) {
+		rec_begin(w, S_PACED);
+		sib_save_pkt(w, d->sib.paced, 0, false);
+		rec_end(w);
+	}
+	if (waiting || held || d->sib.paced)
+		log_info("%s: %u packets waiting for its RX ring, %u held for full siblings and "
+			 "%u REQUEST waiting for its budget go into the record", d->name, waiting,
+			 held, d->sib.paced ? 1u : 0u);
 }
 
 /* What a restore read, kept aside until all of it is checked. */
@@ -1448,6 +1481,7 @@ struct sib_restoring {
 	struct sib_pend *pend;
 	unsigned n_pend, hold_pkts;
 	size_t hold_bytes;
+	struct sib_pkt *paced;
 };
 
 static void sib_pend_free_list(struct vsock_dev *d, struct sib_pkt *p)
@@ -1469,6 +1503,7 @@ static void sib_restoring_free(struct vsock_dev *d, struct sib_restoring *s)
 	for (unsigned i = 0; i < s->n_pend; i++)
 		sib_pend_free_list(d, s->pend[i].head);
 	free(s->pend);
+	sib_pkt_free(d, s->paced);
 	free(s);
 }
 
@@ -1646,8 +1681,20 @@ static int sib_restore_holds(struct vsock_dev *d, struct rec_reader *r, const st
 		s->pend = pd;
 		pd = &s->pend[s->n_pend++];
 		*pd = (struct sib_pend){ .cid = (uint32_t)hv[0].u };
-		e = rec_enter(&hs, &hv[1].it, "held packets", &ps);
-		while (e == 0 && (e = rec_next(&ps, &pit)) > 0) {
+		/* The budget as sib_req_charge keeps it: a debt counts from a time of this host's
+		 * CLOCK_MONOTONIC that has passed, and is never beyond the burst. */
+		if (hv[2].present != hv[3].present || (hv[2].present && !hv[2].u) ||
+		    hv[2].u > d->sib.req_burst || hv[3].u > mono_ns())
+			return rec_fail(r->doc, -EBADMSG, "REQUEST debt %llu towards CID %u since "
+					"%llu: half of it, none, over the burst %u, or in the future",
+					(unsigned long long)hv[2].u, pd->cid,
+					(unsigned long long)hv[3].u, d->sib.req_burst);
+		pd->req_debt = (uint32_t)hv[2].u;
+		pd->req_since = hv[3].u;
+		e = 0;
+		if (hv[1].present)
+			e = rec_enter(&hs, &hv[1].it, "held packets", &ps);
+		while (e == 0 && hv[1].present && (e = rec_next(&ps, &pit)) > 0) {
 			uint32_t flags, src;
 			struct sib_pkt *p;
 
@@ -1672,10 +1719,40 @@ static int sib_restore_holds(struct vsock_dev *d, struct rec_reader *r, const st
 		}
 		if (e < 0)
 			return e;
-		if (!pd->head)
-			return rec_fail(r->doc, -EBADMSG, "no packet held for CID %u", pd->cid);
+		if (!pd->head && !pd->req_debt)
+			return rec_fail(r->doc, -EBADMSG, "neither a packet held nor a REQUEST debt "
+					"for CID %u", pd->cid);
 	}
 	return e < 0 ? e : 0;
+}
+
+/* Our guest's REQUEST waiting for its budget (S_PACED): one, its CID a sibling's. */
+static int sib_restore_paced(struct vsock_dev *d, struct rec_reader *r, const struct rec_item *l,
+			     struct sib_restoring *s)
+{
+	struct rec_reader sub;
+	struct rec_item it;
+	uint32_t flags, src;
+	int e;
+
+	e = rec_enter(r, l, "paced REQUEST", &sub);
+	if (e == 0 && (e = rec_next(&sub, &it)) == 0)
+		return rec_fail(r->doc, -EBADMSG, "an empty paced REQUEST");
+	if (e < 0)
+		return e;
+	e = sib_restore_pkt(d, &sub, &it, &flags, &src, &s->paced);
+	if (e < 0)
+		return e;
+	s->paced->next = NULL;
+	if (flags || src != DEV_INBOX_SRC_NONE || s->paced->hdr.op != VSOCK_OP_REQUEST ||
+	    s->paced->hdr.src_cid != d->cid || s->paced->hdr.dst_cid == d->cid ||
+	    s->paced->hdr.dst_cid < 3)
+		return rec_fail(r->doc, -EBADMSG, "the paced packet at %zu: not our guest's "
+				"REQUEST to a sibling", it.off);
+	e = rec_next(&sub, &it);
+	if (e > 0)
+		return rec_fail(r->doc, -EBADMSG, "a second paced packet at %zu", it.off);
+	return e;
 }
 
 int dev_sib_restore(struct vsock_dev *d, struct rec_reader *r)
@@ -1685,7 +1762,7 @@ int dev_sib_restore(struct vsock_dev *d, struct rec_reader *r)
 	struct sib_restoring *s;
 	int e;
 
-	if (!d->sib.port || d->sib.rx_cur || d->sib.n_taken || d->sib.n_pend ||
+	if (!d->sib.port || d->sib.rx_cur || d->sib.n_taken || d->sib.n_pend || d->sib.paced ||
 	    inbox_count(&d->sib.port->inbox))
 		return -EBUSY;
 	in = &d->sib.port->inbox;
@@ -1700,6 +1777,8 @@ int dev_sib_restore(struct vsock_dev *d, struct rec_reader *r)
 	e = sib_restore_inbox(d, r, v, s);
 	if (e == 0)
 		e = sib_restore_holds(d, r, &v[3].it, s);
+	if (e == 0 && v[5].present)
+		e = sib_restore_paced(d, r, &v[5].it, s);
 	if (e < 0) {
 		sib_restoring_free(d, s);
 		return e;
@@ -1720,6 +1799,9 @@ int dev_sib_restore(struct vsock_dev *d, struct rec_reader *r)
 	d->sib.i_taken = 0;
 	d->sib.pend = s->pend;
 	d->sib.n_pend = s->n_pend;
+	/* Retried at the thaw, once its sibling is linked (sib_pace_release). */
+	d->sib.paced = s->paced;
+	d->sib.paced_cid = s->paced ? (uint32_t)s->paced->hdr.dst_cid : 0;
 	atomic_store_explicit(&d->sib.port->peer_dropped, v[4].u, memory_order_relaxed);
 	free(s);
 	return 0;
@@ -1756,9 +1838,13 @@ void dev_sib_thaw(struct vsock_dev *d)
 			}
 			(void)sib_hold_put(d, &d->sib.hold[i], p);
 		}
-		if (i < 0)
+		if (i >= 0) {
+			d->sib.hold[i].req_debt = pd->req_debt;
+			d->sib.hold[i].req_since = pd->req_since;
+		} else if (pd->tail) {
 			log_warn("%s: packets held for CID %u, which is not linked to it: dropped",
 				 d->name, pd->cid);
+		}
 	}
 	free(d->sib.pend);
 	d->sib.pend = NULL;
@@ -1771,6 +1857,10 @@ void dev_sib_thaw(struct vsock_dev *d)
 		sib_port_signal(d->sib.sibs[i], true);
 	}
 	sib_hold_arm(d);
+	/* A REQUEST waiting for its budget (restored, or here since before the freeze): tried at
+	 * once, re-armed for its budget if it still has no room (sib_pace_release). */
+	if (d->sib.paced)
+		loop_timer_arm(d->sib.pace_timer, 0);
 }
 
 void dev_sib_unrestore(struct vsock_dev *d)
@@ -1787,5 +1877,7 @@ void dev_sib_unrestore(struct vsock_dev *d)
 		sib_pkt_free(d, d->sib.taken[d->sib.i_taken++]);
 	d->sib.n_taken = d->sib.i_taken = 0;
 	sib_pend_drop(d);
+	sib_pkt_free(d, d->sib.paced);
+	d->sib.paced = NULL;
 	atomic_store_explicit(&d->sib.port->peer_dropped, 0, memory_order_relaxed);
 }

@@ -168,7 +168,9 @@ struct dev_sib {
 /* Packets held for the sibling with that CID, restored before it is linked (dev_sib_restore). */
 struct sib_pend {
 	uint32_t cid;
-	struct sib_pkt *head, *tail;
+	struct sib_pkt *head, *tail;   /* none, if only the budget is owed */
+	uint32_t req_debt;             /* the REQUEST budget towards it (struct sib_hold) */
+	uint64_t req_since;
 };
 
 /* Where a guest TX packet went (device.c routes, sibling.c and host_dgram.c hand over). */

@@ -11,7 +11,11 @@
  * drop. The inbox and the hold are deterministic here (the integration test `upgrade` catches
  * them only now and then).
  *
- * With --write-seeds DIR it also writes both records as inputs of fuzz/fuzz-vmrec.c.
+ * A second case moves the REQUEST budget (sibling.c, "REQUESTs a sibling does not accept"):
+ * guest 4's connect waits for its budget towards VM 3 when both are stopped; the REQUEST and
+ * the debt travel in VM 4's record, and the connect completes in the new devices.
+ *
+ * With --write-seeds DIR it also writes the records as inputs of fuzz/fuzz-vmrec.c.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -23,6 +27,7 @@
 
 #include <uvsock/device.h>
 
+#include "device/device_internal.h"
 #include "device/vhu.h"
 #include "device/vsock_dev.h"
 #include "guestside.h"
@@ -92,10 +97,13 @@ static void vm_join(struct vm *v)
 	v->running = false;
 }
 
-/* The new process's restore (daemon/vms.c, vm_restore): a frozen device, the glue, the links. */
+/* The new process's restore (daemon/vms.c, vm_restore): a frozen device, the glue, the links;
+ * the REQUEST budget of the VM with CID budget_cid set as given (0: the defaults). */
 struct restoring {
 	struct vm *vms;
 	unsigned n;
+	uint32_t budget_cid, burst;
+	uint64_t ns;
 };
 
 static int restore_cb(void *arg, const struct uvsockd_vm_config *c, uint32_t max_conns,
@@ -111,6 +119,8 @@ static int restore_cb(void *arg, const struct uvsockd_vm_config *c, uint32_t max
 	dev_config(&v->cfg, &dc);
 	ASSERT_EQ(dev_vhu_new_device_frozen(&dc, &v->dev), 0);
 	v->core = vsock_dev_of(v->dev);
+	if (rs->budget_cid && rs->budget_cid == c->guest_cid)
+		dev_sib_set_req_budget(v->core, rs->burst, rs->ns);
 	e = dev_vhu_restore(v->core, r, v->cfg.socket_path, 0, &v->vhu);
 	if (e < 0) {
 		snprintf(err, errlen, "%s", rec_error(r->doc));
@@ -319,6 +329,146 @@ TEST(an_inbox_and_a_hold_move_with_the_group)
 	uvsock_close(ls);
 	uvsock_close(dg3);
 	uvsock_close(dg4);
+	uvsock_ctx_free(g3);
+	uvsock_ctx_free(g4);
+	for (int i = 0; i < 2; i++) {
+		vm_join(&nv[i]);
+		dev_vhu_free(nv[i].vhu);
+		uvsock_dev_free(nv[i].dev);
+	}
+	for (int i = 0; i < 2; i++) {
+		dev_vhu_free(old[i].vhu);
+		uvsock_dev_free(old[i].dev);
+		rec_writer_free(&w[i]);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	(void)!system(cmd);
+}
+
+static uint64_t paced(struct vsock_dev *d)
+{
+	struct vsock_dev_stats st;
+
+	vsock_dev_get_stats(d, &st);
+	return st.sibling_requests_paced;
+}
+
+struct connecting {
+	struct uvsock_ctx *g;
+	int fd, err;
+};
+
+static void *connect_main(void *arg)
+{
+	struct connecting *c = arg;
+
+	c->fd = g_connect(c->g, SOCK_STREAM, 3, 9000);
+	c->err = c->fd < 0 ? errno : 0;
+	return NULL;
+}
+
+TEST(a_request_waiting_for_its_budget_and_the_debt_move_with_the_group)
+{
+	char dir[] = "/tmp/uvsock-upgrade-sib-XXXXXX", cmd[128];
+	struct vm old[2] = { 0 }, nv[2] = { 0 };
+	/* The new VM 4 pays one REQUEST back every ms: the debt lets the waiting one go. */
+	struct restoring rs = { .vms = nv, .budget_cid = 4, .burst = 1, .ns = 1000 * 1000 };
+	struct rec_writer w[2];
+	struct dev_vhu_saved sv;
+	struct upgrade_vm uv[2];
+	struct uvsock_ctx *g3, *g4;
+	struct connecting cn = { 0 };
+	const struct sib_pend *pd = NULL;
+	pthread_t th;
+	int ls, s, c;
+	char b = 0;
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	for (int i = 0; i < 2; i++) {
+		struct uvsock_dev_config dc;
+
+		cfg_init(&old[i].cfg, dir, 3 + (uint32_t)i);
+		dev_config(&old[i].cfg, &dc);
+		ASSERT_EQ(uvsock_dev_new(&dc, &old[i].dev), 0);
+		old[i].core = vsock_dev_of(old[i].dev);
+		ASSERT_EQ(dev_vhu_new(old[i].core, old[i].cfg.socket_path, 0, &old[i].vhu), 0);
+	}
+	/* The old VM 4: one REQUEST towards VM 3 not accepted, and none paid back by time. */
+	dev_sib_set_req_budget(old[1].core, 1, 0);
+	ASSERT_EQ(uvsock_dev_link(old[0].dev, old[1].dev), 0);
+	vm_start(&old[0]);
+	vm_start(&old[1]);
+	g3 = g_guest_new(old[0].cfg.socket_path, NULL);
+	g4 = g_guest_new(old[1].cfg.socket_path, NULL);
+	ls = g_listen(g3, SOCK_STREAM, 9000);
+	g_set_timeouts(ls, WAIT_MS);
+	/* refused (nobody listens on 9999): the budget's one REQUEST is spent */
+	ASSERT_LT(g_connect(g4, SOCK_STREAM, 3, 9999), 0);
+	/* the next connect waits in VM 4 for its budget */
+	cn.g = g4;
+	ASSERT_EQ(pthread_create(&th, NULL, connect_main, &cn), 0);
+	ASSERT_WAIT_FOR(paced(old[1].core) == 1, WAIT_MS);
+
+	for (int i = 0; i < 2; i++) {
+		uv[i] = (struct upgrade_vm){ .cfg = &old[i].cfg, .core = old[i].core,
+					     .vhu = old[i].vhu };
+		upgrade_vm_rec_begin(&w[i], &uv[i]);
+		ASSERT_EQ(dev_vhu_stop(old[i].vhu, &w[i], &sv), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		const uint8_t *rb;
+		size_t len;
+		char why[400];
+
+		ASSERT_EQ(dev_vhu_save_device(old[i].vhu, &w[i], &sv), 0);
+		rec_end(&w[i]);
+		ASSERT_EQ(rec_writer_finish(&w[i], &rb, &len), 0);
+		if (i)
+			write_seed("vm4-paced", rb, len, &w[i]);
+		if (upgrade_vm_rec_read(rb, len, w[i].fds, w[i].nfds, restore_cb, &rs, why,
+					sizeof(why)) != 0)
+			test_fail(__FILE__, __LINE__, "record of vm%d refused: %s", 3 + i, why);
+	}
+	ASSERT_EQ(rs.n, 2u);
+	/* Before go (frozen, no thread): the waiting REQUEST and the debt are VM 4's again. */
+	ASSERT_TRUE(nv[1].core->sib.paced != NULL);
+	ASSERT_EQ(nv[1].core->sib.paced_cid, 3u);
+	for (unsigned i = 0; i < nv[1].core->sib.n_pend; i++)
+		if (nv[1].core->sib.pend[i].cid == 3)
+			pd = &nv[1].core->sib.pend[i];
+	ASSERT_TRUE(pd != NULL);
+	ASSERT_EQ(pd->req_debt, 1u);
+	for (int i = 0; i < 2; i++) {
+		dev_vhu_given(old[i].vhu);
+		vm_join(&old[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		ASSERT_EQ(dev_vhu_go(nv[i].vhu), 0);
+		vm_start(&nv[i]);
+	}
+
+	/* The REQUEST reaches guest 3's listener: the connect completes, bytes both ways. */
+	s = uvsock_accept(ls, NULL, NULL);
+	ASSERT_GE(s, 0);
+	pthread_join(th, NULL);
+	if (cn.fd < 0)
+		test_fail(__FILE__, __LINE__, "the paced connect failed: %s", strerror(cn.err));
+	c = cn.fd;
+	g_set_timeouts(c, WAIT_MS);
+	g_set_timeouts(s, WAIT_MS);
+	ASSERT_EQ(uvsock_send(c, "p", 1, 0), 1);
+	ASSERT_EQ(uvsock_recv(s, &b, 1, 0), 1);
+	ASSERT_EQ(b, 'p');
+	ASSERT_EQ(uvsock_send(s, "q", 1, 0), 1);
+	ASSERT_EQ(uvsock_recv(c, &b, 1, 0), 1);
+	ASSERT_EQ(b, 'q');
+	ASSERT_EQ(paced(nv[1].core), 1); /* the counter travelled; released, not paced again */
+	for (int i = 0; i < 2; i++)
+		ASSERT_EQ(dropped(nv[i].dev), 0);
+
+	uvsock_close(c);
+	uvsock_close(s);
+	uvsock_close(ls);
 	uvsock_ctx_free(g3);
 	uvsock_ctx_free(g4);
 	for (int i = 0; i < 2; i++) {
