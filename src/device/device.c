@@ -1119,6 +1119,10 @@ int dev_save_moved(struct vsock_dev *d, struct rec_writer *w)
 	uint64_t acked = d->features;
 	int r;
 
+	/* Its siblings stay here, still sending into its inbox: the state goes without the
+	 * connections (docs/upgrade.md, DEVICE_STATE), as before the upgrade carried siblings. */
+	if (d->sib.n_sibs)
+		return -EOPNOTSUPP;
 	/* The vhost-user glue's rings run with the transport bits as acked (dev_borrow_mem); the
 	 * record holds the device's own, which is what its reader accepts. */
 	d->features &= uvsock_dev_features();

@@ -177,7 +177,11 @@ void dev_session_handed_over(struct vsock_dev *d);
  */
 struct rec_doc;
 int dev_restore_moved(struct vsock_dev *d, struct rec_doc *doc);
-/* vsock_dev_save of a held session, with the device's own feature bits (what the reader takes). */
+/*
+ * vsock_dev_save of a held session, with the device's own feature bits (what the reader takes).
+ * -EOPNOTSUPP for a device linked to siblings: it moves alone, its siblings running on here
+ * (only uvsockd's upgrade, which stops the whole group first, carries a sibling part).
+ */
 int dev_save_moved(struct vsock_dev *d, struct rec_writer *w);
 
 #endif
