@@ -217,6 +217,18 @@ static int read_config(struct rec_reader *r, const struct rec_item *it,
 		return e;
 	if (!c->name[0] || !c->socket_path[0] || !c->uds_path[0])
 		return rec_fail(r->doc, -EBADMSG, "an empty name or path");
+	/* Within what the command line and the configuration file take (options.c): the record
+	 * makes the device, as a --vm does (a buffer size of 4 GiB would be allocated). */
+	if (strlen(c->socket_path) > UVSOCKD_SUN_PATH_MAX ||
+	    strlen(c->uds_path) > UVSOCKD_SUN_PATH_MAX - UVSOCKD_UDS_SUFFIX_MAX)
+		return rec_fail(r->doc, -EBADMSG, "socket or uds-path too long");
+	if (v[4].u < UVSOCKD_MIN_TX_BUFFER_SIZE || v[4].u > UVSOCKD_MAX_TX_BUFFER_SIZE ||
+	    v[5].u < 1 || v[5].u > UVSOCKD_MAX_QUEUE_SIZE || (v[5].u & (v[5].u - 1)) ||
+	    v[6].u > UVSOCKD_MAX_CONNS_MAX || v[7].u > UVSOCKD_MAX_CONNS_MAX)
+		return rec_fail(r->doc, -EBADMSG, "tx-buffer-size %llu, queue-size %llu, "
+				"max-conns %llu or granted connections %llu out of range",
+				(unsigned long long)v[4].u, (unsigned long long)v[5].u,
+				(unsigned long long)v[6].u, (unsigned long long)v[7].u);
 	c->tx_buffer_size = (uint32_t)v[4].u;
 	c->queue_size = (uint32_t)v[5].u;
 	c->max_conns = (uint32_t)v[6].u;
@@ -235,6 +247,13 @@ static int read_config(struct rec_reader *r, const struct rec_item *it,
 			c->n_groups++;
 	}
 	return e < 0 ? e : 0;
+}
+
+void upgrade_vm_rec_begin(struct rec_writer *w, const struct upgrade_vm *v)
+{
+	rec_writer_init(w, REC_KIND_VM, UPGRADE_VM_REC_VERSION);
+	write_config(w, v);
+	rec_begin(w, VM_GLUE);
 }
 
 /* ---- the old process ---------------------------------------------------------------------- */
@@ -366,46 +385,53 @@ static const char *lost(int r)
 	       r == -ECONNRESET ? "it exited (or closed the hand-over socket)" : strerror(-r);
 }
 
-/* Saves VM v into a sealed memfd (on its thread) and sends it. */
-static int send_vm(struct child *ch, struct upgrade_vm *v, uint64_t *stop_ns, char *err,
+/* Stops VM v (on its thread) and writes its record but the device's part into w. */
+static int stop_vm(struct upgrade_vm *v, struct rec_writer *w, uint64_t *stop_ns, char *err,
 		   size_t errlen)
 {
-	struct rec_writer w;
+	struct dev_vhu_saved sv = { 0 };
+	int r;
+
+	upgrade_vm_rec_begin(w, v);
+	r = dev_vhu_stop(v->vhu, w, &sv);
+	if (r < 0) {
+		snprintf(err, errlen, "upgrade: %s cannot be saved: %s", v->cfg->name,
+			 strerror(-r));
+		return r;
+	}
+	*stop_ns = sv.stop_ns;
+	return 0;
+}
+
+/* Every VM is stopped: writes VM v's device part into w, seals the record and sends it. */
+static int send_vm(struct child *ch, struct upgrade_vm *v, struct rec_writer *w, char *err,
+		   size_t errlen)
+{
 	struct dev_vhu_saved sv = { 0 };
 	const uint8_t *buf;
 	size_t len;
 	int r, memfd = -1;
 
-	rec_writer_init(&w, REC_KIND_VM, UPGRADE_VM_REC_VERSION);
-	write_config(&w, v);
-	rec_begin(&w, VM_GLUE);
-	r = dev_vhu_save(v->vhu, &w, &sv);
-	rec_end(&w);
+	r = dev_vhu_save_device(v->vhu, w, &sv);
+	rec_end(w);
 	if (r < 0) {
-		rec_writer_free(&w);
 		snprintf(err, errlen, "upgrade: %s cannot be saved: %s", v->cfg->name,
-			 r == -EOPNOTSUPP ? "it is linked to sibling VMs (a shared group), which "
-					    "an upgrade does not carry yet" : strerror(-r));
-		return r == -EOPNOTSUPP ? -EOPNOTSUPP : r;
+			 strerror(-r));
+		return r;
 	}
-	*stop_ns = sv.stop_ns;
 	v->conns = sv.conns;
-	r = rec_writer_finish(&w, &buf, &len);
+	r = rec_writer_finish(w, &buf, &len);
 	if (r == 0)
 		r = rec_memfd(buf, len, "uvsockd-vm", &memfd);
 	if (r == 0)
-		r = rec_send(ch->sock, memfd, w.fds, w.nfds);
+		r = rec_send(ch->sock, memfd, w->fds, w->nfds);
 	if (memfd >= 0)
 		close(memfd);
-	if (r < 0) {
-		rec_writer_free(&w);
-		(void)dev_vhu_resume(v->vhu);
+	if (r < 0)
 		return refuse(ch, r, err, errlen, "sending %s's record: %s", v->cfg->name,
 			      r == -EPIPE || r == -ECONNRESET ? lost(-ECONNRESET) : strerror(-r));
-	}
 	log_info("upgrade: %s sent (%zu bytes, %u fds, %u connections)", v->cfg->name, len,
-		 w.nfds, v->conns);
-	rec_writer_free(&w);
+		 w->nfds, v->conns);
 	return 0;
 }
 
@@ -457,12 +483,18 @@ static int hand_over(struct child *chp, struct upgrade_vm *vms, unsigned n,
 	char msg[MSG_MAX];
 	size_t started_len = 64 + (size_t)n * 24;
 	char *started = NULL;
-	unsigned vmin = 0, vmax = 0, sent = 0;
+	unsigned vmin = 0, vmax = 0, sent = 0, stopped = 0;
+	struct rec_writer *w = calloc(n ? n : 1, sizeof(*w));
 	long hello_pid = 0;
 	const char *binary = ch.path;
 	char *p;
 	int r;
 
+	if (!w) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "upgrade: out of memory");
+		goto fail;
+	}
 	r = recv_text(ch.sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
 	if (r == 0 && strncmp(msg, "exec-failed ", 12) == 0) {
 		r = refuse(&ch, -ENOEXEC, err, errlen, "cannot execute it: %s",
@@ -484,12 +516,20 @@ static int hand_over(struct child *chp, struct upgrade_vm *vms, unsigned n,
 		r = refuse(&ch, r, err, errlen, "%s", lost(-ECONNRESET));
 		goto fail;
 	}
-	/* Every VM stopped and sent, each answered, before any is given: a refusal leaves all of
-	 * them here. */
-	for (sent = 0; sent < n; sent++) {
-		r = send_vm(&ch, &vms[sent], &stop[sent], err, errlen);
-		if (r < 0)
+	/* Every VM stopped before any device is written: VMs linked to siblings put packets in
+	 * each other's inboxes until both are stopped (docs/upgrade.md, "The sibling part"). */
+	for (stopped = 0; stopped < n; stopped++) {
+		r = stop_vm(&vms[stopped], &w[stopped], &stop[stopped], err, errlen);
+		if (r < 0) {
+			rec_writer_free(&w[stopped]);
 			goto fail; /* that one resumed already */
+		}
+	}
+	/* Every VM sent, each answered, before any is given: a refusal leaves all of them here. */
+	for (sent = 0; sent < n; sent++) {
+		r = send_vm(&ch, &vms[sent], &w[sent], err, errlen);
+		if (r < 0)
+			goto fail;
 		r = recv_text(ch.sock, msg, sizeof(msg), UPGRADE_STEP_TIMEOUT_MS, NULL);
 		if (r < 0) {
 			sent++;
@@ -547,10 +587,13 @@ fail:
 	if (ch.sock >= 0)
 		(void)send_text(ch.sock, "abort", -1);
 	child_end(&ch);
-	for (unsigned i = 0; i < sent; i++)
+	for (unsigned i = 0; i < stopped; i++)
 		(void)dev_vhu_resume(vms[i].vhu);
 	log_error("%s; every VM goes on here", err);
 out:
+	for (unsigned i = 0; w && i < stopped; i++)
+		rec_writer_free(&w[i]);
+	free(w);
 	free(started);
 	return r;
 }
@@ -576,15 +619,45 @@ int upgrade_hand_over(int sock, pid_t pid, const char *path, struct upgrade_vm *
 
 /* ---- the new process ---------------------------------------------------------------------- */
 
-/* One VM: the record received, checked whole and restored, or refused with why. */
-static int take_vm(int fd, upgrade_restore_fn restore, void *arg, char *why, size_t whylen)
+int upgrade_vm_rec_read(const uint8_t *buf, size_t len, const int *fds, size_t nfds,
+			upgrade_restore_fn restore, void *arg, char *why, size_t whylen)
 {
 	struct rec_val v[ARRAY_SIZE(vm_fields)];
 	struct uvsockd_vm_config cfg;
 	struct rec_reader r, glue;
 	struct rec_doc doc;
-	const uint8_t *buf = NULL;
 	uint32_t granted = 0;
+	int e;
+
+	why[0] = '\0';
+	e = rec_open(&doc, buf, len, REC_KIND_VM, 1, upgrade_vm_rec_read_max, fds, nfds);
+	if (e < 0) {
+		snprintf(why, whylen, "%s (this binary reads VM records 1..%u)", rec_error(&doc),
+			 upgrade_vm_rec_read_max);
+		return e;
+	}
+	rec_root(&doc, &r, "VM");
+	e = rec_scan(&r, vm_fields, ARRAY_SIZE(vm_fields), v);
+	if (e == 0)
+		e = read_config(&r, &v[0].it, &cfg, &granted);
+	if (e == 0)
+		e = rec_enter(&r, &v[1].it, "glue", &glue);
+	if (e == 0)
+		e = restore(arg, &cfg, granted, &glue, why, whylen);
+	if (e == 0)
+		e = rec_check_fds_claimed(&doc);
+	if (e < 0 && !why[0])
+		snprintf(why, whylen, "%s", rec_error(&doc)[0] ? rec_error(&doc) : strerror(-e));
+	else if (e < 0 && rec_error(&doc)[0] && !strstr(why, rec_error(&doc)))
+		snprintf(why + strlen(why), whylen - strlen(why), ": %s", rec_error(&doc));
+	rec_doc_fini(&doc);
+	return e;
+}
+
+/* One VM: the record received, checked whole and restored, or refused with why. */
+static int take_vm(int fd, upgrade_restore_fn restore, void *arg, char *why, size_t whylen)
+{
+	const uint8_t *buf = NULL;
 	size_t len = 0, nfds = 0;
 	int *fds = NULL, memfd = -1, e;
 
@@ -594,34 +667,10 @@ static int take_vm(int fd, upgrade_restore_fn restore, void *arg, char *why, siz
 		return e;
 	}
 	e = rec_map_fd(memfd, &buf, &len);
-	if (e < 0) {
+	if (e < 0)
 		snprintf(why, whylen, "cannot map the record: %s", strerror(-e));
-		goto out;
-	}
-	e = rec_open(&doc, buf, len, REC_KIND_VM, 1, upgrade_vm_rec_read_max, fds, nfds);
-	if (e < 0) {
-		snprintf(why, whylen, "%s (this binary reads VM records 1..%u)", rec_error(&doc),
-			 upgrade_vm_rec_read_max);
-		goto out;
-	}
-	rec_root(&doc, &r, "VM");
-	e = rec_scan(&r, vm_fields, ARRAY_SIZE(vm_fields), v);
-	if (e == 0)
-		e = read_config(&r, &v[0].it, &cfg, &granted);
-	if (e == 0)
-		e = rec_enter(&r, &v[1].it, "glue", &glue);
-	if (e == 0) {
-		why[0] = '\0';
-		e = restore(arg, &cfg, granted, &glue, why, whylen);
-	}
-	if (e == 0)
-		e = rec_check_fds_claimed(&doc);
-	if (e < 0 && !why[0])
-		snprintf(why, whylen, "%s", rec_error(&doc)[0] ? rec_error(&doc) : strerror(-e));
-	else if (e < 0 && rec_error(&doc)[0] && !strstr(why, rec_error(&doc)))
-		snprintf(why + strlen(why), whylen - strlen(why), ": %s", rec_error(&doc));
-	rec_doc_fini(&doc);
-out:
+	else
+		e = upgrade_vm_rec_read(buf, len, fds, nfds, restore, arg, why, whylen);
 	if (buf)
 		rec_unmap(buf, len);
 	/* The restored parts hold duplicates of what they kept. */

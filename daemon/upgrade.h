@@ -33,6 +33,7 @@
 
 struct dev_vhu;
 struct rec_reader;
+struct rec_writer;
 struct vsock_dev;
 
 /* The VM record (REC_KIND_VM): the version written, and the range read. */
@@ -99,6 +100,18 @@ int upgrade_self_path(char *buf, size_t len);
 typedef int (*upgrade_restore_fn)(void *arg, const struct uvsockd_vm_config *cfg,
 				  uint32_t max_conns, struct rec_reader *r, char *err,
 				  size_t errlen);
+
+/*
+ * The new process's check of one VM record (kind 4), the fuzzed reader (fuzz/fuzz-vmrec.c):
+ * the header, version and checksum (rec_open, versions 1..upgrade_vm_rec_read_max), the
+ * configuration, then the glue through restore, and every fd named by an item. buf, fds stay
+ * the caller's. Returns 0, or -errno with why (never empty) saying what was refused.
+ */
+int upgrade_vm_rec_read(const uint8_t *buf, size_t len, const int *fds, size_t nfds,
+			upgrade_restore_fn restore, void *arg, char *why, size_t whylen);
+/* The old process's side: a VM record for v, up to the glue's list, which it leaves open
+ * (the glue's items, dev_vhu_stop and dev_vhu_save_device, then rec_end). */
+void upgrade_vm_rec_begin(struct rec_writer *w, const struct upgrade_vm *v);
 
 /*
  * Takes the VMs over from the old process on fd: hello, each record checked and restored

@@ -701,15 +701,6 @@ static int vm_set_upgrade(struct vm_set *s, const char *binary, struct ops_ctl_u
 		snprintf(err, errlen, "upgrade: the command line is not known");
 		return -EINVAL;
 	}
-	for (unsigned i = 0; i < s->n; i++)
-		for (unsigned j = i + 1; j < s->n; j++)
-			if (uvsockd_vms_share_group(&s->vms[i]->cfg, &s->vms[j]->cfg)) {
-				snprintf(err, errlen,
-					 "upgrade: %s and %s share a group: VMs linked to siblings "
-					 "cannot be upgraded in place yet (docs/upgrade.md)",
-					 s->vms[i]->cfg.name, s->vms[j]->cfg.name);
-				return -EOPNOTSUPP;
-			}
 	uv = calloc(s->n ? s->n : 1, sizeof(*uv));
 	ret->vms = calloc(s->n ? s->n : 1, sizeof(*ret->vms));
 	if (!uv || !ret->vms) {
@@ -854,6 +845,16 @@ static int vm_restore(void *arg, const struct uvsockd_vm_config *v, uint32_t max
 			snprintf(err, errlen, "%s", why);
 		else
 			snprintf(err, errlen, "%s: %s", t->cfg.name, why[0] ? why : strerror(-r));
+		return r;
+	}
+	/* Linked as at start-up (vm_create), before any thread runs; the held packets the record
+	 * gave back go to their siblings at go (dev_sib_thaw), once every link is made. */
+	for (unsigned i = 0; i < s->n && r == 0; i++)
+		if (uvsockd_vms_share_group(&s->vms[i]->cfg, &t->cfg))
+			r = uvsock_dev_link(s->vms[i]->dev, t->dev);
+	if (r < 0) {
+		snprintf(err, errlen, "%s: cannot link it to its siblings: %s", t->cfg.name,
+			 strerror(-r));
 		return r;
 	}
 	if (s->capture)

@@ -1119,6 +1119,10 @@ int dev_save_moved(struct vsock_dev *d, struct rec_writer *w)
 	uint64_t acked = d->features;
 	int r;
 
+	/* Its siblings stay here, still sending into its inbox: the state goes without the
+	 * connections (docs/upgrade.md, DEVICE_STATE), as before the upgrade carried siblings. */
+	if (d->sib.n_sibs)
+		return -EOPNOTSUPP;
 	/* The vhost-user glue's rings run with the transport bits as acked (dev_borrow_mem); the
 	 * record holds the device's own, which is what its reader accepts. */
 	d->features &= uvsock_dev_features();
@@ -1427,6 +1431,7 @@ enum {
 	D_DGRAM,          /* list: dev_dgram_save */
 	D_COUNTERS,       /* list of D_COUNTER: struct dev_counters */
 	D_ENG_PAST,       /* list of D_COUNTER: eng_past (the ended sessions' engine counters) */
+	D_SIBLING,        /* list: dev_sib_save (the inbox, held packets) */
 };
 enum { D_COUNTER = 0x11, DC_NAME = 1, DC_VALUE = 2 };
 #define D_F_EVQ_RESET 1u
@@ -1477,6 +1482,7 @@ void vsock_dev_freeze(struct vsock_dev *d)
 	loop_timer_disarm(d->cont_timer);
 	dev_host_freeze(d);
 	dev_dgram_freeze(d);
+	dev_sib_freeze(d);
 }
 
 int vsock_dev_thaw(struct vsock_dev *d)
@@ -1494,6 +1500,7 @@ int vsock_dev_thaw(struct vsock_dev *d)
 	/* What the frozen passes would have done (re-derived: nothing of it is in the record). */
 	d->accept_pending = d->eng != NULL;
 	d->rx_more = d->tx_more = true;
+	dev_sib_thaw(d);
 	dev_settle(d);
 	cont_schedule(d);
 	return 0;
@@ -1513,8 +1520,6 @@ int vsock_dev_save(struct vsock_dev *d, struct rec_writer *w)
 
 	if (!d->frozen || d->rxq.running || d->txq.running || d->evq.running)
 		return -EBUSY;
-	if (d->sib.n_sibs)
-		return -EOPNOTSUPP;
 	rec_put_u32(w, D_CID, d->cid);
 
 	/* The device's bits only: a vhost-user device holds the transport bits its back-end acked
@@ -1554,6 +1559,11 @@ int vsock_dev_save(struct vsock_dev *d, struct rec_writer *w)
 #undef SAVE_ENG_COUNTER_
 	pthread_mutex_unlock(&d->eng_lock);
 	rec_end(w);
+	/* The sibling inbox (packets of linked devices, RSTs, host datagrams), what our guest holds
+	 * for full siblings: every device of the group is frozen (sibling.c). */
+	rec_begin(w, D_SIBLING);
+	dev_sib_save(d, w);
+	rec_end(w);
 	return w->err;
 }
 
@@ -1569,6 +1579,7 @@ static const struct rec_field dev_fields[] = {
 	{ D_DGRAM, REC_LIST, true, "datagrams" },
 	{ D_COUNTERS, REC_LIST, true, "counters" },
 	{ D_ENG_PAST, REC_LIST, true, "past engine counters" },
+	{ D_SIBLING, REC_LIST, false, "sibling inbox" },
 };
 static const struct rec_field counter_fields[] = {
 	{ DC_NAME, REC_BYTES, true, "name" },
@@ -1755,11 +1766,18 @@ int vsock_dev_restore_at(struct vsock_dev *d, struct rec_reader *rr)
 	if (k < 0)
 		return k;
 	d->features = v[1].u;
+	if (v[11].present) {
+		k = rec_enter(&r, &v[11].it, "sibling inbox", &sub);
+		if (k == 0)
+			k = dev_sib_restore(d, &sub);
+		if (k < 0)
+			goto out;
+	}
 	k = rec_enter(&r, &v[7].it, "host side", &sub);
 	if (k == 0)
 		k = dev_host_restore(d, &sub);
 	if (k < 0)
-		goto out;
+		goto out_sib;
 	k = rec_enter(&r, &v[8].it, "datagrams", &sub);
 	if (k == 0)
 		k = dev_dgram_restore(d, &sub);
@@ -1783,6 +1801,8 @@ out_dgram:
 	dev_dgram_restore_undo(d);
 out_host:
 	dev_host_unrestore(d);
+out_sib:
+	dev_sib_unrestore(d);
 out:
 	d->features = 0;
 	return k;

@@ -621,6 +621,10 @@ static int do_save(struct vsock_dev *d, void *arg)
 
 	if (atomic_load_explicit(&d->embed.saved, memory_order_relaxed))
 		return -EALREADY;
+	/* Its siblings would stay here: a group moves as one (uvsockd's upgrade, which stops
+	 * every device of it first), not a device alone. */
+	if (d->sib.n_sibs && !d->rxq.running && !d->txq.running && !d->evq.running)
+		return -EOPNOTSUPP;
 	vsock_dev_freeze(d);
 	rec_writer_init(&w, REC_KIND_DEVICE, VSOCK_DEV_SAVE_VERSION);
 	r = vsock_dev_save(d, &w);

@@ -66,7 +66,10 @@
 #include "util/iov.h"
 #include "util/log.h"
 #include "util/macros.h"
+#include "util/rec.h"
 #include "util/time.h"
+
+static void sib_pend_drop(struct vsock_dev *d);
 
 /* ---- packet buffers: the port's pool ---------------------------------------------------- */
 
@@ -1056,6 +1059,8 @@ static void stage_timer_cb(struct loop *l, struct loop_timer *t, void *opaque)
 
 	(void)l;
 	(void)t;
+	if (d->frozen)
+		return; /* a live upgrade's save: dev_sib_thaw arms it again */
 	for (unsigned i = 0; i < d->sib.n_sibs; i++) {
 		struct sib_hold *ho = &d->sib.hold[i];
 		/* The port stays valid (our reference) even if its device was freed meanwhile. */
@@ -1088,6 +1093,8 @@ static void inbox_cb(struct loop *l, void *opaque)
 /* Room in a sibling's inbox, or in the budget a paced REQUEST waits for: the TX ring goes on. */
 static void room_retry(struct vsock_dev *d)
 {
+	if (d->frozen)
+		return; /* nothing goes to a sibling until the thaw, which retries */
 	dev_sib_retry_staged(d);
 	dev_sib_wake_targets(d);
 	if (d->tx_throttled)
@@ -1233,6 +1240,7 @@ void dev_sib_detach(struct vsock_dev *d)
 	}
 	sib_pkt_free(d, d->sib.paced);
 	d->sib.paced = NULL;
+	sib_pend_drop(d);
 	for (unsigned i = 0; i < d->sib.n_sibs; i++) {
 		sib_hold_drop(d, &d->sib.hold[i], false);
 		sib_port_signal(d->sib.sibs[i], true);
@@ -1292,4 +1300,584 @@ void dev_sib_free(struct vsock_dev *d)
 	loop_timer_free(d->sib.stage_timer);
 	loop_timer_free(d->sib.pace_timer);
 	free(d->sib.wake);
+}
+
+/* ---- live upgrade: the sibling part of the device's record (docs/upgrade.md) ------------- */
+
+/* Tags of the sibling part (the device record's D_SIBLING list). */
+enum {
+	S_FLAGS = 1,        /* u32: S_F_* of our inbox */
+	S_PKTS = 2,         /* list of S_PKT: our inbox, oldest first */
+	S_SRCS = 3,         /* list of S_SRC: the senders' slots of our inbox (their shares) */
+	S_HOLDS = 4,        /* list of S_HOLD: what our guest holds for a full sibling */
+	S_PEER_DROPPED = 5, /* u64: our guest's packets a freed sibling dropped (peer_dropped) */
+	S_PACED = 6,        /* list of one S_PKT: our guest's REQUEST waiting for its budget */
+};
+enum { S_PKT = 0x30, SP_HDR = 1, SP_DATA = 2, SP_OFF = 3, SP_FLAGS = 4, SP_SRC = 5 };
+enum { S_SRC = 0x31, SS_SLOT = 1, SS_CID = 2, SS_REFUSED = 3 };
+/* SH_REQ_DEBT, SH_REQ_SINCE: the REQUEST budget towards that sibling (struct sib_hold). */
+enum { S_HOLD = 0x32, SH_CID = 1, SH_PKTS = 2, SH_REQ_DEBT = 3, SH_REQ_SINCE = 4 };
+#define S_F_WANT_ROOM 1u
+#define S_F_CONGESTED 2u
+#define SP_F_MADE 1u  /* an RST or a host datagram a device made (sib_pkt.made) */
+#define SP_F_TAKEN 2u /* taken out of the inbox (out of the senders' shares), waiting for RX */
+
+static const struct rec_field sib_fields[] = {
+	{ S_FLAGS, REC_U32, true, "inbox flags" },
+	{ S_PKTS, REC_LIST, true, "inbox" },
+	{ S_SRCS, REC_LIST, true, "inbox senders" },
+	{ S_HOLDS, REC_LIST, true, "held packets" },
+	{ S_PEER_DROPPED, REC_U64, true, "dropped by freed siblings" },
+	{ S_PACED, REC_LIST, false, "paced REQUEST" },
+};
+static const struct rec_field sib_pkt_fields[] = {
+	{ SP_HDR, REC_BYTES, true, "header" },
+	{ SP_DATA, REC_BYTES, false, "payload" },
+	{ SP_OFF, REC_U32, false, "delivered" },
+	{ SP_FLAGS, REC_U32, true, "flags" },
+	{ SP_SRC, REC_U32, false, "sender slot" },
+};
+static const struct rec_field sib_src_fields[] = {
+	{ SS_SLOT, REC_U32, true, "slot" },
+	{ SS_CID, REC_U32, true, "cid" },
+	{ SS_REFUSED, REC_U64, true, "refused" },
+};
+static const struct rec_field sib_hold_fields[] = {
+	{ SH_CID, REC_U32, true, "cid" },
+	{ SH_PKTS, REC_LIST, false, "packets" },
+	{ SH_REQ_DEBT, REC_U32, false, "REQUEST debt" },
+	{ SH_REQ_SINCE, REC_U64, false, "REQUEST debt since" },
+};
+
+void dev_sib_freeze(struct vsock_dev *d)
+{
+	/* The stall timer would flush or drop held packets; room_cb and stage_timer_cb also look
+	 * at d->frozen (an async may still fire). dev_sib_thaw arms it again. */
+	if (d->sib.stage_timer)
+		loop_timer_disarm(d->sib.stage_timer);
+	/* The same for a paced REQUEST's timer (room_retry looks at d->frozen too). */
+	if (d->sib.pace_timer)
+		loop_timer_disarm(d->sib.pace_timer);
+}
+
+static void sib_save_pkt(struct rec_writer *w, const struct sib_pkt *p, uint32_t flags,
+			 bool in_ring)
+{
+	uint8_t wire[VSOCK_HDR_SIZE];
+
+	vsock_hdr_encode(&p->hdr, wire);
+	rec_begin(w, S_PKT);
+	rec_put_bytes(w, SP_HDR, wire, sizeof(wire));
+	if (p->hdr.len)
+		rec_put_bytes(w, SP_DATA, p->data, p->hdr.len);
+	if (p->off)
+		rec_put_u32(w, SP_OFF, p->off);
+	rec_put_u32(w, SP_FLAGS, flags | (p->made ? SP_F_MADE : 0));
+	/* Only an inbox packet is counted to a sender (a held one's src is not set yet). */
+	if (in_ring && p->src != DEV_INBOX_SRC_NONE)
+		rec_put_u32(w, SP_SRC, p->src);
+	rec_end(w);
+}
+
+/* One S_HOLD: the packets head.., and the REQUEST budget towards cid if it owes any. */
+static unsigned sib_save_hold(struct rec_writer *w, uint32_t cid, const struct sib_pkt *head,
+			      uint32_t req_debt, uint64_t req_since)
+{
+	unsigned held = 0;
+
+	rec_begin(w, S_HOLD);
+	rec_put_u32(w, SH_CID, cid);
+	if (head) {
+		rec_begin(w, SH_PKTS);
+		for (const struct sib_pkt *p = head; p; p = p->next, held++)
+			sib_save_pkt(w, p, 0, false);
+		rec_end(w);
+	}
+	if (req_debt) {
+		rec_put_u32(w, SH_REQ_DEBT, req_debt);
+		rec_put_u64(w, SH_REQ_SINCE, req_since);
+	}
+	rec_end(w);
+	return held;
+}
+
+/*
+ * Every device of the group is frozen: nobody pushes into our inbox or takes from it, and what
+ * waits for our RX ring is, in delivery order, rx_cur (partly delivered), taken[i_taken..), the
+ * inbox. The lock only orders our reads after the senders' last pushes.
+ */
+void dev_sib_save(struct vsock_dev *d, struct rec_writer *w)
+{
+	struct sib_inbox *in = &d->sib.port->inbox;
+	unsigned n = 0, held = 0, waiting;
+
+	pthread_mutex_lock(&in->lock);
+	rec_put_u32(w, S_FLAGS, (in->want_room ? S_F_WANT_ROOM : 0) |
+				      (in->congested ? S_F_CONGESTED : 0));
+	rec_begin(w, S_PKTS);
+	if (d->sib.rx_cur)
+		sib_save_pkt(w, d->sib.rx_cur, SP_F_TAKEN, false);
+	for (unsigned i = d->sib.i_taken; i < d->sib.n_taken; i++)
+		sib_save_pkt(w, d->sib.taken[i], SP_F_TAKEN, false);
+	n = inbox_count(in);
+	for (unsigned i = 0; i < n; i++)
+		sib_save_pkt(w, in->ring[(in->head + i) % DEV_INBOX_PKTS], 0, true);
+	rec_end(w);
+	waiting = n + (d->sib.rx_cur ? 1 : 0) + d->sib.n_taken - d->sib.i_taken;
+	rec_begin(w, S_SRCS);
+	for (unsigned i = 0; i < in->n_src; i++) {
+		if (!in->src[i].cid)
+			continue;
+		rec_begin(w, S_SRC);
+		rec_put_u32(w, SS_SLOT, i);
+		rec_put_u32(w, SS_CID, in->src[i].cid);
+		rec_put_u64(w, SS_REFUSED, in->src[i].refused_ns);
+		rec_end(w);
+	}
+	rec_end(w);
+	pthread_mutex_unlock(&in->lock);
+	/* Per sibling: what is held for it, and what our guest owes of its REQUEST budget towards
+	 * it (a flooding guest gets no fresh burst from an upgrade). req_since is mono_ns(),
+	 * CLOCK_MONOTONIC: the same clock in the new process on this host. */
+	rec_begin(w, S_HOLDS);
+	for (unsigned i = 0; i < d->sib.n_sibs; i++) {
+		const struct sib_hold *ho = &d->sib.hold[i];
+
+		if (ho->head || ho->req_debt)
+			held += sib_save_hold(w, d->sib.sibs[i]->cid, ho->head, ho->req_debt,
+					      ho->req_since);
+	}
+	/* Restored and not handed to hold[] yet (saved again before its thaw). */
+	for (unsigned i = 0; i < d->sib.n_pend; i++) {
+		const struct sib_pend *pd = &d->sib.pend[i];
+
+		held += sib_save_hold(w, pd->cid, pd->head, pd->req_debt, pd->req_since);
+	}
+	rec_end(w);
+	rec_put_u64(w, S_PEER_DROPPED,
+		    atomic_load_explicit(&d->sib.port->peer_dropped, memory_order_relaxed));
+	/* The REQUEST waiting for its budget: our TX ring waits behind it, so it is the next
+	 * packet our guest sends; lost, its connect would hang until the guest gives up. */
+	if (d->sib.paced) {
+		rec_begin(w, S_PACED);
+		sib_save_pkt(w, d->sib.paced, 0, false);
+		rec_end(w);
+	}
+	if (waiting || held || d->sib.paced)
+		log_info("%s: %u packets waiting for its RX ring, %u held for full siblings and "
+			 "%u REQUEST waiting for its budget go into the record", d->name, waiting,
+			 held, d->sib.paced ? 1u : 0u);
+}
+
+/* What a restore read, kept aside until all of it is checked. */
+struct sib_restoring {
+	struct sib_pkt *taken[DEV_SIB_TAKE];
+	unsigned n_taken;
+	struct sib_pkt *ring[DEV_INBOX_PKTS];
+	unsigned n_ring;
+	size_t ring_bytes;
+	struct sib_src src[DEV_INBOX_SRCS];
+	unsigned n_src;
+	struct sib_pend *pend;
+	unsigned n_pend, hold_pkts;
+	size_t hold_bytes;
+	struct sib_pkt *paced;
+};
+
+static void sib_pend_free_list(struct vsock_dev *d, struct sib_pkt *p)
+{
+	while (p) {
+		struct sib_pkt *next = p->next;
+
+		sib_pkt_free(d, p);
+		p = next;
+	}
+}
+
+static void sib_restoring_free(struct vsock_dev *d, struct sib_restoring *s)
+{
+	for (unsigned i = 0; i < s->n_taken; i++)
+		sib_pkt_free(d, s->taken[i]);
+	for (unsigned i = 0; i < s->n_ring; i++)
+		sib_pkt_free(d, s->ring[i]);
+	for (unsigned i = 0; i < s->n_pend; i++)
+		sib_pend_free_list(d, s->pend[i].head);
+	free(s->pend);
+	sib_pkt_free(d, s->paced);
+	free(s);
+}
+
+/* One S_PKT item: a packet of our pool, its header checked as a guest's is (vsock_hdr_check). */
+static int sib_restore_pkt(struct vsock_dev *d, struct rec_reader *r, const struct rec_item *it,
+			   uint32_t *flags, uint32_t *src, struct sib_pkt **ret)
+{
+	struct rec_val v[ARRAY_SIZE(sib_pkt_fields)];
+	struct rec_reader sub;
+	struct vsock_hdr h;
+	struct sib_pkt *p;
+	uint32_t dlen;
+	bool bad_hdr;
+	int e;
+
+	if (it->tag != S_PKT)
+		return rec_fail(r->doc, -EBADMSG, "sibling packets: item %u at %zu", it->tag,
+				it->off);
+	e = rec_enter(r, it, "sibling packet", &sub);
+	if (e == 0)
+		e = rec_scan(&sub, sib_pkt_fields, ARRAY_SIZE(sib_pkt_fields), v);
+	if (e < 0)
+		return e;
+	dlen = v[1].present ? v[1].it.len : 0;
+	if (v[0].it.len != VSOCK_HDR_SIZE)
+		return rec_fail(r->doc, -EBADMSG, "sibling packet at %zu: a header of %u bytes",
+				it->off, v[0].it.len);
+	vsock_hdr_decode(v[0].it.val, &h);
+	/* A datagram (the device's own type 3, docs/vsock-protocol.md) is an RW packet; the rest
+	 * as a guest's packet is checked. */
+	if (h.type == VSOCK_TYPE_DGRAM)
+		bad_hdr = h.op != VSOCK_OP_RW || (h.src_cid >> 32) || (h.dst_cid >> 32) ||
+			  h.len > VSOCK_MAX_PKT_PAYLOAD;
+	else
+		bad_hdr = vsock_hdr_check(&h, dlen) != VSOCK_HDR_OK;
+	if (h.len != dlen || bad_hdr ||
+	    (v[1].present && !dlen) || (v[3].u & ~(uint64_t)(SP_F_MADE | SP_F_TAKEN)) ||
+	    (v[2].present && (!v[2].u || v[2].u >= h.len || h.type == VSOCK_TYPE_DGRAM ||
+			      !(v[3].u & SP_F_TAKEN))) ||
+	    (v[4].present && (v[4].u >= DEV_INBOX_SRCS || (v[3].u & SP_F_TAKEN))))
+		return rec_fail(r->doc, -EBADMSG, "sibling packet at %zu: header, payload, "
+				"delivered part, flags or sender slot out of range", it->off);
+	p = sib_pkt_alloc(d, h.len);
+	if (!p)
+		return -ENOMEM;
+	p->hdr = h;
+	if (dlen)
+		memcpy(p->data, v[1].it.val, dlen);
+	p->off = (uint32_t)v[2].u;
+	p->made = v[3].u & SP_F_MADE;
+	p->src = v[4].present ? (uint16_t)v[4].u : DEV_INBOX_SRC_NONE;
+	*flags = (uint32_t)v[3].u;
+	*src = v[4].present ? (uint32_t)v[4].u : DEV_INBOX_SRC_NONE;
+	*ret = p;
+	return 0;
+}
+
+/* The inbox (S_PKTS, S_SRCS) into s: taken packets first, the partly delivered one only first. */
+static int sib_restore_inbox(struct vsock_dev *d, struct rec_reader *r, const struct rec_val *v,
+			     struct sib_restoring *s)
+{
+	struct rec_reader sub;
+	struct rec_item it;
+	bool slot_seen[DEV_INBOX_SRCS] = { false };
+	int e;
+
+	e = rec_enter(r, &v[2].it, "inbox senders", &sub);
+	while (e == 0 && (e = rec_next(&sub, &it)) > 0) {
+		struct rec_val sv[ARRAY_SIZE(sib_src_fields)];
+		struct rec_reader ss;
+
+		if (it.tag != S_SRC)
+			return rec_fail(r->doc, -EBADMSG, "inbox senders: item %u at %zu",
+					it.tag, it.off);
+		e = rec_enter(&sub, &it, "inbox sender", &ss);
+		if (e == 0)
+			e = rec_scan(&ss, sib_src_fields, ARRAY_SIZE(sib_src_fields), sv);
+		if (e < 0)
+			return e;
+		if (sv[0].u >= DEV_INBOX_SRCS || slot_seen[sv[0].u] || !sv[1].u)
+			return rec_fail(r->doc, -EBADMSG, "inbox sender at %zu: slot %llu twice, "
+					"out of range, or CID 0", it.off,
+					(unsigned long long)sv[0].u);
+		slot_seen[sv[0].u] = true;
+		s->src[sv[0].u] = (struct sib_src){ .cid = (uint32_t)sv[1].u,
+						    .refused_ns = sv[2].u };
+		if (sv[0].u + 1 > s->n_src)
+			s->n_src = (unsigned)sv[0].u + 1;
+	}
+	if (e < 0)
+		return e;
+	e = rec_enter(r, &v[1].it, "inbox", &sub);
+	while (e == 0 && (e = rec_next(&sub, &it)) > 0) {
+		uint32_t flags, src;
+		struct sib_pkt *p;
+
+		e = sib_restore_pkt(d, &sub, &it, &flags, &src, &p);
+		if (e < 0)
+			return e;
+		/* Kept at once: freed with s whatever comes next. */
+		if (flags & SP_F_TAKEN) {
+			if (s->n_ring || s->n_taken == DEV_SIB_TAKE || (p->off && s->n_taken)) {
+				sib_pkt_free(d, p);
+				return rec_fail(r->doc, -EBADMSG, "inbox: a taken packet at %zu "
+						"after the inbox's, or more than %u", it.off,
+						DEV_SIB_TAKE);
+			}
+			s->taken[s->n_taken++] = p;
+			continue;
+		}
+		if (s->n_ring == DEV_INBOX_PKTS) {
+			sib_pkt_free(d, p);
+			return rec_fail(r->doc, -EBADMSG, "inbox: more than %u packets",
+					DEV_INBOX_PKTS);
+		}
+		s->ring[s->n_ring++] = p;
+		s->ring_bytes += p->hdr.len;
+		if (p->hdr.dst_cid != d->cid || s->ring_bytes > DEV_INBOX_BYTES)
+			return rec_fail(r->doc, -EBADMSG, "inbox: a packet at %zu for CID %llu, "
+					"or more than %u bytes", it.off,
+					(unsigned long long)p->hdr.dst_cid, DEV_INBOX_BYTES);
+		if (src != DEV_INBOX_SRC_NONE) {
+			struct sib_src *sl = &s->src[src];
+
+			if (!slot_seen[src] || sl->cid != p->hdr.src_cid)
+				return rec_fail(r->doc, -EBADMSG, "inbox: a packet at %zu from "
+						"CID %llu counted to slot %u of another sender",
+						it.off, (unsigned long long)p->hdr.src_cid, src);
+			sl->pkts++;
+			sl->bytes += p->hdr.len;
+		}
+	}
+	if (e < 0)
+		return e;
+	for (unsigned i = 0; i < s->n_taken; i++)
+		if (s->taken[i]->hdr.dst_cid != d->cid)
+			return rec_fail(r->doc, -EBADMSG, "inbox: a taken packet for CID %llu",
+					(unsigned long long)s->taken[i]->hdr.dst_cid);
+	return 0;
+}
+
+/* What our guest held for full siblings (S_HOLDS) into s->pend, one entry per sibling. */
+static int sib_restore_holds(struct vsock_dev *d, struct rec_reader *r, const struct rec_item *l,
+			     struct sib_restoring *s)
+{
+	struct rec_reader sub;
+	struct rec_item it;
+	int e;
+
+	e = rec_enter(r, l, "held packets", &sub);
+	while (e == 0 && (e = rec_next(&sub, &it)) > 0) {
+		struct rec_val hv[ARRAY_SIZE(sib_hold_fields)];
+		struct rec_reader hs, ps;
+		struct rec_item pit;
+		struct sib_pend *pd;
+
+		if (it.tag != S_HOLD || s->n_pend == DEV_SIB_HOLD_PKTS)
+			return rec_fail(r->doc, -EBADMSG, "held packets: item %u at %zu (tag or "
+					"count)", it.tag, it.off);
+		e = rec_enter(&sub, &it, "held for a sibling", &hs);
+		if (e == 0)
+			e = rec_scan(&hs, sib_hold_fields, ARRAY_SIZE(sib_hold_fields), hv);
+		if (e < 0)
+			return e;
+		if (hv[0].u == d->cid || hv[0].u < 3)
+			return rec_fail(r->doc, -EBADMSG, "packets held for CID %llu",
+					(unsigned long long)hv[0].u);
+		for (unsigned i = 0; i < s->n_pend; i++)
+			if (s->pend[i].cid == hv[0].u)
+				return rec_fail(r->doc, -EBADMSG, "packets held for CID %llu "
+						"twice", (unsigned long long)hv[0].u);
+		pd = realloc(s->pend, (s->n_pend + 1) * sizeof(*pd));
+		if (!pd)
+			return -ENOMEM;
+		s->pend = pd;
+		pd = &s->pend[s->n_pend++];
+		*pd = (struct sib_pend){ .cid = (uint32_t)hv[0].u };
+		/* The budget as sib_req_charge keeps it: a debt counts from a time of this host's
+		 * CLOCK_MONOTONIC that has passed, and is never beyond the burst. */
+		if (hv[2].present != hv[3].present || (hv[2].present && !hv[2].u) ||
+		    hv[2].u > d->sib.req_burst || hv[3].u > mono_ns())
+			return rec_fail(r->doc, -EBADMSG, "REQUEST debt %llu towards CID %u since "
+					"%llu: half of it, none, over the burst %u, or in the future",
+					(unsigned long long)hv[2].u, pd->cid,
+					(unsigned long long)hv[3].u, d->sib.req_burst);
+		pd->req_debt = (uint32_t)hv[2].u;
+		pd->req_since = hv[3].u;
+		e = 0;
+		if (hv[1].present)
+			e = rec_enter(&hs, &hv[1].it, "held packets", &ps);
+		while (e == 0 && hv[1].present && (e = rec_next(&ps, &pit)) > 0) {
+			uint32_t flags, src;
+			struct sib_pkt *p;
+
+			e = sib_restore_pkt(d, &ps, &pit, &flags, &src, &p);
+			if (e < 0)
+				return e;
+			p->next = NULL;
+			if (pd->tail)
+				pd->tail->next = p;
+			else
+				pd->head = p;
+			pd->tail = p;
+			s->hold_pkts++;
+			s->hold_bytes += p->hdr.len;
+			if ((flags & SP_F_TAKEN) || src != DEV_INBOX_SRC_NONE || p->made ||
+			    p->hdr.src_cid != d->cid || p->hdr.dst_cid != pd->cid ||
+			    s->hold_pkts > DEV_SIB_HOLD_PKTS ||
+			    s->hold_bytes > DEV_SIB_HOLD_BYTES + VSOCK_MAX_PKT_PAYLOAD)
+				return rec_fail(r->doc, -EBADMSG, "held packet at %zu: not our "
+						"guest's for CID %u, or over the hold's bound",
+						pit.off, pd->cid);
+		}
+		if (e < 0)
+			return e;
+		if (!pd->head && !pd->req_debt)
+			return rec_fail(r->doc, -EBADMSG, "neither a packet held nor a REQUEST debt "
+					"for CID %u", pd->cid);
+	}
+	return e < 0 ? e : 0;
+}
+
+/* Our guest's REQUEST waiting for its budget (S_PACED): one, its CID a sibling's. */
+static int sib_restore_paced(struct vsock_dev *d, struct rec_reader *r, const struct rec_item *l,
+			     struct sib_restoring *s)
+{
+	struct rec_reader sub;
+	struct rec_item it;
+	uint32_t flags, src;
+	int e;
+
+	e = rec_enter(r, l, "paced REQUEST", &sub);
+	if (e == 0 && (e = rec_next(&sub, &it)) == 0)
+		return rec_fail(r->doc, -EBADMSG, "an empty paced REQUEST");
+	if (e < 0)
+		return e;
+	e = sib_restore_pkt(d, &sub, &it, &flags, &src, &s->paced);
+	if (e < 0)
+		return e;
+	s->paced->next = NULL;
+	if (flags || src != DEV_INBOX_SRC_NONE || s->paced->hdr.op != VSOCK_OP_REQUEST ||
+	    s->paced->hdr.src_cid != d->cid || s->paced->hdr.dst_cid == d->cid ||
+	    s->paced->hdr.dst_cid < 3)
+		return rec_fail(r->doc, -EBADMSG, "the paced packet at %zu: not our guest's "
+				"REQUEST to a sibling", it.off);
+	e = rec_next(&sub, &it);
+	if (e > 0)
+		return rec_fail(r->doc, -EBADMSG, "a second paced packet at %zu", it.off);
+	return e;
+}
+
+int dev_sib_restore(struct vsock_dev *d, struct rec_reader *r)
+{
+	struct rec_val v[ARRAY_SIZE(sib_fields)];
+	struct sib_inbox *in;
+	struct sib_restoring *s;
+	int e;
+
+	if (!d->sib.port || d->sib.rx_cur || d->sib.n_taken || d->sib.n_pend || d->sib.paced ||
+	    inbox_count(&d->sib.port->inbox))
+		return -EBUSY;
+	in = &d->sib.port->inbox;
+	e = rec_scan(r, sib_fields, ARRAY_SIZE(sib_fields), v);
+	if (e < 0)
+		return e;
+	if (v[0].u & ~(uint64_t)(S_F_WANT_ROOM | S_F_CONGESTED))
+		return rec_fail(r->doc, -EBADMSG, "inbox flags %#llx", (unsigned long long)v[0].u);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	e = sib_restore_inbox(d, r, v, s);
+	if (e == 0)
+		e = sib_restore_holds(d, r, &v[3].it, s);
+	if (e == 0 && v[5].present)
+		e = sib_restore_paced(d, r, &v[5].it, s);
+	if (e < 0) {
+		sib_restoring_free(d, s);
+		return e;
+	}
+	/* All checked: the inbox as it was, before any thread of the device runs. */
+	pthread_mutex_lock(&in->lock);
+	memcpy(in->src, s->src, sizeof(in->src));
+	in->n_src = s->n_src;
+	in->head = 0;
+	memcpy(in->ring, s->ring, s->n_ring * sizeof(*s->ring));
+	atomic_store_explicit(&in->count, s->n_ring, memory_order_relaxed);
+	in->bytes = s->ring_bytes;
+	in->want_room = v[0].u & S_F_WANT_ROOM;
+	in->congested = v[0].u & S_F_CONGESTED;
+	pthread_mutex_unlock(&in->lock);
+	memcpy(d->sib.taken, s->taken, s->n_taken * sizeof(*s->taken));
+	d->sib.n_taken = s->n_taken;
+	d->sib.i_taken = 0;
+	d->sib.pend = s->pend;
+	d->sib.n_pend = s->n_pend;
+	/* Retried at the thaw, once its sibling is linked (sib_pace_release). */
+	d->sib.paced = s->paced;
+	d->sib.paced_cid = s->paced ? (uint32_t)s->paced->hdr.dst_cid : 0;
+	atomic_store_explicit(&d->sib.port->peer_dropped, v[4].u, memory_order_relaxed);
+	free(s);
+	return 0;
+}
+
+/* Drops what was restored for siblings and never handed to them (the device ends first). */
+static void sib_pend_drop(struct vsock_dev *d)
+{
+	for (unsigned i = 0; i < d->sib.n_pend; i++)
+		sib_pend_free_list(d, d->sib.pend[i].head);
+	free(d->sib.pend);
+	d->sib.pend = NULL;
+	d->sib.n_pend = 0;
+}
+
+void dev_sib_thaw(struct vsock_dev *d)
+{
+	uint64_t now = mono_ns();
+
+	/* Restored held packets go behind nothing: a new device held nothing for anyone. */
+	for (unsigned k = 0; k < d->sib.n_pend; k++) {
+		struct sib_pend *pd = &d->sib.pend[k];
+		int i = sib_find(d, pd->cid);
+
+		while (pd->head) {
+			struct sib_pkt *p = pd->head;
+
+			pd->head = p->next;
+			if (i < 0 || sib_port_closed(d->sib.sibs[i])) {
+				/* Not linked here (the records disagree): as for a sibling gone. */
+				sib_reject(d, &p->hdr);
+				sib_pkt_free(d, p);
+				continue;
+			}
+			(void)sib_hold_put(d, &d->sib.hold[i], p);
+		}
+		if (i >= 0) {
+			d->sib.hold[i].req_debt = pd->req_debt;
+			d->sib.hold[i].req_since = pd->req_since;
+		} else if (pd->tail) {
+			log_warn("%s: packets held for CID %u, which is not linked to it: dropped",
+				 d->name, pd->cid);
+		}
+	}
+	free(d->sib.pend);
+	d->sib.pend = NULL;
+	d->sib.n_pend = 0;
+	for (unsigned i = 0; i < d->sib.n_sibs; i++) {
+		if (d->sib.hold[i].head)
+			d->sib.hold[i].deadline = now + DEV_SIB_STALL_NS;
+		/* Whatever wakeup the freeze swallowed: a spurious one costs a look. */
+		sib_port_signal(d->sib.sibs[i], false);
+		sib_port_signal(d->sib.sibs[i], true);
+	}
+	sib_hold_arm(d);
+	/* A REQUEST waiting for its budget (restored, or here since before the freeze): tried at
+	 * once, re-armed for its budget if it still has no room (sib_pace_release). */
+	if (d->sib.paced)
+		loop_timer_arm(d->sib.pace_timer, 0);
+}
+
+void dev_sib_unrestore(struct vsock_dev *d)
+{
+	struct sib_inbox *in = &d->sib.port->inbox;
+
+	while (inbox_count(in))
+		sib_pkt_free(d, inbox_get(in));
+	in->bytes = 0;
+	memset(in->src, 0, sizeof(in->src));
+	in->n_src = 0;
+	in->want_room = in->congested = false;
+	while (d->sib.i_taken < d->sib.n_taken)
+		sib_pkt_free(d, d->sib.taken[d->sib.i_taken++]);
+	d->sib.n_taken = d->sib.i_taken = 0;
+	sib_pend_drop(d);
+	sib_pkt_free(d, d->sib.paced);
+	d->sib.paced = NULL;
+	atomic_store_explicit(&d->sib.port->peer_dropped, 0, memory_order_relaxed);
 }

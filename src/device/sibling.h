@@ -20,6 +20,8 @@
 
 struct loop_async;
 struct loop_timer;
+struct rec_reader;
+struct rec_writer;
 struct vsock_dev;
 struct dev_rx_src;
 
@@ -157,6 +159,18 @@ struct dev_sib {
 	struct loop_timer *pace_timer;  /* when paced's budget has room again */
 	uint32_t req_burst;             /* the REQUEST budget: DEV_SIB_REQ_BURST, DEV_SIB_REQ_NS */
 	uint64_t req_ns;                /* (0: never paid back by time; tests only) */
+	/* Restored (dev_sib_restore) before the links are: what our guest had held for each
+	 * sibling, handed to hold[] at the thaw (dev_sib_thaw), once the links exist again. */
+	struct sib_pend *pend;
+	unsigned n_pend;
+};
+
+/* Packets held for the sibling with that CID, restored before it is linked (dev_sib_restore). */
+struct sib_pend {
+	uint32_t cid;
+	struct sib_pkt *head, *tail;   /* none, if only the budget is owed */
+	uint32_t req_debt;             /* the REQUEST budget towards it (struct sib_hold) */
+	uint64_t req_since;
 };
 
 /* Where a guest TX packet went (device.c routes, sibling.c and host_dgram.c hand over). */
@@ -203,6 +217,24 @@ void dev_sib_detach(struct vsock_dev *d);
  * by time, only by RESPONSEs). Before d runs; for tests (the defaults are DEV_SIB_REQ_*).
  */
 void dev_sib_set_req_budget(struct vsock_dev *d, uint32_t burst, uint64_t ns);
+
+/*
+ * A live upgrade (docs/upgrade.md, "The sibling part"). dev_sib_freeze: the device is frozen
+ * (vsock_dev_freeze): nothing of sibling.c runs on its thread until the thaw, so it hands
+ * nothing to any inbox. dev_sib_save: writes the inbox (its packets in order, with the senders'
+ * shares), what our guest holds for each sibling, and the drops the siblings counted for us, into
+ * the list w is in; every device of the group frozen. dev_sib_restore: reads them back into a
+ * new, unlinked device (0, -EBADMSG with the reason in the record's error, -ENOMEM, -EBUSY if
+ * the device has queued packets already); nothing is kept on failure. dev_sib_thaw: after the
+ * links are made again, hands the restored held packets to their siblings' holds, gives every
+ * hold a new stall deadline (the pause is nobody's fault) and wakes the siblings.
+ */
+void dev_sib_freeze(struct vsock_dev *d);
+void dev_sib_save(struct vsock_dev *d, struct rec_writer *w);
+int dev_sib_restore(struct vsock_dev *d, struct rec_reader *r);
+void dev_sib_thaw(struct vsock_dev *d);
+/* Undoes a dev_sib_restore (a later part of the record was refused): nothing is queued. */
+void dev_sib_unrestore(struct vsock_dev *d);
 
 /* Frees what dev_sib_init made (after dev_sib_detach). Safe on a half-made device. */
 void dev_sib_free(struct vsock_dev *d);

@@ -495,12 +495,11 @@ struct glue_save {
 	struct dev_vhu_saved *out;
 };
 
-static int do_glue_save(struct vsock_dev *d, void *arg)
+static int do_glue_stop(struct vsock_dev *d, void *arg)
 {
 	struct glue_save *a = arg;
 	struct dev_vhu *v = a->v;
 	struct rec_writer *w = a->w;
-	struct vsock_dev_status st;
 	int r = 0;
 
 	a->out->stop_ns = loop_now_ns();
@@ -527,26 +526,43 @@ static int do_glue_save(struct vsock_dev *d, void *arg)
 		rec_end(w);
 	}
 	vsock_dev_freeze(d);
-	if (r == 0) {
-		rec_begin(w, VG_DEVICE);
-		r = vsock_dev_save(d, w);
-		rec_end(w);
-	}
 	if (r == 0 && w->err)
 		r = w->err;
-	vsock_dev_get_status(d, &st);
-	a->out->conns = st.have_engine && st.eng.socks_open > st.listeners ?
-		(unsigned)(st.eng.socks_open - st.listeners) : 0;
 	if (r < 0)
 		(void)serve_again(v); /* nothing was sent: the VM goes on */
 	return r;
 }
 
-int dev_vhu_save(struct dev_vhu *v, struct rec_writer *w, struct dev_vhu_saved *ret)
+static int do_glue_save_device(struct vsock_dev *d, void *arg)
+{
+	struct glue_save *a = arg;
+	struct rec_writer *w = a->w;
+	struct vsock_dev_status st;
+	int r;
+
+	rec_begin(w, VG_DEVICE);
+	r = vsock_dev_save(d, w);
+	rec_end(w);
+	if (r == 0 && w->err)
+		r = w->err;
+	vsock_dev_get_status(d, &st);
+	a->out->conns = st.have_engine && st.eng.socks_open > st.listeners ?
+		(unsigned)(st.eng.socks_open - st.listeners) : 0;
+	return r;
+}
+
+int dev_vhu_stop(struct dev_vhu *v, struct rec_writer *w, struct dev_vhu_saved *ret)
 {
 	struct glue_save a = { .v = v, .w = w, .out = ret };
 
-	return dev_call(v->d, do_glue_save, &a);
+	return dev_call(v->d, do_glue_stop, &a);
+}
+
+int dev_vhu_save_device(struct dev_vhu *v, struct rec_writer *w, struct dev_vhu_saved *ret)
+{
+	struct glue_save a = { .v = v, .w = w, .out = ret };
+
+	return dev_call(v->d, do_glue_save_device, &a);
 }
 
 static int do_glue_resume(struct vsock_dev *d, void *arg)

@@ -58,14 +58,20 @@ struct dev_vhu_saved {
 };
 
 /*
- * On the device's thread (waits for it; the thread must run, or none does), at the consistent
- * point between two loop callbacks: stops watching the VMM connection and the listener, saves
- * the back-end (its rings stopped: their next avail indices), freezes the device and writes
- * the glue's items into the list w is in (its listener, flags, the back-end's part and the
- * device's part). fds are borrowed by w. On failure the VM serves again at once. Returns 0, or
- * -EOPNOTSUPP (linked to siblings), -EIO (the VMM connection failed) or the writer's error.
+ * Saving a VM, in two steps, so that every VM of the process is stopped before any device is
+ * written (a sibling of a VM still running could put packets in its inbox after the save;
+ * docs/upgrade.md, "The sibling part"). Each runs on the device's thread (waits for it; the
+ * thread must run, or none does), between two loop callbacks.
+ * dev_vhu_stop: stops watching the VMM connection and the listener, saves the back-end (its
+ * rings stopped: their next avail indices), freezes the device (it hands nothing to a sibling
+ * from then on) and writes the glue's items but the device's into the list w is in. On failure
+ * the VM serves again at once: -EIO (the VMM connection failed) or the writer's error.
+ * dev_vhu_save_device: then, once every VM is stopped, the device's part (with its sibling
+ * inbox) into the same list. On failure the VM stays stopped: dev_vhu_resume.
+ * fds are borrowed by w.
  */
-int dev_vhu_save(struct dev_vhu *v, struct rec_writer *w, struct dev_vhu_saved *ret);
+int dev_vhu_stop(struct dev_vhu *v, struct rec_writer *w, struct dev_vhu_saved *ret);
+int dev_vhu_save_device(struct dev_vhu *v, struct rec_writer *w, struct dev_vhu_saved *ret);
 /* The hand-over failed: the saved VM serves again (rings restarted, watches back, one call). */
 int dev_vhu_resume(struct dev_vhu *v);
 /* The hand-over succeeded: v's socket files are the new process's (never removed here). */
@@ -171,7 +177,11 @@ void dev_session_handed_over(struct vsock_dev *d);
  */
 struct rec_doc;
 int dev_restore_moved(struct vsock_dev *d, struct rec_doc *doc);
-/* vsock_dev_save of a held session, with the device's own feature bits (what the reader takes). */
+/*
+ * vsock_dev_save of a held session, with the device's own feature bits (what the reader takes).
+ * -EOPNOTSUPP for a device linked to siblings: it moves alone, its siblings running on here
+ * (only uvsockd's upgrade, which stops the whole group first, carries a sibling part).
+ */
 int dev_save_moved(struct vsock_dev *d, struct rec_writer *w);
 
 #endif

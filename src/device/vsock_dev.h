@@ -265,8 +265,9 @@ int vsock_dev_thaw(struct vsock_dev *d);
  * VSOCK_DEV_SAVE_VERSION): features, the pending TRANSPORT_RESET, the engine (vsock/save.c),
  * the host side (host_uds.c), datagrams (host_dgram.c), counters. The rings' own state is the
  * front-end's (it restarts them at the index uvsock_dev_queue_stop gave). Returns 0,
- * -EBUSY (not frozen, or a ring runs), -EOPNOTSUPP (linked to siblings: not saved yet),
- * or the writer's error.
+ * -EBUSY (not frozen, or a ring runs), or the writer's error. A device linked to siblings is
+ * saved with its sibling part (the inbox, what its guest holds for them, its REQUEST budget):
+ * every device of its group must be frozen (sibling.c, dev_sib_save).
  */
 int vsock_dev_save(struct vsock_dev *d, struct rec_writer *w);
 /*

@@ -62,6 +62,7 @@ struct recopt {
 	uint32_t kind, version, cid;
 	const char *name, *socket;
 	uint32_t group_tag;
+	uint32_t txbuf, qsize; /* 0: 262144, 1024 */
 	bool extra_top, no_glue;
 };
 
@@ -88,8 +89,8 @@ static int make_rec(const struct recopt *o, int stray)
 		put_str(&w, 2, "vm7");
 	put_str(&w, 3, o->socket ? o->socket : "/run/vm7.sock");
 	put_str(&w, 4, "/run/vm7.vsock");
-	rec_put_u32(&w, 5, 262144);
-	rec_put_u32(&w, 6, 1024);
+	rec_put_u32(&w, 5, o->txbuf ? o->txbuf : 262144);
+	rec_put_u32(&w, 6, o->qsize ? o->qsize : 1024);
 	rec_put_u32(&w, 7, 0);
 	rec_put_u32(&w, 8, 900);
 	rec_put_u32(&w, 9, 1);
@@ -250,6 +251,10 @@ TEST(bad_records_are_refused_before_the_restore)
 	refused(&(struct recopt){ .group_tag = 2 }, 0, "groups");
 	refused(&(struct recopt){ .extra_top = true }, 0, "unknown field");
 	refused(&(struct recopt){ .no_glue = true }, 0, "glue");
+	/* sizes as the command line takes them (fuzz-vmrec: a 4 GiB buffer was allocated) */
+	refused(&(struct recopt){ .txbuf = 0xf8000000u }, 0, "tx-buffer-size");
+	refused(&(struct recopt){ .txbuf = 100 }, 0, "tx-buffer-size");
+	refused(&(struct recopt){ .qsize = 1000 }, 0, "queue-size");
 	refused(&(struct recopt){ 0 }, 1, "fd");
 }
 

@@ -1889,8 +1889,8 @@ TEST(save_and_restore_keeps_guest_connections_handshakes_and_datagrams)
 }
 
 /*
- * A linked device is not saved (its links and inbox are not in the record yet): -EOPNOTSUPP,
- * and it goes on as before; a queue that runs: -EBUSY.
+ * A linked device is not saved alone (its siblings would stay behind: a group moves as one, as
+ * uvsockd's upgrade moves it): -EOPNOTSUPP, and it goes on as before; a queue that runs: -EBUSY.
  */
 TEST(save_refuses_a_linked_device_and_running_queues)
 {
