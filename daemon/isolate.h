@@ -56,6 +56,14 @@
 int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs);
 
 /*
+ * uvsockd --takeover FD --isolate ...: the new main process of an upgrade (docs/upgrade.md,
+ * "Under --isolate"): takes the old main's state (record kind 7) from FD, answers ready or
+ * refused, and after go supervises the workers it did not fork (pidfds) and serves the control
+ * socket. Returns as isolate_run; 1 at once if the hand-over did not happen.
+ */
+int isolate_takeover(const struct uvsockd_config *cfg, int fd, const sigset_t *sigs);
+
+/*
  * uvsockd --iso-worker W,H,R,K ARGS: a worker process that the main process started from a
  * (new) binary, for worker W of the configuration ARGS, with its request socket R and keeper
  * socket K; H, if not -1, is the hand-over socket from the worker it replaces (an upgrade: its

@@ -168,14 +168,12 @@ int main(int argc, char **argv)
 			r = -EINVAL;
 		}
 	} else if (takeover >= 0) {
-		/* Every socket is the old process's until go, and comes with the VMs. */
+		/* Every socket is the old process's until go, and comes with the VMs (or, with
+		 * --isolate, with the main process's state: isolate.h). */
 		(void)fcntl(takeover, F_SETFD, FD_CLOEXEC);
-		vm_set_takeover_fd(takeover);
+		if (!cfg.isolate)
+			vm_set_takeover_fd(takeover);
 		r = 0;
-		if (cfg.isolate) {
-			snprintf(err, sizeof(err), "--takeover: --isolate cannot be upgraded");
-			r = -ENOTSUP;
-		}
 	} else {
 		r = daemon_sd_adopt(&cfg, err, sizeof(err));
 		if (r == 0)
@@ -199,7 +197,7 @@ int main(int argc, char **argv)
 	if (iso_worker) {
 		rc = isolate_worker_exec(&cfg, iso_worker, &sigs);
 	} else if (cfg.isolate) {
-		rc = isolate_run(&cfg, &sigs);
+		rc = takeover >= 0 ? isolate_takeover(&cfg, takeover, &sigs) : isolate_run(&cfg, &sigs);
 	} else {
 		/* docs/upgrade.md, "Crash survival": nothing of this process outlives it. */
 		log_info("crash survival: off (not --isolate): a crash ends vsock for every VM until "
