@@ -14,6 +14,8 @@
  *     worker the main started from the new binary (--iso-worker); the worker hands its VMs
  *     over (upgrade.c) and answers one struct iso_up_ans; once its VMs went, it exits when the
  *     main closes this socket (docs/upgrade.md, "Under --isolate")
+ *   main -> worker, PDEATH: struct iso_req with vm = the signal (0: none) its main thread sets
+ *     as PR_SET_PDEATHSIG; one struct iso_ans_hdr answers (before the main is handed over)
  * The main drops answers whose seq is not the current request's (late answers of a request
  * that timed out).
  *

@@ -96,7 +96,7 @@ int main(int argc, char **argv)
 	const char *iso_worker = NULL;
 
 	/* --takeover FD, first when present: an upgrade's new process (docs/upgrade.md), given
-	 * the old process's command line after it. The rest is parsed as that one was, and is
+	 * the old process's command line after it (with --isolate: the new main process). The rest is parsed as that one was, and is
 	 * what SIGHUP and the next upgrade use. */
 	if (argc >= 3 && strcmp(argv[1], "--takeover") == 0) {
 		char *end;

@@ -22,10 +22,14 @@
  *   - VMs sharing a group: refused with the reason, nothing stopped;
  *   - --isolate (docs/upgrade.md, "Under --isolate"): two workers, a transfer each way in one
  *     group's VM and idle connections in the other's, three upgrades mid-transfer, each worker
- *     replaced in turn (new worker PIDs, the main's PID unchanged, the VMM connections never
- *     redone, every byte once and in order, no RST); uvsockd-test-refuse leaves every worker
- *     serving; a worker killed after an upgrade is re-adopted from the new worker's records,
- *     then SIGUSR2 upgrades both workers again;
+ *     replaced in turn (new worker PIDs, the VMM connections never redone, every byte once and
+ *     in order, no RST), then the main process (the answer's new_pid, the old main exits 0, the
+ *     control socket answers from the new one); uvsockd-test-refuse leaves every worker
+ *     serving; a worker killed after an upgrade is re-adopted from the new worker's records by
+ *     the new main, then SIGUSR2 upgrades both workers and the main again;
+ *     uvsockd-test-refuse-main (reading no version of the main's record) takes the workers but
+ *     not the main: the old main stays in charge and restarts a killed worker; SIGTERM to the
+ *     main of the day stops every worker and removes the socket files;
  *   - inherited sockets (--fd): a connected VMM connection answers the VMM's next requests from
  *     the new process; a listening one takes the next VMM there, and its file is kept.
  *
