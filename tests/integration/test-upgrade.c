@@ -985,12 +985,22 @@ TEST(isolate_refused_main_hand_over_leaves_the_old_main_in_charge)
 	struct up o;
 	pid_t w[2], nw[2], w3, main0;
 	double pause[2];
-	char want[400];
-	int hl, hl4, g_out, h_out, g4_out, h4_out;
+	char want[400], ndir[] = "/tmp/uvsock-isoup-n-XXXXXX", buf[512];
+	struct sockaddr_un na = { .sun_family = AF_UNIX };
+	int hl, hl4, g_out, h_out, g4_out, h4_out, nfd;
 
+	/* systemd's side: a NOTIFY_SOCKET of ours, inherited by every main process */
+	ASSERT_TRUE(mkdtemp(ndir) != NULL);
+	nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_GE(nfd, 0);
+	snprintf(na.sun_path, sizeof(na.sun_path), "%s/notify", ndir);
+	ASSERT_EQ(bind(nfd, (struct sockaddr *)&na, sizeof(na)), 0);
+	ASSERT_EQ(setenv("NOTIFY_SOCKET", na.sun_path, 1), 0);
 	ASSERT_EQ(setenv("UVSOCK_TUNE", "no-packed", 1), 0);
 	iso_start(&u, "--log-level=debug");
 	ASSERT_EQ(unsetenv("UVSOCK_TUNE"), 0);
+	ASSERT_EQ(unsetenv("NOTIFY_SOCKET"), 0);
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)) && strstr(buf, "READY=1"));
 	main0 = u.pid;
 	w[0] = iso_worker(&u, 3, 0);
 	w[1] = iso_worker(&u, 4, 0);
@@ -1024,11 +1034,19 @@ TEST(isolate_refused_main_hand_over_leaves_the_old_main_in_charge)
 	ASSERT_EQ(worker_of(&u, 3), w3); /* its child */
 	ASSERT_WAIT_FOR(file_has(u.log, "vm3: adopted the VMM's vhost-user connection"), WAIT_MS);
 	ping(g4_out, h4_out, 'd');
-	/* and a real upgrade after it replaces the main */
+	/* and a real upgrade after it replaces the main, which tells systemd: MAINPID=<itself>,
+	 * then READY=1 (nothing from the refused one) */
 	w[0] = w3;
 	w[1] = nw[1];
 	iso_upgrade_ok(&u, w, pause);
 	ping(g4_out, h4_out, 'e');
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)));
+	ASSERT_EQ(strncmp(buf, "MAINPID=", 8), 0);
+	ASSERT_EQ((pid_t)atoi(buf + 8), u.pid);
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)) && strstr(buf, "READY=1"));
+	close(nfd);
+	unlink(na.sun_path);
+	rmdir(ndir);
 
 	for (int i = 0; i < 4; i++)
 		close((int[]){ hl, hl4, h_out, h4_out }[i]);
