@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""What crash survival under --isolate costs a vhost-user configuration message
-(docs/upgrade.md, "Crash survival").
+"""What crash survival costs a vhost-user configuration message (docs/upgrade.md, "Crash survival").
 
 Under --isolate the worker sends the main process a record of the VM's configuration (a sealed
 memfd and its fds) after every message that may change it, before the reply. This starts uvsockd
 with one VM, once without and once with --isolate, connects as a minimal vhost-user front-end
 (GET_FEATURES, SET_OWNER) and times COUNT rounds of SET_FEATURES (a configuration message)
 followed by GET_FEATURES (a question, whose reply orders the round), RUNS times, and prints the
-microseconds per round of each run and their median. Nothing is asserted.
+microseconds per round of each run and their median. With --fake-fdstore PATH
+(tests/harness/fake-fdstore), a third row: the default mode storing each record in a (fake)
+service manager's fd store (daemon/fdstore.c). Nothing is asserted.
 
-Usage: bench/crash-keep-cost.py [--uvsockd PATH] [--count N] [--runs R]
+Usage: bench/crash-keep-cost.py [--uvsockd PATH] [--fake-fdstore PATH] [--count N] [--runs R]
 """
 import argparse
 import os
@@ -34,11 +35,13 @@ def reply(s):
     return s.recv(n, socket.MSG_WAITALL)
 
 
-def measure(uvsockd, isolate, count, runs):
+def measure(uvsockd, isolate, count, runs, fake_fdstore=None):
     with tempfile.TemporaryDirectory(prefix="uvsock-keep-") as d:
         sock = os.path.join(d, "vm3.sock")
         args = [uvsockd, "--vm", "guest-cid=3,socket=%s,uds-path=%s/vm3.vsock,groups=g3" % (sock, d),
                 "--log-level=warn"] + (["--isolate"] if isolate else [])
+        if fake_fdstore:
+            args = [fake_fdstore, "--"] + args
         with open(os.path.join(d, "log"), "w") as log:
             p = subprocess.Popen(args, stderr=log)
         try:
@@ -69,6 +72,7 @@ def measure(uvsockd, isolate, count, runs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--uvsockd", default="build/daemon/uvsockd")
+    ap.add_argument("--fake-fdstore", default=None)
     ap.add_argument("--count", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
@@ -79,6 +83,10 @@ def main():
         print("%-12s us per SET_FEATURES + GET_FEATURES: %s  median %.1f" %
               ("--isolate" if isolate else "one process", " ".join("%.1f" % x for x in r),
                statistics.median(r)))
+    if a.fake_fdstore:
+        r = measure(a.uvsockd, False, a.count, a.runs, a.fake_fdstore)
+        print("%-12s us per SET_FEATURES + GET_FEATURES: %s  median %.1f" %
+              ("fd store", " ".join("%.1f" % x for x in r), statistics.median(r)))
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "isolate.h"
 #include "ctl.h"
+#include "fdstore.h"
+#include "isolate.h"
 #include "options.h"
 #include "sd.h"
 #include "util/build.h"
@@ -36,6 +37,7 @@
 struct in_process {
 	const struct uvsockd_config *cfg;
 	struct ops_ctl *ctl;
+	bool fdstore; /* crash survival through systemd's fd store (fdstore.h) */
 };
 
 static int ctl_ready(struct vm_set *s, void *arg)
@@ -46,6 +48,8 @@ static int ctl_ready(struct vm_set *s, void *arg)
 	/* Every listener is up (the devices bound theirs, the control socket is there). */
 	if (r == 0)
 		daemon_sd_ready(vm_set_count(s), 0);
+	if (p->fdstore)
+		daemon_fdstore_settled(); /* every device adopted what it would by now */
 	return r;
 }
 
@@ -197,15 +201,33 @@ int main(int argc, char **argv)
 	if (iso_worker) {
 		rc = isolate_worker_exec(&cfg, iso_worker, &sigs);
 	} else if (cfg.isolate) {
+		daemon_fdstore_stop(); /* --isolate keeps its own: stored fds, if any, closed now */
 		rc = takeover >= 0 ? isolate_takeover(&cfg, takeover, &sigs) : isolate_run(&cfg, &sigs);
 	} else {
-		/* docs/upgrade.md, "Crash survival": nothing of this process outlives it. */
-		log_info("crash survival: off (not --isolate): a crash ends vsock for every VM until "
-			 "each VM restarts");
+		char why[160];
+
+		/* docs/upgrade.md, "Crash survival". An upgrade's new process does not use the
+		 * store: the old one's copies are there (systemd keeps one copy of a file), and
+		 * the old one removes them as it exits. */
+		if (takeover >= 0)
+			snprintf(why, sizeof(why), "not --isolate, the new process of an upgrade: "
+				 "the fd store is used again from the next start");
+		ip.fdstore = takeover < 0 && daemon_fdstore_available(&cfg, why, sizeof(why));
+		if (ip.fdstore) {
+			log_info("crash survival: on (%s)", why);
+			daemon_fdstore_start(&cfg);
+		} else {
+			/* Nothing of this process outlives it; stored fds, if any, closed now. */
+			log_info("crash survival: off (%s): a crash ends vsock for every VM until "
+				 "each VM restarts", why);
+			daemon_fdstore_stop();
+		}
 		rc = vm_set_run(&cfg, NULL, 0, &sigs,
 				&(struct vm_set_hooks){ ctl_ready, ctl_stopping, &ip });
 	}
 out:
+	/* The VMs' connections ended with a clean stop: a later start must not adopt them. */
+	daemon_fdstore_stop();
 	uvsockd_config_clear(&cfg);
 	return rc;
 }

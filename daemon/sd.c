@@ -15,6 +15,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "fdstore.h"
 #include "util/log.h"
 #include "util/uds.h"
 
@@ -57,6 +58,11 @@ static int adopt_activated(const struct uvsockd_config *cfg, char *err, size_t e
 
 		if (r < 0) {
 			close(fd);
+			continue;
+		}
+		/* The fd store's (crash survival, fdstore.h) come back beside the sockets. */
+		if (name && strncmp(name, FDSTORE_PREFIX, strlen(FDSTORE_PREFIX)) == 0) {
+			daemon_fdstore_take(fd, name);
 			continue;
 		}
 		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0) {

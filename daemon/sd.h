@@ -19,7 +19,8 @@
  * Checks every --fd socket (an AF_UNIX stream socket, listening or connected) and takes the
  * socket-activated ones: each must be a listening AF_UNIX stream socket and matches the VM whose
  * socket path it is bound to, or whose socket path's basename (or whole path) is its
- * LISTEN_FDNAMES name. Every inherited socket is registered with uds_adopt() under the VM's
+ * LISTEN_FDNAMES name. An fd named FDSTORE_PREFIX... is the fd store's (fdstore.h:
+ * daemon_fdstore_take), not a socket of socket activation. Every inherited socket is registered with uds_adopt() under the VM's
  * socket path; LISTEN_* are removed from the environment. Returns 0 or a negative errno with a
  * one-line message in err (a bad --fd, an activated socket no VM claims, two for one VM).
  */

@@ -62,6 +62,10 @@ struct vsock_router {
 /* sock_event user value of the two wildcard listeners. */
 static char listener_mark;
 
+/* The moved connections of a loaded state (dev_end_moved_conns, below). */
+static void moved_decide(struct vsock_dev *d);
+static void moved_chain(struct vsock_dev *d);
+
 /* ---- small helpers ---------------------------------------------------------------------- */
 
 /*
@@ -437,6 +441,8 @@ static void dev_tx_drain(struct vsock_dev *d)
 				stop = true;
 				break;
 			}
+			if (d->moved_wait && (r == 0 || r == -ENOBUFS))
+				moved_chain(d);
 			if (r == -ENOBUFS) {
 				uint16_t head;
 
@@ -636,6 +642,13 @@ static void engine_destroy(struct vsock_dev *d)
 	dev_sib_drop_staged(d);
 	if (d->eng_timer)
 		loop_timer_disarm(d->eng_timer);
+	/* Moved connections not ended yet are the guest's too (dev_end_moved_conns). */
+	if (d->moved_wait)
+		es_conns++;
+	d->moved_wait = false;
+	free(d->moved);
+	d->moved = NULL;
+	d->nmoved = 0;
 	/* The guest may still hold connections the device no longer has: tell it (evq.h). */
 	if (es_conns)
 		dev_evq_reset_needed(d);
@@ -786,8 +799,12 @@ int dev_queue_start(struct vsock_dev *d, unsigned qidx, const struct vring_dev_c
 	struct dev_queue *dq;
 	int r;
 
-	if (qidx == UVSOCK_DEV_QUEUE_EVENT && kick_fd >= 0)
-		return dev_evq_start(d, cfg, kick_fd, call_fd);
+	if (qidx == UVSOCK_DEV_QUEUE_EVENT && kick_fd >= 0) {
+		r = dev_evq_start(d, cfg, kick_fd, call_fd);
+		if (r == 0 && d->moved_wait)
+			moved_decide(d); /* the event queue is ours: a TRANSPORT_RESET */
+		return r;
+	}
 	if (qidx >= 2 || kick_fd < 0)
 		return -EINVAL;
 	dq = qidx == 0 ? &d->rxq : &d->txq;
@@ -890,16 +907,33 @@ void dev_set_conns_hook(struct vsock_dev *d, void (*fn)(void *arg), void *arg)
 
 int dev_save_conns(struct vsock_dev *d, struct rec_writer *w)
 {
-	return d->eng ? vsock_engine_save_conns(d->eng, w) : 0;
+	int r;
+
+	if (!d->eng)
+		return 0;
+	r = vsock_engine_save_conns(d->eng, w);
+	return r < 0 ? r : 1;
 }
 
 size_t dev_reset_conns(struct vsock_dev *d, const struct vsock_conn_addr *a, size_t n)
 {
-	size_t sent = 0;
+	size_t sent = 0, i = 0;
 
-	for (size_t i = 0; d->eng && i < n; i++)
-		sent += vsock_engine_reset_conn(d->eng, a[i].type, a[i].local_port, a[i].peer_cid,
-						a[i].peer_port) == 0;
+	if (!d->eng)
+		return 0;
+	for (; i < n; i++) {
+		int r = vsock_engine_reset_conn(d->eng, (enum vsock_type)a[i].type, a[i].local_port,
+						a[i].peer_cid, a[i].peer_port);
+
+		if (r == -ENOBUFS)
+			break;
+		/* -EEXIST: a connection of this device has that address now; -EINVAL: no type
+		 * that has connections. Neither gets an RST. */
+		sent += r == 0;
+	}
+	if (i < n)
+		log_vm_dev(LOG_LVL_WARN, d->cid, "%s: %zu of %zu lost connections get no RST (the "
+			   "reply ring is full); their next packet ends them", d->name, n - i, n);
 	if (sent) {
 		d->rx_more = true;
 		cont_schedule(d);
@@ -973,34 +1007,84 @@ void dev_message_done(struct vsock_dev *d)
 
 /* ---- services for the state transfer (vhu.h, vhu_state.c) --------------------------------- */
 
-int dev_save_guest_conns(struct vsock_dev *d, struct rec_writer *w)
+/*
+ * Ends the moved connections (dev_end_moved_conns) one way, once. A guest with the event queue
+ * handed over ends every socket at the TRANSPORT_RESET (Linux: virtio_vsock_event_handle), and
+ * it takes RX and the event queue apart: RSTs as well would race the event, which would then
+ * end the first connection the guest opened after taking them. So the reset alone where the
+ * event queue runs, else an RST each (QEMU keeps the event queue). As crash survival does
+ * (vhu.c, adopt_offered).
+ */
+static void moved_decide(struct vsock_dev *d)
 {
-	int r;
+	struct vsock_conn_addr *c = d->moved;
+	size_t n = d->nmoved;
 
-	if (!d->eng)
-		return 0;
-	r = vsock_engine_save_conns(d->eng, w);
-	return r < 0 ? r : 1;
+	d->moved_wait = false;
+	d->moved = NULL;
+	d->nmoved = 0;
+	if (d->evq.running) {
+		log_vm_dev(LOG_LVL_INFO, d->cid, "%s: the %zu moved connections end with a "
+			   "TRANSPORT_RESET (the event queue is the back-end's)", d->name, n);
+		dev_evq_reset_needed(d);
+	} else {
+		log_vm_dev(LOG_LVL_INFO, d->cid, "%s: the %zu moved connections end with an RST each "
+			   "(the event queue is the front-end's)", d->name, n);
+		(void)dev_reset_conns(d, c, n);
+	}
+	free(c);
+}
+
+/* dev_tx_drain popped a chain while moved connections wait: the first one the guest made
+ * available after they were named means the guest runs. */
+static void moved_chain(struct vsock_dev *d)
+{
+	if (d->moved_old)
+		d->moved_old--;
+	else
+		moved_decide(d);
 }
 
 void dev_end_moved_conns(struct vsock_dev *d, const struct vsock_conn_addr *c, size_t n)
 {
-	size_t i = 0;
+	int avail;
 
+	/* n may be 0: a session ran, and its connections to sibling VMs (not the device's, so not
+	 * named) end with the move too, which a TRANSPORT_RESET tells the guest. */
 	if (!d->eng)
 		return;
-	for (; i < n; i++)
-		if (vsock_engine_reset_conn(d->eng, (enum vsock_type)c[i].type, c[i].local_port,
-					    c[i].peer_cid, c[i].peer_port) < 0)
-			break;
-	if (i < n)
-		log_vm_dev(LOG_LVL_WARN, d->cid, "%s: %zu of %zu moved connections get no RST (the "
-			   "reply ring is full); the transport reset or their next packet ends them",
-			   d->name, n - i, n);
-	/* Where the event queue is ours, the guest ends them all at once (evq.h). The RSTs go out
-	 * when the message that started TX is done (dev_message_done). */
-	dev_evq_reset_needed(d);
-	d->rx_more = true;
+	free(d->moved);
+	d->moved = n ? malloc(n * sizeof(*c)) : NULL;
+	if (n && !d->moved) {
+		/* Decided now: with no event queue yet, RSTs, which at worst race a reset that
+		 * only a front-end starting the event queue after the guest resumed would bring. */
+		d->nmoved = 0;
+		d->moved_wait = false;
+		if (d->evq.running)
+			dev_evq_reset_needed(d);
+		else
+			(void)dev_reset_conns(d, c, n);
+		return;
+	}
+	if (n)
+		memcpy(d->moved, c, n * sizeof(*c));
+	d->nmoved = n;
+	d->moved_wait = true;
+	/*
+	 * Whether the event queue is ours is known only once the front-end has started the device:
+	 * it starts the rings one message at a time (rx, tx, then the event queue, if it hands it
+	 * over), and nothing says how many it will start. The guest resumes only after that. So
+	 * the decision waits for whichever comes first: the event queue starting (it is ours: a
+	 * reset), or a TX chain the guest made available after now (it runs, so the front-end is
+	 * done: the event queue is ours if it runs then). Chains already in the ring were written
+	 * before the move, while the source ran, and prove nothing. A guest that never sends
+	 * after a move without the event queue gets the RSTs at its first packet; each packet on a
+	 * moved connection gets its RST from the engine anyway.
+	 */
+	avail = vring_dev_avail_count(&d->txq.q);
+	d->moved_old = avail > 0 ? (unsigned)avail : 0;
+	if (d->evq.running)
+		moved_decide(d);
 }
 
 void dev_session_hold(struct vsock_dev *d, bool on)

@@ -214,6 +214,14 @@ struct vsock_dev {
 	 * with its connections instead of dropping them, until TX starts again, the state goes to
 	 * another device, or the VMM leaves. */
 	bool held;
+	/* Connections a loaded state named that this device does not have (dev_end_moved_conns):
+	 * they end one way, decided once (moved_decide, while moved_wait) when the event queue
+	 * runs or the guest does. moved_old: TX chains that were available when they were named (the guest wrote
+	 * them before the move), popped before its first new one. */
+	bool moved_wait;
+	struct vsock_conn_addr *moved;
+	size_t nmoved;
+	unsigned moved_old;
 };
 
 

@@ -118,17 +118,11 @@ bool dev_dgram_offered(const struct vsock_dev *d);
 
 /*
  * Crash survival (vhu_keep.h): fn(arg) runs on the device thread after a pass in which the set
- * of the engine's connections changed (NULL: never). dev_save_conns writes that set
- * (vsock_engine_save_conns) into w, the list w is in. dev_reset_conns queues an RST to the
- * guest for each of n connections of a dead process (vsock_engine_reset_conn) and returns how
- * many fitted in the engine's queue of such RSTs (cfg.reply_limit).
+ * of the engine's connections changed (NULL: never).
  */
-struct rec_writer;
-struct vsock_conn_addr;
 void dev_set_conns_hook(struct vsock_dev *d, void (*fn)(void *arg), void *arg);
-int dev_save_conns(struct vsock_dev *d, struct rec_writer *w);
-size_t dev_reset_conns(struct vsock_dev *d, const struct vsock_conn_addr *a, size_t n);
-/* ---- services of the core for the state transfer (vhu_state.c) ----------------------------- */
+
+/* ---- the guest's connections, for crash survival (vhu.c) and the state transfer ------------- */
 
 struct rec_writer;
 struct vsock_conn_addr;
@@ -136,16 +130,28 @@ struct vsock_conn_addr;
 /*
  * The addresses of the guest's open connections (vsock_engine_save_conns items) into the list w
  * is in. Returns 1 when a session runs (the engine exists), 0 when none does (nothing written),
- * or the writer's -errno.
+ * or the writer's -errno (kept in w too).
  */
-int dev_save_guest_conns(struct vsock_dev *d, struct rec_writer *w);
+int dev_save_conns(struct vsock_dev *d, struct rec_writer *w);
+/*
+ * Queues an RST to the guest for each of n connections this device does not have
+ * (vsock_engine_reset_conn; one the engine has now is skipped) as far as the engine's queue of
+ * such RSTs has room (cfg.reply_limit; the rest are logged: their next packet ends them).
+ * Returns how many were queued; they go out with the next RX pass. Never together with a
+ * TRANSPORT_RESET for the same connections (dev_end_moved_conns says why).
+ */
+size_t dev_reset_conns(struct vsock_dev *d, const struct vsock_conn_addr *a, size_t n);
 /*
  * A state loaded from another back-end (VHOST_USER_PROTOCOL_F_DEVICE_STATE) named n connections
- * of this guest that this device does not have: each gets an RST as far as the session's reply
- * ring has room, and a TRANSPORT_RESET becomes pending on the event queue (evq.h). Call once the
- * session runs (TX started).
+ * of this guest that this device does not have (c is copied). Call once TX runs. They end one
+ * way: a TRANSPORT_RESET where the event queue is the back-end's, else an RST each, decided when
+ * that is known: the event queue starting, or the first TX chain the guest makes available
+ * after this call (device.c, moved_decide, says why). Dropped with the session.
  */
 void dev_end_moved_conns(struct vsock_dev *d, const struct vsock_conn_addr *c, size_t n);
+
+/* ---- services of the core for the state transfer (vhu_state.c) ----------------------------- */
+
 /*
  * Holding the session for a state save: with on, a TX stop keeps the connections (the device
  * freezes, dev_message_done) until TX starts again (at a new driver's index they end, at any

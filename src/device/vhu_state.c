@@ -209,7 +209,7 @@ static int state_build(struct vhu_state *s, uint64_t features, const char *token
 	rec_put_u64(&w, S_FEATURES, features & uvsock_dev_features());
 	/* The flags go before the list, whose presence they announce; written once we know. */
 	rec_begin(&w, S_CONNS);
-	session = dev_save_guest_conns(s->d, &w);
+	session = dev_save_conns(s->d, &w);
 	rec_end(&w);
 	rec_put_u32(&w, S_FLAGS, session > 0 ? S_F_SESSION : 0);
 	if (token)

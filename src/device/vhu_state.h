@@ -7,7 +7,8 @@
  * features, whether a session ran, the addresses of the guest's connections and, on the same
  * host, the token of a rendezvous where the loading back-end takes the device record with its
  * host sockets (the pipe carries bytes only). Where the rendezvous fails the loading device ends
- * the named connections (RST each, TRANSPORT_RESET) when its session starts. Everything runs on
+ * the named connections when its session starts: a TRANSPORT_RESET where the event queue is the
+ * back-end's, else an RST each (dev_end_moved_conns). Everything runs on
  * the device thread.
  */
 #ifndef UVSOCK_DEVICE_VHU_STATE_H

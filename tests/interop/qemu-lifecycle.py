@@ -34,12 +34,18 @@ interop cache, scripts/fetch-qemu.sh), its vhost-user socket without reconnect (
   upgrade-refused  the same with 32 MiB each way and 20 idle connections; uvsock-ctl upgrade
                    --binary /nonexistent mid-transfer must fail, and the old uvsockd carries on:
                    the same checks.
+  upgrade-isolate  upgrade with uvsockd --isolate: each upgrade replaces the worker serving the VM
+                   (a new worker_pid in the answer, the old worker gone), the same checks.
   crash-isolate    uvsockd --isolate; the worker serving the VM is killed (SIGKILL) while the
                    guest holds a connection, streams to the host, and the host holds one to the
                    guest's listener. The main process starts a new worker that adopts the VMM's
                    connection: the open connections end (hang guards, no timing bound), the
                    listener keeps working, new connections work both ways, QEMU is the same
                    process (docs/upgrade.md, "Crash survival").
+  crash-fdstore    the same without --isolate: uvsockd runs under fake-fdstore (a service
+                   manager with systemd's fd store, tests/harness/fake-fdstore.c), which starts
+                   it again when it is killed with SIGKILL, giving back what it stored; the
+                   new uvsockd adopts the VMM's connection from the store.
 
 Host side only AF_UNIX (uvsockd's hybrid sockets); AF_VSOCK exists only inside the guest.
 Exit: 0 pass, 1 fail, 77 skip (no patched or stock QEMU, kernel, cpio, or an uvsock-ctl that
@@ -646,7 +652,7 @@ def case_migrate(run, mode):
 
 # ---- live upgrade (stock QEMU; docs/upgrade.md, docs/interop.md "Live upgrade") ----
 
-STOCK_CASES = ("upgrade", "upgrade-refused", "crash-isolate")
+STOCK_CASES = ("upgrade", "upgrade-refused", "upgrade-isolate", "crash-isolate", "crash-fdstore")
 UPGRADES = 3          # uvsock-ctl upgrade, three times in a row (the upgrade case)
 STALL_S = 60          # hang guard: a stream that moves no byte for this long has stopped
 GATE_AHEAD = 8 << 20  # each upgrade starts at a quarter of the streams, which stop 8 MiB further
@@ -783,14 +789,17 @@ def answer_json(out):
     raise Fail(f"no JSON answer in uvsock-ctl's output: {out!r}")
 
 
-def case_upgrade(run, refused):
+def case_upgrade(run, refused, isolate=False):
     """refused: one upgrade to /nonexistent, which must fail and leave the old uvsockd serving;
-    else UPGRADES upgrades, each mid-transfer, each to a new process."""
+    else UPGRADES upgrades, each mid-transfer, each to a new process. isolate: uvsockd
+    --isolate, where each upgrade replaces the VM's worker (and the main process, where the
+    answer names a new one)."""
     n = (32 if refused else 64) << 20
     idle_each = 10 if refused else 50
     set_subreaper()
     sock, uds = run.path("vm.sock"), run.path("vm.vsock")
-    d = run.uvsockd("a", sock, uds, ("--control", run.path("vm.ctl")))
+    d = run.uvsockd("a", sock, uds, ("--control", run.path("vm.ctl")) +
+                    (("--isolate",) if isolate else ()))
     pid = d.pid
     streams = Streams(n)
     echo_l = Listener(f"{uds}_{ECHO_PORT}", echo)
@@ -818,6 +827,10 @@ def case_upgrade(run, refused):
           f"guest's {idle_each}")
     TIMINGS.append((f"{2 * idle_each} idle connections opened (s)", time.monotonic() - t))
     kmsg0 = ctl.ok("kmsg")
+    worker = None
+    if isolate:
+        retry(lambda: worker_of(pid) is not None, "the worker of the VM runs", 30)
+        worker = worker_of(pid)
     ctl.ok(f"hold 1 {STREAM_PORT}")
     ctl.ok(f"hold 2 {SINK_PORT}")
     t_xfer = time.monotonic()
@@ -873,8 +886,11 @@ def case_upgrade(run, refused):
             f"{secs:.2f} s: {json.dumps(ans)}")
         check(ans.get("old_pid") == pid, f"upgrade {i}: old_pid {ans.get('old_pid')}, not {pid}")
         new = ans.get("new_pid")
-        check(isinstance(new, int) and new > 0 and new != pid, f"upgrade {i}: new_pid {new}")
-        run.pids.append(new)
+        # Under --isolate the main process may stay (only the workers are replaced).
+        check(isinstance(new, int) and new > 0 and (new != pid or isolate),
+              f"upgrade {i}: new_pid {new}")
+        if new != pid:
+            run.pids.append(new)
         vms = [v for v in ans.get("vms", []) if v.get("cid") == CID]
         check(len(vms) == 1, f"upgrade {i}: vms {ans.get('vms')}: not one with cid {CID}")
         vm = vms[0]
@@ -882,12 +898,22 @@ def case_upgrade(run, refused):
         # 2 * idle_each idle connections and the two streams, at least.
         check(isinstance(vm.get("conns"), int) and vm["conns"] >= 2 * idle_each + 2,
               f"upgrade {i}: conns {vm.get('conns')}, not the {2 * idle_each + 2} open")
-        # Each uvsockd is this process's descendant (the subreaper), so its status is known.
-        st = d.wait(30) if i == 1 else wait_pid_exit(pid, 30)
-        check(st == 0, f"upgrade {i}: the old uvsockd {pid} exited with {st}, not 0")
-        log(f"upgrade {i}: the old uvsockd {pid} exited with status 0")
-        if pid in run.pids:
-            run.pids.remove(pid)
+        if isolate:
+            # The VM's worker is a new process; the old one ends (reaped by its main process).
+            nw = vm.get("worker_pid")
+            check(isinstance(nw, int) and nw > 0 and nw != worker,
+                  f"upgrade {i}: worker_pid {nw} (the old worker was {worker})")
+            retry(lambda: not pid_alive(worker), f"upgrade {i}: the old worker {worker} ends",
+                  30)
+            check(pid_alive(nw), f"upgrade {i}: the new worker {nw} is not running")
+            worker = nw
+        if new != pid:
+            # Each uvsockd is this process's descendant (the subreaper): its status is known.
+            st = d.wait(30) if pid == d.pid else wait_pid_exit(pid, 30)
+            check(st == 0, f"upgrade {i}: the old uvsockd {pid} exited with {st}, not 0")
+            log(f"upgrade {i}: the old uvsockd {pid} exited with status 0")
+            if pid in run.pids:
+                run.pids.remove(pid)
         check(pid_alive(new), f"upgrade {i}: the new uvsockd {new} is not running")
         check(q.poll() is None, f"upgrade {i}: QEMU exited")
         TIMINGS.append((f"upgrade {i}", f"pause_ms={vm['pause_ms']} conns={vm['conns']} "
@@ -938,7 +964,8 @@ def case_upgrade(run, refused):
     else:
         st = end_pid(pid, signal.SIGTERM)
         check(st == 0, f"the last uvsockd {pid} exited with {st} on SIGTERM")
-        run.pids.remove(pid)
+        if pid in run.pids:
+            run.pids.remove(pid)
     for x in (echo_l, src_l, sink_l, qmp, ctl):
         x.close()
 
@@ -968,14 +995,72 @@ def worker_of(main_pid):
     return None
 
 
-def case_crash_isolate(run):
+class FakeFdstore:
+    """uvsockd under tests/harness/fake-fdstore --restart-on-kill: the PIDs it starts, read from
+    its stdout (`fake-fdstore: started pid P`), each tracked in run.pids until it ends."""
+
+    def __init__(self, run, tool, sock, uds):
+        self.run, self.pids = run, []
+        self.log_path = run.path("uvsockd-a.log")
+        f = open(self.log_path, "a")
+        self.p = subprocess.Popen([tool, "--restart-on-kill", "--", run.args.daemon,
+                                   "--log-level", "debug", "--control", run.path("vm.ctl"),
+                                   "--vm", f"guest-cid={CID},socket={sock},uds-path={uds}"],
+                                  stdout=subprocess.PIPE, stderr=f, text=True)
+        f.close()
+        run.procs.append(self.p)
+        self.cv = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.wait_pids(1)
+        end = time.monotonic() + 10
+        while not os.path.exists(sock):
+            check(self.p.poll() is None and time.monotonic() < end, "uvsockd did not come up")
+            time.sleep(0.05)
+
+    def _read(self):
+        for line in self.p.stdout:
+            log(f"fake-fdstore: {line.strip()}")
+            if line.startswith("fake-fdstore: started pid "):
+                with self.cv:
+                    pid = int(line.split()[-1])
+                    self.pids.append(pid)
+                    self.run.pids.append(pid)
+                    self.cv.notify_all()
+
+    def wait_pids(self, n, limit=30):
+        with self.cv:
+            check(self.cv.wait_for(lambda: len(self.pids) >= n, limit),
+                  f"fake-fdstore started {len(self.pids)} uvsockd, not {n}")
+            return self.pids[n - 1]
+
+    def log_has(self, what):
+        with open(self.log_path, errors="replace") as f:
+            return what in f.read()
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        rc = self.p.wait(30)
+        for pid in self.pids:
+            if pid in self.run.pids and not pid_alive(pid):
+                self.run.pids.remove(pid)
+        return rc
+
+
+def case_crash_isolate(run, fdstore=None):
     """uvsockd --isolate; the worker serving the VM is killed with SIGKILL while the guest holds a
     connection to the host, streams to it, and the host holds one to the guest's listener. The
     main process restarts the worker, which adopts the VMM's connection it kept (docs/upgrade.md,
     "Crash survival"): the open connections end, the guest's listener keeps working, new
-    connections work both ways, QEMU (stock, no reconnect) is the same process."""
+    connections work both ways, QEMU (stock, no reconnect) is the same process.
+    fdstore: the fake-fdstore program; uvsockd (no --isolate) runs under it, is killed instead of
+    a worker, and fake-fdstore starts it again with what it stored (docs/upgrade.md, "Without
+    --isolate: the systemd fd store")."""
     sock, uds = run.path("vm.sock"), run.path("vm.vsock")
-    d = run.uvsockd("a", sock, uds, ("--isolate", "--control", run.path("vm.ctl")))
+    if fdstore:
+        fs = FakeFdstore(run, fdstore, sock, uds)
+        d = fs.p
+    else:
+        d = run.uvsockd("a", sock, uds, ("--isolate", "--control", run.path("vm.ctl")))
     echo_l = Listener(f"{uds}_{ECHO_PORT}", echo)
     streams = Streams(1 << 40)   # more than it can send before the kill
     sink_l = Listener(f"{uds}_{SINK_PORT}", streams.sink_fn)
@@ -990,11 +1075,20 @@ def case_crash_isolate(run):
     h = host_connect(uds, LISTEN_PORT)
     check(host_roundtrip(h), "host to guest echo")
     retry(lambda: streams.sink["bytes"] >= 4 << 20, "the guest's stream flows", 60)
-    w = worker_of(d.pid)
-    check(w, f"no worker 'uvsockd vm{CID}' under uvsockd {d.pid}")
+    if fdstore:
+        # The record with the held connections is in the store (it is written when the set
+        # of connections changes, at most every 100 ms).
+        retry(lambda: fs.log_has(f"vm{CID}: crash-survival record stored in the fd store"),
+              "uvsockd stores its record", 30)
+        time.sleep(0.3)
+        w = fs.wait_pids(1)
+    else:
+        w = worker_of(d.pid)
+        check(w, f"no worker 'uvsockd vm{CID}' under uvsockd {d.pid}")
     t = time.monotonic()
     os.kill(w, signal.SIGKILL)
-    log(f"killed worker {w} at {streams.sink['bytes'] >> 20} MiB streamed")
+    log(f"killed {'uvsockd' if fdstore else 'worker'} {w} at {streams.sink['bytes'] >> 20} "
+        "MiB streamed")
     # Hang guards, not timing assertions: each end must come, however slowly.
     ans = ctl.cmd("wait_reset 1 30000", 40)
     check(ans in ("OK ECONNRESET", "OK ENOTCONN", "OK EOF"), f"the guest's held socket: {ans}")
@@ -1004,8 +1098,15 @@ def case_crash_isolate(run):
     h.close()
     retry(lambda: streams.sink["end"] != "-", "the host's end of the guest's stream ends", 30)
     check(streams.sink["bad"] == 0, f"the guest's stream, up to the kill: {streams.sink}")
-    nw = worker_of(d.pid)
-    check(nw and nw != w, f"no new worker under uvsockd {d.pid} (old {w}, now {nw})")
+    if fdstore:
+        nw = fs.wait_pids(2)
+        retry(lambda: fs.log_has(f"vm{CID}: adopted the VMM's vhost-user connection"),
+              "the new uvsockd adopts the VMM", 30)
+        if w in run.pids and not pid_alive(w):
+            run.pids.remove(w)
+    else:
+        nw = worker_of(d.pid)
+        check(nw and nw != w, f"no new worker under uvsockd {d.pid} (old {w}, now {nw})")
     # The guest's listener kept working; new connections both ways.
     retry(lambda: ctl.cmd(f"echo {ECHO_PORT} 65536", 30) == "OK",
           "a new guest-to-host connection", 30)
@@ -1017,7 +1118,7 @@ def case_crash_isolate(run):
     check(ctl.ok("cid") == str(CID), "CID")
     check(q.poll() is None, "QEMU exited")
     check(qmp.cmd("query-status").get("status") == "running", "QEMU's VM is not running")
-    check(d.poll() is None, "uvsockd's main process exited")
+    check(d.poll() is None, "uvsockd's main process (or fake-fdstore) exited")
     TIMINGS.append(("kill -9 to: the guest's held socket ended / a new g2h connection / a new "
                     "h2g connection (s)", (round(t_reset, 2), round(t_g2h, 2),
                                            round(t_h2g, 2))))
@@ -1025,8 +1126,12 @@ def case_crash_isolate(run):
     h.close()
     ctl.cmd("poweroff", 10)
     q.wait(30)
-    d.send_signal(signal.SIGTERM)
-    check(d.wait(30) == 0, f"uvsockd --isolate exited with {d.returncode} on SIGTERM")
+    if fdstore:
+        rc = fs.stop()
+        check(rc == 0, f"fake-fdstore (uvsockd) exited with {rc} on SIGTERM")
+    else:
+        d.send_signal(signal.SIGTERM)
+        check(d.wait(30) == 0, f"uvsockd --isolate exited with {d.returncode} on SIGTERM")
     for x in (echo_l, sink_l, qmp, ctl):
         x.close()
 
@@ -1036,6 +1141,7 @@ def main():
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--guest", required=True, help="the static uvsock-lifecycle")
     ap.add_argument("--ctl", help="uvsock-ctl (the upgrade cases)")
+    ap.add_argument("--fake-fdstore", help="tests/harness/fake-fdstore (crash-fdstore)")
     ap.add_argument("--case", choices=("reconnect", "backoff", "migrate", "stopped", "snapshot")
                     + STOCK_CASES, required=True)
     ap.add_argument("--qemu-version", default=os.environ.get("UVSOCK_LIFECYCLE_QEMU", "7.2"))
@@ -1102,8 +1208,11 @@ def main():
             case_backoff(run)
         elif args.case == "crash-isolate":
             case_crash_isolate(run)
+        elif args.case == "crash-fdstore":
+            check(args.fake_fdstore, "crash-fdstore needs --fake-fdstore")
+            case_crash_isolate(run, args.fake_fdstore)
         elif args.case in STOCK_CASES:
-            case_upgrade(run, args.case == "upgrade-refused")
+            case_upgrade(run, args.case == "upgrade-refused", args.case == "upgrade-isolate")
         else:
             case_migrate(run, "live" if args.case == "migrate" else args.case)
         log(f"PASS {args.case} in {time.monotonic() - T0:.1f} s")
