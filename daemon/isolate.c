@@ -187,6 +187,9 @@ struct worker {
 	int pidfd;
 	pthread_t watch;
 	bool watching;
+	/* The pidfd the watch thread polls: set before it starts, never changed (an upgrade may
+	 * take pidfd away before the thread first runs). */
+	int watch_fd;
 	_Atomic bool pid_exited;
 };
 
@@ -1100,7 +1103,7 @@ static bool adopted_exited(struct worker *w, bool stopping, int *st)
 static void *pidfd_watch(void *arg)
 {
 	struct worker *w = arg;
-	struct pollfd p = { .fd = w->pidfd, .events = POLLIN };
+	struct pollfd p = { .fd = w->watch_fd, .events = POLLIN };
 
 	pthread_setname_np(pthread_self(), "uvsockd-pidfd");
 	while (poll(&p, 1, -1) < 0 && errno == EINTR)
@@ -2471,6 +2474,7 @@ int isolate_takeover(const struct uvsockd_config *cfg, int fd, const sigset_t *s
 
 		if (w->pidfd < 0)
 			continue;
+		w->watch_fd = w->pidfd;
 		r = pthread_create(&w->watch, NULL, pidfd_watch, w);
 		if (r)
 			log_error("worker pid %d (%s): cannot watch it (%s): its exit goes unseen",
