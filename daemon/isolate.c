@@ -14,6 +14,8 @@
  *     worker the main started from the new binary (--iso-worker); the worker hands its VMs
  *     over (upgrade.c) and answers one struct iso_up_ans; once its VMs went, it exits when the
  *     main closes this socket (docs/upgrade.md, "Under --isolate")
+ *   main -> worker, PDEATH: struct iso_req with vm = the signal (0: none) its main thread sets
+ *     as PR_SET_PDEATHSIG; one struct iso_ans_hdr answers (before the main is handed over)
  * The main drops answers whose seq is not the current request's (late answers of a request
  * that timed out).
  *
@@ -42,6 +44,7 @@
 #include <limits.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,6 +81,7 @@ enum iso_op {
 	ISO_CONNS,
 	ISO_KEEP_OFFERS,
 	ISO_UPGRADE,
+	ISO_PDEATH,
 };
 
 /* A record and its fds take this long at most to arrive once their first message is there. */
@@ -178,6 +182,15 @@ struct worker {
 	/* Under iso->keep_lock: the binary an upgrade put this worker on (malloc'd; NULL: this
 	 * process's own code, forked), which a restart after a crash runs again. */
 	char *exec_path;
+	/* A worker this process took over from the main before it (not its child): its pidfd
+	 * (-1: a child, reaped by waitpid) and the thread that waits for it to exit. */
+	int pidfd;
+	pthread_t watch;
+	bool watching;
+	/* The pidfd the watch thread polls: set before it starts, never changed (an upgrade may
+	 * take pidfd away before the thread first runs). */
+	int watch_fd;
+	_Atomic bool pid_exited;
 };
 
 struct iso {
@@ -195,6 +208,10 @@ struct iso {
 	int keep_wake;
 	/* One upgrade at a time (the control thread's, or the main thread's on SIGUSR2). */
 	pthread_mutex_t up_lock;
+	struct ops_ctl *ctl;
+	/* The main process was handed to a new one (upgrade_main): nothing is reaped, restarted
+	 * or kept here any more; this process exits once the upgrade is answered. */
+	_Atomic bool handed_over;
 };
 
 /* ---- the worker process ------------------------------------------------------------------ */
@@ -204,6 +221,18 @@ struct responder {
 	struct vm_set *set;
 	pthread_t th;
 	bool started;
+	/*
+	 * ISO_PDEATH: PR_SET_PDEATHSIG belongs to the thread that set it (the worker's main
+	 * thread), so the responder asks that thread (a SIGHUP to it, taken by worker_signal) and
+	 * waits under pd_lock for pd_done.
+	 */
+	pthread_mutex_t pd_lock;
+	pthread_cond_t pd_cond;
+	bool pd_req, pd_done;
+	int pd_sig, pd_err;
+	/* The parent death signal is off (the main was handed over): at the end of the request
+	 * socket (the main is gone) the worker stops itself; not when stopping anyway. */
+	_Atomic bool unparented, stopping;
 };
 
 struct conns_buf {
@@ -341,6 +370,60 @@ static void hand_over_and_exit(struct responder *rs, const struct iso_up_req *u,
 	_exit(res.exit_after);
 }
 
+/*
+ * ISO_PDEATH in the responder: the worker's main thread sets PR_SET_PDEATHSIG to sig (0: off)
+ * within ISO_ANSWER_TIMEOUT_MS / 2. Returns 0 or -errno.
+ */
+static int set_pdeath(struct responder *rs, int sig)
+{
+	struct timespec end;
+	int r = 0;
+
+	if (sig < 0 || sig >= NSIG)
+		return -EINVAL;
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_nsec += (long)(ISO_ANSWER_TIMEOUT_MS / 2) * (long)NS_PER_MS;
+	end.tv_sec += end.tv_nsec / 1000000000L;
+	end.tv_nsec %= 1000000000L;
+	pthread_mutex_lock(&rs->pd_lock);
+	rs->pd_req = true;
+	rs->pd_done = false;
+	rs->pd_sig = sig;
+	pthread_mutex_unlock(&rs->pd_lock);
+	/* The main thread's id is the process's: a thread-directed SIGHUP. */
+	if (tgkill(getpid(), getpid(), SIGHUP) < 0)
+		return -errno;
+	pthread_mutex_lock(&rs->pd_lock);
+	while (!rs->pd_done && r == 0)
+		r = pthread_cond_timedwait(&rs->pd_cond, &rs->pd_lock, &end);
+	rs->pd_req = false;
+	r = rs->pd_done ? rs->pd_err : -ETIMEDOUT;
+	pthread_mutex_unlock(&rs->pd_lock);
+	if (r == 0)
+		atomic_store(&rs->unparented, sig == 0);
+	return r;
+}
+
+/* vm_set hook of a worker: the responder's SIGHUP for set_pdeath, on the main thread. */
+static bool worker_signal(const siginfo_t *si, void *arg)
+{
+	struct responder *rs = arg;
+	bool mine;
+
+	/* From this process (si_code is SI_TKILL on some kernels, SI_USER on others). */
+	if (si->si_signo != SIGHUP || si->si_pid != getpid())
+		return false;
+	pthread_mutex_lock(&rs->pd_lock);
+	mine = rs->pd_req && !rs->pd_done;
+	if (mine) {
+		rs->pd_err = prctl(PR_SET_PDEATHSIG, rs->pd_sig) < 0 ? -errno : 0;
+		rs->pd_done = true;
+		pthread_cond_broadcast(&rs->pd_cond);
+	}
+	pthread_mutex_unlock(&rs->pd_lock);
+	return mine;
+}
+
 static void *responder_main(void *arg)
 {
 	struct responder *rs = arg;
@@ -355,8 +438,15 @@ static void *responder_main(void *arg)
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
-			break; /* the main is gone, or we are stopping (shutdown) */
+		if (n <= 0) {
+			/* The main is gone, or we are stopping (shutdown). Without the parent death
+			 * signal, a gone main stops the worker this way (docs/upgrade.md). */
+			if (n == 0 && atomic_load(&rs->unparented) && !atomic_load(&rs->stopping)) {
+				log_warn("the main process is gone: stopping");
+				kill(getpid(), SIGTERM);
+			}
+			break;
+		}
 		if (n == sizeof(u) && u.q.op == ISO_UPGRADE && passed >= 0) {
 			hand_over_and_exit(rs, &u, passed); /* returns if the VMs stay */
 			continue;
@@ -376,6 +466,11 @@ static void *responder_main(void *arg)
 			(void)send_msg(rs->fd, &m, sizeof(m));
 		} else if (q.op == ISO_CONNS) {
 			answer_conns(rs, &q, have_vm);
+		} else if (q.op == ISO_PDEATH) {
+			struct iso_ans_hdr a = { .op = ISO_PDEATH, .seq = q.seq };
+
+			a.err = set_pdeath(rs, (int)q.vm);
+			(void)send_msg(rs->fd, &a, sizeof(a));
 		}
 	}
 	return NULL;
@@ -409,6 +504,7 @@ static void worker_stopping(struct vm_set *s, void *arg)
 	(void)s;
 	if (!rs->started)
 		return;
+	atomic_store(&rs->stopping, true);
 	/* Wakes the responder's recv (and a send waiting for the main) with an end of file. */
 	shutdown(rs->fd, SHUT_RDWR);
 	pthread_join(rs->th, NULL);
@@ -515,7 +611,8 @@ static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, 
 {
 	struct worker *w = &iso->w[wi];
 	const struct uvsockd_vm_config *first = &iso->cfg->vms[w->idx[0]];
-	struct responder rs = { .fd = fd };
+	struct responder rs = { .fd = fd, .pd_lock = PTHREAD_MUTEX_INITIALIZER,
+				.pd_cond = PTHREAD_COND_INITIALIZER };
 	struct keep_link keep = { .fd = keep_fd, .lock = PTHREAD_MUTEX_INITIALIZER };
 	char name[16];
 	int r, took;
@@ -562,7 +659,7 @@ static __attribute__((noreturn)) void worker_main(struct iso *iso, unsigned wi, 
 		log_info("worker of %s: %d VMM connection%s kept across the crash of the worker "
 			 "before", w->vms, took, took == 1 ? "" : "s");
 	r = vm_set_run(iso->cfg, w->idx, w->n, sigs,
-		       &(struct vm_set_hooks){ worker_ready, worker_stopping, &rs });
+		       &(struct vm_set_hooks){ worker_ready, worker_stopping, &rs, worker_signal });
 	dev_vhu_set_keeper(NULL, NULL);
 	dev_vhu_adopt_clear();
 	close(keep_fd);
@@ -719,6 +816,8 @@ static void iso_vm_conns(void *opaque, unsigned idx,
 
 static int iso_upgrade(void *opaque, const char *binary, struct ops_ctl_upgrade *ret,
 		       char *err, size_t errlen);
+static int upgrade_main(struct iso *iso, const char *path, struct ops_ctl_upgrade *ret,
+			char *err, size_t errlen);
 
 /* No vm_tap: capture needs the VM's tap in this process (`capture start` answers ENOTSUP). */
 static const struct ops_ctl_ops iso_ctl_ops = {
@@ -875,6 +974,10 @@ static void *keeper_main(void *arg)
 		if (p[0].revents)
 			(void)!read(iso->keep_wake, &v, sizeof(v));
 		pthread_mutex_lock(&iso->keep_lock);
+		if (iso->keep_stop) { /* stopping, or handed to a new main: it takes the records */
+			pthread_mutex_unlock(&iso->keep_lock);
+			break;
+		}
 		/* An fd polled may have been closed (and its number reused) meanwhile: poll anew. */
 		for (unsigned j = 1; j < n && iso->keep_gen == gen; j++) {
 			struct worker *w = &iso->w[who[j].w];
@@ -976,6 +1079,41 @@ static uint32_t schedule_restart(struct worker *w, uint64_t now)
 }
 
 /*
+ * A worker taken over from the main before (w->pidfd, its watch thread): once it exited, the
+ * thread is joined and the pidfd closed. Not being its parent, this process cannot have its
+ * exit status (docs/upgrade.md, "Under --isolate"): *st says "exited 0" when stopping (the
+ * SIGTERM forwarded to it; one that does not stop in time is killed and counted as failed),
+ * else "killed by SIGKILL": a failure, started again. Its zombie is reaped by whoever
+ * inherited it (init or the subreaper) once the old main exited.
+ */
+static bool adopted_exited(struct worker *w, bool stopping, int *st)
+{
+	if (!atomic_load(&w->pid_exited))
+		return false;
+	pthread_join(w->watch, NULL);
+	w->watching = false;
+	close(w->pidfd);
+	w->pidfd = -1;
+	atomic_store(&w->pid_exited, false);
+	*st = stopping ? 0 : SIGKILL; /* WIFEXITED 0, or WIFSIGNALED with WTERMSIG SIGKILL */
+	return true;
+}
+
+/* The watch thread of a worker taken over: waits for its exit, then wakes the supervisor. */
+static void *pidfd_watch(void *arg)
+{
+	struct worker *w = arg;
+	struct pollfd p = { .fd = w->watch_fd, .events = POLLIN };
+
+	pthread_setname_np(pthread_self(), "uvsockd-pidfd");
+	while (poll(&p, 1, -1) < 0 && errno == EINTR)
+		;
+	atomic_store(&w->pid_exited, true);
+	kill(getpid(), SIGCHLD);
+	return NULL;
+}
+
+/*
  * Reaps every worker that has exited (WNOHANG), logging how; returns how many failed. Unless
  * stopping, a failed worker (a signal or a non-zero status) is scheduled for a restart; one
  * that exited with status 0 (stopped by a SIGTERM of its own) is not.
@@ -991,8 +1129,10 @@ static unsigned reap(struct iso *iso, bool stopping)
 
 		/* Under its lock: an upgrade may be putting a new worker in this one's place. */
 		pthread_mutex_lock(&w->lock);
-		if (!atomic_load_explicit(&w->alive, memory_order_relaxed) ||
-		    waitpid(w->pid, &st, WNOHANG) != w->pid) {
+		if (atomic_load(&iso->handed_over) ||
+		    !atomic_load_explicit(&w->alive, memory_order_relaxed) ||
+		    (w->pidfd >= 0 ? !adopted_exited(w, stopping, &st)
+				   : waitpid(w->pid, &st, WNOHANG) != w->pid)) {
 			pthread_mutex_unlock(&w->lock);
 			continue;
 		}
@@ -1060,7 +1200,15 @@ static unsigned stop_workers(struct iso *iso, const sigset_t *chld)
 		log_error("worker pid %d (%s) did not stop within %u ms: killing it", (int)w->pid,
 			  w->vms, ISO_STOP_TIMEOUT_MS);
 		kill(w->pid, SIGKILL);
-		(void)waitpid(w->pid, NULL, 0);
+		if (w->pidfd >= 0) {
+			int st;
+			struct pollfd p = { .fd = w->pidfd, .events = POLLIN };
+
+			(void)poll(&p, 1, ISO_STOP_TIMEOUT_MS);
+			(void)adopted_exited(w, true, &st);
+		} else {
+			(void)waitpid(w->pid, NULL, 0);
+		}
 		atomic_store_explicit(&w->alive, false, memory_order_relaxed);
 		failed++;
 	}
@@ -1102,7 +1250,7 @@ static int plan(struct iso *iso, const struct uvsockd_config *cfg)
 	if (!iso->w)
 		return -ENOMEM;
 	for (unsigned i = 0; i < iso->nw; i++) {
-		iso->w[i].fd = iso->w[i].keep_fd = -1;
+		iso->w[i].fd = iso->w[i].keep_fd = iso->w[i].pidfd = -1;
 		pthread_mutex_init(&iso->w[i].lock, NULL);
 	}
 	for (unsigned i = 0; i < cfg->n_vms; i++) {
@@ -1267,7 +1415,8 @@ static int spawn(struct iso *iso, unsigned i, const sigset_t *sigs, bool restart
 		path = strdup(w->exec_path);
 	pthread_mutex_unlock(&iso->keep_lock);
 	pthread_mutex_lock(&w->lock);
-	e = fork_worker(iso, i, sigs, restart, path, -1, &pid, &sfd, &kfd);
+	e = atomic_load(&iso->handed_over) ? -ECANCELED
+					   : fork_worker(iso, i, sigs, restart, path, -1, &pid, &sfd, &kfd);
 	free(path);
 	if (e == 0) {
 		pthread_mutex_lock(&iso->keep_lock);
@@ -1357,11 +1506,30 @@ static int send_with_fd(int sock, const void *buf, size_t len, int fd)
 	return sendmsg(sock, &m, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -errno;
 }
 
-/* The old worker old, replaced, ends on its own (it waits for its request socket to close). */
-static void reap_replaced(pid_t old, const char *vms)
+/*
+ * The old worker old, replaced, ends on its own (it waits for its request socket to close).
+ * pidfd >= 0: it is not this process's child (taken over from the main before): its exit is
+ * waited for on pidfd (closed here) and its watch thread joined.
+ */
+static void reap_replaced(struct worker *w, pid_t old, int pidfd, pthread_t watch,
+			  const char *vms)
 {
 	uint64_t end = mono_ms() + ISO_STOP_TIMEOUT_MS;
 	int st = 0;
+
+	if (pidfd >= 0) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+		if (poll(&p, 1, ISO_STOP_TIMEOUT_MS) != 1) {
+			log_error("the replaced worker pid %d (%s) did not exit: killing it",
+				  (int)old, vms);
+			kill(old, SIGKILL);
+		}
+		pthread_join(watch, NULL);
+		close(pidfd);
+		atomic_store(&w->pid_exited, false);
+		return;
+	}
 
 	for (;;) {
 		pid_t r = waitpid(old, &st, WNOHANG);
@@ -1398,7 +1566,8 @@ static int upgrade_worker(struct iso *iso, unsigned wi, const char *path,
 	size_t alen = sizeof(*a) + (size_t)w->n * sizeof(a->vms[0]);
 	uint64_t end;
 	pid_t pid = -1, old;
-	int hv[2] = { -1, -1 }, sfd = -1, kfd = -1, r;
+	pthread_t old_watch;
+	int hv[2] = { -1, -1 }, sfd = -1, kfd = -1, r, old_pidfd;
 	ssize_t n;
 
 	pthread_mutex_lock(&w->lock);
@@ -1478,6 +1647,10 @@ static int upgrade_worker(struct iso *iso, unsigned wi, const char *path,
 	pthread_mutex_unlock(&iso->keep_lock);
 	keep_wake(iso);
 	close(w->fd); /* the old worker's cue to exit */
+	old_pidfd = w->pidfd;
+	old_watch = w->watch;
+	w->pidfd = -1;
+	w->watching = false;
 	w->fd = sfd;
 	w->pid = pid;
 	w->started_ms = mono_ms();
@@ -1485,7 +1658,7 @@ static int upgrade_worker(struct iso *iso, unsigned wi, const char *path,
 	w->seq = 0;
 	w->quiet_until_ms = 0;
 	pthread_mutex_unlock(&w->lock);
-	reap_replaced(old, w->vms);
+	reap_replaced(w, old, old_pidfd, old_watch, w->vms);
 	for (uint32_t k = 0; k < a->n; k++) {
 		ret->vms[ret->n] = a->vms[k];
 		ret->vms[ret->n++].worker_pid = (int)pid;
@@ -1515,7 +1688,8 @@ abort:
 
 /*
  * upgrade with --isolate (docs/upgrade.md, "Under --isolate"): every worker in turn, stopping at
- * the first that fails. The main process itself is not replaced: ret->new_pid is its pid.
+ * the first that fails, then the main process itself (upgrade_main): ret->new_pid is the new
+ * main's pid and ret->exit_after 0 once it took over, else this process's pid.
  */
 static int iso_upgrade(void *opaque, const char *binary, struct ops_ctl_upgrade *ret,
 		       char *err, size_t errlen)
@@ -1548,12 +1722,504 @@ static int iso_upgrade(void *opaque, const char *binary, struct ops_ctl_upgrade 
 		if (r < 0)
 			break;
 	}
-	pthread_mutex_unlock(&iso->up_lock);
 	if (r < 0) {
 		snprintf(err, errlen, "worker of %s (%u of %u upgraded before it; it and the rest "
 			 "serve on): %s", iso->w[done].vms, done, iso->nw, why);
 		log_error("%s", err);
+	} else {
+		why[0] = '\0';
+		r = upgrade_main(iso, binary, ret, why, sizeof(why));
+		if (r < 0) {
+			snprintf(err, errlen, "every worker was upgraded (%u), the main process was "
+				 "not (it serves on): %s", iso->nw, why);
+			log_error("upgrade: %s", err);
+		} else {
+			log_info("upgrade: every worker upgraded; pid %d is the main process now: "
+				 "exiting", ret->new_pid);
+		}
 	}
+	pthread_mutex_unlock(&iso->up_lock);
+	return r;
+}
+
+/* ---- the main process: its own hand-over, the last step of an upgrade (docs/upgrade.md) ---- */
+
+/* The main process's record (REC_KIND_ISO_MAIN), version 1: tags (docs/upgrade.md, kind 7). */
+#define ISO_MAIN_REC_VERSION 1u
+#ifdef UVSOCKD_TEST_ISO_MAIN_REC_READ_MAX
+/* uvsockd-test-refuse-main: reads no version, to test a refused hand-over of the main. */
+static const uint32_t iso_main_rec_read_max = UVSOCKD_TEST_ISO_MAIN_REC_READ_MAX;
+#else
+static const uint32_t iso_main_rec_read_max = ISO_MAIN_REC_VERSION;
+#endif
+enum { /* top level */
+	IM_WORKERS = 1,  /* u32: how many workers (the plan's count) */
+	IM_CTL = 2,      /* list: the control socket's listener, if there is one */
+	IM_WORKER = 3,   /* list, once per worker, in the plan's order */
+};
+enum { IMC_FD = 1, IMC_DEV, IMC_INO, IMC_FLAGS };
+enum { /* a worker */
+	IMW_ALIVE = 1,   /* u32 0|1 */
+	IMW_PID,         /* u32 */
+	IMW_REQ,         /* fd: the main's end of its request socket (alive only) */
+	IMW_KEEP,        /* fd: the main's end of its keeper socket, if open */
+	IMW_EXEC,        /* bytes: the binary its restart runs, if not the main's own */
+	IMW_BACKOFF,     /* u32 ms */
+	IMW_RESTARTS,    /* u32 */
+	IMW_RESTART_IN,  /* u32 ms until its pending restart, 0: none */
+	IMW_INHERITED,   /* u32 0|1 */
+	IMW_KEPT,        /* list, once per VM with a kept record */
+};
+enum { IMK_VM = 1 /* u32: index among the worker's VMs */, IMK_MEMFD /* fd */,
+       IMK_CONN /* u32: which of the IMK_FD is the VMM's connection */, IMK_FD /* fd, in order */ };
+
+/* Builds the record (every worker's lock and keep_lock held). */
+static int main_rec_write(struct iso *iso, struct rec_writer *rw)
+{
+	const struct uds_listener *l = iso->ctl ? ops_ctl_listener(iso->ctl) : NULL;
+	uint64_t now = mono_ms();
+
+	rec_writer_init(rw, REC_KIND_ISO_MAIN, ISO_MAIN_REC_VERSION);
+	rec_put_u32(rw, IM_WORKERS, iso->nw);
+	if (l && l->fd >= 0) {
+		rec_begin(rw, IM_CTL);
+		rec_put_fd(rw, IMC_FD, l->fd);
+		rec_put_u64(rw, IMC_DEV, (uint64_t)l->dev);
+		rec_put_u64(rw, IMC_INO, (uint64_t)l->ino);
+		rec_put_u32(rw, IMC_FLAGS, l->flags);
+		rec_end(rw);
+	}
+	for (unsigned i = 0; i < iso->nw; i++) {
+		struct worker *w = &iso->w[i];
+		bool alive = atomic_load_explicit(&w->alive, memory_order_relaxed) && w->fd >= 0;
+
+		rec_begin(rw, IM_WORKER);
+		rec_put_u32(rw, IMW_ALIVE, alive);
+		rec_put_u32(rw, IMW_PID, alive ? (uint32_t)w->pid : 0);
+		if (alive)
+			rec_put_fd(rw, IMW_REQ, w->fd);
+		if (w->keep_fd >= 0)
+			rec_put_fd(rw, IMW_KEEP, w->keep_fd);
+		if (w->exec_path)
+			rec_put_bytes(rw, IMW_EXEC, w->exec_path, strlen(w->exec_path));
+		rec_put_u32(rw, IMW_BACKOFF, w->backoff_ms);
+		rec_put_u32(rw, IMW_RESTARTS, w->restarts);
+		rec_put_u32(rw, IMW_RESTART_IN,
+			    !w->restart_at_ms ? 0 : w->restart_at_ms > now
+			    ? (uint32_t)(w->restart_at_ms - now) : 1);
+		rec_put_u32(rw, IMW_INHERITED, w->inherited);
+		for (unsigned k = 0; k < w->n; k++) {
+			struct kept *kp = &w->kept[k];
+			uint32_t conn = 0;
+
+			if (kp->memfd < 0)
+				continue;
+			for (size_t f = 0; f < kp->nfds; f++)
+				if (kp->fds[f] == kp->conn)
+					conn = (uint32_t)f;
+			rec_begin(rw, IMW_KEPT);
+			rec_put_u32(rw, IMK_VM, k);
+			rec_put_fd(rw, IMK_MEMFD, kp->memfd);
+			rec_put_u32(rw, IMK_CONN, conn);
+			for (size_t f = 0; f < kp->nfds; f++)
+				rec_put_fd(rw, IMK_FD, kp->fds[f]);
+			rec_end(rw);
+		}
+		rec_end(rw);
+	}
+	return rec_writer_finish(rw, &(const uint8_t *){ NULL }, &(size_t){ 0 });
+}
+
+/* One kept record of worker w from item it (a list); *seen marks its VMs. */
+static int main_rec_kept(struct rec_reader *r, const struct rec_item *it, struct worker *w,
+			 bool *seen)
+{
+	struct rec_reader sub;
+	struct rec_item f;
+	struct kept kp = { .memfd = -1, .conn = -1 };
+	uint32_t vm = UINT32_MAX, conn = UINT32_MAX, u;
+	int fd, k, e;
+
+	e = rec_enter(r, it, "kept", &sub);
+	while (e == 0 && (k = rec_next(&sub, &f)) == 1) {
+		if (f.tag == IMK_VM && vm == UINT32_MAX && (e = rec_get_u32(&sub, &f, &u)) == 0)
+			vm = u;
+		else if (f.tag == IMK_CONN && conn == UINT32_MAX &&
+			 (e = rec_get_u32(&sub, &f, &u)) == 0)
+			conn = u;
+		else if (f.tag == IMK_MEMFD && kp.memfd < 0 && (e = rec_get_fd(&sub, &f, &fd)) == 0)
+			kp.memfd = fd;
+		else if (f.tag == IMK_FD && (e = rec_get_fd(&sub, &f, &fd)) == 0) {
+			int *p = realloc(kp.fds, (kp.nfds + 1) * sizeof(int));
+
+			if (!p)
+				e = -ENOMEM;
+			else
+				(kp.fds = p)[kp.nfds++] = fd;
+		} else if (e == 0)
+			e = rec_fail(sub.doc, -EBADMSG, "kept: unknown or repeated item %u", f.tag);
+	}
+	if (e == 0 && k < 0)
+		e = k;
+	if (e == 0 && (vm >= w->n || seen[vm] || kp.memfd < 0 || conn >= kp.nfds))
+		e = rec_fail(sub.doc, -EBADMSG, "kept: a VM index, memfd or connection is missing, "
+			     "repeated or out of range");
+	if (e < 0) {
+		free(kp.fds); /* the fds are closed with the record's */
+		return e;
+	}
+	kp.conn = kp.fds[conn];
+	seen[vm] = true;
+	w->kept[vm] = kp;
+	return 0;
+}
+
+/* Worker w from item it: its fields once each, its kept records (IMW_KEPT) any number. */
+static int main_rec_worker(struct rec_reader *r, const struct rec_item *it, struct worker *w)
+{
+	static const struct rec_field all[] = {
+		{ IMW_ALIVE, REC_U32, true, "alive" },
+		{ IMW_PID, REC_U32, true, "pid" },
+		{ IMW_REQ, REC_FD, false, "request socket" },
+		{ IMW_KEEP, REC_FD, false, "keeper socket" },
+		{ IMW_EXEC, REC_BYTES, false, "binary" },
+		{ IMW_BACKOFF, REC_U32, true, "back-off" },
+		{ IMW_RESTARTS, REC_U32, true, "restarts" },
+		{ IMW_RESTART_IN, REC_U32, true, "restart in" },
+		{ IMW_INHERITED, REC_U32, true, "inherited" },
+	};
+	enum { NF = sizeof(all) / sizeof(all[0]) };
+	struct rec_val v[NF];
+	struct rec_reader sub;
+	struct rec_item f;
+	bool seen[UVSOCKD_MAX_VMS];
+	int e, k;
+
+	memset(seen, 0, sizeof(seen));
+	memset(v, 0, sizeof(v));
+	e = rec_enter(r, it, "worker", &sub);
+	if (e < 0)
+		return e;
+	while ((k = rec_next(&sub, &f)) == 1) {
+		size_t j;
+
+		if (f.tag == IMW_KEPT) {
+			if ((e = main_rec_kept(&sub, &f, w, seen)) < 0)
+				return e;
+			continue;
+		}
+		for (j = 0; j < NF && all[j].tag != f.tag; j++)
+			;
+		if (j == NF || v[j].present)
+			return rec_fail(sub.doc, -EBADMSG, "worker: unknown or repeated item %u",
+					f.tag);
+		v[j].present = true;
+		v[j].it = f;
+		if (all[j].type == REC_U32) {
+			uint32_t u;
+
+			if ((e = rec_get_u32(&sub, &f, &u)) < 0)
+				return e;
+			v[j].u = u;
+		} else if (all[j].type == REC_FD) {
+			int fd;
+
+			if ((e = rec_get_fd(&sub, &f, &fd)) < 0)
+				return e;
+			v[j].u = (uint64_t)fd;
+		}
+	}
+	if (k < 0)
+		return k;
+	for (size_t j = 0; j < NF; j++)
+		if (all[j].required && !v[j].present)
+			return rec_fail(sub.doc, -EBADMSG, "worker: %s missing", all[j].name);
+	if (v[0].u > 1 || v[8].u > 1 ||
+	    (v[0].u && (!v[2].present || v[1].u == 0 || v[1].u > INT32_MAX)) ||
+	    (!v[0].u && v[2].present) || v[4].it.len >= PATH_MAX || v[5].u > ISO_RESTART_MAX_MS ||
+	    v[7].u > ISO_RESTART_MAX_MS)
+		return rec_fail(sub.doc, -EBADMSG, "worker: inconsistent fields");
+	if (v[4].present && (!v[4].it.len || memchr(v[4].it.val, '\0', v[4].it.len)))
+		return rec_fail(sub.doc, -EBADMSG, "worker: a bad binary path");
+	if (v[4].present && !(w->exec_path = strndup((const char *)v[4].it.val, v[4].it.len)))
+		return -ENOMEM;
+	atomic_store(&w->alive, v[0].u == 1);
+	w->pid = (pid_t)v[1].u;
+	w->fd = v[2].present ? (int)v[2].u : -1;
+	w->keep_fd = v[3].present ? (int)v[3].u : -1;
+	w->backoff_ms = (uint32_t)v[5].u;
+	w->restarts = (unsigned)v[6].u;
+	w->restart_at_ms = v[7].u ? mono_ms() + v[7].u : 0;
+	w->inherited = v[8].u == 1;
+	w->started_ms = mono_ms();
+	return 0;
+}
+
+/* Forgets (closes nothing) what main_rec_read put in iso from the record's fds. */
+static void main_rec_forget(struct iso *iso)
+{
+	for (unsigned i = 0; i < iso->nw; i++) {
+		struct worker *w = &iso->w[i];
+
+		w->fd = w->keep_fd = -1;
+		atomic_store(&w->alive, false);
+		for (unsigned k = 0; k < w->n; k++) {
+			free(w->kept[k].fds);
+			w->kept[k] = (struct kept){ .memfd = -1, .conn = -1 };
+		}
+	}
+}
+
+/*
+ * The record from the old main in buf, its fds[nfds], into iso and *ctl. Every check is done
+ * before anything is used; on failure (why in err) iso holds none of the fds.
+ */
+static int main_rec_read(struct iso *iso, const uint8_t *buf, size_t len, const int *fds,
+			 size_t nfds, struct uds_listener *ctl, char *err, size_t errlen)
+{
+	struct rec_doc d;
+	struct rec_reader r;
+	struct rec_item it;
+	unsigned wi = 0;
+	bool have_n = false, have_ctl = false;
+	int e, k;
+
+	e = rec_open(&d, buf, len, REC_KIND_ISO_MAIN, 1, iso_main_rec_read_max, fds, nfds);
+	if (e < 0) {
+		snprintf(err, errlen, "main record: %s", rec_error(&d));
+		return e;
+	}
+	rec_root(&d, &r, "main");
+	while (e == 0 && (k = rec_next(&r, &it)) == 1) {
+		uint32_t u;
+
+		if (it.tag == IM_WORKERS && !have_n) {
+			e = rec_get_u32(&r, &it, &u);
+			if (e == 0 && u != iso->nw)
+				e = rec_fail(&d, -EBADMSG, "%u workers, this configuration has %u", u,
+					     iso->nw);
+			have_n = true;
+		} else if (it.tag == IM_CTL && !have_ctl) {
+			static const struct rec_field cf[] = {
+				{ IMC_FD, REC_FD, true, "listener" },
+				{ IMC_DEV, REC_U64, true, "dev" },
+				{ IMC_INO, REC_U64, true, "ino" },
+				{ IMC_FLAGS, REC_U32, true, "flags" },
+			};
+			struct rec_val cv[4];
+			struct rec_reader sub;
+
+			e = rec_enter(&r, &it, "control", &sub);
+			if (e == 0)
+				e = rec_scan(&sub, cf, 4, cv);
+			if (e == 0) {
+				ctl->fd = (int)cv[0].u;
+				ctl->dev = (dev_t)cv[1].u;
+				ctl->ino = (ino_t)cv[2].u;
+				ctl->flags = (unsigned)cv[3].u;
+			}
+			have_ctl = true;
+		} else if (it.tag == IM_WORKER && have_n && wi < iso->nw) {
+			e = main_rec_worker(&r, &it, &iso->w[wi++]);
+		} else {
+			e = rec_fail(&d, -EBADMSG, "unknown, repeated or misplaced item %u", it.tag);
+		}
+	}
+	if (e == 0 && k < 0)
+		e = k;
+	if (e == 0 && (!have_n || wi != iso->nw))
+		e = rec_fail(&d, -EBADMSG, "%u of %u workers", wi, iso->nw);
+	if (e == 0)
+		e = rec_check_fds_claimed(&d);
+	if (e < 0) {
+		snprintf(err, errlen, "main record: %s", rec_error(&d)[0] ? rec_error(&d)
+									: strerror(-e));
+		main_rec_forget(iso);
+		ctl->fd = -1;
+	}
+	rec_doc_fini(&d);
+	return e;
+}
+
+/*
+ * Asks every living worker to set its parent death signal to sig (0: off), stopping at the
+ * first that fails (why in err). Returns how many did, or -1 - that count on a failure.
+ */
+static int workers_pdeath(struct iso *iso, int sig, char *err, size_t errlen)
+{
+	for (unsigned i = 0; i < iso->nw; i++) {
+		struct worker *w = &iso->w[i];
+		struct iso_req q;
+		struct iso_ans_hdr a;
+		uint64_t end = mono_ms() + ISO_ANSWER_TIMEOUT_MS;
+		ssize_t n;
+
+		if (!atomic_load_explicit(&w->alive, memory_order_relaxed) || w->fd < 0)
+			continue;
+		q = (struct iso_req){ .op = ISO_PDEATH, .seq = ++w->seq, .vm = (uint32_t)sig };
+		if (send(w->fd, &q, sizeof(q), MSG_NOSIGNAL) != sizeof(q)) {
+			snprintf(err, errlen, "worker pid %d (%s): %s", (int)w->pid, w->vms,
+				 strerror(errno));
+			return -1 - (int)i;
+		}
+		do {
+			n = recv_until(w->fd, &a, sizeof(a), end);
+		} while (n >= (ssize_t)sizeof(a) && (a.seq != w->seq || a.op != ISO_PDEATH));
+		if (n != sizeof(a) || a.err) {
+			snprintf(err, errlen, "worker pid %d (%s) cannot %s its parent death signal: %s",
+				 (int)w->pid, w->vms, sig ? "set" : "clear",
+				 n != sizeof(a) ? (n == -ETIMEDOUT ? "no answer" : "gone")
+						: strerror(-a.err));
+			return -1 - (int)i;
+		}
+	}
+	return (int)iso->nw;
+}
+
+/*
+ * The child of upgrade_main: only fd stays, then path runs as "--takeover fd" with uvsockd's own
+ * arguments; no parent death signal (it outlives this process). If execve fails, fd hears
+ * "exec-failed <errno>".
+ */
+static __attribute__((noreturn)) void exec_main(const char *path, char **av, int fd)
+{
+	char msg[40] = "exec-failed ";
+	sigset_t none;
+
+	if ((fd > 3 && close_range(3, (unsigned)fd - 1, 0) < 0) ||
+	    close_range((unsigned)fd + 1, ~0u, 0) < 0)
+		_exit(1);
+	(void)fcntl(fd, F_SETFD, 0);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execv(path, av);
+	put_uint(msg + strlen(msg), (unsigned)errno);
+	(void)!write(fd, msg, strlen(msg));
+	_exit(127);
+}
+
+/*
+ * The last step of an upgrade under --isolate, once every worker runs the new binary: a new
+ * main process from path takes this one's state (docs/upgrade.md, "Under --isolate"). Holds
+ * every worker's lock and the keeper's until the commit, so nothing is reaped, restarted or
+ * kept meanwhile. Returns 0 (committed: ret names the new main, ret->exit_after 0: this
+ * process exits once it answered, removing nothing and stopping no worker) or -errno with why
+ * in err (this process keeps everything; the workers' parent death signal is set again).
+ */
+static int upgrade_main(struct iso *iso, const char *path, struct ops_ctl_upgrade *ret,
+			char *err, size_t errlen)
+{
+	struct rec_writer rw = { 0 };
+	char *const *argv;
+	int argc = vm_set_args(&argv);
+	char fdarg[16], **av = NULL, msg[512];
+	int sv[2] = { -1, -1 }, memfd = -1, r, cleared = 0;
+	pid_t pid = -1;
+	ssize_t n;
+
+	av = calloc((size_t)argc + 4, sizeof(*av));
+	if (!av || !argv) {
+		free(av);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		r = -errno;
+		free(av);
+		snprintf(err, errlen, "socketpair: %s", strerror(-r));
+		return r;
+	}
+	snprintf(fdarg, sizeof(fdarg), "%d", sv[1]);
+	av[0] = (char *)path;
+	av[1] = "--takeover";
+	av[2] = fdarg;
+	for (int k = 1; k < argc; k++)
+		av[k + 2] = argv[k];
+	for (unsigned i = 0; i < iso->nw; i++)
+		pthread_mutex_lock(&iso->w[i].lock);
+	pthread_mutex_lock(&iso->keep_lock);
+	pid = fork();
+	if (pid == 0)
+		exec_main(path, av, sv[1]);
+	r = pid < 0 ? -errno : 0;
+	close(sv[1]);
+	free(av);
+	if (r < 0) {
+		snprintf(err, errlen, "fork: %s", strerror(-r));
+		goto out;
+	}
+	log_info("upgrade: new main process pid %d (%s) takes over the main process", (int)pid,
+		 path);
+	/* The keeper's last records first: they go with the rest. */
+	for (unsigned i = 0; i < iso->nw; i++)
+		if (iso->w[i].keep_fd >= 0)
+			keep_read(iso, &iso->w[i]);
+	r = main_rec_write(iso, &rw);
+	if (r == 0)
+		r = rec_memfd(rw.buf, rw.len, "uvsockd-main", &memfd);
+	if (r == 0)
+		r = rec_send(sv[0], memfd, rw.fds, rw.nfds);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot send the main record: %s", strerror(-r));
+		goto out;
+	}
+	n = recv_until(sv[0], msg, sizeof(msg) - 1, mono_ms() + UPGRADE_STEP_TIMEOUT_MS);
+	msg[n > 0 ? n : 0] = '\0';
+	if (n <= 0 || strcmp(msg, "ready") != 0) {
+		r = n == -ETIMEDOUT ? -ETIMEDOUT : -EPROTO;
+		if (strncmp(msg, "refused ", 8) == 0)
+			snprintf(err, errlen, "refused by %.200s (pid %d): %.380s", path, (int)pid, msg + 8);
+		else if (strncmp(msg, "exec-failed ", 12) == 0)
+			snprintf(err, errlen, "cannot run %.200s: %s", path, strerror(atoi(msg + 12)));
+		else
+			snprintf(err, errlen, "the new main process pid %d %s", (int)pid,
+				 n == -ETIMEDOUT ? "did not answer" : "went away");
+		goto out;
+	}
+	/* Before this process may exit: its exit would stop every worker. */
+	cleared = workers_pdeath(iso, 0, err, errlen);
+	if (cleared < 0) {
+		r = -EIO;
+		goto out;
+	}
+	if (send(sv[0], "go", 2, MSG_NOSIGNAL) != 2) {
+		r = -errno;
+		snprintf(err, errlen, "the new main process pid %d went away before go", (int)pid);
+		goto out;
+	}
+	/* Committed: the workers, the records and the control socket are the new main's. */
+	atomic_store(&iso->handed_over, true);
+	iso->keep_stop = true;
+	n = recv_until(sv[0], msg, sizeof(msg) - 1, mono_ms() + UPGRADE_STEP_TIMEOUT_MS);
+	msg[n > 0 ? n : 0] = '\0';
+	if (strncmp(msg, "started", 7) != 0)
+		log_error("upgrade: the new main process pid %d did not confirm: it owns everything "
+			  "all the same", (int)pid);
+	ret->new_pid = (int)pid;
+	ret->exit_after = 0;
+	r = 0;
+out:
+	if (r < 0 && pid > 0) {
+		char why[640];
+
+		(void)send(sv[0], "abort", 5, MSG_NOSIGNAL);
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		if (cleared != 0) {
+			/* the ones cleared (a failure counts them as -1 - done) get it back */
+			if (workers_pdeath(iso, SIGTERM, why, sizeof(why)) < 0)
+				log_error("upgrade: %s", why);
+		}
+	}
+	pthread_mutex_unlock(&iso->keep_lock);
+	for (unsigned i = iso->nw; i-- > 0;)
+		pthread_mutex_unlock(&iso->w[i].lock);
+	keep_wake(iso);
+	if (memfd >= 0)
+		close(memfd);
+	rec_writer_free(&rw);
+	close(sv[0]);
 	return r;
 }
 
@@ -1569,6 +2235,13 @@ static void iso_free(struct iso *iso)
 	if (iso->keep_wake >= 0)
 		close(iso->keep_wake);
 	for (unsigned i = 0; iso->w && i < iso->nw; i++) {
+		if (iso->w[i].pidfd >= 0) {
+			if (iso->w[i].watching) {
+				pthread_cancel(iso->w[i].watch);
+				pthread_join(iso->w[i].watch, NULL);
+			}
+			close(iso->w[i].pidfd);
+		}
 		if (iso->w[i].fd >= 0)
 			close(iso->w[i].fd);
 		if (iso->w[i].keep_fd >= 0)
@@ -1587,34 +2260,13 @@ static void iso_free(struct iso *iso)
 	pthread_mutex_destroy(&iso->up_lock);
 }
 
-int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
+/* The keeper thread of crash survival (keeper_main), with what it means said in the log. */
+static void start_keeper(struct iso *iso)
 {
-	struct iso iso = { .keep_wake = -1, .keep_lock = PTHREAD_MUTEX_INITIALIZER,
-			   .up_lock = PTHREAD_MUTEX_INITIALIZER };
-	struct ops_ctl *ctl = NULL;
-	sigset_t all = *sigs, chld;
-	int r, sig = 0, rc = 1;
+	int r;
 
-	sigemptyset(&chld);
-	sigaddset(&chld, SIGCHLD);
-	sigaddset(&all, SIGCHLD);
-	pthread_sigmask(SIG_BLOCK, &chld, NULL);
-	if (plan(&iso, cfg) < 0) {
-		log_error("out of memory");
-		goto out;
-	}
-	for (unsigned i = 0; i < iso.nw; i++) {
-		r = spawn(&iso, i, sigs, false);
-		if (r < 0) {
-			log_error("cannot start a worker process: %s", strerror(-r));
-			goto stop;
-		}
-	}
-	/* Every worker has its inherited sockets: a VMM must see its connection end with it. */
-	uds_drop_adopted();
-	/* Only now: a worker forked while records are kept would hold copies of them. */
-	iso.keep_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	r = iso.keep_wake < 0 ? -errno : pthread_create(&iso.keeper, NULL, keeper_main, &iso);
+	iso->keep_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	r = iso->keep_wake < 0 ? -errno : pthread_create(&iso->keeper, NULL, keeper_main, iso);
 	if (r > 0)
 		r = -r;
 	if (r < 0)
@@ -1624,50 +2276,98 @@ int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
 		log_info("crash survival: on (--isolate): the main process keeps each VM's vhost-user "
 			 "connection and configuration; a worker that dies is started again and "
 			 "adopts its VMs (their open vsock connections end)");
-	iso.keeper_started = r == 0;
-	if (wait_ready(&iso) < 0 || daemon_ctl_start(cfg, &iso_ctl_ops, &iso, &ctl) < 0)
-		goto stop;
-	log_info("%u worker processes for %u VMs", iso.nw, cfg->n_vms);
-	daemon_sd_ready(cfg->n_vms, iso.nw);
-	for (;;) {
-		int wait_ms = restart_due(&iso, sigs);
+	iso->keeper_started = r == 0;
+}
+
+/*
+ * The main process's loop once the workers run (run false: start-up failed, straight to the
+ * stop): restarts, SIGCHLD, SIGUSR2, and the stop. Returns the exit status (isolate_run).
+ */
+static int supervise(struct iso *iso, const sigset_t *sigs, bool run)
+{
+	sigset_t all = *sigs, chld;
+	int sig = 0, rc = 1;
+
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigaddset(&all, SIGCHLD);
+	while (run) {
+		int wait_ms = atomic_load(&iso->handed_over) ? -1 : restart_due(iso, sigs);
 		struct timespec ts = { .tv_sec = wait_ms / 1000,
 				       .tv_nsec = (long)(wait_ms % 1000) * (long)NS_PER_MS };
 
 		sig = sigtimedwait(&all, NULL, wait_ms < 0 ? NULL : &ts);
-		if (sig < 0)
-			continue; /* a restart is due, or EINTR */
+		if (sig < 0 || atomic_load(&iso->handed_over))
+			continue; /* a restart is due, EINTR; or the control thread is exiting */
 		if (sig == SIGCHLD) {
-			(void)reap(&iso, false);
-			if (alive_count(&iso) || restart_pending(&iso))
+			(void)reap(iso, false);
+			if (alive_count(iso) || restart_pending(iso))
 				continue;
 			log_error("every worker process is gone: exiting");
-			goto stop;
+			break;
 		}
 		if (sig == SIGUSR2) {
 			struct ops_ctl_upgrade u = { .exit_after = -1 };
 			char err[768];
 
-			if (iso_upgrade(&iso, NULL, &u, err, sizeof(err)) == 0)
-				log_info("SIGUSR2: every worker upgraded");
+			if (iso_upgrade(iso, NULL, &u, err, sizeof(err)) == 0) {
+				log_info("SIGUSR2: upgraded: pid %d is the main process", u.new_pid);
+				_exit(0); /* nothing of what the new main owns may be touched */
+			}
 			free(u.vms);
 			continue;
 		}
-		forward(&iso, sig);
+		forward(iso, sig);
 		if (sig == SIGHUP)
 			continue;
 		log_info("signal %d: stopping the workers", sig);
 		rc = 0;
 		break;
 	}
-stop:
 	daemon_sd_stopping();
 	/* The control thread asks the workers: stop it before their sockets close. */
-	ops_ctl_stop(ctl);
+	ops_ctl_stop(iso->ctl);
+	iso->ctl = NULL;
 	if (rc != 0)
-		forward(&iso, SIGTERM);
-	if (stop_workers(&iso, &chld))
+		forward(iso, SIGTERM);
+	if (stop_workers(iso, &chld))
 		rc = 1;
+	return rc;
+}
+
+int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs)
+{
+	struct iso iso = { .keep_wake = -1, .keep_lock = PTHREAD_MUTEX_INITIALIZER,
+			   .up_lock = PTHREAD_MUTEX_INITIALIZER };
+	sigset_t chld;
+	int r, rc = 1;
+
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &chld, NULL);
+	if (plan(&iso, cfg) < 0) {
+		log_error("out of memory");
+		goto out;
+	}
+	for (unsigned i = 0; i < iso.nw; i++) {
+		r = spawn(&iso, i, sigs, false);
+		if (r < 0) {
+			log_error("cannot start a worker process: %s", strerror(-r));
+			rc = supervise(&iso, sigs, false);
+			goto out;
+		}
+	}
+	/* Every worker has its inherited sockets: a VMM must see its connection end with it. */
+	uds_drop_adopted();
+	/* Only now: a worker forked while records are kept would hold copies of them. */
+	start_keeper(&iso);
+	if (wait_ready(&iso) < 0 || daemon_ctl_start(cfg, &iso_ctl_ops, &iso, &iso.ctl) < 0) {
+		rc = supervise(&iso, sigs, false);
+		goto out;
+	}
+	log_info("%u worker processes for %u VMs", iso.nw, cfg->n_vms);
+	daemon_sd_ready(cfg->n_vms, iso.nw);
+	rc = supervise(&iso, sigs, true);
 out:
 	iso_free(&iso);
 	return rc;
@@ -1695,4 +2395,113 @@ int isolate_worker_exec(const struct uvsockd_config *cfg, const char *spec, cons
 		vm_set_takeover_fd(hfd);
 	}
 	worker_main(&iso, wi, rfd, kfd, sigs, getppid(), false);
+}
+
+/* Answers the old main "refused <why>" and logs it. */
+static void takeover_refuse(int fd, const char *why)
+{
+	char msg[700];
+
+	log_error("--takeover: the main process is not taken over: %s", why);
+	snprintf(msg, sizeof(msg), "refused %s", why);
+	(void)send(fd, msg, strlen(msg), MSG_NOSIGNAL);
+}
+
+int isolate_takeover(const struct uvsockd_config *cfg, int fd, const sigset_t *sigs)
+{
+	struct iso iso = { .keep_wake = -1, .keep_lock = PTHREAD_MUTEX_INITIALIZER,
+			   .up_lock = PTHREAD_MUTEX_INITIALIZER };
+	struct uds_listener ctl = { .fd = -1 };
+	const uint8_t *buf = NULL;
+	char err[640] = "", msg[64];
+	int memfd = -1, *fds = NULL, r, rc = 1;
+	size_t nfds = 0, len = 0;
+	sigset_t chld;
+	ssize_t n;
+
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &chld, NULL);
+	r = plan(&iso, cfg);
+	if (r < 0)
+		snprintf(err, sizeof(err), "out of memory");
+	if (r == 0 && (r = rec_recv(fd, UPGRADE_STEP_TIMEOUT_MS, &memfd, &fds, &nfds)) < 0)
+		snprintf(err, sizeof(err), "cannot receive the main record: %s", strerror(-r));
+	if (r == 0 && (r = rec_map_fd(memfd, &buf, &len)) < 0)
+		snprintf(err, sizeof(err), "cannot map the main record: %s", strerror(-r));
+	if (r == 0)
+		r = main_rec_read(&iso, buf, len, fds, nfds, &ctl, err, sizeof(err));
+	if (buf)
+		rec_unmap(buf, len);
+	if (memfd >= 0)
+		close(memfd);
+	if (r < 0) {
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+	}
+	free(fds);
+	/* The workers are not our children: their pidfds tell when they exit. */
+	for (unsigned i = 0; r == 0 && i < iso.nw; i++) {
+		struct worker *w = &iso.w[i];
+
+		if (!atomic_load(&w->alive))
+			continue;
+		w->pidfd = (int)syscall(SYS_pidfd_open, w->pid, 0);
+		if (w->pidfd < 0) {
+			r = -errno;
+			snprintf(err, sizeof(err), "pidfd_open of worker pid %d (%s): %s",
+				 (int)w->pid, w->vms, strerror(-r));
+		}
+	}
+	if (r < 0) {
+		takeover_refuse(fd, err);
+		goto out;
+	}
+	if (send(fd, "ready", 5, MSG_NOSIGNAL) != 5) {
+		log_error("--takeover: the old main process is gone");
+		goto out;
+	}
+	n = recv_until(fd, msg, sizeof(msg) - 1, mono_ms() + UPGRADE_STEP_TIMEOUT_MS);
+	msg[n > 0 ? n : 0] = '\0';
+	if (strcmp(msg, "go") != 0) {
+		log_error("--takeover: the old main process %s: nothing is taken over",
+			  n > 0 ? "aborted" : "went away before go");
+		goto out;
+	}
+	/* Ours from here: every worker, record and the control socket. */
+	for (unsigned i = 0; i < iso.nw; i++) {
+		struct worker *w = &iso.w[i];
+
+		if (w->pidfd < 0)
+			continue;
+		w->watch_fd = w->pidfd;
+		r = pthread_create(&w->watch, NULL, pidfd_watch, w);
+		if (r)
+			log_error("worker pid %d (%s): cannot watch it (%s): its exit goes unseen",
+				  (int)w->pid, w->vms, strerror(r));
+		w->watching = r == 0;
+	}
+	start_keeper(&iso);
+	if (ctl.fd >= 0)
+		vm_set_takeover_ctl(&ctl);
+	if (daemon_ctl_start(cfg, &iso_ctl_ops, &iso, &iso.ctl) < 0)
+		log_error("--takeover: no control socket: the workers are supervised all the same");
+	else
+		ctl.fd = -1;
+	daemon_sd_mainpid();
+	daemon_sd_ready(cfg->n_vms, iso.nw);
+	snprintf(msg, sizeof(msg), "started %d", (int)getpid());
+	(void)send(fd, msg, strlen(msg), MSG_NOSIGNAL);
+	close(fd);
+	fd = -1;
+	log_info("took over as the main process: %u worker processes for %u VMs", iso.nw,
+		 cfg->n_vms);
+	rc = supervise(&iso, sigs, true);
+out:
+	if (fd >= 0)
+		close(fd);
+	if (ctl.fd >= 0)
+		close(ctl.fd);
+	iso_free(&iso);
+	return rc;
 }

@@ -18,7 +18,9 @@
  * connection and configuration, sent by the worker whenever they change, and hands them to the
  * worker it forks again, which adopts the VMMs (src/device/vhu_keep.h). Live upgrade
  * (docs/upgrade.md, "Under --isolate"): one worker at a time, the main starts the new binary as
- * that group's worker and the old worker hands its VMs to it; the main process itself stays.
+ * that group's worker and the old worker hands its VMs to it; then the main process itself is
+ * handed to a new one (isolate_takeover), which supervises the workers it did not fork through
+ * pidfds (each worker's PR_SET_PDEATHSIG is cleared first, on request).
  *
  * The control socket answers for every VM through a SOCK_SEQPACKET socketpair per worker: the
  * main sends "stats of VM i" / "conns of VM i", a responder thread in the worker answers with
@@ -54,6 +56,14 @@
  * when a worker failed while stopping.
  */
 int isolate_run(const struct uvsockd_config *cfg, const sigset_t *sigs);
+
+/*
+ * uvsockd --takeover FD --isolate ...: the new main process of an upgrade (docs/upgrade.md,
+ * "Under --isolate"): takes the old main's state (record kind 7) from FD, answers ready or
+ * refused, and after go supervises the workers it did not fork (pidfds) and serves the control
+ * socket. Returns as isolate_run; 1 at once if the hand-over did not happen.
+ */
+int isolate_takeover(const struct uvsockd_config *cfg, int fd, const sigset_t *sigs);
 
 /*
  * uvsockd --iso-worker W,H,R,K ARGS: a worker process that the main process started from a

@@ -100,7 +100,7 @@ int main(int argc, char **argv)
 	const char *iso_worker = NULL;
 
 	/* --takeover FD, first when present: an upgrade's new process (docs/upgrade.md), given
-	 * the old process's command line after it. The rest is parsed as that one was, and is
+	 * the old process's command line after it (with --isolate: the new main process). The rest is parsed as that one was, and is
 	 * what SIGHUP and the next upgrade use. */
 	if (argc >= 3 && strcmp(argv[1], "--takeover") == 0) {
 		char *end;
@@ -172,14 +172,12 @@ int main(int argc, char **argv)
 			r = -EINVAL;
 		}
 	} else if (takeover >= 0) {
-		/* Every socket is the old process's until go, and comes with the VMs. */
+		/* Every socket is the old process's until go, and comes with the VMs (or, with
+		 * --isolate, with the main process's state: isolate.h). */
 		(void)fcntl(takeover, F_SETFD, FD_CLOEXEC);
-		vm_set_takeover_fd(takeover);
+		if (!cfg.isolate)
+			vm_set_takeover_fd(takeover);
 		r = 0;
-		if (cfg.isolate) {
-			snprintf(err, sizeof(err), "--takeover: --isolate cannot be upgraded");
-			r = -ENOTSUP;
-		}
 	} else {
 		r = daemon_sd_adopt(&cfg, err, sizeof(err));
 		if (r == 0)
@@ -204,7 +202,7 @@ int main(int argc, char **argv)
 		rc = isolate_worker_exec(&cfg, iso_worker, &sigs);
 	} else if (cfg.isolate) {
 		daemon_fdstore_stop(); /* --isolate keeps its own: stored fds, if any, closed now */
-		rc = isolate_run(&cfg, &sigs);
+		rc = takeover >= 0 ? isolate_takeover(&cfg, takeover, &sigs) : isolate_run(&cfg, &sigs);
 	} else {
 		char why[160];
 

@@ -85,6 +85,11 @@ void vm_set_takeover_fd(int fd)
 	takeover_fd = fd;
 }
 
+void vm_set_takeover_ctl(const struct uds_listener *l)
+{
+	takeover_ctl = *l;
+}
+
 void vm_set_reload_args(int argc, char *const *argv)
 {
 	reload_argc = argc;
@@ -1003,7 +1008,7 @@ int vm_set_run(const struct uvsockd_config *cfg, const unsigned *idx, unsigned n
 	struct vm_set s = { .runtime = idx == NULL, .no_dgram = cfg->no_dgram,
 			    .dgram_max = cfg->dgram_max };
 	bool hooked = false;
-	int r, sig = 0, rc = 1;
+	int sig = 0, rc = 1;
 
 	if (!hooks)
 		hooks = &none;
@@ -1021,8 +1026,12 @@ int vm_set_run(const struct uvsockd_config *cfg, const unsigned *idx, unsigned n
 	if (takeover_fd >= 0 ? vm_set_take_over_start(&s) < 0 : vm_set_start(&s) < 0)
 		goto out;
 	for (;;) {
-		r = sigwait(sigs, &sig);
-		if (r != 0)
+		siginfo_t si;
+
+		sig = sigwaitinfo(sigs, &si);
+		if (sig < 0)
+			continue;
+		if (hooks->signal && hooks->signal(&si, hooks->arg))
 			continue;
 		if (sig == SIGUSR2) {
 			vm_set_upgrade_signal(&s);

@@ -36,6 +36,8 @@ struct vm_set_hooks {
 	int (*ready)(struct vm_set *s, void *arg);
 	void (*stopping)(struct vm_set *s, void *arg);
 	void *arg;
+	/* Optional: sees each signal sigwaited first; true when it took it (the loop goes on). */
+	bool (*signal)(const siginfo_t *si, void *arg);
 };
 
 /*
@@ -68,6 +70,9 @@ int vm_set_args(char *const **argv);
  * thread, before vm_set_run.
  */
 void vm_set_takeover_fd(int fd);
+/* The control socket's listener that daemon_ctl_start takes instead of binding (the main
+ * process of --isolate taken over: isolate.c). Borrowed until then. */
+void vm_set_takeover_ctl(const struct uds_listener *l);
 
 struct ops_ctl_upgrade;
 /*

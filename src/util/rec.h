@@ -52,6 +52,7 @@ enum {
 	REC_KIND_VM = 4, /* a VM of uvsockd: its config, glue, back-end, device (daemon/upgrade.c) */
 	REC_KIND_CRASH = 5, /* one VM's crash-survival record (src/device/vhu_keep.h) */
 	REC_KIND_DEVICE_STATE = 6, /* VHOST_USER_PROTOCOL_F_DEVICE_STATE (src/device/vhu_state.c) */
+	REC_KIND_ISO_MAIN = 7, /* the --isolate main process's state (daemon/isolate.c) */
 };
 
 /* CRC32C of n bytes, continuing from crc (start with 0): SSE4.2's crc32 where the CPU has it. */

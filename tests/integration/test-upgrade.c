@@ -26,11 +26,16 @@
  *     sibling inbox or is held for a full one moves in the record);
  *   - --isolate (docs/upgrade.md, "Under --isolate"): two workers, a transfer each way in one
  *     group's VM and idle connections in the other's, three upgrades mid-transfer, each worker
- *     replaced in turn (new worker PIDs, the main's PID unchanged, the VMM connections never
- *     redone, every byte once and in order, no RST); uvsockd-test-refuse leaves every worker
- *     serving; a worker killed after an upgrade is re-adopted from the new worker's records,
- *     then SIGUSR2 upgrades both workers again; a worker of two linked siblings hands both
- *     over together (streams each way between them, two upgrades, every byte once);
+ *     replaced in turn (new worker PIDs, the VMM connections never redone, every byte once and
+ *     in order, no RST), then the main process (the answer's new_pid, the old main exits 0, the
+ *     control socket answers from the new one); uvsockd-test-refuse leaves every worker
+ *     serving; a worker killed after an upgrade is re-adopted from the new worker's records by
+ *     the new main, then SIGUSR2 upgrades both workers and the main again;
+ *     uvsockd-test-refuse-main (reading no version of the main's record) takes the workers but
+ *     not the main: the old main stays in charge and restarts a killed worker; SIGTERM to the
+ *     main of the day stops every worker and removes the socket files; a worker of two linked
+ *     siblings hands both over together (streams each way between them, two upgrades, every
+ *     byte once);
  *   - inherited sockets (--fd): a connected VMM connection answers the VMM's next requests from
  *     the new process; a listening one takes the next VMM there, and its file is kept.
  *
@@ -854,8 +859,57 @@ static void iso_start_groups(struct uvd *u, const char *level, bool shared)
 		argv[argc++] = vm[i];
 	}
 	argv[argc] = NULL;
+	/* Every main process generation becomes this process's child when the one before exits
+	 * (and so do the workers the old main forked): waitpid and the guard find them. */
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
 	uvd_spawn(u, argv, false);
 	uvd_wait_ready(u, "start-up");
+	set_live(u->pid);
+}
+
+/*
+ * The worker serving VM cid as the control socket of u's main process names it ("vmN pid P"),
+ * waiting for one that runs and is not `not` (0: any). After a hand-over of the main process
+ * the workers are not its children: the main's own answer is what says which serves.
+ */
+static pid_t iso_worker(const struct uvd *u, uint32_t cid, pid_t not)
+{
+	pid_t w = 0;
+
+	char ctl[200];
+
+	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
+	for (int tries = 0; tries < 200; tries++) {
+		struct ops_jv *v;
+		const struct ops_jv *vms;
+		unsigned c = 0, p = 0;
+
+		int fd = -1;
+
+		/* Not up yet just after start-up (which the VM sockets tell) */
+		if (ops_ctl_connect(ctl, &fd) < 0) {
+			usleep(50 * 1000);
+			continue;
+		}
+		v = NULL;
+		ASSERT_OK(ops_ctl_request(fd, "stats", -1, 5000, NULL, &v));
+		close(fd);
+		vms = ops_json_get(v, "vms");
+
+		for (const struct ops_jv *e = vms ? vms->child : NULL; e; e = e->next) {
+			const struct ops_jv *n = ops_json_get(e, "name");
+
+			if (ops_json_u64(e, "cid", 0) == cid && n && n->s &&
+			    sscanf(n->s, "vm%u pid %u", &c, &p) == 2 && c == cid)
+				w = (pid_t)p;
+		}
+		ops_json_free(v);
+		if (w > 0 && w != not && !pid_gone(w))
+			return w;
+		usleep(50 * 1000);
+	}
+	test_fail(__FILE__, __LINE__, "no worker for vm%u in the main's answer", cid);
+	return 0;
 }
 
 static void iso_start(struct uvd *u, const char *level)
@@ -889,22 +943,64 @@ static struct uvsock_guest_stats guest_stats(struct uvsock_ctx *g)
 	return st;
 }
 
+/* The number in the log of u right after needle (its first occurrence), or 0. */
+static pid_t log_pid_after(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	char *text, *p;
+	int pid = 0;
+
+	ASSERT_TRUE(f != NULL);
+	text = calloc(1, 1 << 20);
+	ASSERT_TRUE(text != NULL);
+	(void)!fread(text, 1, (1 << 20) - 1, f);
+	fclose(f);
+	p = strstr(text, needle);
+	if (p)
+		pid = atoi(p + strlen(needle));
+	free(text);
+	return (pid_t)pid;
+}
+
 /*
- * An upgrade of u --isolate: the main's PID stays, each VM names a new worker (w[0] for VM 3,
- * w[1] for VM 4, updated), which runs and is the VM's worker; the old ones are gone. The
- * pauses go to pause[0..1] (ms).
+ * SIGTERM to u's main process (whichever generation): it exits 0, every worker with it (they
+ * are not its children after a hand-over of the main), and the socket files are removed.
+ */
+static void iso_stop(struct uvd *u)
+{
+	pid_t w[2] = { iso_worker(u, 3, 0), iso_worker(u, 4, 0) };
+	char ctl[200];
+
+	ASSERT_EQ(uvd_kill(u), 0);
+	set_live(0);
+	for (int i = 0; i < 2; i++) {
+		ASSERT_WAIT_FOR(pid_gone(w[i]), WAIT_MS);
+		ASSERT_NE(access(u->sock[i], F_OK), 0);
+	}
+	snprintf(ctl, sizeof(ctl), "%s.ctl", u->sock[0]);
+	ASSERT_NE(access(ctl, F_OK), 0);
+	(void)uvd_stop(u); /* the test's files */
+}
+
+/*
+ * An upgrade of u --isolate: each VM names a new worker (w[0] for VM 3, w[1] for VM 4,
+ * updated), which runs and is the VM's worker; the old ones are gone. Then the main process is
+ * replaced: the answer's new_pid is a new process (u->pid becomes it), the old main exits 0,
+ * and the control socket answers from the new one. The pauses go to pause[0..1] (ms).
  */
 static void iso_upgrade_ok(struct uvd *u, pid_t w[2], double pause[2])
 {
 	struct up o = ctl_upgrade(u, NULL);
 	const struct ops_jv *vms, *vm;
-	pid_t nw[2] = { 0, 0 };
+	pid_t nw[2] = { 0, 0 }, old = u->pid;
 	int i = 0;
 
 	if (o.rc != 0)
 		test_fail(__FILE__, __LINE__, "upgrade failed: %s (log %s)", o.err, u->log);
-	ASSERT_EQ((pid_t)ops_json_u64(o.v, "old_pid", 0), u->pid);
-	ASSERT_EQ((pid_t)ops_json_u64(o.v, "new_pid", 0), u->pid);
+	ASSERT_EQ((pid_t)ops_json_u64(o.v, "old_pid", 0), old);
+	u->pid = (pid_t)ops_json_u64(o.v, "new_pid", 0);
+	ASSERT_TRUE(u->pid > 0 && u->pid != old);
+	set_live(u->pid);
 	vms = ops_json_get(o.v, "vms");
 	ASSERT_TRUE(vms && vms->type == OPS_J_ARR);
 	for (vm = vms->child; vm; vm = vm->next, i++) {
@@ -918,9 +1014,11 @@ static void iso_upgrade_ok(struct uvd *u, pid_t w[2], double pause[2])
 	}
 	ASSERT_EQ(i, 2);
 	ops_json_free(o.v);
+	old_exited(old);
+	test_note("main %d -> %d", (int)old, (int)u->pid);
 	for (i = 0; i < 2; i++) {
 		ASSERT_TRUE(pid_gone(w[i]));
-		ASSERT_EQ(worker_of(u, u->cid[i]), nw[i]);
+		ASSERT_EQ(iso_worker(u, u->cid[i], 0), nw[i]);
 		test_note("vm%u: worker %d -> %d, pause %.3f ms", u->cid[i], (int)w[i], (int)nw[i],
 			  pause[i]);
 		w[i] = nw[i];
@@ -942,8 +1040,8 @@ TEST(isolate_three_upgrades_one_worker_at_a_time_lose_nothing)
 	    h_idle_out;
 
 	iso_start(&u, "--log-level=info");
-	w[0] = worker_of(&u, 3);
-	w[1] = worker_of(&u, 4);
+	w[0] = iso_worker(&u, 3, 0);
+	w[1] = iso_worker(&u, 4, 0);
 	g = g_guest_new(u.sock[0], NULL);
 	g4 = g_guest_new(u.sock[1], NULL);
 	/* VM 3: a transfer each way; VM 4: an idle connection each way */
@@ -1001,7 +1099,7 @@ TEST(isolate_three_upgrades_one_worker_at_a_time_lose_nothing)
 		uvsock_close((int[]){ ls, ls4, g_in, g_out, g_idle_in, g_idle_out }[i]);
 	uvsock_ctx_free(g);
 	uvsock_ctx_free(g4);
-	ASSERT_EQ(uvd_stop(&u), 0);
+	iso_stop(&u);
 }
 
 /*
@@ -1100,8 +1198,8 @@ TEST(isolate_refused_upgrade_leaves_every_worker_serving)
 	int hl, hl4, g_out, h_out, g4_out, h4_out;
 
 	iso_start(&u, "--log-level=info");
-	w[0] = worker_of(&u, 3);
-	w[1] = worker_of(&u, 4);
+	w[0] = iso_worker(&u, 3, 0);
+	w[1] = iso_worker(&u, 4, 0);
 	g = g_guest_new(u.sock[0], NULL);
 	g4 = g_guest_new(u.sock[1], NULL);
 	g_out = g_connect_host(g, u.uds[0], SOCK_STREAM, 5001, 4 * WAIT_MS, &hl, &h_out);
@@ -1120,8 +1218,8 @@ TEST(isolate_refused_upgrade_leaves_every_worker_serving)
 	if (!strstr(o.err, want) || !strstr(o.err, "worker of vm3 (0 of 2 upgraded"))
 		test_fail(__FILE__, __LINE__, "unexpected error: %s", o.err);
 	test_note("refused as expected: %s", o.err);
-	ASSERT_EQ(worker_of(&u, 3), w[0]);
-	ASSERT_EQ(worker_of(&u, 4), w[1]);
+	ASSERT_EQ(iso_worker(&u, 3, 0), w[0]);
+	ASSERT_EQ(iso_worker(&u, 4, 0), w[1]);
 	ASSERT_TRUE(uvd_alive(&u));
 	ping(g4_out, h4_out, 'r');
 
@@ -1145,7 +1243,7 @@ TEST(isolate_refused_upgrade_leaves_every_worker_serving)
 	uvsock_close(g4_out);
 	uvsock_ctx_free(g);
 	uvsock_ctx_free(g4);
-	ASSERT_EQ(uvd_stop(&u), 0);
+	iso_stop(&u);
 }
 
 TEST(isolate_a_worker_killed_after_an_upgrade_is_readopted_then_sigusr2)
@@ -1161,8 +1259,8 @@ TEST(isolate_a_worker_killed_after_an_upgrade_is_readopted_then_sigusr2)
 	ASSERT_EQ(setenv("UVSOCK_TUNE", "no-packed", 1), 0);
 	iso_start(&u, "--log-level=debug");
 	ASSERT_EQ(unsetenv("UVSOCK_TUNE"), 0);
-	w[0] = worker_of(&u, 3);
-	w[1] = worker_of(&u, 4);
+	w[0] = iso_worker(&u, 3, 0);
+	w[1] = iso_worker(&u, 4, 0);
 	g = g_guest_new(u.sock[0], NULL);
 	g4 = g_guest_new(u.sock[1], NULL);
 	ls = g_listen(g, SOCK_STREAM, 6000);
@@ -1181,7 +1279,7 @@ TEST(isolate_a_worker_killed_after_an_upgrade_is_readopted_then_sigusr2)
 	ASSERT_WAIT_FOR(pid_gone(w[0]), WAIT_MS);
 	ASSERT_TRUE(hs_wait_eof(h1, WAIT_MS));
 	ASSERT_WAIT_FOR(file_has(u.log, "vm3: adopted the VMM's vhost-user connection"), WAIT_MS);
-	w3 = worker_of(&u, 3);
+	w3 = iso_worker(&u, 3, w[0]);
 	ASSERT_NE(w3, w[0]);
 	g_set_timeouts(g1, WAIT_MS);
 	ASSERT_TRUE(uvsock_recv(g1, &b, 1, 0) <= 0);
@@ -1193,14 +1291,22 @@ TEST(isolate_a_worker_killed_after_an_upgrade_is_readopted_then_sigusr2)
 	ping(g3, h3, 'd');
 	ASSERT_EQ(guest_stats(g).backend_lost, 0);
 	/* VM 4's worker (upgraded too) untouched. */
-	ASSERT_EQ(worker_of(&u, 4), w[1]);
+	ASSERT_EQ(iso_worker(&u, 4, 0), w[1]);
 	ping(g4_out, h4_out, 'e');
 	ASSERT_EQ(guest_stats(g4).backend_lost, 0);
 	/* SIGUSR2 to the main: both workers again, the connections carry on. */
 	ASSERT_EQ(kill(u.pid, SIGUSR2), 0);
-	ASSERT_WAIT_FOR(file_has(u.log, "SIGUSR2: every worker upgraded"), 4 * WAIT_MS);
-	ASSERT_NE(worker_of(&u, 4), w[1]);
-	ASSERT_NE(worker_of(&u, 3), w3);
+	ASSERT_WAIT_FOR(file_has(u.log, "SIGUSR2: upgraded: pid "), 4 * WAIT_MS);
+	{
+		pid_t old = u.pid;
+
+		u.pid = log_pid_after(u.log, "SIGUSR2: upgraded: pid ");
+		ASSERT_TRUE(u.pid > 0 && u.pid != old);
+		set_live(u.pid);
+		old_exited(old);
+	}
+	ASSERT_NE(iso_worker(&u, 4, 0), w[1]);
+	ASSERT_NE(iso_worker(&u, 3, 0), w3);
 	ping(g2, h2, 'f');
 	ping(g3, h3, 'g');
 	ping(g4_out, h4_out, 'h');
@@ -1214,7 +1320,87 @@ TEST(isolate_a_worker_killed_after_an_upgrade_is_readopted_then_sigusr2)
 		uvsock_close((int[]){ ls, g1, g2, g3, g4_out }[i]);
 	uvsock_ctx_free(g);
 	uvsock_ctx_free(g4);
-	ASSERT_EQ(uvd_stop(&u), 0);
+	iso_stop(&u);
+}
+
+
+TEST(isolate_refused_main_hand_over_leaves_the_old_main_in_charge)
+{
+	struct uvd u;
+	struct uvsock_ctx *g, *g4;
+	struct up o;
+	pid_t w[2], nw[2], w3, main0;
+	double pause[2];
+	char want[400], ndir[] = "/tmp/uvsock-isoup-n-XXXXXX", buf[512];
+	struct sockaddr_un na = { .sun_family = AF_UNIX };
+	int hl, hl4, g_out, h_out, g4_out, h4_out, nfd;
+
+	/* systemd's side: a NOTIFY_SOCKET of ours, inherited by every main process */
+	ASSERT_TRUE(mkdtemp(ndir) != NULL);
+	nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_GE(nfd, 0);
+	snprintf(na.sun_path, sizeof(na.sun_path), "%s/notify", ndir);
+	ASSERT_EQ(bind(nfd, (struct sockaddr *)&na, sizeof(na)), 0);
+	ASSERT_EQ(setenv("NOTIFY_SOCKET", na.sun_path, 1), 0);
+	ASSERT_EQ(setenv("UVSOCK_TUNE", "no-packed", 1), 0);
+	iso_start(&u, "--log-level=debug");
+	ASSERT_EQ(unsetenv("UVSOCK_TUNE"), 0);
+	ASSERT_EQ(unsetenv("NOTIFY_SOCKET"), 0);
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)) && strstr(buf, "READY=1"));
+	main0 = u.pid;
+	w[0] = iso_worker(&u, 3, 0);
+	w[1] = iso_worker(&u, 4, 0);
+	g = g_guest_new(u.sock[0], NULL);
+	g4 = g_guest_new(u.sock[1], NULL);
+	g_out = g_connect_host(g, u.uds[0], SOCK_STREAM, 5001, WAIT_MS, &hl, &h_out);
+	g4_out = g_connect_host(g4, u.uds[1], SOCK_STREAM, 5002, WAIT_MS, &hl4, &h4_out);
+	ping(g_out, h_out, 'a');
+
+	/* The new binary takes the workers but refuses the main's record: the workers run it,
+	 * the old main stays in charge and says why. */
+	o = ctl_upgrade(&u, UVSOCKD_TEST_REFUSE_MAIN_PATH);
+	ASSERT_EQ(o.rc, 1);
+	snprintf(want, sizeof(want), "refused by %s (pid ", UVSOCKD_TEST_REFUSE_MAIN_PATH);
+	if (!strstr(o.err, "every worker was upgraded (2), the main process was not") ||
+	    !strstr(o.err, want) || !strstr(o.err, "version 1"))
+		test_fail(__FILE__, __LINE__, "unexpected error: %s", o.err);
+	test_note("refused as expected: %s", o.err);
+	ASSERT_TRUE(uvd_alive(&u));
+	ASSERT_EQ(u.pid, main0);
+	nw[0] = iso_worker(&u, 3, w[0]);
+	nw[1] = iso_worker(&u, 4, w[1]);
+	ASSERT_TRUE(pid_gone(w[0]) && pid_gone(w[1]));
+	ping(g_out, h_out, 'b');
+	ping(g4_out, h4_out, 'c');
+	/* The workers' parent death signal is set again: the old main still supervises; a crash
+	 * is restarted by it. */
+	ASSERT_EQ(kill(nw[0], SIGKILL), 0);
+	ASSERT_WAIT_FOR(pid_gone(nw[0]), WAIT_MS);
+	w3 = iso_worker(&u, 3, nw[0]);
+	ASSERT_EQ(worker_of(&u, 3), w3); /* its child */
+	ASSERT_WAIT_FOR(file_has(u.log, "vm3: adopted the VMM's vhost-user connection"), WAIT_MS);
+	ping(g4_out, h4_out, 'd');
+	/* and a real upgrade after it replaces the main, which tells systemd: MAINPID=<itself>,
+	 * then READY=1 (nothing from the refused one) */
+	w[0] = w3;
+	w[1] = nw[1];
+	iso_upgrade_ok(&u, w, pause);
+	ping(g4_out, h4_out, 'e');
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)));
+	ASSERT_EQ(strncmp(buf, "MAINPID=", 8), 0);
+	ASSERT_EQ((pid_t)atoi(buf + 8), u.pid);
+	ASSERT_TRUE(notify_recv(nfd, buf, sizeof(buf)) && strstr(buf, "READY=1"));
+	close(nfd);
+	unlink(na.sun_path);
+	rmdir(ndir);
+
+	for (int i = 0; i < 4; i++)
+		close((int[]){ hl, hl4, h_out, h4_out }[i]);
+	uvsock_close(g_out);
+	uvsock_close(g4_out);
+	uvsock_ctx_free(g);
+	uvsock_ctx_free(g4);
+	iso_stop(&u);
 }
 
 /* uvsock-ctl --control CTL add-vm SPEC, in-process: its exit status. */
