@@ -1118,7 +1118,7 @@ TEST(isolate_a_worker_of_linked_siblings_moves_them)
 	int ls3, ls4, c34, a34, c43, a43, hl, g_out, h_out;
 
 	iso_start_groups(&u, "--log-level=info", true);
-	w[0] = worker_of(&u, 3);
+	w[0] = iso_worker(&u, 3, 0);
 	g3 = g_guest_new(u.sock[0], NULL);
 	g4 = g_guest_new(u.sock[1], NULL);
 	ls4 = g_listen(g4, SOCK_STREAM, 9000);
@@ -1149,8 +1149,15 @@ TEST(isolate_a_worker_of_linked_siblings_moves_them)
 		const struct ops_jv *vm;
 		pid_t nw;
 
+		pid_t old = u.pid;
+
 		if (o.rc != 0)
 			test_fail(__FILE__, __LINE__, "upgrade failed: %s (log %s)", o.err, u.log);
+		/* the workers move first, then the main process (iso_upgrade_ok) */
+		ASSERT_EQ((pid_t)ops_json_u64(o.v, "old_pid", 0), old);
+		u.pid = (pid_t)ops_json_u64(o.v, "new_pid", 0);
+		ASSERT_TRUE(u.pid > 0 && u.pid != old);
+		set_live(u.pid);
 		vm = ops_json_get(o.v, "vms")->child;
 		ASSERT_TRUE(vm && vm->next && !vm->next->next);
 		nw = (pid_t)ops_json_u64(vm, "worker_pid", 0);
@@ -1158,8 +1165,9 @@ TEST(isolate_a_worker_of_linked_siblings_moves_them)
 		ASSERT_TRUE(nw > 0 && nw != w[0]);
 		ASSERT_EQ((pid_t)ops_json_u64(vm->next, "worker_pid", 0), nw);
 		ops_json_free(o.v);
+		old_exited(old);
 		ASSERT_TRUE(pid_gone(w[0]));
-		ASSERT_EQ(worker_of(&u, 3), nw);
+		ASSERT_EQ(iso_worker(&u, 3, 0), nw);
 		test_note("worker %d -> %d", (int)w[0], (int)nw);
 		w[0] = nw;
 	}
@@ -1181,7 +1189,7 @@ TEST(isolate_a_worker_of_linked_siblings_moves_them)
 		uvsock_close((int[]){ ls3, ls4, c34, a34, c43, a43, g_out }[i]);
 	uvsock_ctx_free(g3);
 	uvsock_ctx_free(g4);
-	ASSERT_EQ(uvd_stop(&u), 0);
+	iso_stop(&u);
 }
 
 TEST(isolate_refused_upgrade_leaves_every_worker_serving)
