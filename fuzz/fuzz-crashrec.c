@@ -19,7 +19,9 @@
  * the ids of the fds, the record), stored as uvsock-crash-3-r1 next to the fds named
  * uvsock-crash-3-f<i>; daemon_fdstore_take() each, daemon_fdstore_start() for a configuration
  * with VM 3, then dev_vhu_adopt_clear() and daemon_fdstore_stop(). With bit 0 the index's magic
- * and sizes are set right and the record inside is sealed as above.
+ * and sizes are set right and the record inside is sealed as above; bit 2 adds a newer
+ * generation r2 one byte short (refused: r1 is the fallback); bit 3 adds an fd of VM 4 (not
+ * configured) and one named uvsock-crash-3-x1 (not a name the store writes).
  *
  * Invariants: peek and offer agree (an offer is taken exactly when peek accepts a record that
  * has a connection) and refuse only with the errors vhu_keep.h names; the connection peek
@@ -232,7 +234,8 @@ static void fz_record(const uint8_t *buf, size_t len, const int *fds, size_t nfd
 /* The index header daemon/fdstore.c writes before the ids and the record. */
 #define FZ_IDX_HDR 16u
 
-static void fz_fdstore(uint8_t *blob, size_t len, const int *fds, size_t nfds, bool fix)
+static void fz_fdstore(uint8_t *blob, size_t len, const int *fds, size_t nfds, bool fix,
+		       bool newer, bool strays)
 {
 	struct uvsockd_vm_config vm = { .guest_cid = FZ_CID };
 	struct uvsockd_config cfg = { .n_vms = 1, .vms = &vm };
@@ -263,6 +266,20 @@ static void fz_fdstore(uint8_t *blob, size_t len, const int *fds, size_t nfds, b
 	if (len) {
 		FZ_CHECK(rec_memfd(blob, len, "uvsockd-fdstore", &memfd) == 0);
 		daemon_fdstore_take(memfd, FDSTORE_PREFIX "3-r1");
+	}
+	if (newer && len > 1) {
+		/* A newer generation that does not add up: refused, r1 is offered instead. */
+		FZ_CHECK(rec_memfd(blob, len - 1, "uvsockd-fdstore", &memfd) == 0);
+		daemon_fdstore_take(memfd, FDSTORE_PREFIX "3-r2");
+	}
+	if (strays) {
+		/* An fd of a VM not configured and one of a name this module never writes. */
+		memfd = eventfd(0, EFD_CLOEXEC);
+		FZ_CHECK(memfd >= 0);
+		daemon_fdstore_take(memfd, FDSTORE_PREFIX "4-f0");
+		memfd = eventfd(0, EFD_CLOEXEC);
+		FZ_CHECK(memfd >= 0);
+		daemon_fdstore_take(memfd, FDSTORE_PREFIX "3-x1");
 	}
 	for (size_t i = 0; i < nfds; i++) {
 		int d = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
@@ -300,7 +317,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (size_t i = 0; i < nfds; i++)
 		fds[i] = fz_fd(data[1 + i], &peers[i]);
 	if (data[0] & 2)
-		fz_fdstore(copy, len, fds, nfds, data[0] & 1);
+		fz_fdstore(copy, len, fds, nfds, data[0] & 1, data[0] & 4, data[0] & 8);
 	else
 		fz_record(copy, len, fds, nfds);
 	for (size_t i = 0; i < nfds; i++) {
