@@ -36,70 +36,7 @@
 #define FZ_FDS 16
 #define FZ_MEMFD_SIZE (1u << 20)
 
-static volatile uint8_t sink;
-
-static void touch(const void *p, size_t len)
-{
-	sink ^= ((const volatile uint8_t *)p)[0];
-	sink ^= ((const volatile uint8_t *)p)[len - 1];
-}
-
-/* A device that reads every part of the ring it is handed, as a real one would. */
-static int fz_queue_start(void *opaque, unsigned q, const struct vhu_vring_info *info)
-{
-	bool packed = info->features & VHU_BIT(VHU_F_RING_PACKED);
-
-	FZ_CHECK(q < VHU_NUM_QUEUES && info->num > 0);
-	touch(info->desc, 16u * info->num);
-	touch(info->avail, packed ? 4 : 6 + 2u * info->num);
-	touch(info->used, packed ? 4 : 6 + 8u * info->num);
-	return 0;
-}
-
-static uint16_t fz_queue_stop(void *opaque, unsigned q)
-{
-	return 0;
-}
-
-static const struct vhu_backend_ops fz_ops = {
-	.queue_start = fz_queue_start,
-	.queue_stop = fz_queue_stop,
-};
-
-/* fds[i] of the kind k, and the other end in *peer (-1 if none). */
-static int fz_fd(unsigned k, int *peer)
-{
-	int sv[2], fd;
-	sa_family_t fam = AF_UNIX;
-
-	*peer = -1;
-	switch (k % 5) {
-	case 0:
-		fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		break;
-	case 1:
-		fd = memfd_create("fuzz-vhurec", MFD_CLOEXEC);
-		FZ_CHECK(fd >= 0 && ftruncate(fd, FZ_MEMFD_SIZE) == 0);
-		break;
-	case 2:
-		FZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-		*peer = sv[1];
-		fd = sv[0];
-		break;
-	case 3:
-		FZ_CHECK(pipe2(sv, O_CLOEXEC) == 0);
-		*peer = sv[1];
-		fd = sv[0];
-		break;
-	default:
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		FZ_CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&fam, sizeof(fam)) == 0 &&
-			 listen(fd, 1) == 0);
-		break;
-	}
-	FZ_CHECK(fd >= 0);
-	return fd;
-}
+#include "fuzz-vhu.h"
 
 static void fz_config(struct vhu_backend_config *cfg)
 {
