@@ -56,6 +56,7 @@
 #include "ctlquery.h"
 #include "ctlproto/json.h"
 #include "guestside.h"
+#include "restarts.h"
 #include "test.h"
 #include "util/uds.h"
 #include "uvsockd-proc.h"
@@ -915,32 +916,6 @@ static pid_t iso_worker(const struct uvd *u, uint32_t cid, pid_t not)
 static void iso_start(struct uvd *u, const char *level)
 {
 	iso_start_groups(u, level, false);
-}
-
-/* How many times needle is in the file at path (its first MiB). */
-static int log_count(const char *path, const char *needle)
-{
-	FILE *f = fopen(path, "r");
-	char *text;
-	int n = 0;
-
-	ASSERT_TRUE(f != NULL);
-	text = calloc(1, 1 << 20);
-	ASSERT_TRUE(text != NULL);
-	(void)!fread(text, 1, (1 << 20) - 1, f);
-	fclose(f);
-	for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
-		n++;
-	free(text);
-	return n;
-}
-
-static struct uvsock_guest_stats guest_stats(struct uvsock_ctx *g)
-{
-	struct uvsock_guest_stats st = { .size = sizeof(st) };
-
-	ASSERT_EQ(uvsock_ctx_guest_get_stats(g, &st), 0);
-	return st;
 }
 
 /* The number in the log of u right after needle (its first occurrence), or 0. */
