@@ -684,6 +684,30 @@ out:
 
 /* ---- live upgrade (upgrade.c; docs/upgrade.md) -------------------------------------------- */
 
+/* What upgrade.c is given of each VM of s, into uv[0..s->n). */
+static void upgrade_vms_of(const struct vm_set *s, struct upgrade_vm *uv)
+{
+	for (unsigned i = 0; i < s->n; i++)
+		uv[i] = (struct upgrade_vm){ .cfg = &s->vms[i]->cfg, .max_conns = s->vms[i]->max_conns,
+					     .core = s->vms[i]->core, .vhu = s->vms[i]->vhu };
+}
+
+/* The control socket's answer of an upgrade that returned r with res; frees uv. */
+static void upgrade_answer(const struct vm_set *s, struct upgrade_vm *uv,
+			   const struct upgrade_result *res, int r, struct ops_ctl_upgrade *ret)
+{
+	if (res->committed)
+		ret->exit_after = r == 0 ? 0 : 1;
+	ret->old_pid = (int)res->old_pid;
+	ret->new_pid = (int)res->new_pid;
+	ret->n = s->n;
+	for (unsigned i = 0; i < s->n; i++)
+		ret->vms[i] = (struct ops_ctl_upgrade_vm){ .cid = s->vms[i]->cfg.guest_cid,
+							   .pause_us = uv[i].pause_ns / 1000,
+							   .conns = uv[i].conns };
+	free(uv);
+}
+
 /*
  * Hands every VM to a new process. Context: s->lock held (the control thread, or the main
  * thread on SIGUSR2). Returns 0 (the VMs are gone: ret->exit_after is 0) or -errno with err;
@@ -713,21 +737,10 @@ static int vm_set_upgrade(struct vm_set *s, const char *binary, struct ops_ctl_u
 		snprintf(err, errlen, "upgrade: out of memory");
 		return -ENOMEM;
 	}
-	for (unsigned i = 0; i < s->n; i++)
-		uv[i] = (struct upgrade_vm){ .cfg = &s->vms[i]->cfg, .max_conns = s->vms[i]->max_conns,
-					     .core = s->vms[i]->core, .vhu = s->vms[i]->vhu };
+	upgrade_vms_of(s, uv);
 	r = upgrade_run(binary, reload_argc, reload_argv, uv, s->n, ops_ctl_listener(s->ctl), &res,
 			err, errlen);
-	if (res.committed)
-		ret->exit_after = r == 0 ? 0 : 1;
-	ret->old_pid = (int)res.old_pid;
-	ret->new_pid = (int)res.new_pid;
-	ret->n = s->n;
-	for (unsigned i = 0; i < s->n; i++)
-		ret->vms[i] = (struct ops_ctl_upgrade_vm){ .cid = s->vms[i]->cfg.guest_cid,
-							   .pause_us = uv[i].pause_ns / 1000,
-							   .conns = uv[i].conns };
-	free(uv);
+	upgrade_answer(s, uv, &res, r, ret);
 	return r;
 }
 
@@ -760,20 +773,9 @@ int vm_set_hand_over(struct vm_set *s, int sock, pid_t pid, const char *path,
 		snprintf(err, errlen, "upgrade: out of memory");
 		return -ENOMEM;
 	}
-	for (unsigned i = 0; i < s->n; i++)
-		uv[i] = (struct upgrade_vm){ .cfg = &s->vms[i]->cfg, .max_conns = s->vms[i]->max_conns,
-					     .core = s->vms[i]->core, .vhu = s->vms[i]->vhu };
+	upgrade_vms_of(s, uv);
 	r = upgrade_hand_over(sock, pid, path, uv, s->n, &res, err, errlen);
-	if (res.committed)
-		ret->exit_after = r == 0 ? 0 : 1;
-	ret->old_pid = (int)res.old_pid;
-	ret->new_pid = (int)res.new_pid;
-	ret->n = s->n;
-	for (unsigned i = 0; i < s->n; i++)
-		ret->vms[i] = (struct ops_ctl_upgrade_vm){ .cid = s->vms[i]->cfg.guest_cid,
-							   .pause_us = uv[i].pause_ns / 1000,
-							   .conns = uv[i].conns };
-	free(uv);
+	upgrade_answer(s, uv, &res, r, ret);
 	/* Committed: the set stays locked, nothing here touches the VMs again. */
 	if (ret->exit_after < 0)
 		pthread_mutex_unlock(&s->lock);
