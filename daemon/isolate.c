@@ -1276,28 +1276,6 @@ static int plan(struct iso *iso, const struct uvsockd_config *cfg)
 }
 
 /*
- * Forks worker i; its end of the socketpair goes to it, ours to w->fd. restart: after start-up,
- * while the control thread runs. The child uses none of the main's locks but malloc's and
- * stdio's (the log writes through stderr), which glibc's fork() leaves usable in the child of a
- * threaded process; the control thread takes no other lock the worker needs.
- */
-/* Async-signal-safe decimal (the child between fork and execve). */
-static char *put_uint(char *out, unsigned v)
-{
-	char t[12];
-	int n = 0;
-
-	do {
-		t[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	while (n)
-		*out++ = t[--n];
-	*out = '\0';
-	return out;
-}
-
-/*
  * The child of fork_worker when it runs another binary: only fds a, b and c (c may be -1)
  * stay, then exec path as "--iso-worker spec" with uvsockd's own arguments. If execve fails,
  * the hand-over socket c hears "exec-failed <errno>" (upgrade.h).
@@ -1331,7 +1309,7 @@ static __attribute__((noreturn)) void exec_worker(const char *path, char **av, i
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	execv(path, av);
 	if (c >= 0) {
-		put_uint(msg + strlen(msg), (unsigned)errno);
+		upgrade_utoa((unsigned)errno, msg + strlen(msg));
 		(void)!write(c, msg, strlen(msg));
 	}
 	_exit(127);
@@ -1341,6 +1319,12 @@ static __attribute__((noreturn)) void exec_worker(const char *path, char **av, i
  * Forks a worker for group i: its socketpairs (the main's ends in *ret_fd and *ret_keep), then
  * in the child either worker_main (path NULL: this process's code) or path executed in worker
  * mode, given the hand-over socket hfd too (-1: none, a worker that makes its VMs).
+ */
+/*
+ * Forks worker i; its end of the socketpair goes to it, ours to w->fd. restart: after start-up,
+ * while the control thread runs. The child uses none of the main's locks but malloc's and
+ * stdio's (the log writes through stderr), which glibc's fork() leaves usable in the child of a
+ * threaded process; the control thread takes no other lock the worker needs.
  */
 static int fork_worker(struct iso *iso, unsigned i, const sigset_t *sigs, bool restart,
 		       const char *path, int hfd, pid_t *ret_pid, int *ret_fd, int *ret_keep)
@@ -2093,7 +2077,7 @@ static __attribute__((noreturn)) void exec_main(const char *path, char **av, int
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	execv(path, av);
-	put_uint(msg + strlen(msg), (unsigned)errno);
+	upgrade_utoa((unsigned)errno, msg + strlen(msg));
 	(void)!write(fd, msg, strlen(msg));
 	_exit(127);
 }

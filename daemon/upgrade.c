@@ -279,8 +279,7 @@ int upgrade_self_path(char *buf, size_t len)
 	return 0;
 }
 
-/* Async-signal-safe decimal, for the child between fork and execve. */
-static void utoa(unsigned v, char *out)
+void upgrade_utoa(unsigned v, char *out)
 {
 	char t[12];
 	int n = 0;
@@ -312,7 +311,7 @@ static int spawn(struct child *ch, int argc, char *const *argv, char *err, size_
 		snprintf(err, errlen, "upgrade: out of memory");
 		return -ENOMEM;
 	}
-	utoa((unsigned)sv[1], fdnum);
+	upgrade_utoa((unsigned)sv[1], fdnum);
 	av[0] = (char *)ch->path;
 	av[1] = "--takeover";
 	av[2] = fdnum;
@@ -329,7 +328,7 @@ static int spawn(struct child *ch, int argc, char *const *argv, char *err, size_
 		fcntl(sv[1], F_SETFD, 0);
 		execv(ch->path, av);
 		e = errno;
-		utoa((unsigned)e, msg + strlen(msg));
+		upgrade_utoa((unsigned)e, msg + strlen(msg));
 		(void)!write(sv[1], msg, strlen(msg));
 		_exit(127);
 	}

@@ -80,6 +80,12 @@ int upgrade_run(const char *binary, int argc, char *const *argv, struct upgrade_
 		size_t errlen);
 
 /*
+ * v in decimal into out (at least 11 bytes), async-signal-safe: for a child between fork and
+ * execve (this file's spawn, isolate.c's new workers and main).
+ */
+void upgrade_utoa(unsigned v, char *out);
+
+/*
  * The same hand-over to a new process that someone else started (the main process of
  * --isolate starts a new worker and gives its old worker the socket: docs/upgrade.md, "Under
  * --isolate"): sock is this side's end (closed here), pid and path only name it in messages;
